@@ -1,0 +1,97 @@
+"""Catalogs of facts with sources: device peaks and links (devices.toml), collective busbw
+factors and name normalization (collectives.toml), GPU-work classification (classification.toml).
+
+Each fact lives in one of these files; Python and SQL both read them from here.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from functools import lru_cache
+
+import pyarrow as pa
+
+from ..paths import CATALOG_DIR
+
+
+def _load(name: str) -> dict:
+    with open(CATALOG_DIR / name, "rb") as f:
+        return tomllib.load(f)
+
+
+@lru_cache(maxsize=1)
+def classification() -> dict:
+    return _load("classification.toml")
+
+
+@lru_cache(maxsize=1)
+def collectives() -> dict:
+    return _load("collectives.toml")["ops"]
+
+
+@lru_cache(maxsize=1)
+def devices() -> list[dict]:
+    return _load("devices.toml")["device"]
+
+
+@lru_cache(maxsize=1)
+def links() -> list[dict]:
+    return _load("devices.toml")["link"]
+
+
+@lru_cache(maxsize=1)
+def _alias_map() -> dict[str, str]:
+    out = {}
+    for op, spec in collectives().items():
+        for a in spec["aliases"]:
+            out[a.lower()] = op
+    return out
+
+
+_KERNEL_OP = re.compile(
+    r"(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv|AllToAll)", re.IGNORECASE
+)
+
+
+def normalize_op(raw: str | None) -> str:
+    """Map a collective name (PyTorch 'Collective name', NCCL kernel or COLL opName) to the
+    catalog's op key; 'unknown' when nothing matches."""
+    if not raw:
+        return "unknown"
+    m = _alias_map().get(raw.strip().lower())
+    if m:
+        return m
+    k = _KERNEL_OP.search(raw)
+    if k:
+        return _alias_map().get(k.group(1).lower(), "unknown")
+    return "unknown"
+
+
+def match_device(name: str | None) -> dict | None:
+    """First catalog entry whose `match` regex matches the device name, or None."""
+    if not name:
+        return None
+    for d in devices():
+        if re.search(d["match"], name, re.IGNORECASE):
+            return d
+    return None
+
+
+def device_catalog_arrow() -> pa.Table:
+    """devices.toml as a table for DuckDB (`device_catalog`); missing peaks are null."""
+    keys = ["key", "match", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops",
+            "memory_gbps", "nvlink_gbps", "source"]
+    rows = devices()
+    cols = {k: [r.get(k) for r in rows] for k in keys}
+    cols["priority"] = list(range(len(rows)))
+    types = {k: pa.float64() for k in keys}
+    types.update(key=pa.string(), match=pa.string(), source=pa.string())
+    return pa.table({k: pa.array(v, type=types.get(k, pa.int32())) for k, v in cols.items()})
+
+
+def collective_catalog_arrow() -> pa.Table:
+    """collectives.toml as a table for DuckDB (`collective_catalog`: op, busbw_factor_kind)."""
+    ops = collectives()
+    return pa.table({"op": list(ops), "busbw_factor": [ops[o]["factor"] for o in ops],
+                     "msg": [ops[o]["msg"] for o in ops]})

@@ -1,0 +1,59 @@
+"""Classify GPU work as compute / communication / memory / sync / unknown.
+
+Rules and their order live in pipeline/catalog/classification.toml (the only place they are
+defined); this module applies them to a polars frame of GPU activities.
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from . import catalog
+
+
+def _any_regex(patterns: list[str]) -> str | None:
+    pats = [p for p in patterns if p]
+    if not pats:
+        return None
+    for p in pats:
+        re.compile(p)  # raise re.error early with the user's pattern
+    return "|".join(f"(?:{p})" for p in pats)
+
+
+def comm_host_op_regex() -> str:
+    return _any_regex(catalog.classification()["comm_host_ops"])
+
+
+def classify(gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: list[str] | None = None) -> pl.DataFrame:
+    """Add `category` and `classified_by` to a frame with columns kind, name, external_id and
+    has_comm_args (bool: the event's args carry collective metadata).
+
+    comm_ext_ids: External ids of host ops matching comm_host_ops (the "correlation" rule).
+    user_patterns: extra communication regexes (--comm-pattern); re.error if one is invalid.
+    """
+    rules = catalog.classification()
+    name_re = _any_regex(rules["comm_name_patterns"])
+    user_re = _any_regex(user_patterns or [])
+    ids = comm_ext_ids if comm_ext_ids is not None else pl.Series([], dtype=pl.Int64)
+    is_kernel = pl.col("kind") == "kernel"
+    by_corr = pl.col("external_id").is_in(ids.implode()) if len(ids) else pl.lit(False)
+    by_user = pl.col("name").str.contains(user_re) if user_re else pl.lit(False)
+    expr_by = (
+        pl.when(pl.col("kind").is_in(["memcpy", "memset", "sync"])).then(pl.lit("kind"))
+        .when(pl.col("kind") == "unknown").then(pl.lit("kind"))
+        .when(is_kernel & pl.col("has_comm_args")).then(pl.lit("args"))
+        .when(is_kernel & by_corr.fill_null(False)).then(pl.lit("correlation"))
+        .when(is_kernel & by_user).then(pl.lit("user_pattern"))
+        .when(is_kernel & pl.col("name").str.contains(name_re)).then(pl.lit("name"))
+        .otherwise(pl.lit("default"))
+    )
+    expr_cat = (
+        pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.lit("memory"))
+        .when(pl.col("kind") == "sync").then(pl.lit("sync"))
+        .when(pl.col("kind") == "unknown").then(pl.lit("unknown"))
+        .when(pl.col("classified_by").is_in(["args", "correlation", "user_pattern", "name"])).then(pl.lit("communication"))
+        .otherwise(pl.lit("compute"))
+    )
+    return gpu.with_columns(classified_by=expr_by).with_columns(category=expr_cat)

@@ -1,0 +1,76 @@
+"""Model FLOPs of framework ops from their recorded input shapes (Kineto `Input Dims`).
+
+Formulas (multiply-add = 2 FLOPs), following PyTorch's FlopCounterMode registry
+(torch/utils/flop_counter.py; ../shared/reference/peers.md section 3.5):
+- aten::mm(a[m,k], b[k,n])                 2*m*n*k
+- aten::addmm(bias, a[m,k], b[k,n])        2*m*n*k (bias ignored)
+- aten::bmm(a[b,m,k], b[b,k,n])            2*b*m*n*k
+- aten::baddbmm(bias, a[b,m,k], b[b,k,n])  2*b*m*n*k
+- aten::_scaled_mm(a[m,k], b[k,n], ...)    2*m*n*k
+Ops that call these (aten::linear, aten::matmul) are not counted themselves, so nothing is
+counted twice. Convolution and attention arrive with issue 3. A trace's own `flops` arg (with_flops=True) wins.
+
+The dtype of the first tensor input picks the peak to compare with: float -> fp32,
+c10::Half -> fp16, c10::BFloat16 -> bf16, Float8 -> fp8.
+"""
+
+from __future__ import annotations
+
+import json
+from math import prod
+
+_DTYPES = {
+    "float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16",
+    "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+    "c10::Float8_e5m2fnuz": "fp8",
+}
+
+
+def _mm(a, b):
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0]:
+        return 2 * a[0] * a[1] * b[1]
+    return None
+
+
+def _bmm(a, b):
+    if len(a) == 3 and len(b) == 3 and a[0] == b[0] and a[2] == b[1]:
+        return 2 * a[0] * a[1] * a[2] * b[2]
+    return None
+
+
+_FORMULAS = {
+    "aten::mm": lambda d: _mm(d[0], d[1]),
+    "aten::_scaled_mm": lambda d: _mm(d[0], d[1]),
+    "aten::addmm": lambda d: _mm(d[1], d[2]),
+    "aten::bmm": lambda d: _bmm(d[0], d[1]),
+    "aten::baddbmm": lambda d: _bmm(d[1], d[2]),
+}
+
+MODELLED_OPS = frozenset(_FORMULAS)
+
+
+def op_flops(name: str, input_dims, input_types) -> tuple[float | None, str | None]:
+    """FLOPs and precision of one op, or (None, None) when the op or its shapes are not modelled.
+
+    input_dims / input_types: the parsed Kineto lists (or JSON text of them).
+    """
+    f = _FORMULAS.get(name)
+    if f is None or not input_dims:
+        return None, None
+    try:
+        dims = json.loads(input_dims) if isinstance(input_dims, str) else input_dims
+        v = f(dims)
+    except (IndexError, TypeError, ValueError):
+        return None, None
+    if v is None:
+        return None, None
+    dtype = None
+    try:
+        types = json.loads(input_types) if isinstance(input_types, str) else (input_types or [])
+        for t in types:
+            if t in _DTYPES:
+                dtype = _DTYPES[t]
+                break
+    except (TypeError, ValueError):
+        pass
+    return float(v), dtype

@@ -1,0 +1,99 @@
+"""The lake: hive-partitioned Parquet, one directory per table and run.
+
+Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet, for every table of schema v1
+(schemas/v1.toml). DuckDB (`read_parquet('<lake>/<table>/*/*.parquet', hive_partitioning=true)`),
+polars (`pl.scan_parquet('<lake>/<table>/**/*.parquet', hive_partitioning=True)`) and Spark read it
+as is. The partition key is `run`; every file also holds `run_id` as a column.
+
+Writes are per source file and atomic per part: each part is written under <lake>/.tmp and renamed
+into place, and the source's `sources` row is written last, so a source without its row is
+incomplete and is ignored by readers of the manifest. Failed files get a `sources` row with
+status=failed and no other rows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import schema as sch
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_run_id(name: str) -> str:
+    """A run id usable as a hive partition value: [A-Za-z0-9._-], other runs of characters -> '_'."""
+    s = _SAFE.sub("_", name).strip("._") or "run"
+    return s[:120]
+
+
+class LakeError(RuntimeError):
+    pass
+
+
+class Lake:
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+
+    def ensure(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        marker = self.root / "TRACELAKE"
+        if not marker.exists():
+            marker.write_text(f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n")
+
+    def exists(self) -> bool:
+        return (self.root / "TRACELAKE").exists()
+
+    def part_path(self, table: str, run_id: str, source_id: str) -> Path:
+        return self.root / table / f"run={run_id}" / f"{source_id}.parquet"
+
+    def table_glob(self, table: str) -> str:
+        return str(self.root / table / "*" / "*.parquet")
+
+    def has_table(self, table: str) -> bool:
+        d = self.root / table
+        return d.is_dir() and any(d.glob("*/*.parquet"))
+
+    def sources(self) -> pl.DataFrame:
+        """The manifest: all sources rows (empty frame with the v1 columns when none)."""
+        if not self.has_table("sources"):
+            return pl.from_arrow(sch.empty("sources"))
+        parts = sorted((self.root / "sources").glob("*/*.parquet"))
+        return pl.concat([pl.read_parquet(p) for p in parts], how="vertical_relaxed")
+
+    def remove_source(self, source_id: str, run_id: str) -> None:
+        """Delete every part of a source in a run (all tables); the sources row goes first."""
+        self.part_path("sources", run_id, source_id).unlink(missing_ok=True)
+        for t in sch.tables():
+            self.part_path(t, run_id, source_id).unlink(missing_ok=True)
+
+    def write_source(self, run_id: str, source_id: str, tables: dict[str, pa.Table], source_row: dict) -> None:
+        """Write one source's tables, then its sources row. Each table is conformed to schema v1
+        (SchemaError on mismatch, before anything is written)."""
+        conformed = {t: sch.conform(t, data) for t, data in tables.items() if data is not None}
+        src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
+        tmp = self.root / ".tmp" / uuid.uuid4().hex
+        tmp.mkdir(parents=True)
+        try:
+            staged = []
+            for t, tbl in conformed.items():
+                if tbl.num_rows == 0:
+                    continue
+                f = tmp / f"{t}.parquet"
+                pq.write_table(tbl, f, compression="zstd")
+                staged.append((f, self.part_path(t, run_id, source_id)))
+            f = tmp / "sources.parquet"
+            pq.write_table(src, f, compression="zstd")
+            staged.append((f, self.part_path("sources", run_id, source_id)))
+            for f, dest in staged:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(f, dest)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,62 @@
+"""DuckDB over the lake: one view per schema table, the catalogs, and the SQL in queries/.
+
+connect(lake) returns a DuckDB connection with
+- a view per schema v1 table (sources, devices, gpu_activities, ...) reading
+  <lake>/<table>/*/*.parquet with hive partitioning (an empty typed table when the lake has none);
+- tables device_catalog and collective_catalog (pipeline/catalog/*.toml);
+- the derived views of queries/views/*.sql (gpu_work, scope, rank_device), in file order;
+- variables `analysis_window` ('all' | 'hta') and `kernel_wait_threshold_ns` (default 30000).
+run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import polars as pl
+
+from . import catalog
+from . import schema as sch
+from .lake import Lake
+from .paths import QUERIES_DIR
+
+
+def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    if window not in ("all", "hta"):
+        raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
+    con = duckdb.connect(":memory:")
+    if threads:
+        con.execute(f"SET threads = {int(threads)}")
+    for t in sch.tables():
+        if lake.has_table(t):
+            path = lake.table_glob(t).replace("'", "''")
+            con.execute(
+                f"CREATE VIEW {t} AS SELECT * EXCLUDE (run) FROM read_parquet('{path}', hive_partitioning = true, "
+                f"hive_types = {{'run': VARCHAR}}, union_by_name = true)"
+            )
+        else:
+            con.register(f"_empty_{t}", sch.empty(t))
+            con.execute(f"CREATE VIEW {t} AS SELECT * FROM _empty_{t}")
+    con.register("_device_catalog", catalog.device_catalog_arrow())
+    con.execute("CREATE TABLE device_catalog AS SELECT * FROM _device_catalog")
+    con.register("_collective_catalog", catalog.collective_catalog_arrow())
+    con.execute("CREATE TABLE collective_catalog AS SELECT * FROM _collective_catalog")
+    con.execute(f"SET VARIABLE analysis_window = '{window}'")
+    con.execute(f"SET VARIABLE kernel_wait_threshold_ns = {int(kernel_wait_threshold_ns)}")
+    for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
+        con.execute(f.read_text())
+    return con
+
+
+def sql_text(name: str) -> str:
+    p = QUERIES_DIR / f"{name}.sql"
+    if not p.exists():
+        raise FileNotFoundError(f"no query named {name!r} in {QUERIES_DIR}")
+    return p.read_text()
+
+
+def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
+    return pl.from_arrow(con.sql(sql_text(name)).to_arrow_table())
+
+
+def metric_names() -> list[str]:
+    return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))

@@ -1,0 +1,65 @@
+"""Exact conversion of decimal microsecond text (Kineto `ts`/`dur`) to int64 nanoseconds.
+
+Kineto writes `ts` and `dur` in microseconds: integers (old traces, absolute epoch µs),
+or decimals with three fractional digits (ns resolution, since 2024). Epoch microseconds with
+ns fractions need ~61 bits, more than a float64 mantissa holds, so the text is converted
+digit by digit: ns = int_part * 1000 + first three fractional digits, rounded half away from
+zero on the fourth. Exponent forms (1.5e3) go through Python's Decimal. Source of the format:
+kineto libkineto/src/output_json.cpp (../shared/reference/hta.md section 1d).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+import numpy as np
+import polars as pl
+
+
+class TimeParseError(ValueError):
+    pass
+
+
+def us_text_to_ns(raws: list) -> np.ndarray:
+    """Convert a list of raw JSON number texts (msgspec.Raw, bytes or None) to int64 ns.
+
+    Returns (values, valid) as a numpy int64 array and a bool mask; None/empty/unparseable
+    entries are invalid (value 0). Raises nothing: callers decide what an invalid time means.
+    """
+    n = len(raws)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    joined = b"\n".join(r if r is not None else b"" for r in raws)
+    s = pl.Series("t", joined.decode("utf-8", "replace").split("\n"), dtype=pl.String)
+    s = s.str.strip_chars('" ')
+    df = pl.DataFrame({"t": s}).with_columns(
+        neg=pl.col("t").str.starts_with("-"),
+        body=pl.col("t").str.strip_chars_start("+-"),
+    ).with_columns(
+        ip=pl.col("body").str.split_exact(".", 1).struct.field("field_0"),
+        fp=pl.col("body").str.split_exact(".", 1).struct.field("field_1").fill_null(""),
+    ).with_columns(
+        ok=pl.col("ip").str.contains(r"^\d+$") & pl.col("fp").str.contains(r"^\d*$"),
+    ).with_columns(
+        ns=(
+            pl.col("ip").cast(pl.Int64, strict=False) * 1000
+            + (pl.col("fp") + "000").str.slice(0, 3).cast(pl.Int64, strict=False)
+            + (pl.col("fp").str.slice(3, 1).cast(pl.Int64, strict=False).fill_null(0) >= 5).cast(pl.Int64)
+        )
+    ).with_columns(ns=pl.when(pl.col("neg")).then(-pl.col("ns")).otherwise(pl.col("ns")))
+    ok = df["ok"].fill_null(False).to_numpy().copy()
+    ns = df["ns"].fill_null(0).to_numpy().astype(np.int64, copy=True)
+    ok &= df["ns"].is_not_null().to_numpy()
+    bad = np.flatnonzero(~ok)
+    texts = df["t"]
+    for i in bad:
+        t = texts[int(i)]
+        if not t:
+            continue
+        try:
+            v = Decimal(t) * 1000
+            ns[i] = int(v.to_integral_value(rounding="ROUND_HALF_UP"))
+            ok[i] = True
+        except (InvalidOperation, ValueError, OverflowError):
+            pass
+    return ns, ok

@@ -1,0 +1,35 @@
+-- Collective bandwidth per call: algbw and busbw in nccl-tests' definitions, against the link peak.
+--
+-- Definitions (NVIDIA nccl-tests doc/PERFORMANCE.md; ../shared/reference/nccl.md section 2.2):
+--   algbw_gbps = msg_bytes / dur_ns (bytes per ns = 1e9 bytes/s); the time is this rank's
+--                kernel duration, which includes any wait for late peers (cross-rank transfer
+--                time arrives with issue 3).
+--   busbw_gbps = algbw_gbps * factor(op, n), factor from pipeline/catalog/collectives.toml:
+--                all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
+--   link_peak_gbps = the device's NVLink per-direction peak (pipeline/catalog/devices.toml)
+--                when the group fits on the rank's host (group_size <= visible devices);
+--                NULL when the group spans hosts (the NIC is unknown from a trace alone) or
+--                the device is not in the catalog.
+-- Rows without msg_bytes (no collective metadata in the trace) have NULL bandwidths.
+-- Columns:
+--   run_id STRING; rank INT32; step INT64; op STRING; process_group STRING; group_size INT32
+--   seq INT64; start_ns INT64 ns; dur_ns INT64 ns; msg_bytes INT64 bytes
+--   algbw_gbps DOUBLE GB/s; busbw_gbps DOUBLE GB/s; link_peak_gbps DOUBLE GB/s
+--   busbw_util_pct DOUBLE 0-100 (busbw / link peak); algorithm STRING; protocol STRING
+SELECT c.run_id, c.rank, g.step, c.op, c.process_group, c.group_size, c.seq, c.start_ns, c.dur_ns, c.msg_bytes,
+  CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns END AS algbw_gbps,
+  CASE WHEN c.dur_ns > 0 AND c.group_size > 0 THEN c.msg_bytes / c.dur_ns *
+    CASE k.busbw_factor
+      WHEN '2(n-1)/n' THEN 2.0 * (c.group_size - 1) / c.group_size
+      WHEN '(n-1)/n' THEN (c.group_size - 1) / c.group_size
+      ELSE 1.0 END
+  END AS busbw_gbps,
+  CASE WHEN c.group_size <= d.visible_devices THEN d.nvlink_gbps END AS link_peak_gbps,
+  100.0 * busbw_gbps / link_peak_gbps AS busbw_util_pct,
+  c.algorithm, c.protocol
+FROM collectives c
+LEFT JOIN collective_catalog k USING (op)
+LEFT JOIN rank_device d USING (run_id, rank)
+LEFT JOIN (SELECT run_id, source_id, correlation, start_ns, any_value(step) AS step FROM gpu_work GROUP BY ALL) g
+  ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.correlation = c.correlation AND g.start_ns = c.start_ns
+ORDER BY c.run_id, c.rank, c.start_ns;

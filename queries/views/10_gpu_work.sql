@@ -1,0 +1,33 @@
+-- gpu_work: every GPU activity with the host call that launched it and the step it belongs to.
+--
+-- Definition: a GPU activity belongs to the step whose host-side ProfilerStep window
+-- [start_ns, end_ns) holds the start of its launching runtime/driver call (HTA assigns
+-- iterations the same way: hta/common/trace.py add_iteration). The launch is found by
+-- correlation id within the same source file (correlation ids repeat across processes).
+-- Graph replay: several kernels share one correlation; they are flagged because the launch time
+-- of the graph says nothing about when each kernel was ready (host-wait classification and
+-- per-op attribution of those kernels are unreliable).
+--
+-- Columns: all of gpu_activities, plus
+--   launch_ns        INT64  ns   start of the launching runtime/driver call (NULL: none in trace)
+--   launch_name      STRING      name of that call (cudaLaunchKernel, hipExtModuleLaunchKernel, ...)
+--   step             INT64       step number (NULL: launched outside every ProfilerStep window)
+--   graph_replay     BOOL        TRUE when the launch's correlation is shared by >1 GPU activity
+CREATE OR REPLACE VIEW gpu_work AS
+WITH launches AS (
+  SELECT run_id, source_id, correlation, min(start_ns) AS launch_ns, any_value(name) AS launch_name
+  FROM cpu_ops
+  WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL
+  GROUP BY ALL
+),
+linked AS (
+  SELECT a.*, l.launch_ns, l.launch_name,
+         count(*) OVER (PARTITION BY a.run_id, a.source_id, a.correlation) > 1
+           AND a.correlation IS NOT NULL AND a.kind = 'kernel' AS graph_replay
+  FROM gpu_activities a
+  LEFT JOIN launches l USING (run_id, source_id, correlation)
+)
+SELECT k.*, CASE WHEN k.launch_ns < s.end_ns THEN s.step END AS step
+FROM linked k
+ASOF LEFT JOIN steps s
+  ON k.run_id = s.run_id AND k.rank = s.rank AND k.launch_ns >= s.start_ns;

@@ -1,0 +1,29 @@
+-- rank_device: the accelerator each rank ran on and its catalog peaks.
+--
+-- Definition: the rank's device is the device its GPU activities used (devices.used); its
+-- catalog entry is the first row of device_catalog (pipeline/catalog/devices.toml, datasheet
+-- sources there) whose `match` regex matches the device name, case-insensitively.
+-- visible_devices counts the devices the trace lists for the rank's host (a group larger than
+-- that spans hosts).
+-- Columns:
+--   run_id STRING; rank INT32; device INT32; device_name STRING; catalog_key STRING (NULL: not in catalog)
+--   fp32_tflops, tf32_tflops, bf16_tflops, fp16_tflops, fp8_tflops DOUBLE TFLOP/s (dense; NULL unknown)
+--   memory_gbps DOUBLE GB/s; nvlink_gbps DOUBLE GB/s per direction; visible_devices INT64
+CREATE OR REPLACE VIEW rank_device AS
+WITH used AS (
+  SELECT run_id, rank, min(device) AS device, any_value(name) FILTER (WHERE name IS NOT NULL AND name <> '') AS device_name
+  FROM devices WHERE used GROUP BY ALL
+),
+visible AS (SELECT run_id, rank, count(*) AS visible_devices FROM devices GROUP BY ALL),
+matched AS (
+  SELECT u.run_id, u.rank, arg_min(c.key, c.priority) AS catalog_key
+  FROM used u JOIN device_catalog c ON regexp_matches(u.device_name, c.match, 'i')
+  GROUP BY ALL
+)
+SELECT u.run_id, u.rank, u.device, u.device_name, m.catalog_key,
+  c.fp32_tflops, c.tf32_tflops, c.bf16_tflops, c.fp16_tflops, c.fp8_tflops, c.memory_gbps, c.nvlink_gbps,
+  v.visible_devices
+FROM used u
+LEFT JOIN matched m USING (run_id, rank)
+LEFT JOIN device_catalog c ON c.key = m.catalog_key
+LEFT JOIN visible v USING (run_id, rank);
