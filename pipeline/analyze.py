@@ -1,0 +1,135 @@
+"""Run the metric queries over a lake and assemble the analysis (the `analyze --json` contract).
+
+Contract "tracelake.analyze/1" (documented in docs/analyze-json.md):
+  {"schema": "tracelake.analyze/1", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
+   "runs": [...], "steps": [...], "ranks": [...], "collectives": [...], "memcpy": [...],
+   "top_kernels": [...], "verdicts": [...], "notes": [...]}
+Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
+and a note says why (never 0 or NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from . import query
+from .lake import Lake
+from .report.verdict import verdict_for_run
+
+SCHEMA = "tracelake.analyze/1"
+
+STEP_FIELDS = [
+    "run_id", "rank", "step", "span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns",
+    "overlap_ns", "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_memcpy_ns", "idle_host_wait_ns",
+    "idle_kernel_wait_ns", "idle_other_ns", "idle_unreliable_ns", "mfu_pct", "flop_coverage_pct", "peak_tflops", "complete", "host_step_ns",
+]
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
+
+
+def _records(df: pl.DataFrame) -> list[dict]:
+    return [{k: _clean(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+
+
+def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int = 20) -> dict:
+    """Analysis of every run in the lake. Raises FileNotFoundError if the lake does not exist."""
+    if not lake.exists():
+        raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
+    con = query.connect(lake, window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns)
+    bd = query.run(con, "breakdown")
+    idle = query.run(con, "idle_breakdown")  # per stream, HTA's exact rule
+    mfu = query.run(con, "mfu")
+    status = query.run(con, "step_status")
+    coll = query.run(con, "collective_bandwidth")
+    mem = query.run(con, "memcpy_bandwidth")
+    top = query.run(con, "top_kernels")
+    src = lake.sources()
+    notes: list[str] = []
+
+    base = bd.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns"})
+
+    steps = (
+        base.filter(pl.col("level") == "step")
+        .join(mfu.select("run_id", "rank", "step", "mfu_pct", "flop_coverage_pct", "peak_tflops"), on=["run_id", "rank", "step"], how="left")
+        .join(status.select("run_id", "rank", "step", "complete", pl.col("dur_ns").alias("host_step_ns")), on=["run_id", "rank", "step"], how="left")
+        .select(STEP_FIELDS).sort("run_id", "rank", "step")
+    )
+    # whole-run MFU per rank: FLOPs and step time summed over the rank's steps
+    mfu_rank = (
+        mfu.filter(pl.col("mfu_pct").is_not_null())
+        .group_by("run_id", "rank")
+        .agg(model_flops=pl.col("model_flops").sum(), step_ns=pl.col("step_ns").sum(), peak=pl.col("peak_tflops").first(),
+             cov_num=(pl.col("flop_coverage_pct") * pl.col("compute_kernel_ns")).sum(), cov_den=pl.col("compute_kernel_ns").sum())
+        .with_columns(mfu_pct=100 * pl.col("model_flops") / (pl.col("step_ns") * 1e-9 * pl.col("peak") * 1e12),
+                      flop_coverage_pct=pl.when(pl.col("cov_den") > 0).then(pl.col("cov_num") / pl.col("cov_den")))
+        .select("run_id", "rank", "mfu_pct", "flop_coverage_pct", pl.col("peak").alias("peak_tflops"))
+    )
+    ranks = (
+        base.filter(pl.col("level") == "rank").drop("step")
+        .join(mfu_rank, on=["run_id", "rank"], how="left")
+        .select([f for f in STEP_FIELDS if f not in ("step", "complete", "host_step_ns")]).sort("run_id", "rank")
+    )
+
+    runs = []
+    ok = src.filter(pl.col("status") != "failed")
+    for run_id in sorted(ok["run_id"].unique().to_list()):
+        s = ok.filter(pl.col("run_id") == run_id)
+        r_ranks = ranks.filter(pl.col("run_id") == run_id)
+        r_steps = steps.filter(pl.col("run_id") == run_id)
+        world = s["world_size"].drop_nulls()
+        run = {
+            "run_id": run_id,
+            "ranks": sorted(int(x) for x in s["rank"].drop_nulls().unique().to_list()),
+            "world_size": int(world.max()) if len(world) else None,
+            "sources": s.height,
+            "steps": sorted(int(x) for x in r_steps["step"].unique().to_list()),
+            "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
+            "ranks_with_gpu_work": r_ranks.height,
+        }
+        runs.append(run)
+        if r_ranks.height == 0:
+            notes.append(f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not available")
+            continue
+        if r_steps.height == 0:
+            notes.append(f"run {run_id}: no ProfilerStep in the trace: per-step rows are absent, per-rank rows cover the whole trace")
+        if r_ranks["comm_ns"].sum() == 0:
+            notes.append(f"run {run_id}: no communication kernels: comm_comp_overlap_pct is null (nothing to overlap)")
+        if r_steps.height and r_steps["mfu_pct"].is_null().all():
+            m = mfu.filter(pl.col("run_id") == run_id)
+            if m["model_flops"].is_null().all():
+                notes.append(f"run {run_id}: MFU not available: no op with modelled FLOPs (record_shapes off, or no mm/addmm/bmm/baddbmm ops)")
+            else:
+                names = sorted({str(x) for x in m["device_name"].to_list() if x})
+                if names:
+                    notes.append(f"run {run_id}: MFU not available: no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); pass the peak with --peak-tflops once issue 3 lands")
+                else:
+                    notes.append(f"run {run_id}: MFU not available: the trace does not name its device (no deviceProperties), so no peak is known")
+        c = coll.filter(pl.col("run_id") == run_id)
+        if c.height and c["msg_bytes"].is_null().all():
+            notes.append(f"run {run_id}: collective bandwidth not available: the trace records no message sizes (kernel names only)")
+    verdicts = [verdict_for_run(r["run_id"], ranks.filter(pl.col("run_id") == r["run_id"])) for r in runs]
+    top = top.with_columns(rn=pl.int_range(pl.len()).over("run_id")).filter(pl.col("rn") < top_n).drop("rn")
+    for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
+        notes.append(f"{row['path']}: not ingested: {row['error']}")
+    return {
+        "schema": SCHEMA,
+        "window": window,
+        "kernel_wait_threshold_ns": kernel_wait_threshold_ns,
+        "runs": runs,
+        "idle_streams": _records(idle.group_by("run_id", "rank", "device", "stream").agg(
+            pl.col("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps").sum()).sort("run_id", "rank", "stream")),
+        "steps": _records(steps),
+        "ranks": _records(ranks),
+        "collectives": _records(coll),
+        "memcpy": _records(mem),
+        "top_kernels": _records(top),
+        "verdicts": verdicts,
+        "notes": notes,
+    }

@@ -1,0 +1,212 @@
+"""The `tracelake` command.
+
+Exit codes (all commands):
+  0  everything worked
+  2  usage error (bad option or argument; typer/click's code)
+  3  some input files failed, the others were ingested (ingest, run)
+  4  total failure: nothing could be ingested, or the lake/query could not be read
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from . import __version__
+
+EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 3, 4
+EXIT_HELP = """Exit codes: 0 all good; 2 usage error; 3 some files failed, the rest ingested; 4 total failure."""
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="tracelake: is a distributed training run network-bound or compute-bound? "
+         "Ingest PyTorch profiler traces into a Parquet lake, query it with DuckDB, write an offline HTML report. "
+         + EXIT_HELP,
+)
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+def _version(v: bool):
+    if v:
+        print(f"tracelake {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")):
+    pass
+
+
+def _check_patterns(patterns: list[str]) -> None:
+    for p in patterns:
+        try:
+            re.compile(p)
+        except re.error as e:
+            raise typer.BadParameter(f"--comm-pattern {p!r}: {e}")
+
+
+def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str]) -> int:
+    from .ingest import discover, ingest_paths
+    from .lake import Lake
+
+    _check_patterns(comm_pattern)
+    try:
+        files = discover(paths)
+    except FileNotFoundError as e:
+        err.print(f"error: {e}")
+        return EXIT_FAILED
+    if not files:
+        err.print("error: no trace files (*.json, *.json.gz, *.gz) under " + ", ".join(str(p) for p in paths))
+        return EXIT_FAILED
+    lake = Lake(lake_dir)
+    counts = {"ok": 0, "failed": 0, "skipped": 0}
+    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[mb]:.1f} MB"),
+                  TextColumn("{task.fields[errors]} error(s)"), TimeElapsedColumn(), console=err, transient=True) as prog:
+        task = prog.add_task("ingest", total=len(files), mb=0.0, errors=0)
+
+        def on_file(res):
+            counts["ok" if res.status in ("ok", "partial") else res.status] += 1
+            prog.update(task, advance=1, mb=prog.tasks[task].fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"])
+            if res.status == "failed":
+                prog.console.print(f"[red]failed[/red] {res.path}: {res.error}", markup=True, highlight=False)
+            for n in res.notes:
+                if res.status != "skipped":
+                    prog.console.print(f"note {res.path}: {n}", markup=False)
+
+        ingest_paths(files, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file)
+    err.print(f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in the lake) -> {lake_dir}")
+    if counts["failed"] and counts["ok"] + counts["skipped"] == 0:
+        return EXIT_FAILED
+    return EXIT_PARTIAL if counts["failed"] else EXIT_OK
+
+
+PATHS = typer.Argument(..., help="Trace files (.json, .json.gz) or directories, searched recursively.")
+LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
+RUN = typer.Option(None, "--run", help="Run id for all files (default: each file's parent directory name).")
+RANK = typer.Option(None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win).")
+FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
+COMM = typer.Option([], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.")
+WINDOW = typer.Option("all", "--window", help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).")
+KWAIT = typer.Option(30.0, "--kernel-wait-us", help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
+
+
+@app.command(epilog=EXIT_HELP)
+def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RUN, rank: Optional[int] = RANK,
+           force: bool = FORCE, comm_pattern: List[str] = COMM):
+    """Ingest traces into the lake (one bad file never stops the batch)."""
+    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern))
+
+
+def _analysis(lake_dir: Path, window: str, kernel_wait_us: float):
+    from .analyze import analyze
+    from .lake import Lake
+
+    if window not in ("all", "hta"):
+        raise typer.BadParameter("--window must be 'all' or 'hta'")
+    lake = Lake(lake_dir)
+    if not lake.exists():
+        err.print(f"error: {lake_dir}: not a tracelake lake (run `tracelake ingest PATH --lake {lake_dir}` first)")
+        raise typer.Exit(EXIT_FAILED)
+    return analyze(lake, window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000))
+
+
+@app.command(epilog=EXIT_HELP)
+def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/1 JSON document."),
+            window: str = WINDOW, kernel_wait_us: float = KWAIT):
+    """Compute the metrics (queries/*.sql) and the verdict for every run in the lake."""
+    res = _analysis(lake, window, kernel_wait_us)
+    if as_json:
+        sys.stdout.write(json.dumps(res, indent=1) + "\n")
+        return
+    from rich.table import Table
+
+    for v in res["verdicts"]:
+        out.print(f"[bold]run {v['run_id']}[/bold]: {v['verdict']}" + (f" ({v['confidence']})" if v["confidence"] else "") + f" — {v['reason']}", markup=True)
+        rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
+        if rows:
+            t = Table("rank", "span ms", "compute ms", "comm ms", "exposed comm ms", "overlap %", "idle ms", "host wait ms", "MFU %")
+            f = lambda x, d=1e6: "—" if x is None else f"{x / d:,.3f}"  # noqa: E731
+            for r in rows[:64]:
+                t.add_row(str(r["rank"]), f(r["span_ns"]), f(r["compute_ns"]), f(r["comm_ns"]), f(r["exposed_comm_ns"]),
+                          f(r["comm_comp_overlap_pct"], 1), f(r["gpu_idle_ns"]), f(r["idle_host_wait_ns"]), f(r["mfu_pct"], 1))
+            out.print(t)
+    for n in res["notes"]:
+        out.print(f"note: {n}", markup=False)
+
+
+@app.command(epilog=EXIT_HELP)
+def report(lake: Path = LAKE, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write."),
+           window: str = WINDOW, kernel_wait_us: float = KWAIT):
+    """Write the self-contained HTML report (works offline)."""
+    from .report.html import render
+
+    res = _analysis(lake, window, kernel_wait_us)
+    output.write_text(render(res), encoding="utf-8")
+    err.print(f"wrote {output}")
+
+
+@app.command(epilog=EXIT_HELP + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
+             "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, collective_catalog.")
+def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it from a file."), lake: Path = LAKE,
+        fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."), window: str = WINDOW):
+    """Run ad-hoc DuckDB SQL over the lake (one view per schema table)."""
+    import duckdb
+
+    from .lake import Lake
+    from .query import connect
+
+    if fmt not in ("table", "csv", "json"):
+        raise typer.BadParameter("--format must be table, csv or json")
+    lk = Lake(lake)
+    if not lk.exists():
+        err.print(f"error: {lake}: not a tracelake lake")
+        raise typer.Exit(EXIT_FAILED)
+    text = Path(query[1:]).read_text() if query.startswith("@") else query
+    con = connect(lk, window=window)
+    try:
+        import polars as pl
+
+        df = pl.from_arrow(con.sql(text).to_arrow_table())
+    except duckdb.Error as e:
+        err.print(f"error: {str(e).splitlines()[0]}", markup=False)
+        raise typer.Exit(EXIT_FAILED)
+    if fmt == "csv":
+        sys.stdout.write(df.write_csv())
+    elif fmt == "json":
+        sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")
+    else:
+        import polars as pl
+
+        with pl.Config(tbl_rows=200, tbl_cols=50, fmt_str_lengths=80, tbl_width_chars=200):
+            out.print(str(df), markup=False)
+
+
+@app.command(epilog=EXIT_HELP)
+def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write."),
+        lake: Path = typer.Option(Path(".tracelake"), "--lake", "-l", help="Lake directory (default .tracelake/)."),
+        run_id: Optional[str] = RUN, rank: Optional[int] = RANK, force: bool = FORCE, comm_pattern: List[str] = COMM,
+        window: str = WINDOW, kernel_wait_us: float = KWAIT):
+    """Ingest, analyze and report in one go."""
+    code = _ingest(paths, lake, run_id, rank, force, comm_pattern)
+    if code == EXIT_FAILED:
+        raise typer.Exit(code)
+    from .report.html import render
+
+    res = _analysis(lake, window, kernel_wait_us)
+    output.write_text(render(res), encoding="utf-8")
+    for v in res["verdicts"]:
+        err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)
+    err.print(f"wrote {output}")
+    raise typer.Exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
