@@ -97,10 +97,23 @@ _DTYPE_BYTES = {
     "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
     "complexfloat": 8, "complexdouble": 16,
 }
-_KERNEL_META = re.compile(
-    r"(?i)nccl(?:Dev)?Kernel_(?P<op>[A-Za-z]+)(?:_(?P<algo>RING|TREE|NVLS_TREE|NVLS|COLLNET_DIRECT|COLLNET_CHAIN|PAT))?"
-    r"(?:_(?P<proto>LL128|LL|SIMPLE))?(?:_(?P<red>Sum|Prod|Max|Min|Avg|PreMulSum|SumPostDiv))?"
-)
+# NCCL kernel names of three eras (../shared/reference/nsys.md section 3.3):
+#   ncclAllReduceRingLLKernel_sum_f32 (<= 2.8), ncclKernel_AllReduce_RING_LL_Sum_float (2.9-2.18),
+#   ncclDevKernel_AllReduce_Sum_f32_RING_LL (>= 2.19; also ncclDevKernel_SendRecv, _Generic)
+_KERNEL_META = re.compile(r"(?i)nccl(?:Dev)?Kernel_(?P<op>[A-Za-z]+)|nccl(?P<op_old>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv)")
+_KERNEL_ALGO = re.compile(r"(?:_|(?<=[a-z]))(RING|TREE|NVLS_TREE|NVLS|COLLNET_DIRECT|COLLNET_CHAIN|PAT|Ring|Tree)(?=_|LL|Simple|\(|$)")
+_KERNEL_PROTO = re.compile(r"(?:_|(?<=Ring)|(?<=Tree))(LL128|LL|SIMPLE|Simple)(?=_|Kernel|\(|$)")
+_KERNEL_RED = re.compile(r"_(Sum|Prod|Max|Min|Avg|PreMulSum|SumPostDiv|sum|prod|max|min|avg)(?=_|\(|$)")
+
+
+def kernel_meta(name: str) -> dict:
+    """op, algorithm, protocol and reduction parsed from an NCCL kernel name (None where absent)."""
+    m = _KERNEL_META.search(name)
+    a, p, r = _KERNEL_ALGO.search(name), _KERNEL_PROTO.search(name), _KERNEL_RED.search(name)
+    return {"op": (m.group("op") or m.group("op_old")) if m else None,
+            "algorithm": a.group(1).upper() if a else None,
+            "protocol": p.group(1).upper() if p else None,
+            "reduction": r.group(1).lower() if r else None}
 
 
 @dataclass
@@ -522,16 +535,15 @@ def _collectives(gpu: pl.DataFrame, cpu: pl.DataFrame, gpu_meta: dict, cpu_meta:
     comm = gpu.filter(pl.col("category") == "communication")
     for r in comm.iter_rows(named=True):
         a = gpu_meta.get(r["event_index"]) or cpu_by_ext.get(r["external_id"])
-        km = _KERNEL_META.search(r["name"])
+        km = kernel_meta(r["name"])
         meta = _meta_row(a) if a else {}
-        op = meta.get("op") or catalog.normalize_op(km.group("op") if km else r["name"])
+        op = meta.get("op") or catalog.normalize_op(km["op"] or r["name"])
         mb, note = msg_bytes(op, meta.get("in_nelems"), meta.get("out_nelems"), meta.get("dtype_bytes")) if a else (None, "no collective metadata in the trace (kernel name only)")
         rows.append({**meta, "op": op, "op_raw": meta.get("op_raw") or r["name"], "start_ns": r["start_ns"],
                      "end_ns": r["end_ns"], "dur_ns": r["dur_ns"], "timing_source": "gpu_kernel",
                      "device": r["device"], "stream": r["stream"], "correlation": r["correlation"],
                      "external_id": r["external_id"], "msg_bytes": mb, "msg_bytes_note": note,
-                     "reduction": (km.group("red").lower() if km and km.group("red") else None),
-                     "algorithm": (km.group("algo") if km else None), "protocol": (km.group("proto") if km else None)})
+                     "reduction": km["reduction"], "algorithm": km["algorithm"], "protocol": km["protocol"]})
     if comm.height == 0 and cpu_meta:
         for r in rpc.iter_rows(named=True):
             a = cpu_meta[r["event_index"]]

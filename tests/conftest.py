@@ -1,0 +1,33 @@
+"""Shared fixtures: corpus locations (../shared/corpus, CI has it too) and trace builders."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus"
+KINETO_DIRS = [CORPUS / d for d in ("hta", "param", "tracelens", "kineto")]
+
+
+def corpus(*parts: str) -> Path:
+    p = CORPUS.joinpath(*parts)
+    if not p.exists():
+        pytest.fail(f"corpus file missing: {p} (tests need ../shared/corpus beside the repo)")
+    return p
+
+
+def write_trace(path: Path, events: list[dict], gz: bool = False, **top) -> Path:
+    """Write a Kineto-shaped trace file: {"schemaVersion": 1, **top, "traceEvents": events}."""
+    doc = {"schemaVersion": 1, **top, "traceEvents": events}
+    data = json.dumps(doc).encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def X(cat, name, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
