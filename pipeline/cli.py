@@ -30,7 +30,7 @@ app = typer.Typer(
          "Ingest PyTorch profiler traces into a Parquet lake, query it with DuckDB, write an offline HTML report. "
          + EXIT_HELP,
 )
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False)
 
 

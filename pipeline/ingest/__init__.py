@@ -83,7 +83,7 @@ def read_bytes(path: Path) -> tuple[bytes, bytes]:
     if raw[:2] == b"\x1f\x8b":
         try:
             return raw, _gz.decompress(raw)
-        except (OSError, EOFError, ValueError) as e:
+        except Exception as e:  # zlib/isal raise their own error types for corrupt streams
             raise kineto.TraceError(f"corrupt or truncated gzip ({e})") from None
     return raw, raw
 
@@ -153,6 +153,8 @@ def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force
             base_row["format"] = "unknown"
         except kineto.TraceError as e:
             err = str(e)
+        except Exception as e:  # never let one file stop the batch; say what happened
+            err = f"could not parse ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); please report this file"
     if parsed is None:
         lake.remove_source(source_id, run_id)  # a failed earlier attempt of the same bytes
         lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err})

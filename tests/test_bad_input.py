@@ -1,0 +1,120 @@
+"""Bad input: one line naming the file and the problem; the rest of the batch is ingested; the lake
+stays readable; exit codes 3 (some failed) and 4 (all failed)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import X, corpus, write_trace
+from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.query import connect
+
+GOOD = [X("kernel", "gemm", 10, 5, pid=0, tid=7, stream=7, device=0, correlation=1),
+        X("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1)]
+
+BAD = {
+    "empty.json": (b"", "empty file"),
+    "truncated.json": (json.dumps({"traceEvents": [{"ph": "X", "ts": 1}] * 20}).encode()[:-25], "truncated"),
+    "notjson.json": (b"this is not json at all\n", "not valid JSON"),
+    "wrongshape.json": (b'{"traceEvents": 5}', "wrong JSON shape"),
+    "number.json": (b"42", "wrong JSON shape"),
+    "binary.json.gz": (b"\x1f\x8b\x08\x00garbage-not-deflate", "gzip"),
+    "trunc.json.gz": (gzip.compress(json.dumps({"traceEvents": []}).encode() * 50)[:40], "gzip"),
+    "noevents.json": (b'{"schemaVersion": 1, "foo": 1}', "without 'traceEvents'"),
+}
+
+
+@pytest.fixture
+def batch(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    for name, (data, _) in BAD.items():
+        (d / name).write_bytes(data)
+    write_trace(d / "rank0.json", GOOD)
+    shutil.copy(corpus("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"), d / "sampled_rank-1.json.gz")
+    return d
+
+
+def test_batch_continues_and_errors_are_one_line(batch, tmp_path):
+    lake = Lake(tmp_path / "lake")
+    res = {r.path.rsplit("/", 1)[-1]: r for r in ingest_paths([batch], lake)}
+    for name, (_, why) in BAD.items():
+        r = res[name]
+        assert r.status == "failed", name
+        assert why in r.error, (name, r.error)
+        assert "\n" not in r.error
+    assert res["rank0.json"].status == "ok" and res["sampled_rank-1.json.gz"].status == "ok"
+    con = connect(lake)
+    assert con.execute("SELECT count(*) FROM gpu_activities WHERE rank = 0").fetchone()[0] == 1
+    failed = con.execute("SELECT count(*) FROM sources WHERE status = 'failed' AND error IS NOT NULL").fetchone()[0]
+    assert failed == len(BAD)
+
+
+def test_cli_exit_codes_and_message_names_the_file(batch, tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(app, ["ingest", str(batch), "--lake", str(tmp_path / "l1")])
+    assert r.exit_code == EXIT_PARTIAL
+    assert "notjson.json: not valid JSON" in r.output
+    only_bad = tmp_path / "bad"
+    only_bad.mkdir()
+    (only_bad / "x.json").write_bytes(b"{")
+    r = runner.invoke(app, ["ingest", str(only_bad), "--lake", str(tmp_path / "l2")])
+    assert r.exit_code == EXIT_FAILED
+    r = runner.invoke(app, ["ingest", str(tmp_path / "nope"), "--lake", str(tmp_path / "l3")])
+    assert r.exit_code == EXIT_FAILED and "no such file" in r.output
+
+
+def test_invalid_utf8_is_replaced_and_noted(tmp_path):
+    doc = json.dumps({"traceEvents": GOOD}).encode().replace(b'"gemm"', b'"ge\xff\xfemm"')
+    (tmp_path / "rank0.json").write_bytes(doc)
+    lake = Lake(tmp_path / "lake")
+    (r,) = ingest_paths([tmp_path / "rank0.json"], lake)
+    assert r.status == "ok" and any("invalid UTF-8" in n for n in r.notes)
+    name = connect(lake).execute("SELECT name FROM gpu_activities").fetchone()[0]
+    assert name == "ge\ufffd\ufffdmm"
+
+
+def test_a_bad_file_never_corrupts_what_is_in_the_lake(tmp_path):
+    lake = Lake(tmp_path / "lake")
+    write_trace(tmp_path / "a" / "rank0.json", GOOD)
+    ingest_paths([tmp_path / "a"], lake, run="job")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "rank1.json").write_bytes(b'{"traceEvents": [')
+    ingest_paths([tmp_path / "b"], lake, run="job")
+    con = connect(lake)
+    assert con.execute("SELECT count(*) FROM gpu_activities").fetchone()[0] == 1
+    assert sorted(con.execute("SELECT status FROM sources").fetchall()) == [("failed",), ("ok",)]
+
+
+def test_two_files_never_silently_share_a_rank(tmp_path):
+    write_trace(tmp_path / "job" / "a.json", GOOD)  # no rank anywhere -> default 0
+    write_trace(tmp_path / "job" / "b.json", GOOD + [X("cpu_op", "aten::add", 1, 1)])
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([tmp_path / "job"], lake)
+    assert [r.status for r in res] == ["ok", "ok"]
+    assert res[0].run_id == "job" and res[1].run_id != "job"
+    assert any("already held" in n for n in res[1].notes)
+    # --rank given for one file
+    lake2 = Lake(tmp_path / "lake2")
+    (r,) = ingest_paths([tmp_path / "job" / "a.json"], lake2, rank=5)
+    assert r.rank == 5
+
+
+def test_reingest_skips_and_force_replaces(tmp_path):
+    write_trace(tmp_path / "job" / "rank0.json", GOOD)
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([tmp_path / "job"], lake)
+    (r,) = ingest_paths([tmp_path / "job"], lake)
+    assert r.status == "skipped"
+    (r,) = ingest_paths([tmp_path / "job"], lake, force=True)
+    assert r.status == "ok"
+    con = connect(lake)
+    assert con.execute("SELECT count(*) FROM gpu_activities").fetchone()[0] == 1
+    assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 1
