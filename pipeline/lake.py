@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import polars as pl
@@ -36,6 +37,13 @@ def safe_run_id(name: str) -> str:
 
 class LakeError(RuntimeError):
     pass
+
+
+def _write_parquet(tbl: pa.Table, path: Path) -> None:
+    """zstd; min/max statistics only for non-string columns (numbers and times prune row groups;
+    statistics of long text columns such as input_dims cost as much as the data)."""
+    stats = [f.name for f in tbl.schema if not pa.types.is_string(f.type) and not pa.types.is_list(f.type)]
+    pq.write_table(tbl, path, compression="zstd", write_statistics=stats)
 
 
 class Lake:
@@ -82,15 +90,14 @@ class Lake:
         tmp = self.root / ".tmp" / uuid.uuid4().hex
         tmp.mkdir(parents=True)
         try:
-            staged = []
-            for t, tbl in conformed.items():
-                if tbl.num_rows == 0:
-                    continue
-                f = tmp / f"{t}.parquet"
-                pq.write_table(tbl, f, compression="zstd")
-                staged.append((f, self.part_path(t, run_id, source_id)))
+            staged = [(tmp / f"{t}.parquet", self.part_path(t, run_id, source_id), tbl)
+                      for t, tbl in conformed.items() if tbl.num_rows]
+            # Parquet encoding releases the GIL: write the tables side by side
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                list(pool.map(lambda x: _write_parquet(x[2], x[0]), staged))
+            staged = [(f, dest) for f, dest, _ in staged]
             f = tmp / "sources.parquet"
-            pq.write_table(src, f, compression="zstd")
+            _write_parquet(src, f)
             staged.append((f, self.part_path("sources", run_id, source_id)))
             for f, dest in staged:
                 dest.parent.mkdir(parents=True, exist_ok=True)

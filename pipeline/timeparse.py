@@ -31,6 +31,15 @@ def us_text_to_ns(raws: list) -> np.ndarray:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     joined = b"\n".join(r if r is not None else b"" for r in raws)
     s = pl.Series("t", joined.decode("utf-8", "replace").split("\n"), dtype=pl.String)
+    # fast path: plain integers (old traces) and exactly three decimals (Kineto's "%d.%03d")
+    pos = s.str.find(".", literal=True)
+    fast = pl.DataFrame({"t": s, "pos": pos}).select(
+        ns=pl.when(pl.col("pos").is_null()).then(pl.col("t").cast(pl.Int64, strict=False) * 1000)
+        .when(pl.col("t").str.len_bytes() - pl.col("pos") == 4)
+        .then(pl.col("t").str.replace(".", "", literal=True).cast(pl.Int64, strict=False))
+    )["ns"]
+    if fast.null_count() == 0:
+        return fast.to_numpy().astype(np.int64, copy=False), np.ones(n, dtype=bool)
     s = s.str.strip_chars('" ')
     df = pl.DataFrame({"t": s}).with_columns(
         neg=pl.col("t").str.starts_with("-"),

@@ -37,7 +37,7 @@ class NotKinetoError(TraceError):
     """Valid JSON that is not a Kineto trace (Chakra execution trace, memory timeline, ...)."""
 
 
-class KEvent(msgspec.Struct):
+class KEvent(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -45,14 +45,106 @@ class KEvent(msgspec.Struct):
     tid: Any = None
     ts: msgspec.Raw = msgspec.Raw(b"")
     dur: msgspec.Raw = msgspec.Raw(b"")
-    args: Any = None
+    args: msgspec.Raw = msgspec.Raw(b"")  # decoded later, only for events that are kept
 
 
-class KTrace(msgspec.Struct, rename={
+# The Kineto args keys tracelake reads (../shared/reference/hta.md section 1d), attribute <- key.
+# Everything else in args is skipped by the decoder without building Python objects.
+_ARG_KEYS = {
+    "external_id": "External id", "external_id_old": "external id", "correlation": "correlation",
+    "stream": "stream", "device": "device", "context": "context", "grid": "grid", "block": "block",
+    "registers_per_thread": "registers per thread", "shared_memory": "shared memory", "bytes": "bytes",
+    "input_dims": "Input Dims", "input_dims_old": "Input dims", "input_type": "Input type", "flops": "flops",
+    "sequence_number": "Sequence number", "cuda_sync_kind": "cuda_sync_kind", "graph_id": "graph id",
+    "collective_name": "Collective name", "in_msg_nelems": "In msg nelems", "out_msg_nelems": "Out msg nelems",
+    "group_size": "Group size", "dtype": "dtype", "pg_name": "Process Group Name",
+    "pg_desc": "Process Group Description", "pg_ranks": "Process Group Ranks", "seq": "Seq",
+    "comms_id": "Comms Id", "src_rank": "Src Rank", "dst_rank": "Dst Rank",
+}
+_RAW_ARGS = {"input_dims", "input_dims_old", "input_type"}
+_ATTR = {v: k for k, v in _ARG_KEYS.items()}
+
+
+class KArgs(msgspec.Struct, rename=_ARG_KEYS, gc=False, frozen=True):
+    """The args of one event; dict-like access by the original Kineto key."""
+    external_id: Any = None
+    external_id_old: Any = None
+    correlation: Any = None
+    stream: Any = None
+    device: Any = None
+    context: Any = None
+    grid: Any = None
+    block: Any = None
+    registers_per_thread: Any = None
+    shared_memory: Any = None
+    bytes: Any = None
+    input_dims: msgspec.Raw = msgspec.Raw(b"")
+    input_dims_old: msgspec.Raw = msgspec.Raw(b"")
+    input_type: msgspec.Raw = msgspec.Raw(b"")
+    flops: Any = None
+    sequence_number: Any = None
+    cuda_sync_kind: Any = None
+    graph_id: Any = None
+    collective_name: Any = None
+    in_msg_nelems: Any = None
+    out_msg_nelems: Any = None
+    group_size: Any = None
+    dtype: Any = None
+    pg_name: Any = None
+    pg_desc: Any = None
+    pg_ranks: Any = None
+    seq: Any = None
+    comms_id: Any = None
+    src_rank: Any = None
+    dst_rank: Any = None
+
+    def get(self, key: str, default=None):
+        attr = _ATTR[key]
+        v = getattr(self, attr)
+        if attr in _RAW_ARGS:
+            v = bytes(v).decode("utf-8", "replace") if len(v) else None
+        return default if v is None else v
+
+    def __contains__(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def __getitem__(self, key: str):
+        return self.get(key)
+
+
+_EMPTY_ARGS = KArgs()
+_ARGS_LIST = msgspec.json.Decoder(list[KArgs])
+_ARGS_ONE = msgspec.json.Decoder(KArgs)
+
+
+
+
+def decode_args(evs: list) -> list[KArgs]:
+    """Decode the args of the given events in one call; an event whose args are not an object
+    gets empty args."""
+    if not evs:
+        return []
+    raws = [e.args if len(e.args) else b"{}" for e in evs]
+    try:
+        return _ARGS_LIST.decode(b"[" + b",".join(raws) + b"]")
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        out = []
+        for r in raws:
+            try:
+                out.append(_ARGS_ONE.decode(r))
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                out.append(_EMPTY_ARGS)
+        return out
+
+
+_KTRACE_RENAME = {
     "trace_events": "traceEvents", "device_properties": "deviceProperties",
     "distributed_info": "distributedInfo", "base_time_ns": "baseTimeNanoseconds",
     "schema_version": "schemaVersion", "cupti_version": "cupti_version",
-}):
+}
+
+
+class KTrace(msgspec.Struct, rename=_KTRACE_RENAME):
     trace_events: Union[list[KEvent], None] = None
     device_properties: Any = None
     distributed_info: Any = None
@@ -71,6 +163,7 @@ class KTrace(msgspec.Struct, rename={
 
 
 _DECODER = msgspec.json.Decoder(Union[KTrace, list[KEvent]])
+
 
 GPU_KIND = {
     "kernel": "kernel", "Kernel": "kernel", "mtia_ccp_events": "kernel",
@@ -138,6 +231,8 @@ class Parsed:
 
 
 def _int(v) -> int | None:
+    if type(v) is int:
+        return v if -(2**63) <= v < 2**63 else None
     if v is None or isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -152,6 +247,27 @@ def _int(v) -> int | None:
             m = re.search(r"-?\d+", s)
             return int(m.group()) if m else None
     return None
+
+
+def _text(r: msgspec.Raw) -> str | None:
+    return bytes(r).decode("utf-8", "replace") if len(r) else None
+
+
+def _ints(values) -> pl.Series:
+    """Int64 column from Python values: the fast path takes ints and None as they are; any other
+    value (float, numeric string, hex string, out-of-range int) goes through _int."""
+    vals = list(values)
+    try:
+        return pl.Series(vals, dtype=pl.Int64, strict=True)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        return pl.Series([_int(v) for v in vals], dtype=pl.Int64)
+
+
+def _texts(raws: list) -> list:
+    """JSON texts of many msgspec.Raw values in one decode (NUL never occurs in JSON text)."""
+    if not raws:
+        return []
+    return [t or None for t in b"\x00".join(raws).decode("utf-8", "replace").split("\x00")]
 
 
 def _ranks(v) -> list[int] | None:
@@ -177,7 +293,7 @@ def _dims(v, n):
 def decode(data: bytes) -> tuple[Any, list[str]]:
     """Decode trace bytes; returns (KTrace | list[KEvent], notes). Raises TraceError."""
     notes: list[str] = []
-    if not data.strip():
+    if not data or data[:64].isspace() and data.isspace():
         raise TraceError("empty file")
     try:
         doc = _DECODER.decode(data)
@@ -224,23 +340,16 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         except ValueError:
             raise TraceError(f"baseTimeNanoseconds is not an integer: {b[:40]!r}") from None
 
-    gpu_idx, cpu_idx, ann_idx, ctr = [], [], [], []
+    xs = [i for i, e in enumerate(events) if e.ph == "X"]
+    cats = [events[i].cat for i in xs]
+    gpu_idx = [i for i, c in zip(xs, cats) if c in GPU_KIND]
+    ann_idx = [i for i, c in zip(xs, cats) if c == "gpu_user_annotation"]
+    cpu_idx = [i for i, c in zip(xs, cats) if c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation"]
+    ctr = [i for i, e in enumerate(events) if e.ph == "C"]
     unknown_cats: dict[str, int] = {}
-    for i, e in enumerate(events):
-        ph = e.ph
-        if ph == "X":
-            cat = e.cat
-            if cat in GPU_KIND:
-                gpu_idx.append(i)
-            elif cat in CPU_KIND:
-                cpu_idx.append(i)
-            elif cat == "gpu_user_annotation":
-                ann_idx.append(i)
-            elif cat not in SKIP_CATS:
-                cpu_idx.append(i)
-                unknown_cats[str(cat)] = unknown_cats.get(str(cat), 0) + 1
-        elif ph == "C":
-            ctr.append(i)
+    for c in cats:
+        if c not in CPU_KIND and c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation":
+            unknown_cats[str(c)] = unknown_cats.get(str(c), 0) + 1
     if unknown_cats:
         notes.append("unrecognized categories kept as cpu_ops kind=other: " + ", ".join(f"{k} ({v})" for k, v in sorted(unknown_cats.items())))
 
@@ -255,41 +364,41 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     bad_t = int((~ok_ts).sum())
     neg = int(((du < 0) & ok_du).sum())
     du = np.where(ok_du & (du > 0), du, 0)
-    args = [e.args if isinstance(e.args, dict) else {} for e in evs]
+    args = decode_args(evs)
     names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
     kinds = [GPU_KIND[e.cat] for e in evs]
-    grid = [_dims(a.get("grid"), 3) for a in args]
-    block = [_dims(a.get("block"), 3) for a in args]
+    grid = [_dims(a.grid, 3) for a in args]
+    block = [_dims(a.block, 3) for a in args]
     copy = [(_COPY_RE.match(n).groups() if k == "memcpy" and _COPY_RE.match(n) else (None, None, None)) for n, k in zip(names, kinds)]
     mset = [(_MEMSET_RE.match(n).group(1) if k == "memset" and _MEMSET_RE.match(n) else None) for n, k in zip(names, kinds)]
     gpu = pl.DataFrame({
-        "device": [_int(a.get("device", e.pid)) for a, e in zip(args, evs)],
-        "stream": [_int(a.get("stream", e.tid)) for a, e in zip(args, evs)],
+        "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)),
+        "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
         "kind": kinds,
         "name": names,
         "start_ns": ts + base_ns,
         "dur_ns": du,
-        "correlation": [_int(a.get("correlation")) for a in args],
-        "external_id": [_int(a.get("External id", a.get("external id"))) for a in args],
-        "context": [_int(a.get("context")) for a in args],
+        "correlation": _ints(a.correlation for a in args),
+        "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
+        "context": _ints(a.context for a in args),
         "grid_x": [g[0] if g else None for g in grid],
         "grid_y": [g[1] if g else None for g in grid],
         "grid_z": [g[2] if g else None for g in grid],
         "block_x": [b[0] if b else None for b in block],
         "block_y": [b[1] if b else None for b in block],
         "block_z": [b[2] if b else None for b in block],
-        "registers_per_thread": [_int(a.get("registers per thread")) for a in args],
-        "shared_memory_bytes": [_int(a.get("shared memory")) for a in args],
-        "bytes": [_int(a.get("bytes")) for a in args],
+        "registers_per_thread": _ints(a.registers_per_thread for a in args),
+        "shared_memory_bytes": _ints(a.shared_memory for a in args),
+        "bytes": _ints(a.bytes for a in args),
         "copy_kind": [c[0] for c in copy],
         "src_kind": [c[1] for c in copy],
         "dst_kind": [c[2] if k == "memcpy" else m for c, m, k in zip(copy, mset, kinds)],
         "sync_kind": [(_SYNC_KIND.get(a.get("cuda_sync_kind") or n, "other") if k == "sync" else None) for a, n, k in zip(args, names, kinds)],
-        "graph_id": [_int(a.get("graph id")) for a in args],
-        "pid": [_int(e.pid) for e in evs],
-        "tid": [_int(e.tid) for e in evs],
+        "graph_id": _ints(a.graph_id for a in args),
+        "pid": _ints(e.pid for e in evs),
+        "tid": _ints(e.tid for e in evs),
         "event_index": np.asarray(gpu_idx, dtype=np.int64),
-        "has_comm_args": ["Collective name" in a for a in args],
+        "has_comm_args": [a.collective_name is not None for a in args],
         "_ok": ok_ts,
     }, schema_overrides={"device": pl.Int32, "stream": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
                          "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
@@ -299,41 +408,41 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
                          "registers_per_thread": pl.Int32, "shared_memory_bytes": pl.Int64, "bytes": pl.Int64,
                          "graph_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "copy_kind": pl.String,
                          "src_kind": pl.String, "dst_kind": pl.String, "sync_kind": pl.String})
-    gpu_comm_meta = {gpu_idx[j]: args[j] for j in range(len(args)) if "Collective name" in args[j]}
+    gpu_comm_meta = {gpu_idx[j]: args[j] for j in range(len(args)) if args[j].collective_name is not None}
 
     # ---------------- CPU ops
     evs, ts, ok_ts_c, du, ok_du_c = times(cpu_idx)
     bad_t += int((~ok_ts_c).sum())
     neg += int(((du < 0) & ok_du_c).sum())
     du = np.where(ok_du_c & (du > 0), du, 0)
-    args = [e.args if isinstance(e.args, dict) else {} for e in evs]
+    args = decode_args(evs)
     names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
-    dims = [a.get("Input Dims", a.get("Input dims")) for a in args]
-    types = [a.get("Input type") for a in args]
-    flops, fsrc, fdt = [], [], []
-    for n, a, d, t in zip(names, args, dims, types):
-        fv = a.get("flops")
+    dims = _texts([a.input_dims_old if not len(a.input_dims) else a.input_dims for a in args])  # JSON text as written
+    types = _texts([a.input_type for a in args])
+    n_cpu = len(evs)
+    flops, fsrc, fdt = [None] * n_cpu, [None] * n_cpu, [None] * n_cpu
+    for j in [j for j, (n, a) in enumerate(zip(names, args)) if a.flops is not None or n in MODELLED_OPS]:
+        n, fv = names[j], args[j].flops
         if isinstance(fv, (int, float)) and not isinstance(fv, bool) and fv > 0:
-            dt = op_flops(n, d, t)[1] if n in MODELLED_OPS else None
-            flops.append(float(fv)); fsrc.append("trace"); fdt.append(dt)
+            flops[j], fsrc[j] = float(fv), "trace"
+            fdt[j] = op_flops(n, dims[j], types[j])[1] if n in MODELLED_OPS else None
         elif n in MODELLED_OPS:
-            v, dt = op_flops(n, d, t)
-            flops.append(v); fsrc.append("shapes" if v is not None else None); fdt.append(dt if v is not None else None)
-        else:
-            flops.append(None); fsrc.append(None); fdt.append(None)
+            v, dt = op_flops(n, dims[j], types[j])
+            if v is not None:
+                flops[j], fsrc[j], fdt[j] = v, "shapes", dt
     cpu = pl.DataFrame({
-        "pid": [_int(e.pid) for e in evs],
-        "tid": [_int(e.tid) for e in evs],
+        "pid": _ints(e.pid for e in evs),
+        "tid": _ints(e.tid for e in evs),
         "kind": [CPU_KIND.get(e.cat, "other") for e in evs],
         "category": [e.cat if isinstance(e.cat, str) else None for e in evs],
         "name": names,
         "start_ns": ts + base_ns,
         "dur_ns": du,
-        "correlation": [_int(a.get("correlation")) for a in args],
-        "external_id": [_int(a.get("External id", a.get("external id"))) for a in args],
-        "sequence_number": [_int(a.get("Sequence number")) for a in args],
-        "input_dims": [json.dumps(d, separators=(",", ":")) if d is not None else None for d in dims],
-        "input_types": [json.dumps(t, separators=(",", ":")) if t is not None else None for t in types],
+        "correlation": _ints(a.correlation for a in args),
+        "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
+        "sequence_number": _ints(a.sequence_number for a in args),
+        "input_dims": dims,
+        "input_types": types,
         "flops": flops,
         "flops_source": fsrc,
         "flops_dtype": fdt,
@@ -344,7 +453,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
                          "event_index": pl.Int64, "_ok": pl.Boolean,
                          "sequence_number": pl.Int64, "input_dims": pl.String, "input_types": pl.String,
                          "flops": pl.Float64, "flops_source": pl.String, "flops_dtype": pl.String, "category": pl.String})
-    cpu_comm_meta = {cpu_idx[j]: args[j] for j in range(len(args)) if names[j] == "record_param_comms" or "Collective name" in args[j]}
+    cpu_comm_meta = {cpu_idx[j]: args[j] for j in range(len(args)) if names[j] == "record_param_comms" or args[j].collective_name is not None}
 
     if bad_t:
         notes.append(f"{bad_t} events without a readable ts were dropped")
@@ -370,17 +479,17 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
 
     # ---------------- annotations
     evs, ts, ok_a, du, _ = times(ann_idx)
-    args = [e.args if isinstance(e.args, dict) else {} for e in evs]
+    args = decode_args(evs)
     annotations = pl.DataFrame({
         "kind": ["gpu_user_annotation"] * len(evs),
         "domain": [None] * len(evs),
         "name": [e.name if isinstance(e.name, str) else str(e.name) for e in evs],
         "start_ns": ts + base_ns,
         "end_ns": ts + base_ns + np.maximum(du, 0),
-        "device": [_int(a.get("device", e.pid)) for a, e in zip(args, evs)],
-        "stream": [_int(a.get("stream", e.tid)) for a, e in zip(args, evs)],
-        "pid": [_int(e.pid) for e in evs],
-        "tid": [_int(e.tid) for e in evs],
+        "device": _ints(a.get("device", e.pid) for a, e in zip(args, evs)),
+        "stream": _ints(a.get("stream", e.tid) for a, e in zip(args, evs)),
+        "pid": _ints(e.pid for e in evs),
+        "tid": _ints(e.tid for e in evs),
         "_ok": ok_a,
     }, schema_overrides={"kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
                          "_ok": pl.Boolean, "domain": pl.String, "device": pl.Int32, "stream": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}
@@ -390,8 +499,12 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     c_rows = {"device": [], "name": [], "ts_raw": [], "value": []}
     for i in ctr:
         e = events[i]
-        if isinstance(e.args, dict):
-            for k, v in e.args.items():
+        try:
+            cargs = msgspec.json.decode(e.args) if len(e.args) else None
+        except msgspec.DecodeError:
+            cargs = None
+        if isinstance(cargs, dict):
+            for k, v in cargs.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     c_rows["device"].append(None)
                     c_rows["name"].append(f"{e.name}.{k}" if e.name else str(k))
