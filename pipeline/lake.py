@@ -22,6 +22,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (imported here, not lazily inside the first write)
 import pyarrow.parquet as pq
 
 from . import schema as sch

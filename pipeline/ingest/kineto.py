@@ -15,9 +15,10 @@ unreadable ones; both carry a one-line message.
 from __future__ import annotations
 
 import json
+import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 import numpy as np
@@ -117,6 +118,31 @@ _ARGS_LIST = msgspec.json.Decoder(list[KArgs])
 _ARGS_ONE = msgspec.json.Decoder(KArgs)
 
 
+# Fast path: a union tagged by "ph", so complete events ("X") get their args decoded into KArgs in
+# the same pass while metadata/flow/counter events keep theirs as raw text. Any event this does not
+# fit (unknown phase, args that are not an object) sends the file to the general decoder.
+class _TEv(msgspec.Struct, tag_field="ph", gc=False):
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: msgspec.Raw = msgspec.Raw(b"")
+    dur: msgspec.Raw = msgspec.Raw(b"")
+
+
+class _TX(_TEv, tag="X"):
+    ph: ClassVar[str] = "X"
+    args: KArgs = _EMPTY_ARGS
+
+
+def _other(tag: str):
+    return type(f"_T{tag}", (_TEv,), {"__annotations__": {"ph": ClassVar[str], "args": msgspec.Raw},
+                                       "ph": tag, "args": msgspec.Raw(b"")}, tag=tag)
+
+
+_TAGGED = Union[(_TX,) + tuple(_other(t) for t in ("M", "i", "I", "s", "t", "f", "C", "B", "E", "b", "e", "n", "P", "O", "N", "D", "R"))]
+
+
 
 
 def decode_args(evs: list) -> list[KArgs]:
@@ -124,6 +150,8 @@ def decode_args(evs: list) -> list[KArgs]:
     gets empty args."""
     if not evs:
         return []
+    if isinstance(evs[0].args, KArgs):  # decoded in the first pass (fast path)
+        return [e.args for e in evs]
     raws = [e.args if len(e.args) else b"{}" for e in evs]
     try:
         return _ARGS_LIST.decode(b"[" + b",".join(raws) + b"]")
@@ -163,6 +191,13 @@ class KTrace(msgspec.Struct, rename=_KTRACE_RENAME):
 
 
 _DECODER = msgspec.json.Decoder(Union[KTrace, list[KEvent]])
+
+
+class _KTraceTagged(KTrace, rename=_KTRACE_RENAME):
+    trace_events: Union[list[_TAGGED], None] = None
+
+
+_FAST_DECODER = msgspec.json.Decoder(Union[_KTraceTagged, list[_TAGGED]])
 
 
 GPU_KIND = {
@@ -253,6 +288,10 @@ def _text(r: msgspec.Raw) -> str | None:
     return bytes(r).decode("utf-8", "replace") if len(r) else None
 
 
+_AG = {k: operator.attrgetter(k) for k in ("pid", "tid", "correlation", "context", "registers_per_thread",
+                                           "shared_memory", "bytes", "graph_id", "sequence_number")}
+
+
 def _ints(values) -> pl.Series:
     """Int64 column from Python values: the fast path takes ints and None as they are; any other
     value (float, numeric string, hex string, out-of-range int) goes through _int."""
@@ -261,6 +300,18 @@ def _ints(values) -> pl.Series:
         return pl.Series(vals, dtype=pl.Int64, strict=True)
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
         return pl.Series([_int(v) for v in vals], dtype=pl.Int64)
+
+
+def _names(evs: list) -> list:
+    names = list(map(_NAME, evs))
+    return names if all(map(_is_str, names)) else [n if isinstance(n, str) else str(n) for n in names]
+
+
+_NAME = operator.attrgetter("name")
+
+
+def _is_str(x) -> bool:
+    return type(x) is str
 
 
 def _texts(raws: list) -> list:
@@ -296,6 +347,12 @@ def decode(data: bytes) -> tuple[Any, list[str]]:
     if not data or data[:64].isspace() and data.isspace():
         raise TraceError("empty file")
     try:
+        doc = _FAST_DECODER.decode(data)
+        if not (isinstance(doc, KTrace) and doc.trace_events is None):
+            return doc, notes
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        pass  # the general decoder below copes with odd events or says what is wrong
+    try:
         doc = _DECODER.decode(data)
     except msgspec.ValidationError as e:
         raise TraceError(f"not a Kineto trace: wrong JSON shape ({e})") from None
@@ -328,7 +385,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         events, top = doc, KTrace(trace_events=doc)
     else:
         events, top = doc.trace_events, doc
-    if not all(isinstance(e, KEvent) for e in events[:1]):
+    if not all(isinstance(e, (KEvent, _TEv)) for e in events[:1]):
         raise TraceError("not a Kineto trace: traceEvents is not a list of events")
 
     base_ns = 0
@@ -365,7 +422,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     neg = int(((du < 0) & ok_du).sum())
     du = np.where(ok_du & (du > 0), du, 0)
     args = decode_args(evs)
-    names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
+    names = _names(evs)
     kinds = [GPU_KIND[e.cat] for e in evs]
     grid = [_dims(a.grid, 3) for a in args]
     block = [_dims(a.block, 3) for a in args]
@@ -378,25 +435,25 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         "name": names,
         "start_ns": ts + base_ns,
         "dur_ns": du,
-        "correlation": _ints(a.correlation for a in args),
+        "correlation": _ints(map(_AG["correlation"], args)),
         "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
-        "context": _ints(a.context for a in args),
+        "context": _ints(map(_AG["context"], args)),
         "grid_x": [g[0] if g else None for g in grid],
         "grid_y": [g[1] if g else None for g in grid],
         "grid_z": [g[2] if g else None for g in grid],
         "block_x": [b[0] if b else None for b in block],
         "block_y": [b[1] if b else None for b in block],
         "block_z": [b[2] if b else None for b in block],
-        "registers_per_thread": _ints(a.registers_per_thread for a in args),
-        "shared_memory_bytes": _ints(a.shared_memory for a in args),
-        "bytes": _ints(a.bytes for a in args),
+        "registers_per_thread": _ints(map(_AG["registers_per_thread"], args)),
+        "shared_memory_bytes": _ints(map(_AG["shared_memory"], args)),
+        "bytes": _ints(map(_AG["bytes"], args)),
         "copy_kind": [c[0] for c in copy],
         "src_kind": [c[1] for c in copy],
         "dst_kind": [c[2] if k == "memcpy" else m for c, m, k in zip(copy, mset, kinds)],
         "sync_kind": [(_SYNC_KIND.get(a.get("cuda_sync_kind") or n, "other") if k == "sync" else None) for a, n, k in zip(args, names, kinds)],
-        "graph_id": _ints(a.graph_id for a in args),
-        "pid": _ints(e.pid for e in evs),
-        "tid": _ints(e.tid for e in evs),
+        "graph_id": _ints(map(_AG["graph_id"], args)),
+        "pid": _ints(map(_AG["pid"], evs)),
+        "tid": _ints(map(_AG["tid"], evs)),
         "event_index": np.asarray(gpu_idx, dtype=np.int64),
         "has_comm_args": [a.collective_name is not None for a in args],
         "_ok": ok_ts,
@@ -416,7 +473,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     neg += int(((du < 0) & ok_du_c).sum())
     du = np.where(ok_du_c & (du > 0), du, 0)
     args = decode_args(evs)
-    names = [e.name if isinstance(e.name, str) else str(e.name) for e in evs]
+    names = _names(evs)
     dims = _texts([a.input_dims_old if not len(a.input_dims) else a.input_dims for a in args])  # JSON text as written
     types = _texts([a.input_type for a in args])
     n_cpu = len(evs)
@@ -431,16 +488,16 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
             if v is not None:
                 flops[j], fsrc[j], fdt[j] = v, "shapes", dt
     cpu = pl.DataFrame({
-        "pid": _ints(e.pid for e in evs),
-        "tid": _ints(e.tid for e in evs),
+        "pid": _ints(map(_AG["pid"], evs)),
+        "tid": _ints(map(_AG["tid"], evs)),
         "kind": [CPU_KIND.get(e.cat, "other") for e in evs],
         "category": [e.cat if isinstance(e.cat, str) else None for e in evs],
         "name": names,
         "start_ns": ts + base_ns,
         "dur_ns": du,
-        "correlation": _ints(a.correlation for a in args),
+        "correlation": _ints(map(_AG["correlation"], args)),
         "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
-        "sequence_number": _ints(a.sequence_number for a in args),
+        "sequence_number": _ints(map(_AG["sequence_number"], args)),
         "input_dims": dims,
         "input_types": types,
         "flops": flops,
@@ -488,8 +545,8 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         "end_ns": ts + base_ns + np.maximum(du, 0),
         "device": _ints(a.get("device", e.pid) for a, e in zip(args, evs)),
         "stream": _ints(a.get("stream", e.tid) for a, e in zip(args, evs)),
-        "pid": _ints(e.pid for e in evs),
-        "tid": _ints(e.tid for e in evs),
+        "pid": _ints(map(_AG["pid"], evs)),
+        "tid": _ints(map(_AG["tid"], evs)),
         "_ok": ok_a,
     }, schema_overrides={"kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
                          "_ok": pl.Boolean, "domain": pl.String, "device": pl.Int32, "stream": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}
