@@ -1,24 +1,27 @@
-# Two entry points (see README): `make demo` and `make test`. Both create .venv on first use.
+# The README's two commands: `make demo` (report.html from sample_traces/) and `make test`.
+# Both create the virtual environment .venv on first use; only Python 3.11+ and make are needed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-$(BIN)/tracelake: pyproject.toml
+$(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test: $(VENV)/.base
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: install demo test bench clean
-install: $(BIN)/tracelake
-
-demo: $(BIN)/tracelake
+.PHONY: demo test bench clean
+demo: $(VENV)/.base
 	$(BIN)/tracelake run sample_traces/ --lake .tracelake --force -o report.html
 
-test: $(BIN)/tracelake
+test: $(VENV)/.test
 	$(BIN)/python -m pytest -n 2 tests
 
-bench: $(BIN)/tracelake
+bench: $(VENV)/.test
 	$(BIN)/python benchmarks/ingest_vs_hta.py
 
 clean:
