@@ -21,6 +21,7 @@ from .. import __version__
 from .findings import findings_for_run
 
 MAX_BARS = 64
+_CATEGORY_COLORS = {"compute": "#4c78a8", "communication": "#e45756", "memory": "#f58518", "unknown": "#b279a2"}
 _COLORS = {"compute": "#4c78a8", "exposed communication": "#e45756", "exposed memcpy": "#f58518",
            "exposed unknown": "#b279a2", "idle": "#bab0ac"}
 
@@ -90,9 +91,11 @@ def _top_kernels_chart(run_id: str, top: list[dict]) -> tuple[alt.Chart | None, 
     if not top:
         return None, "no GPU activity in this run"
     data = [{"name": t["name"][:90], "category": t["category"], "ms": t["total_ns"] / 1e6, "calls": t["calls"]} for t in top[:15]]
+    cats = list(_CATEGORY_COLORS)
     chart = alt.Chart(alt.Data(values=data)).mark_bar().encode(
         y=alt.Y("name:N", sort="-x", title=None), x=alt.X("ms:Q", title="total time, all ranks (ms)"),
-        color=alt.Color("category:N", title=None), tooltip=["name:N", "category:N", "calls:Q", alt.Tooltip("ms:Q", format=".3f")])
+        color=alt.Color("category:N", title=None, scale=alt.Scale(domain=cats, range=[_CATEGORY_COLORS[c] for c in cats])),
+        tooltip=["name:N", "category:N", "calls:Q", alt.Tooltip("ms:Q", format=".3f")])
     return chart.properties(width=520, height=alt.Step(18), title=f"Top kernels by time — {run_id}"), None
 
 
