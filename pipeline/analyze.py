@@ -2,8 +2,9 @@
 
 Contract "tracelake.analyze/1" (documented in docs/analyze-json.md):
   {"schema": "tracelake.analyze/1", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
-   "runs": [...], "steps": [...], "ranks": [...], "collectives": [...], "memcpy": [...],
-   "top_kernels": [...], "verdicts": [...], "notes": [...]}
+   "runs": [...], "steps": [...], "ranks": [...], "idle_streams": [...], "collectives": [...],
+   "collectives_per_rank": [...], "stragglers": [...], "memcpy": [...], "top_kernels": [...],
+   "verdicts": [...], "notes": [...]}
 Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
 and a note says why (never 0 or NaN).
 """
@@ -48,6 +49,8 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     mfu = query.run(con, "mfu")
     status = query.run(con, "step_status")
     coll = query.run(con, "collective_bandwidth")
+    matched = query.run(con, "collective_matching")
+    stragglers = query.run(con, "stragglers")
     mem = query.run(con, "memcpy_bandwidth")
     top = query.run(con, "top_kernels")
     src = lake.sources()
@@ -114,6 +117,17 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         c = coll.filter(pl.col("run_id") == run_id)
         if c.height and c["msg_bytes"].is_null().all():
             notes.append(f"run {run_id}: collective bandwidth not available: the trace records no message sizes (kernel names only)")
+        mc = matched.filter(pl.col("run_id") == run_id)
+        if mc.height and not mc["complete"].all():
+            n_inc = mc.filter(~pl.col("complete")).height
+            exp = mc["expected_ranks"].max()
+            seen = mc["ranks_seen"].max()
+            notes.append(f"run {run_id}: {n_inc} of {mc.height} collective calls were not seen on every rank of their group "
+                         f"(expected {exp}, at most {seen} ingested): transfer time, wait and straggler cover the ingested ranks only")
+        gw = query.sql_count(con, f"SELECT count(*) FROM gpu_work WHERE graph_replay AND run_id = '{run_id.replace(chr(39), chr(39) * 2)}'")
+        if gw:
+            notes.append(f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, but their idle cause "
+                         "(idle_unreliable_ns) and per-op attribution (FLOP coverage) are unreliable")
     verdicts = [verdict_for_run(r["run_id"], ranks.filter(pl.col("run_id") == r["run_id"])) for r in runs]
     top = top.with_columns(rn=pl.int_range(pl.len()).over("run_id")).filter(pl.col("rn") < top_n).drop("rn")
     for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
@@ -127,7 +141,10 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             pl.col("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps").sum()).sort("run_id", "rank", "stream")),
         "steps": _records(steps),
         "ranks": _records(ranks),
-        "collectives": _records(coll),
+        "collectives": [{**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}}
+                        for r in _records(matched.drop("pg_key"))],
+        "collectives_per_rank": _records(coll),
+        "stragglers": _records(stragglers.with_columns(pl.col("complete_calls").cast(pl.Int64))),
         "memcpy": _records(mem),
         "top_kernels": _records(top),
         "verdicts": verdicts,

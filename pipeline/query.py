@@ -60,3 +60,8 @@ def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
 
 def metric_names() -> list[str]:
     return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
+
+
+def sql_count(con: duckdb.DuckDBPyConnection, text: str) -> int:
+    """The single integer a COUNT query returns."""
+    return int(con.execute(text).fetchone()[0])

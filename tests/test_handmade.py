@@ -23,11 +23,15 @@ Rank 0 (times in µs; the trace's ts/dur are µs, the lake's are ns = µs * 1000
        on H100 SXM bf16 989.4 TFLOP/s -> 100 * 2147483648 / (1e-3 * 989.4e12) = 0.217049 %
        coverage: compute kernels 340 µs, k1 (200 µs) launched by the mm -> 58.8235 %
 Rank 1:
-  ProfilerStep#1 [1000, 2000): k5 compute [1100, 1200), k6 comm [1150, 1400) (allreduce,
+  ProfilerStep#1 [1000, 2000): k5 compute [1100, 1200), k6 comm [1150, 1500) (allreduce,
   same size), k7 compute [1120, 1180) on the SAME stream as k5 (overlapping events are kept)
-  span 300, busy 300, idle 0, compute 100, comm 250, overlap 50 (20 %), exposed comm 200
-  algbw = 4e6 / 250000 = 16 GB/s
+  span 400, busy 400, idle 0, compute 100, comm 350, overlap 50 (14.2857 %), exposed comm 300
+  per-rank algbw = 4e6 / 350000 = 11.4286 GB/s
   ProfilerStep#2 [2000, 3000): one cudaLaunchKernel (corr 99) with no GPU work -> incomplete
+Matched all-reduce (process group "0", no Seq: first call of the group on each rank):
+  transfer = min(300, 350) = 300 µs; wait rank 0 = 0, rank 1 = 50 µs; straggler = rank 0 (it
+  started last, at 1200 vs 1150); algbw = busbw = 4e6 / 300000 = 13.333 GB/s; rank 0 caused 50 µs.
+Verdict: exposed comm (110 + 300) / (700 + 400) = 37.27 % >= 15 % -> network-bound, high.
 """
 
 import json
@@ -82,7 +86,7 @@ def rank1_events():
         launch("cudaLaunchKernel", 1010, 11), launch("cudaLaunchKernel", 1011, 12), launch("cudaLaunchKernel", 1012, 13),
         launch("cudaLaunchKernel", 2010, 99),
         gpu("kernel", "gemm", 1100, 100, 7, 11),
-        gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1150, 250, 20, 12, **COMM_ARGS),
+        gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1150, 350, 20, 12, **COMM_ARGS),
         gpu("kernel", "gemm_small", 1120, 60, 7, 13),
     ]
 
@@ -117,8 +121,8 @@ def test_breakdown_by_hand(lake):
     assert (r0["idle_host_wait_ns"], r0["idle_kernel_wait_ns"], r0["idle_other_ns"]) == (150 * US, 0, 50 * US)
     (r1,) = rows(bd, rank=1, level="rank")
     assert (r1["span_ns"], r1["gpu_idle_ns"], r1["compute_ns"], r1["comm_ns"], r1["overlap_ns"], r1["exposed_comm_ns"]) == \
-        (300 * US, 0, 100 * US, 250 * US, 50 * US, 200 * US)
-    assert r1["comm_comp_overlap_pct"] == pytest.approx(20.0)
+        (400 * US, 0, 100 * US, 350 * US, 50 * US, 300 * US)
+    assert r1["comm_comp_overlap_pct"] == pytest.approx(100 * 50 / 350)
 
 
 def test_overlapping_kernels_on_one_stream_are_kept(lake):
@@ -143,7 +147,18 @@ def test_collective_bandwidth_by_hand(lake):
     assert c0["busbw_util_pct"] == pytest.approx(100 * (4e6 / 300_000) / 450)
     assert (c0["algorithm"], c0["protocol"]) == ("RING", "LL")
     (c1,) = rows(cb, rank=1)
-    assert c1["algbw_gbps"] == pytest.approx(16.0)
+    assert c1["algbw_gbps"] == pytest.approx(4e6 / 350_000)
+
+
+def test_collective_matching_by_hand(lake):
+    con = connect(lake)
+    (m,) = run(con, "collective_matching").to_dicts()
+    assert (m["op"], m["process_group"], m["expected_ranks"], m["ranks_seen"], m["complete"]) == ("all_reduce", "0", 2, 2, True)
+    assert m["transfer_ns"] == 300 * US and m["straggler_rank"] == 0 and m["arrival_spread_ns"] == 50 * US
+    assert m["algbw_gbps"] == pytest.approx(4e6 / 300_000) and m["busbw_gbps"] == pytest.approx(4e6 / 300_000)
+    assert m["wait_ns"] == {0: 0, 1: 50 * US}
+    (s,) = run(con, "stragglers").to_dicts()
+    assert (s["step"], s["straggler_rank"], s["times_last"], s["caused_wait_ns"]) == (1, 0, 1, 50 * US)
 
 
 def test_mfu_by_hand(lake):
@@ -174,6 +189,7 @@ def test_analyze_contract(lake):
     assert step["memcpy_ns"] == 50 * US and step["idle_host_wait_ns"] == 150 * US
     json.dumps(res, allow_nan=False)  # no NaN anywhere
     (v,) = res["verdicts"]
-    # exposed comm: (110 + 200) / (700 + 300) = 31 % >= 15 % -> network-bound, high
     assert v["verdict"] == "network-bound" and v["confidence"] == "high"
-    assert v["numbers"]["exposed_comm_pct"] == pytest.approx(31.0)
+    assert v["numbers"]["exposed_comm_pct"] == pytest.approx(100 * 410 / 1100)
+    (c,) = res["collectives"]
+    assert c["transfer_ns"] == 300 * US and c["straggler_rank"] == 0 and c["wait_ns"] == {"0": 0, "1": 50 * US}

@@ -1,0 +1,35 @@
+-- Collectives matched across ranks: transfer time, bus bandwidth, straggler and per-rank wait.
+--
+-- Definitions: views/40_collective_calls.sql (matching, transfer = shortest duration among the
+-- ranks, wait = duration - transfer, straggler = last rank to start). Bandwidth (nccl-tests
+-- doc/PERFORMANCE.md): algbw_gbps = msg_bytes / transfer_ns; busbw_gbps = algbw * factor(op, n)
+-- with n = expected_ranks and the factor from pipeline/catalog/collectives.toml; link_peak_gbps
+-- from the straggler's device as in collective_bandwidth.sql.
+-- Columns:
+--   run_id STRING; process_group STRING (NULL: unnamed, matched by stream); pg_key STRING
+--   call_key INT64 (seq, else order in the group); seq INT64; step INT64; op STRING
+--   msg_bytes INT64 bytes; group_size INT32; expected_ranks INT64; ranks_seen INT64; complete BOOL
+--   transfer_ns INT64 ns; arrival_spread_ns INT64 ns (last start - first start)
+--   algbw_gbps, busbw_gbps, link_peak_gbps DOUBLE GB/s; straggler_rank INT32
+--   wait_ns MAP(INT32, INT64) ns: each rank's wait
+SELECT k.run_id, k.process_group, k.pg_key, k.call_key, k.seq, k.step, k.op, k.msg_bytes, k.group_size,
+  k.expected_ranks, k.ranks_seen, k.complete, k.transfer_ns, k.arrival_spread_ns,
+  CASE WHEN k.transfer_ns > 0 THEN k.msg_bytes / k.transfer_ns END AS algbw_gbps,
+  CASE WHEN k.transfer_ns > 0 AND k.expected_ranks > 0 THEN k.msg_bytes / k.transfer_ns *
+    CASE cat.busbw_factor
+      WHEN '2(n-1)/n' THEN 2.0 * (k.expected_ranks - 1) / k.expected_ranks
+      WHEN '(n-1)/n' THEN (k.expected_ranks - 1) / k.expected_ranks
+      ELSE 1.0 END
+  END AS busbw_gbps,
+  CASE WHEN k.expected_ranks <= d.visible_devices THEN d.nvlink_gbps END AS link_peak_gbps,
+  k.straggler_rank,
+  w.wait_ns
+FROM collective_calls k
+LEFT JOIN collective_catalog cat ON cat.op = k.op
+LEFT JOIN rank_device d ON d.run_id = k.run_id AND d.rank = k.straggler_rank
+LEFT JOIN (
+  SELECT r.run_id, r.pg_key, r.call_key, map(list(r.rank ORDER BY r.rank), list(r.dur_ns - k2.transfer_ns ORDER BY r.rank)) AS wait_ns
+  FROM collective_ranks r JOIN collective_calls k2 USING (run_id, pg_key, call_key)
+  GROUP BY ALL
+) w ON w.run_id = k.run_id AND w.pg_key = k.pg_key AND w.call_key = k.call_key
+ORDER BY k.run_id, k.pg_key, k.call_key;

@@ -1,0 +1,21 @@
+-- Stragglers per step: the ranks that most often arrive last at a collective, and the wait they cause.
+--
+-- Definition: over the matched collectives of a step (views/40_collective_calls.sql), for each
+-- straggler rank: times_last = number of calls it started last; caused_wait_ns = sum over those
+-- calls of the other ranks' wait (duration - transfer). Only calls seen on at least two ranks.
+-- Columns:
+--   run_id STRING; step INT64 (NULL: outside steps); straggler_rank INT32; times_last INT64
+--   calls INT64 (calls in the step); caused_wait_ns INT64 ns; complete_calls INT64
+WITH waits AS (
+  SELECT r.run_id, r.pg_key, r.call_key, sum(r.dur_ns - k.transfer_ns) FILTER (WHERE r.rank <> k.straggler_rank) AS others_wait
+  FROM collective_ranks r JOIN collective_calls k USING (run_id, pg_key, call_key)
+  GROUP BY ALL
+),
+calls AS (
+  SELECT k.*, w.others_wait FROM collective_calls k JOIN waits w USING (run_id, pg_key, call_key) WHERE k.ranks_seen >= 2
+)
+SELECT run_id, step, straggler_rank, count(*) AS times_last,
+  any_value(n_calls) AS calls, sum(others_wait)::BIGINT AS caused_wait_ns, sum(complete::INT) AS complete_calls
+FROM (SELECT *, count(*) OVER (PARTITION BY run_id, step) AS n_calls FROM calls)
+GROUP BY ALL
+ORDER BY run_id, step, caused_wait_ns DESC;

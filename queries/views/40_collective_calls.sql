@@ -1,0 +1,45 @@
+-- collective_ranks / collective_calls: the same collective matched across the ranks of its group.
+--
+-- Matching key (per run): the process group (collectives.process_group; when the trace names
+-- none, the stream the NCCL kernel ran on, since PyTorch's ProcessGroupNCCL gives each group its
+-- own stream) and the call's sequence number within that group (collectives.seq when the trace
+-- records it, else its position in start order on the rank). Caveat: starts are compared across
+-- hosts, so host clock skew (NTP) shifts arrival order by that much.
+-- Definitions (TraceLens NcclAnalyser; torch-tb-profiler "data transfer time",
+-- ../shared/reference/peers.md section 4.1):
+--   transfer_ns = the shortest duration among the ranks (the time the data movement itself takes);
+--   wait_ns     = each rank's duration - transfer_ns (time spent waiting for late peers);
+--   straggler_rank = the rank that started the call last (the others waited for it); NULL when
+--                    only one rank has the call;
+--   algbw/busbw as in collective_bandwidth.sql but over transfer_ns.
+-- A call is complete when every expected rank has it (group_size when recorded; else the run's
+-- world size for an unnamed group) and all agree on op and msg_bytes; incomplete calls keep their
+-- numbers over the ranks present but are flagged.
+CREATE OR REPLACE VIEW collective_ranks AS
+WITH c AS (
+  SELECT c.*, coalesce(c.process_group, 'stream ' || c.stream::VARCHAR, 'unnamed') AS pg_key,
+    row_number() OVER (PARTITION BY c.run_id, c.rank, coalesce(c.process_group, 'stream ' || c.stream::VARCHAR, 'unnamed')
+                       ORDER BY c.start_ns, c.correlation) - 1 AS ord
+  FROM collectives c
+)
+SELECT c.*, coalesce(c.seq, c.ord) AS call_key, g.step
+FROM c
+LEFT JOIN (SELECT run_id, source_id, correlation, start_ns, any_value(step) AS step FROM gpu_work GROUP BY ALL) g
+  ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.correlation = c.correlation AND g.start_ns = c.start_ns;
+
+CREATE OR REPLACE VIEW collective_calls AS
+WITH world AS (SELECT run_id, max(world_size) AS world_size FROM sources GROUP BY ALL),
+calls AS (
+  SELECT run_id, pg_key, call_key,
+    count(DISTINCT rank) AS ranks_seen,
+    count(DISTINCT op) AS n_ops, count(DISTINCT msg_bytes) AS n_sizes,
+    any_value(op) AS op, max(msg_bytes) AS msg_bytes, max(group_size) AS group_size,
+    any_value(process_group) AS process_group, any_value(seq) AS seq,
+    min(dur_ns) AS transfer_ns, min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
+    CASE WHEN count(DISTINCT rank) >= 2 THEN arg_max(rank, start_ns) END AS straggler_rank, min(step) AS step
+  FROM collective_ranks GROUP BY ALL
+)
+SELECT c.*, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END, c.ranks_seen) AS expected_ranks,
+  c.ranks_seen = expected_ranks AND c.n_ops = 1 AND c.n_sizes <= 1 AS complete,
+  c.last_start_ns - c.first_start_ns AS arrival_spread_ns
+FROM calls c LEFT JOIN world w USING (run_id);
