@@ -39,11 +39,13 @@ def _records(df: pl.DataFrame) -> list[dict]:
     return [{k: _clean(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
 
 
-def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int = 20) -> dict:
+def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int = 20,
+            peak_tflops: float | None = None, model_flops_per_step: float | None = None) -> dict:
     """Analysis of every run in the lake. Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
-    con = query.connect(lake, window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns)
+    con = query.connect(lake, window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, peak_tflops=peak_tflops,
+                        model_flops_per_step=model_flops_per_step)
     bd = query.run(con, "breakdown")
     idle = query.run(con, "idle_breakdown")  # per stream, HTA's exact rule
     mfu = query.run(con, "mfu")
@@ -107,13 +109,14 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         if r_steps.height and r_steps["mfu_pct"].is_null().all():
             m = mfu.filter(pl.col("run_id") == run_id)
             if m["model_flops"].is_null().all():
-                notes.append(f"run {run_id}: MFU not available: no op with modelled FLOPs (record_shapes off, or no mm/addmm/bmm/baddbmm ops)")
+                notes.append(f"run {run_id}: MFU not available: no op with modelled FLOPs (record_shapes off, or no mm/addmm/bmm/baddbmm ops); "
+                             "give --model-flops-per-step or the PaLM shape options")
             else:
                 names = sorted({str(x) for x in m["device_name"].to_list() if x})
                 if names:
-                    notes.append(f"run {run_id}: MFU not available: no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); pass the peak with --peak-tflops once issue 3 lands")
+                    notes.append(f"run {run_id}: MFU not available: no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); give it with --peak-tflops")
                 else:
-                    notes.append(f"run {run_id}: MFU not available: the trace does not name its device (no deviceProperties), so no peak is known")
+                    notes.append(f"run {run_id}: MFU not available: the trace does not name its device (no deviceProperties), so no peak is known; give it with --peak-tflops")
         c = coll.filter(pl.col("run_id") == run_id)
         if c.height and c["msg_bytes"].is_null().all():
             notes.append(f"run {run_id}: collective bandwidth not available: the trace records no message sizes (kernel names only)")
@@ -135,6 +138,8 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     return {
         "schema": SCHEMA,
         "window": window,
+        "peak_tflops_override": peak_tflops,
+        "model_flops_per_step_override": model_flops_per_step,
         "kernel_wait_threshold_ns": kernel_wait_threshold_ns,
         "runs": runs,
         "idle_streams": _records(idle.group_by("run_id", "rank", "device", "stream").agg(

@@ -31,7 +31,7 @@ app = typer.Typer(
          + EXIT_HELP,
 )
 err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False)
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
 
 
 def _version(v: bool):
@@ -96,6 +96,28 @@ FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake
 COMM = typer.Option([], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.")
 WINDOW = typer.Option("all", "--window", help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).")
 KWAIT = typer.Option(30.0, "--kernel-wait-us", help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
+PEAK = typer.Option(None, "--peak-tflops", help="Device peak for MFU (TFLOP/s), instead of the catalog's (pipeline/catalog/devices.toml).")
+MFLOPS = typer.Option(None, "--model-flops-per-step", help="Model FLOPs per step and rank, instead of those derived from op shapes.")
+PARAMS = typer.Option(None, "--params", help="PaLM MFU: parameters in matmuls (N).")
+LAYERS = typer.Option(None, "--layers", help="PaLM MFU: layers (L).")
+HEADS = typer.Option(None, "--heads", help="PaLM MFU: attention heads (H).")
+HEAD_DIM = typer.Option(None, "--head-dim", help="PaLM MFU: head dimension (Q).")
+SEQ = typer.Option(None, "--seq-len", help="PaLM MFU: sequence length (T).")
+TOKENS = typer.Option(None, "--tokens-per-step", help="PaLM MFU: tokens this rank processes per step.")
+
+
+def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step):
+    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
+    if any(v is not None for v in shape):
+        if model_flops_per_step is not None:
+            raise typer.BadParameter("give either --model-flops-per-step or the PaLM shape options, not both")
+        from .flops import palm_flops_per_step
+
+        try:
+            return palm_flops_per_step(*shape)
+        except (TypeError, ValueError) as e:
+            raise typer.BadParameter(f"PaLM MFU needs --params --layers --heads --head-dim --seq-len --tokens-per-step: {e}")
+    return model_flops_per_step
 
 
 @app.command(epilog=EXIT_HELP)
@@ -105,7 +127,8 @@ def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RU
     raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern))
 
 
-def _analysis(lake_dir: Path, window: str, kernel_wait_us: float):
+def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None = None,
+              model_flops_per_step: float | None = None):
     from .analyze import analyze
     from .lake import Lake
 
@@ -115,14 +138,22 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float):
     if not lake.exists():
         err.print(f"error: {lake_dir}: not a tracelake lake (run `tracelake ingest PATH --lake {lake_dir}` first)")
         raise typer.Exit(EXIT_FAILED)
-    return analyze(lake, window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000))
+    for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
+        if v is not None and not v > 0:
+            raise typer.BadParameter(f"{name} must be positive")
+    return analyze(lake, window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
+                   model_flops_per_step=model_flops_per_step)
 
 
 @app.command(epilog=EXIT_HELP)
 def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/1 JSON document."),
-            window: str = WINDOW, kernel_wait_us: float = KWAIT):
+            window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
+            model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
+            heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
+            tokens_per_step: Optional[float] = TOKENS):
     """Compute the metrics (queries/*.sql) and the verdict for every run in the lake."""
-    res = _analysis(lake, window, kernel_wait_us)
+    res = _analysis(lake, window, kernel_wait_us, peak_tflops,
+                    _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step))
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
         return
@@ -132,11 +163,13 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
         out.print(f"[bold]run {v['run_id']}[/bold]: {v['verdict']}" + (f" ({v['confidence']})" if v["confidence"] else "") + f" — {v['reason']}", markup=True)
         rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
         if rows:
-            t = Table("rank", "span ms", "compute ms", "comm ms", "exposed comm ms", "overlap %", "idle ms", "host wait ms", "MFU %")
+            t = Table("rank", "span ms", "compute ms", "comm ms", "exposed comm ms", "overlap %", "idle ms", "host wait ms",
+                      "MFU %", "FLOP cov. %")
             f = lambda x, d=1e6: "—" if x is None else f"{x / d:,.3f}"  # noqa: E731
             for r in rows[:64]:
                 t.add_row(str(r["rank"]), f(r["span_ns"]), f(r["compute_ns"]), f(r["comm_ns"]), f(r["exposed_comm_ns"]),
-                          f(r["comm_comp_overlap_pct"], 1), f(r["gpu_idle_ns"]), f(r["idle_host_wait_ns"]), f(r["mfu_pct"], 1))
+                          f(r["comm_comp_overlap_pct"], 1), f(r["gpu_idle_ns"]), f(r["idle_host_wait_ns"]), f(r["mfu_pct"], 1),
+                          f(r["flop_coverage_pct"], 1))
             out.print(t)
     for n in res["notes"]:
         out.print(f"note: {n}", markup=False)
@@ -144,11 +177,15 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
 
 @app.command(epilog=EXIT_HELP)
 def report(lake: Path = LAKE, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write."),
-           window: str = WINDOW, kernel_wait_us: float = KWAIT):
+           window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
+           model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
+           heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
+           tokens_per_step: Optional[float] = TOKENS):
     """Write the self-contained HTML report (works offline)."""
     from .report.html import render
 
-    res = _analysis(lake, window, kernel_wait_us)
+    res = _analysis(lake, window, kernel_wait_us, peak_tflops,
+                    _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step))
     output.write_text(render(res), encoding="utf-8")
     err.print(f"wrote {output}")
 
@@ -185,7 +222,8 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
     else:
         import polars as pl
 
-        with pl.Config(tbl_rows=200, tbl_cols=50, fmt_str_lengths=80, tbl_width_chars=200):
+        with pl.Config(tbl_rows=200, tbl_cols=50, fmt_str_lengths=80, tbl_width_chars=240,
+                       tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
             out.print(str(df), markup=False)
 
 
@@ -193,14 +231,18 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
 def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write."),
         lake: Path = typer.Option(Path(".tracelake"), "--lake", "-l", help="Lake directory (default .tracelake/)."),
         run_id: Optional[str] = RUN, rank: Optional[int] = RANK, force: bool = FORCE, comm_pattern: List[str] = COMM,
-        window: str = WINDOW, kernel_wait_us: float = KWAIT):
+        window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
+        model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
+        heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
+        tokens_per_step: Optional[float] = TOKENS):
     """Ingest, analyze and report in one go."""
+    model_flops = _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step)
     code = _ingest(paths, lake, run_id, rank, force, comm_pattern)
     if code == EXIT_FAILED:
         raise typer.Exit(code)
     from .report.html import render
 
-    res = _analysis(lake, window, kernel_wait_us)
+    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops)
     output.write_text(render(res), encoding="utf-8")
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)

@@ -5,7 +5,8 @@ connect(lake) returns a DuckDB connection with
   <lake>/<table>/*/*.parquet with hive partitioning (an empty typed table when the lake has none);
 - tables device_catalog and collective_catalog (pipeline/catalog/*.toml);
 - the derived views of queries/views/*.sql (gpu_work, scope, rank_device), in file order;
-- variables `analysis_window` ('all' | 'hta') and `kernel_wait_threshold_ns` (default 30000).
+- variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
+  when given, `peak_tflops` and `model_flops_per_step` (MFU overrides, queries/mfu.sql).
 run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
 """
 
@@ -20,7 +21,8 @@ from .lake import Lake
 from .paths import QUERIES_DIR
 
 
-def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None,
+            peak_tflops: float | None = None, model_flops_per_step: float | None = None) -> duckdb.DuckDBPyConnection:
     if window not in ("all", "hta"):
         raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
     con = duckdb.connect(":memory:")
@@ -42,6 +44,11 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     con.execute("CREATE TABLE collective_catalog AS SELECT * FROM _collective_catalog")
     con.execute(f"SET VARIABLE analysis_window = '{window}'")
     con.execute(f"SET VARIABLE kernel_wait_threshold_ns = {int(kernel_wait_threshold_ns)}")
+    for name, v in (("peak_tflops", peak_tflops), ("model_flops_per_step", model_flops_per_step)):
+        if v is not None:
+            if not v > 0:
+                raise ValueError(f"{name} must be positive, not {v}")
+            con.execute(f"SET VARIABLE {name} = {float(v)!r}::DOUBLE")
     for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
         con.execute(f.read_text())
     return con

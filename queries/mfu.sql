@@ -3,17 +3,24 @@
 -- Definition (PaLM, Chowdhery et al. 2022, arXiv 2204.02311 appendix B):
 --   mfu_pct = 100 * model_flops / (step_ns * 1e-9 * peak_tflops * 1e12)
 --   model_flops = sum of cpu_ops.flops for ops starting inside the step's host window (the
---                 trace's own flops args, else pipeline/flops.py formulas from input shapes).
+--                 trace's own flops args, else pipeline/flops.py formulas from input shapes);
+--                 or the user's FLOPs per step and rank (DuckDB variable model_flops_per_step,
+--                 `--model-flops-per-step` or PaLM's 6N + 12LHQT per token, pipeline/cli.py).
 --   step_ns     = the step's host-side duration (steps.dur_ns): the wall time of one iteration.
---   peak_tflops = dense peak of the rank's device (view rank_device, devices.toml) in the
---                 precision that carries most of the step's modelled FLOPs (flops_dtype).
---   flop_coverage_pct = 100 * (compute-kernel time launched by ops with modelled FLOPs,
---                 matched by External id) / (all compute-kernel time of the step).
+--   peak_tflops = the variable peak_tflops (`--peak-tflops`), else the dense peak of the rank's
+--                 device (view rank_device, devices.toml) in the precision that carries most of the
+--                 step's modelled FLOPs (flops_dtype; bf16 when the user gave the FLOPs).
+--   flop_coverage_pct = 100 * (compute-kernel time launched by ops with modelled FLOPs) /
+--                 (all compute-kernel time of the step). A kernel is launched by an op when its
+--                 External id is the op's, or its launch call ran inside the op on the same thread.
+--                 100 when the user gave the FLOPs per step (they cover the whole model).
+-- HFU is not reported: recomputed (rematerialized) ops are counted like any other op here, so
+-- with activation checkpointing the shape-derived figure includes recompute; docs/metrics.md.
 -- MFU is NULL (with no made-up default) when there are no modelled FLOPs or no known peak;
 -- pipeline.analyze turns that into a note.
 -- Columns:
 --   run_id STRING; rank INT32; step INT64; step_ns INT64 ns; model_flops DOUBLE FLOP
---   flops_dtype STRING; peak_tflops DOUBLE TFLOP/s; device_name STRING
+--   flops_source STRING (trace_ops | user); flops_dtype STRING; peak_tflops DOUBLE TFLOP/s; device_name STRING
 --   mfu_pct DOUBLE 0-100; flop_coverage_pct DOUBLE 0-100; compute_kernel_ns INT64 ns
 WITH op_step AS (
   SELECT o.run_id, o.rank, s.step, o.flops, o.flops_dtype
@@ -31,19 +38,34 @@ flops AS (
 modelled_ids AS (
   SELECT DISTINCT run_id, source_id, external_id FROM cpu_ops WHERE flops IS NOT NULL AND external_id IS NOT NULL
 ),
-coverage AS (
-  SELECT w.run_id, w.rank, w.step, sum(w.dur_ns)::BIGINT AS compute_kernel_ns,
-    coalesce(sum(w.dur_ns) FILTER (WHERE m.external_id IS NOT NULL), 0) AS modelled_ns
+modelled_ops AS (
+  SELECT run_id, source_id, pid, tid, start_ns, end_ns FROM cpu_ops WHERE flops IS NOT NULL
+),
+kernels AS (
+  SELECT w.*, m.external_id IS NOT NULL AS by_ext
   FROM scope w LEFT JOIN modelled_ids m USING (run_id, source_id, external_id)
   WHERE w.category = 'compute' AND w.step IS NOT NULL
+),
+coverage AS (
+  SELECT k.run_id, k.rank, k.step, sum(k.dur_ns)::BIGINT AS compute_kernel_ns,
+    coalesce(sum(k.dur_ns) FILTER (WHERE NOT k.graph_replay AND (k.by_ext OR k.launch_ns < o.end_ns)), 0) AS modelled_ns
+  FROM kernels k
+  ASOF LEFT JOIN modelled_ops o
+    ON k.run_id = o.run_id AND k.source_id = o.source_id AND k.launch_pid = o.pid AND k.launch_tid = o.tid
+   AND k.launch_ns >= o.start_ns
   GROUP BY ALL
 )
-SELECT s.run_id, s.rank, s.step, s.dur_ns AS step_ns, f.model_flops, f.flops_dtype,
-  CASE f.flops_dtype WHEN 'fp32' THEN d.fp32_tflops WHEN 'tf32' THEN d.tf32_tflops WHEN 'bf16' THEN d.bf16_tflops
-                     WHEN 'fp16' THEN d.fp16_tflops WHEN 'fp8' THEN d.fp8_tflops END AS peak_tflops,
+SELECT s.run_id, s.rank, s.step, s.dur_ns AS step_ns,
+  coalesce(getvariable('model_flops_per_step'), f.model_flops) AS model_flops,
+  CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'user' WHEN f.model_flops IS NOT NULL THEN 'trace_ops' END AS flops_source,
+  CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'bf16' ELSE f.flops_dtype END AS flops_dtype,
+  coalesce(getvariable('peak_tflops'),
+    CASE flops_dtype WHEN 'fp32' THEN d.fp32_tflops WHEN 'tf32' THEN d.tf32_tflops WHEN 'bf16' THEN d.bf16_tflops
+                     WHEN 'fp16' THEN d.fp16_tflops WHEN 'fp8' THEN d.fp8_tflops END) AS peak_tflops,
   d.device_name,
-  100.0 * f.model_flops / (s.dur_ns * 1e-9 * peak_tflops * 1e12) AS mfu_pct,
-  CASE WHEN c.compute_kernel_ns > 0 THEN 100.0 * c.modelled_ns / c.compute_kernel_ns END AS flop_coverage_pct,
+  100.0 * model_flops / (s.dur_ns * 1e-9 * peak_tflops * 1e12) AS mfu_pct,
+  CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 100.0
+       WHEN c.compute_kernel_ns > 0 THEN 100.0 * c.modelled_ns / c.compute_kernel_ns END AS flop_coverage_pct,
   c.compute_kernel_ns
 FROM steps s
 LEFT JOIN flops f USING (run_id, rank, step)

@@ -11,17 +11,19 @@
 -- Columns: all of gpu_activities, plus
 --   launch_ns        INT64  ns   start of the launching runtime/driver call (NULL: none in trace)
 --   launch_name      STRING      name of that call (cudaLaunchKernel, hipExtModuleLaunchKernel, ...)
+--   launch_pid, launch_tid INT64 process and thread that made the call
 --   step             INT64       step number (NULL: launched outside every ProfilerStep window)
 --   graph_replay     BOOL        TRUE when the launch's correlation is shared by >1 GPU activity
 CREATE OR REPLACE VIEW gpu_work AS
 WITH launches AS (
-  SELECT run_id, source_id, correlation, min(start_ns) AS launch_ns, any_value(name) AS launch_name
+  SELECT run_id, source_id, correlation, min(start_ns) AS launch_ns, arg_min(name, start_ns) AS launch_name,
+         arg_min(pid, start_ns) AS launch_pid, arg_min(tid, start_ns) AS launch_tid
   FROM cpu_ops
   WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL
   GROUP BY ALL
 ),
 linked AS (
-  SELECT a.*, l.launch_ns, l.launch_name,
+  SELECT a.*, l.launch_ns, l.launch_name, l.launch_pid, l.launch_tid,
          count(*) OVER (PARTITION BY a.run_id, a.source_id, a.correlation) > 1
            AND a.correlation IS NOT NULL AND a.kind = 'kernel' AS graph_replay
   FROM gpu_activities a
