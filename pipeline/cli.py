@@ -17,6 +17,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from . import __version__
@@ -55,37 +56,50 @@ def _check_patterns(patterns: list[str]) -> None:
 
 def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str]) -> int:
     from .ingest import discover, ingest_paths
-    from .lake import Lake
+    from .lake import Lake, LakeError, one_line
 
     _check_patterns(comm_pattern)
-    try:
-        files = discover(paths)
-    except FileNotFoundError as e:
-        err.print(f"error: {e}")
-        return EXIT_FAILED
-    if not files:
-        err.print("error: no trace files (*.json, *.json.gz, *.gz) under " + ", ".join(str(p) for p in paths))
+    problems: list = []
+    files = discover(paths, problems)
+    if not files and not problems:
+        err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz) under " + ", ".join(str(p) for p in paths)), markup=False)
         return EXIT_FAILED
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
     with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[mb]:.1f} MB"),
                   TextColumn("{task.fields[errors]} error(s)"), TimeElapsedColumn(), console=err, transient=True) as prog:
-        task = prog.add_task("ingest", total=len(files), mb=0.0, errors=0)
+        task = prog.add_task("ingest", total=len(files) + len(problems), mb=0.0, errors=0)
 
         def on_file(res):
             counts["ok" if res.status in ("ok", "partial") else res.status] += 1
             prog.update(task, advance=1, mb=prog.tasks[task].fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"])
             if res.status == "failed":
-                prog.console.print(f"[red]failed[/red] {res.path}: {res.error}", markup=True, highlight=False)
+                prog.console.print(one_line(f"failed {res.path}: {res.error}"), markup=False, style="red")
             for n in res.notes:
                 if res.status != "skipped":
-                    prog.console.print(f"note {res.path}: {n}", markup=False)
+                    prog.console.print(one_line(f"note {res.path}: {n}"), markup=False)
 
-        ingest_paths(files, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file)
-    err.print(f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in the lake) -> {lake_dir}")
+        try:
+            ingest_paths(paths, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file)
+        except LakeError as e:
+            err.print(one_line(f"error: {e}"), markup=False)
+            return EXIT_FAILED
+        except OSError as e:
+            err.print(one_line(f"error: {lake_dir}: cannot write to the lake: {e.strerror or e}"), markup=False)
+            return EXIT_FAILED
+    err.print(one_line(f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in the lake) -> {lake_dir}"),
+              markup=False)
     if counts["failed"] and counts["ok"] + counts["skipped"] == 0:
         return EXIT_FAILED
     return EXIT_PARTIAL if counts["failed"] else EXIT_OK
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        err.print(f"error: {path}: cannot write: {e.strerror or e}", markup=False)
+        raise typer.Exit(EXIT_FAILED)
 
 
 PATHS = typer.Argument(..., help="Trace files (.json, .json.gz) or directories, searched recursively.")
@@ -136,7 +150,7 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
         raise typer.BadParameter("--window must be 'all' or 'hta'")
     lake = Lake(lake_dir)
     if not lake.exists():
-        err.print(f"error: {lake_dir}: not a tracelake lake (run `tracelake ingest PATH --lake {lake_dir}` first)")
+        err.print(f"error: {lake_dir}: not a tracelake lake (run `tracelake ingest PATH --lake {lake_dir}` first)", markup=False)
         raise typer.Exit(EXIT_FAILED)
     for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
         if v is not None and not v > 0:
@@ -160,7 +174,7 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
     from rich.table import Table
 
     for v in res["verdicts"]:
-        out.print(f"[bold]run {v['run_id']}[/bold]: {v['verdict']}" + (f" ({v['confidence']})" if v["confidence"] else "") + f" — {v['reason']}", markup=True)
+        out.print(f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}" + (f" ({v['confidence']})" if v["confidence"] else "") + f" — {v['reason']}", markup=True)
         rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
         if rows:
             t = Table("rank", "span ms", "compute ms", "comm ms", "exposed comm ms", "overlap %", "idle ms", "host wait ms",
@@ -186,8 +200,8 @@ def report(lake: Path = LAKE, output: Path = typer.Option(Path("report.html"), "
 
     res = _analysis(lake, window, kernel_wait_us, peak_tflops,
                     _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step))
-    output.write_text(render(res), encoding="utf-8")
-    err.print(f"wrote {output}")
+    _write(output, render(res))
+    err.print(f"wrote {output}", markup=False)
 
 
 @app.command(epilog=EXIT_HELP + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
@@ -204,14 +218,25 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
         raise typer.BadParameter("--format must be table, csv or json")
     lk = Lake(lake)
     if not lk.exists():
-        err.print(f"error: {lake}: not a tracelake lake")
+        err.print(f"error: {lake}: not a tracelake lake", markup=False)
         raise typer.Exit(EXIT_FAILED)
-    text = Path(query[1:]).read_text() if query.startswith("@") else query
+    try:
+        text = Path(query[1:]).read_text() if query.startswith("@") else query
+    except OSError as e:
+        err.print(f"error: {query[1:]}: {e.strerror or e}", markup=False)
+        raise typer.Exit(EXIT_FAILED)
+    if not text.strip():
+        err.print("error: empty query", markup=False)
+        raise typer.Exit(EXIT_FAILED)
     con = connect(lk, window=window)
     try:
         import polars as pl
 
-        df = pl.from_arrow(con.sql(text).to_arrow_table())
+        rel = con.sql(text)
+        if rel is None:
+            err.print("error: the statement returns no rows (tracelake sql runs queries)", markup=False)
+            raise typer.Exit(EXIT_FAILED)
+        df = pl.from_arrow(rel.to_arrow_table())
     except duckdb.Error as e:
         err.print(f"error: {str(e).splitlines()[0]}", markup=False)
         raise typer.Exit(EXIT_FAILED)
@@ -243,7 +268,7 @@ def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html
     from .report.html import render
 
     res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops)
-    output.write_text(render(res), encoding="utf-8")
+    _write(output, render(res))
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)
     err.print(f"wrote {output}")

@@ -13,6 +13,7 @@ status=failed and no other rows.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -31,9 +32,24 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def safe_run_id(name: str) -> str:
-    """A run id usable as a hive partition value: [A-Za-z0-9._-], other runs of characters -> '_'."""
-    s = _SAFE.sub("_", name).strip("._") or "run"
-    return s[:120]
+    """A run id usable as a hive partition value: [A-Za-z0-9._-], other runs of characters -> '_'.
+    A name that had to change gets '-' and 6 hex digits of its SHA-1, so two different names never
+    map to one run id."""
+    s = _SAFE.sub("_", name).strip("._")[:100] or "run"
+    if s != name:
+        s += "-" + hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:6]
+    return s
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str | None) -> str | None:
+    """Text safe to print as one terminal line: control characters (newlines, ESC, ...) become
+    \\xNN escapes."""
+    if text is None:
+        return None
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class LakeError(RuntimeError):
@@ -52,10 +68,19 @@ class Lake:
         self.root = Path(root)
 
     def ensure(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        marker = self.root / "TRACELAKE"
-        if not marker.exists():
-            marker.write_text(f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n")
+        """Create the lake directory if needed. Raises LakeError (one line) when it cannot."""
+        try:
+            if self.root.exists() and not self.root.is_dir():
+                raise LakeError(f"{self.root}: exists and is not a directory")
+            self.root.mkdir(parents=True, exist_ok=True)
+            marker = self.root / "TRACELAKE"
+            if not marker.exists():
+                marker.write_text(f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n")
+        except OSError as e:
+            raise LakeError(f"{self.root}: cannot create the lake: {e.strerror or e}") from None
+
+    def writable(self) -> bool:
+        return os.access(self.root, os.W_OK)
 
     def exists(self) -> bool:
         return (self.root / "TRACELAKE").exists()
@@ -63,18 +88,19 @@ class Lake:
     def part_path(self, table: str, run_id: str, source_id: str) -> Path:
         return self.root / table / f"run={run_id}" / f"{source_id}.parquet"
 
-    def table_glob(self, table: str) -> str:
-        return str(self.root / table / "*" / "*.parquet")
+    def table_files(self, table: str) -> list[str]:
+        """The table's Parquet parts (listed here, so no character of the lake path is a glob)."""
+        d = self.root / table
+        return sorted(str(p) for p in d.glob("run=*/*.parquet")) if d.is_dir() else []
 
     def has_table(self, table: str) -> bool:
-        d = self.root / table
-        return d.is_dir() and any(d.glob("*/*.parquet"))
+        return bool(self.table_files(table))
 
     def sources(self) -> pl.DataFrame:
         """The manifest: all sources rows (empty frame with the v1 columns when none)."""
         if not self.has_table("sources"):
             return pl.from_arrow(sch.empty("sources"))
-        parts = sorted((self.root / "sources").glob("*/*.parquet"))
+        parts = self.table_files("sources")
         return pl.concat([pl.read_parquet(p) for p in parts], how="vertical_relaxed")
 
     def remove_source(self, source_id: str, run_id: str) -> None:
@@ -83,9 +109,12 @@ class Lake:
         for t in sch.tables():
             self.part_path(t, run_id, source_id).unlink(missing_ok=True)
 
-    def write_source(self, run_id: str, source_id: str, tables: dict[str, pa.Table], source_row: dict) -> None:
+    def write_source(self, run_id: str, source_id: str, tables: dict[str, pa.Table], source_row: dict,
+                     replace: bool = False) -> None:
         """Write one source's tables, then its sources row. Each table is conformed to schema v1
-        (SchemaError on mismatch, before anything is written)."""
+        (SchemaError on mismatch, before anything is written). replace: an earlier version of the
+        same source in the same run is swapped out only after the new parts are fully written
+        (its sources row goes first, so readers of the manifest never see a mix)."""
         conformed = {t: sch.conform(t, data) for t, data in tables.items() if data is not None}
         src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
         tmp = self.root / ".tmp" / uuid.uuid4().hex
@@ -100,6 +129,13 @@ class Lake:
             f = tmp / "sources.parquet"
             _write_parquet(src, f)
             staged.append((f, self.part_path("sources", run_id, source_id)))
+            if replace:
+                new = {dest for _, dest in staged}
+                self.part_path("sources", run_id, source_id).unlink(missing_ok=True)
+                for t in sch.tables():
+                    old = self.part_path(t, run_id, source_id)
+                    if old not in new:
+                        old.unlink(missing_ok=True)
             for f, dest in staged:
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 os.replace(f, dest)

@@ -29,10 +29,13 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     for t in sch.tables():
-        if lake.has_table(t):
-            path = lake.table_glob(t).replace("'", "''")
+        files = lake.table_files(t)
+        if files:
+            # the parts are listed, not globbed: no character of the lake path acts as a wildcard
+            # (DuckDB still globs inside each name, so [ ] * ? are escaped as one-character classes)
+            listed = ", ".join("'" + _glob_escape(f).replace("'", "''") + "'" for f in files)
             con.execute(
-                f"CREATE VIEW {t} AS SELECT * EXCLUDE (run) FROM read_parquet('{path}', hive_partitioning = true, "
+                f"CREATE VIEW {t} AS SELECT * EXCLUDE (run) FROM read_parquet([{listed}], hive_partitioning = true, "
                 f"hive_types = {{'run': VARCHAR}}, union_by_name = true)"
             )
         else:
@@ -52,6 +55,10 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
         con.execute(f.read_text())
     return con
+
+
+def _glob_escape(path: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[]" else c for c in path)
 
 
 def sql_text(name: str) -> str:

@@ -24,7 +24,8 @@ def us_text_to_ns(raws: list) -> np.ndarray:
     """Convert a list of raw JSON number texts (msgspec.Raw, bytes or None) to int64 ns.
 
     Returns (values, valid) as a numpy int64 array and a bool mask; None/empty/unparseable
-    entries are invalid (value 0). Raises nothing: callers decide what an invalid time means.
+    entries, and values whose ns do not fit in int64, are invalid (value 0). Raises nothing:
+    callers decide what an invalid time means.
     """
     n = len(raws)
     if n == 0:
@@ -33,9 +34,11 @@ def us_text_to_ns(raws: list) -> np.ndarray:
     s = pl.Series("t", joined.decode("utf-8", "replace").split("\n"), dtype=pl.String)
     # fast path: plain integers (old traces) and exactly three decimals (Kineto's "%d.%03d")
     pos = s.str.find(".", literal=True)
+    # (at most 15 integer digits: 1e15 µs = 1e18 ns stays inside int64; longer goes the slow way)
     fast = pl.DataFrame({"t": s, "pos": pos}).select(
-        ns=pl.when(pl.col("pos").is_null()).then(pl.col("t").cast(pl.Int64, strict=False) * 1000)
-        .when(pl.col("t").str.len_bytes() - pl.col("pos") == 4)
+        ns=pl.when(pl.col("pos").is_null() & (pl.col("t").str.len_bytes() <= 15))
+        .then(pl.col("t").cast(pl.Int64, strict=False) * 1000)
+        .when((pl.col("t").str.len_bytes() - pl.col("pos") == 4) & (pl.col("pos") <= 15))
         .then(pl.col("t").str.replace(".", "", literal=True).cast(pl.Int64, strict=False))
     )["ns"]
     if fast.null_count() == 0:
@@ -48,7 +51,7 @@ def us_text_to_ns(raws: list) -> np.ndarray:
         ip=pl.col("body").str.split_exact(".", 1).struct.field("field_0"),
         fp=pl.col("body").str.split_exact(".", 1).struct.field("field_1").fill_null(""),
     ).with_columns(
-        ok=pl.col("ip").str.contains(r"^\d+$") & pl.col("fp").str.contains(r"^\d*$"),
+        ok=pl.col("ip").str.contains(r"^\d{1,15}$") & pl.col("fp").str.contains(r"^\d*$"),
     ).with_columns(
         ns=(
             pl.col("ip").cast(pl.Int64, strict=False) * 1000
@@ -66,9 +69,10 @@ def us_text_to_ns(raws: list) -> np.ndarray:
         if not t:
             continue
         try:
-            v = Decimal(t) * 1000
-            ns[i] = int(v.to_integral_value(rounding="ROUND_HALF_UP"))
-            ok[i] = True
+            v = int((Decimal(t) * 1000).to_integral_value(rounding="ROUND_HALF_UP"))
+            if -(2**63) <= v < 2**63:  # beyond int64 ns: invalid, never wrapped
+                ns[i] = v
+                ok[i] = True
         except (InvalidOperation, ValueError, OverflowError):
             pass
     return ns, ok

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -118,3 +119,81 @@ def test_reingest_skips_and_force_replaces(tmp_path):
     con = connect(lake)
     assert con.execute("SELECT count(*) FROM gpu_activities").fetchone()[0] == 1
     assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 1
+
+
+def test_force_with_a_bad_rank_keeps_the_earlier_data(tmp_path):
+    write_trace(tmp_path / "a" / "norank.json", GOOD)
+    lake = Lake(tmp_path / "lake")
+    (r,) = ingest_paths([tmp_path / "a" / "norank.json"], lake, rank=1)
+    assert r.status == "ok"
+    (r,) = ingest_paths([tmp_path / "a" / "norank.json"], lake, rank=3_000_000_000, force=True)
+    assert r.status == "failed" and "outside" in r.error
+    # the failed attempt replaced the source's row, but never before it was known to fail;
+    # a rank read from the trace itself is checked the same way
+    write_trace(tmp_path / "b" / "x.json", GOOD, distributedInfo={"rank": 2**31})
+    write_trace(tmp_path / "b" / "y.json", GOOD, distributedInfo={"rank": 3})
+    res = {Path(r.path).name: r for r in ingest_paths([tmp_path / "b"], lake)}
+    assert res["x.json"].status == "failed" and res["y.json"].status == "ok"
+
+
+def test_markup_control_characters_and_overflow(tmp_path):
+    d = tmp_path / "in"
+    write_trace(d / "[red]c.json", GOOD)
+    (d / "bad\nname.json").write_bytes(b"{")
+    (d / "markup.json").write_text(json.dumps({"traceEvents": GOOD, "baseTimeNanoseconds": "[/bold]"}))
+    huge = [X("kernel", "k", 9999999999999999, 2, pid=0, tid=7, stream=7), X("kernel", "k2", 5, 99999999999999999, pid=0, tid=7, stream=7)]
+    write_trace(d / "huge.json", huge)
+    runner = CliRunner()
+    r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
+    assert r.exit_code == EXIT_PARTIAL, r.output
+    assert "bad\\x0aname.json: truncated JSON" in r.output
+    assert "markup.json: baseTimeNanoseconds is not an integer" in r.output
+    con = connect(Lake(tmp_path / "lake"))
+    assert con.execute("SELECT status FROM sources WHERE path LIKE '%[red]c.json'").fetchall() == [("ok",)]
+    rows = con.execute("SELECT name, start_ns, dur_ns FROM gpu_activities WHERE source_id IN "
+                       "(SELECT source_id FROM sources WHERE path LIKE '%huge.json') ORDER BY name").fetchall()
+    # 9999999999999999 µs does not fit in int64 ns: dropped, not wrapped; the huge dur becomes 0 (noted)
+    assert rows == [("k2", 5000, 0)]
+
+
+def test_lake_path_with_glob_characters(tmp_path):
+    write_trace(tmp_path / "a" / "rank0.json", GOOD)
+    write_trace(tmp_path / "b" / "rank1.json", GOOD)
+    ingest_paths([tmp_path / "a" / "rank0.json"], Lake(tmp_path / "Lx[1]"))
+    ingest_paths([tmp_path / "b" / "rank1.json"], Lake(tmp_path / "Lx1"))
+    con = connect(Lake(tmp_path / "Lx[1]"))
+    assert con.execute("SELECT rank FROM sources").fetchall() == [(0,)]
+
+
+def test_gzip_bomb_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACELAKE_MAX_UNCOMPRESSED_BYTES", str(10_000_000))
+    bomb = gzip.compress(b"[" + b" " * 50_000_000 + b"]", compresslevel=9)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "bomb.json.gz").write_bytes(bomb)
+    write_trace(tmp_path / "in" / "rank0.json", GOOD)
+    res = {Path(r.path).name: r for r in ingest_paths([tmp_path / "in"], Lake(tmp_path / "lake"))}
+    assert res["bomb.json.gz"].status == "failed" and "gzip bomb" in res["bomb.json.gz"].error
+    assert res["rank0.json"].status == "ok"
+
+
+def test_missing_paths_and_bad_lake_do_not_crash(tmp_path):
+    write_trace(tmp_path / "rank0.json", GOOD)
+    runner = CliRunner()
+    r = runner.invoke(app, ["ingest", str(tmp_path / "rank0.json"), str(tmp_path / "nope.json"), "--lake", str(tmp_path / "lake")])
+    assert r.exit_code == EXIT_PARTIAL and "nope.json: no such file or directory" in r.output
+    assert connect(Lake(tmp_path / "lake")).execute("SELECT count(*) FROM gpu_activities").fetchone()[0] == 1
+    (tmp_path / "afile").write_text("x")
+    r = runner.invoke(app, ["ingest", str(tmp_path / "rank0.json"), "--lake", str(tmp_path / "afile")])
+    assert r.exit_code == EXIT_FAILED and "not a directory" in r.output and isinstance(r.exception, SystemExit)
+    r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), ""])
+    assert r.exit_code == EXIT_FAILED and "empty query" in r.output
+    r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), "@" + str(tmp_path / "missing.sql")])
+    assert r.exit_code == EXIT_FAILED and "missing.sql" in r.output
+
+
+def test_run_ids_never_merge_after_sanitizing():
+    from pipeline.lake import safe_run_id
+
+    assert safe_run_id("a'b") != safe_run_id("a\nb")
+    assert safe_run_id("job-1") == "job-1"
+    assert safe_run_id("..") != safe_run_id(".")

@@ -336,7 +336,7 @@ def _ranks(v) -> list[int] | None:
 
 
 def _dims(v, n):
-    if isinstance(v, list) and len(v) >= n and all(isinstance(x, (int, float)) for x in v[:n]):
+    if isinstance(v, list) and len(v) >= n and all(isinstance(x, (int, float)) and 0 <= x < 2**31 for x in v[:n]):
         return [int(x) for x in v[:n]]
     return None
 
@@ -396,6 +396,8 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
             base_ns = int(b)
         except ValueError:
             raise TraceError(f"baseTimeNanoseconds is not an integer: {b[:40]!r}") from None
+        if not 0 <= base_ns < 2**62:
+            raise TraceError(f"baseTimeNanoseconds {base_ns} is outside the epoch-ns range")
 
     xs = [i for i, e in enumerate(events) if e.ph == "X"]
     cats = [events[i].cat for i in xs]
@@ -410,10 +412,17 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     if unknown_cats:
         notes.append("unrecognized categories kept as cpu_ops kind=other: " + ", ".join(f"{k} ({v})" for k, v in sorted(unknown_cats.items())))
 
+    bad_dur = 0
+
     def times(idx):
+        nonlocal bad_dur
         evs = [events[i] for i in idx]
         ts, ok_ts = us_text_to_ns([e.ts for e in evs])
         du, ok_du = us_text_to_ns([e.dur for e in evs])
+        ok_du &= du < 2**62  # a duration of over a century is corrupt, and start + dur must fit
+        bad_dur += int((ok_ts & ~ok_du).sum())
+        if len(ts) and base_ns and (ts[ok_ts].max(initial=0) > 2**63 - 1 - base_ns or ts[ok_ts].min(initial=0) < -base_ns):
+            raise TraceError("timestamps plus baseTimeNanoseconds fall outside the int64 ns range")
         return evs, ts, ok_ts, du, ok_du
 
     # ---------------- GPU activities
@@ -429,7 +438,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     copy = [(_COPY_RE.match(n).groups() if k == "memcpy" and _COPY_RE.match(n) else (None, None, None)) for n, k in zip(names, kinds)]
     mset = [(_MEMSET_RE.match(n).group(1) if k == "memset" and _MEMSET_RE.match(n) else None) for n, k in zip(names, kinds)]
     gpu = pl.DataFrame({
-        "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)),
+        "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
         "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
         "kind": kinds,
         "name": names,
@@ -444,7 +453,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         "block_x": [b[0] if b else None for b in block],
         "block_y": [b[1] if b else None for b in block],
         "block_z": [b[2] if b else None for b in block],
-        "registers_per_thread": _ints(map(_AG["registers_per_thread"], args)),
+        "registers_per_thread": _ints(map(_AG["registers_per_thread"], args)).cast(pl.Int32, strict=False),
         "shared_memory_bytes": _ints(map(_AG["shared_memory"], args)),
         "bytes": _ints(map(_AG["bytes"], args)),
         "copy_kind": [c[0] for c in copy],
@@ -513,7 +522,9 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     cpu_comm_meta = {cpu_idx[j]: args[j] for j in range(len(args)) if names[j] == "record_param_comms" or args[j].collective_name is not None}
 
     if bad_t:
-        notes.append(f"{bad_t} events without a readable ts were dropped")
+        notes.append(f"{bad_t} events without a readable ts (or beyond the int64 ns range) were dropped")
+    if bad_dur:
+        notes.append(f"{bad_dur} events without a readable dur (or beyond the int64 ns range) were given dur 0")
     if neg:
         notes.append(f"{neg} events with negative dur clamped to 0")
     gpu = gpu.filter(pl.col("_ok")).drop("_ok").with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
@@ -543,7 +554,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         "name": [e.name if isinstance(e.name, str) else str(e.name) for e in evs],
         "start_ns": ts + base_ns,
         "end_ns": ts + base_ns + np.maximum(du, 0),
-        "device": _ints(a.get("device", e.pid) for a, e in zip(args, evs)),
+        "device": _ints(a.get("device", e.pid) for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
         "stream": _ints(a.get("stream", e.tid) for a, e in zip(args, evs)),
         "pid": _ints(map(_AG["pid"], evs)),
         "tid": _ints(map(_AG["tid"], evs)),
