@@ -4,7 +4,8 @@ connect(lake) returns a DuckDB connection with
 - a view per schema v1 table (sources, devices, gpu_activities, ...) reading
   <lake>/<table>/*/*.parquet with hive partitioning (an empty typed table when the lake has none);
 - tables device_catalog and collective_catalog (pipeline/catalog/*.toml);
-- the derived views of queries/views/*.sql (gpu_work, scope, rank_device), in file order;
+- the derived views of queries/views/*.sql (gpu_work, scope, rank_device, collective_ranks,
+  collective_calls), in file order, and one view per metric file (breakdown, mfu, ...);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
   when given, `peak_tflops` and `model_flops_per_step` (MFU overrides, queries/mfu.sql).
 run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
@@ -54,6 +55,9 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             con.execute(f"SET VARIABLE {name} = {float(v)!r}::DOUBLE")
     for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
         con.execute(f.read_text())
+    # every metric is also a view of the same name, for `tracelake sql` and the report's SQL
+    for name in metric_names():
+        con.execute(f"CREATE VIEW {name} AS " + sql_text(name).strip().rstrip(";"))
     return con
 
 

@@ -26,8 +26,14 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     out = []
     exp = _mean([r["exposed_comm_ns"] for r in ranks])
     ovl = _mean([r["comm_comp_overlap_pct"] for r in ranks])
+    calls = [c for c in result.get("collectives", []) if c["run_id"] == run_id]
+    by_op: dict[str, int] = {}
+    for c in calls:
+        by_op[c["op"]] = by_op.get(c["op"], 0) + (c["transfer_ns"] or 0)
+    main_op = max(by_op, key=by_op.get) if by_op else None
     if exp and 100 * exp / span >= MODERATE_PCT:
         worst = max(ranks, key=lambda r: r["exposed_comm_ns"])
+        rec = COMM_ADVICE.get(main_op, COMM_ADVICE[None])
         out.append({
             "title": "Exposed communication",
             "recoverable_ns": exp,
@@ -35,11 +41,10 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                 f"exposed communication {100 * exp / span:.1f}% of GPU span (mean over {len(ranks)} rank(s))",
                 f"comm-compute overlap {ovl:.1f}% (mean)" if ovl is not None else "overlap unknown",
                 f"worst rank {worst['rank']}: {worst['exposed_comm_ns'] / 1e6:.3f} ms exposed",
-            ],
-            "recommendation": "Overlap collectives with compute: for DDP tune bucket_cap_mb so gradient all-reduces "
-                              "start during backward; for FSDP enable forward/backward prefetch; check collective "
-                              "busbw against the link peak and the transport (NCCL_DEBUG=INFO).",
-            "sql": f"SELECT rank, step, exposed_comm_ns, comm_ns, overlap_ns FROM ({'{breakdown}'}) WHERE run_id = '{q}'",
+            ] + ([f"most collective time is {main_op} ({100 * by_op[main_op] / max(sum(by_op.values()), 1):.0f}% of matched transfer time)"]
+                 if main_op else []),
+            "recommendation": rec,
+            "sql": f"SELECT rank, step, exposed_comm_ns, comm_ns, overlap_ns FROM breakdown WHERE run_id = '{q}'",
         })
     hw = _mean([r["idle_host_wait_ns"] for r in ranks])
     idle = _mean([r["gpu_idle_ns"] for r in ranks]) or 0
@@ -56,7 +61,7 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                               "(mode='reduce-overhead'), raise the batch size per GPU, and move data loading off the "
                               "critical path (DataLoader num_workers, pin_memory).",
             "sql": f"SELECT rank, step, gpu_idle_ns, idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns "
-                   f"FROM ({'{breakdown}'}) WHERE run_id = '{q}'",
+                   f"FROM breakdown WHERE run_id = '{q}'",
         })
     mem = _mean([r["exposed_memcpy_ns"] for r in ranks])
     if mem and 100 * mem / span >= MODERATE_PCT:
@@ -68,11 +73,46 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                          f"{sum(m['copies'] for m in pageable)} copies from/to pageable host memory" if pageable else "no pageable copies"],
             "recommendation": "Use pinned host buffers (pin_memory=True) with non_blocking=True copies on a side "
                               "stream, and avoid device-to-host syncs (.item(), .cpu()) inside the step.",
-            "sql": f"SELECT * FROM ({'{memcpy_bandwidth}'}) WHERE run_id = '{q}'",
+            "sql": f"SELECT * FROM memcpy_bandwidth WHERE run_id = '{q}'",
         })
-    from ..query import sql_text  # late import: findings render SQL text only
-
-    for f in out:
-        for name in ("breakdown", "idle_breakdown", "memcpy_bandwidth"):
-            f["sql"] = f["sql"].replace("{" + name + "}", sql_text(name).strip().rstrip(";"))
+    strag = [s for s in result.get("stragglers", []) if s["run_id"] == run_id]
+    if strag and len(ranks) > 1:
+        per_rank: dict[int, list] = {}
+        for s in strag:
+            t = per_rank.setdefault(s["straggler_rank"], [0, 0])
+            t[0] += s["times_last"]
+            t[1] += s["caused_wait_ns"] or 0
+        worst_rank, (times, caused) = max(per_rank.items(), key=lambda kv: kv[1][1])
+        n_calls = sum(s["times_last"] for s in strag)
+        caused_per_rank = caused / len(ranks)
+        if caused_per_rank >= MODERATE_PCT / 100 * span:
+            out.append({
+                "title": f"Straggler: rank {worst_rank}",
+                "recoverable_ns": caused_per_rank,
+                "evidence": [f"rank {worst_rank} started last in {times} of {n_calls} matched collectives",
+                             f"the other ranks waited {caused / 1e6:.3f} ms for it in total ({caused_per_rank / 1e6:.3f} ms per rank)"],
+                "recommendation": f"Inspect rank {worst_rank}: its host (CPU contention, data loading, GC pauses), its GPU "
+                                  "(clocks, thermals, ECC), and load imbalance in its shard of the data or model "
+                                  "(uneven sequence lengths, expert routing).",
+                "sql": f"SELECT * FROM stragglers WHERE run_id = '{q}' ORDER BY caused_wait_ns DESC",
+            })
     return sorted(out, key=lambda f: -f["recoverable_ns"])
+
+
+COMM_ADVICE = {
+    "all_reduce": "Overlap gradient all-reduces with backward: with DDP, tune bucket_cap_mb so buckets fill and "
+                  "launch early (and keep gradient_as_bucket_view); consider gradient compression or a larger "
+                  "micro-batch per rank; check busbw against the link peak and the transport (NCCL_DEBUG=INFO).",
+    "all_gather": "With FSDP, enable forward/backward prefetch and limit_all_gathers so parameter all-gathers overlap "
+                  "compute; larger wrapping units mean fewer, larger all-gathers; check busbw against the link peak.",
+    "reduce_scatter": "With FSDP, overlap gradient reduce-scatters with backward (backward_prefetch=BACKWARD_PRE) and "
+                      "use larger wrapping units; check busbw against the link peak.",
+    "all_to_all": "All-to-all (expert or embedding sharding) is latency- and balance-bound: pipeline it with compute "
+                  "(split the batch into chunks), balance the splits across ranks, and prefer hierarchical "
+                  "all-to-all across hosts.",
+    "send_recv": "Point-to-point / all-to-all traffic (SendRecv kernels) is exposed: overlap it with compute "
+                 "(pipeline micro-batches, chunked all-to-all), balance what each rank sends, and check the "
+                 "transport between hosts (NCCL_DEBUG=INFO).",
+    None: "Overlap collectives with compute (DDP bucket_cap_mb, FSDP prefetch, chunked all-to-all) and check "
+          "collective busbw against the link peak and the transport (NCCL_DEBUG=INFO).",
+}

@@ -19,6 +19,7 @@ import polars as pl
 
 from .. import __version__
 from .findings import findings_for_run
+from .verdict import LABELS
 
 MAX_BARS = 64
 _CATEGORY_COLORS = {"compute": "#4c78a8", "communication": "#e45756", "memory": "#f58518", "unknown": "#b279a2"}
@@ -107,6 +108,10 @@ def _fmt_pct(p) -> str:
     return "—" if p is None else f"{p:.1f}%"
 
 
+def _fmt_pct2(p) -> str:
+    return "—" if p is None else f"{p:.3g}%"
+
+
 def render(result: dict, title: str = "tracelake report") -> str:
     """HTML text of the report for an analysis dict (pipeline.analyze.analyze)."""
     e = html.escape
@@ -119,13 +124,13 @@ def render(result: dict, title: str = "tracelake report") -> str:
         ranks = [r for r in result["ranks"] if r["run_id"] == rid]
         top = [t for t in result["top_kernels"] if t["run_id"] == rid]
         v = verdicts[rid]
-        body.append(f'<section class="run"><h2>Run <code>{e(rid)}</code></h2>')
+        body.append(f'<section class="run" id="run-{e(rid)}"><h2>Run <code>{e(rid)}</code></h2>')
         body.append(
             f'<p class="summary">{len(run["ranks"])} rank(s) ingested'
             f'{" of world size " + str(run["world_size"]) if run["world_size"] else ""}; '
             f'{len(run["steps"])} step(s) analysed; {run["sources"]} source file(s).</p>')
         conf = f' <span class="conf">({e(v["confidence"])} confidence)</span>' if v["confidence"] else ""
-        nums = "".join(f"<li>{e(k)}: {_fmt_pct(x)}</li>" for k, x in v["numbers"].items())
+        nums = "".join(f"<li>{e(LABELS.get(k, k))}: {_fmt_pct(x)} of GPU time</li>" for k, x in v["numbers"].items())
         body.append(f'<div class="verdict v-{e(v["verdict"])}"><h3>Verdict: {e(v["verdict"])}{conf}</h3>'
                     f'<p>{e(v["reason"])}</p><ul>{nums}</ul></div>')
         fs = findings_for_run(rid, result)
@@ -153,16 +158,23 @@ def render(result: dict, title: str = "tracelake report") -> str:
         rows = "".join(
             f"<tr><td>{r['rank']}</td><td>{_fmt_ms(r['span_ns'])}</td><td>{_fmt_ms(r['compute_ns'])}</td>"
             f"<td>{_fmt_ms(r['comm_ns'])}</td><td>{_fmt_ms(r['exposed_comm_ns'])}</td><td>{_fmt_pct(r['comm_comp_overlap_pct'])}</td>"
-            f"<td>{_fmt_ms(r['gpu_idle_ns'])}</td><td>{_fmt_ms(r['idle_host_wait_ns'])}</td><td>{_fmt_pct(r['mfu_pct'])}</td></tr>"
+            f"<td>{_fmt_ms(r['gpu_idle_ns'])}</td><td>{_fmt_ms(r['idle_host_wait_ns'])}</td><td>{_fmt_pct2(r['mfu_pct'])}</td>"
+            f"<td>{_fmt_pct(r['flop_coverage_pct'])}</td></tr>"
             for r in ranks[:MAX_BARS])
         if rows:
             body.append("<h3>Per rank</h3><table><tr><th>rank</th><th>GPU span</th><th>compute</th><th>comm</th>"
-                        "<th>exposed comm</th><th>overlap</th><th>idle</th><th>idle: host wait</th><th>MFU</th></tr>"
+                        "<th>exposed comm</th><th>overlap</th><th>idle</th><th>idle: host wait</th><th>MFU</th><th>FLOP coverage</th></tr>"
                         f"{rows}</table>")
             if len(ranks) > MAX_BARS:
                 body.append(f"<p class='note'>First {MAX_BARS} of {len(ranks)} ranks shown; all are in `tracelake analyze --json`.</p>")
         body.append("</section>")
     notes = "".join(f"<li>{e(n)}</li>" for n in result["notes"])
+    summary = "".join(
+        f'<tr><td><a href="#run-{e(v["run_id"])}">{e(v["run_id"])}</a></td><td>{e(v["verdict"])}</td>'
+        f'<td>{e(v["confidence"] or "—")}</td><td style="text-align:left">{e(v["reason"])}</td></tr>'
+        for v in result["verdicts"])
+    summary_html = (f"<h2>Runs</h2><table><tr><th>run</th><th>verdict</th><th>confidence</th><th>why</th></tr>{summary}</table>"
+                    if len(result["verdicts"]) > 1 else "")
     charts_js = "\n".join(
         f"vegaEmbed('#{cid}', {_json_for_script(spec)}, {{actions: false, renderer: 'svg'}})"
         f".catch(err => {{ document.getElementById('{cid}').textContent = 'chart failed: ' + err; }});"
@@ -182,6 +194,7 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ddd; padding
 </style></head><body>
 <h1>{e(title)}</h1>
 <p>tracelake {e(__version__)} · analysis window: {e(result["window"])} · kernel-wait threshold {result["kernel_wait_threshold_ns"] / 1000:g} µs</p>
+{summary_html}
 {"".join(body)}
 <h2>Notes</h2><ul>{notes or "<li>none</li>"}</ul>
 <script type="module">{vega_bundle()}</script>
