@@ -35,6 +35,7 @@ def classify(gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: l
     """
     rules = catalog.classification()
     name_re = _any_regex(rules["comm_name_patterns"])
+    mem_re = _any_regex(rules["memory_name_patterns"])
     user_re = _any_regex(user_patterns or [])
     ids = comm_ext_ids if comm_ext_ids is not None else pl.Series([], dtype=pl.Int64)
     is_kernel = pl.col("kind") == "kernel"
@@ -47,10 +48,11 @@ def classify(gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: l
         .when(is_kernel & by_corr.fill_null(False)).then(pl.lit("correlation"))
         .when(is_kernel & by_user).then(pl.lit("user_pattern"))
         .when(is_kernel & pl.col("name").str.contains(name_re)).then(pl.lit("name"))
+        .when(is_kernel & pl.col("name").str.contains(mem_re)).then(pl.lit("memory_name"))
         .otherwise(pl.lit("default"))
     )
     expr_cat = (
-        pl.when(pl.col("kind").is_in(["memcpy", "memset"])).then(pl.lit("memory"))
+        pl.when(pl.col("kind").is_in(["memcpy", "memset"]) | (pl.col("classified_by") == "memory_name")).then(pl.lit("memory"))
         .when(pl.col("kind") == "sync").then(pl.lit("sync"))
         .when(pl.col("kind") == "unknown").then(pl.lit("unknown"))
         .when(pl.col("classified_by").is_in(["args", "correlation", "user_pattern", "name"])).then(pl.lit("communication"))
