@@ -7,8 +7,17 @@ Formulas (multiply-add = 2 FLOPs), following PyTorch's FlopCounterMode registry
 - aten::bmm(a[b,m,k], b[b,k,n])            2*b*m*n*k
 - aten::baddbmm(bias, a[b,m,k], b[b,k,n])  2*b*m*n*k
 - aten::_scaled_mm(a[m,k], b[k,n], ...)    2*m*n*k
-Ops that call these (aten::linear, aten::matmul) are not counted themselves, so nothing is
-counted twice. Convolution and attention arrive with issue 3. A trace's own `flops` arg (with_flops=True) wins.
+- aten::_scaled_dot_product_{flash,efficient,cudnn}_attention(q[b,h,s_q,d], k[b,h,s_k,d], v[b,h,s_k,d_v], ...)
+                                           2*b*h*s_q*s_k*d + 2*b*h*s_q*s_k*d_v (QK^T and PV)
+- their *_backward(grad_out, q, k, v, ...)  2.5 x the forward (recompute QK^T, dV, dP, dQ, dK:
+                                           5 matmul-equivalents), FlopCounterMode's sdpa_backward
+Causal masking is not discounted (FlopCounterMode, PaLM and torchtitan count the full square),
+so a causal model's attention FLOPs are counted as if dense.
+Ops that call these (aten::linear, aten::matmul, aten::scaled_dot_product_attention) are not
+counted themselves, so nothing is counted twice. Convolutions are not modelled: their output
+size needs the stride/padding arguments, which Kineto records only as "Concrete Inputs" in
+recent traces; their kernels lower the FLOP coverage instead. A trace's own `flops` arg
+(with_flops=True) wins.
 
 The dtype of the first tensor input picks the peak to compare with: float -> fp32,
 c10::Half -> fp16, c10::BFloat16 -> bf16, Float8 -> fp8.
@@ -38,12 +47,27 @@ def _bmm(a, b):
     return None
 
 
+def _sdpa(q, k, v):
+    if len(q) == 4 and len(k) == 4 and len(v) == 4 and q[:2] == k[:2] == v[:2] and q[3] == k[3] and k[2] == v[2]:
+        b, h, s_q, d = q
+        return 2 * b * h * s_q * k[2] * d + 2 * b * h * s_q * k[2] * v[3]
+    return None
+
+
+def _sdpa_bwd(q, k, v):
+    f = _sdpa(q, k, v)
+    return None if f is None else 2.5 * f
+
+
 _FORMULAS = {
     "aten::mm": lambda d: _mm(d[0], d[1]),
     "aten::_scaled_mm": lambda d: _mm(d[0], d[1]),
     "aten::addmm": lambda d: _mm(d[1], d[2]),
     "aten::bmm": lambda d: _bmm(d[0], d[1]),
     "aten::baddbmm": lambda d: _bmm(d[1], d[2]),
+    **{f"aten::_scaled_dot_product_{k}_attention": (lambda d: _sdpa(d[0], d[1], d[2])) for k in ("flash", "efficient", "cudnn")},
+    **{f"aten::_scaled_dot_product_{k}_attention_backward": (lambda d: _sdpa_bwd(d[1], d[2], d[3]))
+       for k in ("flash", "efficient", "cudnn")},
 }
 
 MODELLED_OPS = frozenset(_FORMULAS)

@@ -196,3 +196,12 @@ def test_analyze_contract(lake):
     assert v["numbers"]["gpu_idle_pct"] == pytest.approx(100 * 200 / 1100)
     (c,) = res["collectives"]
     assert c["transfer_ns"] == 300 * US and c["straggler_rank"] == 0 and c["wait_ns"] == {"0": 0, "1": 50 * US}
+
+
+def test_mfu_user_overrides(lake):
+    # 1e9 FLOP per step on a 100 TFLOP/s peak in a 1000 µs step: 100 * 1e9 / (1e-3 * 100e12) = 1 %
+    res = analyze(lake, peak_tflops=100.0, model_flops_per_step=1e9)
+    for s in res["steps"]:
+        if s["step"] == 1:
+            assert s["mfu_pct"] == pytest.approx(1.0) and s["flop_coverage_pct"] == 100.0 and s["peak_tflops"] == 100.0
+    assert res["peak_tflops_override"] == 100.0

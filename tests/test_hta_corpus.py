@@ -111,7 +111,7 @@ def brute(events: list[dict], quirks: bool) -> dict:
     gpu = [e for e in x if (e["cat"] in GPU_CATS or (quirks and has_stream(e))) and has_stream(e)
            and (quirks or e["cat"] != "cuda_sync")]
     if len({e["name"] for e in step_evs}) >= 2:  # HTA's load-time window (2+ distinct ProfilerStep names): CPU events before the last step, GPU events they launched
-        kept = {args(e).get("correlation") for e in x if e not in gpu and not has_stream(e) and float(e["ts"]) < steps[-1]}
+        kept = {args(e).get("correlation") for e in x if not has_stream(e) and float(e["ts"]) < steps[-1]}
         gpu = [e for e in gpu if args(e).get("correlation") in kept]
     rows = []
     for e in gpu:
