@@ -54,21 +54,30 @@ coverage AS (
     ON k.run_id = o.run_id AND k.source_id = o.source_id AND k.launch_pid = o.pid AND k.launch_tid = o.tid
    AND k.launch_ns >= o.start_ns
   GROUP BY ALL
+),
+per_step AS (
+  SELECT s.run_id, s.rank, s.step, s.dur_ns AS step_ns,
+    coalesce(getvariable('model_flops_per_step'), f.model_flops) AS eff_flops,
+    CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'user' WHEN f.model_flops IS NOT NULL THEN 'trace_ops' END AS eff_source,
+    CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'bf16' ELSE f.flops_dtype END AS eff_dtype,
+    d.device_name, d.fp32_tflops, d.tf32_tflops, d.bf16_tflops, d.fp16_tflops, d.fp8_tflops,
+    c.compute_kernel_ns, c.modelled_ns
+  FROM steps s
+  LEFT JOIN flops f USING (run_id, rank, step)
+  LEFT JOIN rank_device d USING (run_id, rank)
+  LEFT JOIN coverage c USING (run_id, rank, step)
+),
+with_peak AS (
+  SELECT *, coalesce(getvariable('peak_tflops'),
+    CASE eff_dtype WHEN 'fp32' THEN fp32_tflops WHEN 'tf32' THEN tf32_tflops WHEN 'bf16' THEN bf16_tflops
+                   WHEN 'fp16' THEN fp16_tflops WHEN 'fp8' THEN fp8_tflops END) AS eff_peak
+  FROM per_step
 )
-SELECT s.run_id, s.rank, s.step, s.dur_ns AS step_ns,
-  coalesce(getvariable('model_flops_per_step'), f.model_flops) AS model_flops,
-  CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'user' WHEN f.model_flops IS NOT NULL THEN 'trace_ops' END AS flops_source,
-  CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'bf16' ELSE f.flops_dtype END AS flops_dtype,
-  coalesce(getvariable('peak_tflops'),
-    CASE flops_dtype WHEN 'fp32' THEN d.fp32_tflops WHEN 'tf32' THEN d.tf32_tflops WHEN 'bf16' THEN d.bf16_tflops
-                     WHEN 'fp16' THEN d.fp16_tflops WHEN 'fp8' THEN d.fp8_tflops END) AS peak_tflops,
-  d.device_name,
-  100.0 * model_flops / (s.dur_ns * 1e-9 * peak_tflops * 1e12) AS mfu_pct,
-  CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 100.0
-       WHEN c.compute_kernel_ns > 0 THEN 100.0 * c.modelled_ns / c.compute_kernel_ns END AS flop_coverage_pct,
-  c.compute_kernel_ns
-FROM steps s
-LEFT JOIN flops f USING (run_id, rank, step)
-LEFT JOIN rank_device d USING (run_id, rank)
-LEFT JOIN coverage c USING (run_id, rank, step)
-ORDER BY s.run_id, s.rank, s.step;
+SELECT run_id, rank, step, step_ns, eff_flops AS model_flops, eff_source AS flops_source, eff_dtype AS flops_dtype,
+  eff_peak AS peak_tflops, device_name,
+  100.0 * eff_flops / (step_ns * 1e-9 * eff_peak * 1e12) AS mfu_pct,
+  CASE WHEN eff_source = 'user' THEN 100.0
+       WHEN compute_kernel_ns > 0 THEN 100.0 * modelled_ns / compute_kernel_ns END AS flop_coverage_pct,
+  compute_kernel_ns
+FROM with_peak
+ORDER BY run_id, rank, step;
