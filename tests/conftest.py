@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO.parent / "shared" / "corpus"
+CORPUS = Path(os.environ.get("TRACELAKE_CORPUS", REPO.parent / "shared" / "corpus"))
 KINETO_DIRS = [CORPUS / d for d in ("hta", "param", "tracelens", "kineto")]
 
 
 def corpus(*parts: str) -> Path:
     p = CORPUS.joinpath(*parts)
     if not p.exists():
-        pytest.fail(f"corpus file missing: {p} (tests need ../shared/corpus beside the repo)")
+        pytest.fail(f"corpus file missing: {p} (tests need ../shared/corpus beside the repo, or TRACELAKE_CORPUS)")
     return p
 
 
