@@ -56,19 +56,10 @@ print(time.perf_counter() - t)
 # trace fields, args left undecoded) - the least any ingest of these bytes must do.
 PARSE_FLOOR = """
 import sys, time, msgspec
-from typing import Any
 from isal import igzip
-class E(msgspec.Struct):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: msgspec.Raw = msgspec.Raw(b"")
-    dur: msgspec.Raw = msgspec.Raw(b"")
-    args: msgspec.Raw = msgspec.Raw(b"")
+from pipeline.ingest.kineto import KEvent  # ph, cat, name, pid, tid; ts, dur and args as raw text
 class T(msgspec.Struct):
-    traceEvents: list[E] = []
+    traceEvents: list[KEvent] = []
 t = time.perf_counter()
 raw = open(sys.argv[1], 'rb').read()
 data = igzip.decompress(raw) if raw[:2] == b'\\x1f\\x8b' else raw

@@ -4,7 +4,7 @@
 --   algbw_gbps = msg_bytes / dur_ns (bytes per ns = 1e9 bytes/s); the time is this rank's
 --                kernel duration, which includes any wait for late peers (cross-rank transfer
 --                time arrives with issue 3).
---   busbw_gbps = algbw_gbps * factor(op, n), factor from pipeline/catalog/collectives.toml:
+--   busbw_gbps = algbw_gbps * busbw_factor(op's kind, n) (views/05_macros.sql, pipeline/catalog/collectives.toml):
 --                all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
 --   link_peak_gbps = the device's NVLink per-direction peak (pipeline/catalog/devices.toml)
 --                when the group fits on the rank's host (group_size <= visible devices);
@@ -18,12 +18,7 @@
 --   busbw_util_pct DOUBLE 0-100 (busbw / link peak); algorithm STRING; protocol STRING
 SELECT c.run_id, c.rank, g.step, c.op, c.process_group, c.group_size, c.seq, c.start_ns, c.dur_ns, c.msg_bytes,
   CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns END AS algbw_gbps,
-  CASE WHEN c.dur_ns > 0 AND c.group_size > 0 THEN c.msg_bytes / c.dur_ns *
-    CASE k.busbw_factor
-      WHEN '2(n-1)/n' THEN 2.0 * (c.group_size - 1) / c.group_size
-      WHEN '(n-1)/n' THEN (c.group_size - 1) / c.group_size
-      ELSE 1.0 END
-  END AS busbw_gbps,
+  CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns * busbw_factor(k.busbw_factor, c.group_size) END AS busbw_gbps,
   CASE WHEN c.group_size <= d.visible_devices THEN d.nvlink_gbps END AS link_peak_gbps,
   100.0 * busbw_gbps / link_peak_gbps AS busbw_util_pct,
   c.algorithm, c.protocol

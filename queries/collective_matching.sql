@@ -3,7 +3,7 @@
 -- Definitions: views/40_collective_calls.sql (matching, transfer = shortest duration among the
 -- ranks, wait = duration - transfer, straggler = last rank to start). Bandwidth (nccl-tests
 -- doc/PERFORMANCE.md): algbw_gbps = msg_bytes / transfer_ns; busbw_gbps = algbw * factor(op, n)
--- with n = expected_ranks and the factor from pipeline/catalog/collectives.toml; link_peak_gbps
+-- with n = expected_ranks (busbw_factor, views/05_macros.sql); link_peak_gbps
 -- from the straggler's device as in collective_bandwidth.sql.
 -- Columns:
 --   run_id STRING; process_group STRING (NULL: unnamed, matched by stream); pg_key STRING
@@ -15,12 +15,7 @@
 SELECT k.run_id, k.process_group, k.pg_key, k.call_key, k.seq, k.step, k.op, k.msg_bytes, k.group_size,
   k.expected_ranks, k.ranks_seen, k.complete, k.transfer_ns, k.arrival_spread_ns,
   CASE WHEN k.transfer_ns > 0 THEN k.msg_bytes / k.transfer_ns END AS algbw_gbps,
-  CASE WHEN k.transfer_ns > 0 AND k.expected_ranks > 0 THEN k.msg_bytes / k.transfer_ns *
-    CASE cat.busbw_factor
-      WHEN '2(n-1)/n' THEN 2.0 * (k.expected_ranks - 1) / k.expected_ranks
-      WHEN '(n-1)/n' THEN (k.expected_ranks - 1) / k.expected_ranks
-      ELSE 1.0 END
-  END AS busbw_gbps,
+  CASE WHEN k.transfer_ns > 0 THEN k.msg_bytes / k.transfer_ns * busbw_factor(cat.busbw_factor, k.expected_ranks) END AS busbw_gbps,
   CASE WHEN k.expected_ranks <= d.visible_devices THEN d.nvlink_gbps END AS link_peak_gbps,
   k.straggler_rank,
   w.wait_ns
