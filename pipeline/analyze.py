@@ -109,7 +109,7 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         if r_steps.height and r_steps["mfu_pct"].is_null().all():
             m = mfu.filter(pl.col("run_id") == run_id)
             if m["model_flops"].is_null().all():
-                notes.append(f"run {run_id}: MFU not available: no op with modelled FLOPs (record_shapes off, or no mm/addmm/bmm/baddbmm ops); "
+                notes.append(f"run {run_id}: MFU not available: no op with modelled FLOPs (record_shapes off, or no matmul, attention or convolution ops with usable shapes); "
                              "give --model-flops-per-step or the PaLM shape options")
             else:
                 names = sorted({str(x) for x in m["device_name"].to_list() if x})

@@ -13,10 +13,17 @@ Formulas (multiply-add = 2 FLOPs), following PyTorch's FlopCounterMode registry
                                            5 matmul-equivalents), FlopCounterMode's sdpa_backward
 Causal masking is not discounted (FlopCounterMode, PaLM and torchtitan count the full square),
 so a causal model's attention FLOPs are counted as if dense.
-Ops that call these (aten::linear, aten::matmul, aten::scaled_dot_product_attention) are not
-counted themselves, so nothing is counted twice. Convolutions are not modelled: their output
-size needs the stride/padding arguments, which Kineto records only as "Concrete Inputs" in
-recent traces; their kernels lower the FLOP coverage instead. A trace's own `flops` arg
+- aten::convolution(x[n,c_in,*s], w[c_out,c_in/g,*k], bias, stride, padding, dilation,
+  transposed, output_padding, groups)      2*n*prod(w)*prod(out spatial), out spatial from the
+                                           stride/padding/dilation in Kineto's "Concrete Inputs"
+                                           (transposed: the input's spatial size); without them
+                                           the op is not modelled
+- aten::convolution_backward(grad_out[n,c_out,*o], x, w, ..., output_mask)
+                                           2*n*prod(w)*prod(o) for each of grad_input and
+                                           grad_weight that output_mask asks for (both when the
+                                           trace has no Concrete Inputs)
+Ops that call these (aten::linear, aten::matmul, aten::scaled_dot_product_attention,
+aten::conv2d) are not counted themselves, so nothing is counted twice. A trace's own `flops` arg
 (with_flops=True) wins.
 
 The dtype of the first tensor input picks the peak to compare with: float -> fp32,
@@ -47,6 +54,42 @@ def _bmm(a, b):
     return None
 
 
+def _literal(text):
+    """A Concrete Inputs entry ('[2, 2]', 'False', '1') as a Python value, or None."""
+    import ast
+
+    try:
+        return ast.literal_eval(text) if text not in ("", None) else None
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _conv(d, concrete):
+    if concrete is None or len(concrete) < 9 or len(d) < 2:
+        return None
+    x, w = d[0], d[1]
+    stride, padding, dilation, transposed = (_literal(concrete[i]) for i in (3, 4, 5, 6))
+    if len(x) < 3 or len(w) != len(x):
+        return None
+    spatial_in, kernel = x[2:], w[2:]
+    if transposed:
+        out = spatial_in
+    else:
+        if not all(isinstance(v, list) and len(v) == len(kernel) for v in (stride, padding, dilation)):
+            return None
+        out = [(s + 2 * p - dl * (k - 1) - 1) // st + 1 for s, p, dl, k, st in zip(spatial_in, padding, dilation, kernel, stride)]
+    return 2 * x[0] * prod(w) * prod(out)
+
+
+def _conv_bwd(d, concrete):
+    if len(d) < 3 or len(d[0]) < 3 or len(d[2]) != len(d[0]):
+        return None
+    g, w = d[0], d[2]
+    mask = _literal(concrete[10]) if concrete is not None and len(concrete) > 10 else None
+    n_grads = sum(1 for m in (mask or [True, True])[:2] if m)
+    return n_grads * 2 * g[0] * prod(w) * prod(g[2:])
+
+
 def _sdpa(q, k, v):
     if len(q) == 4 and len(k) == 4 and len(v) == 4 and q[:2] == k[:2] == v[:2] and q[3] == k[3] and k[2] == v[2]:
         b, h, s_q, d = q
@@ -69,21 +112,27 @@ _FORMULAS = {
     **{f"aten::_scaled_dot_product_{k}_attention_backward": (lambda d: _sdpa_bwd(d[1], d[2], d[3]))
        for k in ("flash", "efficient", "cudnn")},
 }
+_WITH_CONCRETE = {"aten::convolution": _conv, "aten::convolution_backward": _conv_bwd}
 
-MODELLED_OPS = frozenset(_FORMULAS)
+MODELLED_OPS = frozenset(_FORMULAS) | frozenset(_WITH_CONCRETE)
 
 
-def op_flops(name: str, input_dims, input_types) -> tuple[float | None, str | None]:
+def op_flops(name: str, input_dims, input_types, concrete_inputs=None) -> tuple[float | None, str | None]:
     """FLOPs and precision of one op, or (None, None) when the op or its shapes are not modelled.
 
-    input_dims / input_types: the parsed Kineto lists (or JSON text of them).
+    input_dims / input_types / concrete_inputs: the parsed Kineto lists (or JSON text of them).
     """
     f = _FORMULAS.get(name)
-    if f is None or not input_dims:
+    fc = _WITH_CONCRETE.get(name)
+    if (f is None and fc is None) or not input_dims:
         return None, None
     try:
         dims = json.loads(input_dims) if isinstance(input_dims, str) else input_dims
-        v = f(dims)
+        if fc is not None:
+            conc = json.loads(concrete_inputs) if isinstance(concrete_inputs, str) else concrete_inputs
+            v = fc(dims, conc)
+        else:
+            v = f(dims)
     except (IndexError, TypeError, ValueError):
         return None, None
     if v is None:

@@ -29,3 +29,18 @@ def test_palm():
     assert palm_flops_per_step(1e9, 24, 16, 128, 2048, 8192) == (6e9 + 12 * 24 * 16 * 128 * 2048) * 8192
     with pytest.raises(ValueError, match="layers"):
         palm_flops_per_step(1e9, 0, 16, 128, 2048, 8192)
+
+
+def test_convolution_with_concrete_inputs():
+    # tracelens mi300/resnet_act_checkpoint: aten::convolution Input Dims [[10, 256, 14, 14], [512, 256, 3, 3], ...],
+    # Concrete Inputs ['', '', '', '[2, 2]', '[1, 1]', '[1, 1]', 'False', '[0, 0]', '1']:
+    # out = (14 + 2*1 - 1*(3-1) - 1) // 2 + 1 = 7 -> 2 * 10 * (512*256*3*3) * 7*7
+    dims = [[10, 256, 14, 14], [512, 256, 3, 3], [], [], [], [], [], [], []]
+    conc = ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]
+    assert op_flops("aten::convolution", dims, ["c10::BFloat16"] * 2, conc) == (2 * 10 * 512 * 256 * 9 * 49, "bf16")
+    assert op_flops("aten::convolution", dims, ["float"] * 2, None) == (None, None)  # no stride/padding: not modelled
+    # convolution_backward: grad_out [10, 512, 7, 7], weight [512, 512, 3, 3]; both grads: 2 x (2 * 10 * prod(w) * 49)
+    bdims = [[10, 512, 7, 7], [10, 512, 7, 7], [512, 512, 3, 3], [], [], [], [], [], [], [], []]
+    assert op_flops("aten::convolution_backward", bdims, ["float"] * 3) == (2 * 2 * 10 * 512 * 512 * 9 * 49, "fp32")
+    mask = ["", "", "", "[0]", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1", "[False, True, False]"]
+    assert op_flops("aten::convolution_backward", bdims, ["float"] * 3, mask) == (2 * 10 * 512 * 512 * 9 * 49, "fp32")

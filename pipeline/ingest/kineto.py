@@ -56,13 +56,14 @@ _ARG_KEYS = {
     "stream": "stream", "device": "device", "context": "context", "grid": "grid", "block": "block",
     "registers_per_thread": "registers per thread", "shared_memory": "shared memory", "bytes": "bytes",
     "input_dims": "Input Dims", "input_dims_old": "Input dims", "input_type": "Input type", "flops": "flops",
+    "concrete_inputs": "Concrete Inputs",
     "sequence_number": "Sequence number", "cuda_sync_kind": "cuda_sync_kind", "graph_id": "graph id",
     "collective_name": "Collective name", "in_msg_nelems": "In msg nelems", "out_msg_nelems": "Out msg nelems",
     "group_size": "Group size", "dtype": "dtype", "pg_name": "Process Group Name",
     "pg_desc": "Process Group Description", "pg_ranks": "Process Group Ranks", "seq": "Seq",
     "comms_id": "Comms Id", "src_rank": "Src Rank", "dst_rank": "Dst Rank",
 }
-_RAW_ARGS = {"input_dims", "input_dims_old", "input_type"}
+_RAW_ARGS = {"input_dims", "input_dims_old", "input_type", "concrete_inputs"}
 _ATTR = {v: k for k, v in _ARG_KEYS.items()}
 
 
@@ -82,6 +83,7 @@ class KArgs(msgspec.Struct, rename=_ARG_KEYS, gc=False, frozen=True):
     input_dims: msgspec.Raw = msgspec.Raw(b"")
     input_dims_old: msgspec.Raw = msgspec.Raw(b"")
     input_type: msgspec.Raw = msgspec.Raw(b"")
+    concrete_inputs: msgspec.Raw = msgspec.Raw(b"")
     flops: Any = None
     sequence_number: Any = None
     cuda_sync_kind: Any = None
@@ -489,11 +491,12 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
     flops, fsrc, fdt = [None] * n_cpu, [None] * n_cpu, [None] * n_cpu
     for j in [j for j, (n, a) in enumerate(zip(names, args)) if a.flops is not None or n in MODELLED_OPS]:
         n, fv = names[j], args[j].flops
+        conc = _text(args[j].concrete_inputs)
         if isinstance(fv, (int, float)) and not isinstance(fv, bool) and fv > 0:
             flops[j], fsrc[j] = float(fv), "trace"
-            fdt[j] = op_flops(n, dims[j], types[j])[1] if n in MODELLED_OPS else None
+            fdt[j] = op_flops(n, dims[j], types[j], conc)[1] if n in MODELLED_OPS else None
         elif n in MODELLED_OPS:
-            v, dt = op_flops(n, dims[j], types[j])
+            v, dt = op_flops(n, dims[j], types[j], conc)
             if v is not None:
                 flops[j], fsrc[j], fdt[j] = v, "shapes", dt
     cpu = pl.DataFrame({
