@@ -103,12 +103,6 @@ class Lake:
         parts = self.table_files("sources")
         return pl.concat([pl.read_parquet(p) for p in parts], how="vertical_relaxed")
 
-    def remove_source(self, source_id: str, run_id: str) -> None:
-        """Delete every part of a source in a run (all tables); the sources row goes first."""
-        self.part_path("sources", run_id, source_id).unlink(missing_ok=True)
-        for t in sch.tables():
-            self.part_path(t, run_id, source_id).unlink(missing_ok=True)
-
     def write_source(self, run_id: str, source_id: str, tables: dict[str, pa.Table], source_row: dict,
                      replace: bool = False) -> None:
         """Write one source's tables, then its sources row. Each table is conformed to schema v1
