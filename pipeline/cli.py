@@ -141,13 +141,16 @@ def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RU
     raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern))
 
 
-def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None = None,
-              model_flops_per_step: float | None = None):
+def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None,
+              model_flops_per_step: float | None, *palm_shape):
+    """Analysis of the lake with the command's options; palm_shape = (params, layers, heads,
+    head_dim, seq_len, tokens_per_step), all None when not given."""
     from .analyze import analyze
     from .lake import Lake
 
     if window not in ("all", "hta"):
         raise typer.BadParameter("--window must be 'all' or 'hta'")
+    model_flops_per_step = _model_flops(model_flops_per_step, *palm_shape)
     lake = Lake(lake_dir)
     if not lake.exists():
         err.print(f"error: {lake_dir}: not a tracelake lake (run `tracelake ingest PATH --lake {lake_dir}` first)", markup=False)
@@ -166,8 +169,8 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
             heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
             tokens_per_step: Optional[float] = TOKENS):
     """Compute the metrics (queries/*.sql) and the verdict for every run in the lake."""
-    res = _analysis(lake, window, kernel_wait_us, peak_tflops,
-                    _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step))
+    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, params, layers, heads, head_dim, seq_len,
+                    tokens_per_step)
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
         return
@@ -198,8 +201,8 @@ def report(lake: Path = LAKE, output: Path = typer.Option(Path("report.html"), "
     """Write the self-contained HTML report (works offline)."""
     from .report.html import render
 
-    res = _analysis(lake, window, kernel_wait_us, peak_tflops,
-                    _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step))
+    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, params, layers, heads, head_dim, seq_len,
+                    tokens_per_step)
     _write(output, render(res))
     err.print(f"wrote {output}", markup=False)
 
@@ -261,13 +264,14 @@ def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html
         heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
         tokens_per_step: Optional[float] = TOKENS):
     """Ingest, analyze and report in one go."""
-    model_flops = _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step)
+    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
+    _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
     code = _ingest(paths, lake, run_id, rank, force, comm_pattern)
     if code == EXIT_FAILED:
         raise typer.Exit(code)
     from .report.html import render
 
-    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops)
+    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape)
     _write(output, render(res))
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)

@@ -36,11 +36,6 @@ def devices() -> list[dict]:
 
 
 @lru_cache(maxsize=1)
-def links() -> list[dict]:
-    return _load("devices.toml")["link"]
-
-
-@lru_cache(maxsize=1)
 def _alias_map() -> dict[str, str]:
     out = {}
     for op, spec in collectives().items():
@@ -66,16 +61,6 @@ def normalize_op(raw: str | None) -> str:
     if k:
         return _alias_map().get(k.group(1).lower(), "unknown")
     return "unknown"
-
-
-def match_device(name: str | None) -> dict | None:
-    """First catalog entry whose `match` regex matches the device name, or None."""
-    if not name:
-        return None
-    for d in devices():
-        if re.search(d["match"], name, re.IGNORECASE):
-            return d
-    return None
 
 
 def device_catalog_arrow() -> pa.Table:

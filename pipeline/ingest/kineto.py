@@ -63,12 +63,10 @@ _ARG_KEYS = {
     "pg_desc": "Process Group Description", "pg_ranks": "Process Group Ranks", "seq": "Seq",
     "comms_id": "Comms Id", "src_rank": "Src Rank", "dst_rank": "Dst Rank",
 }
-_RAW_ARGS = {"input_dims", "input_dims_old", "input_type", "concrete_inputs"}
-_ATTR = {v: k for k, v in _ARG_KEYS.items()}
 
 
 class KArgs(msgspec.Struct, rename=_ARG_KEYS, gc=False, frozen=True):
-    """The args of one event; dict-like access by the original Kineto key."""
+    """The args of one event that tracelake reads (attributes named in _ARG_KEYS)."""
     external_id: Any = None
     external_id_old: Any = None
     correlation: Any = None
@@ -100,19 +98,6 @@ class KArgs(msgspec.Struct, rename=_ARG_KEYS, gc=False, frozen=True):
     comms_id: Any = None
     src_rank: Any = None
     dst_rank: Any = None
-
-    def get(self, key: str, default=None):
-        attr = _ATTR[key]
-        v = getattr(self, attr)
-        if attr in _RAW_ARGS:
-            v = bytes(v).decode("utf-8", "replace") if len(v) else None
-        return default if v is None else v
-
-    def __contains__(self, key: str) -> bool:
-        return self.get(key) is not None
-
-    def __getitem__(self, key: str):
-        return self.get(key)
 
 
 _EMPTY_ARGS = KArgs()
@@ -461,7 +446,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         "copy_kind": [c[0] for c in copy],
         "src_kind": [c[1] for c in copy],
         "dst_kind": [c[2] if k == "memcpy" else m for c, m, k in zip(copy, mset, kinds)],
-        "sync_kind": [(_SYNC_KIND.get(a.get("cuda_sync_kind") or n, "other") if k == "sync" else None) for a, n, k in zip(args, names, kinds)],
+        "sync_kind": [(_SYNC_KIND.get(a.cuda_sync_kind or n, "other") if k == "sync" else None) for a, n, k in zip(args, names, kinds)],
         "graph_id": _ints(map(_AG["graph_id"], args)),
         "pid": _ints(map(_AG["pid"], evs)),
         "tid": _ints(map(_AG["tid"], evs)),
@@ -557,8 +542,8 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         "name": [e.name if isinstance(e.name, str) else str(e.name) for e in evs],
         "start_ns": ts + base_ns,
         "end_ns": ts + base_ns + np.maximum(du, 0),
-        "device": _ints(a.get("device", e.pid) for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
-        "stream": _ints(a.get("stream", e.tid) for a, e in zip(args, evs)),
+        "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
+        "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
         "pid": _ints(map(_AG["pid"], evs)),
         "tid": _ints(map(_AG["tid"], evs)),
         "_ok": ok_a,
@@ -656,22 +641,22 @@ def _dtype_bytes(dtype) -> int | None:
     return _DTYPE_BYTES.get(dtype.lower().replace("c10::", "").replace("at::", ""))
 
 
-def _meta_row(a: dict) -> dict:
-    raw = a.get("Collective name")
+def _meta_row(a: KArgs) -> dict:
+    raw = a.collective_name if isinstance(a.collective_name, str) else None
     op = catalog.normalize_op(raw) if raw else None
-    in_n, out_n = _int(a.get("In msg nelems")), _int(a.get("Out msg nelems"))
-    dtype = a.get("dtype") if isinstance(a.get("dtype"), str) else None
+    in_n, out_n = _int(a.in_msg_nelems), _int(a.out_msg_nelems)
+    dtype = a.dtype if isinstance(a.dtype, str) else None
     size = _dtype_bytes(dtype)
-    cid = a.get("Comms Id")
+    cid = a.comms_id
     return {
         "op_raw": raw, "op": op, "in_nelems": in_n, "out_nelems": out_n, "dtype": dtype, "dtype_bytes": size,
-        "group_size": _int(a.get("Group size")),
-        "process_group": str(a["Process Group Name"]) if a.get("Process Group Name") is not None else None,
-        "pg_desc": a.get("Process Group Description") if isinstance(a.get("Process Group Description"), str) else None,
-        "pg_ranks": _ranks(a.get("Process Group Ranks")),
-        "seq": _int(a.get("Seq")),
+        "group_size": _int(a.group_size),
+        "process_group": str(a.pg_name) if a.pg_name is not None else None,
+        "pg_desc": a.pg_desc if isinstance(a.pg_desc, str) else None,
+        "pg_ranks": _ranks(a.pg_ranks),
+        "seq": _int(a.seq),
         "comms_id": str(cid) if isinstance(cid, int) else (cid if isinstance(cid, str) else None),
-        "src_rank": _int(a.get("Src Rank")), "dst_rank": _int(a.get("Dst Rank")),
+        "src_rank": _int(a.src_rank), "dst_rank": _int(a.dst_rank),
     }
 
 
@@ -713,7 +698,7 @@ def _collectives(gpu: pl.DataFrame, cpu: pl.DataFrame, gpu_meta: dict, cpu_meta:
     cpu_by_ext = {}
     rpc = cpu.filter(pl.col("event_index").is_in(list(cpu_meta)))
     for ei, ext in zip(rpc["event_index"].to_list(), rpc["external_id"].to_list()):
-        if ext is not None and "Collective name" in cpu_meta[ei]:
+        if ext is not None and cpu_meta[ei].collective_name is not None:
             cpu_by_ext.setdefault(ext, cpu_meta[ei])
     rows = []
     comm = gpu.filter(pl.col("category") == "communication")
@@ -731,7 +716,7 @@ def _collectives(gpu: pl.DataFrame, cpu: pl.DataFrame, gpu_meta: dict, cpu_meta:
     if comm.height == 0 and cpu_meta:
         for r in rpc.iter_rows(named=True):
             a = cpu_meta[r["event_index"]]
-            if "Collective name" not in a:
+            if a.collective_name is None:
                 continue
             meta = _meta_row(a)
             mb, note = msg_bytes(meta["op"], meta["in_nelems"], meta["out_nelems"], meta["dtype_bytes"])
