@@ -31,6 +31,9 @@ def classify(gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: l
     has_comm_args (bool: the event's args carry collective metadata).
 
     comm_ext_ids: External ids of host ops matching comm_host_ops (the "correlation" rule).
+    An optional bool column `comm_launch` marks work whose launch the input ties to a
+    communication call in another way (nsys: launched inside an NCCL NVTX range); it counts for
+    the same rule.
     user_patterns: extra communication regexes (--comm-pattern); re.error if one is invalid.
     """
     rules = catalog.classification()
@@ -40,6 +43,8 @@ def classify(gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: l
     ids = comm_ext_ids if comm_ext_ids is not None else pl.Series([], dtype=pl.Int64)
     is_kernel = pl.col("kind") == "kernel"
     by_corr = pl.col("external_id").is_in(ids.implode()) if len(ids) else pl.lit(False)
+    if "comm_launch" in gpu.columns:
+        by_corr = by_corr.fill_null(False) | pl.col("comm_launch").fill_null(False)
     by_user = pl.col("name").str.contains(user_re) if user_re else pl.lit(False)
     expr_by = (
         pl.when(pl.col("kind").is_in(["memcpy", "memset", "sync"])).then(pl.lit("kind"))

@@ -54,15 +54,22 @@ def _check_patterns(patterns: list[str]) -> None:
             raise typer.BadParameter(f"--comm-pattern {p!r}: {e}")
 
 
-def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str]) -> int:
+def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str],
+            step_range: str | None = None) -> int:
     from .ingest import discover, ingest_paths
     from .lake import Lake, LakeError, one_line
 
     _check_patterns(comm_pattern)
+    if step_range:
+        try:
+            re.compile(step_range)
+        except re.error as e:
+            raise typer.BadParameter(f"--step-range {step_range!r}: {e}")
     problems: list = []
     files = discover(paths, problems)
     if not files and not problems:
-        err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz) under " + ", ".join(str(p) for p in paths)), markup=False)
+        err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/) under "
+                           + ", ".join(str(p) for p in paths)), markup=False)
         return EXIT_FAILED
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
@@ -80,7 +87,8 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
                     prog.console.print(one_line(f"note {res.path}: {n}"), markup=False)
 
         try:
-            ingest_paths(paths, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file)
+            ingest_paths(paths, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file,
+                         step_regex=step_range)
         except LakeError as e:
             err.print(one_line(f"error: {e}"), markup=False)
             return EXIT_FAILED
@@ -102,11 +110,14 @@ def _write(path: Path, text: str) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-PATHS = typer.Argument(..., help="Trace files (.json, .json.gz) or directories, searched recursively.")
+PATHS = typer.Argument(..., help="Traces and exports (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
+                       ".nsys-rep/.qdrep) or directories, searched recursively.")
 LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
 RUN = typer.Option(None, "--run", help="Run id for all files (default: each file's parent directory name).")
 RANK = typer.Option(None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win).")
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
+STEPS = typer.Option(None, "--step-range", help="Regex of NVTX range names that mark steps in Nsight Systems exports "
+                     "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.")
 COMM = typer.Option([], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.")
 WINDOW = typer.Option("all", "--window", help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).")
 KWAIT = typer.Option(30.0, "--kernel-wait-us", help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
@@ -136,9 +147,9 @@ def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len,
 
 @app.command(epilog=EXIT_HELP)
 def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RUN, rank: Optional[int] = RANK,
-           force: bool = FORCE, comm_pattern: List[str] = COMM):
+           force: bool = FORCE, comm_pattern: List[str] = COMM, step_range: Optional[str] = STEPS):
     """Ingest traces into the lake (one bad file never stops the batch)."""
-    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern))
+    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern, step_range))
 
 
 def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None,
@@ -259,14 +270,14 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
 def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write."),
         lake: Path = typer.Option(Path(".tracelake"), "--lake", "-l", help="Lake directory (default .tracelake/)."),
         run_id: Optional[str] = RUN, rank: Optional[int] = RANK, force: bool = FORCE, comm_pattern: List[str] = COMM,
-        window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
+        step_range: Optional[str] = STEPS, window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
         model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
         heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
         tokens_per_step: Optional[float] = TOKENS):
     """Ingest, analyze and report in one go."""
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
-    code = _ingest(paths, lake, run_id, rank, force, comm_pattern)
+    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range)
     if code == EXIT_FAILED:
         raise typer.Exit(code)
     from .report.html import render

@@ -103,23 +103,34 @@ class Lake:
         parts = self.table_files("sources")
         return pl.concat([pl.read_parquet(p) for p in parts], how="vertical_relaxed")
 
-    def write_source(self, run_id: str, source_id: str, tables: dict[str, pa.Table], source_row: dict,
+    def write_source(self, run_id: str, source_id: str, tables: dict[str, object], source_row: dict,
                      replace: bool = False) -> None:
-        """Write one source's tables, then its sources row. Each table is conformed to schema v1
-        (SchemaError on mismatch, before anything is written). replace: an earlier version of the
-        same source in the same run is swapped out only after the new parts are fully written
-        (its sources row goes first, so readers of the manifest never see a mix)."""
-        conformed = {t: sch.conform(t, data) for t, data in tables.items() if data is not None}
+        """Write one source's tables, then its sources row.
+
+        tables: table name -> a pyarrow Table, an iterable of pyarrow Tables/RecordBatches (streamed
+        into the Parquet part chunk by chunk, so memory stays bounded), or a callable returning
+        either (called after the tables before it are written, in dict order). Each chunk is
+        conformed to schema v1 (SchemaError on mismatch; nothing of this source reaches the lake
+        then). replace: an earlier version of the same source in the same run is swapped out only
+        after the new parts are fully written (its sources row goes first, so readers of the
+        manifest never see a mix)."""
+        whole = {t: sch.conform(t, d) for t, d in tables.items() if isinstance(d, (pa.Table, dict))}
         src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
         tmp = self.root / ".tmp" / uuid.uuid4().hex
         tmp.mkdir(parents=True)
         try:
             staged = [(tmp / f"{t}.parquet", self.part_path(t, run_id, source_id), tbl)
-                      for t, tbl in conformed.items() if tbl.num_rows]
+                      for t, tbl in whole.items() if tbl.num_rows]
             # Parquet encoding releases the GIL: write the tables side by side
             with ThreadPoolExecutor(max_workers=2) as pool:
                 list(pool.map(lambda x: _write_parquet(x[2], x[0]), staged))
             staged = [(f, dest) for f, dest, _ in staged]
+            for t, d in tables.items():
+                if d is None or t in whole:
+                    continue
+                f = tmp / f"{t}.parquet"
+                if _write_stream(t, d() if callable(d) else d, f):
+                    staged.append((f, self.part_path(t, run_id, source_id)))
             f = tmp / "sources.parquet"
             _write_parquet(src, f)
             staged.append((f, self.part_path("sources", run_id, source_id)))
@@ -135,3 +146,38 @@ class Lake:
                 os.replace(f, dest)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def scratch(self) -> Path:
+        """A fresh private directory under <lake>/.tmp for one ingest's intermediate files (the
+        caller removes it; a crashed ingest leaves it to the next cleanup of .tmp)."""
+        d = self.root / ".tmp" / ("scratch-" + uuid.uuid4().hex)
+        d.mkdir(parents=True)
+        return d
+
+
+def _write_stream(table: str, chunks, path: Path) -> bool:
+    """Write an iterable of chunks (pyarrow Table/RecordBatch, or a whole Table) as one Parquet
+    file, conforming each; returns False (no file) when there were no rows."""
+    if isinstance(chunks, (pa.Table, dict)):
+        tbl = sch.conform(table, chunks)
+        if tbl.num_rows:
+            _write_parquet(tbl, path)
+        return tbl.num_rows > 0
+    writer = None
+    rows = 0
+    try:
+        for c in chunks:
+            if isinstance(c, pa.RecordBatch):
+                c = pa.Table.from_batches([c])
+            tbl = sch.conform(table, c)
+            if not tbl.num_rows:
+                continue
+            if writer is None:
+                stats = [f.name for f in tbl.schema if not pa.types.is_string(f.type) and not pa.types.is_list(f.type)]
+                writer = pq.ParquetWriter(path, tbl.schema, compression="zstd", write_statistics=stats)
+            writer.write_table(tbl)
+            rows += tbl.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows > 0

@@ -6,7 +6,7 @@
 -- with n = expected_ranks (busbw_factor, views/05_macros.sql); link_peak_gbps
 -- from the straggler's device as in collective_bandwidth.sql.
 -- Columns:
---   run_id STRING; process_group STRING (NULL: unnamed, matched by stream); pg_key STRING
+--   run_id STRING; process_group STRING (NULL: unnamed, matched by communication stream order); pg_key STRING
 --   call_key INT64 (seq, else order in the group); seq INT64; step INT64; op STRING
 --   msg_bytes INT64 bytes; group_size INT32; expected_ranks INT64; ranks_seen INT64; complete BOOL
 --   transfer_ns INT64 ns; arrival_spread_ns INT64 ns (last start - first start)

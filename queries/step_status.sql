@@ -15,12 +15,12 @@ WITH launch_calls AS (
   WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL
     AND regexp_matches(name, '(LaunchKernel|MemcpyAsync|MemsetAsync|GraphLaunch|ModuleLaunch|runFunction)')
 ),
-gpu_corr AS (SELECT DISTINCT run_id, source_id, correlation FROM gpu_activities WHERE correlation IS NOT NULL),
+gpu_corr AS (SELECT DISTINCT run_id, source_id, rank, correlation FROM gpu_activities WHERE correlation IS NOT NULL),
 per_step AS (
   SELECT l.run_id, l.rank, s.step, count(*) AS launches, count(*) FILTER (WHERE g.correlation IS NULL) AS missing
   FROM launch_calls l
   ASOF JOIN steps s ON l.run_id = s.run_id AND l.rank = s.rank AND l.start_ns >= s.start_ns
-  LEFT JOIN gpu_corr g ON g.run_id = l.run_id AND g.source_id = l.source_id AND g.correlation = l.correlation
+  LEFT JOIN gpu_corr g ON g.run_id = l.run_id AND g.source_id = l.source_id AND g.rank = l.rank AND g.correlation = l.correlation
   WHERE l.start_ns < s.end_ns
   GROUP BY ALL
 )

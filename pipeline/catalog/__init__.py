@@ -26,6 +26,12 @@ def classification() -> dict:
 
 
 @lru_cache(maxsize=1)
+def nsys() -> dict:
+    """Nsight Systems enum ids and the privacy allow-list (nsys.toml)."""
+    return _load("nsys.toml")
+
+
+@lru_cache(maxsize=1)
 def collectives() -> dict:
     return _load("collectives.toml")["ops"]
 

@@ -2,7 +2,9 @@
 
 One bad file never stops a batch: it gets a `sources` row with status=failed and a one-line
 error, and the rest are ingested. A path that does not exist, a directory that cannot be read or
-a special file (FIFO, device) is reported the same way. Formats today: Kineto JSON (plain or .gz).
+a special file (FIFO, device) is reported the same way. Formats: Kineto JSON (plain or .gz);
+Nsight Systems SQLite exports, parquetdir exports (`*_pqtdir/`) and .nsys-rep/.qdrep reports
+(pipeline/ingest/nsys.py; one report may hold several ranks).
 
 Run and rank assignment:
 - run_id = --run, else the name of the file's parent directory (sanitized for hive paths; a name
@@ -23,25 +25,27 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+import duckdb
 import polars as pl
 
 from .. import __version__
 from .. import schema as sch
 from ..lake import Lake, one_line, safe_run_id
-from . import kineto
+from . import kineto, nsys
 
 try:  # isal's gzip is ~2x faster than zlib's and decompresses the same bytes
     from isal import igzip as _gz
 except ImportError:  # pragma: no cover
     _gz = gzip
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".zip")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 MAX_RANK = 2**31 - 1
 
@@ -71,7 +75,8 @@ class Problem:
 
 def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[Path]:
     """Files named by `paths`: files as given, directories searched recursively for
-    *.json / *.json.gz / *.gz (symlinks to directories are not followed). Paths that do not
+    *.json / *.json.gz / *.gz / *.sqlite / *.nsys-rep / *.qdrep / *.zip (symlinks to directories are not
+    followed); an nsys parquetdir export (`*_pqtdir/`) is one input, given or found. Paths that do not
     exist, are not regular files or directories, or cannot be listed go to `problems` (a list of
     Problem) when given; otherwise the first raises FileNotFoundError."""
     out: list[Path] = []
@@ -83,9 +88,14 @@ def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[
 
     for p in paths:
         p = Path(p)
-        if p.is_dir():
+        if p.is_dir() and nsys.detect(p):
+            out.append(p)
+        elif p.is_dir():
             for root, dirs, files in os.walk(p, onerror=lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")):
                 dirs.sort()
+                for d in [d for d in dirs if d.endswith("_pqtdir")]:
+                    dirs.remove(d)
+                    out.append(Path(root) / d)
                 for name in sorted(files):
                     f = Path(root) / name
                     if name.lower().endswith(TRACE_SUFFIXES) and f.is_file():
@@ -135,8 +145,15 @@ def read_bytes(path: Path, limit: int | None = None) -> tuple[bytes, bytes]:
 
 
 def _rank_index(lake: Lake) -> dict[tuple[str, int], str]:
+    """(run_id, rank) -> source_id holding that rank, over every source that was not a failure."""
     src = lake.sources().filter(pl.col("status") != "failed")
-    return {(r, k): s for r, k, s in zip(src["run_id"], src["rank"], src["source_id"]) if k is not None}
+    many = src["ranks"] if "ranks" in src.columns else pl.Series([None] * src.height)
+    out = {}
+    for r, k, ks, s in zip(src["run_id"], src["rank"], many, src["source_id"]):
+        for k in (ks if ks is not None else [k]):
+            if k is not None:
+                out[(r, k)] = s
+    return out
 
 
 def ingest_paths(
@@ -147,9 +164,14 @@ def ingest_paths(
     force: bool = False,
     comm_patterns: list[str] | None = None,
     on_file: Callable[[FileResult], None] | None = None,
+    step_regex: str | None = None,
 ) -> list[FileResult]:
     """Ingest every file under `paths` into `lake`; returns one FileResult per file or problem
-    path. Raises LakeError when the lake itself cannot be created or written."""
+    path. step_regex: NVTX range names that mark steps in nsys exports (default ProfilerStep#N).
+    Raises LakeError when the lake itself cannot be created or written, re.error for a bad
+    step_regex."""
+    if step_regex:
+        re.compile(step_regex)
     problems: list[Problem] = []
     files = discover(paths, problems)
     lake.ensure()
@@ -164,7 +186,8 @@ def ingest_paths(
             on_file(res)
     for f in files:
         try:
-            res = ingest_file(f, lake, run=run, rank=rank, force=force, comm_patterns=comm_patterns, done=done, ranks=ranks)
+            res = ingest_file(f, lake, run=run, rank=rank, force=force, comm_patterns=comm_patterns, done=done, ranks=ranks,
+                              step_regex=step_regex)
         except MemoryError:
             res = _record_failure(lake, f, run, "out of memory while ingesting this file")
         except OSError as e:
@@ -189,8 +212,7 @@ def _record_failure(lake: Lake, path: Path, run: str | None, error: str) -> File
     abspath = str(Path(path).absolute())
     run_id = _run_for(Path(path), run)
     try:
-        with open(path, "rb") as f:
-            sha = hashlib.sha256(f.read()).hexdigest() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
+        sha = content_sha256(Path(path))
     except (OSError, MemoryError):
         sha = None
     sha = sha or hashlib.sha256(("unreadable:" + abspath).encode()).hexdigest()
@@ -206,10 +228,90 @@ def _record_failure(lake: Lake, path: Path, run: str | None, error: str) -> File
     return FileResult(abspath, run_id, None, "failed", error, [], sha[:16])
 
 
+def content_sha256(path: Path) -> str | None:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks; of a directory (nsys parquetdir): of its
+    sorted member names and their bytes. None for special files. Raises OSError."""
+    h = hashlib.sha256()
+    if path.is_dir():
+        for f in sorted(path.rglob("*")):
+            if f.is_file():
+                h.update(str(f.relative_to(path)).encode("utf-8", "surrogateescape") + b"\x00")
+                h.update(bytes.fromhex(content_sha256(f) or ""))
+        return h.hexdigest()
+    with open(path, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def _claim_ranks(run_id: str, source_id: str, rank_list: list[int], ranks: dict, notes: list[str]) -> str:
+    """The run this source's ranks go to: run_id, or '<run>_<source_id[:8]>' when another source
+    already holds one of them (both the note and the printed message say so)."""
+    taken = [r for r in rank_list if (run_id, r) in ranks and ranks[(run_id, r)] != source_id]
+    if not taken:
+        return run_id
+    moved = safe_run_id(f"{run_id}_{source_id[:8]}")
+    what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
+    notes.append(f"{what} of run {run_id} is already held by source {ranks[(run_id, taken[0])]}; this file was put in run {moved}")
+    return moved
+
+
+def _ingest_nsys(path: Path, fmt: str, lake: Lake, run_id: str, rank: int | None, force: bool,
+                 comm_patterns: list[str] | None, done: set, ranks: dict, step_regex: str | None) -> FileResult:
+    abspath = str(path.absolute())
+    t0 = time.time_ns()
+    sha = content_sha256(path) or hashlib.sha256(("unreadable:" + abspath).encode()).hexdigest()
+    source_id = sha[:16]
+    moved = safe_run_id(f"{run_id}_{source_id[:8]}")
+    size = _size(path)
+    if ((sha, run_id) in done or (sha, moved) in done) and not force:
+        return FileResult(abspath, run_id, None, "skipped", None, ["already in the lake (same content); --force re-ingests"], source_id)
+    base_row = {"source_id": source_id, "run_id": run_id, "path": abspath, "format": fmt, "content_sha256": sha,
+                "size_bytes": size, "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__,
+                "ingested_at_ns": t0}
+    scratch = lake.scratch()
+    try:
+        with nsys.open_export(path, fmt, scratch, file_rank=rank_from_name(path.name), cli_rank=rank,
+                              step_regex=step_regex, comm_patterns=comm_patterns) as ex:
+            notes = list(ex.notes)
+            rank_list = ex.rank_list
+            bad = [r for r in rank_list if not 0 <= r <= MAX_RANK]
+            if bad:
+                raise nsys.NsysError(f"rank {bad[0]} ({ex.rank_source}) is outside 0..{MAX_RANK}")
+            run_id = _claim_ranks(run_id, source_id, rank_list, ranks, notes)
+            row = {**base_row, "run_id": run_id, "format": ex.format, "rank": rank_list[0] if len(rank_list) == 1 else None,
+                   "rank_source": ex.rank_source, "ranks": rank_list, "host": ex.host,
+                   "tool_versions": json.dumps(ex.tool_versions, sort_keys=True) if ex.tool_versions else None,
+                   "status": "ok", "notes": notes or None, "event_count": ex.event_count,
+                   "base_time_ns": ex.base_time_ns, "trace_start_ns": ex.trace_start_ns, "trace_end_ns": ex.trace_end_ns,
+                   "world_size": len(rank_list) if ex.rank_source == "process_order" else None}
+            lake.write_source(run_id, source_id, ex.tables(run_id, source_id), row, replace=True)
+    except (kineto.TraceError, duckdb.Error, sch.SchemaError) as e:
+        err = one_line(str(e) if isinstance(e, kineto.TraceError) else f"{type(e).__name__}: {e}")[:500]
+        base_row["run_id"] = run_id
+        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
+        return FileResult(abspath, run_id, None, "failed", err, [], source_id, size)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for r in rank_list:
+        ranks[(run_id, r)] = source_id
+    done.add((sha, run_id))
+    return FileResult(abspath, run_id, rank_list[0] if len(rank_list) == 1 else None, "ok", None, notes, source_id, size)
+
+
 def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force: bool,
-                comm_patterns: list[str] | None, done: set, ranks: dict) -> FileResult:
+                comm_patterns: list[str] | None, done: set, ranks: dict, step_regex: str | None = None) -> FileResult:
     path = Path(path)
     abspath = str(path.absolute())
+    fmt = nsys.detect(path)
+    if fmt is not None:
+        return _ingest_nsys(path, fmt, lake, _run_for(path, run), rank, force, comm_patterns, done, ranks, step_regex)
     run_id = _run_for(path, run)
     t0 = time.time_ns()
     err = None
@@ -260,11 +362,8 @@ def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force
         return FileResult(abspath, run_id, None, "failed", err, [], source_id, len(raw))
 
     notes = list(parsed.notes)
+    run_id = _claim_ranks(run_id, source_id, [r], ranks, notes)
     key = (run_id, r)
-    if key in ranks and ranks[key] != source_id:
-        notes.append(f"rank {r} of run {run_id} is already held by source {ranks[key]}; this file was put in run {moved}")
-        run_id = moved
-        key = (run_id, r)
 
     def add_ids(df: pl.DataFrame, with_rank: bool = True) -> pl.DataFrame:
         cols = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
@@ -285,7 +384,7 @@ def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force
     }
     starts = [df["start_ns"].min() for df in (p.gpu, p.cpu) if df.height]
     ends = [df["end_ns"].max() for df in (p.gpu, p.cpu) if df.height]
-    row = {**base_row, "run_id": run_id, "rank": r, "rank_source": rsrc, "host": p.host,
+    row = {**base_row, "run_id": run_id, "rank": r, "rank_source": rsrc, "ranks": [r], "host": p.host,
            "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
            "backend": p.backend, "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None,
            "status": "ok", "notes": notes or None, "event_count": p.event_count, "base_time_ns": p.base_time_ns,

@@ -27,6 +27,7 @@ import polars as pl
 from .. import classify as classify_mod
 from .. import catalog
 from ..flops import MODELLED_OPS, op_flops
+from ..ncclname import kernel_meta  # noqa: F401  (re-exported for callers of kineto.kernel_meta)
 from ..timeparse import us_text_to_ns
 
 
@@ -212,25 +213,6 @@ _DTYPE_BYTES = {
     "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
     "complexfloat": 8, "complexdouble": 16,
 }
-# NCCL kernel names of three eras (../shared/reference/nsys.md section 3.3):
-#   ncclAllReduceRingLLKernel_sum_f32 (<= 2.8), ncclKernel_AllReduce_RING_LL_Sum_float (2.9-2.18),
-#   ncclDevKernel_AllReduce_Sum_f32_RING_LL (>= 2.19; also ncclDevKernel_SendRecv, _Generic)
-_KERNEL_META = re.compile(r"(?i)nccl(?:Dev)?Kernel_(?P<op>[A-Za-z]+)|nccl(?P<op_old>AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|SendRecv|Send|Recv)")
-_KERNEL_ALGO = re.compile(r"(?:_|(?<=[a-z]))(RING|TREE|NVLS_TREE|NVLS|COLLNET_DIRECT|COLLNET_CHAIN|PAT|Ring|Tree)(?=_|LL|Simple|\(|$)")
-_KERNEL_PROTO = re.compile(r"(?:_|(?<=Ring)|(?<=Tree))(LL128|LL|SIMPLE|Simple)(?=_|Kernel|\(|$)")
-_KERNEL_RED = re.compile(r"_(Sum|Prod|Max|Min|Avg|PreMulSum|SumPostDiv|sum|prod|max|min|avg)(?=_|\(|$)")
-
-
-def kernel_meta(name: str) -> dict:
-    """op, algorithm, protocol and reduction parsed from an NCCL kernel name (None where absent)."""
-    m = _KERNEL_META.search(name)
-    a, p, r = _KERNEL_ALGO.search(name), _KERNEL_PROTO.search(name), _KERNEL_RED.search(name)
-    return {"op": (m.group("op") or m.group("op_old")) if m else None,
-            "algorithm": a.group(1).upper() if a else None,
-            "protocol": p.group(1).upper() if p else None,
-            "reduction": r.group(1).lower() if r else None}
-
-
 @dataclass
 class Parsed:
     """Tables of one trace (polars frames), plus what the file says about itself."""

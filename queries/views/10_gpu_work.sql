@@ -3,7 +3,8 @@
 -- Definition: a GPU activity belongs to the step whose host-side ProfilerStep window
 -- [start_ns, end_ns) holds the start of its launching runtime/driver call (HTA assigns
 -- iterations the same way: hta/common/trace.py add_iteration). The launch is found by
--- correlation id within the same source file (correlation ids repeat across processes).
+-- correlation id within the same source file and rank (correlation ids repeat across processes,
+-- and one Nsight Systems report holds several).
 -- Graph replay: several kernels share one correlation; they are flagged because the launch time
 -- of the graph says nothing about when each kernel was ready (host-wait classification and
 -- per-op attribution of those kernels are unreliable).
@@ -16,7 +17,7 @@
 --   graph_replay     BOOL        TRUE when the launch's correlation is shared by >1 GPU activity
 CREATE OR REPLACE VIEW gpu_work AS
 WITH launches AS (
-  SELECT run_id, source_id, correlation, min(start_ns) AS launch_ns, arg_min(name, start_ns) AS launch_name,
+  SELECT run_id, source_id, rank, correlation, min(start_ns) AS launch_ns, arg_min(name, start_ns) AS launch_name,
          arg_min(pid, start_ns) AS launch_pid, arg_min(tid, start_ns) AS launch_tid
   FROM cpu_ops
   WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL
@@ -24,10 +25,10 @@ WITH launches AS (
 ),
 linked AS (
   SELECT a.*, l.launch_ns, l.launch_name, l.launch_pid, l.launch_tid,
-         count(*) OVER (PARTITION BY a.run_id, a.source_id, a.correlation) > 1
+         count(*) OVER (PARTITION BY a.run_id, a.source_id, a.rank, a.correlation) > 1
            AND a.correlation IS NOT NULL AND a.kind = 'kernel' AS graph_replay
   FROM gpu_activities a
-  LEFT JOIN launches l USING (run_id, source_id, correlation)
+  LEFT JOIN launches l USING (run_id, source_id, rank, correlation)
 )
 SELECT k.*, CASE WHEN k.launch_ns < s.end_ns THEN s.step END AS step
 FROM linked k

@@ -1,9 +1,11 @@
 -- collective_ranks / collective_calls: the same collective matched across the ranks of its group.
 --
 -- Matching key (per run): the process group (collectives.process_group; when the trace names
--- none, the stream the NCCL kernel ran on, since PyTorch's ProcessGroupNCCL gives each group its
--- own stream) and the call's sequence number within that group (collectives.seq when the trace
--- records it, else its position in start order on the rank). Caveat: starts are compared across
+-- none, the communication stream the kernel ran on, since PyTorch's ProcessGroupNCCL gives each
+-- group its own stream: streams are numbered per rank in order of their first collective,
+-- 'comm stream #0', '#1', ..., because stream ids differ between processes, e.g. 7 and 15 in the
+-- two ranks of nsys-ai/mfu_2gpu_before.sqlite) and the call's sequence number within that group
+-- (collectives.seq when the trace records it, else its position in start order on the rank). Caveat: starts are compared across
 -- hosts, so host clock skew (NTP) shifts arrival order by that much.
 -- Definitions (TraceLens NcclAnalyser; torch-tb-profiler "data transfer time",
 -- ../shared/reference/peers.md section 4.1):
@@ -16,16 +18,22 @@
 -- world size for an unnamed group) and all agree on op and msg_bytes; incomplete calls keep their
 -- numbers over the ranks present but are flagged.
 CREATE OR REPLACE VIEW collective_ranks AS
-WITH c AS (
-  SELECT c.*, coalesce(c.process_group, 'stream ' || c.stream::VARCHAR, 'unnamed') AS pg_key,
-    row_number() OVER (PARTITION BY c.run_id, c.rank, coalesce(c.process_group, 'stream ' || c.stream::VARCHAR, 'unnamed')
-                       ORDER BY c.start_ns, c.correlation) - 1 AS ord
-  FROM collectives c
+WITH streams AS (
+  SELECT run_id, rank, stream, row_number() OVER (PARTITION BY run_id, rank ORDER BY first_ns, stream) - 1 AS stream_ord
+  FROM (SELECT run_id, rank, stream, min(start_ns) AS first_ns FROM collectives
+        WHERE process_group IS NULL AND stream IS NOT NULL GROUP BY run_id, rank, stream)
+),
+keyed AS (
+  SELECT c.*, coalesce(c.process_group, 'comm stream #' || s.stream_ord::VARCHAR, 'unnamed') AS pg_key
+  FROM collectives c LEFT JOIN streams s ON s.run_id = c.run_id AND s.rank = c.rank AND s.stream = c.stream AND c.process_group IS NULL
+),
+c AS (
+  SELECT *, row_number() OVER (PARTITION BY run_id, rank, pg_key ORDER BY start_ns, correlation) - 1 AS ord FROM keyed
 )
 SELECT c.*, coalesce(c.seq, c.ord) AS call_key, g.step
 FROM c
-LEFT JOIN (SELECT run_id, source_id, correlation, start_ns, any_value(step) AS step FROM gpu_work GROUP BY ALL) g
-  ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.correlation = c.correlation AND g.start_ns = c.start_ns;
+LEFT JOIN (SELECT run_id, source_id, rank, correlation, start_ns, any_value(step) AS step FROM gpu_work GROUP BY ALL) g
+  ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns;
 
 CREATE OR REPLACE VIEW collective_calls AS
 WITH world AS (SELECT run_id, max(world_size) AS world_size FROM sources GROUP BY ALL),
