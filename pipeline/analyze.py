@@ -91,7 +91,8 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         world = s["world_size"].drop_nulls()
         run = {
             "run_id": run_id,
-            "ranks": sorted(int(x) for x in s["rank"].drop_nulls().unique().to_list()),
+            "ranks": sorted({int(x) for x in s["rank"].drop_nulls().to_list()}
+                            | {int(x) for lst in (s["ranks"].drop_nulls().to_list() if "ranks" in s.columns else []) for x in lst}),
             "world_size": int(world.max()) if len(world) else None,
             "sources": s.height,
             "steps": sorted(int(x) for x in r_steps["step"].unique().to_list()),
