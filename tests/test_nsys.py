@@ -372,3 +372,23 @@ def test_bad_exports_fail_cleanly_and_never_stop_a_batch(tmp_path):
     assert "not an Nsight Systems export" in res["other.sqlite"].error
     assert other.read_bytes() == before  # opened read-only
     assert lake_sql(lake, "SELECT count(*) FROM gpu_activities")[0][0] == 20
+
+
+def test_pytorch_nvtx_op_with_sizes_gets_flops(tmp_path):
+    """torch.autograd.profiler.emit_nvtx(record_shapes=True) names ranges
+    '<op>, seq = N, op_id = M, sizes = [[...], ...]' (torch/csrc/autograd/profiler_legacy.cpp
+    getNvtxStr). One such range is added to a copy of a real export, on the thread of its first
+    CUDA call: aten::mm of [64, 128] x [128, 32] is 2*64*128*32 FLOPs."""
+    f = tmp_path / "power_ops.sqlite"
+    shutil.copy(FILES["power"], f)
+    os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+    c = sqlite3.connect(f)
+    tid, s = c.execute("SELECT globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start LIMIT 1").fetchone()
+    c.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 0)",
+              (s, s + 1000, "aten::mm, seq = 12, op_id = 7, sizes = [[64, 128], [128, 32]], input_op_ids = [5, 6]", tid))
+    c.commit()
+    c.close()
+    lake = Lake(tmp_path / "lake")
+    assert ingest_paths([f], lake)[0].status == "ok"
+    rows = lake_sql(lake, "SELECT name, sequence_number, input_dims, flops, flops_source FROM cpu_ops WHERE kind = 'op'")
+    assert rows == [("aten::mm", 12, "[[64, 128], [128, 32]]", 2.0 * 64 * 128 * 32, "shapes")]

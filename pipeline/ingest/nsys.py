@@ -468,11 +468,23 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
     con.execute("CREATE TABLE domains (domainId BIGINT, domain VARCHAR)")
     if domains:
         con.executemany("INSERT INTO domains VALUES (?, ?)", list(domains.items()))
+    # NCCL ranges merged per thread into disjoint intervals (gaps and islands), so one ASOF join
+    # finds the interval holding each CUDA call (a range join on the thread alone is quadratic)
+    con.execute("""CREATE TABLE nccl_iv AS
+        WITH r AS (
+          SELECT globalTid, start, "end" FROM nvtx
+          WHERE domainId IN (SELECT domainId FROM domains WHERE domain = 'NCCL') AND "end" IS NOT NULL
+            AND eventType IN (SELECT unnest(getvariable('nvtx_range_only'))) AND globalTid IS NOT NULL),
+        m AS (SELECT *, max("end") OVER (PARTITION BY globalTid ORDER BY start, "end"
+                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end FROM r),
+        g AS (SELECT *, sum(CASE WHEN prev_end IS NULL OR start > prev_end THEN 1 ELSE 0 END)
+                          OVER (PARTITION BY globalTid ORDER BY start, "end" ROWS UNBOUNDED PRECEDING) AS grp FROM m)
+        SELECT globalTid, min(start) AS s, max("end") AS e FROM g GROUP BY globalTid, grp""")
     con.execute("""CREATE TABLE comm_launch AS
         SELECT DISTINCT rt.globalTid & ~16777215 AS gp, rt.correlationId
-        FROM runtime rt JOIN nvtx n ON n.globalTid = rt.globalTid AND rt.start >= n.start AND rt.start < n."end"
-        WHERE n.domainId IN (SELECT domainId FROM domains WHERE domain = 'NCCL')
-          AND n.eventType IN (SELECT unnest(getvariable('nvtx_range_only'))) AND rt.correlationId IS NOT NULL""")
+        FROM (SELECT globalTid, start, correlationId FROM runtime WHERE correlationId IS NOT NULL) rt
+        ASOF JOIN nccl_iv n ON n.globalTid = rt.globalTid AND rt.start >= n.s
+        WHERE rt.start < n.e""")
 
     # ---- devices, host, versions (allow-listed)
     allow = catalog.nsys()["privacy"]["system_env_allow"]
@@ -693,12 +705,11 @@ def _op_flops(df: pl.DataFrame) -> pl.DataFrame:
     """FLOPs of PyTorch NVTX op ranges whose text carries `sizes = [...]` (emit_nvtx(record_shapes=True))."""
     flops = [None] * df.height
     src = [None] * df.height
-    if df.height:
-        for i, (kind, name, dims) in enumerate(zip(df["kind"], df["name"], df["input_dims"])):
-            if kind == "op" and dims and name in MODELLED_OPS:
-                v, _ = op_flops(name, dims, None)
-                if v is not None:
-                    flops[i], src[i] = v, "shapes"
+    cand = df.with_row_index("_i").filter(pl.col("input_dims").is_not_null() & pl.col("name").is_in(list(MODELLED_OPS)))
+    for i, name, dims in zip(cand["_i"], cand["name"], cand["input_dims"]):
+        v, _ = op_flops(name, dims, None)
+        if v is not None:
+            flops[i], src[i] = v, "shapes"
     return df.with_columns(flops=pl.Series(flops, dtype=pl.Float64), flops_source=pl.Series(src, dtype=pl.String))
 
 
