@@ -57,7 +57,7 @@ from .kineto import TraceError
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"  # first line of .nsys-rep / .qdrep (nsys.md section 0)
 CHUNK_ROWS = 200_000
-MEMORY_LIMIT = os.environ.get("TRACELAKE_NSYS_MEMORY_LIMIT", "1GB")
+MEMORY_LIMIT = os.environ.get("TRACELAKE_NSYS_MEMORY_LIMIT", "512MB")
 
 
 class NsysError(TraceError):
@@ -222,7 +222,7 @@ class Export:
         return sorted(set(self.ranks.values()))
 
     def tables(self, run_id: str, source_id: str) -> dict:
-        comm_rows: list[pl.DataFrame] = []
+        comm_rows: list[dict] = []
         ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
 
         def gpu():
@@ -231,8 +231,8 @@ class Export:
                 df = classify_mod.classify(df.with_columns(has_comm_args=pl.lit(False), external_id=pl.lit(None, pl.Int64)),
                                            None, self.comm_patterns).drop("has_comm_args", "comm_launch")
                 comm = df.filter(pl.col("category") == "communication")
-                if comm.height:
-                    comm_rows.append(comm)
+                if comm.height:  # as Python rows: a filtered frame would keep the whole batch's buffers alive
+                    comm_rows.extend(comm.select(_COMM_COLS).iter_rows(named=True))
                 yield df.with_columns(ids).to_arrow()
 
         def cpu():
@@ -721,18 +721,20 @@ _COLL_SCHEMA = {
 }
 
 
-def _collectives(comm_rows: list[pl.DataFrame], con) -> pl.DataFrame:
+_COMM_COLS = ["rank", "name", "start_ns", "end_ns", "dur_ns", "device", "stream", "correlation"]
+
+
+def _collectives(comm_rows: list[dict], con) -> pl.DataFrame:
     """One collectives row per communication kernel; op/reduction/dtype/algorithm/protocol from
     its name (ncclname.kernel_meta). The message size is not in kernel rows: it is null with the
     reason (NCCL's NVTX payload blobs are not decoded; exports without --include-blobs have none)."""
     if not comm_rows:
         return pl.DataFrame(schema=_COLL_SCHEMA)
-    df = pl.concat(comm_rows)
     has_nccl_nvtx = con.execute("SELECT count(*) FROM domains WHERE domain = 'NCCL'").fetchone()[0] > 0
     note = ("message size not in the export: NCCL NVTX payload blobs are not decoded (kernel name only)" if has_nccl_nvtx
             else "message size not in the export: no NCCL NVTX ranges (kernel name only)")
     rows = []
-    for r in df.select("rank", "name", "start_ns", "end_ns", "dur_ns", "device", "stream", "correlation").iter_rows(named=True):
+    for r in comm_rows:
         km = kernel_meta(r["name"])
         rows.append({**r, "op": catalog.normalize_op(km["op"] or r["name"]), "op_raw": r.pop("name"),
                      "timing_source": "gpu_kernel", "dtype": km["dtype"], "dtype_bytes": DTYPE_BYTES.get(km["dtype"]),
