@@ -1,0 +1,207 @@
+"""NCCL-family inputs: NCCL_DEBUG logs, nccl-tests output, PyTorch ProcessGroupNCCL watchdog
+messages, Flight Recorder dumps, torchfrtrace reports, NCCL RAS reports and NCCL's example
+profiler plugin output -> the nccl_* / flight_recorder* lake tables (schemas/v1.toml).
+
+Entry points: `sniff(head, name)` says whether a file is one of ours and which; `parse(data,
+name, fmt)` returns a LogParsed (tables without run_id/source_id). What is extracted, the tables
+and the known limits: docs/nccl.md. Format notes with sources: ../shared/reference/nccl.md.
+
+Bad input (empty, binary, a Kineto trace, truncated JSON or pickle, a refused pickle class, a
+text file without any of our lines) raises pipeline.ingest.kineto.TraceError with one line.
+A text log is read in one pass; a line that cannot be parsed is kept, never fatal.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from .kineto import TraceError
+from .nccl_common import LogParsed, lenient_json, safe_unpickle
+from . import nccl_log, nccl_struct
+
+__all__ = ["FORMATS", "LogParsed", "TraceError", "sniff", "parse"]
+
+FORMATS = ("nccl_log", "nccl_tests", "torch_watchdog", "flight_recorder", "nccl_ras", "nccl_profiler", "torchfrtrace")
+
+_SNIFF_BYTES = 65536
+_NCCL_LINE = re.compile(rb"(?:^|[\s:>\])])[^\s:\[\]]*:\d+:\d+ (?:\[\d+\] )?(?:\S+ )*?NCCL (?:INFO|WARN|TRACE|CALL) ", re.M)
+_BARE_VERSION = re.compile(rb"NCCL version \d+\.\d+\.\d+\S*\+cuda", re.M)
+_TESTS = re.compile(rb"^(?:\S+ ?)?#\s+(?:size\s+count\s+type|nThread \d+ nGpus|\(B\)\s+\(elements\))|# nccl-tests version", re.M)
+_WATCHDOG = re.compile(rb"ProcessGroupNCCL|WorkNCCL\(|Watchdog caught collective operation timeout|NCCL error in:")
+_RAS_TEXT = re.compile(rb"^NCCL version \S+ compiled with CUDA|^Job summary\s*\n=+|^Communicators\.\.\.", re.M)
+_FRTRACE = re.compile(rb"^\s*Not all ranks joining collective|^\s*(?:\$\s*)?torchfrtrace\b", re.M)
+_TESTS_JSON_START = re.compile(rb'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:\s*"[^"]*"\s*,\s*"args"\s*:')
+_KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+
+
+def _is_binary(head: bytes) -> bool:
+    if b"\x00" in head:
+        return True
+    text = head.decode("utf-8", "replace")
+    if not text:
+        return False
+    bad = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\t\n\r\x0c\x1b"))
+    return bad > max(8, len(text) // 20)
+
+
+def _is_pickle(head: bytes) -> bool:
+    return len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5
+
+
+_JSON_START = re.compile(rb"\s*(?:\{\s*[\"'}]|\[\s*[\[{\"\]]|\[\s*$)")
+
+
+def _looks_json(head: bytes) -> bool:
+    """A JSON (or Python-literal) document start: '{' then a key or '}', '[' then a container,
+    string or ']'. Log lines starting with '[rank0]:' or '[0] ' are not."""
+    return _JSON_START.match(head[:200]) is not None
+
+
+def _json_kind(head: bytes) -> str | None:
+    s = head.lstrip()
+    if not _looks_json(head):
+        return None
+    if any(k in head for k in _KINETO_KEYS):
+        return None
+    if b'"entries"' in head or b'"pg_config"' in head or b'"pg_status"' in head:
+        return "flight_recorder"
+    if b'"communicators"' in head or (b'"group"' in head and b'"event"' in head and b'"peer"' in head):
+        return "nccl_ras"
+    if b'"results"' in head and (b'"nccl_version"' in head or b'"config"' in head or b'"devices"' in head):
+        return "nccl_tests"
+    if _TESTS_JSON_START.match(head):  # the environment list can push 'results' past the sniffed head
+        return "nccl_tests"
+    if s[:1] == b"[" and (b'"CommHash"' in head or re.search(rb'"cat"\s*:\s*"(?:GROUP|COLL|P2P|PROXY|NET|GPU|KERNEL_LAUNCH|COLL_API|GROUP_API|P2P_API)"', head)):
+        return "nccl_profiler"
+    return None
+
+
+def sniff(head: bytes, name: str) -> str | None:
+    """Format of a file from its first ~64 KiB (`head`, already decompressed) and its name, or None
+    when it is none of ours. One of FORMATS:
+    flight_recorder (pickle protocol 2-5, or JSON/repr with entries/pg_config/pg_status), nccl_ras
+    (ncclras text or JSON), nccl_tests (-J JSON, or text with a results header / '# nThread' line),
+    nccl_profiler (profiler plugin event array), torchfrtrace (analyzer report), nccl_log (NCCL
+    INFO/WARN/TRACE/CALL lines or a bare 'NCCL version X+cudaY' line), torch_watchdog
+    (ProcessGroupNCCL / WorkNCCL messages without NCCL lines).
+    None for Kineto traces (traceEvents, schemaVersion, deviceProperties), SQLite, zip, gzip,
+    other binary data and text without any of those markers."""
+    head = head[:_SNIFF_BYTES]
+    if not head.strip():
+        return None
+    if head.startswith((b"SQLite format 3\x00", b"PK\x03\x04", b"PK\x05\x06", b"\x1f\x8b")):
+        return None
+    if _is_pickle(head):
+        return "flight_recorder"
+    if _is_binary(head):
+        return None
+    kind = _json_kind(head)
+    if kind:
+        return kind
+    if _looks_json(head):
+        return None  # JSON that is not ours (Kineto, Chakra, ...)
+    if _RAS_TEXT.search(head):
+        return "nccl_ras"
+    if _FRTRACE.search(head):
+        return "torchfrtrace"
+    if _TESTS.search(head):
+        return "nccl_tests"
+    if _NCCL_LINE.search(head) or _BARE_VERSION.search(head):
+        return "nccl_log"
+    if _WATCHDOG.search(head):
+        return "torch_watchdog"
+    return None
+
+
+def _decode(data: bytes, notes: list[str]) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        notes.append("invalid UTF-8 replaced")
+        return data.decode("utf-8", "replace")
+
+
+def parse(data: bytes, name: str, fmt: str | None = None) -> LogParsed:
+    """Parse one file of the NCCL family.
+
+    data: the file's bytes (decompressed); name: its file name (Flight Recorder dumps take their
+    rank from a trailing number); fmt: one of FORMATS, else sniffed. A text log fills every table it
+    finds rows for, whatever `fmt` says (a stdout capture can hold NCCL lines, an nccl-tests table
+    and watchdog messages at once). Returns LogParsed: tables keyed by lake table name, without
+    run_id/source_id. Raises TraceError with a one-line message on input that is not ours or is
+    unreadable (empty, binary, Kineto JSON, truncated JSON/pickle, refused pickle class).
+    """
+    notes: list[str] = []
+    if not data or not data.strip():
+        raise TraceError("empty file")
+    head = data[:_SNIFF_BYTES]
+    if fmt is None:
+        fmt = sniff(head, name)
+    if fmt is not None and fmt not in FORMATS:
+        raise TraceError(f"unknown NCCL format {fmt!r}")
+    if fmt is None:
+        if head.startswith((b"SQLite format 3\x00", b"PK\x03\x04", b"\x1f\x8b")):
+            raise TraceError("binary data (SQLite, zip or gzip), not an NCCL log")
+        if _is_binary(head):
+            raise TraceError("binary data, not a text log")
+        if _looks_json(head) and any(k in head for k in _KINETO_KEYS):
+            raise TraceError("a Kineto trace (traceEvents), not an NCCL log")
+        raise TraceError("no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found")
+    try:
+        return _parse(data, name, fmt, notes)
+    except TraceError:
+        raise
+    except RecursionError:
+        raise TraceError("nested too deeply") from None
+    except MemoryError:
+        raise TraceError("does not fit in memory") from None
+
+
+def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> LogParsed:
+    if fmt == "flight_recorder":
+        if _is_pickle(data[:4]):
+            obj = safe_unpickle(data)
+        else:
+            if _is_binary(data[:_SNIFF_BYTES]):
+                raise TraceError("binary data, not a Flight Recorder pickle or JSON")
+            obj = lenient_json(_decode(data, notes), notes)
+        return nccl_struct.flight_recorder(obj, name, notes)
+    if _is_binary(data[:_SNIFF_BYTES]):
+        raise TraceError("binary data, not a text log")
+    text = _decode(data, notes)
+    is_json = _looks_json(data[:_SNIFF_BYTES])
+    if fmt == "nccl_profiler":
+        return nccl_struct.profiler_events(lenient_json(text, notes), notes)
+    if fmt == "nccl_ras":
+        if is_json:
+            return nccl_struct.ras_json(_json_or_lines(text, notes), notes)
+        return nccl_struct.ras_text(text, notes)
+    if fmt == "torchfrtrace":
+        return nccl_struct.torchfrtrace_report(text, notes)
+    if fmt == "nccl_tests" and is_json:
+        return nccl_struct.nccl_tests_json(lenient_json(text, notes), notes)
+    if is_json:
+        raise TraceError(f"JSON, not a {fmt} text log")
+    parsed, recognized = nccl_log.parse_text(text, name, fmt)
+    parsed.notes[:0] = notes
+    if not recognized:
+        raise TraceError("no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found")
+    return parsed
+
+
+def _json_or_lines(text: str, notes: list[str]):
+    """One JSON document, or JSON Lines (RAS monitor events)."""
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        pass
+    docs = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                docs.append(msgspec.json.decode(line))
+            except msgspec.DecodeError:
+                return lenient_json(text, notes)
+    return docs
