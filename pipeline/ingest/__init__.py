@@ -3,6 +3,8 @@
 One bad file never stops a batch: it gets a `sources` row with status=failed and a one-line
 error, and the rest are ingested. A path that does not exist, a directory that cannot be read or
 a special file (FIFO, device) is reported the same way. Formats: Kineto JSON (plain or .gz);
+NCCL_DEBUG logs, nccl-tests output, PyTorch watchdog messages, Flight Recorder dumps, RAS
+reports (pipeline/ingest/nccl.py; they hold no rank's trace and claim no rank);
 Nsight Systems SQLite exports, parquetdir exports (`*_pqtdir/`) and .nsys-rep/.qdrep reports
 (pipeline/ingest/nsys.py; one report may hold several ranks).
 
@@ -38,14 +40,17 @@ import polars as pl
 from .. import __version__
 from .. import schema as sch
 from ..lake import Lake, one_line, safe_run_id
-from . import kineto, nsys
+from . import kineto, nccl, nsys
 
 try:  # isal's gzip is ~2x faster than zlib's and decompresses the same bytes
     from isal import igzip as _gz
 except ImportError:  # pragma: no cover
     _gz = gzip
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".zip")
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".zip", ".pkl", ".pickle")
+# text outputs (NCCL_DEBUG logs, nccl-tests, watchdog messages, RAS): found by a directory search
+# only when their first 64 KiB look like one (pipeline/ingest/nccl.py sniff); named files always
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 MAX_RANK = 2**31 - 1
 
@@ -75,8 +80,10 @@ class Problem:
 
 def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[Path]:
     """Files named by `paths`: files as given, directories searched recursively for
-    *.json / *.json.gz / *.gz / *.sqlite / *.nsys-rep / *.qdrep / *.zip (symlinks to directories are not
-    followed); an nsys parquetdir export (`*_pqtdir/`) is one input, given or found. Paths that do not
+    *.json / *.json.gz / *.gz / *.sqlite / *.nsys-rep / *.qdrep / *.zip / *.pkl / *.pickle, and
+    *.log / *.txt / *.out / *.err / *.jsonl that look like NCCL-family output (symlinks to
+    directories are not followed); an nsys parquetdir export (`*_pqtdir/`) is one input, given or
+    found. Paths that do not
     exist, are not regular files or directories, or cannot be listed go to `problems` (a list of
     Problem) when given; otherwise the first raises FileNotFoundError."""
     out: list[Path] = []
@@ -100,6 +107,8 @@ def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[
                     f = Path(root) / name
                     if name.lower().endswith(TRACE_SUFFIXES) and f.is_file():
                         out.append(f)
+                    elif name.lower().endswith(LOG_SUFFIXES) and f.is_file() and _looks_like_log(f):
+                        out.append(f)
         elif p.is_file():
             out.append(p)
         elif p.exists() or p.is_symlink():
@@ -113,6 +122,15 @@ def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[
             seen.add(r)
             uniq.append(f)
     return uniq
+
+
+def _looks_like_log(f: Path) -> bool:
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(65536)
+    except OSError:
+        return True  # let ingest report why it cannot be read
+    return nccl.sniff(head, f.name) is not None
 
 
 def rank_from_name(name: str) -> int | None:
@@ -305,6 +323,32 @@ def _ingest_nsys(path: Path, fmt: str, lake: Lake, run_id: str, rank: int | None
     return FileResult(abspath, run_id, rank_list[0] if len(rank_list) == 1 else None, "ok", None, notes, source_id, size)
 
 
+def _ingest_log(path: Path, data: bytes, fmt: str, lake: Lake, base_row: dict, done: set) -> FileResult:
+    """An NCCL-family file (pipeline/ingest/nccl.py): its nccl_* / flight_recorder* tables. Such a
+    file holds no rank's trace rows, so it never claims a rank of its run."""
+    run_id, source_id, abspath = base_row["run_id"], base_row["source_id"], base_row["path"]
+    base_row = {**base_row, "format": fmt}
+    try:
+        p = nccl.parse(data, path.name, fmt)
+    except kineto.TraceError as e:
+        err = one_line(str(e))
+        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
+        return FileResult(abspath, run_id, None, "failed", err, [], source_id, len(data))
+    ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
+    tables = {t: df.with_columns(ids).to_arrow() for t, df in p.tables.items() if df.height}
+    row = {**base_row, "status": "ok", "host": p.host, "notes": p.notes or None, "event_count": p.event_count,
+           "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
+           "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None}
+    try:
+        lake.write_source(run_id, source_id, tables, row, replace=True)
+    except sch.SchemaError as e:
+        err = one_line(f"schema violation: {e}")
+        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
+        return FileResult(abspath, run_id, None, "failed", err, [], source_id, len(data))
+    done.add((base_row["content_sha256"], run_id))
+    return FileResult(abspath, run_id, None, "ok", None, list(p.notes), source_id, len(data))
+
+
 def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force: bool,
                 comm_patterns: list[str] | None, done: set, ranks: dict, step_regex: str | None = None) -> FileResult:
     path = Path(path)
@@ -332,6 +376,9 @@ def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force
         "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__, "ingested_at_ns": t0,
     }
     parsed = None
+    log_fmt = nccl.sniff(data[:65536], path.name) if err is None else None
+    if log_fmt is not None:
+        return _ingest_log(path, data, log_fmt, lake, base_row, done)
     if err is None:
         try:
             parsed = kineto.parse(data, comm_patterns=comm_patterns)
@@ -340,6 +387,11 @@ def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force
             base_row["format"] = "unknown"
         except kineto.TraceError as e:
             err = str(e)
+            if (err.startswith("not valid JSON") and data.lstrip()[:1] not in (b"{", b"[")
+                    and not path.name.lower().endswith((".json", ".json.gz"))):
+                err = ("not a Kineto trace, Nsight Systems export or NCCL-family log: "
+                       "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines")
+                base_row["format"] = "unknown"
         except RecursionError:
             err = "JSON nested too deeply"
     del data
