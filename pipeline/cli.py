@@ -254,7 +254,10 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
     except duckdb.Error as e:
         err.print(f"error: {str(e).splitlines()[0]}", markup=False)
         raise typer.Exit(EXIT_FAILED)
-    if fmt == "csv":
+    if fmt == "csv":  # CSV has no nested values: lists, structs and maps are written as JSON text
+        nested = [c for c, t in df.schema.items() if t.is_nested()]
+        df = df.with_columns(pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()], dtype=pl.String)
+                             for c in nested)
         sys.stdout.write(df.write_csv())
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")

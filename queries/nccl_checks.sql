@@ -1,0 +1,122 @@
+-- nccl_checks: problems the NCCL logs of a run state, one row per problem and place
+-- (issue 5 part 5; line formats in ../shared/reference/nccl.md sections 1.4-1.10).
+--
+-- kind values and their rule:
+--   socket_transport   NET channels over NET/Socket (inter-node traffic on TCP sockets instead of
+--                      IB/RoCE/EFA; nccl.md 1.5), or 'Using network Socket' for a communicator
+--                      spanning nodes
+--   gdr_off            NET channels over IB/RoCE or libfabric, none with /GDRDMA (GPUDirect RDMA
+--                      off: traffic staged through host memory; nccl.md 1.5)
+--   shm_transport      SHM channels: peers on one node talk through host shared memory, i.e. P2P
+--                      (NVLink/PCIe peer access) is disabled or unavailable (nccl.md 1.5)
+--   p2p_disabled       NCCL_P2P_DISABLE=1 set by the environment
+--   channels_limited   NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS / NCCL_MAX_CTAS / NCCL_MIN_CTAS set
+--                      by the environment (the channel count is forced, not chosen by topology)
+--   channels_asymmetric ranks of one communicator report different collective channel counts
+--                      (topology detected differently on some ranks)
+--   watchdog_timeout   PyTorch ProcessGroupNCCL watchdog timeout: the collective (op, sequence
+--                      number), the ranks that timed out, ranks that never enqueued it
+--   coll_mismatch      COLL lines of one communicator and opCount that disagree across ranks on op
+--                      or count (nccl.md 1.7), or a torchfrtrace mismatch report
+--   nccl_warn          NCCL WARN lines (IB completion errors, plugin failures, ...)
+-- Columns:
+--   run_id STRING; kind STRING; severity STRING ('high': breaks or cripples communication;
+--     'moderate': slows it or needs a look); source_id STRING (the log); host STRING; pid INT64;
+--   rank INT32 (NULL: not stated); line_no INT64 (first line of the evidence);
+--   n INT64 (how many lines/channels/ranks the row summarizes); detail STRING (one line, readable)
+WITH proc AS (
+  SELECT t.*, p.n_nodes, p.nranks, p.rank AS p_rank
+  FROM nccl_process_transport t
+  LEFT JOIN (SELECT run_id, host, pid, max(n_nodes) AS n_nodes, max(nranks) AS nranks, min(rank) AS rank
+             FROM nccl_processes GROUP BY ALL) p USING (run_id, host, pid)
+),
+chan AS (
+  SELECT run_id, source_id, host, pid, min(rank) AS rank, min(line_no) AS line_no, transport, net_name,
+         count(*) AS n, count(*) FILTER (WHERE gdr) AS n_gdr, any_value(via) AS via
+  FROM nccl_channels GROUP BY run_id, source_id, host, pid, transport, net_name
+),
+env AS (
+  SELECT run_id, source_id, host, pid, line_no, json_extract_string(detail, '$.var') AS var,
+         json_extract_string(detail, '$.value') AS value
+  FROM nccl_events WHERE kind = 'env' AND detail IS NOT NULL
+),
+timeouts AS (
+  SELECT run_id, any_value(source_id) AS source_id, coalesce(pg_name, pg_id::VARCHAR, '?') AS pg, seq,
+         any_value(op_type) AS op_type, list(DISTINCT rank ORDER BY rank) FILTER (WHERE rank IS NOT NULL) AS ranks,
+         max(timeout_ns) AS timeout_ns, max(ran_for_ns) AS ran_for_ns, min(line_no) AS line_no, any_value(numel_in) AS numel_in
+  FROM nccl_watchdog WHERE kind = 'timeout' AND seq IS NOT NULL
+  GROUP BY run_id, coalesce(pg_name, pg_id::VARCHAR, '?'), seq
+),
+behind AS (
+  SELECT w.run_id, t.seq, list(DISTINCT w.rank ORDER BY w.rank) AS ranks
+  FROM nccl_watchdog w JOIN timeouts t ON t.run_id = w.run_id
+  WHERE w.last_enqueued IS NOT NULL AND w.last_enqueued < t.seq AND w.rank IS NOT NULL
+  GROUP BY w.run_id, t.seq
+),
+known_ranks AS (
+  SELECT run_id, rank FROM nccl_watchdog WHERE rank IS NOT NULL
+  UNION SELECT run_id, rank FROM flight_recorder WHERE rank IS NOT NULL
+  UNION SELECT s.run_id, u.r FROM sources s, unnest(s.ranks) AS u(r) WHERE s.ranks IS NOT NULL
+),
+mismatch AS (
+  SELECT run_id, comm_id, op_count, any_value(source_id) AS source_id, min(line_no) AS line_no,
+         list(DISTINCT op ORDER BY op) AS ops, list(DISTINCT count ORDER BY count) AS counts, count(DISTINCT rank) AS ranks
+  FROM nccl_coll_calls
+  WHERE comm_id IS NOT NULL AND op NOT IN ('Send', 'Recv')
+  GROUP BY run_id, comm_id, op_count
+  HAVING count(DISTINCT op) > 1 OR count(DISTINCT count) > 1
+)
+SELECT run_id, 'socket_transport' AS kind, 'high' AS severity, source_id, host, pid, rank, line_no, n,
+       n || ' NET channel(s) via ' || coalesce(via, 'NET/Socket') || ': inter-node traffic on TCP sockets' AS detail
+FROM chan WHERE transport = 'NET' AND net_name = 'Socket'
+UNION ALL
+SELECT p.run_id, 'socket_transport', 'high', any_value(p.source_id), p.host, p.pid, min(p.rank), min(p.first_line_no), count(*),
+       'communicator spanning ' || max(p.n_nodes) || ' nodes uses network Socket'
+FROM nccl_processes p
+WHERE p.net_name = 'Socket' AND p.n_nodes > 1
+  AND NOT EXISTS (SELECT 1 FROM chan c WHERE c.run_id = p.run_id AND c.host IS NOT DISTINCT FROM p.host AND c.pid = p.pid AND c.net_name = 'Socket')
+GROUP BY p.run_id, p.host, p.pid
+UNION ALL
+SELECT run_id, 'gdr_off', 'moderate', source_id, host, pid, rank, line_no, n,
+       n || ' NET channel(s) via ' || coalesce(via, 'NET/' || net_name) || ' without GPUDirect RDMA (no /GDRDMA)'
+FROM chan WHERE transport = 'NET' AND coalesce(net_name, '') <> 'Socket' AND n_gdr = 0
+UNION ALL
+SELECT run_id, 'shm_transport', 'moderate', source_id, host, pid, rank, line_no, n,
+       n || ' channel(s) via ' || coalesce(via, 'SHM') || ': intra-node peers use host shared memory, not P2P'
+FROM chan WHERE transport = 'SHM'
+UNION ALL
+SELECT run_id, 'p2p_disabled', 'moderate', source_id, host, pid, NULL::INTEGER, line_no, 1,
+       var || '=' || value || ' set by the environment'
+FROM env WHERE var = 'NCCL_P2P_DISABLE' AND value NOT IN ('0', '')
+UNION ALL
+SELECT run_id, 'channels_limited', 'moderate', source_id, host, pid, NULL::INTEGER, line_no, 1,
+       var || '=' || value || ' set by the environment: the channel count is forced'
+FROM env WHERE var IN ('NCCL_MAX_NCHANNELS', 'NCCL_MIN_NCHANNELS', 'NCCL_MAX_CTAS', 'NCCL_MIN_CTAS')
+UNION ALL
+SELECT run_id, 'channels_asymmetric', 'moderate', any_value(source_id), NULL, NULL::BIGINT, NULL::INTEGER, min(first_line_no),
+       count(*), 'communicator ' || comm_id || ': ' || min(n_coll_channels) || ' to ' || max(n_coll_channels) || ' coll channels across its ranks'
+FROM nccl_processes WHERE comm_id IS NOT NULL AND n_coll_channels IS NOT NULL
+GROUP BY run_id, comm_id HAVING min(n_coll_channels) < max(n_coll_channels)
+UNION ALL
+SELECT t.run_id, 'watchdog_timeout', 'high', t.source_id, NULL, NULL::BIGINT, NULL::INTEGER, t.line_no, len(t.ranks),
+       coalesce(t.op_type, 'collective') || ' SeqNum ' || t.seq || ' of process group ' || t.pg || ' timed out after '
+       || round(coalesce(t.ran_for_ns, t.timeout_ns) / 1e9, 1) || ' s on rank(s) ' || array_to_string(t.ranks, ', ')
+       || coalesce('; rank(s) that never enqueued it (stopped first): ' || array_to_string(b.ranks, ', '), '')
+       || coalesce('; known rank(s) that did not report it: ' || nullif(array_to_string(
+            (SELECT list(k.rank ORDER BY k.rank) FROM known_ranks k WHERE k.run_id = t.run_id AND NOT list_contains(t.ranks, k.rank)), ', '), ''), '')
+FROM timeouts t LEFT JOIN behind b ON b.run_id = t.run_id AND b.seq = t.seq
+UNION ALL
+SELECT run_id, 'coll_mismatch', 'high', source_id, NULL, NULL::BIGINT, NULL::INTEGER, line_no, ranks,
+       'communicator ' || comm_id || ' opCount ' || op_count || ': ranks disagree (ops ' || array_to_string(ops, '/')
+       || ', counts ' || array_to_string(counts, '/') || ')'
+FROM mismatch
+UNION ALL
+SELECT run_id, 'coll_mismatch', 'high', source_id, NULL, NULL::BIGINT, NULL::INTEGER, NULL::BIGINT, 1,
+       'torchfrtrace: ' || coalesce(message, profiling_name, 'ranks disagree')
+FROM flight_recorder_mismatches
+UNION ALL
+SELECT run_id, 'nccl_warn', CASE WHEN bool_or(message ILIKE '%status=%' OR message ILIKE '%error%' OR message ILIKE '%fail%') THEN 'high' ELSE 'moderate' END,
+       source_id, host, pid, NULL::INTEGER, min(line_no), count(*), 'NCCL WARN: ' || arg_min(message, line_no)
+FROM nccl_events WHERE level = 'WARN' AND message IS NOT NULL
+GROUP BY run_id, source_id, host, pid
+ORDER BY run_id, severity, kind, source_id, line_no
