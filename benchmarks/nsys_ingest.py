@@ -22,12 +22,11 @@ import argparse
 import os
 import shutil
 import sqlite3
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+from ingest_vs_hta import REPO, child  # one child-process runner for every benchmark
 CORPUS = REPO.parent / "shared" / "corpus" / "nsys"
 
 INGEST = """
@@ -54,16 +53,6 @@ for src, cols in STAGE.values():
             pass
 print(time.perf_counter() - t)
 """
-
-
-def child(code: str, *args: str) -> tuple[float, float]:
-    """(seconds of the timed section, peak RSS MB of the whole child) of `python -c code args`."""
-    p = subprocess.Popen([sys.executable, "-c", code, *args], cwd=REPO, stdout=subprocess.PIPE)
-    out = p.stdout.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    if status != 0:
-        raise SystemExit(f"child failed: {code.splitlines()[1]} ...")
-    return float(out.decode().split()[-1]), ru.ru_maxrss / 1024
 
 
 def scaled_copy(src: Path, dest: Path, k: int) -> None:

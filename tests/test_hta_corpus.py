@@ -31,7 +31,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import corpus
+from conftest import corpus, union_ns
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
@@ -74,17 +74,6 @@ def _events(path: Path) -> list[dict]:
     d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     return d["traceEvents"]
 
-
-def _union(ivs):
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(ivs):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0)
 
 
 def _hta_merged(ivs):
@@ -130,11 +119,11 @@ def brute(events: list[dict], quirks: bool) -> dict:
         compute = sum(e - s for s, e in _hta_merged([(s, en) for s, en, k in rows if k == "COMPUTATION"]))
     else:
         span = max(en for _, en, _ in rows) - min(s for s, _, _ in rows)
-        busy = _union([(s, en) for s, en, _ in rows if en > s])
-        compute = _union(comp)
-    both = _union(comp) + _union(comm) - _union(comp + comm)
+        busy = union_ns([(s, en) for s, en, _ in rows if en > s])
+        compute = union_ns(comp)
+    both = union_ns(comp) + union_ns(comm) - union_ns(comp + comm)
     return {"idle": span - busy, "compute": compute, "non_compute": span - compute - (span - busy), "span": span,
-            "overlap_pct": round(100 * both / _union(comm), 2) if comm and _union(comm) else None}
+            "overlap_pct": round(100 * both / union_ns(comm), 2) if comm and union_ns(comm) else None}
 
 
 @pytest.fixture(scope="module")

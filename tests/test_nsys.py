@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import CORPUS
+from conftest import CORPUS, union_ns
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
@@ -46,18 +46,6 @@ def ro(path: Path) -> sqlite3.Connection:
 def tables_of(c) -> set[str]:
     return {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
-
-def union_ns(intervals) -> int:
-    """Brute-force length of the union of [start, end) intervals."""
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0)
 
 
 def process_order(c) -> dict[int, int]:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import corpus
+from conftest import corpus, union_ns
 from pipeline import classify, query
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -44,17 +44,6 @@ def member_table(i: int, name: str) -> pa.Table:
     with zipfile.ZipFile(archive(i)) as z:
         return pq.ParquetFile(io.BytesIO(z.read(name))).read()
 
-
-def union_ns(intervals) -> int:
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(intervals):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0)
 
 
 @cache

@@ -198,11 +198,10 @@ def _guess(col: str) -> pa.DataType:
 # ------------------------------------------------------------------ result
 
 @dataclass
-class Export:
-    """An opened export, staged in DuckDB. `tables(run_id, source_id)` streams the lake tables;
-    the attributes describe the file for its sources row."""
+class ExportInfo:
+    """What an opened export says about itself, for its sources row (shared by every nsys input)."""
     format: str
-    ranks: dict[int, int]                # globalPid -> rank
+    ranks: dict[int, int]                # process key (nsys globalPid, nsys-jax PID) -> rank
     rank_source: str
     host: str | None
     tool_versions: dict
@@ -211,15 +210,20 @@ class Export:
     trace_start_ns: int | None
     trace_end_ns: int | None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def rank_list(self) -> list[int]:
+        return sorted(set(self.ranks.values()))
+
+
+@dataclass
+class Export(ExportInfo):
+    """An opened export, staged in DuckDB. `tables(run_id, source_id)` streams the lake tables."""
     con: duckdb.DuckDBPyConnection | None = None
     comm_patterns: list[str] | None = None
     step_regex: str | None = None
     devices: list[dict] = field(default_factory=list)
     _steps: pl.DataFrame | None = None
-
-    @property
-    def rank_list(self) -> list[int]:
-        return sorted(set(self.ranks.values()))
 
     def tables(self, run_id: str, source_id: str) -> dict:
         comm_rows: list[dict] = []

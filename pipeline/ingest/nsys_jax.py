@@ -70,6 +70,7 @@ from .. import catalog
 from .. import classify as classify_mod
 from ..lake import one_line
 from .kineto import TraceError
+from .nsys import ExportInfo
 
 TRACE_MEMBER = "nvtx_gpu_proj_trace/trace.parquet"
 ANALYSIS_MEMBER = "nvtx_gpu_proj_trace/nvtx_gpu_proj_trace.nsys-analysis"
@@ -107,24 +108,10 @@ def is_archive(path: Path) -> bool:
 # ------------------------------------------------------------------ result
 
 @dataclass
-class JaxArchive:
-    """An opened nsys-jax archive: the attributes describe it for its sources row, tables()
-    gives the lake tables (attributes as pipeline.ingest.nsys.Export)."""
-    format: str
-    ranks: dict[int, int]                # PID -> rank
-    rank_source: str
-    host: str | None
-    tool_versions: dict
-    base_time_ns: int | None
-    event_count: int
-    trace_start_ns: int | None
-    trace_end_ns: int | None
-    notes: list[str] = field(default_factory=list)
+class JaxArchive(ExportInfo):
+    """An opened nsys-jax archive: the ExportInfo attributes describe it for its sources row,
+    tables() gives the lake tables."""
     _tables: dict[str, pl.DataFrame] = field(default_factory=dict)
-
-    @property
-    def rank_list(self) -> list[int]:
-        return sorted(set(self.ranks.values()))
 
     def tables(self, run_id: str, source_id: str) -> dict:
         ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
