@@ -135,7 +135,9 @@ def test_nccl_kernels_become_collectives_and_match_across_ranks(lakes):
     got = {r: (n, t) for r, n, t in lake_sql(lakes["mfu"], "SELECT rank, count(*), sum(dur_ns) FROM collectives GROUP BY ALL")}
     assert got == want
     rows = lake_sql(lakes["mfu"], "SELECT DISTINCT op, algorithm, protocol, msg_bytes, msg_bytes_note FROM collectives")
-    assert rows == [("send_recv", None, None, None, "message size not in the export: NCCL NVTX payload blobs are not decoded (kernel name only)")]
+    # the export was written without --include-blobs (META_DATA_EXPORT EXPORT_PARAM_INCLUDE_BLOBS false)
+    assert rows == [("send_recv", None, None, None, "message size not in the export: NCCL NVTX ranges without payload blobs "
+                                                     "(export with --include-blobs=true)")]
     # classified from the data too: kernels whose launching call (same process, same correlationId)
     # lies inside an NVTX range of the NCCL domain (domainId 1) on the same thread
     by_nvtx = c.execute("""SELECT count(DISTINCT k.rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL k
@@ -380,3 +382,38 @@ def test_pytorch_nvtx_op_with_sizes_gets_flops(tmp_path):
     assert ingest_paths([f], lake)[0].status == "ok"
     rows = lake_sql(lake, "SELECT name, sequence_number, input_dims, flops, flops_source FROM cpu_ops WHERE kind = 'op'")
     assert rows == [("aten::mm", 12, "[[64, 128], [128, 32]]", 2.0 * 64 * 128 * 32, "shapes")]
+
+
+def test_nccl_payload_gives_message_size(tmp_path):
+    """An export with NVTX payload blobs (`--include-blobs=true`): a copy of mfu_2gpu_before with one
+    ncclSend range added around the launch of rank 0's first NCCL kernel, carrying a blob laid out
+    as nsys stores it (32-byte header [domainId][schemaId][payloadSize][payloadOffset], u64 LE, then
+    the payload) for the file's own schema 16777220 (NVTX_PAYLOAD_SCHEMA_ENTRIES: 'NCCL communicator
+    ID' at 0, 'Message size [bytes]' at 8; payloadSize 16). The kernel's collectives row gets
+    msg_bytes 1048576 and communicator 0x00000000deadbeef; every other NCCL kernel keeps a null size."""
+    import struct
+
+    f = tmp_path / "mfu_blobs.sqlite"
+    shutil.copy(FILES["mfu"], f)
+    os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
+    c = sqlite3.connect(f)
+    tid, rs, re_, corr = c.execute("""
+        SELECT r.globalTid, r.start, r."end", r.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds s ON s.id = k.shortName
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId AND r.globalTid / 16777216 = k.globalPid / 16777216
+        WHERE s.value LIKE 'nccl%' AND k.globalPid / 16777216 % 16777216 = 144 ORDER BY k.start LIMIT 1""").fetchone()
+    sid = c.execute("SELECT max(id) + 1 FROM StringIds").fetchone()[0]
+    c.execute("INSERT INTO StringIds VALUES (?, 'ncclSend')", (sid,))
+    payload = struct.pack("<QQ", 0xDEADBEEF, 1 << 20)
+    blob = struct.pack("<QQQQ", 1, 16777220, len(payload), 32) + payload
+    c.execute('INSERT INTO NVTX_EVENTS (start, "end", eventType, textId, globalTid, domainId, binaryData) VALUES (?, ?, 59, ?, ?, 1, ?)',
+              (rs - 100, re_ + 100, sid, tid, blob))
+    c.commit()
+    c.close()
+    lake = Lake(tmp_path / "lake")
+    assert ingest_paths([f], lake)[0].status == "ok"
+    sized = lake_sql(lake, "SELECT rank, correlation, op, msg_bytes, comm_id FROM collectives WHERE msg_bytes IS NOT NULL")
+    assert sized == [(0, corr, "send_recv", 1 << 20, "0x00000000deadbeef")]
+    notes = lake_sql(lake, "SELECT DISTINCT msg_bytes_note FROM collectives WHERE msg_bytes IS NULL")
+    assert notes == [("message size not in the export: the kernel was not launched inside an NCCL API range with a payload "
+                      "(grouped calls launch in ncclGroupEnd)",)]

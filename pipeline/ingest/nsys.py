@@ -130,6 +130,13 @@ class _Sqlite:
         except sqlite3.DatabaseError as e:
             raise NsysError(f"SQLite table {table} cannot be read ({e})") from None
 
+    def payload_rows(self) -> list[tuple]:
+        """(globalTid, start, end, text, textId, blob) of NVTX events that carry a binary payload."""
+        if "NVTX_EVENTS" not in self._tables or "binaryData" not in self.columns("NVTX_EVENTS"):
+            return []
+        return self.con.execute('SELECT globalTid, start, "end", text, textId, binaryData FROM NVTX_EVENTS '
+                                'WHERE binaryData IS NOT NULL AND "end" IS NOT NULL').fetchall()
+
     def close(self):
         self.con.close()
 
@@ -168,6 +175,13 @@ class _ParquetDir:
                 yield pa.Table.from_arrays(arrays, names=list(cols))
         except (OSError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
             raise NsysError(f"{self._files[table].name} cannot be read ({e})") from None
+
+    def payload_rows(self) -> list[tuple]:
+        if "NVTX_EVENTS" not in self._files or "binaryData" not in self.columns("NVTX_EVENTS"):
+            return []
+        cols = ["globalTid", "start", "end", "text", "textId", "binaryData"]
+        t = pq.read_table(self._files["NVTX_EVENTS"], columns=cols)
+        return [tuple(r[c] for c in cols) for r in t.to_pylist() if r["binaryData"] is not None and r["end"] is not None]
 
     def close(self):
         pass
@@ -517,6 +531,7 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
     if neg:
         notes.append(f"{neg} events with end before start given dur 0")
     _enum_tables(con)
+    _nccl_payloads(ex, con, notes)
     return Export(format=ex.kind, ranks=ranks, rank_source=rsrc, host=host, tool_versions=versions,
                   base_time_ns=None if normalized else base, event_count=event_count,
                   trace_start_ns=None if t0 is None else t0 + base, trace_end_ns=None if t1 is None else t1 + base,
@@ -721,27 +736,123 @@ _COLL_SCHEMA = {
     "rank": pl.Int32, "op": pl.String, "op_raw": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64, "dur_ns": pl.Int64,
     "timing_source": pl.String, "device": pl.Int32, "stream": pl.Int64, "correlation": pl.Int64, "dtype": pl.String,
     "dtype_bytes": pl.Int32, "msg_bytes": pl.Int64, "msg_bytes_note": pl.String, "reduction": pl.String,
-    "algorithm": pl.String, "protocol": pl.String,
+    "algorithm": pl.String, "protocol": pl.String, "comm_id": pl.String, "group_size": pl.Int32,
 }
 
 
 _COMM_COLS = ["rank", "name", "start_ns", "end_ns", "dur_ns", "device", "stream", "correlation"]
 
+# NCCL's NVTX API ranges that carry a message size (NCCL src/collectives.cc NVTX3_FUNC_WITH_PARAMS;
+# group and communicator ranges carry none)
+_NCCL_API = re.compile(r"^nccl(AllReduce|AllGather|ReduceScatter|Broadcast|Bcast|Reduce|Send|Recv|AlltoAll|Gather|Scatter)$")
+_BLOB_HEADER = 32
+
+
+def decode_payload_blob(blob, entries: list[dict], payload_size: int | None) -> dict[str, int]:
+    """Fields of one NVTX extended payload as `nsys export --include-blobs=true` stores it:
+    a 32-byte little-endian header [domainId u64][schemaId u64][payloadSize u64][payloadOffset u64]
+    then the payload, laid out by NVTX_PAYLOAD_SCHEMA_ENTRIES (offset of each entry; an entry
+    ends where the next begins, the last at the schema's payloadSize). Layout as decoded by
+    GindaChen/nsys-ai src/nsys_ai/nccl_communicator.py; entries from NCCL's nvtx_payload_schemas.h.
+    blob: bytes or hex text. Returns {entry name: unsigned int}; raises ValueError when malformed."""
+    raw = bytes.fromhex(blob) if isinstance(blob, str) else bytes(blob)
+    if len(raw) < _BLOB_HEADER:
+        raise ValueError(f"payload blob of {len(raw)} bytes is shorter than its header")
+    size = int.from_bytes(raw[16:24], "little")
+    off = int.from_bytes(raw[24:32], "little")
+    payload = raw[off:off + size]
+    if off < _BLOB_HEADER or len(payload) != size:
+        raise ValueError("payload blob offset/size do not fit the blob")
+    out = {}
+    ends = [e["offset"] or 0 for e in entries[1:]] + [payload_size or size]
+    for e, end in zip(entries, ends):
+        chunk = payload[(e["offset"] or 0):end]
+        if chunk:
+            out[e["name"]] = int.from_bytes(chunk[:8], "little")
+    return out
+
+
+def schema_of_blob(blob) -> tuple[int, int]:
+    raw = bytes.fromhex(blob) if isinstance(blob, str) else bytes(blob)
+    return int.from_bytes(raw[0:8], "little"), int.from_bytes(raw[8:16], "little")
+
+
+def _nccl_payloads(ex, con, notes: list[str]) -> int:
+    """Decode the NCCL API ranges' payloads into table nccl_payload and attach each to the CUDA
+    launch inside it (launch_payload: the innermost NCCL API range on the launching thread that
+    holds the whole call; NCCL's API ranges do not nest, so an ASOF join on the latest start finds
+    it). Returns the number of payloads decoded."""
+    con.execute("CREATE TABLE nccl_payload (globalTid BIGINT, start BIGINT, \"end\" BIGINT, api VARCHAR, "
+                "bytes BIGINT, comm_id VARCHAR, nranks BIGINT)")
+    rows = ex.payload_rows()
+    if rows:
+        strings = dict(con.execute("SELECT id, value FROM strings WHERE id IN (SELECT DISTINCT textId FROM nvtx "
+                                   "WHERE textId IS NOT NULL AND domainId IN (SELECT domainId FROM domains WHERE domain = 'NCCL'))").fetchall())
+        entries: dict[tuple, dict[int, dict]] = {}
+        for r in _small(ex, "NVTX_PAYLOAD_SCHEMA_ENTRIES", ["domainId", "schemaId", "idx", "name", "offset"]):
+            entries.setdefault((r["domainId"], r["schemaId"]), {}).setdefault(r["idx"], r)
+        sizes = {(r["domainId"], r["schemaId"]): r["payloadSize"]
+                 for r in _small(ex, "NVTX_PAYLOAD_SCHEMAS", ["domainId", "schemaId", "payloadSize"])}
+        out, bad = [], 0
+        for tid, start, end, text, text_id, blob in rows:
+            api = text if text is not None else strings.get(text_id)
+            if not api or not _NCCL_API.match(api):
+                continue
+            try:
+                key = schema_of_blob(blob)
+                ents = [entries[key][i] for i in sorted(entries.get(key, {}))]
+                if not ents:
+                    raise ValueError(f"no schema entries for domain {key[0]} schema {key[1]}")
+                f = decode_payload_blob(blob, ents, sizes.get(key))
+            except ValueError:
+                bad += 1
+                continue
+            comm = f.get("NCCL communicator ID")
+            out.append((tid, start, end, api, f.get("Message size [bytes]"), None if comm is None else f"0x{comm:016x}",
+                        f.get("No. of ranks")))
+        if out:
+            con.executemany("INSERT INTO nccl_payload VALUES (?, ?, ?, ?, ?, ?, ?)", out)
+        if bad:
+            notes.append(f"{bad} NCCL NVTX payload blobs could not be decoded")
+    con.execute("""CREATE TABLE launch_payload AS
+        SELECT m.rank, rt.correlationId AS correlation, p.api, p.bytes, p.comm_id, p.nranks
+        FROM (SELECT globalTid, start, "end", correlationId FROM runtime WHERE correlationId IS NOT NULL) rt
+        ASOF JOIN nccl_payload p ON p.globalTid = rt.globalTid AND rt.start >= p.start
+        JOIN rank_map m ON m.gp = rt.globalTid & ~16777215
+        WHERE rt."end" <= p."end"
+        """)
+    return len(rows)
+
 
 def _collectives(comm_rows: list[dict], con) -> pl.DataFrame:
     """One collectives row per communication kernel; op/reduction/dtype/algorithm/protocol from
-    its name (ncclname.kernel_meta). The message size is not in kernel rows: it is null with the
-    reason (NCCL's NVTX payload blobs are not decoded; exports without --include-blobs have none)."""
+    its name (ncclname.kernel_meta). Message size, communicator and group size from the NCCL NVTX
+    payload of the API call that launched the kernel (launch_payload) when the export carries
+    payload blobs; nccl-tests' S is the payload's bytes, times the group size for all_gather and
+    reduce_scatter (NCCL passes "the size of one message", sendcount / recvcount x type size:
+    src/collectives.cc). Otherwise msg_bytes is null with the reason."""
     if not comm_rows:
         return pl.DataFrame(schema=_COLL_SCHEMA)
+    payload = {(r, c): (b, comm, n) for r, c, b, comm, n in con.execute(
+        "SELECT rank, correlation, bytes, comm_id, nranks FROM launch_payload").fetchall()}
+    n_payloads = con.execute("SELECT count(*) FROM nccl_payload").fetchone()[0]
     has_nccl_nvtx = con.execute("SELECT count(*) FROM domains WHERE domain = 'NCCL'").fetchone()[0] > 0
-    note = ("message size not in the export: NCCL NVTX payload blobs are not decoded (kernel name only)" if has_nccl_nvtx
-            else "message size not in the export: no NCCL NVTX ranges (kernel name only)")
+    note = ("message size not in the export: the kernel was not launched inside an NCCL API range with a payload "
+            "(grouped calls launch in ncclGroupEnd)" if n_payloads
+            else "message size not in the export: NCCL NVTX ranges without payload blobs (export with --include-blobs=true)"
+            if has_nccl_nvtx else "message size not in the export: no NCCL NVTX ranges (kernel name only)")
     rows = []
     for r in comm_rows:
         km = kernel_meta(r["name"])
-        rows.append({**r, "op": catalog.normalize_op(km["op"] or r["name"]), "op_raw": r.pop("name"),
+        op = catalog.normalize_op(km["op"] or r["name"])
+        b, comm, n = payload.get((r["rank"], r["correlation"]), (None, None, None))
+        msg = b * n if b is not None and n and op in ("all_gather", "reduce_scatter") else b
+        if b is not None and op in ("all_gather", "reduce_scatter") and not n:
+            msg = None
+        rows.append({**r, "op": op, "op_raw": r.pop("name"),
                      "timing_source": "gpu_kernel", "dtype": km["dtype"], "dtype_bytes": DTYPE_BYTES.get(km["dtype"]),
-                     "msg_bytes": None, "msg_bytes_note": note, "reduction": km["reduction"],
-                     "algorithm": km["algorithm"], "protocol": km["protocol"]})
+                     "msg_bytes": msg, "msg_bytes_note": None if msg is not None else
+                     ("group size unknown: the payload gives one rank's bytes" if b is not None else note),
+                     "reduction": km["reduction"], "algorithm": km["algorithm"], "protocol": km["protocol"],
+                     "comm_id": comm, "group_size": n})
     return pl.DataFrame(rows, schema=_COLL_SCHEMA)
