@@ -19,6 +19,7 @@ demo: $(VENV)/.base
 	$(BIN)/tracelake run sample_traces/ --lake .tracelake --force -o report.html
 
 test: $(VENV)/.test
+	bash scripts/install-browser.sh
 	$(BIN)/python -m pytest -n 2 tests
 
 bench: $(VENV)/.test

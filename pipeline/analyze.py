@@ -1,16 +1,18 @@
 """Run the metric queries over a lake and assemble the analysis (the `analyze --json` contract).
 
-Contract "tracelake.analyze/1" (documented in docs/analyze-json.md):
-  {"schema": "tracelake.analyze/1", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
-   "runs": [...], "steps": [...], "ranks": [...], "idle_streams": [...], "collectives": [...],
-   "collectives_per_rank": [...], "stragglers": [...], "memcpy": [...], "top_kernels": [...],
-   "verdicts": [...], "notes": [...]}
+Contract "tracelake.analyze/2" (documented in docs/analyze-json.md):
+  {"schema": "tracelake.analyze/2", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
+   "runs": [...], "steps": [...], "ranks": [...], "step_time": [...], "idle_streams": [...],
+   "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "stragglers": [...],
+   "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "verdicts": [...],
+   "findings": [...], "notes": [...]}
 Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
 and a note says why (never 0 or NaN).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -18,9 +20,11 @@ import polars as pl
 
 from . import query
 from .lake import Lake
-from .report.verdict import verdict_for_run
+from .report import nccl_findings
+from .report.findings import findings_for_run, rank_findings
+from .report.verdict import OUTLIER_FACTOR, verdict_for_run
 
-SCHEMA = "tracelake.analyze/1"
+SCHEMA = "tracelake.analyze/2"
 
 STEP_FIELDS = [
     "run_id", "rank", "step", "span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns",
@@ -39,9 +43,38 @@ def _records(df: pl.DataFrame) -> list[dict]:
     return [{k: _clean(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
 
 
-def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int = 20,
+def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
+    """Run summary from its sources rows and its devices rows: hosts, GPUs by name, input formats
+    and tool versions (each key of sources.tool_versions with its distinct values)."""
+    versions: dict[str, set] = {}
+    for raw in s["tool_versions"].drop_nulls().to_list():
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            for k, v in doc.items():
+                if v is not None and not isinstance(v, (dict, list)):
+                    versions.setdefault(str(k), set()).add(str(v))
+    used = devices.filter(pl.col("used")) if devices.height else devices
+    gpus = (used.with_columns(name=pl.col("name").fill_null("(unnamed)")).group_by("name")
+            .agg(ranks=pl.col("rank").n_unique()).sort("name").to_dicts()) if used.height else []
+    return {
+        "hosts": sorted({str(h) for h in s["host"].drop_nulls().to_list() if h}),
+        "gpus": [{"name": g["name"], "ranks": int(g["ranks"])} for g in gpus],
+        "formats": sorted({str(f) for f in s["format"].drop_nulls().to_list()}),
+        "tool_versions": {k: sorted(v) for k, v in sorted(versions.items())},
+    }
+
+
+def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int | None = 20,
             peak_tflops: float | None = None, model_flops_per_step: float | None = None) -> dict:
-    """Analysis of every run in the lake. Raises FileNotFoundError if the lake does not exist."""
+    """Analysis of every run in the lake (the `tracelake.analyze/2` document, docs/analyze-json.md).
+
+    window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
+    shorter than this (and not host wait) are kernel wait; top_n: kernels kept per run in
+    top_kernels (None: all); peak_tflops / model_flops_per_step: MFU overrides (queries/mfu.sql).
+    Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
     con = query.connect(lake, window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, peak_tflops=peak_tflops,
@@ -55,6 +88,11 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     stragglers = query.run(con, "stragglers")
     mem = query.run(con, "memcpy_bandwidth")
     top = query.run(con, "top_kernels")
+    step_time = query.run(con, "step_time").join(status.select("run_id", "rank", "step", "complete"),
+                                                on=["run_id", "rank", "step"], how="left")
+    idle_gaps = query.run(con, "idle_gaps")
+    step_kernels = query.run(con, "step_kernels")
+    devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
     src = lake.sources()
     notes: list[str] = []
 
@@ -98,6 +136,7 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             "steps": sorted(int(x) for x in r_steps["step"].unique().to_list()),
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
+            **_summary(s, devices.filter(pl.col("run_id") == run_id)),
         }
         runs.append(run)
         if r_ranks.height == 0:
@@ -132,11 +171,19 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         if gw:
             notes.append(f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, but their idle cause "
                          "(idle_unreliable_ns) and per-op attribution (FLOP coverage) are unreliable")
-    verdicts = [verdict_for_run(r["run_id"], ranks.filter(pl.col("run_id") == r["run_id"])) for r in runs]
-    top = top.with_columns(rn=pl.int_range(pl.len()).over("run_id")).filter(pl.col("rn") < top_n).drop("rn")
+    verdicts = [verdict_for_run(r["run_id"], ranks.filter(pl.col("run_id") == r["run_id"]),
+                                step_time.filter(pl.col("run_id") == r["run_id"])) for r in runs]
+    for v in verdicts:
+        out = [e for e in v["excluded_steps"] if e["why"] == "outlier"]
+        if out:
+            ex = ", ".join(f"{e['step']} (rank {e['rank']}: {e['step_ns'] / 1e6:.1f} ms)" for e in out[:5])
+            notes.append(f"run {v['run_id']}: step(s) {ex}{' ...' if len(out) > 5 else ''} took more than "
+                         f"{OUTLIER_FACTOR:g}x the median step ({v['median_step_ns'] / 1e6:.1f} ms) and are left out of the verdict")
+    if top_n is not None:
+        top = top.with_columns(rn=pl.int_range(pl.len()).over("run_id")).filter(pl.col("rn") < top_n).drop("rn")
     for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
         notes.append(f"{row['path']}: not ingested: {row['error']}")
-    return {
+    doc = {
         "schema": SCHEMA,
         "window": window,
         "peak_tflops_override": peak_tflops,
@@ -153,6 +200,14 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         "stragglers": _records(stragglers.with_columns(pl.col("complete_calls").cast(pl.Int64))),
         "memcpy": _records(mem),
         "top_kernels": _records(top),
+        "step_time": _records(step_time),
+        "idle_gaps": _records(idle_gaps),
+        "step_kernels": _records(step_kernels),
         "verdicts": verdicts,
+        "findings": [],
         "notes": notes,
     }
+    for r in runs:
+        fs = rank_findings(findings_for_run(r["run_id"], doc) + nccl_findings.findings(con, r["run_id"]))
+        doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
+    return doc

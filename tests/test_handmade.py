@@ -31,8 +31,26 @@ Rank 1:
 Matched all-reduce (process group "0", no Seq: first call of the group on each rank):
   transfer = min(300, 350) = 300 µs; wait rank 0 = 0, rank 1 = 50 µs; straggler = rank 0 (it
   started last, at 1200 vs 1150); algbw = busbw = 4e6 / 300000 = 13.333 GB/s; rank 0 caused 50 µs.
-Verdict: exposed comm (110 + 300) / (700 + 400) = 37.27 % >= 15 % and > idle 200 / 1100 = 18.2 %
--> network-bound; only 550 µs of GPU span per rank -> low confidence.
+Verdict, on step time (both ranks have steps; pipeline/report/verdict.py, queries/step_time.sql):
+  step window = [max(host start, end of the previous window), max(host end, end of the GPU work
+  launched in the step)) (torch-tb-profiler's step time).
+  rank 0 step 1: [1000, max(2000, 1800)) = 1000 µs. Inside: compute 340, exposed comm 110,
+    exposed memory 50, busy 500, idle 1000 - 500 = 500:
+      [1000,1100) 100 ends at k1 launched 1010 > 1000 -> host wait
+      [1500,1550)  50 other (as above); [1600,1750) 150 host wait (as above)
+      [1800,2000) 200 nothing more launched before the window ends -> host wait
+    host wait 100 + 150 + 200 = 450, other 50.
+  rank 1 step 1: [1000, max(2000, 1500)) = 1000 µs: compute 100, comm 350, overlap 50, exposed comm
+    300, busy [1100,1500) = 400, idle 600: [1000,1100) 100 host wait (k5 launched 1010 > 1000),
+    [1500,2000) 500 host wait (no later work).
+  rank 1 step 2: [2000, 3000) is incomplete (its launch has no GPU work) -> left out of the basis.
+  basis = 1000 + 1000 = 2000 µs: compute 440 = 22 %, exposed comm 410 = 20.5 %, exposed memory
+  50 = 2.5 %, idle 1100 = 55 % (host wait 1050 = 52.5 %, other 50 = 2.5 %, data loading 0);
+  22 + 20.5 + 2.5 + 55 = 100. overlap (190 + 50) / (300 + 350) = 36.923 %.
+  Causes at the high bar (15 %): network 20.5 %, host 55 % -> the larger: host-bound, high;
+  1000 µs per rank is not below the 1 ms thin-evidence bar -> confidence stays high.
+(Whole trace, the old basis: exposed comm (110 + 300) / (700 + 400) = 37.27 %, idle 200 / 1100 =
+18.2 %: the trailing and leading idle of each step window was not counted there.)
 """
 
 import json
@@ -181,7 +199,7 @@ def test_step_completeness(lake):
 
 def test_analyze_contract(lake):
     res = analyze(lake)
-    assert res["schema"] == "tracelake.analyze/1"
+    assert res["schema"] == "tracelake.analyze/2"
     step = [s for s in res["steps"] if s["rank"] == 0 and s["step"] == 1][0]
     for k in ("rank", "step", "span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns", "overlap_ns",
               "comm_comp_overlap_pct", "exposed_comm_ns", "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns",
@@ -190,10 +208,17 @@ def test_analyze_contract(lake):
     assert step["memcpy_ns"] == 50 * US and step["idle_host_wait_ns"] == 150 * US
     json.dumps(res, allow_nan=False)  # no NaN anywhere
     (v,) = res["verdicts"]
-    # exposed comm 37.3 % >= 15 % -> network-bound; mean span (700 + 400) / 2 = 550 µs < 1 ms -> low confidence
-    assert v["verdict"] == "network-bound" and v["confidence"] == "low"
-    assert v["numbers"]["exposed_comm_pct"] == pytest.approx(100 * 410 / 1100)
-    assert v["numbers"]["gpu_idle_pct"] == pytest.approx(100 * 200 / 1100)
+    # step basis (module docstring): host 55 % and network 20.5 % are both >= 15 %; host is larger -> host-bound;
+    # 2000 µs over 2 ranks = 1 ms per rank, not below the 1 ms bar -> high confidence
+    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == ("host-bound", "high", "steps", 1)
+    assert v["excluded_steps"] == [{"step": 2, "rank": 1, "step_ns": 1000 * US, "why": "incomplete"}]
+    assert v["analysed_ns"] == 2000 * US
+    n = v["numbers"]
+    assert n["compute_pct"] == pytest.approx(100 * 440 / 2000) and n["exposed_comm_pct"] == pytest.approx(100 * 410 / 2000)
+    assert n["exposed_memcpy_pct"] == pytest.approx(100 * 50 / 2000) and n["gpu_idle_pct"] == pytest.approx(100 * 1100 / 2000)
+    assert n["host_wait_pct"] == pytest.approx(100 * 1050 / 2000) and n["idle_other_pct"] == pytest.approx(100 * 50 / 2000)
+    assert n["idle_input_pct"] == 0 and n["host_bound_pct"] == pytest.approx(100 * 1100 / 2000)
+    assert n["comm_comp_overlap_pct"] == pytest.approx(100 * 240 / 650)
     (c,) = res["collectives"]
     assert c["transfer_ns"] == 300 * US and c["straggler_rank"] == 0 and c["wait_ns"] == {"0": 0, "1": 50 * US}
 

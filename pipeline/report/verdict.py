@@ -1,90 +1,250 @@
-"""The verdict: is a run network-bound, host-bound, compute-bound or balanced?
+"""The verdict: what bounds a run — network, compute, memory, host or input — or is it balanced?
 
-Shares of the ranks' summed GPU span (span = first to last GPU activity of a rank;
-../shared/reference/peers.md section 4):
-- exposed_comm_pct = 100 * sum(exposed_comm_ns) / sum(span_ns): communication not hidden under
-  compute (exposed, not total, as XProf and TraceLens report it).
-- gpu_idle_pct = 100 * sum(gpu_idle_ns) / sum(span_ns): no GPU work at all, so the GPU waits for
-  the host (late launches, synchronizations, data loading). Its split by cause (host wait,
-  kernel wait, other; queries/breakdown.sql) goes into the reason.
-- compute_pct = 100 * sum(compute_ns) / sum(span_ns).
-- unknown_pct = GPU time of unknown kind (e.g. CUPTI range-profiler events), not hidden by others.
-Two levels, as XProf's step-time analysis uses them (moderate >= 3 %, high >= 15 %;
-xprof op_stats_to_input_pipeline_analysis.cc), with TraceLens's 5 % exposed-NCCL flag as the
-moderate bar (TraceLens Agent skills), and torch-tb-profiler's "GPU utilization" reading:
-  0. unknown_pct >= 50 -> "unknown": the trace's GPU events cannot be classified (abstain);
-  1. the larger of exposed_comm_pct and gpu_idle_pct >= 15 -> network-bound / host-bound, high;
-  2. else compute_pct >= 80 (TraceLens: "computation > 80 % = efficient") -> compute-bound, high;
-  3. else the larger of the two >= 5 -> network-bound / host-bound, moderate;
-  4. else balanced, moderate.
-Confidence drops to "low" when the evidence is thin: less than 1 ms of GPU span per rank on
+Basis (which time the shares divide):
+- "steps" when the run has step rows (queries/step_time.sql): the steps' wall-clock windows on
+  each rank (torch-tb-profiler's step time: host ProfilerStep window stretched to the end of the
+  GPU work launched in it), so a long start-up before the first step (JIT compilation, data set
+  loading, communicator set-up) does not count. Left out (steady_steps): a rank's incomplete
+  steps (GPU work cut off by the end of the trace: torch-tb-profiler and HTA drop them too), and
+  steps that ran more than OUTLIER_FACTOR times the run's median step on some rank (warm-up,
+  compilation, one-off stalls: benchmark practice discards warm-up iterations, e.g. nccl-tests'
+  -w); they are listed in `excluded_steps`, and slow steps become a finding of their own.
+- "trace" when the run has no steps: the whole trace per rank, first to last GPU activity
+  (queries/breakdown.sql, level 'rank'). Input-bound cannot be told on this basis (no step
+  windows to attribute host data loading to), so idle_input_pct is null.
+
+Shares of the basis time (percent, summed over ranks, then divided; each instant of a rank's GPU
+timeline goes to the first active of compute > communication > memory > unknown > idle, so
+compute + exposed comm + exposed memcpy + unknown + idle = 100):
+- exposed_comm_pct: communication not hidden under compute (exposed, not total: XProf counts a
+  collective only where no compute runs; TraceLens exposed_comm = COMM - COMP);
+- idle_input_pct: GPU idle while the host was inside a DataLoader fetch (torch-tb-profiler's
+  DataLoader category; XProf "input");
+- host_bound_pct: the rest of GPU idle (host launched late, launch gaps, waits): the host is the
+  bottleneck (XProf "kernel launch" and "all other" host time; HTA host wait);
+- exposed_memcpy_pct: copies/memsets hidden by neither compute nor communication;
+- compute_pct; unknown_pct (GPU work of no known kind, e.g. CUPTI range-profiler events).
+
+Thresholds: two levels on shares of step time, moderate and high (../shared/reference/peers.md
+section 4.2):
+- network, host, memory: moderate >= 5 % (TraceLens Agent flags exposed NCCL and memcpy above 5 %
+  of GPU time), high >= 15 % (XProf op_stats_to_input_pipeline_analysis.cc: kernel launch, all
+  other and device collectives are "high" from 15 %; TraceLens flags GPU idle above 15 %);
+- input: moderate >= 5 %, high >= 20 % (XProf's input bands, not / moderately / highly input-bound
+  at 5 and 20 %; torch-tb-profiler flags a DataLoader share of step time above 5 %);
+- compute-bound: compute >= 80 % (TraceLens's reading of gpu_timeline: "computation > 80 % =
+  efficient").
+Rules, in order:
+  0. no GPU work -> "unknown" (abstain); unknown_pct >= 50 -> "unknown";
+  1. the causes (network, host, input, memory) at or above their high bar: the largest share wins,
+     confidence high;
+  2. else compute_pct >= 80 -> "compute-bound", high;
+  3. else the causes at or above their moderate bar: the largest wins, confidence moderate;
+  4. else "balanced", moderate.
+Confidence drops to "low" when the evidence is thin: less than 1 ms of analysed time per rank on
 average (a handful of kernels says little about a training run).
-No GPU work -> verdict "unknown" with the reason (abstain rather than guess).
 """
 
 from __future__ import annotations
 
+import statistics
+
 import polars as pl
 
-HIGH_PCT = 15.0
 MODERATE_PCT = 5.0
+HIGH_PCT = 15.0
+INPUT_MODERATE_PCT = 5.0
+INPUT_HIGH_PCT = 20.0
 COMPUTE_BOUND_PCT = 80.0
 UNKNOWN_PCT = 50.0
-THIN_SPAN_NS = 1_000_000
+THIN_NS = 1_000_000
+OUTLIER_FACTOR = 3.0
+
+VERDICTS = ("network-bound", "compute-bound", "memory-bound", "host-bound", "input-bound", "balanced", "unknown")
+
+# cause -> (verdict, number key, moderate bar, high bar)
+CAUSES = {
+    "network": ("network-bound", "exposed_comm_pct", MODERATE_PCT, HIGH_PCT),
+    "host": ("host-bound", "host_bound_pct", MODERATE_PCT, HIGH_PCT),
+    "input": ("input-bound", "idle_input_pct", INPUT_MODERATE_PCT, INPUT_HIGH_PCT),
+    "memory": ("memory-bound", "exposed_memcpy_pct", MODERATE_PCT, HIGH_PCT),
+}
 
 LABELS = {
-    "exposed_comm_pct": "exposed communication",
-    "gpu_idle_pct": "GPU idle",
-    "host_wait_pct": "GPU idle: host launched late",
     "compute_pct": "compute",
+    "exposed_comm_pct": "exposed communication",
     "exposed_memcpy_pct": "exposed memory copies",
     "unknown_pct": "GPU work of unknown kind",
+    "gpu_idle_pct": "GPU idle",
+    "host_bound_pct": "GPU idle waiting for the host",
+    "idle_input_pct": "GPU idle during data loading",
+    "host_wait_pct": "GPU idle: host launched late",
+    "kernel_wait_pct": "GPU idle: launch gaps",
+    "idle_other_pct": "GPU idle: other waits",
+    "comm_comp_overlap_pct": "communication hidden under compute",
+}
+
+# the numbers shown next to each verdict (the two or three behind it)
+HEADLINE = {
+    "network-bound": ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"],
+    "host-bound": ["host_bound_pct", "host_wait_pct", "compute_pct"],
+    "input-bound": ["idle_input_pct", "gpu_idle_pct", "compute_pct"],
+    "memory-bound": ["exposed_memcpy_pct", "compute_pct", "gpu_idle_pct"],
+    "compute-bound": ["compute_pct", "exposed_comm_pct", "gpu_idle_pct"],
+    "balanced": ["compute_pct", "exposed_comm_pct", "gpu_idle_pct"],
+    "unknown": ["unknown_pct", "compute_pct"],
 }
 
 
-def verdict_for_run(run_id: str, ranks: pl.DataFrame) -> dict:
-    """ranks: the `ranks` rows of one run (analyze.py). Returns verdict, confidence, numbers, reason."""
-    if ranks.height == 0 or ranks["span_ns"].sum() == 0:
-        return {"run_id": run_id, "verdict": "unknown", "confidence": None,
-                "reason": "no GPU activity in the traces: nothing to attribute", "numbers": {}}
-    span = float(ranks["span_ns"].sum())
+def steady_steps(step_time: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], int | None]:
+    """Split one run's step_time rows (queries/step_time.sql, with the `complete` flag of
+    queries/step_status.sql when present) into the rows the verdict uses and those it leaves out.
 
-    def pct(col: str) -> float:
-        return 100 * float(ranks[col].sum()) / span
+    Left out, in this order:
+    - incomplete steps of a rank (a launch of the step has no GPU work in the trace: the profiler
+      stopped first): their GPU time is cut off. torch-tb-profiler drops such tail steps
+      (event_parser.py _update_steps_duration), HTA drops the last step for the same reason;
+    - outlier steps: a step number is left out on every rank when some rank's step_ns exceeds
+      OUTLIER_FACTOR x the median step_ns of the remaining rows.
+    Returns (kept rows, excluded [{step, rank, step_ns, why: "incomplete" | "outlier"}] — for an
+    outlier step its slowest rank —, median step ns of the complete rows). When every row would be
+    left out, all rows are kept and nothing is reported excluded.
+    """
+    if step_time.height == 0:
+        return step_time, [], None
+    excluded: list[dict] = []
+    rows = step_time
+    if "complete" in rows.columns:
+        inc = rows.filter(pl.col("complete") == False)  # noqa: E712 (null = unknown, kept)
+        if 0 < inc.height < rows.height:
+            excluded += [{"step": int(r["step"]), "rank": int(r["rank"]), "step_ns": int(r["step_ns"]), "why": "incomplete"}
+                         for r in inc.sort("rank", "step").iter_rows(named=True)]
+            rows = rows.filter(pl.col("complete").is_null() | pl.col("complete"))
+    median = int(statistics.median(rows["step_ns"].to_list()))
+    bad = rows.filter(pl.col("step_ns") > OUTLIER_FACTOR * median)
+    if bad.height:
+        kept = rows.filter(~pl.col("step").is_in(bad["step"].unique().to_list()))
+        if kept.height:
+            worst = bad.sort("step_ns", descending=True).unique("step", keep="first").sort("step")
+            excluded += [{"step": int(r["step"]), "rank": int(r["rank"]), "step_ns": int(r["step_ns"]), "why": "outlier"}
+                         for r in worst.iter_rows(named=True)]
+            rows = kept
+    return rows, excluded, median
 
-    unknown = span - float(ranks["compute_ns"].sum() + ranks["exposed_comm_ns"].sum() + ranks["exposed_memcpy_ns"].sum()
-                           + ranks["gpu_idle_ns"].sum())
-    numbers = {
-        "exposed_comm_pct": pct("exposed_comm_ns"),
-        "gpu_idle_pct": pct("gpu_idle_ns"),
-        "host_wait_pct": pct("idle_host_wait_ns"),
-        "compute_pct": pct("compute_ns"),
-        "exposed_memcpy_pct": pct("exposed_memcpy_ns"),
-        "unknown_pct": 100 * unknown / span,
+
+def kept_rows(step_rows: list[dict], verdict: dict) -> list[dict]:
+    """The step_time rows (dicts) of a run that its verdict used: without the outlier steps (on
+    every rank) and the incomplete (rank, step) rows listed in verdict["excluded_steps"]."""
+    out_steps = {e["step"] for e in verdict.get("excluded_steps", []) if e["why"] == "outlier"}
+    out_rows = {(e["rank"], e["step"]) for e in verdict.get("excluded_steps", []) if e["why"] == "incomplete"}
+    return [r for r in step_rows if r["step"] not in out_steps and (r["rank"], r["step"]) not in out_rows]
+
+
+def _numbers(total: float, sums: dict[str, float | None], comm: float, overlap: float) -> dict:
+    def pct(v):
+        return None if v is None else 100 * v / total
+
+    idle = sums["idle"]
+    inp = sums["input"]
+    return {
+        "compute_pct": pct(sums["compute"]),
+        "exposed_comm_pct": pct(sums["exposed_comm"]),
+        "exposed_memcpy_pct": pct(sums["exposed_memory"]),
+        "unknown_pct": pct(sums["unknown"]),
+        "gpu_idle_pct": pct(idle),
+        "idle_input_pct": pct(inp),
+        "host_bound_pct": pct(idle - (inp or 0)),
+        "host_wait_pct": pct(sums["host_wait"]),
+        "kernel_wait_pct": pct(sums["kernel_wait"]),
+        "idle_other_pct": pct(sums["other"]),
+        "comm_comp_overlap_pct": 100 * overlap / comm if comm > 0 else None,
     }
-    net, idle = numbers["exposed_comm_pct"], numbers["gpu_idle_pct"]
-    top_name, top_val = ("network-bound", net) if net >= idle else ("host-bound", idle)
+
+
+def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | None = None) -> dict:
+    """The verdict for one run.
+
+    ranks: the run's `ranks` rows of the analysis (pipeline.analyze: span_ns, compute_ns,
+    exposed_comm_ns, exposed_memcpy_ns, gpu_idle_ns, idle_*_ns, comm_ns, overlap_ns); step_time:
+    the run's rows of queries/step_time.sql, or None / empty when the run has no steps.
+    Returns {run_id, verdict (one of VERDICTS), confidence ("high" | "moderate" | "low" | None),
+    reason (one sentence), basis ("steps" | "trace" | None), numbers ({key: pct 0-100 or None},
+    keys of LABELS), headline (the number keys behind the verdict), ranks (int), steps_used (int),
+    analysed_ns (basis time summed over ranks), excluded_steps ([{step, rank, step_ns, why}]),
+    median_step_ns (int | None)}. Never raises on empty input: abstains with "unknown".
+    """
+    out = {"run_id": run_id, "verdict": "unknown", "confidence": None, "basis": None, "numbers": {}, "headline": [],
+           "ranks": 0, "steps_used": 0, "analysed_ns": 0, "excluded_steps": [], "median_step_ns": None}
+    if step_time is not None and step_time.height and step_time["step_ns"].sum() > 0:
+        kept, excluded, median = steady_steps(step_time)
+        total = float(kept["step_ns"].sum())
+        s = {k: float(kept[c].sum()) for k, c in (
+            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_memory", "exposed_memory_ns"),
+            ("unknown", "exposed_unknown_ns"), ("idle", "idle_ns"), ("input", "idle_input_ns"),
+            ("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns"), ("other", "idle_other_ns"))}
+        n_ranks = kept["rank"].n_unique()
+        out.update(basis="steps", ranks=n_ranks, steps_used=kept["step"].n_unique(), analysed_ns=int(total),
+                   excluded_steps=excluded, median_step_ns=median)
+        numbers = _numbers(total, s, float(kept["comm_ns"].sum()), float(kept["overlap_ns"].sum()))
+    elif ranks.height and ranks["span_ns"].sum() > 0:
+        total = float(ranks["span_ns"].sum())
+        s = {k: float(ranks[c].sum()) for k, c in (
+            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_memory", "exposed_memcpy_ns"),
+            ("idle", "gpu_idle_ns"), ("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns"),
+            ("other", "idle_other_ns"))}
+        s["unknown"] = total - s["compute"] - s["exposed_comm"] - s["exposed_memory"] - s["idle"]
+        s["input"] = None
+        n_ranks = ranks.height
+        out.update(basis="trace", ranks=n_ranks, analysed_ns=int(total))
+        numbers = _numbers(total, s, float(ranks["comm_ns"].sum()), float(ranks["overlap_ns"].sum()))
+    else:
+        out["reason"] = "no GPU activity in the traces: nothing to attribute"
+        return out
+    out["numbers"] = numbers
+
+    def level(cause: str) -> tuple[float, float, float]:
+        _, key, mod, high = CAUSES[cause]
+        v = numbers[key]
+        return (v if v is not None else -1.0), mod, high
+
+    high = [c for c in CAUSES if level(c)[0] >= level(c)[2]]
+    moderate = [c for c in CAUSES if level(c)[0] >= level(c)[1]]
     if numbers["unknown_pct"] >= UNKNOWN_PCT:
         v, conf = "unknown", None
-    elif top_val >= HIGH_PCT:
-        v, conf = top_name, "high"
+    elif high:
+        v, conf = CAUSES[max(high, key=lambda c: level(c)[0])][0], "high"
     elif numbers["compute_pct"] >= COMPUTE_BOUND_PCT:
         v, conf = "compute-bound", "high"
-    elif top_val >= MODERATE_PCT:
-        v, conf = top_name, "moderate"
+    elif moderate:
+        v, conf = CAUSES[max(moderate, key=lambda c: level(c)[0])][0], "moderate"
     else:
         v, conf = "balanced", "moderate"
-    if conf and span / ranks.height < THIN_SPAN_NS:
+    per_rank_ns = out["analysed_ns"] / max(n_ranks, 1)
+    if conf and per_rank_ns < THIN_NS:
         conf = "low"
-    split = (f"host launched late {numbers['host_wait_pct']:.1f}%, launch gaps {pct('idle_kernel_wait_ns'):.1f}%, "
-             f"other waits {pct('idle_other_ns'):.1f}%")
-    reason = {
-        "network-bound": f"{net:.1f}% of GPU time is communication not hidden under compute",
-        "host-bound": f"the GPU is idle {idle:.1f}% of its span, waiting for the host ({split})",
-        "compute-bound": f"compute kernels cover {numbers['compute_pct']:.1f}% of GPU time",
-        "balanced": f"no single cause exceeds {MODERATE_PCT:.0f}% of GPU time (exposed communication {net:.1f}%, idle {idle:.1f}%)",
-        "unknown": f"{numbers['unknown_pct']:.1f}% of GPU time is of a kind tracelake cannot classify (e.g. CUPTI range-profiler events)",
-    }[v]
+    out.update(verdict=v, confidence=conf, headline=HEADLINE[v], reason=_reason(v, numbers, out))
     if conf == "low":
-        reason += f"; low confidence: only {span / ranks.height / 1e6:.3f} ms of GPU time per rank"
-    return {"run_id": run_id, "verdict": v, "confidence": conf, "reason": reason, "numbers": numbers}
+        out["reason"] += f"; low confidence: only {per_rank_ns / 1e6:.3f} ms of GPU time per rank"
+    return out
+
+
+def _f(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def _reason(v: str, n: dict, out: dict) -> str:
+    of = "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
+    split = (f"host launched late {_f(n['host_wait_pct'])}, launch gaps {_f(n['kernel_wait_pct'])}, "
+             f"other waits {_f(n['idle_other_pct'])}")
+    return {
+        "network-bound": f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute"
+                         + (f" (only {_f(n['comm_comp_overlap_pct'])} of communication overlaps compute)"
+                            if n["comm_comp_overlap_pct"] is not None else ""),
+        "host-bound": f"the GPU is idle waiting for the host {_f(n['host_bound_pct'])} {of} ({split})",
+        "input-bound": f"the GPU is idle while the host loads data (DataLoader) {_f(n['idle_input_pct'])} {of}",
+        "memory-bound": f"{_f(n['exposed_memcpy_pct'])} {of} is memory copies hidden by neither compute nor communication",
+        "compute-bound": f"compute kernels cover {_f(n['compute_pct'])} {of}",
+        "balanced": f"no single cause reaches {MODERATE_PCT:.0f}% {of} (exposed communication {_f(n['exposed_comm_pct'])}, "
+                    f"GPU idle {_f(n['gpu_idle_pct'])}, exposed copies {_f(n['exposed_memcpy_pct'])})",
+        "unknown": f"{_f(n['unknown_pct'])} {of} is GPU work of a kind tracelake cannot classify (e.g. CUPTI range-profiler events)",
+    }[v]

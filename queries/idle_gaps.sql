@@ -1,0 +1,39 @@
+-- Idle gaps: how long the GPU's idle intervals are, as a histogram per run and cause.
+--
+-- Definition: per rank, the union of its GPU work in scope (every device and stream merged, as in
+-- breakdown.sql) leaves idle gaps between consecutive busy islands (the time before the first and
+-- after the last activity is not a gap). Each gap gets the device-level cause of breakdown.sql
+-- (HTA's idle rule applied to the device, hta/analyzers/breakdown_analysis.py): unreliable when
+-- the work ending it is a graph replay; host_wait when everything starting at the gap's end was
+-- launched after the gap began; kernel_wait when shorter than kernel_wait_threshold_ns (default
+-- 30 µs); other otherwise. Gaps are counted in power-of-two buckets of their length:
+-- bucket_lo_ns <= gap < bucket_hi_ns with bucket_lo_ns = 2^floor(log2(gap)).
+-- Columns:
+--   run_id STRING; bucket_lo_ns INT64 ns; bucket_hi_ns INT64 ns
+--   cause STRING (host_wait | kernel_wait | other | unreliable)
+--   gaps INT64: number of gaps, over all ranks of the run; ranks INT64: ranks with such a gap
+--   total_ns INT64 ns: their summed length
+WITH starts AS (  -- activities grouped by start instant (all of them end the gap before it together)
+  SELECT run_id, rank, start_ns, max(end_ns) AS end_ns,
+         CASE WHEN count(*) FILTER (WHERE launch_ns IS NULL) = 0 THEN min(launch_ns) END AS first_launch,
+         bool_or(graph_replay) AS graph
+  FROM scope GROUP BY run_id, rank, start_ns
+),
+prev AS (
+  SELECT *, max(end_ns) OVER (PARTITION BY run_id, rank ORDER BY start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+  FROM starts
+),
+gaps AS (
+  SELECT run_id, rank, start_ns - prev_end AS gap_ns, CASE
+      WHEN graph THEN 'unreliable'
+      WHEN first_launch > prev_end THEN 'host_wait'
+      WHEN start_ns - prev_end < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+      ELSE 'other' END AS cause
+  FROM prev WHERE start_ns > prev_end
+),
+b AS (SELECT *, floor(log2(gap_ns))::INT AS k FROM gaps)
+SELECT run_id, (2::BIGINT ** k)::BIGINT AS bucket_lo_ns, (2::BIGINT ** (k + 1))::BIGINT AS bucket_hi_ns, cause,
+  count(*) AS gaps, count(DISTINCT rank) AS ranks, sum(gap_ns)::BIGINT AS total_ns
+FROM b
+GROUP BY ALL
+ORDER BY run_id, bucket_lo_ns, cause;

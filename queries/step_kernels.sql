@@ -1,0 +1,16 @@
+-- Kernels (and copies) launched inside steps: time per name, for comparing two runs kernel by kernel.
+--
+-- Definition: the GPU activities in scope whose launch falls in a ProfilerStep host window
+-- (gpu_work.step, views/10_gpu_work.sql), grouped by name and category over all ranks and steps
+-- of the run. Work launched outside every step (start-up, compilation) is left out, so runs with
+-- different start-ups compare on their steps. Overlapping activities are each counted (per-kernel
+-- cost, not wall time), as in top_kernels.sql.
+-- Columns:
+--   run_id STRING; name STRING; category STRING; calls INT64; ranks INT64; steps INT64 (distinct step numbers)
+--   total_ns INT64 ns: summed duration; max_ns INT64 ns: longest single activity
+SELECT run_id, name, category, count(*) AS calls, count(DISTINCT rank) AS ranks, count(DISTINCT step) AS steps,
+  sum(dur_ns)::BIGINT AS total_ns, max(dur_ns) AS max_ns
+FROM scope
+WHERE step IS NOT NULL
+GROUP BY run_id, name, category
+ORDER BY run_id, total_ns DESC;

@@ -1,0 +1,185 @@
+"""The HTML report in a real browser: headless Chromium (Debian's `chromium` package, installed by
+scripts/install-browser.sh from `make test`), driven by Playwright, opens reports made from corpus
+traces with the network blocked, and checks that every chart rendered, that nothing was logged as
+an error, that no request left the page, and that markup in input strings stayed text.
+
+These tests fail, not skip, when the browser is missing: run `bash scripts/install-browser.sh`
+(or set TRACELAKE_CHROMIUM to a Chromium binary)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import sync_playwright
+from typer.testing import CliRunner
+
+from conftest import REPO, corpus
+from pipeline.cli import EXIT_OK, app
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from test_report import DLRM, EVIL, injection_lake, synthetic_lake
+
+CHROMIUM = os.environ.get("TRACELAKE_CHROMIUM", "/usr/bin/chromium")
+runner = CliRunner()
+
+# report name -> the charts it must draw (a chart the data cannot support is hidden, with its reason)
+EXPECTED = {
+    "kineto_2_ranks": {"breakdown", "overlap", "wait", "kernels", "idle_gaps"},
+    "one_rank_with_bandwidth": {"breakdown", "overlap", "busbw", "kernels", "idle_gaps"},
+    "nsys_no_steps": {"breakdown", "overlap", "wait", "kernels", "idle_gaps"},
+    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "mfu", "kernels", "idle_gaps"},
+    "comparison": {"comparison", "breakdown", "overlap", "mfu", "kernels", "idle_gaps"},
+    "injection": {"breakdown", "overlap", "kernels", "idle_gaps"},
+}
+
+
+def _ingest(path: Path, lake: Lake, run: str) -> Lake:
+    res = ingest_paths([path], lake, run=run)
+    assert res and all(r.status == "ok" for r in res), [r.error for r in res]
+    return lake
+
+
+def _report(lake: Lake, out: Path, *extra: str) -> Path:
+    r = runner.invoke(app, ["report", "--lake", str(lake.root), "-o", str(out), *extra])
+    assert r.exit_code == EXIT_OK, r.output
+    return out
+
+
+def build_report(name: str, d: Path) -> Path:
+    """Make the report `name` (a key of EXPECTED) under d."""
+    out = d / f"{name}.html"
+    if name == "kineto_2_ranks":  # `tracelake run` end to end on the sample traces (2 ranks of a 128-rank job)
+        r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(d / "sample"), "-o", str(out)])
+        assert r.exit_code == EXIT_OK, r.output
+        return out
+    if name == "one_rank_with_bandwidth":
+        return _report(_ingest(corpus("hta", "tests", "data", "nccl_parser_config"), Lake(d / "nccl"), "nccl_parser"), out)
+    if name == "nsys_no_steps":
+        return _report(_ingest(corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite"), Lake(d / "nsys"), "mfu_2gpu"), out)
+    if name == "dlrm_64_ranks":
+        return _report(synthetic_lake(corpus(*DLRM), d / "dlrm64", 64), out)
+    if name == "comparison":
+        base = _ingest(corpus("hta", "tests", "data", "trace_diff", "control"), Lake(d / "control"), "control")
+        cur = _ingest(corpus("hta", "tests", "data", "trace_diff", "test"), Lake(d / "test"), "test")
+        return _report(cur, out, "--baseline", str(base.root))
+    assert name == "injection"
+    return _report(injection_lake(d / "evil"), out)
+
+
+_BUILT: dict[str, Path] = {}
+
+
+@pytest.fixture(scope="session")
+def report_of(tmp_path_factory):
+    """name -> report path, each built once per test process (so xdist workers split the work)."""
+    def get(name: str) -> Path:
+        if name not in _BUILT:
+            _BUILT[name] = build_report(name, tmp_path_factory.mktemp(name))
+        return _BUILT[name]
+    return get
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} not found: run `bash scripts/install-browser.sh` (Debian's chromium package), "
+                    "or set TRACELAKE_CHROMIUM")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM,
+                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield b
+        b.close()
+
+
+def open_report(browser, path: Path):
+    """Open the report with every non-file, non-data request blocked and recorded. Returns (page,
+    context, log) where log holds the blocked requests, console errors and warnings, page errors and
+    dialogs; the page has waited until every chart is drawn or has failed."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
+    log = {"blocked": [], "console": [], "pageerror": [], "dialog": [], "requests": []}
+
+    def route(r):
+        url = r.request.url
+        if url.startswith(("file:", "data:")):
+            return r.continue_()
+        log["blocked"].append(url)
+        return r.abort()
+
+    ctx.route("**/*", route)
+    page = ctx.new_page()
+    page.on("request", lambda req: log["requests"].append(req.url))
+    page.on("console", lambda m: log["console"].append((m.type, m.text)) if m.type in ("error", "warning") else None)
+    page.on("pageerror", lambda e: log["pageerror"].append(str(e)))
+    page.on("dialog", lambda dlg: (log["dialog"].append(dlg.message), dlg.dismiss()))
+    page.goto(path.as_uri())
+    page.wait_for_function("() => [...document.querySelectorAll('.chart')].every(e => e.dataset.rendered || e.dataset.error)",
+                           timeout=30_000)
+    return page, ctx, log
+
+
+CHARTS_JS = """() => [...document.querySelectorAll('.chart')].map(e => ({
+  kind: e.dataset.chart, rendered: e.dataset.rendered || '', error: e.dataset.error || '',
+  svgs: e.querySelectorAll('svg').length,
+  marks: e.querySelectorAll('svg .mark-rect path, svg .mark-symbol path, svg .mark-line path, svg .mark-area path, svg .mark-rule line').length}))"""
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_report_renders_offline(browser, report_of, name):
+    page, ctx, log = open_report(browser, report_of(name))
+    try:
+        charts = page.evaluate(CHARTS_JS)
+        assert {c["kind"] for c in charts} == EXPECTED[name]
+        for c in charts:
+            assert c["rendered"] == "1" and not c["error"], c
+            assert c["svgs"] == 1 and c["marks"] > 0, c
+        hidden = page.locator(".hidden-chart").all_inner_texts()
+        assert all(t.startswith("Chart hidden: ") and len(t) > 20 for t in hidden)
+        assert len(charts) + len(hidden) >= 7
+        assert log["blocked"] == [] and log["console"] == [] and log["pageerror"] == [] and log["dialog"] == []
+        assert log["requests"] == [report_of(name).as_uri()]
+        # the first screen holds the run summary and the verdict with its numbers
+        box = page.locator(".verdict").first.bounding_box()
+        assert box["y"] + 120 < 800, box
+        assert page.locator("table.summary").first.is_visible()
+        assert page.locator(".verdict ul.headline li").count() >= 2
+    finally:
+        ctx.close()
+
+
+def test_findings_sql_is_copyable(browser, report_of):
+    page, ctx, log = open_report(browser, report_of("injection"))
+    try:
+        first = page.locator("li.finding").first
+        first.locator("summary").click()
+        first.locator("button.copy").click()
+        selected = page.evaluate("() => window.getSelection().toString()")
+        sql = first.locator("pre.sql").inner_text()
+        assert selected == sql and sql.startswith("SELECT ") and "FROM step_time" in sql
+        assert log["pageerror"] == []
+    finally:
+        ctx.close()
+
+
+def test_injection_stays_inert(browser, report_of):
+    page, ctx, log = open_report(browser, report_of("injection"))
+    try:
+        text = page.inner_text("body")
+        assert "<script>alert(3)</script>" in text  # the host name, as text
+        assert "<img src=x onerror=alert(2)>.json" in text  # the failed file's name, as text
+        assert page.evaluate("() => document.querySelectorAll('img').length") == 0
+        assert page.evaluate("() => document.querySelectorAll('script').length") == 3  # the report's own
+        # kernel names are chart text: SVG text nodes, not markup
+        labels = page.evaluate("() => [...document.querySelectorAll('[data-chart=kernels] svg text')].map(t => t.textContent)")
+        assert EVIL[0] in labels and EVIL[1] in labels
+        # their tooltip shows them as text too
+        bar = page.locator("[data-chart=kernels] svg .mark-rect path").first
+        bar.hover()
+        page.wait_for_selector("#vg-tooltip-element.visible", timeout=5_000)
+        tip = page.locator("#vg-tooltip-element")
+        assert any(e in tip.inner_text() for e in EVIL + ["ncclDevKernel_AllReduce_Sum_f32_RING_LL"])
+        assert page.evaluate("() => document.querySelectorAll('img').length") == 0
+        assert log["dialog"] == [] and log["pageerror"] == [] and log["blocked"] == [] and log["console"] == []
+    finally:
+        ctx.close()
