@@ -22,7 +22,6 @@ import argparse
 import os
 import shutil
 import sqlite3
-import sys
 import tempfile
 from pathlib import Path
 

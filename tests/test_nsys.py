@@ -15,7 +15,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -32,7 +32,6 @@ Errors: NsysError (a ValueError) with a one-line message.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -384,12 +383,10 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
             if missing:
                 raise NsysError(f"{src} lacks required columns {missing}")
     event_count = 0
-    staged = set()
     for name, (src, cols) in STAGE.items():
         con.execute(f"CREATE TABLE {name} (" + ", ".join(f'"{c}" {_DUCK[t]}' for c, t in cols.items()) + ")")
         if src not in tabs:
             continue
-        staged.add(name)
         for b in ex.batches(src, cols):
             con.register("_chunk", b)
             con.execute(f"INSERT INTO {name} SELECT * FROM _chunk")
