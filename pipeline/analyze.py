@@ -133,7 +133,7 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
                             | {int(x) for lst in (s["ranks"].drop_nulls().to_list() if "ranks" in s.columns else []) for x in lst}),
             "world_size": int(world.max()) if len(world) else None,
             "sources": s.height,
-            "steps": sorted(int(x) for x in r_steps["step"].unique().to_list()),
+            "steps": sorted(int(x) for x in status.filter(pl.col("run_id") == run_id)["step"].unique().to_list()),
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
             **_summary(s, devices.filter(pl.col("run_id") == run_id)),
@@ -143,7 +143,8 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             notes.append(f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not available")
             continue
         if r_steps.height == 0:
-            notes.append(f"run {run_id}: no ProfilerStep in the trace: per-step rows are absent, per-rank rows cover the whole trace")
+            notes.append(f"run {run_id}: no ProfilerStep in the trace (for Nsight Systems exports: no NVTX step range; see --step-range): "
+                         "per-step rows are absent, per-rank rows cover the whole trace, and MFU (FLOPs per step) is not computed")
         if r_ranks["comm_ns"].sum() == 0:
             notes.append(f"run {run_id}: no communication kernels: comm_comp_overlap_pct is null (nothing to overlap)")
         if r_steps.height and r_steps["mfu_pct"].is_null().all():

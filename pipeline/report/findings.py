@@ -138,24 +138,28 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
 
     # GPU idle waiting for the host (everything idle except data loading)
     idle, inp = total("idle"), total("input")
-    host = idle - inp
+    hw, kw, oth, unr = total("host_wait"), total("kernel_wait"), total("other"), total("unreliable")
+    host = hw + kw  # as the verdict counts it (pipeline/report/verdict.py): launched late or in small gaps
+    order_idle = f" ORDER BY {get['idle']} DESC"
     if share(host) >= MODERATE_PCT:
-        hw, kw, oth, unr = total("host_wait"), total("kernel_wait"), total("other"), total("unreliable")
-        ev = [f"GPU idle waiting for the host {share(host):.1f}% {of}: {_ms(host / n_ranks)} per rank {over}",
-              f"of which: host launched late {share(hw):.1f}%, launch gaps under the kernel-wait threshold {share(kw):.1f}%, "
-              f"queued work waiting (events, syncs, other streams) {share(oth):.1f}%"
-              + (f", before graph replays {share(unr):.1f}%" if unr else "")]
-        if oth > hw + kw:
-            rec = ("Most idle time has work already queued that waits on something: look for cudaStreamWaitEvent / "
-                   "cudaEventSynchronize chains and cross-stream or cross-device dependencies around the gaps "
-                   "(the idle-gap histogram gives their lengths), and for host syncs (.item(), .cpu(), "
-                   "torch.cuda.synchronize()) inside the step.")
-        else:
-            rec = ("The host launches work too late: capture the step with CUDA graphs (torch.compile "
-                   "mode='reduce-overhead' or torch.cuda.graphs), raise the batch size per GPU so each kernel does more "
-                   "work, fuse small kernels, and remove host syncs (.item(), .cpu()) from the step.")
+        ev = [f"GPU idle waiting for the host to launch work {share(host):.1f}% {of}: {_ms(host / n_ranks)} per rank {over}",
+              f"of which: host launched late {share(hw):.1f}%, launch gaps under the kernel-wait threshold {share(kw):.1f}% "
+              f"(all GPU idle {share(idle):.1f}%)"]
+        rec = ("The host launches work too late: capture the step with CUDA graphs (torch.compile "
+               "mode='reduce-overhead' or torch.cuda.graphs), raise the batch size per GPU so each kernel does more "
+               "work, fuse small kernels, and remove host syncs (.item(), .cpu()) from the step.")
         out.append({"kind": "host_idle", "title": "GPU idle waiting for the host", **timing(host), "evidence": ev,
-                    "recommendation": rec, "sql": basis_sql + " ORDER BY idle_ns DESC"})
+                    "recommendation": rec, "sql": basis_sql + order_idle})
+    if share(oth) >= MODERATE_PCT:
+        ev = [f"GPU idle with its next work already queued {share(oth):.1f}% {of}: {_ms(oth / n_ranks)} per rank {over}",
+              "the work was launched before the GPU went idle, so it waited on a dependency (an event, a "
+              "synchronization, another stream or device), not on the host"
+              + (f"; before graph replays {share(unr):.1f}%" if unr else "")]
+        rec = ("Look for cudaStreamWaitEvent / cudaEventSynchronize chains and cross-stream or cross-device dependencies "
+               "around the gaps (the idle-gap histogram gives their lengths): a compute stream waiting on a collective "
+               "or copy stream, or a host synchronization (.item(), .cpu(), torch.cuda.synchronize()) that drains the queue.")
+        out.append({"kind": "queued_idle", "title": "GPU idle with work queued (dependency waits)", **timing(oth),
+                    "evidence": ev, "recommendation": rec, "sql": basis_sql + order_idle})
 
     # input: GPU idle while the host loads data
     if get["input"] and share(inp) >= INPUT_MODERATE_PCT:

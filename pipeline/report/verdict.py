@@ -20,8 +20,11 @@ compute + exposed comm + exposed memcpy + unknown + idle = 100):
   collective only where no compute runs; TraceLens exposed_comm = COMM - COMP);
 - idle_input_pct: GPU idle while the host was inside a DataLoader fetch (torch-tb-profiler's
   DataLoader category; XProf "input");
-- host_bound_pct: the rest of GPU idle (host launched late, launch gaps, waits): the host is the
-  bottleneck (XProf "kernel launch" and "all other" host time; HTA host wait);
+- host_bound_pct: GPU idle because the host launched the next work late or in small gaps (HTA host
+  wait + kernel wait; XProf "kernel launch" time). Idle while the next work was already queued
+  ("other waits": events, synchronizations, other streams) is not the host's doing: it is shown
+  (idle_other_pct) but counts for no cause, and when it reaches the high bar the verdict's
+  confidence is at most moderate (the largest share of the time is unexplained);
 - exposed_memcpy_pct: copies/memsets hidden by neither compute nor communication;
 - compute_pct; unknown_pct (GPU work of no known kind, e.g. CUPTI range-profiler events).
 
@@ -153,7 +156,7 @@ def _numbers(total: float, sums: dict[str, float | None], comm: float, overlap: 
         "unknown_pct": pct(sums["unknown"]),
         "gpu_idle_pct": pct(idle),
         "idle_input_pct": pct(inp),
-        "host_bound_pct": pct(idle - (inp or 0)),
+        "host_bound_pct": pct(sums["host_wait"] + sums["kernel_wait"]),
         "host_wait_pct": pct(sums["host_wait"]),
         "kernel_wait_pct": pct(sums["kernel_wait"]),
         "idle_other_pct": pct(sums["other"]),
@@ -219,10 +222,17 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
         v, conf = CAUSES[max(moderate, key=lambda c: level(c)[0])][0], "moderate"
     else:
         v, conf = "balanced", "moderate"
+    other = numbers["idle_other_pct"] or 0.0
+    capped = conf == "high" and other >= HIGH_PCT
+    if capped:
+        conf = "moderate"
     per_rank_ns = out["analysed_ns"] / max(n_ranks, 1)
     if conf and per_rank_ns < THIN_NS:
         conf = "low"
     out.update(verdict=v, confidence=conf, headline=HEADLINE[v], reason=_reason(v, numbers, out))
+    if capped:
+        out["reason"] += (f"; confidence moderate: the GPU also idled {_f(other)} with work already queued "
+                          "(waiting on events, synchronizations or other streams), which no cause explains")
     if conf == "low":
         out["reason"] += f"; low confidence: only {per_rank_ns / 1e6:.3f} ms of GPU time per rank"
     return out
@@ -240,7 +250,7 @@ def _reason(v: str, n: dict, out: dict) -> str:
         "network-bound": f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute"
                          + (f" (only {_f(n['comm_comp_overlap_pct'])} of communication overlaps compute)"
                             if n["comm_comp_overlap_pct"] is not None else ""),
-        "host-bound": f"the GPU is idle waiting for the host {_f(n['host_bound_pct'])} {of} ({split})",
+        "host-bound": f"the GPU is idle waiting for the host to launch work {_f(n['host_bound_pct'])} {of} ({split})",
         "input-bound": f"the GPU is idle while the host loads data (DataLoader) {_f(n['idle_input_pct'])} {of}",
         "memory-bound": f"{_f(n['exposed_memcpy_pct'])} {of} is memory copies hidden by neither compute nor communication",
         "compute-bound": f"compute kernels cover {_f(n['compute_pct'])} {of}",
