@@ -18,7 +18,8 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from . import __version__
 
@@ -28,7 +29,8 @@ EXIT_HELP = """Exit codes: 0 all good; 2 usage error; 3 some files failed, the r
 app = typer.Typer(
     add_completion=False, no_args_is_help=True,
     help="tracelake: is a distributed training run network-bound or compute-bound? "
-         "Ingest PyTorch profiler traces into a Parquet lake, query it with DuckDB, write an offline HTML report. "
+         "Ingest PyTorch profiler traces, Nsight Systems exports and NCCL logs into a Parquet lake, query it with DuckDB, "
+         "write an offline HTML report. "
          + EXIT_HELP,
 )
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -55,7 +57,7 @@ def _check_patterns(patterns: list[str]) -> None:
 
 
 def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str],
-            step_range: str | None = None) -> int:
+            step_range: str | None = None, jobs: int = 0, scheduler: str | None = None) -> int:
     from .ingest import discover, ingest_paths
     from .lake import Lake, LakeError, one_line
 
@@ -65,21 +67,26 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
             re.compile(step_range)
         except re.error as e:
             raise typer.BadParameter(f"--step-range {step_range!r}: {e}")
+    if jobs < 0:
+        raise typer.BadParameter("--jobs must be 0 (one per core) or more")
     problems: list = []
     files = discover(paths, problems)
     if not files and not problems:
-        err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/) under "
-                           + ", ".join(str(p) for p in paths)), markup=False)
+        err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/, "
+                           "*.tar, *.tar.gz, *.zip) under " + ", ".join(str(p) for p in paths)), markup=False)
         return EXIT_FAILED
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
-    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[mb]:.1f} MB"),
+    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("files"), _RateColumn(),
                   TextColumn("{task.fields[errors]} error(s)"), TimeElapsedColumn(), console=err, transient=True) as prog:
-        task = prog.add_task("ingest", total=len(files) + len(problems), mb=0.0, errors=0)
+        task = prog.add_task("ingest", total=None, mb=0.0, errors=0)
 
         def on_file(res):
             counts["ok" if res.status in ("ok", "partial") else res.status] += 1
-            prog.update(task, advance=1, mb=prog.tasks[task].fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"])
+            t = prog.tasks[task]
+            if t.total is not None and t.completed + 1 > t.total:  # a compressed tar's members
+                prog.update(task, total=t.completed + 1)
+            prog.update(task, advance=1, mb=t.fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"])
             if res.status == "failed":
                 prog.console.print(one_line(f"failed {res.path}: {res.error}"), markup=False, style="red")
             for n in res.notes:
@@ -88,7 +95,8 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
 
         try:
             ingest_paths(paths, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file,
-                         step_regex=step_range)
+                         step_regex=step_range, jobs=jobs, scheduler=scheduler,
+                         on_plan=lambda n: prog.update(task, total=n))
         except LakeError as e:
             err.print(one_line(f"error: {e}"), markup=False)
             return EXIT_FAILED
@@ -100,6 +108,14 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
     if counts["failed"] and counts["ok"] + counts["skipped"] == 0:
         return EXIT_FAILED
     return EXIT_PARTIAL if counts["failed"] else EXIT_OK
+
+
+class _RateColumn(ProgressColumn):
+    """Uncompressed MB ingested per second of the task's elapsed time."""
+
+    def render(self, task) -> Text:
+        mb, el = task.fields.get("mb", 0.0), task.elapsed or 0.0
+        return Text(f"{mb:,.1f} MB  {mb / el if el > 0 else 0.0:,.1f} MB/s")
 
 
 def _write(path: Path, text: str) -> None:
@@ -116,11 +132,14 @@ LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
 RUN = typer.Option(None, "--run", help="Run id for all files (default: each file's parent directory name).")
 RANK = typer.Option(None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win).")
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
+JOBS = typer.Option(0, "--jobs", "-j", help="Worker processes for ingest (0: one per core; 1: no pool).")
+SCHEDULER = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler (tcp://host:8786) to ingest on; "
+                         "the lake and the traces must be on a file system its workers share.")
 STEPS = typer.Option(None, "--step-range", help="Regex of NVTX range names that mark steps in Nsight Systems exports "
                      "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.")
 COMM = typer.Option([], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.")
 WINDOW = typer.Option("all", "--window", help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).")
-KWAIT = typer.Option(30.0, "--kernel-wait-us", help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
+KWAIT = typer.Option(30.0, "--kernel-wait-us", min=0.0, help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
 PEAK = typer.Option(None, "--peak-tflops", help="Device peak for MFU (TFLOP/s), instead of the catalog's (pipeline/catalog/devices.toml).")
 MFLOPS = typer.Option(None, "--model-flops-per-step", help="Model FLOPs per step and rank, instead of those derived from op shapes.")
 PARAMS = typer.Option(None, "--params", help="PaLM MFU: parameters in matmuls (N).")
@@ -147,15 +166,17 @@ def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len,
 
 @app.command(epilog=EXIT_HELP)
 def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RUN, rank: Optional[int] = RANK,
-           force: bool = FORCE, comm_pattern: List[str] = COMM, step_range: Optional[str] = STEPS):
-    """Ingest traces into the lake (one bad file never stops the batch)."""
-    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern, step_range))
+           force: bool = FORCE, comm_pattern: List[str] = COMM, step_range: Optional[str] = STEPS, jobs: int = JOBS,
+           scheduler: Optional[str] = SCHEDULER):
+    """Ingest traces and archives of them (.tar, .tar.gz, .zip) into the lake: in parallel, skipping files
+    already there, crash-safe (one bad file never stops the batch)."""
+    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern, step_range, jobs, scheduler))
 
 
 def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None,
-              model_flops_per_step: float | None, *palm_shape):
+              model_flops_per_step: float | None, *palm_shape, top_n: int | None = 20):
     """Analysis of the lake with the command's options; palm_shape = (params, layers, heads,
-    head_dim, seq_len, tokens_per_step), all None when not given."""
+    head_dim, seq_len, tokens_per_step), all None when not given; top_n: kernels kept per run."""
     from .analyze import analyze
     from .lake import Lake
 
@@ -170,11 +191,11 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
         if v is not None and not v > 0:
             raise typer.BadParameter(f"{name} must be positive")
     return analyze(lake, window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
-                   model_flops_per_step=model_flops_per_step)
+                   model_flops_per_step=model_flops_per_step, top_n=top_n)
 
 
 @app.command(epilog=EXIT_HELP)
-def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/1 JSON document."),
+def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/2 JSON document."),
             window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
             model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
             heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
@@ -187,8 +208,13 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
         return
     from rich.table import Table
 
+    from .report.document import timing_text
+
     for v in res["verdicts"]:
-        out.print(f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}" + (f" ({v['confidence']})" if v["confidence"] else "") + f" — {v['reason']}", markup=True)
+        out.print(f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}" + (f" ({v['confidence']})" if v["confidence"] else "")
+                  + f" — {escape(v['reason'])}", markup=True)
+        for i, f in enumerate((f for f in res["findings"] if f["run_id"] == v["run_id"]), 1):
+            out.print(f"  {i}. {f['title']} — {timing_text(f)}", markup=False)
         rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
         if rows:
             t = Table("rank", "span ms", "compute ms", "comm ms", "exposed comm ms", "overlap %", "idle ms", "host wait ms",
@@ -204,17 +230,39 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
 
 
 @app.command(epilog=EXIT_HELP)
-def report(lake: Path = LAKE, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write."),
+def report(lake: Path = LAKE,
+           output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                                 help="File to write (default: report.html for html, standard output for json and md)."),
+           fmt: str = typer.Option("html", "--format", "-f", help="html (self-contained, offline), json (tracelake.report/1) or md."),
+           baseline: Optional[Path] = typer.Option(None, "--baseline", help="Lake of a baseline run: say which step-time "
+                                                   "components and kernels moved against it."),
            window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
            model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
            heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
            tokens_per_step: Optional[float] = TOKENS):
-    """Write the self-contained HTML report (works offline)."""
+    """Write the report: verdict, ranked findings and charts (html), or the same verdict and findings as json or md."""
+    from .report import document, markdown
     from .report.html import render
 
-    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, params, layers, heads, head_dim, seq_len,
-                    tokens_per_step)
-    _write(output, render(res))
+    if fmt not in ("html", "json", "md"):
+        raise typer.BadParameter("--format must be html, json or md")
+    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
+    # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
+    top_n = None if baseline is not None else 20
+    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=top_n)
+    base = _analysis(baseline, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=None) if baseline else None
+    doc = document.build(res, base)
+    if fmt == "html":
+        text = render(res, baseline=base, doc=doc)
+    elif fmt == "json":
+        text = json.dumps(doc, indent=1) + "\n"
+    else:
+        text = markdown.render(doc)
+    if output is None and fmt != "html":
+        sys.stdout.write(text)
+        return
+    output = output or Path("report.html")
+    _write(output, text)
     err.print(f"wrote {output}", markup=False)
 
 

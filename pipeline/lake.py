@@ -5,20 +5,45 @@ Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet, for every table of sche
 polars (`pl.scan_parquet('<lake>/<table>/**/*.parquet', hive_partitioning=True)`) and Spark read it
 as is. The partition key is `run`; every file also holds `run_id` as a column.
 
-Writes are per source file and atomic per part: each part is written under <lake>/.tmp and renamed
-into place, and the source's `sources` row is written last, so a source without its row is
-incomplete and is ignored by readers of the manifest. Failed files get a `sources` row with
-status=failed and no other rows.
+Crash safety. A source (one input file) reaches the lake whole or not at all:
+1. stage(): its parts are written under <lake>/.tmp/<uuid>/ (nothing in the lake changes);
+2. commit(): its `sources` row is staged too, then a journal <lake>/.tmp/<uuid>/COMMIT is written
+   (to a temporary name, then renamed: it exists whole or not at all). From then on the commit is
+   decided. The earlier version of the same source (same run and source id) loses its `sources`
+   row first, then its parts are replaced or removed, then each new part is renamed into place and
+   the `sources` row last; the staging directory is removed.
+3. recover() (run by every ingest under the lock, before it writes): a staging directory with a
+   COMMIT journal is finished (the same steps; each one is idempotent), one without is removed,
+   and a part with no `sources` row of its run and source id (left by a kill in step 2) is removed.
+Readers (table_files(), so DuckDB through pipeline/query.py) list only parts whose `sources` row
+exists, so a source being replaced is either seen whole or not at all. Killing an ingest with
+SIGKILL at any moment and running it again therefore leaves the same lake as an uninterrupted
+run. (A power loss can still lose renames the file system had not written back; nothing is
+fsynced.)
+
+One writer at a time: lock() takes an exclusive flock(2) on <lake>/.lock for the whole ingest;
+a second ingest gets LakeError naming the holder (pid, host, start time). The kernel releases the
+lock when the holder dies, however it dies.
+
+Failed files get a `sources` row with status=failed and no other rows.
 """
 
 from __future__ import annotations
 
+import datetime
+import errno
+import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
+import signal
+import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -56,11 +81,44 @@ class LakeError(RuntimeError):
     pass
 
 
+class LakeBusy(LakeError):
+    """Another ingest holds the lake's lock."""
+
+
 def _write_parquet(tbl: pa.Table, path: Path) -> None:
     """zstd; min/max statistics only for non-string columns (numbers and times prune row groups;
     statistics of long text columns such as input_dims cost as much as the data)."""
     stats = [f.name for f in tbl.schema if not pa.types.is_string(f.type) and not pa.types.is_list(f.type)]
     pq.write_table(tbl, path, compression="zstd", write_statistics=stats)
+
+
+# ------------------------------------------------------------------ test hook
+# TRACELAKE_CRASH_AT="<point>:<n>" sends SIGKILL to this process the n-th time it passes <point>
+# (journal: a COMMIT journal was written; rename: a part was renamed into the lake; commit: a
+# source was committed). Used by tests/test_crash_safety.py to kill a real ingest at exact moments.
+_crash_counts: dict[str, int] = {}
+
+
+def _crash_point(point: str) -> None:
+    spec = os.environ.get("TRACELAKE_CRASH_AT")
+    if not spec:
+        return
+    want, _, n = spec.partition(":")
+    if want != point:
+        return
+    _crash_counts[point] = _crash_counts.get(point, 0) + 1
+    if _crash_counts[point] == int(n or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class Staged:
+    """A source's parts written under <lake>/.tmp/<id>/, not yet in the lake (picklable: a worker
+    process stages, the ingesting process commits)."""
+    dir: str
+    run_id: str
+    source_id: str
+    tables: list[str] = field(default_factory=list)  # tables with a staged part (sources excluded)
 
 
 class Lake:
@@ -75,7 +133,9 @@ class Lake:
             self.root.mkdir(parents=True, exist_ok=True)
             marker = self.root / "TRACELAKE"
             if not marker.exists():
-                marker.write_text(f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n")
+                tmp = self.root / f".TRACELAKE.{uuid.uuid4().hex}"
+                tmp.write_text(f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n")
+                os.replace(tmp, marker)
         except OSError as e:
             raise LakeError(f"{self.root}: cannot create the lake: {e.strerror or e}") from None
 
@@ -88,68 +148,200 @@ class Lake:
     def part_path(self, table: str, run_id: str, source_id: str) -> Path:
         return self.root / table / f"run={run_id}" / f"{source_id}.parquet"
 
-    def table_files(self, table: str) -> list[str]:
-        """The table's Parquet parts (listed here, so no character of the lake path is a glob)."""
+    # ------------------------------------------------------------------ reading
+
+    def _parts(self, table: str) -> list[Path]:
         d = self.root / table
-        return sorted(str(p) for p in d.glob("run=*/*.parquet")) if d.is_dir() else []
+        return sorted(d.glob("run=*/*.parquet")) if d.is_dir() else []
+
+    def _committed(self) -> set[tuple[str, str]]:
+        """(run directory name, source id) of every source with a `sources` row."""
+        return {(p.parent.name, p.stem) for p in self._parts("sources")}
+
+    def table_files(self, table: str) -> list[str]:
+        """The table's Parquet parts (listed here, so no character of the lake path is a glob).
+        Parts of a source without its `sources` row (a commit in progress, or one killed half-way
+        and not yet recovered) are left out."""
+        parts = self._parts(table)
+        if table != "sources" and parts:
+            ok = self._committed()
+            parts = [p for p in parts if (p.parent.name, p.stem) in ok]
+        return [str(p) for p in parts]
 
     def has_table(self, table: str) -> bool:
         return bool(self.table_files(table))
 
     def sources(self) -> pl.DataFrame:
         """The manifest: all sources rows (empty frame with the v1 columns when none)."""
-        if not self.has_table("sources"):
-            return pl.from_arrow(sch.empty("sources"))
         parts = self.table_files("sources")
+        if not parts:
+            return pl.from_arrow(sch.empty("sources"))
         return pl.concat([pl.read_parquet(p) for p in parts], how="vertical_relaxed")
 
-    def write_source(self, run_id: str, source_id: str, tables: dict[str, object], source_row: dict,
-                     replace: bool = False) -> None:
-        """Write one source's tables, then its sources row.
+    # ------------------------------------------------------------------ one writer
+
+    @contextmanager
+    def lock(self):
+        """Hold the lake's writer lock (flock on <lake>/.lock) for the duration. Raises LakeBusy
+        (one line, naming the holder) when another process holds it."""
+        self.ensure()
+        path = self.root / ".lock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise LakeError(f"{self.root}: cannot open the lock file: {e.strerror or e}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise LakeError(f"{self.root}: cannot lock the lake: {e.strerror or e}") from None
+                try:
+                    holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
+                except ValueError:
+                    holder = {}
+                who = (f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
+                       if holder.get("pid") else "")
+                raise LakeBusy(f"{self.root}: another tracelake ingest is writing to this lake{who}; "
+                               "wait for it to finish, then run this one again") from None
+            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                               "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, info, 0)
+            yield self
+        finally:
+            os.close(fd)  # releases the flock
+
+    # ------------------------------------------------------------------ writing
+
+    def stage(self, run_id: str, source_id: str, tables: dict[str, object]) -> Staged:
+        """Write one source's tables under <lake>/.tmp/<id>/ (the lake itself is untouched).
 
         tables: table name -> a pyarrow Table, an iterable of pyarrow Tables/RecordBatches (streamed
         into the Parquet part chunk by chunk, so memory stays bounded), or a callable returning
         either (called after the tables before it are written, in dict order). Each chunk is
-        conformed to schema v1 (SchemaError on mismatch; nothing of this source reaches the lake
-        then). replace: an earlier version of the same source in the same run is swapped out only
-        after the new parts are fully written (its sources row goes first, so readers of the
-        manifest never see a mix)."""
+        conformed to schema v1 (SchemaError on mismatch; nothing is left staged then)."""
         whole = {t: sch.conform(t, d) for t, d in tables.items() if isinstance(d, (pa.Table, dict))}
-        src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
         tmp = self.root / ".tmp" / uuid.uuid4().hex
         tmp.mkdir(parents=True)
+        done: list[str] = []
         try:
-            staged = [(tmp / f"{t}.parquet", self.part_path(t, run_id, source_id), tbl)
-                      for t, tbl in whole.items() if tbl.num_rows]
+            staged = [(tmp / f"{t}.parquet", t, tbl) for t, tbl in whole.items() if tbl.num_rows]
             # Parquet encoding releases the GIL: write the tables side by side
             with ThreadPoolExecutor(max_workers=2) as pool:
                 list(pool.map(lambda x: _write_parquet(x[2], x[0]), staged))
-            staged = [(f, dest) for f, dest, _ in staged]
+            done += [t for _, t, _ in staged]
             for t, d in tables.items():
                 if d is None or t in whole:
                     continue
-                f = tmp / f"{t}.parquet"
-                if _write_stream(t, d() if callable(d) else d, f):
-                    staged.append((f, self.part_path(t, run_id, source_id)))
-            f = tmp / "sources.parquet"
-            _write_parquet(src, f)
-            staged.append((f, self.part_path("sources", run_id, source_id)))
-            if replace:
-                new = {dest for _, dest in staged}
-                self.part_path("sources", run_id, source_id).unlink(missing_ok=True)
-                for t in sch.tables():
-                    old = self.part_path(t, run_id, source_id)
-                    if old not in new:
-                        old.unlink(missing_ok=True)
-            for f, dest in staged:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(f, dest)
-        finally:
+                if _write_stream(t, d() if callable(d) else d, tmp / f"{t}.parquet"):
+                    done.append(t)
+        except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return Staged(str(tmp), run_id, source_id, done)
+
+    def discard(self, staged: Staged) -> None:
+        shutil.rmtree(staged.dir, ignore_errors=True)
+
+    def retarget(self, staged: Staged, run_id: str) -> None:
+        """Move a staged source to another run: its parts' run_id column is rewritten (row group by
+        row group) before it is committed."""
+        if run_id == staged.run_id:
+            return
+        for t in staged.tables:
+            f = Path(staged.dir) / f"{t}.parquet"
+            out = f.with_suffix(".retarget")
+            pf = pq.ParquetFile(f)
+            stats = [x.name for x in pf.schema_arrow if not pa.types.is_string(x.type) and not pa.types.is_list(x.type)]
+            with pq.ParquetWriter(out, pf.schema_arrow, compression="zstd", write_statistics=stats) as w:
+                for i in range(pf.num_row_groups):
+                    tbl = pf.read_row_group(i)
+                    j = tbl.schema.get_field_index("run_id")
+                    tbl = tbl.set_column(j, tbl.schema.field(j), pa.array([run_id] * tbl.num_rows, tbl.schema.field(j).type))
+                    w.write_table(tbl)
+            pf.close()
+            os.replace(out, f)
+        staged.run_id = run_id
+
+    def commit(self, staged: Staged, source_row: dict) -> None:
+        """Put a staged source into the lake with its `sources` row (module doc: crash safety).
+        The row's run_id and source_id must be the staged ones. SchemaError when the row does not
+        fit schema v1 (the staged parts are discarded then)."""
+        d = Path(staged.dir)
+        try:
+            src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
+            if src.column("run_id")[0].as_py() != staged.run_id or src.column("source_id")[0].as_py() != staged.source_id:
+                raise ValueError("sources row does not match the staged source")
+            _write_parquet(src, d / "sources.parquet")
+            journal = {"run_id": staged.run_id, "source_id": staged.source_id, "tables": staged.tables}
+            (d / "COMMIT.part").write_text(json.dumps(journal))
+            os.replace(d / "COMMIT.part", d / "COMMIT")
+        except BaseException:
+            shutil.rmtree(d, ignore_errors=True)
+            raise
+        _crash_point("journal")
+        self._apply(d)
+        _crash_point("commit")
+
+    def _apply(self, d: Path) -> None:
+        """Carry out the COMMIT journal in staging directory d; idempotent (recover() replays it)."""
+        j = json.loads((d / "COMMIT").read_text())
+        run_id, source_id, new = j["run_id"], j["source_id"], set(j["tables"])
+        src_staged = d / "sources.parquet"
+        if src_staged.exists():  # else the last step (the sources row) was done already
+            self.part_path("sources", run_id, source_id).unlink(missing_ok=True)
+            for t in sch.tables():
+                if t != "sources" and t not in new:
+                    self.part_path(t, run_id, source_id).unlink(missing_ok=True)
+            for t in sorted(new):
+                f = d / f"{t}.parquet"
+                if f.exists():
+                    dest = self.part_path(t, run_id, source_id)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(f, dest)
+                    _crash_point("rename")
+            dest = self.part_path("sources", run_id, source_id)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src_staged, dest)
+            _crash_point("rename")
+        shutil.rmtree(d, ignore_errors=True)
+
+    def write_source(self, run_id: str, source_id: str, tables: dict[str, object], source_row: dict,
+                     replace: bool = True) -> None:
+        """stage() then commit(): one source's tables and its sources row, replacing an earlier
+        version of the same source in the same run (`replace` is kept for callers; a source is
+        always replaced whole)."""
+        self.commit(self.stage(run_id, source_id, tables), source_row)
+
+    def recover(self) -> list[str]:
+        """Finish or undo what a killed ingest left (module doc); call with the lock held.
+        Returns one line per repair made."""
+        done = []
+        tmp = self.root / ".tmp"
+        if tmp.is_dir():
+            for d in sorted(tmp.iterdir()):
+                if d.is_dir() and (d / "COMMIT").is_file():
+                    try:
+                        self._apply(d)
+                        done.append(f"finished an interrupted commit ({d.name})")
+                    except (OSError, ValueError, KeyError):
+                        shutil.rmtree(d, ignore_errors=True)
+                else:
+                    shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
+        ok = self._committed()
+        for t in sch.tables():
+            if t == "sources":
+                continue
+            for p in self._parts(t):
+                if (p.parent.name, p.stem) not in ok:
+                    p.unlink(missing_ok=True)
+                    done.append(f"removed {p.relative_to(self.root)} (no sources row)")
+        return done
 
     def scratch(self) -> Path:
         """A fresh private directory under <lake>/.tmp for one ingest's intermediate files (the
-        caller removes it; a crashed ingest leaves it to the next cleanup of .tmp)."""
+        caller removes it; a crashed ingest leaves it to the next recover())."""
         d = self.root / ".tmp" / ("scratch-" + uuid.uuid4().hex)
         d.mkdir(parents=True)
         return d

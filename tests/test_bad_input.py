@@ -22,7 +22,7 @@ GOOD = [X("kernel", "gemm", 10, 5, pid=0, tid=7, stream=7, device=0, correlation
 
 BAD = {
     "empty.json": (b"", "empty file"),
-    "truncated.json": (json.dumps({"traceEvents": [{"ph": "X", "ts": 1}] * 20}).encode()[:-25], "truncated"),
+    "truncated.json": (b'{"traceEvents": [{"ph": "X", "ts": 1, "na', "truncated"),  # no complete event
     "notjson.json": (b"this is not json at all\n", "not valid JSON"),
     "wrongshape.json": (b'{"traceEvents": 5}', "wrong JSON shape"),
     "number.json": (b"42", "wrong JSON shape"),
@@ -40,6 +40,8 @@ def batch(tmp_path):
         (d / name).write_bytes(data)
     write_trace(d / "rank0.json", GOOD)
     shutil.copy(corpus("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"), d / "sampled_rank-1.json.gz")
+    # complete events before the cut are kept (tests/test_truncated.py checks real traces)
+    (d / "cut.json").write_bytes(json.dumps({"traceEvents": [{"ph": "X", "ts": 1}] * 20}).encode()[:-25])
     return d
 
 
@@ -52,6 +54,7 @@ def test_batch_continues_and_errors_are_one_line(batch, tmp_path):
         assert why in r.error, (name, r.error)
         assert "\n" not in r.error
     assert res["rank0.json"].status == "ok" and res["sampled_rank-1.json.gz"].status == "ok"
+    assert res["cut.json"].status == "partial" and res["cut.json"].error is None
     con = connect(lake)
     assert con.execute("SELECT count(*) FROM gpu_activities WHERE rank = 0").fetchone()[0] == 1
     failed = con.execute("SELECT count(*) FROM sources WHERE status = 'failed' AND error IS NOT NULL").fetchone()[0]

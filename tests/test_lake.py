@@ -1,5 +1,7 @@
 """The lake is plain hive-partitioned Parquet: polars and pyarrow.dataset read it without tracelake."""
 
+import json
+
 import polars as pl
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
@@ -7,6 +9,9 @@ import pyarrow.parquet as pq
 from conftest import REPO
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
+
+GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_sync", "cuda_profiler_range"}
+SKIP_CATS = {"Trace", "ac2g", "async_cpu_to_gpu", "async", "fwdbwd", "critical_path", "cpu_instant_event", "gpu_user_annotation"}
 
 
 def test_other_readers(tmp_path):
@@ -21,3 +26,40 @@ def test_other_readers(tmp_path):
     assert t.num_rows == 4 and set(t.column("run").to_pylist()) == {"demo"}
     md = pq.read_schema(next((lake.root / "sources").glob("*/*.parquet"))).metadata
     assert md[b"tracelake.schema_version"] == b"1" and md[b"tracelake.table"] == b"sources"
+
+
+def test_incremental_skip_force_and_a_new_rank_joins_its_run(tmp_path):
+    import shutil
+
+    from conftest import corpus
+    from pipeline.query import connect
+
+    dlrm = sorted(corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto").glob("worker*.json"))
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in dlrm[:4]:
+        shutil.copy(f, job / f.name)
+    lake = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([job], lake)] == ["ok"] * 4
+    # more rank files of the same job arrive: they join run "job", the first four are skipped
+    for f in dlrm[4:]:
+        shutil.copy(f, job / f.name)
+    res = ingest_paths([job], lake)
+    assert [r.status for r in res] == ["skipped"] * 4 + ["ok"] * 4
+    assert {r.run_id for r in res} == {"job"} and [r.rank for r in res[4:]] == [4, 5, 6, 7]
+    # the same bytes under another name are the same source (content hash), in the same run
+    shutil.copy(dlrm[0], job / "renamed_copy.json")
+    (r,) = [r for r in ingest_paths([job], lake) if r.path.endswith("renamed_copy.json")]
+    assert r.status == "skipped"
+    con = connect(lake)
+    assert con.execute("SELECT count(*), count(DISTINCT rank) FROM sources WHERE run_id = 'job'").fetchone() == (8, 8)
+    n_ops = con.execute("SELECT count(*) FROM cpu_ops").fetchone()[0]
+    # --force re-ingests and replaces: nothing doubles
+    res = ingest_paths([job], lake, force=True)
+    assert {r.status for r in res} == {"ok"}  # the renamed copy is the same source: it replaces it once more
+    con = connect(lake)
+    assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 8
+    assert con.execute("SELECT count(*) FROM cpu_ops").fetchone()[0] == n_ops
+    expected = sum(1 for f in dlrm for e in json.loads(f.read_bytes())["traceEvents"]
+                   if e.get("ph") == "X" and e.get("cat") not in GPU_CATS | SKIP_CATS)
+    assert n_ops == expected

@@ -2,29 +2,42 @@
 
 One bad file never stops a batch: it gets a `sources` row with status=failed and a one-line
 error, and the rest are ingested. A path that does not exist, a directory that cannot be read or
-a special file (FIFO, device) is reported the same way. Formats: Kineto JSON (plain or .gz);
-NCCL_DEBUG logs, nccl-tests output, PyTorch watchdog messages, Flight Recorder dumps, RAS
-reports (pipeline/ingest/nccl.py; they hold no rank's trace and claim no rank);
-Nsight Systems SQLite exports, parquetdir exports (`*_pqtdir/`) and .nsys-rep/.qdrep reports
-(pipeline/ingest/nsys.py; one report may hold several ranks).
+a special file (FIFO, device) is reported the same way. Formats: Kineto JSON (plain or .gz, read
+as a stream: pipeline/ingest/kineto.py); NCCL_DEBUG logs, nccl-tests output, PyTorch watchdog
+messages, Flight Recorder dumps, RAS reports (pipeline/ingest/nccl.py; they hold no rank's trace
+and claim no rank); Nsight Systems SQLite exports, parquetdir exports (`*_pqtdir/`) and
+.nsys-rep/.qdrep reports (pipeline/ingest/nsys.py; one report may hold several ranks); .tar,
+.tar.gz/.tgz and .zip archives of any of these, read in place (pipeline/ingest/archive.py).
 
 Run and rank assignment:
-- run_id = --run, else the name of the file's parent directory (sanitized for hive paths; a name
-  that had to be changed gets a short hash of the original, so different names never merge).
-- rank = distributedInfo.rank, else a number in the file name (rank-3, rank3, rank_3, worker3),
-  else --rank, else 0 (rank_source = default). Ranks must lie in [0, 2^31).
-- Two different files never land silently on one (run, rank): the later one moves to run
-  '<run>_<source_id[:8]>' and both the note and the printed message say so.
-- A file whose content (sha256) is already in the same run with status ok is skipped unless force.
-- Decompression is bounded: a .gz that expands beyond max_uncompressed_bytes (default 4 GiB,
-  env TRACELAKE_MAX_UNCOMPRESSED_BYTES) fails cleanly instead of exhausting memory.
+- run_id = --run, else the name of the file's parent directory (archive members: the member's
+  parent directory inside the archive, else the archive's name without its suffix), sanitized for
+  hive paths (a name that had to be changed gets a short hash of the original, so different names
+  never merge).
+- rank = distributedInfo.rank, else a number in the file name (rank-3, rank3, rank_3, worker3;
+  for a member, its own name), else --rank, else 0 (rank_source = default). Ranks must lie in
+  [0, 2^31).
+- Two different files never land silently on one (run, rank): the later one (in input order)
+  moves to run '<run>_<source_id[:8]>' and both the note and the printed message say so. A new
+  rank file of a run already in the lake joins that run.
+- A file whose content (sha256) is already in the same run and did not fail is skipped unless
+  force (re-running over an archive reads each file once, to hash it).
+- Truncated traces keep every complete event: status 'partial', with the unreadable byte count in
+  `notes` (and FileResult.unreadable_bytes).
+
+Work is split into units (a file, an archive member, or a whole compressed tar) that are parsed
+and staged (pipeline/lake.py: Lake.stage) by workers — this process (jobs=1), a process pool of
+the standard library (jobs>1), or an existing Dask cluster (scheduler=ADDRESS; the lake and the
+inputs must then be on a file system the workers share) — while this process commits the results
+in input order, under the lake's lock. The lake is therefore the same whatever the parallelism.
 """
 
 from __future__ import annotations
 
-import gzip
+import concurrent.futures as cf
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -39,24 +52,22 @@ import polars as pl
 
 from .. import __version__
 from .. import schema as sch
-from ..lake import Lake, one_line, safe_run_id
+from ..lake import Lake, LakeError, Staged, one_line, safe_run_id
+from . import archive as arc
 from . import kineto, nccl, nsys
 
-try:  # isal's gzip is ~2x faster than zlib's and decompresses the same bytes
-    from isal import igzip as _gz
-except ImportError:  # pragma: no cover
-    _gz = gzip
-
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".zip", ".pkl", ".pickle")
+TRACE_SUFFIXES = (".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".zip", ".pkl", ".pickle", ".tar", ".tgz")
 # text outputs (NCCL_DEBUG logs, nccl-tests, watchdog messages, RAS): found by a directory search
 # only when their first 64 KiB look like one (pipeline/ingest/nccl.py sniff); named files always
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 MAX_RANK = 2**31 - 1
+IN_MEMORY_LIMIT = 1 << 30   # formats read whole (NCCL-family logs)
+PARALLEL_MIN_BYTES = 16 << 20  # below this much input a process pool costs more than it saves
 
 
 def max_uncompressed_bytes() -> int:
-    return int(os.environ.get("TRACELAKE_MAX_UNCOMPRESSED_BYTES", 4 * 2**30))
+    return arc.max_uncompressed_bytes()
 
 
 @dataclass
@@ -69,6 +80,7 @@ class FileResult:
     notes: list[str] = field(default_factory=list)
     source_id: str | None = None
     uncompressed_bytes: int = 0
+    unreadable_bytes: int = 0
 
 
 @dataclass
@@ -80,12 +92,12 @@ class Problem:
 
 def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[Path]:
     """Files named by `paths`: files as given, directories searched recursively for
-    *.json / *.json.gz / *.gz / *.sqlite / *.nsys-rep / *.qdrep / *.zip / *.pkl / *.pickle, and
-    *.log / *.txt / *.out / *.err / *.jsonl that look like NCCL-family output (symlinks to
-    directories are not followed); an nsys parquetdir export (`*_pqtdir/`) is one input, given or
-    found. Paths that do not
-    exist, are not regular files or directories, or cannot be listed go to `problems` (a list of
-    Problem) when given; otherwise the first raises FileNotFoundError."""
+    *.json / *.json.gz / *.gz / *.sqlite / *.nsys-rep / *.qdrep / *.zip / *.pkl / *.pickle /
+    *.tar / *.tgz, and *.log / *.txt / *.out / *.err / *.jsonl that look like NCCL-family output
+    (symlinks to directories are not followed); an nsys parquetdir export (`*_pqtdir/`) is one
+    input, given or found. Archives are listed as files (ingest_paths opens them). Paths that do
+    not exist, are not regular files or directories, or cannot be listed go to `problems` (a list
+    of Problem) when given; otherwise the first raises FileNotFoundError."""
     out: list[Path] = []
 
     def problem(p: Path, msg: str):
@@ -139,111 +151,22 @@ def rank_from_name(name: str) -> int | None:
 
 
 def read_bytes(path: Path, limit: int | None = None) -> tuple[bytes, bytes]:
-    """(raw bytes as stored, decompressed bytes). gzip is detected by its magic number.
-    Raises TraceError for corrupt gzip or output beyond `limit` bytes, OSError if unreadable."""
-    limit = max_uncompressed_bytes() if limit is None else limit
+    """(raw bytes as stored, decompressed bytes), read whole. gzip is detected by its magic
+    number. Raises TraceError for corrupt gzip or output beyond `limit` bytes, OSError if
+    unreadable. (Ingest itself streams; this is for callers that want the bytes.)"""
     with open(path, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise kineto.TraceError("not a regular file")
         raw = f.read()
-    if raw[:2] != b"\x1f\x8b":
+    if raw[:2] != arc.GZIP_MAGIC:
         return raw, raw
-    try:
-        import io
+    import io
 
-        with _gz.GzipFile(fileobj=io.BytesIO(raw)) as g:
-            data = g.read(limit + 1)
-    except MemoryError:
-        raise kineto.TraceError("gzip output does not fit in memory") from None
-    except Exception as e:  # zlib/isal raise their own error types for corrupt streams
-        raise kineto.TraceError(f"corrupt or truncated gzip ({one_line(str(e)) or type(e).__name__})") from None
-    if len(data) > limit:
-        raise kineto.TraceError(f"gzip expands beyond {limit} bytes (TRACELAKE_MAX_UNCOMPRESSED_BYTES); refusing a possible gzip bomb")
+    s = arc.Inflate(io.BytesIO(raw), limit=limit)
+    data = s.read()
+    if s.truncated:
+        raise kineto.TraceError("corrupt or truncated gzip (the stream ends before its end marker)")
     return raw, data
-
-
-def _rank_index(lake: Lake) -> dict[tuple[str, int], str]:
-    """(run_id, rank) -> source_id holding that rank, over every source that was not a failure."""
-    src = lake.sources().filter(pl.col("status") != "failed")
-    many = src["ranks"] if "ranks" in src.columns else pl.Series([None] * src.height)
-    out = {}
-    for r, k, ks, s in zip(src["run_id"], src["rank"], many, src["source_id"]):
-        for k in (ks if ks is not None else [k]):
-            if k is not None:
-                out[(r, k)] = s
-    return out
-
-
-def ingest_paths(
-    paths: Iterable[str | Path],
-    lake: Lake,
-    run: str | None = None,
-    rank: int | None = None,
-    force: bool = False,
-    comm_patterns: list[str] | None = None,
-    on_file: Callable[[FileResult], None] | None = None,
-    step_regex: str | None = None,
-) -> list[FileResult]:
-    """Ingest every file under `paths` into `lake`; returns one FileResult per file or problem
-    path. step_regex: NVTX range names that mark steps in nsys exports (default ProfilerStep#N).
-    Raises LakeError when the lake itself cannot be created or written, re.error for a bad
-    step_regex."""
-    if step_regex:
-        re.compile(step_regex)
-    problems: list[Problem] = []
-    files = discover(paths, problems)
-    lake.ensure()
-    existing = lake.sources()
-    done = {(h, r) for h, r, s in zip(existing["content_sha256"], existing["run_id"], existing["status"]) if s != "failed"}
-    ranks = _rank_index(lake)
-    results = []
-    for p in problems:
-        res = _record_failure(lake, p.path, run, p.error)
-        results.append(res)
-        if on_file:
-            on_file(res)
-    for f in files:
-        try:
-            res = ingest_file(f, lake, run=run, rank=rank, force=force, comm_patterns=comm_patterns, done=done, ranks=ranks,
-                              step_regex=step_regex)
-        except MemoryError:
-            res = _record_failure(lake, f, run, "out of memory while ingesting this file")
-        except OSError as e:
-            if not lake.writable():
-                raise
-            res = _record_failure(lake, f, run, f"cannot read: {e.strerror or e}")
-        except Exception as e:  # never let one file stop the batch; say what happened
-            res = _record_failure(lake, f, run, f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file")
-        results.append(res)
-        if on_file:
-            on_file(res)
-    return results
-
-
-def _run_for(path: Path, run: str | None) -> str:
-    return safe_run_id(run) if run else safe_run_id(path.resolve().parent.name)
-
-
-def _record_failure(lake: Lake, path: Path, run: str | None, error: str) -> FileResult:
-    """A failed sources row for a file that could not be read or parsed (content hash of its
-    bytes when readable, else of its path)."""
-    abspath = str(Path(path).absolute())
-    run_id = _run_for(Path(path), run)
-    try:
-        sha = content_sha256(Path(path))
-    except (OSError, MemoryError):
-        sha = None
-    sha = sha or hashlib.sha256(("unreadable:" + abspath).encode()).hexdigest()
-    error = one_line(error)
-    row = {"source_id": sha[:16], "run_id": run_id, "path": abspath, "format": "unknown", "content_sha256": sha,
-           "size_bytes": 0, "status": "failed", "error": error, "schema_version": sch.SCHEMA_VERSION,
-           "tracelake_version": __version__, "ingested_at_ns": time.time_ns()}
-    try:
-        row["size_bytes"] = Path(path).stat().st_size
-    except OSError:
-        pass
-    lake.write_source(run_id, sha[:16], {}, row, replace=True)
-    return FileResult(abspath, run_id, None, "failed", error, [], sha[:16])
 
 
 def content_sha256(path: Path) -> str | None:
@@ -268,185 +191,631 @@ def _size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
 
 
+# ------------------------------------------------------------------ units of work
+
+@dataclass
+class Options:
+    lake: str
+    run: str | None = None
+    rank: int | None = None
+    force: bool = False
+    comm_patterns: list[str] | None = None
+    step_regex: str | None = None
+    # the ingesting process's TRACELAKE_* settings (limits, test hooks), applied in each worker:
+    # a pool's or a cluster's workers do not share this process's environment
+    env: dict = field(default_factory=lambda: {k: v for k, v in os.environ.items() if k.startswith("TRACELAKE_")})
+
+
+def _apply_env(env: dict) -> None:
+    for k in [k for k in os.environ if k.startswith("TRACELAKE_") and k not in env]:
+        del os.environ[k]
+    os.environ.update(env)
+
+
+@dataclass
+class Prepared:
+    """A unit's outcome from a worker: the sources row and the staged parts, not yet committed.
+    row['run_id'] is the natural run; the committing process may move the source (rank claims)."""
+    path: str
+    run_id: str
+    status: str  # ok | partial | failed | skipped
+    row: dict | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    source_id: str | None = None
+    sha: str | None = None
+    rank: int | None = None
+    rank_list: list[int] | None = None  # ranks this source claims (None: claims none)
+    staged: Staged | None = None
+    uncompressed_bytes: int = 0
+    unreadable_bytes: int = 0
+    oserror: bool = False  # failed with OSError (the committer checks that the lake is writable)
+
+
+@dataclass
+class Unit:
+    kind: str  # input (a FileInput/MemberInput), targz (a whole compressed tar), refused, problem
+    item: object
+    size: int = 0
+
+
+def _run_for(name: str, run: str | None) -> str:
+    return safe_run_id(run) if run else safe_run_id(name)
+
+
+def _moved(run_id: str, source_id: str) -> str:
+    return safe_run_id(f"{run_id}_{source_id[:8]}")
+
+
+def _is_done(done, sha: str, run_id: str) -> bool:
+    return (sha, run_id) in done or (sha, _moved(run_id, sha[:16])) in done
+
+
+def _base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) -> dict:
+    return {"source_id": sha[:16], "run_id": run_id, "path": display, "format": fmt, "content_sha256": sha,
+            "size_bytes": size, "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__,
+            "ingested_at_ns": t0}
+
+
+def _failed(display: str, run_id: str, error: str, sha: str | None = None, size: int = 0, fmt: str = "unknown",
+            base: dict | None = None, oserror: bool = False, uncompressed: int = 0) -> Prepared:
+    sha = sha or hashlib.sha256(("unreadable:" + display).encode("utf-8", "surrogateescape")).hexdigest()
+    error = one_line(error)
+    row = {**(base or _base_row(display, run_id, sha, size, fmt, time.time_ns())), "status": "failed", "error": error}
+    row["run_id"] = run_id
+    return Prepared(display, run_id, "failed", row, error, [], sha[:16], sha, oserror=oserror, uncompressed_bytes=uncompressed)
+
+
+def _sha_or_none(inp) -> str | None:
+    try:
+        return arc.sha256_of(inp)
+    except (OSError, MemoryError, kineto.TraceError, Exception):
+        return None
+
+
+def _work(unit: Unit, opts: Options, done) -> list[Prepared]:
+    """Parse and stage one unit (in a worker). Never raises for a bad input."""
+    _apply_env(opts.env)
+    lake = Lake(opts.lake)
+    if unit.kind == "targz":
+        return _work_targz(unit.item, opts, done, lake)
+    inp = unit.item
+    if os.environ.get("TRACELAKE_CRASH_ON") == inp.name:  # test hook: this worker dies (tests/test_parallel.py)
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        return [_prepare(inp, opts, done, lake)]
+    except MemoryError:
+        err, ose = "out of memory while ingesting this file", False
+    except OSError as e:
+        err, ose = f"cannot read: {e.strerror or e}", True
+    except Exception as e:  # never let one file stop the batch; say what happened
+        err, ose = f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file", False
+    sha = _sha_or_none(inp)
+    try:
+        size = inp.size()
+    except OSError:
+        size = 0
+    return [_failed(inp.display, _run_for(inp.run_name, opts.run), err, sha, size, oserror=ose)]
+
+
+def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Prepared:
+    run_id = _run_for(inp.run_name, opts.run)
+    if isinstance(inp, arc.FileInput):
+        path = Path(inp.path)
+        fmt = nsys.detect(path)
+        if fmt is not None:
+            return _prepare_nsys(path, inp.display, fmt, run_id, opts, done, lake)
+    t0 = time.time_ns()
+    size = inp.size()
+    if sha is None:
+        sha = arc.sha256_of(inp)
+    source_id = sha[:16]
+    if not opts.force and _is_done(done, sha, run_id):
+        return Prepared(inp.display, run_id, "skipped", notes=["already in the lake (same content); --force re-ingests"],
+                        source_id=source_id, sha=sha)
+    base = _base_row(inp.display, run_id, sha, size, "kineto_json", t0)
+    with inp.open() as raw:
+        try:
+            stream = arc.Inflate(raw)
+            peek = arc.Peek(stream.read)
+        except kineto.TraceError as e:
+            return _failed(inp.display, run_id, str(e), sha, size, base={**base, "uncompressed_bytes": None})
+        head = peek.head
+        if not isinstance(inp, arc.FileInput) and (head.startswith(nsys.SQLITE_MAGIC) or head[:4] in arc.ZIP_MAGIC
+                                                   or inp.name.lower().endswith((".nsys-rep", ".qdrep", ".sqlite"))):
+            return _prepare_extracted(inp, peek, sha, size, run_id, opts, done, lake)
+        log_fmt = nccl.sniff(head, inp.name)
+        if log_fmt is not None:
+            data = peek.read(IN_MEMORY_LIMIT + 1)
+            rest = b""
+            while len(data) <= IN_MEMORY_LIMIT and (rest := peek.read(IN_MEMORY_LIMIT + 1 - len(data))):
+                data += rest
+            if len(data) > IN_MEMORY_LIMIT:
+                return _failed(inp.display, run_id, f"log larger than {IN_MEMORY_LIMIT >> 20} MB", sha, size, base=base)
+            return _prepare_log(inp.name, data, log_fmt, lake, {**base, "uncompressed_bytes": len(data)})
+        return _prepare_kineto(inp, peek, stream, base, run_id, opts, lake)
+
+
+def _prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, lake: Lake) -> Prepared:
+    display, source_id = inp.display, base["source_id"]
+    scratch = lake.scratch()
+    parsed = None
+    try:
+        err = None
+        try:
+            parsed = kineto.parse_stream(peek.read, comm_patterns=opts.comm_patterns, spool_dir=scratch)
+        except kineto.NotKinetoError as e:
+            err = str(e)
+            base["format"] = "unknown"
+        except kineto.TraceError as e:
+            err = str(e)
+            head = peek.head
+            if (err.startswith(("not valid JSON", "not a Kineto trace: wrong JSON shape", "empty file")) and head.lstrip()[:1] not in (b"{", b"[")
+                    and not inp.name.lower().endswith((".json", ".json.gz"))) and head.strip():
+                err = ("not a Kineto trace, Nsight Systems export or NCCL-family log: "
+                       "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines")
+                base["format"] = "unknown"
+        except RecursionError:
+            err = "JSON nested too deeply"
+        if stream.truncated and (err is not None or parsed is None or parsed.event_count == 0):
+            err = f"corrupt or truncated gzip (the stream ends early){': ' + err if err else ''}"
+        base["uncompressed_bytes"] = stream.out_bytes if err is None else None
+        if parsed is not None and parsed.event_count == 0:
+            err = "trace has no events"
+        r = None
+        if err is None:
+            if parsed.rank is not None:
+                r, rsrc = parsed.rank, "distributed_info"
+            elif rank_from_name(inp.name) is not None:
+                r, rsrc = rank_from_name(inp.name), "file_name"
+            elif opts.rank is not None:
+                r, rsrc = opts.rank, "cli"
+            else:
+                r, rsrc = 0, "default"
+            if not 0 <= r <= MAX_RANK:
+                err = f"rank {r} ({rsrc}) is outside 0..{MAX_RANK}"
+        if err is not None:
+            return _failed(display, run_id, err, base["content_sha256"], base["size_bytes"], base=base)
+        notes = list(parsed.notes)
+        if stream.truncated:
+            notes.append(f"the gzip stream ends early (after {stream.in_bytes} compressed bytes): the file was cut while written")
+        partial = parsed.partial or stream.truncated
+        p = parsed
+        try:
+            staged = lake.stage(run_id, source_id, p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True))
+        except sch.SchemaError as e:
+            return _failed(display, run_id, f"schema violation: {e}", base["content_sha256"], base["size_bytes"], base=base)
+        row = {**base, "rank": r, "rank_source": rsrc, "ranks": [r], "host": p.host,
+               "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
+               "backend": p.backend, "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None,
+               "status": "partial" if partial else "ok", "event_count": p.event_count, "base_time_ns": p.base_time_ns,
+               "trace_start_ns": p.trace_start_ns, "trace_end_ns": p.trace_end_ns}
+        return Prepared(display, run_id, row["status"], row, None, notes, source_id, base["content_sha256"], r, [r], staged,
+                        stream.out_bytes, p.unreadable_bytes)
+    finally:
+        if parsed is not None:
+            parsed.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _prepare_log(name: str, data: bytes, fmt: str, lake: Lake, base: dict) -> Prepared:
+    """An NCCL-family file (pipeline/ingest/nccl.py): its nccl_* / flight_recorder* tables. Such a
+    file holds no rank's trace rows, so it never claims a rank of its run."""
+    run_id, source_id, display = base["run_id"], base["source_id"], base["path"]
+    base = {**base, "format": fmt}
+    try:
+        p = nccl.parse(data, name, fmt)
+    except kineto.TraceError as e:
+        return _failed(display, run_id, str(e), base["content_sha256"], base["size_bytes"], base=base)
+    ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
+    tables = {t: df.with_columns(ids).to_arrow() for t, df in p.tables.items() if df.height}
+    row = {**base, "status": "ok", "host": p.host, "event_count": p.event_count,
+           "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
+           "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None}
+    try:
+        staged = lake.stage(run_id, source_id, tables)
+    except sch.SchemaError as e:
+        return _failed(display, run_id, f"schema violation: {e}", base["content_sha256"], base["size_bytes"], base=base)
+    return Prepared(display, run_id, "ok", row, None, list(p.notes), source_id, base["content_sha256"], None, None,
+                    staged, len(data))
+
+
+def _prepare_nsys(path: Path, display: str, fmt: str, run_id: str, opts: Options, done, lake: Lake,
+                  name: str | None = None, sha: str | None = None) -> Prepared:
+    t0 = time.time_ns()
+    sha = sha or content_sha256(path) or hashlib.sha256(("unreadable:" + display).encode()).hexdigest()
+    source_id = sha[:16]
+    size = _size(path)
+    if not opts.force and _is_done(done, sha, run_id):
+        return Prepared(display, run_id, "skipped", notes=["already in the lake (same content); --force re-ingests"],
+                        source_id=source_id, sha=sha)
+    base = _base_row(display, run_id, sha, size, fmt, t0)
+    scratch = lake.scratch()
+    try:
+        with nsys.open_export(path, fmt, scratch, file_rank=rank_from_name(name or path.name), cli_rank=opts.rank,
+                              step_regex=opts.step_regex, comm_patterns=opts.comm_patterns) as ex:
+            notes = list(ex.notes)
+            rank_list = ex.rank_list
+            bad = [r for r in rank_list if not 0 <= r <= MAX_RANK]
+            if bad:
+                raise nsys.NsysError(f"rank {bad[0]} ({ex.rank_source}) is outside 0..{MAX_RANK}")
+            row = {**base, "format": ex.format, "rank": rank_list[0] if len(rank_list) == 1 else None,
+                   "rank_source": ex.rank_source, "ranks": rank_list, "host": ex.host,
+                   "tool_versions": json.dumps(ex.tool_versions, sort_keys=True) if ex.tool_versions else None,
+                   "status": "ok", "event_count": ex.event_count,
+                   "base_time_ns": ex.base_time_ns, "trace_start_ns": ex.trace_start_ns, "trace_end_ns": ex.trace_end_ns,
+                   "world_size": len(rank_list) if ex.rank_source == "process_order" else None}
+            staged = lake.stage(run_id, source_id, ex.tables(run_id, source_id))
+    except (kineto.TraceError, duckdb.Error, sch.SchemaError) as e:
+        err = one_line(str(e) if isinstance(e, kineto.TraceError) else f"{type(e).__name__}: {e}")[:500]
+        return _failed(display, run_id, err, sha, size, base=base)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Prepared(display, run_id, "ok", row, None, notes, source_id, sha, rank_list[0] if len(rank_list) == 1 else None,
+                    list(rank_list), staged, size)
+
+
+def _prepare_extracted(inp, peek, sha: str, size: int, run_id: str, opts: Options, done, lake: Lake) -> Prepared:
+    """A member in a format that needs a real file (Nsight Systems): copied to scratch first."""
+    scratch = lake.scratch()
+    try:
+        f = scratch / inp.name
+        with open(f, "wb") as out:
+            while block := peek.read(1 << 20):
+                out.write(block)
+        fmt = nsys.detect(f)
+        if fmt is None:
+            return _failed(inp.display, run_id, "not a Kineto trace, Nsight Systems export or NCCL-family log", sha, size)
+        return _prepare_nsys(f, inp.display, fmt, run_id, opts, done, lake, name=inp.name, sha=sha)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
+    """A compressed tar, front to back: pass 1 hashes every wanted member; pass 2 (only when some
+    member is new, or force) parses the new ones. Members that sniff as nothing of ours are left
+    out, as a directory search would."""
+    display = str(Path(path).absolute())
+    out: list[Prepared] = []
+    try:
+        shas = {}
+        for m, f, why in arc.stream_members(Path(path)):
+            if f is not None:
+                h = hashlib.sha256()
+                while block := f.read(1 << 20):
+                    h.update(block)
+                shas[m.name] = h.hexdigest()
+        todo = {n for n, s in shas.items()
+                if opts.force or not _is_done(done, s, _run_for(arc.member_run_name(display, n), opts.run))}
+        for m, f, why in arc.stream_members(Path(path)):
+            run_id = _run_for(arc.member_run_name(display, m.name), opts.run)
+            disp = f"{display}!{m.name}"
+            if why is not None:
+                out.append(_failed(disp, run_id, why))
+                continue
+            if m.name not in todo:
+                out.append(Prepared(disp, run_id, "skipped", notes=["already in the lake (same content); --force re-ingests"],
+                                    source_id=shas[m.name][:16], sha=shas[m.name]))
+                continue
+            inp = arc.StreamMember(display, m.name, m.size, f)
+            try:
+                p = _prepare(inp, opts, done, lake, sha=shas[m.name])
+            except kineto.TraceError:
+                raise  # the archive itself (its gzip stream) failed
+            except MemoryError:
+                p = _failed(disp, run_id, "out of memory while ingesting this member", shas[m.name], m.size)
+            except Exception as e:
+                p = _failed(disp, run_id, f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
+                            shas[m.name], m.size)
+            if p is not None and not (p.status == "failed" and p.error and p.error.startswith("not a Kineto trace, Nsight")
+                                      and m.name.lower().endswith(LOG_SUFFIXES)):
+                out.append(p)
+    except (kineto.TraceError, OSError) as e:
+        err = str(e) if isinstance(e, kineto.TraceError) else f"cannot read: {e.strerror or e}"
+        for p in out:
+            if p.staged is not None:
+                Lake(opts.lake).discard(p.staged)
+        sha = content_sha256(Path(path)) if Path(path).is_file() else None
+        return [_failed(display, _run_for(Path(path).resolve().parent.name, opts.run), err, sha,
+                        Path(path).stat().st_size if Path(path).exists() else 0)]
+    return out
+
+
+# ------------------------------------------------------------------ committing
+
+def _rank_index(lake: Lake) -> dict[tuple[str, int], str]:
+    """(run_id, rank) -> source_id holding that rank, over every source that was not a failure."""
+    src = lake.sources().filter(pl.col("status") != "failed")
+    many = src["ranks"] if "ranks" in src.columns else pl.Series([None] * src.height)
+    out = {}
+    for r, k, ks, s in zip(src["run_id"], src["rank"], many, src["source_id"]):
+        for k in (ks if ks is not None else [k]):
+            if k is not None:
+                out[(r, k)] = s
+    return out
+
+
 def _claim_ranks(run_id: str, source_id: str, rank_list: list[int], ranks: dict, notes: list[str]) -> str:
     """The run this source's ranks go to: run_id, or '<run>_<source_id[:8]>' when another source
     already holds one of them (both the note and the printed message say so)."""
     taken = [r for r in rank_list if (run_id, r) in ranks and ranks[(run_id, r)] != source_id]
     if not taken:
         return run_id
-    moved = safe_run_id(f"{run_id}_{source_id[:8]}")
+    moved = _moved(run_id, source_id)
     what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
     notes.append(f"{what} of run {run_id} is already held by source {ranks[(run_id, taken[0])]}; this file was put in run {moved}")
     return moved
 
 
-def _ingest_nsys(path: Path, fmt: str, lake: Lake, run_id: str, rank: int | None, force: bool,
-                 comm_patterns: list[str] | None, done: set, ranks: dict, step_regex: str | None) -> FileResult:
-    abspath = str(path.absolute())
-    t0 = time.time_ns()
-    sha = content_sha256(path) or hashlib.sha256(("unreadable:" + abspath).encode()).hexdigest()
-    source_id = sha[:16]
-    moved = safe_run_id(f"{run_id}_{source_id[:8]}")
-    size = _size(path)
-    if ((sha, run_id) in done or (sha, moved) in done) and not force:
-        return FileResult(abspath, run_id, None, "skipped", None, ["already in the lake (same content); --force re-ingests"], source_id)
-    base_row = {"source_id": source_id, "run_id": run_id, "path": abspath, "format": fmt, "content_sha256": sha,
-                "size_bytes": size, "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__,
-                "ingested_at_ns": t0}
-    scratch = lake.scratch()
+def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> FileResult:
+    """Put a worker's outcome into the lake (in input order, in this process)."""
+    if p.status == "skipped":
+        return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id)
+    if p.oserror and not lake.writable():
+        if p.staged is not None:
+            lake.discard(p.staged)
+        raise LakeError(f"{lake.root}: cannot write to the lake")
+    if p.status == "failed":
+        if p.staged is not None:
+            lake.discard(p.staged)
+        lake.commit(lake.stage(p.run_id, p.source_id, {}), p.row)
+        return FileResult(p.path, p.run_id, None, "failed", p.error, [], p.source_id, p.uncompressed_bytes)
+    if not force and _is_done(done, p.sha, p.run_id):  # the same content earlier in this batch
+        lake.discard(p.staged)
+        return FileResult(p.path, p.run_id, None, "skipped", None, ["already in the lake (same content); --force re-ingests"],
+                          p.source_id)
+    notes = list(p.notes)
+    run_id = p.run_id
+    if p.rank_list:
+        run_id = _claim_ranks(run_id, p.source_id, p.rank_list, ranks, notes)
+        lake.retarget(p.staged, run_id)
+    row = {**p.row, "run_id": run_id, "notes": notes or None}
     try:
-        with nsys.open_export(path, fmt, scratch, file_rank=rank_from_name(path.name), cli_rank=rank,
-                              step_regex=step_regex, comm_patterns=comm_patterns) as ex:
-            notes = list(ex.notes)
-            rank_list = ex.rank_list
-            bad = [r for r in rank_list if not 0 <= r <= MAX_RANK]
-            if bad:
-                raise nsys.NsysError(f"rank {bad[0]} ({ex.rank_source}) is outside 0..{MAX_RANK}")
-            run_id = _claim_ranks(run_id, source_id, rank_list, ranks, notes)
-            row = {**base_row, "run_id": run_id, "format": ex.format, "rank": rank_list[0] if len(rank_list) == 1 else None,
-                   "rank_source": ex.rank_source, "ranks": rank_list, "host": ex.host,
-                   "tool_versions": json.dumps(ex.tool_versions, sort_keys=True) if ex.tool_versions else None,
-                   "status": "ok", "notes": notes or None, "event_count": ex.event_count,
-                   "base_time_ns": ex.base_time_ns, "trace_start_ns": ex.trace_start_ns, "trace_end_ns": ex.trace_end_ns,
-                   "world_size": len(rank_list) if ex.rank_source == "process_order" else None}
-            lake.write_source(run_id, source_id, ex.tables(run_id, source_id), row, replace=True)
-    except (kineto.TraceError, duckdb.Error, sch.SchemaError) as e:
-        err = one_line(str(e) if isinstance(e, kineto.TraceError) else f"{type(e).__name__}: {e}")[:500]
-        base_row["run_id"] = run_id
-        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
-        return FileResult(abspath, run_id, None, "failed", err, [], source_id, size)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    for r in rank_list:
-        ranks[(run_id, r)] = source_id
-    done.add((sha, run_id))
-    return FileResult(abspath, run_id, rank_list[0] if len(rank_list) == 1 else None, "ok", None, notes, source_id, size)
-
-
-def _ingest_log(path: Path, data: bytes, fmt: str, lake: Lake, base_row: dict, done: set) -> FileResult:
-    """An NCCL-family file (pipeline/ingest/nccl.py): its nccl_* / flight_recorder* tables. Such a
-    file holds no rank's trace rows, so it never claims a rank of its run."""
-    run_id, source_id, abspath = base_row["run_id"], base_row["source_id"], base_row["path"]
-    base_row = {**base_row, "format": fmt}
-    try:
-        p = nccl.parse(data, path.name, fmt)
-    except kineto.TraceError as e:
-        err = one_line(str(e))
-        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
-        return FileResult(abspath, run_id, None, "failed", err, [], source_id, len(data))
-    ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
-    tables = {t: df.with_columns(ids).to_arrow() for t, df in p.tables.items() if df.height}
-    row = {**base_row, "status": "ok", "host": p.host, "notes": p.notes or None, "event_count": p.event_count,
-           "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
-           "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None}
-    try:
-        lake.write_source(run_id, source_id, tables, row, replace=True)
+        lake.commit(p.staged, row)
     except sch.SchemaError as e:
         err = one_line(f"schema violation: {e}")
-        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
-        return FileResult(abspath, run_id, None, "failed", err, [], source_id, len(data))
-    done.add((base_row["content_sha256"], run_id))
-    return FileResult(abspath, run_id, None, "ok", None, list(p.notes), source_id, len(data))
+        bad = {**p.row, "status": "failed", "error": err}
+        for k in ("rank", "rank_source", "ranks", "notes"):
+            bad.pop(k, None)
+        lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
+        return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
+    for r in p.rank_list or []:
+        ranks[(run_id, r)] = p.source_id
+    done.add((p.sha, run_id))
+    return FileResult(p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes)
+
+
+# ------------------------------------------------------------------ planning and running
+
+def plan(paths: Iterable[str | Path]) -> tuple[list[Unit], list[Problem]]:
+    """The units of work for `paths` in input order (archives opened into their members)."""
+    problems: list[Problem] = []
+    files = discover(paths, problems)
+    units: list[Unit] = [Unit("problem", p) for p in problems]
+    for f in files:
+        kind = arc.archive_kind(f) if f.is_file() else None
+        if kind in ("zip", "tar"):
+            try:
+                members = arc.list_members(f, kind)
+            except kineto.TraceError as e:
+                units.append(Unit("problem", Problem(f, str(e))))
+                continue
+            for m in members:
+                if isinstance(m, arc.Refused):
+                    units.append(Unit("refused", m))
+                elif m.name.lower().endswith(LOG_SUFFIXES) and not _member_looks_like_log(m):
+                    continue
+                else:
+                    units.append(Unit("input", m, m.length))
+        elif kind == "tar.gz":
+            units.append(Unit("targz", str(f), _size_or_0(f)))
+        else:
+            units.append(Unit("input", arc.FileInput(str(f)), _size_or_0(f)))
+    return units, problems
+
+
+def _size_or_0(f: Path) -> int:
+    try:
+        return _size(f)
+    except OSError:
+        return 0
+
+
+def _member_looks_like_log(m) -> bool:
+    try:
+        with m.open() as raw:
+            head = arc.Peek(arc.Inflate(raw).read).head
+    except Exception:
+        return True  # let ingest say why it cannot be read
+    return nccl.sniff(head, m.name) is not None
+
+
+def _problem_failure(lake: Lake, path: Path, run: str | None, error: str) -> Prepared:
+    display = str(Path(path).absolute())
+    try:
+        sha = content_sha256(Path(path))
+    except (OSError, MemoryError):
+        sha = None
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        size = 0
+    return _failed(display, _run_for(Path(path).resolve().parent.name, run), error, sha, size)
+
+
+def _record_failure(lake: Lake, path: Path, run: str | None, error: str) -> FileResult:
+    """A failed sources row for a file that could not be read or parsed (content hash of its
+    bytes when readable, else of its path)."""
+    p = _problem_failure(lake, path, run, error)
+    lake.commit(lake.stage(p.run_id, p.source_id, {}), p.row)
+    return FileResult(p.path, p.run_id, None, "failed", p.error, [], p.source_id)
+
+
+def _init_worker() -> None:
+    """Pool worker set-up: die with the ingesting process (Linux), so a killed ingest leaves no
+    worker writing into the lake's staging area."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover  (not Linux)
+        pass
+
+
+def _run_serial(units, opts, done):
+    for u in units:
+        yield u, _work(u, opts, done)
+
+
+def _run_pool(units, opts, done, jobs: int):
+    """Results in input order from a process pool (at most 2*jobs units in flight). A worker that
+    dies (out of memory, killed) breaks the pool: the units in flight then run again one at a time,
+    so only the one that kills its worker fails."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["pipeline.ingest"])
+    frozen = frozenset(done)
+    i = 0
+    while i < len(units):
+        window: list = []
+        broken = False
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_worker) as pool:
+            while i < len(units) or window:
+                try:
+                    while len(window) < 2 * jobs and i < len(units):
+                        window.append((units[i], pool.submit(_work, units[i], opts, frozen)))
+                        i += 1
+                    u, fut = window[0]
+                    res = fut.result()
+                except cf.process.BrokenProcessPool:
+                    broken = True
+                    break
+                window.pop(0)
+                yield u, res
+        if broken:  # keep what finished; run the rest again, one at a time
+            for u, fut in window:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    yield u, fut.result()
+                else:
+                    yield u, _retry_alone(u, opts, frozen, ctx)
+
+
+def _retry_alone(u: Unit, opts: Options, done, ctx) -> list[Prepared]:
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=_init_worker) as pool:
+        try:
+            return pool.submit(_work, u, opts, done).result()
+        except cf.process.BrokenProcessPool:
+            return _unit_failure(u, opts, "the worker process died while ingesting this file (out of memory?)")
+
+
+def _run_dask(units, opts, done, scheduler: str):
+    from distributed import Client
+
+    with Client(scheduler, set_as_default=False) as client:
+        nthreads = max(1, sum(client.nthreads().values()))
+        [frozen] = client.scatter([frozenset(done)], broadcast=True)  # once to every worker, not per task
+        window: list = []
+        i = 0
+        while i < len(units) or window:
+            while len(window) < 2 * nthreads and i < len(units):
+                window.append((units[i], client.submit(_work, units[i], opts, frozen, pure=False)))
+                i += 1
+            u, fut = window.pop(0)
+            try:
+                res = fut.result()
+            except Exception as e:  # a worker died or the task could not run
+                res = _unit_failure(u, opts, f"the Dask task failed ({type(e).__name__}: {one_line(str(e))[:200]})")
+            yield u, res
+
+
+def _unit_failure(u: Unit, opts: Options, error: str) -> list[Prepared]:
+    if u.kind == "targz":
+        p = Path(u.item)
+        return [_failed(str(p.absolute()), _run_for(p.resolve().parent.name, opts.run), error, _sha_or_none(arc.FileInput(str(p))))]
+    inp = u.item
+    return [_failed(inp.display, _run_for(inp.run_name, opts.run), error, _sha_or_none(inp))]
+
+
+def ingest_paths(
+    paths: Iterable[str | Path],
+    lake: Lake,
+    run: str | None = None,
+    rank: int | None = None,
+    force: bool = False,
+    comm_patterns: list[str] | None = None,
+    on_file: Callable[[FileResult], None] | None = None,
+    step_regex: str | None = None,
+    jobs: int = 1,
+    scheduler: str | None = None,
+    on_plan: Callable[[int], None] | None = None,
+) -> list[FileResult]:
+    """Ingest every file under `paths` into `lake`; returns one FileResult per file, archive
+    member or problem path, in input order. jobs: worker processes (1: in this process; 0: one
+    per core); scheduler: the address of a Dask scheduler to run the workers on instead. on_plan
+    is called once with the number of units before work starts (a compressed tar counts as one
+    until its members are known). step_regex: NVTX range names that mark steps in nsys exports
+    (default ProfilerStep#N). Raises LakeError when the lake itself cannot be created or written,
+    or another ingest holds its lock; re.error for a bad step_regex."""
+    if step_regex:
+        re.compile(step_regex)
+    for p in comm_patterns or []:
+        re.compile(p)
+    units, _ = plan(paths)
+    if on_plan:
+        on_plan(len(units))
+    lake.ensure()
+    results: list[FileResult] = []
+    opts = Options(str(lake.root.absolute()), run, rank, force, list(comm_patterns or []) or None, step_regex)
+    with lake.lock():
+        lake.recover()
+        existing = lake.sources()
+        done = {(h, r) for h, r, s in zip(existing["content_sha256"], existing["run_id"], existing["status"]) if s != "failed"}
+        ranks = _rank_index(lake)
+
+        def emit(res: FileResult):
+            results.append(res)
+            if on_file:
+                on_file(res)
+
+        work = []
+        for u in units:
+            if u.kind == "problem":
+                emit(_commit(_problem_failure(lake, u.item.path, run, u.item.error), lake, done, ranks, force))
+            elif u.kind == "refused":
+                m = u.item
+                emit(_commit(_failed(m.display, _run_for(m.run_name, run), m.error), lake, done, ranks, force))
+            else:
+                work.append(u)
+        jobs = jobs or os.cpu_count() or 1
+        if scheduler:
+            stream = _run_dask(work, opts, done, scheduler)
+        elif jobs > 1 and len(work) > 1 and sum(u.size for u in work) >= PARALLEL_MIN_BYTES:
+            stream = _run_pool(work, opts, done, min(jobs, len(work)))
+        else:
+            stream = _run_serial(work, opts, done)
+        try:
+            for u, prepared in stream:
+                for p in prepared:
+                    try:
+                        emit(_commit(p, lake, done, ranks, force))
+                    except LakeError:
+                        raise
+                    except OSError:
+                        if not lake.writable():
+                            raise
+                        emit(_commit(_failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha), lake, done, ranks, force))
+        finally:
+            close = getattr(stream, "close", None)
+            if close:
+                close()
+    return results
 
 
 def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force: bool,
                 comm_patterns: list[str] | None, done: set, ranks: dict, step_regex: str | None = None) -> FileResult:
-    path = Path(path)
-    abspath = str(path.absolute())
-    fmt = nsys.detect(path)
-    if fmt is not None:
-        return _ingest_nsys(path, fmt, lake, _run_for(path, run), rank, force, comm_patterns, done, ranks, step_regex)
-    run_id = _run_for(path, run)
-    t0 = time.time_ns()
-    err = None
-    try:
-        raw, data = read_bytes(path)
-    except kineto.TraceError as e:
-        with open(path, "rb") as f:
-            raw = f.read()
-        data, err = b"", str(e)
-    sha = hashlib.sha256(raw).hexdigest()
-    source_id = sha[:16]
-    moved = safe_run_id(f"{run_id}_{source_id[:8]}")
-    if ((sha, run_id) in done or (sha, moved) in done) and not force:
-        return FileResult(abspath, run_id, None, "skipped", None, ["already in the lake (same content); --force re-ingests"], source_id)
-    base_row = {
-        "source_id": source_id, "run_id": run_id, "path": abspath, "format": "kineto_json",
-        "content_sha256": sha, "size_bytes": len(raw), "uncompressed_bytes": len(data) if err is None else None,
-        "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__, "ingested_at_ns": t0,
-    }
-    parsed = None
-    log_fmt = nccl.sniff(data[:65536], path.name) if err is None else None
-    if log_fmt is not None:
-        return _ingest_log(path, data, log_fmt, lake, base_row, done)
-    if err is None:
-        try:
-            parsed = kineto.parse(data, comm_patterns=comm_patterns)
-        except kineto.NotKinetoError as e:
-            err = str(e)
-            base_row["format"] = "unknown"
-        except kineto.TraceError as e:
-            err = str(e)
-            if (err.startswith("not valid JSON") and data.lstrip()[:1] not in (b"{", b"[")
-                    and not path.name.lower().endswith((".json", ".json.gz"))):
-                err = ("not a Kineto trace, Nsight Systems export or NCCL-family log: "
-                       "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines")
-                base_row["format"] = "unknown"
-        except RecursionError:
-            err = "JSON nested too deeply"
-    del data
-    if parsed is not None and parsed.event_count == 0:
-        err, parsed = "trace has no events", None
-    if parsed is not None:
-        if parsed.rank is not None:
-            r, rsrc = parsed.rank, "distributed_info"
-        elif rank_from_name(path.name) is not None:
-            r, rsrc = rank_from_name(path.name), "file_name"
-        elif rank is not None:
-            r, rsrc = rank, "cli"
-        else:
-            r, rsrc = 0, "default"
-        if not 0 <= r <= MAX_RANK:
-            err, parsed = f"rank {r} ({rsrc}) is outside 0..{MAX_RANK}", None
-    if parsed is None:
-        err = one_line(err)
-        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
-        return FileResult(abspath, run_id, None, "failed", err, [], source_id, len(raw))
-
-    notes = list(parsed.notes)
-    run_id = _claim_ranks(run_id, source_id, [r], ranks, notes)
-    key = (run_id, r)
-
-    def add_ids(df: pl.DataFrame, with_rank: bool = True) -> pl.DataFrame:
-        cols = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
-        if with_rank:
-            cols.append(pl.lit(r, dtype=pl.Int32).alias("rank"))
-        return df.with_columns(cols)
-
-    p = parsed
-    tables = {
-        "gpu_activities": add_ids(p.gpu).to_arrow(),
-        "cpu_ops": add_ids(p.cpu).to_arrow(),
-        "steps": add_ids(p.steps).to_arrow(),
-        "collectives": add_ids(p.collectives).to_arrow(),
-        "devices": add_ids(p.devices).with_columns(host=pl.lit(p.host, dtype=pl.String)).to_arrow(),
-        "process_groups": add_ids(p.process_groups).to_arrow(),
-        "annotations": add_ids(p.annotations).to_arrow(),
-        "counters": add_ids(p.counters).to_arrow(),
-    }
-    starts = [df["start_ns"].min() for df in (p.gpu, p.cpu) if df.height]
-    ends = [df["end_ns"].max() for df in (p.gpu, p.cpu) if df.height]
-    row = {**base_row, "run_id": run_id, "rank": r, "rank_source": rsrc, "ranks": [r], "host": p.host,
-           "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
-           "backend": p.backend, "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None,
-           "status": "ok", "notes": notes or None, "event_count": p.event_count, "base_time_ns": p.base_time_ns,
-           "trace_start_ns": min(starts) if starts else None, "trace_end_ns": max(ends) if ends else None}
-    try:
-        lake.write_source(run_id, source_id, tables, row, replace=True)
-    except sch.SchemaError as e:
-        err = one_line(f"schema violation: {e}")
-        lake.write_source(run_id, source_id, {}, {**base_row, "status": "failed", "error": err}, replace=True)
-        return FileResult(abspath, run_id, r, "failed", err, notes, source_id, base_row["uncompressed_bytes"] or 0)
-    ranks[key] = source_id
-    done.add((sha, run_id))
-    return FileResult(abspath, run_id, r, "ok", None, notes, source_id, base_row["uncompressed_bytes"] or 0)
+    """One file, in this process, without taking the lake's lock (the caller holds it)."""
+    opts = Options(str(lake.root.absolute()), run, rank, force, comm_patterns, step_regex)
+    (p,) = _work(Unit("input", arc.FileInput(str(path))), opts, done)
+    return _commit(p, lake, done, ranks, force)

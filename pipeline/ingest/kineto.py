@@ -18,11 +18,14 @@ import json
 import operator
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Union
 
 import msgspec
+import msgspec.structs
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from .. import classify as classify_mod
 from .. import catalog
@@ -213,27 +216,6 @@ _DTYPE_BYTES = {
     "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
     "complexfloat": 8, "complexdouble": 16,
 }
-@dataclass
-class Parsed:
-    """Tables of one trace (polars frames), plus what the file says about itself."""
-    gpu: pl.DataFrame
-    cpu: pl.DataFrame
-    steps: pl.DataFrame
-    collectives: pl.DataFrame
-    devices: pl.DataFrame
-    process_groups: pl.DataFrame
-    annotations: pl.DataFrame
-    counters: pl.DataFrame
-    rank: int | None
-    world_size: int | None
-    backend: str | None
-    host: str | None
-    base_time_ns: int | None
-    tool_versions: dict
-    event_count: int
-    notes: list[str] = field(default_factory=list)
-
-
 def _int(v) -> int | None:
     if type(v) is int:
         return v if -(2**63) <= v < 2**63 else None
@@ -304,6 +286,45 @@ def _ranks(v) -> list[int] | None:
     return None
 
 
+def _dims3(vals: list, prefix: str) -> dict[str, pl.Series]:
+    """{prefix_x, prefix_y, prefix_z} Int32 columns from grid/block values: _dims(v, 3) of each,
+    with the common case (a list of three ints) checked inline."""
+    xs, ys, zs = [], [], []
+    lim = 2**31
+    for v in vals:
+        if type(v) is list and len(v) == 3:
+            a, b, c = v
+            if type(a) is int and type(b) is int and type(c) is int and 0 <= a < lim and 0 <= b < lim and 0 <= c < lim:
+                xs.append(a)
+                ys.append(b)
+                zs.append(c)
+                continue
+        d = _dims(v, 3)
+        xs.append(d[0] if d else None)
+        ys.append(d[1] if d else None)
+        zs.append(d[2] if d else None)
+    return {f"{prefix}_x": pl.Series(xs, dtype=pl.Int32), f"{prefix}_y": pl.Series(ys, dtype=pl.Int32),
+            f"{prefix}_z": pl.Series(zs, dtype=pl.Int32)}
+
+
+def _int_us_to_ns(raws: list):
+    """(ns, ok) when every text is a plain integer of at most 16 digits (old traces write epoch µs
+    with 16 digits: beyond timeparse's 15-digit fast path, but within int64 ns up to
+    9223372036854775 µs), else None. Exact: integer µs times 1000."""
+    if not raws:
+        return None
+    s = pl.Series(b"\n".join(raws).decode("utf-8", "replace").split("\n"), dtype=pl.String)
+    v = s.cast(pl.Int64, strict=False)
+    if v.null_count() or not bool(((v >= -9223372036854775) & (v <= 9223372036854775)).all()) \
+            or bool(s.str.contains(r"[^0-9-]").any()):
+        return None
+    return v.to_numpy().astype(np.int64) * 1000, np.ones(len(raws), dtype=bool)
+
+
+def _us_to_ns(raws: list):
+    return _int_us_to_ns(raws) or us_text_to_ns(raws)
+
+
 def _dims(v, n):
     if isinstance(v, list) and len(v) >= n and all(isinstance(x, (int, float)) and 0 <= x < 2**31 for x in v[:n]):
         return [int(x) for x in v[:n]]
@@ -347,274 +368,852 @@ def decode(data: bytes) -> tuple[Any, list[str]]:
     return doc, notes
 
 
-def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
-    """Parse one Kineto trace. See the module doc for what is handled and raised."""
-    doc, notes = decode(data)
-    if isinstance(doc, list):
-        events, top = doc, KTrace(trace_events=doc)
-    else:
-        events, top = doc.trace_events, doc
-    if not all(isinstance(e, (KEvent, _TEv)) for e in events[:1]):
-        raise TraceError("not a Kineto trace: traceEvents is not a list of events")
+# ----------------------------------------------------------------------------- streaming split
+# A trace is read as a stream and its traceEvents array is decoded in batches of about
+# BATCH_BYTES, so memory is bounded by the batch size, not the file size. Batch boundaries are
+# found by a byte scan for the text between two events ('}' ',' '{', whitespace allowed) or at the
+# end of the array ('}' ']'); the bytes up to a candidate boundary are decoded by msgspec as one
+# JSON array. A candidate that lies inside an event (an args object holding a list of objects, or
+# a string) cannot decode as a complete array: msgspec reports the input truncated or malformed
+# at its very last byte, and the next candidate is tried. So no JSON is parsed by hand: the scan
+# only proposes cut points and msgspec decides. Everything around the array (deviceProperties,
+# distributedInfo, baseTimeNanoseconds, which Kineto writes after the events) is decoded as a
+# skeleton: the text before the array + '[]' + the text after it.
+#
+# A file that ends inside the array (a job killed while the profiler wrote) keeps every event
+# that is complete: the last boundary before the end that decodes is taken, and the bytes after
+# it are counted as unreadable (Parsed.partial / unreadable_bytes).
 
-    base_ns = 0
-    has_base = len(top.base_time_ns) > 0
-    if has_base:
-        b = bytes(top.base_time_ns).strip(b'" ')
+BATCH_BYTES = 16 << 20
+READ_BYTES = 4 << 20
+HEAD_LIMIT = 64 << 20          # traceEvents must start within this many bytes
+TAIL_LIMIT = 256 << 20         # text after the traceEvents array
+MAX_EVENT_BYTES = 256 << 20    # one event (no boundary found within this many bytes -> error)
+IN_MEMORY_LIMIT = 1 << 30      # whole-document fallback (no traceEvents array found up front)
+SPOOL_BYTES = 256 << 20        # phase-1 tables kept in memory up to this, then spilled to disk
+
+_HEAD_RE = re.compile(rb'"traceEvents"\s*:\s*\[')
+_CUT_RE = re.compile(rb"\}\s*(?:(,)\s*\{|\])")
+_END_RE = re.compile(rb"\}\s*\]")
+_LAST_RE = re.compile(rb"\}(?=\s*(?:,|\]|\Z))")
+_BYTE_RE = re.compile(r"\(byte (\d+)\)")
+_WS = b" \t\r\n"
+_NON_WS = re.compile(rb"[^ \t\r\n]")
+_BATCH_FAST = msgspec.json.Decoder(list[_TAGGED])
+_BATCH_GENERAL = msgspec.json.Decoder(list[KEvent])
+_TOP = msgspec.json.Decoder(KTrace)
+
+
+def _fix_utf8(text) -> tuple[bytes, int]:
+    repl = "\ufffd".encode()
+    before = bytes(text).count(repl)
+    fixed = bytes(text).decode("utf-8", "replace").encode("utf-8")
+    return fixed, fixed.count(repl) - before
+
+
+class _ArrayEnd(Exception):
+    """The decoded text held the end of the traceEvents array, `from_end` bytes before its end."""
+
+    def __init__(self, from_end: int):
+        self.from_end = from_end
+
+
+class _Splitter:
+    """Batches of decoded events from `read(n) -> bytes` (b'' at the end); afterwards `top` (the
+    KTrace without events), `notes`, `truncated`, `unreadable_bytes`, `total_bytes`."""
+
+    def __init__(self, read, batch_bytes: int = BATCH_BYTES):
+        self.read = read
+        self.batch = max(1024, int(batch_bytes))
+        self.buf = bytearray()
+        self.off = 0  # absolute offset of buf[0]
+        self.eof = False
+        self.top: KTrace | None = None
+        self.notes: list[str] = []
+        self.utf8_fixed = 0
+        self.truncated = False
+        self.tail_lost = False
+        self.unreadable_bytes = 0
+
+    @property
+    def total_bytes(self) -> int:
+        return self.off + len(self.buf)
+
+    def _fill(self, n: int) -> None:
+        while len(self.buf) < n and not self.eof:
+            b = self.read(max(READ_BYTES, n - len(self.buf)))
+            if not b:
+                self.eof = True
+            else:
+                self.buf += b
+
+    def _consume(self, k: int) -> None:
+        del self.buf[:k]
+        self.off += k
+
+    def _skip_ws(self, i: int) -> int:
+        while True:
+            m = _NON_WS.search(self.buf, i)
+            if m is not None:
+                return m.start()
+            i = len(self.buf)
+            if self.eof:
+                return i
+            if i > 1 << 20:  # drop whitespace as it is skipped
+                self._consume(i)
+                i = 0
+            self._fill(len(self.buf) + READ_BYTES)
+
+    def _decode_top(self, text: bytes) -> KTrace:
         try:
-            base_ns = int(b)
-        except ValueError:
-            raise TraceError(f"baseTimeNanoseconds is not an integer: {b[:40]!r}") from None
-        if not 0 <= base_ns < 2**62:
-            raise TraceError(f"baseTimeNanoseconds {base_ns} is outside the epoch-ns range")
+            return _TOP.decode(text)
+        except msgspec.DecodeError as e:
+            if "UTF-8" not in str(e):
+                raise
+            text, n = _fix_utf8(text)
+            self.utf8_fixed += n
+            return _TOP.decode(text)
 
-    xs = [i for i, e in enumerate(events) if e.ph == "X"]
-    cats = [events[i].cat for i in xs]
-    gpu_idx = [i for i, c in zip(xs, cats) if c in GPU_KIND]
-    ann_idx = [i for i, c in zip(xs, cats) if c == "gpu_user_annotation"]
-    cpu_idx = [i for i, c in zip(xs, cats) if c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation"]
-    ctr = [i for i, e in enumerate(events) if e.ph == "C"]
-    unknown_cats: dict[str, int] = {}
-    for c in cats:
-        if c not in CPU_KIND and c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation":
-            unknown_cats[str(c)] = unknown_cats.get(str(c), 0) + 1
-    if unknown_cats:
-        notes.append("unrecognized categories kept as cpu_ops kind=other: " + ", ".join(f"{k} ({v})" for k, v in sorted(unknown_cats.items())))
+    def batches(self):
+        i = self._skip_ws(0)
+        if i >= len(self.buf):
+            raise TraceError("empty file")
+        self._fill(1 << 16)
+        c = self.buf[i]
+        head = None
+        if c == ord("["):
+            pos = i + 1
+        elif c == ord("{"):
+            m = _HEAD_RE.search(self.buf, i)
+            while m is None and not self.eof and len(self.buf) < HEAD_LIMIT:
+                n = len(self.buf)
+                self._fill(n + READ_BYTES)
+                m = _HEAD_RE.search(self.buf, max(i, n - 64))
+            if m is not None:
+                head = bytes(self.buf[i:m.end() - 1])
+                try:
+                    self.top = self._decode_top(head + b"[]}")
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    m = None  # "traceEvents" was not a top-level key: read it whole
+            if m is None:
+                yield from self._whole()
+                return
+            pos = m.end()
+        else:
+            yield from self._whole()
+            return
+        self._consume(pos)
+        pos = 0
+        while True:
+            pos = self._skip_ws(pos)
+            if pos >= len(self.buf):  # the file ends between events
+                self.truncated = True
+                self.unreadable_bytes = 0
+                return
+            if self.buf[pos] == ord("]"):  # empty array
+                self._tail(head, pos + 1)
+                return
+            if self.buf[pos] != ord("{"):
+                raise TraceError(f"not a Kineto trace: wrong JSON shape (traceEvents element at byte {self.off + pos} is not an object)")
+            self._fill(pos + self.batch + READ_BYTES)
+            if self.eof and len(self.buf) - pos <= self.batch:
+                evs = self._rest(pos, head)
+                if evs:
+                    yield evs
+                return
+            search, tries = pos + self.batch, 0
+            while True:
+                m = _CUT_RE.search(self.buf, search)
+                if m is None:
+                    if len(self.buf) - pos > MAX_EVENT_BYTES + self.batch * 64:
+                        raise TraceError(f"no end of an event within {MAX_EVENT_BYTES >> 20} MB after byte {self.off + pos}; not a trace?")
+                    n = len(self.buf)
+                    self._fill(n + READ_BYTES)
+                    if len(self.buf) == n:  # end of input inside the array
+                        evs = self._rest(pos, head)
+                        if evs:
+                            yield evs
+                        return
+                    search = max(search, n - 64)
+                    continue
+                r = self._try(pos, m.start() + 1)
+                if r is not None:
+                    break
+                # the candidate lies inside an event: look further (geometrically after a few misses)
+                tries += 1
+                search = m.end() if tries < 4 else pos + 2 * (m.end() - pos)
+                self._fill(search + READ_BYTES)
+            evs, tail_at = r
+            yield evs
+            if tail_at is not None:  # the array ended before the candidate
+                self._tail(head, tail_at)
+                return
+            if m.group(1):
+                self._consume(m.end() - 1)
+                pos = 0
+            else:
+                self._tail(head, m.end())
+                return
 
-    bad_dur = 0
+    def _try(self, pos: int, end: int):
+        """(events, None) for buf[pos:end] decoded as one JSON array; (events, i) when the array
+        closes before `end`, with i just after its ']'; None when the text is not a complete array
+        (the cut lies inside an event). TraceError when it is not valid JSON."""
+        try:
+            evs = self._decode(pos, end)
+            return None if evs is None else (evs, None)
+        except _ArrayEnd as e:
+            bracket = end + 1 - e.from_end
+            evs = self._decode(pos, bracket) if pos <= bracket < end and self.buf[bracket] == ord("]") else None
+            if evs is None:
+                raise TraceError(f"not valid JSON at byte {self.off + bracket}") from None
+            return evs, bracket + 1
 
-    def times(idx):
-        nonlocal bad_dur
+    def _decode(self, pos: int, end: int):
+        text = bytearray(b"[")
+        text += memoryview(self.buf)[pos:end]
+        text += b"]"
+        fixed = 0
+        general = False
+        while True:
+            try:
+                evs = (_BATCH_GENERAL if general else _BATCH_FAST).decode(text)
+                self.utf8_fixed += fixed
+                return evs
+            except msgspec.ValidationError as e:
+                if general:
+                    raise TraceError(f"not a Kineto trace: wrong JSON shape ({e})") from None
+                general = True  # an odd event (unknown phase, args not an object): the general decoder
+            except msgspec.DecodeError as e:
+                msg = str(e)
+                if "UTF-8" in msg and not fixed:
+                    text, fixed = _fix_utf8(text)
+                    continue
+                b = _BYTE_RE.search(msg)
+                k = int(b.group(1)) if b else None
+                if "trailing characters" in msg and k is not None:
+                    j = k - 2  # msgspec reports the byte after the first trailing one
+                    while j > 0 and text[j] in _WS:
+                        j -= 1
+                    raise _ArrayEnd(len(text) - j)  # counted from the end: replacing invalid UTF-8 moves the start
+                if "truncated" in msg or (k is not None and k >= len(text) - 1):
+                    return None
+                where = f" at byte {self.off + pos + k - 1}" if k is not None and not fixed else ""
+                raise TraceError(f"not valid JSON: {_BYTE_RE.sub('', msg).strip()}{where}") from None
+
+    def _rest(self, pos: int, head) -> list:
+        """All the rest of the input from pos is in buf: the events up to the end of the array,
+        or, when the input ends inside it, every complete event."""
+        r = self._try(pos, len(self.buf))
+        if r is not None:
+            evs, tail_at = r
+            if tail_at is not None:
+                self._tail(head, tail_at)
+            else:  # every event complete, but neither the array nor the document is closed
+                self.truncated = self.tail_lost = True
+            return evs
+        self.truncated = True
+        cands = [m.start() for m in _LAST_RE.finditer(self.buf, pos)]
+        for k in reversed(cands[-16:]):
+            r = self._try(pos, k + 1)
+            if r is not None:
+                self.unreadable_bytes = len(self.buf) - (k + 1)
+                return r[0]
+        self.unreadable_bytes = len(self.buf) - pos
+        return []
+
+    def _tail(self, head: bytes | None, at: int) -> None:
+        """Decode the text after the array (Kineto writes baseTimeNanoseconds there)."""
+        self._fill(at + TAIL_LIMIT + 1)
+        tail = bytes(self.buf[at:])
+        if len(tail) > TAIL_LIMIT:
+            raise TraceError(f"more than {TAIL_LIMIT >> 20} MB of JSON after the traceEvents array")
+        if head is None:  # bare event array
+            if tail.strip(_WS):
+                raise TraceError(f"not valid JSON: trailing characters after the event array at byte {self.off + at}")
+            self.top = KTrace()
+            return
+        try:
+            self.top = self._decode_top(head + b"[]" + tail)
+            return
+        except msgspec.ValidationError as e:
+            raise TraceError(f"not a Kineto trace: wrong JSON shape ({e})") from None
+        except msgspec.DecodeError as e:
+            msg = str(e)
+            b = _BYTE_RE.search(msg)
+            if not ("truncated" in msg or (b and int(b.group(1)) >= len(head) + 2 + len(tail.rstrip(_WS)) - 1)):
+                raise TraceError(f"not valid JSON: {_BYTE_RE.sub('', msg).strip()} after the traceEvents array") from None
+        # the file ends inside the trailing keys: keep the complete ones
+        self.truncated = self.tail_lost = True
+        cuts = [k for k in range(len(tail)) if tail[k] == ord(",")][-32:]
+        for k in reversed(cuts):
+            try:
+                self.top = self._decode_top(head + b"[]" + tail[:k] + b"}")
+                self.unreadable_bytes = len(tail) - k
+                return
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+        self.unreadable_bytes = len(tail)  # self.top stays what the head said
+
+    def _whole(self):
+        """No traceEvents array up front: read and decode the document whole (bounded)."""
+        while not self.eof:
+            if len(self.buf) > IN_MEMORY_LIMIT:
+                raise TraceError(f"no traceEvents array in the first {HEAD_LIMIT >> 20} MB and the file is larger than "
+                                 f"{IN_MEMORY_LIMIT >> 20} MB; not a Kineto trace?")
+            self._fill(len(self.buf) + (16 << 20))
+        doc, notes = decode(bytes(self.buf))
+        self.notes += notes
+        self._consume(len(self.buf))
+        if isinstance(doc, list):
+            events, self.top = doc, KTrace()
+        else:
+            events, self.top = doc.trace_events, doc
+            doc.trace_events = None
+        if not all(isinstance(e, (KEvent, _TEv)) for e in events[:1]):
+            raise TraceError("not a Kineto trace: traceEvents is not a list of events")
+        step = 250_000
+        for k in range(0, len(events), step):
+            yield events[k:k + step]
+
+
+# ----------------------------------------------------------------------------- spooling
+
+class _Budget:
+    def __init__(self, limit: int, directory):
+        self.limit, self.used, self.dir = limit, 0, directory
+
+
+class _Spool:
+    """Arrow tables of one kind in the order added: in memory while the shared budget allows,
+    then in an Arrow IPC file (lz4) in the budget's directory, read back batch by batch."""
+
+    def __init__(self, name: str, budget: _Budget):
+        self.name, self.budget = name, budget
+        self.mem: list[pa.Table] = []
+        self.writer = None
+        self.path = None
+        self.schema = None
+        self.rows = 0
+
+    def add(self, tbl: pa.Table) -> None:
+        if self.schema is None:
+            self.schema = tbl.schema
+        if tbl.num_rows == 0:
+            return
+        self.rows += tbl.num_rows
+        if tbl.schema != self.schema:
+            tbl = tbl.cast(self.schema)
+        if self.writer is None:
+            self.mem.append(tbl)
+            self.budget.used += tbl.nbytes
+            if self.budget.used > self.budget.limit and self.budget.dir is not None:
+                self._spill()
+        else:
+            self.writer.write_table(tbl)
+
+    def _spill(self) -> None:
+        import uuid
+
+        self.path = Path(self.budget.dir) / f"spool-{self.name}-{uuid.uuid4().hex}.arrow"
+        self.writer = pa.ipc.new_file(str(self.path), self.schema, options=pa.ipc.IpcWriteOptions(compression="lz4"))
+        for t in self.mem:
+            self.writer.write_table(t)
+            self.budget.used -= t.nbytes
+        self.mem = []
+
+    def __iter__(self):
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+            self.mem = []
+        if self.path is not None:
+            with pa.OSFile(str(self.path)) as f:
+                r = pa.ipc.open_file(f)
+                for i in range(r.num_record_batches):
+                    yield pl.from_arrow(r.get_batch(i))
+        elif self.mem:
+            for t in self.mem:
+                yield pl.from_arrow(t)
+        elif self.schema is not None:  # no rows: one empty frame, so the columns are known
+            yield pl.from_arrow(self.schema.empty_table())
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+        if self.path is not None:
+            Path(self.path).unlink(missing_ok=True)
+        self.mem = []
+
+
+# ----------------------------------------------------------------------------- parse
+
+@dataclass
+class Parsed:
+    """Tables of one trace (polars frames), plus what the file says about itself (parse())."""
+    gpu: pl.DataFrame
+    cpu: pl.DataFrame
+    steps: pl.DataFrame
+    collectives: pl.DataFrame
+    devices: pl.DataFrame
+    process_groups: pl.DataFrame
+    annotations: pl.DataFrame
+    counters: pl.DataFrame
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    host: str | None
+    base_time_ns: int | None
+    tool_versions: dict
+    event_count: int
+    notes: list[str] = field(default_factory=list)
+    partial: bool = False
+    unreadable_bytes: int = 0
+
+
+def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
+    """Parse one Kineto trace held in memory (parse_stream, materialized). See the module doc for
+    what is handled and raised."""
+    import io
+
+    s = parse_stream(io.BytesIO(data).read, comm_patterns)
+    try:
+        t = s.tables()
+        fr = {}
+        for k, v in t.items():
+            chunks = list(v() if callable(v) else v)
+            fr[k] = pl.concat(chunks, how="vertical_relaxed") if chunks else pl.DataFrame()
+    finally:
+        s.close()
+    return Parsed(gpu=fr["gpu_activities"], cpu=fr["cpu_ops"], steps=fr["steps"], collectives=fr["collectives"],
+                  devices=fr["devices"], process_groups=fr["process_groups"], annotations=fr["annotations"],
+                  counters=fr["counters"], rank=s.rank, world_size=s.world_size, backend=s.backend, host=s.host,
+                  base_time_ns=s.base_time_ns, tool_versions=s.tool_versions, event_count=s.event_count,
+                  notes=s.notes, partial=s.partial, unreadable_bytes=s.unreadable_bytes)
+
+
+def parse_stream(read, comm_patterns: list[str] | None = None, spool_dir=None, batch_bytes: int | None = None,
+                 spool_bytes: int | None = None) -> "StreamParsed":
+    """Parse one Kineto trace from `read(n) -> bytes` (decompressed; b'' at the end) in batches.
+    Memory is bounded by batch_bytes plus spool_bytes of tables (beyond that they are spilled to
+    Arrow IPC files in spool_dir; without spool_dir they stay in memory). Raises TraceError /
+    NotKinetoError (one line). Call .close() on the result when done with it."""
+    sp = _Splitter(read, BATCH_BYTES if batch_bytes is None else batch_bytes)
+    acc = _Acc(_Budget(SPOOL_BYTES if spool_bytes is None else spool_bytes, spool_dir))
+    try:
+        for events in sp.batches():
+            acc.add(events)
+        return acc.finish(sp, comm_patterns)
+    except BaseException:
+        acc.close()
+        raise
+
+
+_NO_RAW = msgspec.Raw(b"")
+
+
+def _slim(a: KArgs) -> KArgs:
+    """Args kept past their batch, without their raw-text fields: a msgspec.Raw refers to the
+    whole text it was decoded from, which would otherwise stay in memory with it."""
+    return msgspec.structs.replace(a, input_dims=_NO_RAW, input_dims_old=_NO_RAW, input_type=_NO_RAW, concrete_inputs=_NO_RAW)
+
+
+class _Acc:
+    """Phase 1: per batch, the table rows with raw (file) timestamps, spooled; plus what the
+    whole-trace steps need (comm host ops' External ids, collective metadata, step ranges, used
+    devices, vendor evidence, counts)."""
+
+    def __init__(self, budget: _Budget):
+        self.spools = {k: _Spool(k, budget) for k in ("gpu", "cpu", "ann", "ctr")}
+        self.n = 0
+        self.unknown_cats: dict[str, int] = {}
+        self.bad_t = self.bad_dur = self.neg = 0
+        self.ts_lo = self.ts_hi = None
+        self.start_lo = self.end_hi = None
+        self.used_devices: set = set()
+        self.vendor_hip = self.vendor_cu = self.vendor_mtia = False
+        self.comm_ext: set = set()
+        self.steps: list[pl.DataFrame] = []
+        self.rpc: list[pl.DataFrame] = []
+        self.gpu_meta: dict = {}
+        self.cpu_meta: dict = {}
+        self.host_re = classify_mod.comm_host_op_regex()
+
+    def close(self):
+        for s in self.spools.values():
+            s.close()
+
+    def _span(self, ts, ok):
+        if ok.any():
+            lo, hi = int(ts[ok].min()), int(ts[ok].max())
+            self.ts_lo = lo if self.ts_lo is None else min(self.ts_lo, lo)
+            self.ts_hi = hi if self.ts_hi is None else max(self.ts_hi, hi)
+
+    def _times(self, events, idx):
         evs = [events[i] for i in idx]
-        ts, ok_ts = us_text_to_ns([e.ts for e in evs])
-        du, ok_du = us_text_to_ns([e.dur for e in evs])
+        ts, ok_ts = _us_to_ns([e.ts for e in evs])
+        du, ok_du = _us_to_ns([e.dur for e in evs])
         ok_du &= du < 2**62  # a duration of over a century is corrupt, and start + dur must fit
-        bad_dur += int((ok_ts & ~ok_du).sum())
-        if len(ts) and base_ns and (ts[ok_ts].max(initial=0) > 2**63 - 1 - base_ns or ts[ok_ts].min(initial=0) < -base_ns):
-            raise TraceError("timestamps plus baseTimeNanoseconds fall outside the int64 ns range")
+        self.bad_dur += int((ok_ts & ~ok_du).sum())
+        self._span(ts, ok_ts)
         return evs, ts, ok_ts, du, ok_du
 
-    # ---------------- GPU activities
-    evs, ts, ok_ts, du, ok_du = times(gpu_idx)
-    bad_t = int((~ok_ts).sum())
-    neg = int(((du < 0) & ok_du).sum())
-    du = np.where(ok_du & (du > 0), du, 0)
-    args = decode_args(evs)
-    names = _names(evs)
-    kinds = [GPU_KIND[e.cat] for e in evs]
-    grid = [_dims(a.grid, 3) for a in args]
-    block = [_dims(a.block, 3) for a in args]
-    copy = [(_COPY_RE.match(n).groups() if k == "memcpy" and _COPY_RE.match(n) else (None, None, None)) for n, k in zip(names, kinds)]
-    mset = [(_MEMSET_RE.match(n).group(1) if k == "memset" and _MEMSET_RE.match(n) else None) for n, k in zip(names, kinds)]
-    gpu = pl.DataFrame({
-        "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
-        "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
-        "kind": kinds,
-        "name": names,
-        "start_ns": ts + base_ns,
-        "dur_ns": du,
-        "correlation": _ints(map(_AG["correlation"], args)),
-        "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
-        "context": _ints(map(_AG["context"], args)),
-        "grid_x": [g[0] if g else None for g in grid],
-        "grid_y": [g[1] if g else None for g in grid],
-        "grid_z": [g[2] if g else None for g in grid],
-        "block_x": [b[0] if b else None for b in block],
-        "block_y": [b[1] if b else None for b in block],
-        "block_z": [b[2] if b else None for b in block],
-        "registers_per_thread": _ints(map(_AG["registers_per_thread"], args)).cast(pl.Int32, strict=False),
-        "shared_memory_bytes": _ints(map(_AG["shared_memory"], args)),
-        "bytes": _ints(map(_AG["bytes"], args)),
-        "copy_kind": [c[0] for c in copy],
-        "src_kind": [c[1] for c in copy],
-        "dst_kind": [c[2] if k == "memcpy" else m for c, m, k in zip(copy, mset, kinds)],
-        "sync_kind": [(_SYNC_KIND.get(a.cuda_sync_kind or n, "other") if k == "sync" else None) for a, n, k in zip(args, names, kinds)],
-        "graph_id": _ints(map(_AG["graph_id"], args)),
-        "pid": _ints(map(_AG["pid"], evs)),
-        "tid": _ints(map(_AG["tid"], evs)),
-        "event_index": np.asarray(gpu_idx, dtype=np.int64),
-        "has_comm_args": [a.collective_name is not None for a in args],
-        "_ok": ok_ts,
-    }, schema_overrides={"device": pl.Int32, "stream": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
-                         "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
-                         "event_index": pl.Int64, "has_comm_args": pl.Boolean, "_ok": pl.Boolean,
-                         "context": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
-                         "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32,
-                         "registers_per_thread": pl.Int32, "shared_memory_bytes": pl.Int64, "bytes": pl.Int64,
-                         "graph_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "copy_kind": pl.String,
-                         "src_kind": pl.String, "dst_kind": pl.String, "sync_kind": pl.String})
-    gpu_comm_meta = {gpu_idx[j]: args[j] for j in range(len(args)) if args[j].collective_name is not None}
+    def _extent(self, df: pl.DataFrame):
+        if df.height:
+            lo, hi = df["start_ns"].min(), (df["start_ns"] + df["dur_ns"]).max()
+            self.start_lo = lo if self.start_lo is None else min(self.start_lo, lo)
+            self.end_hi = hi if self.end_hi is None else max(self.end_hi, hi)
 
-    # ---------------- CPU ops
-    evs, ts, ok_ts_c, du, ok_du_c = times(cpu_idx)
-    bad_t += int((~ok_ts_c).sum())
-    neg += int(((du < 0) & ok_du_c).sum())
-    du = np.where(ok_du_c & (du > 0), du, 0)
-    args = decode_args(evs)
-    names = _names(evs)
-    dims = _texts([a.input_dims_old if not len(a.input_dims) else a.input_dims for a in args])  # JSON text as written
-    types = _texts([a.input_type for a in args])
-    n_cpu = len(evs)
-    flops, fsrc, fdt = [None] * n_cpu, [None] * n_cpu, [None] * n_cpu
-    for j in [j for j, (n, a) in enumerate(zip(names, args)) if a.flops is not None or n in MODELLED_OPS]:
-        n, fv = names[j], args[j].flops
-        conc = _text(args[j].concrete_inputs)
-        if isinstance(fv, (int, float)) and not isinstance(fv, bool) and fv > 0:
-            flops[j], fsrc[j] = float(fv), "trace"
-            fdt[j] = op_flops(n, dims[j], types[j], conc)[1] if n in MODELLED_OPS else None
-        elif n in MODELLED_OPS:
-            v, dt = op_flops(n, dims[j], types[j], conc)
-            if v is not None:
-                flops[j], fsrc[j], fdt[j] = v, "shapes", dt
-    cpu = pl.DataFrame({
-        "pid": _ints(map(_AG["pid"], evs)),
-        "tid": _ints(map(_AG["tid"], evs)),
-        "kind": [CPU_KIND.get(e.cat, "other") for e in evs],
-        "category": [e.cat if isinstance(e.cat, str) else None for e in evs],
-        "name": names,
-        "start_ns": ts + base_ns,
-        "dur_ns": du,
-        "correlation": _ints(map(_AG["correlation"], args)),
-        "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
-        "sequence_number": _ints(map(_AG["sequence_number"], args)),
-        "input_dims": dims,
-        "input_types": types,
-        "flops": flops,
-        "flops_source": fsrc,
-        "flops_dtype": fdt,
-        "event_index": np.asarray(cpu_idx, dtype=np.int64),
-        "_ok": ok_ts_c,
-    }, schema_overrides={"pid": pl.Int64, "tid": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
-                         "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
-                         "event_index": pl.Int64, "_ok": pl.Boolean,
-                         "sequence_number": pl.Int64, "input_dims": pl.String, "input_types": pl.String,
-                         "flops": pl.Float64, "flops_source": pl.String, "flops_dtype": pl.String, "category": pl.String})
-    cpu_comm_meta = {cpu_idx[j]: args[j] for j in range(len(args)) if names[j] == "record_param_comms" or args[j].collective_name is not None}
+    def add(self, events: list) -> None:
+        off = self.n
+        self.n += len(events)
+        xs = [i for i, e in enumerate(events) if e.ph == "X"]
+        cats = [events[i].cat for i in xs]
+        gpu_idx = [i for i, c in zip(xs, cats) if c in GPU_KIND]
+        ann_idx = [i for i, c in zip(xs, cats) if c == "gpu_user_annotation"]
+        cpu_idx = [i for i, c in zip(xs, cats) if c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation"]
+        ctr = [i for i, e in enumerate(events) if e.ph == "C"]
+        for c in cats:
+            if c not in CPU_KIND and c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation":
+                self.unknown_cats[str(c)] = self.unknown_cats.get(str(c), 0) + 1
 
-    if bad_t:
-        notes.append(f"{bad_t} events without a readable ts (or beyond the int64 ns range) were dropped")
-    if bad_dur:
-        notes.append(f"{bad_dur} events without a readable dur (or beyond the int64 ns range) were given dur 0")
-    if neg:
-        notes.append(f"{neg} events with negative dur clamped to 0")
-    gpu = gpu.filter(pl.col("_ok")).drop("_ok").with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
-    cpu = cpu.filter(pl.col("_ok")).drop("_ok").with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+        # ---------------- GPU activities
+        evs, ts, ok_ts, du, ok_du = self._times(events, gpu_idx)
+        self.bad_t += int((~ok_ts).sum())
+        self.neg += int(((du < 0) & ok_du).sum())
+        du = np.where(ok_du & (du > 0), du, 0)
+        args = decode_args(evs)
+        names = _names(evs)
+        kinds = [GPU_KIND[e.cat] for e in evs]
+        dims3 = {**_dims3([a.grid for a in args], "grid"), **_dims3([a.block for a in args], "block")}
+        copy = [(_COPY_RE.match(n).groups() if k == "memcpy" and _COPY_RE.match(n) else (None, None, None)) for n, k in zip(names, kinds)]
+        mset = [(_MEMSET_RE.match(n).group(1) if k == "memset" and _MEMSET_RE.match(n) else None) for n, k in zip(names, kinds)]
+        gpu = pl.DataFrame({
+            "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
+            "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
+            "kind": kinds,
+            "name": names,
+            "start_ns": ts,
+            "dur_ns": du,
+            "correlation": _ints(map(_AG["correlation"], args)),
+            "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
+            "context": _ints(map(_AG["context"], args)),
+            **dims3,
+            "registers_per_thread": _ints(map(_AG["registers_per_thread"], args)).cast(pl.Int32, strict=False),
+            "shared_memory_bytes": _ints(map(_AG["shared_memory"], args)),
+            "bytes": _ints(map(_AG["bytes"], args)),
+            "copy_kind": [c[0] for c in copy],
+            "src_kind": [c[1] for c in copy],
+            "dst_kind": [c[2] if k == "memcpy" else m for c, m, k in zip(copy, mset, kinds)],
+            "sync_kind": [(_SYNC_KIND.get(a.cuda_sync_kind or n, "other") if k == "sync" else None) for a, n, k in zip(args, names, kinds)],
+            "graph_id": _ints(map(_AG["graph_id"], args)),
+            "pid": _ints(map(_AG["pid"], evs)),
+            "tid": _ints(map(_AG["tid"], evs)),
+            "event_index": np.asarray(gpu_idx, dtype=np.int64) + off,
+            "has_comm_args": [a.collective_name is not None for a in args],
+            "_ok": ok_ts,
+        }, schema_overrides={"device": pl.Int32, "stream": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
+                             "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+                             "event_index": pl.Int64, "has_comm_args": pl.Boolean, "_ok": pl.Boolean,
+                             "context": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
+                             "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32,
+                             "registers_per_thread": pl.Int32, "shared_memory_bytes": pl.Int64, "bytes": pl.Int64,
+                             "graph_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "copy_kind": pl.String,
+                             "src_kind": pl.String, "dst_kind": pl.String, "sync_kind": pl.String})
+        self.gpu_meta.update({gpu_idx[j] + off: _slim(args[j]) for j in range(len(args)) if args[j].collective_name is not None})
+        gpu = gpu.filter(pl.col("_ok")).drop("_ok")
+        self.used_devices |= set(gpu["device"].drop_nulls().unique().to_list())
+        self._extent(gpu)
+        self.spools["gpu"].add(gpu.to_arrow())
 
-    # ---------------- classification (catalog rules)
-    host_re = classify_mod.comm_host_op_regex()
-    comm_ext = cpu.filter(pl.col("name").str.contains(host_re) & pl.col("external_id").is_not_null())["external_id"]
-    gpu = classify_mod.classify(gpu, comm_ext, comm_patterns).drop("has_comm_args")
+        # ---------------- CPU ops
+        evs, ts, ok_ts_c, du, ok_du_c = self._times(events, cpu_idx)
+        self.bad_t += int((~ok_ts_c).sum())
+        self.neg += int(((du < 0) & ok_du_c).sum())
+        du = np.where(ok_du_c & (du > 0), du, 0)
+        args = decode_args(evs)
+        names = _names(evs)
+        dims = _texts([a.input_dims_old if not len(a.input_dims) else a.input_dims for a in args])  # JSON text as written
+        types = _texts([a.input_type for a in args])
+        n_cpu = len(evs)
+        flops, fsrc, fdt = [None] * n_cpu, [None] * n_cpu, [None] * n_cpu
+        for j in [j for j, (n, a) in enumerate(zip(names, args)) if a.flops is not None or n in MODELLED_OPS]:
+            n, fv = names[j], args[j].flops
+            conc = _text(args[j].concrete_inputs)
+            if isinstance(fv, (int, float)) and not isinstance(fv, bool) and fv > 0:
+                flops[j], fsrc[j] = float(fv), "trace"
+                fdt[j] = op_flops(n, dims[j], types[j], conc)[1] if n in MODELLED_OPS else None
+            elif n in MODELLED_OPS:
+                v, dt = op_flops(n, dims[j], types[j], conc)
+                if v is not None:
+                    flops[j], fsrc[j], fdt[j] = v, "shapes", dt
+        cpu = pl.DataFrame({
+            "pid": _ints(map(_AG["pid"], evs)),
+            "tid": _ints(map(_AG["tid"], evs)),
+            "kind": [CPU_KIND.get(e.cat, "other") for e in evs],
+            "category": [e.cat if isinstance(e.cat, str) else None for e in evs],
+            "name": names,
+            "start_ns": ts,
+            "dur_ns": du,
+            "correlation": _ints(map(_AG["correlation"], args)),
+            "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
+            "sequence_number": _ints(map(_AG["sequence_number"], args)),
+            "input_dims": dims,
+            "input_types": types,
+            "flops": flops,
+            "flops_source": fsrc,
+            "flops_dtype": fdt,
+            "event_index": np.asarray(cpu_idx, dtype=np.int64) + off,
+            "_ok": ok_ts_c,
+        }, schema_overrides={"pid": pl.Int64, "tid": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
+                             "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+                             "event_index": pl.Int64, "_ok": pl.Boolean,
+                             "sequence_number": pl.Int64, "input_dims": pl.String, "input_types": pl.String,
+                             "flops": pl.Float64, "flops_source": pl.String, "flops_dtype": pl.String, "category": pl.String})
+        meta = {cpu_idx[j] + off: _slim(args[j]) for j in range(len(args)) if names[j] == "record_param_comms" or args[j].collective_name is not None}
+        self.cpu_meta.update(meta)
+        cpu = cpu.filter(pl.col("_ok")).drop("_ok")
+        self._extent(cpu)
+        self.comm_ext |= set(cpu.filter(pl.col("name").str.contains(self.host_re) & pl.col("external_id").is_not_null())["external_id"].to_list())
+        rt = cpu.filter(pl.col("kind").is_in(["runtime", "driver"]))["name"]
+        self.vendor_hip |= bool(rt.str.starts_with("hip").any())
+        self.vendor_cu |= bool(rt.str.starts_with("cu").any())
+        self.vendor_mtia |= bool(cpu["category"].eq("mtia_runtime").any())
+        st = cpu.filter(pl.col("kind").is_in(["annotation", "op"]) & pl.col("name").str.contains(r"^ProfilerStep\s*#\s*\d+$"))
+        if st.height:
+            self.steps.append(st.select("name", "start_ns", "dur_ns", "pid", "tid"))
+        if meta:
+            self.rpc.append(cpu.filter(pl.col("event_index").is_in(list(meta))).select("event_index", "external_id", "start_ns", "dur_ns"))
+        self.spools["cpu"].add(cpu.to_arrow())
 
-    # ---------------- steps
-    steps = (
-        cpu.filter(pl.col("kind").is_in(["annotation", "op"]) & pl.col("name").str.contains(r"^ProfilerStep\s*#\s*\d+$"))
-        .select(
+        # ---------------- annotations
+        evs, ts, ok_a, du, _ = self._times(events, ann_idx)
+        args = decode_args(evs)
+        ann = pl.DataFrame({
+            "kind": ["gpu_user_annotation"] * len(evs),
+            "domain": [None] * len(evs),
+            "name": [e.name if isinstance(e.name, str) else str(e.name) for e in evs],
+            "start_ns": ts,
+            "end_ns": ts + np.maximum(du, 0),
+            "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
+            "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
+            "pid": _ints(map(_AG["pid"], evs)),
+            "tid": _ints(map(_AG["tid"], evs)),
+            "_ok": ok_a,
+        }, schema_overrides={"kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
+                             "_ok": pl.Boolean, "domain": pl.String, "device": pl.Int32, "stream": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}
+        ).filter(pl.col("_ok")).drop("_ok")
+        self.spools["ann"].add(ann.to_arrow())
+
+        # ---------------- counters (ph C: one series per args key)
+        c_rows = {"device": [], "name": [], "ts_raw": [], "value": []}
+        for i in ctr:
+            e = events[i]
+            try:
+                cargs = msgspec.json.decode(e.args) if len(e.args) else None
+            except msgspec.DecodeError:
+                cargs = None
+            if isinstance(cargs, dict):
+                for k, v in cargs.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                        c_rows["device"].append(None)
+                        c_rows["name"].append(f"{e.name}.{k}" if e.name else str(k))
+                        c_rows["ts_raw"].append(e.ts)
+                        c_rows["value"].append(float(v))
+        cts, cok = us_text_to_ns(c_rows.pop("ts_raw"))
+        ctr_df = pl.DataFrame({**c_rows, "unit": [None] * len(cts), "ts_ns": cts, "_ok": cok},
+                              schema_overrides={"device": pl.Int32, "name": pl.String, "value": pl.Float64, "unit": pl.String,
+                                                "ts_ns": pl.Int64, "_ok": pl.Boolean}
+                              ).filter(pl.col("_ok")).drop("_ok")
+        self.spools["ctr"].add(ctr_df.to_arrow())
+
+    def finish(self, sp: _Splitter, comm_patterns) -> "StreamParsed":
+        top = sp.top or KTrace()
+        notes = list(sp.notes)
+        if sp.utf8_fixed:
+            notes.append(f"invalid UTF-8 replaced by U+FFFD ({sp.utf8_fixed} places)")
+        if sp.truncated and self.n == 0:
+            raise TraceError(f"truncated JSON (the file ends after {sp.total_bytes} bytes, before any complete event); "
+                             "the profiler was probably killed while writing")
+        base_ns = 0
+        has_base = len(top.base_time_ns) > 0
+        if has_base:
+            b = bytes(top.base_time_ns).strip(b'" ')
+            try:
+                base_ns = int(b)
+            except ValueError:
+                raise TraceError(f"baseTimeNanoseconds is not an integer: {b[:40]!r}") from None
+            if not 0 <= base_ns < 2**62:
+                raise TraceError(f"baseTimeNanoseconds {base_ns} is outside the epoch-ns range")
+        if base_ns and self.ts_hi is not None and (self.ts_hi > 2**63 - 1 - base_ns or self.ts_lo < -base_ns):
+            raise TraceError("timestamps plus baseTimeNanoseconds fall outside the int64 ns range")
+        if self.unknown_cats:
+            notes.append("unrecognized categories kept as cpu_ops kind=other: " + ", ".join(f"{k} ({v})" for k, v in sorted(self.unknown_cats.items())))
+        if self.bad_t:
+            notes.append(f"{self.bad_t} events without a readable ts (or beyond the int64 ns range) were dropped")
+        if self.bad_dur:
+            notes.append(f"{self.bad_dur} events without a readable dur (or beyond the int64 ns range) were given dur 0")
+        if self.neg:
+            notes.append(f"{self.neg} events with negative dur clamped to 0")
+        if sp.truncated:
+            where = "after the traceEvents array, in its trailing keys" if sp.tail_lost else "inside the traceEvents array"
+            notes.append(f"truncated: the file ends {where}; {self.n} complete events kept, {sp.unreadable_bytes} bytes "
+                         f"(of {sp.total_bytes}) unreadable; the profiler was probably killed while writing")
+            if not has_base and self.ts_hi is not None and self.ts_hi < 10**17:
+                notes.append("baseTimeNanoseconds, which Kineto writes at the end of the file, is missing: timestamps are "
+                             "relative to an unknown base")
+
+        di = top.distributed_info if isinstance(top.distributed_info, dict) else {}
+        pgs = []
+        for pg in di.get("pg_config") or []:
+            if isinstance(pg, dict):
+                pgs.append({"process_group": str(pg.get("pg_name")), "pg_desc": pg.get("pg_desc", pg.get("uid")),
+                            "backend": pg.get("backend_config"), "group_size": _int(pg.get("pg_size")),
+                            "ranks": _ranks(pg.get("ranks"))})
+        process_groups = pl.DataFrame(pgs, schema={"process_group": pl.String, "pg_desc": pl.String, "backend": pl.String,
+                                                   "group_size": pl.Int32, "ranks": pl.List(pl.Int32)})
+        if self.vendor_hip:
+            vendor = "amd"
+        elif self.vendor_cu:
+            vendor = "nvidia"
+        elif self.vendor_mtia:
+            vendor = "mtia"
+        elif top.hip_runtime_version is not None or top.roctracer_version is not None:
+            vendor = "amd"
+        else:
+            vendor = "unknown"
+        drows = []
+        for d in top.device_properties or []:
+            if not isinstance(d, dict):
+                continue
+            idx = _int(d.get("id"))
+            if idx is None:
+                continue
+            drows.append({"device": idx, "name": d.get("name") if isinstance(d.get("name"), str) else None,
+                          "vendor": vendor, "compute_major": _int(d.get("computeMajor")),
+                          "compute_minor": _int(d.get("computeMinor")), "total_memory_bytes": _int(d.get("totalGlobalMem")),
+                          "num_sms": _int(d.get("numSms")), "bus_id": None, "used": idx in self.used_devices})
+        for idx in sorted(self.used_devices - {r["device"] for r in drows}):
+            drows.append({"device": idx, "name": None, "vendor": vendor, "compute_major": None, "compute_minor": None,
+                          "total_memory_bytes": None, "num_sms": None, "bus_id": None, "used": True})
+        devices = pl.DataFrame(drows, schema={"device": pl.Int32, "name": pl.String, "vendor": pl.String,
+                                              "compute_major": pl.Int32, "compute_minor": pl.Int32,
+                                              "total_memory_bytes": pl.Int64, "num_sms": pl.Int32, "bus_id": pl.String,
+                                              "used": pl.Boolean})
+        versions = {k: v for k, v in {
+            "schemaVersion": top.schema_version, "cupti_version": top.cupti_version,
+            "cuda_runtime_version": top.cuda_runtime_version, "cuda_driver_version": top.cuda_driver_version,
+            "roctracer_version": top.roctracer_version, "hip_runtime_version": top.hip_runtime_version,
+            "hip_driver_version": top.hip_driver_version, "nccl_version": di.get("nccl_version"),
+        }.items() if v is not None}
+        host = top.host_name or top.hostname
+        steps = (pl.concat(self.steps) if self.steps else
+                 pl.DataFrame(schema={"name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}))
+        steps = steps.select(
             step=pl.col("name").str.extract(r"(\d+)$").cast(pl.Int64),
-            name="name", start_ns="start_ns", end_ns="end_ns", dur_ns="dur_ns",
-            source=pl.lit("profiler_step"), pid="pid", tid="tid",
-        ).sort("start_ns")
-    )
-
-    # ---------------- annotations
-    evs, ts, ok_a, du, _ = times(ann_idx)
-    args = decode_args(evs)
-    annotations = pl.DataFrame({
-        "kind": ["gpu_user_annotation"] * len(evs),
-        "domain": [None] * len(evs),
-        "name": [e.name if isinstance(e.name, str) else str(e.name) for e in evs],
-        "start_ns": ts + base_ns,
-        "end_ns": ts + base_ns + np.maximum(du, 0),
-        "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
-        "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
-        "pid": _ints(map(_AG["pid"], evs)),
-        "tid": _ints(map(_AG["tid"], evs)),
-        "_ok": ok_a,
-    }, schema_overrides={"kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
-                         "_ok": pl.Boolean, "domain": pl.String, "device": pl.Int32, "stream": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}
-    ).filter(pl.col("_ok")).drop("_ok")
-
-    # ---------------- counters (ph C: one series per args key)
-    c_rows = {"device": [], "name": [], "ts_raw": [], "value": []}
-    for i in ctr:
-        e = events[i]
-        try:
-            cargs = msgspec.json.decode(e.args) if len(e.args) else None
-        except msgspec.DecodeError:
-            cargs = None
-        if isinstance(cargs, dict):
-            for k, v in cargs.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    c_rows["device"].append(None)
-                    c_rows["name"].append(f"{e.name}.{k}" if e.name else str(k))
-                    c_rows["ts_raw"].append(e.ts)
-                    c_rows["value"].append(float(v))
-    cts, cok = us_text_to_ns(c_rows.pop("ts_raw"))
-    counters = pl.DataFrame({**c_rows, "unit": [None] * len(cts), "ts_ns": cts + base_ns, "_ok": cok},
-                            schema_overrides={"device": pl.Int32, "name": pl.String, "value": pl.Float64, "unit": pl.String,
-                                              "ts_ns": pl.Int64, "_ok": pl.Boolean}
-                            ).filter(pl.col("_ok")).drop("_ok")
-
-    # ---------------- distributed info, devices, process groups
-    di = top.distributed_info if isinstance(top.distributed_info, dict) else {}
-    rank = _int(di.get("rank"))
-    world = _int(di.get("world_size"))
-    backend = di.get("backend") if isinstance(di.get("backend"), str) else None
-    pgs = []
-    for pg in di.get("pg_config") or []:
-        if isinstance(pg, dict):
-            pgs.append({"process_group": str(pg.get("pg_name")), "pg_desc": pg.get("pg_desc", pg.get("uid")),
-                        "backend": pg.get("backend_config"), "group_size": _int(pg.get("pg_size")),
-                        "ranks": _ranks(pg.get("ranks"))})
-    process_groups = pl.DataFrame(pgs, schema={"process_group": pl.String, "pg_desc": pl.String, "backend": pl.String,
-                                               "group_size": pl.Int32, "ranks": pl.List(pl.Int32)})
-    used_devices = set(gpu["device"].drop_nulls().unique().to_list())
-    vendor = _vendor(cpu, top)
-    drows = []
-    for d in top.device_properties or []:
-        if not isinstance(d, dict):
-            continue
-        idx = _int(d.get("id"))
-        if idx is None:
-            continue
-        drows.append({"device": idx, "name": d.get("name") if isinstance(d.get("name"), str) else None,
-                      "vendor": vendor, "compute_major": _int(d.get("computeMajor")),
-                      "compute_minor": _int(d.get("computeMinor")), "total_memory_bytes": _int(d.get("totalGlobalMem")),
-                      "num_sms": _int(d.get("numSms")), "bus_id": None, "used": idx in used_devices})
-    for idx in sorted(used_devices - {r["device"] for r in drows}):
-        drows.append({"device": idx, "name": None, "vendor": vendor, "compute_major": None, "compute_minor": None,
-                      "total_memory_bytes": None, "num_sms": None, "bus_id": None, "used": True})
-    devices = pl.DataFrame(drows, schema={"device": pl.Int32, "name": pl.String, "vendor": pl.String,
-                                          "compute_major": pl.Int32, "compute_minor": pl.Int32,
-                                          "total_memory_bytes": pl.Int64, "num_sms": pl.Int32, "bus_id": pl.String,
-                                          "used": pl.Boolean})
-
-    collectives = _collectives(gpu, cpu, gpu_comm_meta, cpu_comm_meta)
-
-    versions = {k: v for k, v in {
-        "schemaVersion": top.schema_version, "cupti_version": top.cupti_version,
-        "cuda_runtime_version": top.cuda_runtime_version, "cuda_driver_version": top.cuda_driver_version,
-        "roctracer_version": top.roctracer_version, "hip_runtime_version": top.hip_runtime_version,
-        "hip_driver_version": top.hip_driver_version, "nccl_version": di.get("nccl_version"),
-    }.items() if v is not None}
-    host = top.host_name or top.hostname
-    return Parsed(gpu=gpu, cpu=cpu, steps=steps, collectives=collectives, devices=devices,
-                  process_groups=process_groups, annotations=annotations, counters=counters,
-                  rank=rank, world_size=world, backend=backend, host=host if isinstance(host, str) else None,
-                  base_time_ns=base_ns if has_base else None, tool_versions=versions,
-                  event_count=len(events), notes=notes)
+            name="name", start_ns=pl.col("start_ns") + base_ns, end_ns=pl.col("start_ns") + base_ns + pl.col("dur_ns"),
+            dur_ns="dur_ns", source=pl.lit("profiler_step"), pid="pid", tid="tid",
+        ).sort("start_ns", maintain_order=True)
+        rpc = (pl.concat(self.rpc) if self.rpc else
+               pl.DataFrame(schema={"event_index": pl.Int64, "external_id": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64}))
+        rpc = rpc.with_columns(start_ns=pl.col("start_ns") + base_ns).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+        return StreamParsed(
+            acc=self, base_ns=base_ns, comm_ext=pl.Series(sorted(self.comm_ext), dtype=pl.Int64),
+            comm_patterns=comm_patterns, steps=steps, devices=devices, process_groups=process_groups, rpc=rpc,
+            rank=_int(di.get("rank")), world_size=_int(di.get("world_size")),
+            backend=di.get("backend") if isinstance(di.get("backend"), str) else None,
+            host=host if isinstance(host, str) else None, base_time_ns=base_ns if has_base else None,
+            tool_versions=versions, event_count=self.n, notes=notes, partial=sp.truncated,
+            unreadable_bytes=sp.unreadable_bytes, decompressed_bytes=sp.total_bytes,
+            trace_start_ns=None if self.start_lo is None else self.start_lo + base_ns,
+            trace_end_ns=None if self.end_hi is None else self.end_hi + base_ns)
 
 
-def _vendor(cpu: pl.DataFrame, top: KTrace) -> str:
-    rt = cpu.filter(pl.col("kind").is_in(["runtime", "driver"]))["name"]
-    if rt.str.starts_with("hip").any():
-        return "amd"
-    if rt.str.starts_with("cu").any():
-        return "nvidia"
-    if cpu["category"].eq("mtia_runtime").any():
-        return "mtia"
-    if top.hip_runtime_version is not None or top.roctracer_version is not None:
-        return "amd"
-    return "unknown"
+@dataclass
+class StreamParsed:
+    """A parsed trace whose large tables are spooled: tables(ids) streams them, with timestamps
+    made absolute and GPU work classified (phase 2). What the file says about itself is in the
+    attributes. close() removes spill files."""
+    acc: _Acc
+    base_ns: int
+    comm_ext: pl.Series
+    comm_patterns: list[str] | None
+    steps: pl.DataFrame
+    devices: pl.DataFrame
+    process_groups: pl.DataFrame
+    rpc: pl.DataFrame
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    host: str | None
+    base_time_ns: int | None
+    tool_versions: dict
+    event_count: int
+    notes: list[str]
+    partial: bool
+    unreadable_bytes: int
+    decompressed_bytes: int
+    trace_start_ns: int | None
+    trace_end_ns: int | None
+
+    def close(self) -> None:
+        self.acc.close()
+
+    def tables(self, ids: dict | None = None, arrow: bool = False) -> dict:
+        """Table name -> iterator of chunks (or a callable giving them, for tables that need an
+        earlier table fully read), polars frames, or pyarrow tables when arrow=True. ids: columns
+        to add to every row (run_id, source_id, rank); devices also get host."""
+        ids = ids or {}
+        base = self.base_ns
+        comm_rows: list[pl.DataFrame] = []
+        state = {"gpu_done": False}
+
+        def out(df: pl.DataFrame, with_rank: bool = True):
+            cols = [pl.lit(v).alias(k) for k, v in ids.items() if k != "rank"]
+            if with_rank and "rank" in ids:
+                cols.append(pl.lit(ids["rank"], dtype=pl.Int32).alias("rank"))
+            df = df.with_columns(cols) if cols else df
+            return df.to_arrow() if arrow else df
+
+        def gpu_chunks():
+            for df in self.acc.spools["gpu"]:
+                df = df.with_columns(start_ns=pl.col("start_ns") + base).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+                df = classify_mod.classify(df, self.comm_ext, self.comm_patterns).drop("has_comm_args")
+                comm_rows.append(df.filter(pl.col("category") == "communication"))
+                yield out(df)
+            state["gpu_done"] = True
+
+        def cpu_chunks():
+            for df in self.acc.spools["cpu"]:
+                yield out(df.with_columns(start_ns=pl.col("start_ns") + base).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns")))
+
+        def ann_chunks():
+            for df in self.acc.spools["ann"]:
+                yield out(df.with_columns(start_ns=pl.col("start_ns") + base, end_ns=pl.col("end_ns") + base))
+
+        def ctr_chunks():
+            for df in self.acc.spools["ctr"]:
+                yield out(df.with_columns(ts_ns=pl.col("ts_ns") + base))
+
+        def collectives():
+            if not state["gpu_done"]:  # gpu_activities was not streamed first: classify here
+                comm_rows.clear()
+                for _ in gpu_chunks():
+                    pass
+            comm = pl.concat(comm_rows, how="vertical_relaxed") if comm_rows else None
+            return [out(_collectives(comm, self.rpc, self.acc.gpu_meta, self.acc.cpu_meta))]
+
+        return {
+            "gpu_activities": gpu_chunks(),
+            "cpu_ops": cpu_chunks(),
+            "steps": [out(self.steps)],
+            "collectives": collectives,
+            "devices": [out(self.devices.with_columns(host=pl.lit(self.host, dtype=pl.String)) if ids else self.devices)],
+            "process_groups": [out(self.process_groups)],
+            "annotations": ann_chunks(),
+            "counters": ctr_chunks(),
+        }
 
 
 def _dtype_bytes(dtype) -> int | None:
@@ -673,17 +1272,19 @@ _COLL_SCHEMA = {
 }
 
 
-def _collectives(gpu: pl.DataFrame, cpu: pl.DataFrame, gpu_meta: dict, cpu_meta: dict) -> pl.DataFrame:
-    """One row per communication kernel; metadata from its own args, else from the
-    record_param_comms op with the same External id, else from the kernel name. CPU-only
-    traces (gloo) get one row per record_param_comms op that names its collective."""
+def _collectives(comm: pl.DataFrame | None, rpc: pl.DataFrame, gpu_meta: dict, cpu_meta: dict) -> pl.DataFrame:
+    """One row per communication kernel (`comm`: classified GPU rows); metadata from its own args,
+    else from the record_param_comms op with the same External id, else from the kernel name.
+    CPU-only traces (gloo) get one row per record_param_comms op that names its collective.
+    rpc: the CPU ops whose event_index is in cpu_meta (event_index, external_id, start_ns, dur_ns,
+    end_ns), in file order."""
     cpu_by_ext = {}
-    rpc = cpu.filter(pl.col("event_index").is_in(list(cpu_meta)))
     for ei, ext in zip(rpc["event_index"].to_list(), rpc["external_id"].to_list()):
         if ext is not None and cpu_meta[ei].collective_name is not None:
             cpu_by_ext.setdefault(ext, cpu_meta[ei])
     rows = []
-    comm = gpu.filter(pl.col("category") == "communication")
+    if comm is None:
+        comm = pl.DataFrame()
     for r in comm.iter_rows(named=True):
         a = gpu_meta.get(r["event_index"]) or cpu_by_ext.get(r["external_id"])
         km = kernel_meta(r["name"])

@@ -1,0 +1,147 @@
+"""Archives of traces (.tar, .tar.gz, .zip) built here from corpus files are read in place: their
+members land in the lake exactly as the same files ingested from a directory (table by table),
+with path `archive!member`, the run of the member's directory and the rank of the member's own
+file name. Unsafe member names are refused, decompression is bounded (bombs fail cleanly, alone),
+and a second run over an archive skips what is already in the lake."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import corpus
+from pipeline import schema as sch
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.query import connect
+
+# member name -> corpus file; "job" is the run, rank_not_found holds no rank (the name gives 5)
+MEMBERS = {
+    "job/sampled_rank-0.json.gz": ("hta", "tests", "data", "trace_filter", "sampled_rank-0.json.gz"),
+    "job/sampled_rank-1.json.gz": ("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"),
+    "job/worker5.json.gz": ("hta", "tests", "data", "rank_unavailable", "rank_not_found.json.gz"),
+    "job/worker2.json": ("param", "et_replay", "tests", "inputs", "dlrm_kineto", "worker2_step_12.1694128201554.pt.trace.json"),
+    "job/nccl.log": ("nccl", "aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"),
+    "job/notes.txt": None,  # not a log: left out, as a directory search would
+}
+NOTES = b"just some notes\n"
+
+
+def member_bytes(name: str) -> bytes:
+    return NOTES if MEMBERS[name] is None else corpus(*MEMBERS[name]).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def direct(tmp_path_factory):
+    """The same files ingested from a directory: the expected lake."""
+    d = tmp_path_factory.mktemp("direct")
+    for name in MEMBERS:
+        (d / name).parent.mkdir(parents=True, exist_ok=True)
+        (d / name).write_bytes(member_bytes(name))
+    lake = Lake(d / "lake")
+    res = ingest_paths([d / "job"], lake)
+    assert sorted(r.status for r in res) == ["ok"] * 5
+    return lake
+
+
+def make_archive(path: Path, members: dict[str, bytes]) -> Path:
+    if path.name.endswith(".zip"):
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for n, data in members.items():
+                z.writestr(n, data)
+    else:
+        with tarfile.open(path, "w:gz" if path.name.endswith(".tar.gz") else "w") as t:
+            for n, data in members.items():
+                info = tarfile.TarInfo(n)
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return path
+
+
+def rows(lake: Lake, table: str) -> list[str]:
+    drop = {"sources": ["ingested_at_ns", "path"]}.get(table, [])
+    out = []
+    for f in sorted((lake.root / table).glob("run=*/*.parquet")):
+        out += [repr(r) for r in pq.read_table(f).drop(drop).to_pylist()]
+    return sorted(out)
+
+
+@pytest.mark.parametrize("suffix", [".tar", ".tar.gz", ".zip"])
+def test_members_ingest_like_the_same_files(suffix, direct, tmp_path):
+    a = make_archive(tmp_path / f"traces{suffix}", {n: member_bytes(n) for n in MEMBERS})
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([a], lake)
+    assert sorted((r.path, r.status) for r in res) == sorted(
+        (f"{a.absolute()}!{n}", "ok") for n in MEMBERS if MEMBERS[n] is not None)
+    for t in sch.tables():
+        assert rows(lake, t) == rows(direct, t), t
+    con = connect(lake)
+    got = dict(con.execute("SELECT path, rank FROM sources").fetchall())
+    assert got[f"{a.absolute()}!job/worker5.json.gz"] == 5
+    assert con.execute("SELECT rank_source FROM sources WHERE rank = 5").fetchone()[0] == "file_name"
+    assert {r for (r,) in con.execute("SELECT DISTINCT run_id FROM sources").fetchall()} == {"job"}
+    # a second run reads each member once to hash it and skips it
+    again = ingest_paths([a], lake)
+    assert [r.status for r in again] == ["skipped"] * 5
+    for t in sch.tables():
+        assert rows(lake, t) == rows(direct, t), t
+
+
+def test_members_at_the_top_take_the_archive_name_as_run(tmp_path):
+    a = make_archive(tmp_path / "run42.tar.gz", {"rank3.json.gz": member_bytes("job/worker5.json.gz")})
+    (r,) = ingest_paths([a], Lake(tmp_path / "lake"))
+    assert (r.status, r.run_id, r.rank) == ("ok", "run42", 3)
+
+
+def test_an_nsys_export_inside_a_zip(tmp_path):
+    sqlite = corpus("nsys", "nsightful", "power_iteration__baseline.sqlite")
+    a = make_archive(tmp_path / "exports.zip", {"p/power.sqlite": sqlite.read_bytes()})
+    lake, ref = Lake(tmp_path / "lake"), Lake(tmp_path / "ref")
+    (r,) = ingest_paths([a], lake, run="p")
+    (d,) = ingest_paths([sqlite], ref, run="p")
+    assert r.status == d.status == "ok" and r.path.endswith("exports.zip!p/power.sqlite")
+    for t in ("gpu_activities", "cpu_ops", "steps"):
+        assert rows(lake, t) == rows(ref, t), t
+
+
+def test_unsafe_members_are_refused_and_nothing_is_written_outside(tmp_path):
+    good = member_bytes("job/sampled_rank-1.json.gz")
+    for suffix in (".tar", ".zip"):
+        a = make_archive(tmp_path / f"evil{suffix}", {"../escape.json": good, "/abs/escape.json": good,
+                                                      "ok/sampled_rank-1.json.gz": good})
+        res = {r.path.split("!", 1)[1]: r for r in ingest_paths([a], Lake(tmp_path / f"lake{suffix}"))}
+        assert res["ok/sampled_rank-1.json.gz"].status == "ok"
+        for bad in ("../escape.json", "/abs/escape.json"):
+            assert res[bad].status == "failed" and "refused" in res[bad].error and "\n" not in res[bad].error
+    assert not list(tmp_path.parent.rglob("escape.json")) and not Path("/abs/escape.json").exists()
+
+
+def test_bombs_fail_cleanly_and_alone(tmp_path, monkeypatch):
+    good = member_bytes("job/sampled_rank-1.json.gz")
+    # 80 MB of spaces in ~80 KB: beyond the default 200:1 ratio once past 64 MB
+    bomb = gzip.compress(b"[" + b" " * 80_000_000 + b"]", compresslevel=9)
+    a = make_archive(tmp_path / "b.tar", {"x/bomb.json.gz": bomb, "x/sampled_rank-1.json.gz": good})
+    res = {r.path.split("!", 1)[1]: r for r in ingest_paths([a], Lake(tmp_path / "l1"))}
+    assert res["x/bomb.json.gz"].status == "failed" and "gzip bomb" in res["x/bomb.json.gz"].error
+    assert res["x/sampled_rank-1.json.gz"].status == "ok"
+    # a zip member that declares more than the limit is refused before it is inflated
+    monkeypatch.setenv("TRACELAKE_MAX_UNCOMPRESSED_BYTES", str(10_000_000))
+    z = make_archive(tmp_path / "b.zip", {"x/big.json": b" " * 20_000_000, "x/sampled_rank-1.json.gz": good})
+    res = {r.path.split("!", 1)[1]: r for r in ingest_paths([z], Lake(tmp_path / "l2"))}
+    assert res["x/big.json"].status == "failed" and "TRACELAKE_MAX_UNCOMPRESSED_BYTES" in res["x/big.json"].error
+    assert res["x/sampled_rank-1.json.gz"].status == "ok"
+    # a tar.gz whose own stream expands beyond the limit: the archive fails, other inputs go on
+    (tmp_path / "in").mkdir()
+    t = make_archive(tmp_path / "in" / "b.tar.gz", {"x/pad.json": b"\0" * 30_000_000})
+    (tmp_path / "in" / "sampled_rank-1.json.gz").write_bytes(good)
+    res = {Path(r.path).name: r for r in ingest_paths([tmp_path / "in"], Lake(tmp_path / "l3"))}
+    assert res[t.name].status == "failed" and "gzip bomb" in res[t.name].error
+    assert res["sampled_rank-1.json.gz"].status == "ok"
+    assert os.environ["TRACELAKE_MAX_UNCOMPRESSED_BYTES"] == "10000000"

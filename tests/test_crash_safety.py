@@ -1,0 +1,135 @@
+"""Crash safety: a real `tracelake ingest` killed with SIGKILL at chosen moments (the lake's
+TRACELAKE_CRASH_AT hook: after the n-th commit journal, part rename or source commit), or from
+outside while it writes, then run again, leaves the same lake as an uninterrupted run: every
+table read straight from its Parquet files (no manifest filtering), compared row by row except the
+ingest time. Two ingests at once: the second is refused with a message naming the first, and the
+lake is still the same."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import REPO, corpus
+from pipeline import schema as sch
+from pipeline.cli import EXIT_FAILED
+from pipeline.lake import Lake
+
+DLRM = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """8 real ranks of one run, a second copy of rank 3 with other bytes (its rank is taken: it
+    moves to its own run), and a file that fails."""
+    d = tmp_path_factory.mktemp("in") / "dlrm"
+    d.mkdir()
+    for f in sorted(DLRM.glob("worker*.json")):
+        shutil.copy(f, d / f.name)
+    w3 = next(DLRM.glob("worker3_*.json")).read_bytes()
+    (d / "zz_worker3_again.json").write_bytes(w3.replace(b'"schemaVersion": 1', b'"schemaVersion": 1, "copy": 1', 1))
+    (d / "broken.json").write_bytes(b'{"schemaVersion": 1, "deviceProperties": [')
+    return d
+
+
+def ingest(inputs: Path, lake: Path, env: dict | None = None, wait: bool = True, jobs: int = 1):
+    cmd = [sys.executable, "-m", "pipeline.cli", "ingest", str(inputs), "--lake", str(lake), "--jobs", str(jobs)]
+    e = {k: v for k, v in os.environ.items() if k != "TRACELAKE_CRASH_AT"}
+    p = subprocess.Popen(cmd, cwd=REPO, env={**e, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if not wait:
+        return p
+    out, _ = p.communicate(timeout=300)
+    return p.returncode, out.decode()
+
+
+def snapshot(lake: Path) -> dict[str, list[str]]:
+    """Every table's rows as read from all its Parquet files (as any reader would), sorted, without
+    sources.ingested_at_ns."""
+    out = {}
+    for t in sch.tables():
+        rows = []
+        for f in sorted((lake / t).glob("run=*/*.parquet")):
+            tbl = pq.read_table(f)
+            if t == "sources":
+                tbl = tbl.drop(["ingested_at_ns"])
+            rows += [repr(r) for r in tbl.to_pylist()]
+        out[t] = sorted(rows)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(inputs, tmp_path_factory):
+    lake = tmp_path_factory.mktemp("ref") / "lake"
+    code, out = ingest(inputs, lake)
+    assert code == 3, out  # broken.json failed, the rest ingested
+    snap = snapshot(lake)
+    assert len(snap["sources"]) == 10 and sum("'failed'" in r for r in snap["sources"]) == 1
+    assert len({r for r in snap["sources"] if "_worker3_again" in r}) == 1
+    assert snap["gpu_activities"] and snap["cpu_ops"]
+    return snap
+
+
+def assert_clean(lake: Path) -> None:
+    tmp = lake / ".tmp"
+    assert not tmp.exists() or not any(tmp.iterdir()), list(tmp.iterdir())
+    have = {(p.parent.name, p.stem) for p in (lake / "sources").glob("run=*/*.parquet")}
+    for t in sch.tables():
+        for p in (lake / t).glob("run=*/*.parquet"):
+            assert (p.parent.name, p.stem) in have, p
+
+
+@pytest.mark.parametrize("point", ["journal:2", "rename:3", "rename:9", "commit:6", "rename:40"])
+def test_sigkill_at_a_moment_then_rerun(point, inputs, reference, tmp_path):
+    lake = tmp_path / "lake"
+    code, out = ingest(inputs, lake, {"TRACELAKE_CRASH_AT": point})
+    assert code == -signal.SIGKILL, out
+    assert snapshot(lake) != reference  # it really stopped part-way
+    code, out = ingest(inputs, lake)
+    assert code == 3, out
+    assert_clean(lake)
+    assert snapshot(lake) == reference
+
+
+def test_killed_twice_and_from_outside(inputs, reference, tmp_path):
+    lake = tmp_path / "lake"
+    code, _ = ingest(inputs, lake, {"TRACELAKE_CRASH_AT": "rename:4"})
+    assert code == -signal.SIGKILL
+    # a second run killed from outside once it has committed more sources
+    p = ingest(inputs, lake, wait=False, jobs=2)
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        if len(list((lake / "sources").glob("run=*/*.parquet"))) >= 5:
+            break
+        time.sleep(0.005)
+    p.send_signal(signal.SIGKILL)
+    p.communicate()
+    code, out = ingest(inputs, lake)
+    assert code in (0, 3), out
+    assert_clean(lake)
+    assert snapshot(lake) == reference
+
+
+def test_a_second_ingest_is_refused_while_one_holds_the_lake(inputs, reference, tmp_path):
+    lake = tmp_path / "lake"
+    with Lake(lake).lock():
+        code, out = ingest(inputs, lake)
+    assert code == EXIT_FAILED
+    assert f"another tracelake ingest is writing to this lake (pid {os.getpid()}" in out
+    assert len(out.strip().splitlines()) == 1
+    assert not list((lake / "sources").glob("run=*/*.parquet"))
+    # two at once: whichever comes second is refused or finds everything already there
+    a, b = ingest(inputs, lake, wait=False), ingest(inputs, lake, wait=False)
+    outs = [(p.wait(timeout=300), p.stdout.read().decode()) for p in (a, b)]
+    for code, out in outs:
+        assert code in (0, 3) or (code == EXIT_FAILED and "another tracelake ingest is writing" in out), out
+    assert any(code == 3 for code, _ in outs)
+    assert_clean(lake)
+    assert snapshot(lake) == reference

@@ -1,0 +1,111 @@
+"""Parallel ingest (a process pool of the standard library) gives the same lake as the serial
+path, table by table; a worker that dies takes only its own file down; the CLI's progress bar
+shows files, MB/s and errors."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+from rich.progress import Progress
+
+import pipeline.ingest as ingest_mod
+from conftest import corpus
+from pipeline import schema as sch
+from pipeline.cli import _RateColumn
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+
+DLRM = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+SAMPLED = corpus("hta", "tests", "data", "trace_filter")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """8 ranks of one run, a copy of rank 0 under another name (skipped: same content), a file
+    whose rank is taken (moved to its own run), a bad file, and a tar of two more ranks."""
+    d = tmp_path_factory.mktemp("in")
+    job = d / "job"
+    job.mkdir()
+    for f in sorted(DLRM.glob("worker*.json")):
+        shutil.copy(f, job / f.name)
+    shutil.copy(next(DLRM.glob("worker0_*.json")), job / "zz_copy_of_worker0.json")
+    shutil.copy(SAMPLED / "sampled_rank-1.json.gz", job / "zz_rank1_other.json.gz")
+    (job / "bad.json").write_bytes(b"{not json")
+    with tarfile.open(d / "more.tar", "w") as t:
+        for f in ("sampled_rank-0.json.gz", "sampled_rank-1.json.gz"):
+            data = (SAMPLED / f).read_bytes()
+            info = tarfile.TarInfo(f"other/{f}")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    return [job, d / "more.tar"]
+
+
+def lake_rows(lake: Lake) -> dict[str, list[str]]:
+    out = {}
+    for t in sch.tables():
+        rows = []
+        for f in sorted((lake.root / t).glob("run=*/*.parquet")):
+            tbl = pq.read_table(f)
+            rows += [repr(r) for r in (tbl.drop(["ingested_at_ns"]) if t == "sources" else tbl).to_pylist()]
+        out[t] = sorted(rows)
+    return out
+
+
+def summary(res):
+    return [(r.path, r.status, r.run_id, r.rank, r.error, r.notes) for r in res]
+
+
+def test_pool_gives_the_serial_lake(inputs, tmp_path, monkeypatch):
+    serial = Lake(tmp_path / "serial")
+    res1 = ingest_paths(inputs, serial, jobs=1)
+    used = []
+    real = ingest_mod._run_pool
+    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+
+    def spy(*a):
+        used.append(a[-1])
+        yield from real(*a)
+
+    monkeypatch.setattr(ingest_mod, "_run_pool", spy)
+    pooled = Lake(tmp_path / "pooled")
+    res2 = ingest_paths(inputs, pooled, jobs=2)
+    assert used == [2]
+    assert summary(res1) == summary(res2)
+    statuses = sorted(r.status for r in res1)
+    assert statuses == ["failed"] + ["ok"] * 11 + ["skipped"]
+    moved = [r for r in res1 if r.path.endswith("zz_rank1_other.json.gz")][0]
+    assert moved.run_id.startswith("job_") and any("already held" in n for n in moved.notes)
+    assert lake_rows(serial) == lake_rows(pooled)
+    assert not any((pooled.root / ".tmp").iterdir())
+
+
+def test_a_worker_that_dies_fails_only_its_file(inputs, tmp_path, monkeypatch):
+    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setenv("TRACELAKE_CRASH_ON", "worker3_step_12.1694128201557.pt.trace.json")
+    res = ingest_paths([inputs[0]], Lake(tmp_path / "lake"), jobs=2)
+    by = {r.path.rsplit("/", 1)[-1]: r for r in res}
+    dead = by["worker3_step_12.1694128201557.pt.trace.json"]
+    assert dead.status == "failed" and "worker process died" in dead.error
+    assert sorted(r.status for r in res) == ["failed", "failed"] + ["ok"] * 8 + ["skipped"]
+
+
+def test_progress_shows_files_rate_and_errors():
+    buf = io.StringIO()
+    con = Console(file=buf, force_terminal=True, width=200)
+    from pipeline import cli
+
+    with Progress(*[c for c in (cli.MofNCompleteColumn(), cli.TextColumn("files"), _RateColumn(),
+                                cli.TextColumn("{task.fields[errors]} error(s)"))], console=con) as prog:
+        t = prog.add_task("ingest", total=10, mb=0.0, errors=0)
+        prog.update(t, advance=3, mb=120.0, errors=1)
+        task = prog.tasks[t]
+        line = _RateColumn().render(task).plain
+        prog.refresh()
+    assert line.startswith("120.0 MB") and "MB/s" in line
+    text = buf.getvalue()
+    assert "3/10" in text and "files" in text and "1 error(s)" in text

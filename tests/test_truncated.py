@@ -1,0 +1,173 @@
+"""Truncated Kineto traces (a job killed while the profiler wrote): every complete event is kept,
+the source is marked partial and its note gives the unreadable byte count. Real corpus traces are
+cut at several places; the expected numbers come from the standard json module decoding the same
+prefix event by event (JSONDecoder.raw_decode), not from tracelake."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import zlib
+from pathlib import Path
+
+import pytest
+
+from conftest import corpus
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.query import connect
+
+GPU_CATS = {"kernel", "Kernel", "mtia_ccp_events", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_sync", "cuda_profiler_range"}
+SKIP = {"Trace", "ac2g", "async_cpu_to_gpu", "async", "fwdbwd", "critical_path", "cpu_instant_event", "gpu_user_annotation"}
+
+TRACES = {
+    # compact one-line JSON, distributedInfo before the events
+    "sampled": ("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"),
+    # Kineto's own layout (one key per line), deviceProperties first
+    "dlrm": ("param", "et_replay", "tests", "inputs", "dlrm_kineto", "worker2_step_12.1694128201554.pt.trace.json"),
+    # relative timestamps with baseTimeNanoseconds written after the events
+    "bert": ("tracelens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz"),
+}
+
+
+def text_of(key: str) -> bytes:
+    raw = corpus(*TRACES[key]).read_bytes()
+    return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+def complete_events(prefix: bytes) -> tuple[list[dict], int]:
+    """The events of traceEvents that are whole in `prefix`, decoded one by one with json, and
+    the byte offset just after the last one (0 when none)."""
+    s = prefix.decode("utf-8", "replace")
+    m = re.search(r'"traceEvents"\s*:\s*\[', s)
+    i, dec, out, end = m.end(), json.JSONDecoder(), [], 0
+    while True:
+        while i < len(s) and s[i] in " \t\r\n,":
+            i += 1
+        if i >= len(s) or s[i] == "]":
+            return out, end
+        try:
+            ev, i = dec.raw_decode(s, i)
+        except json.JSONDecodeError:
+            return out, end
+        out.append(ev)
+        end = len(s[:i].encode("utf-8"))
+
+
+def expected(events: list[dict]) -> tuple[int, int]:
+    x = [e for e in events if e.get("ph") == "X"]
+    return (sum(1 for e in x if e.get("cat") in GPU_CATS),
+            sum(1 for e in x if e.get("cat") not in GPU_CATS and e.get("cat") not in SKIP))
+
+
+def ingest_one(path: Path, tmp_path: Path):
+    lake = Lake(tmp_path / ("lake_" + path.parent.name + "_" + path.name))
+    (r,) = ingest_paths([path], lake, run="cut")
+    con = connect(lake)
+    n = lambda t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: E731
+    src = con.execute("SELECT status, event_count, notes, error FROM sources").fetchone()
+    return r, n("gpu_activities"), n("cpu_ops"), src
+
+
+@pytest.mark.parametrize("key", list(TRACES))
+@pytest.mark.parametrize("frac", [0.31, 0.77])
+@pytest.mark.parametrize("gz", [False, True])
+def test_cut_inside_the_events_keeps_every_complete_one(key, frac, gz, tmp_path):
+    data = text_of(key)
+    prefix = data[: int(len(data) * frac)]
+    events, end = complete_events(prefix)
+    assert 0 < len(events) and end < len(prefix)
+    f = tmp_path / (f"{key}_rank-1.json" + (".gz" if gz else ""))
+    f.write_bytes(gzip.compress(prefix) if gz else prefix)
+    r, n_gpu, n_cpu, (status, n_events, notes, error) = ingest_one(f, tmp_path)
+    assert r.status == "partial" and status == "partial" and error is None, r.error
+    assert (n_gpu, n_cpu) == expected(events)
+    assert n_events == len(events)
+    assert r.unreadable_bytes == len(prefix) - end
+    assert any(f"{len(events)} complete events kept, {len(prefix) - end} bytes (of {len(prefix)}) unreadable" in n for n in notes), notes
+
+
+def test_cut_right_after_an_event_and_after_its_comma(tmp_path):
+    data = text_of("dlrm")
+    events, end = complete_events(data[: len(data) // 2])
+    for name, prefix in (("brace", data[:end]), ("comma", data[:end] + b",\n")):
+        f = tmp_path / name / "worker2.json"
+        f.parent.mkdir()
+        f.write_bytes(prefix)
+        r, n_gpu, n_cpu, (status, n_events, _, _) = ingest_one(f, tmp_path)
+        assert status == "partial" and n_events == len(events) and (n_gpu, n_cpu) == expected(events)
+        assert r.unreadable_bytes == len(prefix) - end
+
+
+def test_cut_after_the_events_loses_only_the_trailing_keys(tmp_path):
+    data = text_of("bert")
+    tail_at = data.rindex(b'"baseTimeNanoseconds"')
+    all_events, _ = complete_events(data)
+    prefix = data[: tail_at + 10]
+    base = json.loads(data)["baseTimeNanoseconds"]
+    f = tmp_path / "bert.json"
+    f.write_bytes(prefix)
+    r, n_gpu, n_cpu, (status, n_events, notes, _) = ingest_one(f, tmp_path)
+    assert status == "partial" and n_events == len(all_events) and (n_gpu, n_cpu) == expected(all_events)
+    assert any("baseTimeNanoseconds" in n and "relative" in n for n in notes), notes
+    # the whole file puts the same events at base + ts; the cut one cannot know the base
+    whole = tmp_path / "whole" / "bert.json"
+    whole.parent.mkdir()
+    whole.write_bytes(data)
+    lake = Lake(tmp_path / "lake_whole")
+    ingest_paths([whole], lake, run="whole")
+    lo = connect(lake).execute("SELECT min(start_ns) FROM gpu_activities").fetchone()[0]
+    lo_cut = connect(Lake(tmp_path / ("lake_" + f.parent.name + "_" + f.name))).execute("SELECT min(start_ns) FROM gpu_activities").fetchone()[0]
+    assert lo - lo_cut == base
+
+
+def test_a_gzip_stream_cut_while_written(tmp_path):
+    data = text_of("sampled")
+    raw = gzip.compress(data)
+    cut = raw[: int(len(raw) * 0.6)]
+    inflated = zlib.decompressobj(31).decompress(cut)  # what the bytes that exist hold
+    events, end = complete_events(inflated)
+    assert len(inflated) - end > 16  # the decompressors agree up to the last complete event
+    f = tmp_path / "sampled_rank-1.json.gz"
+    f.write_bytes(cut)
+    r, n_gpu, n_cpu, (status, n_events, notes, _) = ingest_one(f, tmp_path)
+    assert status == "partial" and n_events == len(events) and (n_gpu, n_cpu) == expected(events)
+    assert any("gzip stream ends early" in n for n in notes)
+
+
+def test_nothing_complete_is_a_one_line_failure(tmp_path):
+    data = text_of("dlrm")
+    head = data[: data.index(b'"traceEvents"') + 40]
+    f = tmp_path / "rank0.json"
+    f.write_bytes(head)
+    r, *_ = ingest_one(f, tmp_path)
+    assert r.status == "failed" and "truncated JSON" in r.error and "\n" not in r.error
+
+
+@pytest.mark.parametrize("key", ["sampled", "dlrm"])
+def test_small_batches_and_spilled_tables_give_the_same_rows(key, tmp_path):
+    """The stream is decoded in batches (here ~20 KB) and tables spill to disk past the memory
+    budget (here at once): the rows are those of the file decoded in one piece."""
+    import io
+
+    import polars as pl
+
+    from pipeline.ingest import kineto
+
+    data = text_of(key)
+
+    def frames(**kw):
+        s = kineto.parse_stream(io.BytesIO(data).read, **kw)
+        try:
+            out = {t: pl.concat(list(v() if callable(v) else v), how="vertical_relaxed") for t, v in s.tables().items()}
+            return out, s.event_count, s.acc.spools["cpu"].path is not None
+        finally:
+            s.close()
+
+    whole, n, spilled = frames(batch_bytes=1 << 30)
+    small, m, spilled2 = frames(batch_bytes=20_000, spool_bytes=0, spool_dir=tmp_path)
+    assert n == m == len(complete_events(data)[0]) and not spilled and spilled2
+    for t in whole:
+        assert whole[t].equals(small[t]), t
+    assert not list(tmp_path.iterdir())  # spill files are removed
