@@ -45,3 +45,20 @@ def union_ns(intervals) -> int:
         else:
             cur_e = max(cur_e, e)
     return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
+def lake_rows(lake) -> dict[str, list[str]]:
+    """Every table of a lake as sorted row texts (sources without its ingest time): two lakes
+    holding the same data compare equal whatever their file names or write order."""
+    import pyarrow.parquet as pq
+
+    from pipeline import schema as sch
+
+    out = {}
+    for t in sch.tables():
+        rows = []
+        for f in sorted((lake.root / t).glob("run=*/*.parquet")):
+            tbl = pq.read_table(f)
+            rows += [repr(r) for r in (tbl.drop(["ingested_at_ns"]) if t == "sources" else tbl).to_pylist()]
+        out[t] = sorted(rows)
+    return out

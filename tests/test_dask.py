@@ -9,11 +9,9 @@ import shutil
 import tarfile
 
 import distributed  # the `dask` extra, part of the test extra
-import pyarrow.parquet as pq
 import pytest
 
-from conftest import corpus
-from pipeline import schema as sch
+from conftest import corpus, lake_rows
 from pipeline.cli import EXIT_PARTIAL, app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -39,16 +37,6 @@ def inputs(tmp_path_factory):
         t.addfile(info, io.BytesIO(data))
     return [job, d / "more.tar"]
 
-
-def lake_rows(lake: Lake) -> dict[str, list[str]]:
-    out = {}
-    for t in sch.tables():
-        rows = []
-        for f in sorted((lake.root / t).glob("run=*/*.parquet")):
-            tbl = pq.read_table(f)
-            rows += [repr(r) for r in (tbl.drop(["ingested_at_ns"]) if t == "sources" else tbl).to_pylist()]
-        out[t] = sorted(rows)
-    return out
 
 
 def test_cluster_ingest_equals_serial(cluster, inputs, tmp_path):

@@ -8,14 +8,12 @@ import io
 import shutil
 import tarfile
 
-import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 from rich.progress import Progress
 
 import pipeline.ingest as ingest_mod
-from conftest import corpus
-from pipeline import schema as sch
+from conftest import corpus, lake_rows
 from pipeline.cli import _RateColumn
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -44,16 +42,6 @@ def inputs(tmp_path_factory):
             t.addfile(info, io.BytesIO(data))
     return [job, d / "more.tar"]
 
-
-def lake_rows(lake: Lake) -> dict[str, list[str]]:
-    out = {}
-    for t in sch.tables():
-        rows = []
-        for f in sorted((lake.root / t).glob("run=*/*.parquet")):
-            tbl = pq.read_table(f)
-            rows += [repr(r) for r in (tbl.drop(["ingested_at_ns"]) if t == "sources" else tbl).to_pylist()]
-        out[t] = sorted(rows)
-    return out
 
 
 def summary(res):

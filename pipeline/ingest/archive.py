@@ -191,15 +191,8 @@ class FileInput:
         return f
 
 
-@dataclass
-class MemberInput:
-    """A member of a .zip or uncompressed .tar, read in place (random access)."""
-    archive: str          # absolute path of the archive
-    kind: str             # zip | tar
-    member: str           # name inside the archive
-    stored: int           # bytes as stored in the archive (compressed size for zip)
-    length: int           # bytes of the member itself
-    offset: int = 0       # tar: offset of the member's data
+class _Member:
+    """What every archive member answers (needs archive, member, length attributes)."""
 
     @property
     def display(self) -> str:
@@ -215,6 +208,17 @@ class MemberInput:
 
     def size(self) -> int:
         return self.length
+
+
+@dataclass
+class MemberInput(_Member):
+    """A member of a .zip or uncompressed .tar, read in place (random access)."""
+    archive: str          # absolute path of the archive
+    kind: str             # zip | tar
+    member: str           # name inside the archive
+    stored: int           # bytes as stored in the archive (compressed size for zip)
+    length: int           # bytes of the member itself
+    offset: int = 0       # tar: offset of the member's data
 
     def open(self):
         check_member_size(self.member, self.length, self.stored)
@@ -231,27 +235,12 @@ class MemberInput:
 
 
 @dataclass
-class StreamMember:
+class StreamMember(_Member):
     """A member of a compressed tar being read front to back (only inside that one pass)."""
     archive: str
     member: str
     length: int
     fileobj: object = None
-
-    @property
-    def display(self) -> str:
-        return f"{self.archive}!{self.member}"
-
-    @property
-    def name(self) -> str:
-        return PurePosixPath(self.member).name
-
-    @property
-    def run_name(self) -> str:
-        return member_run_name(self.archive, self.member)
-
-    def size(self) -> int:
-        return self.length
 
     def open(self):
         return self.fileobj
