@@ -146,6 +146,7 @@ def test_markup_control_characters_and_overflow(tmp_path):
     (d / "markup.json").write_text(json.dumps({"traceEvents": GOOD, "baseTimeNanoseconds": "[/bold]"}))
     huge = [X("kernel", "k", 9999999999999999, 2, pid=0, tid=7, stream=7), X("kernel", "k2", 5, 99999999999999999, pid=0, tid=7, stream=7)]
     write_trace(d / "huge.json", huge)
+    write_trace(d / "all_unreadable.json", [X("kernel", "k", 9999999999999999, 2, pid=0, tid=7, stream=7)])
     runner = CliRunner()
     r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
     assert r.exit_code == EXIT_PARTIAL, r.output
@@ -157,6 +158,9 @@ def test_markup_control_characters_and_overflow(tmp_path):
                        "(SELECT source_id FROM sources WHERE path LIKE '%huge.json') ORDER BY name").fetchall()
     # 9999999999999999 µs does not fit in int64 ns: dropped, not wrapped; the huge dur becomes 0 (noted)
     assert rows == [("k2", 5000, 0)]
+    # a trace whose only event is dropped that way has nothing left: failed, not an empty ok
+    assert con.execute("SELECT status, error FROM sources WHERE path LIKE '%all_unreadable.json'").fetchall() == [
+        ("failed", "none of its 1 events has a readable time: nothing to store")]
 
 
 def test_lake_path_with_glob_characters(tmp_path):
@@ -200,3 +204,17 @@ def test_run_ids_never_merge_after_sanitizing():
     assert safe_run_id("a'b") != safe_run_id("a\nb")
     assert safe_run_id("job-1") == "job-1"
     assert safe_run_id("..") != safe_run_id(".")
+
+
+def test_identical_bad_files_keep_a_row_each(tmp_path):
+    d = tmp_path / "dup"
+    d.mkdir()
+    (d / "rank-3.json").write_bytes(b"")
+    (d / "rank-5.json").write_bytes(b"")
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([d], lake)
+    assert [r.status for r in res] == ["failed", "failed"]
+    rows = connect(lake).execute("SELECT regexp_extract(path, '[^/]+$'), status, error FROM sources ORDER BY 1").fetchall()
+    assert rows == [("rank-3.json", "failed", "empty file"), ("rank-5.json", "failed", "empty file")]
+    ingest_paths([d], lake)  # again: each file's row is replaced, not duplicated
+    assert connect(lake).execute("SELECT count(*) FROM sources").fetchone()[0] == 2

@@ -263,7 +263,10 @@ def _failed(display: str, run_id: str, error: str, sha: str | None = None, size:
     error = one_line(error)
     row = {**(base or _base_row(display, run_id, sha, size, fmt, time.time_ns())), "status": "failed", "error": error}
     row["run_id"] = run_id
-    return Prepared(display, run_id, "failed", row, error, [], sha[:16], sha, oserror=oserror, uncompressed_bytes=uncompressed)
+    # a failed file's id also hashes its path: two bad files with the same bytes keep a row each
+    sid = hashlib.sha256(f"{sha}\x00{display}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    row["source_id"] = sid
+    return Prepared(display, run_id, "failed", row, error, [], sid, sha, oserror=oserror, uncompressed_bytes=uncompressed)
 
 
 def _sha_or_none(inp) -> str | None:
@@ -364,6 +367,8 @@ def _prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, l
         base["uncompressed_bytes"] = stream.out_bytes if err is None else None
         if parsed is not None and parsed.event_count == 0:
             err = "trace has no events"
+        elif parsed is not None and parsed.trace_start_ns is None and err is None:
+            err = f"none of its {parsed.event_count} events has a readable time: nothing to store"
         r = None
         if err is None:
             if parsed.rank is not None:
