@@ -1,6 +1,8 @@
 """The lake is plain hive-partitioned Parquet: polars and pyarrow.dataset read it without tracelake."""
 
+import gzip
 import json
+import math
 
 import polars as pl
 import pyarrow.dataset as ds
@@ -63,3 +65,31 @@ def test_incremental_skip_force_and_a_new_rank_joins_its_run(tmp_path):
     expected = sum(1 for f in dlrm for e in json.loads(f.read_bytes())["traceEvents"]
                    if e.get("ph") == "X" and e.get("cat") not in GPU_CATS | SKIP_CATS)
     assert n_ops == expected
+
+
+def test_the_benchmark_generator_keeps_the_shape(tmp_path):
+    """benchmarks/scale_trace.py: N ranks x 3 copies of a real trace hold 3x its rows per rank, and
+    its lake writer (used for the analysis benchmarks) gives the rows of ingesting that JSON."""
+    import sys
+
+    from conftest import REPO, corpus
+    from pipeline.query import connect
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import scale_trace
+
+    src = corpus("hta", "tests", "data", "trace_filter", "sampled_rank-0.json.gz")
+    one = Lake(tmp_path / "one")
+    ingest_paths([src], one, run="one")
+    assert scale_trace.check(src, tmp_path / "chk") == []
+    scaled = Lake(tmp_path / "chk" / "from_json")
+    c1, c3 = connect(one), connect(scaled)
+    for t in ("gpu_activities", "cpu_ops", "steps", "collectives"):
+        n1 = c1.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        assert c3.execute(f"SELECT count(*) FROM {t} GROUP BY rank ORDER BY rank").fetchall() == [(3 * n1,), (3 * n1,)], t
+    # copies follow one another, each shifted by the profiler's window (its "Trace" span) + 1 ms
+    window_us = max(e["ts"] + e.get("dur", 0) for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+                    if "ts" in e) - min(e["ts"] for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"] if "ts" in e)
+    (s1,) = c1.execute("SELECT trace_end_ns - trace_start_ns FROM sources").fetchone()
+    (s3,) = c3.execute("SELECT trace_end_ns - trace_start_ns FROM sources WHERE rank = 0").fetchone()
+    assert s3 == s1 + 2 * (math.ceil(window_us) + 1000) * 1000
