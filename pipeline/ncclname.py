@@ -15,21 +15,12 @@ _KERNEL_ALGO = re.compile(r"(?:_|(?<=[a-z]))(RING|TREE|NVLS_TREE|NVLS|COLLNET_DI
 _KERNEL_PROTO = re.compile(r"(?:_|(?<=Ring)|(?<=Tree))(LL128|LL|SIMPLE|Simple)(?=_|Kernel|\(|$)")
 _KERNEL_DTYPE = re.compile(r"_(f8e4m3|f8e5m2|bf16|f16|f32|f64|i8|u8|i32|u32|i64|u64|half|float|double|"
                            r"int8_t|uint8_t|int32_t|uint32_t|int64_t|uint64_t|__nv_bfloat16|__nv_fp8_e4m3|__nv_fp8_e5m2)(?=_|\(|$)")
-# bytes per element of the type names NCCL kernels carry (nccl src/device/generate.py and
-# nccl.h ncclDataType_t: int8/uint8 1, int32/uint32/float32 4, int64/uint64/float64 8,
-# float16/bfloat16 2, fp8 e4m3/e5m2 1)
-DTYPE_BYTES = {
-    "f8e4m3": 1, "f8e5m2": 1, "__nv_fp8_e4m3": 1, "__nv_fp8_e5m2": 1, "i8": 1, "u8": 1, "int8_t": 1, "uint8_t": 1,
-    "bf16": 2, "f16": 2, "half": 2, "__nv_bfloat16": 2,
-    "f32": 4, "float": 4, "i32": 4, "u32": 4, "int32_t": 4, "uint32_t": 4,
-    "f64": 8, "double": 8, "i64": 8, "u64": 8, "int64_t": 8, "uint64_t": 8,
-}
 _KERNEL_RED = re.compile(r"_(Sum|Prod|Max|Min|Avg|PreMulSum|SumPostDiv|sum|prod|max|min|avg)(?=_|\(|$)")
 
 
 def kernel_meta(name: str) -> dict:
     """op, algorithm, protocol, reduction and dtype (the type name as the kernel spells it, with
-    its size in DTYPE_BYTES) parsed from an NCCL kernel name (None where absent)."""
+    its size from pipeline.catalog.dtype_bytes) parsed from an NCCL kernel name (None where absent)."""
     m = _KERNEL_META.search(name)
     a, p, r = _KERNEL_ALGO.search(name), _KERNEL_PROTO.search(name), _KERNEL_RED.search(name)
     d = _KERNEL_DTYPE.search(name)

@@ -26,6 +26,19 @@ def classification() -> dict:
 
 
 @lru_cache(maxsize=1)
+def _dtype_sizes() -> dict[str, int]:
+    return _load("dtypes.toml")["bytes"]
+
+
+def dtype_bytes(name) -> int | None:
+    """Bytes per element of an element-type name in any spelling tracelake meets (PyTorch,
+    NCCL kernel names and ncclDataType_t, nccl-tests; dtypes.toml), or None when unknown."""
+    if not isinstance(name, str):
+        return None
+    return _dtype_sizes().get(name.lower().replace("c10::", "").replace("at::", ""))
+
+
+@lru_cache(maxsize=1)
 def nsys() -> dict:
     """Nsight Systems enum ids and the privacy allow-list (nsys.toml)."""
     return _load("nsys.toml")

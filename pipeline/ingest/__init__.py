@@ -170,7 +170,7 @@ def read_bytes(path: Path, limit: int | None = None) -> tuple[bytes, bytes]:
 
 
 def content_sha256(path: Path) -> str | None:
-    """SHA-256 of a file's bytes, read in 1 MiB blocks; of a directory (nsys parquetdir): of its
+    """SHA-256 of a file's bytes (archive.sha256_of); of a directory (nsys parquetdir): of its
     sorted member names and their bytes. None for special files. Raises OSError."""
     h = hashlib.sha256()
     if path.is_dir():
@@ -179,12 +179,10 @@ def content_sha256(path: Path) -> str | None:
                 h.update(str(f.relative_to(path)).encode("utf-8", "surrogateescape") + b"\x00")
                 h.update(bytes.fromhex(content_sha256(f) or ""))
         return h.hexdigest()
-    with open(path, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            return None
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
+    try:
+        return arc.sha256_of(arc.FileInput(str(path)))
+    except kineto.TraceError:  # not a regular file
+        return None
 
 
 def _size(path: Path) -> int:

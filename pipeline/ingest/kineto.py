@@ -210,12 +210,6 @@ _COPY_RE = re.compile(r"^(?:hip)?Memcpy\s*(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|At
 _MEMSET_RE = re.compile(r"^(?:hip)?Memset\s*(?:\((\w+)\))?")
 _SYNC_KIND = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "context",
               "Stream Wait Event": "stream_wait_event", "Device Sync": "context"}
-_DTYPE_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "bfloat16": 2,
-    "int": 4, "int32": 4, "long": 8, "int64": 8, "int8": 1, "char": 1, "uint8": 1, "byte": 1, "bool": 1,
-    "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1,
-    "complexfloat": 8, "complexdouble": 16,
-}
 def _int(v) -> int | None:
     if type(v) is int:
         return v if -(2**63) <= v < 2**63 else None
@@ -1216,18 +1210,12 @@ class StreamParsed:
         }
 
 
-def _dtype_bytes(dtype) -> int | None:
-    if not isinstance(dtype, str):
-        return None
-    return _DTYPE_BYTES.get(dtype.lower().replace("c10::", "").replace("at::", ""))
-
-
 def _meta_row(a: KArgs) -> dict:
     raw = a.collective_name if isinstance(a.collective_name, str) else None
     op = catalog.normalize_op(raw) if raw else None
     in_n, out_n = _int(a.in_msg_nelems), _int(a.out_msg_nelems)
     dtype = a.dtype if isinstance(a.dtype, str) else None
-    size = _dtype_bytes(dtype)
+    size = catalog.dtype_bytes(dtype)
     cid = a.comms_id
     return {
         "op_raw": raw, "op": op, "in_nelems": in_n, "out_nelems": out_n, "dtype": dtype, "dtype_bytes": size,

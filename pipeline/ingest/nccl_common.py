@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import msgspec
 import polars as pl
 
+from .. import catalog
 from .. import schema as sch
 from .kineto import TraceError
 
@@ -23,21 +24,16 @@ from .kineto import TraceError
 
 #: ncclDataType_t id -> (name, bytes per element). Source: nccl.h(.in) `ncclDataType_t`, stable since
 #: NCCL 2.0; bfloat16 (9) since 2.10, the two FP8 types (10, 11) since 2.24 (nccl.md section 1.7).
+#: Sizes from pipeline/catalog/dtypes.toml, the one table of element sizes.
 NCCL_DTYPES: dict[int, tuple[str, int]] = {
-    0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8), 5: ("uint64", 8),
-    6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8), 9: ("bfloat16", 2),
-    10: ("float8e4m3", 1), 11: ("float8e5m2", 1),
+    i: (n, catalog.dtype_bytes(n)) for i, n in enumerate(
+        ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32", "float64", "bfloat16",
+         "float8e4m3", "float8e5m2"))
 }
 
 #: ncclRedOp_t id -> name (nccl.h `ncclRedOp_t`; avg since 2.10). Ids >= 5 are user-created
 #: operators (ncclRedOpCreatePreMulSum, e.g. PyTorch's premul_sum): reported as "user".
 NCCL_REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
-
-#: nccl-tests `type` column names -> bytes per element (nccl-tests src/common.cu test_typenames).
-TESTS_TYPE_BYTES = {
-    "int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "half": 2, "float": 4,
-    "double": 8, "bfloat16": 2, "bf16": 2, "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1,
-}
 
 #: ncclResult_t (nccl.h.in; `-> N` in error chains). nccl.md section 1.2.
 NCCL_RESULTS = {0: "ncclSuccess", 1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",

@@ -14,8 +14,9 @@ import calendar
 import re
 from dataclasses import dataclass, field
 
+from .. import catalog
 from .nccl_common import (INT32, IBV_WC_STATUS, NCCL_ALGOS, NCCL_DTYPES, NCCL_PROTOS, NCCL_REDOPS, NCCL_RESULTS,
-                          TESTS_TYPE_BYTES, TIMES_NRANKS_OPS, LogParsed, Rows, dumps, finish, norm_hash,
+                          TIMES_NRANKS_OPS, LogParsed, Rows, dumps, finish, norm_hash,
                           pci_from_busid, to_float, to_int)
 
 LOG_TABLES = ("nccl_processes", "nccl_net_devices", "nccl_channels", "nccl_rings", "nccl_coll_calls",
@@ -912,7 +913,7 @@ class LogParser:
         for p in parsed:
             tb.rows.append(self.t["nccl_tests_results"].add(
                 line_no=li["line_no"], table_index=tb.index, size_bytes=size, count=count, type=typ,
-                dtype_bytes=TESTS_TYPE_BYTES.get(typ), redop=lead.get("redop"),
+                dtype_bytes=catalog.dtype_bytes(typ), redop=lead.get("redop"),
                 root=to_int(lead.get("root"), INT32), cpu_time=tb.cpu, nccl_tests_version=tb.run.version, **p))
         self.recognized += 1
         return True

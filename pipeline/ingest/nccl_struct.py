@@ -13,7 +13,8 @@ import math
 import os
 import re
 
-from .nccl_common import (INT32, TESTS_TYPE_BYTES, LogParsed, Rows, TraceError, dumps, finish, norm_hash, to_float,
+from .. import catalog
+from .nccl_common import (INT32, LogParsed, Rows, TraceError, dumps, finish, norm_hash, to_float,
                           to_int, version_from_code)
 from .nccl_log import infer_test
 
@@ -447,7 +448,7 @@ def nccl_tests_json(obj, notes: list[str]) -> LogParsed:
             if t is None or size is None or count is None:
                 continue
             nw = to_float(body.get("nwrong"))
-            rows.append(out.add(table_index=0, size_bytes=size, count=count, type=typ, dtype_bytes=TESTS_TYPE_BYTES.get(typ),
+            rows.append(out.add(table_index=0, size_bytes=size, count=count, type=typ, dtype_bytes=catalog.dtype_bytes(typ),
                                 redop=None if res.get("redop") is None else str(res.get("redop")).strip(),
                                 root=to_int(str(res.get("root", "")).strip(), INT32), placement=placement,
                                 time_ns=round(t * 1000), cpu_time=cpu, algbw_gbps=to_float(body.get("alg_bw")),

@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 from .. import catalog
 from .. import classify as classify_mod
 from ..flops import MODELLED_OPS, op_flops
-from ..ncclname import DTYPE_BYTES, kernel_meta
+from ..ncclname import kernel_meta
 from .kineto import TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -847,7 +847,7 @@ def _collectives(comm_rows: list[dict], con) -> pl.DataFrame:
         if b is not None and op in ("all_gather", "reduce_scatter") and not n:
             msg = None
         rows.append({**r, "op": op, "op_raw": r.pop("name"),
-                     "timing_source": "gpu_kernel", "dtype": km["dtype"], "dtype_bytes": DTYPE_BYTES.get(km["dtype"]),
+                     "timing_source": "gpu_kernel", "dtype": km["dtype"], "dtype_bytes": catalog.dtype_bytes(km["dtype"]),
                      "msg_bytes": msg, "msg_bytes_note": None if msg is not None else
                      ("group size unknown: the payload gives one rank's bytes" if b is not None else note),
                      "reduction": km["reduction"], "algorithm": km["algorithm"], "protocol": km["protocol"],
