@@ -68,17 +68,19 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
 
 
 def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int | None = 20,
-            peak_tflops: float | None = None, model_flops_per_step: float | None = None) -> dict:
+            peak_tflops: float | None = None, model_flops_per_step: float | None = None,
+            runs: list[str] | None = None) -> dict:
     """Analysis of every run in the lake (the `tracelake.analyze/2` document, docs/analyze-json.md).
 
     window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
     shorter than this (and not host wait) are kernel wait; top_n: kernels kept per run in
     top_kernels (None: all); peak_tflops / model_flops_per_step: MFU overrides (queries/mfu.sql).
+    runs: analyse only these run ids (None: every run in the lake).
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
     con = query.connect(lake, window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, peak_tflops=peak_tflops,
-                        model_flops_per_step=model_flops_per_step)
+                        model_flops_per_step=model_flops_per_step, materialize=True, runs=runs)
     bd = query.run(con, "breakdown")
     idle = query.run(con, "idle_breakdown")  # per stream, HTA's exact rule
     mfu = query.run(con, "mfu")
@@ -93,7 +95,7 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     idle_gaps = query.run(con, "idle_gaps")
     step_kernels = query.run(con, "step_kernels")
     devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
-    src = lake.sources()
+    src = lake.sources(runs)
     notes: list[str] = []
 
     base = bd.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns"})
@@ -192,7 +194,7 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         "kernel_wait_threshold_ns": kernel_wait_threshold_ns,
         "runs": runs,
         "idle_streams": _records(idle.group_by("run_id", "rank", "device", "stream").agg(
-            pl.col("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps").sum()).sort("run_id", "rank", "stream")),
+            pl.col("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps").sum()).sort("run_id", "rank", "device", "stream")),
         "steps": _records(steps),
         "ranks": _records(ranks),
         "collectives": [{**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}}

@@ -42,6 +42,7 @@ import signal
 import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,11 +159,14 @@ class Lake:
         """(run directory name, source id) of every source with a `sources` row."""
         return {(p.parent.name, p.stem) for p in self._parts("sources")}
 
-    def table_files(self, table: str) -> list[str]:
+    def table_files(self, table: str, runs: Iterable[str] | None = None) -> list[str]:
         """The table's Parquet parts (listed here, so no character of the lake path is a glob).
         Parts of a source without its `sources` row (a commit in progress, or one killed half-way
-        and not yet recovered) are left out."""
+        and not yet recovered) are left out. runs: only the parts of these run ids (None: all)."""
         parts = self._parts(table)
+        if runs is not None:
+            dirs = {self.part_path(table, r, "x").parent.name for r in runs}
+            parts = [p for p in parts if p.parent.name in dirs]
         if table != "sources" and parts:
             ok = self._committed()
             parts = [p for p in parts if (p.parent.name, p.stem) in ok]
@@ -171,12 +175,15 @@ class Lake:
     def has_table(self, table: str) -> bool:
         return bool(self.table_files(table))
 
-    def sources(self) -> pl.DataFrame:
-        """The manifest: all sources rows (empty frame with the v1 columns when none)."""
-        parts = self.table_files("sources")
+    def sources(self, runs: Iterable[str] | None = None) -> pl.DataFrame:
+        """The manifest: all sources rows (empty frame with the v1 columns when none); runs: only
+        those of these run ids."""
+        parts = self.table_files("sources", runs)
         if not parts:
             return pl.from_arrow(sch.empty("sources"))
-        return pl.concat([pl.read_parquet(p) for p in parts], how="vertical_relaxed")
+        # diagonal, from the empty v1 frame: every v1 column in schema order, null in parts written
+        # before the column was added (an old lake's sources lack unreadable_bytes)
+        return pl.concat([pl.from_arrow(sch.empty("sources")), *(pl.read_parquet(p) for p in parts)], how="diagonal_relaxed")
 
     # ------------------------------------------------------------------ one writer
 

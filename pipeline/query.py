@@ -6,6 +6,11 @@ connect(lake) returns a DuckDB connection with
 - tables device_catalog and collective_catalog (pipeline/catalog/*.toml);
 - the derived views of queries/views/*.sql (gpu_work, scope, rank_device, collective_ranks,
   collective_calls), in file order, and one view per metric file (breakdown, mfu, ...);
+- runs: only these run ids' parts are read (None: every run);
+- with materialize=True, the views named in MATERIALIZED (gpu_launch, scope, collective_ranks,
+  collective_calls) computed once into
+  temporary tables behind the same names (for a whole analysis; the variables below are fixed
+  at connect time then);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
   when given, `peak_tflops` and `model_flops_per_step` (MFU overrides, queries/mfu.sql).
 run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
@@ -22,15 +27,20 @@ from .lake import Lake
 from .paths import QUERIES_DIR
 
 
+# derived views computed once into tables by connect(materialize=True), in dependency order
+MATERIALIZED = ("gpu_launch", "scope", "collective_ranks", "collective_calls")
+
+
 def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None,
-            peak_tflops: float | None = None, model_flops_per_step: float | None = None) -> duckdb.DuckDBPyConnection:
+            peak_tflops: float | None = None, model_flops_per_step: float | None = None,
+            materialize: bool = False, runs: list[str] | None = None) -> duckdb.DuckDBPyConnection:
     if window not in ("all", "hta"):
         raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     for t in sch.tables():
-        files = lake.table_files(t)
+        files = lake.table_files(t, runs)
         if files:
             # the parts are listed, not globbed: no character of the lake path acts as a wildcard
             # (DuckDB still globs inside each name, so [ ] * ? are escaped as one-character classes)
@@ -55,6 +65,12 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             con.execute(f"SET VARIABLE {name} = {float(v)!r}::DOUBLE")
     for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
         con.execute(f.read_text())
+    if materialize:
+        # each metric query would otherwise recompute the launch join and the scope: compute them
+        # once (same rows, same columns); the views keep their names and read the tables
+        for name in MATERIALIZED:
+            con.execute(f"CREATE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL
     for name in metric_names():
         con.execute(f"CREATE VIEW {name} AS " + sql_text(name).strip().rstrip(";"))

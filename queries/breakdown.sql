@@ -1,7 +1,7 @@
 -- GPU time breakdown per rank and per step: busy, idle, compute, communication, memory,
 -- comm-compute overlap and exposed communication.
 --
--- Definitions (one sweep over sorted interval end points, O(n log n)):
+-- Definitions (one sweep over sorted interval end points, O(n log n); see the comment at `sweep`):
 --   span      = last end - first start of the bucket's GPU work (HTA "kernel_time").
 --   busy      = |union of all work|, streams and devices of the rank merged; idle = span - busy.
 --   compute / comm / memory = |union| of each category's intervals.
@@ -37,44 +37,56 @@ WITH work AS (
 edges AS (
   SELECT run_id, rank, level, step, start_ns AS t,
          (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
-         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, 1 AS dk,
-         launch_ns AS launch, graph_replay AS graph
+         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du
   FROM work
   UNION ALL
   SELECT run_id, rank, level, step, end_ns,
          -(category = 'compute')::INT, -(category = 'communication')::INT,
-         -(category = 'memory')::INT, -(category = 'unknown')::INT, 0, NULL::BIGINT, NULL::BOOLEAN
+         -(category = 'memory')::INT, -(category = 'unknown')::INT
   FROM work
 ),
-pts AS (
-  SELECT run_id, rank, level, step, t, sum(dc) AS dc, sum(dm) AS dm, sum(dy) AS dy, sum(du) AS du, sum(dk) AS dk,
-    -- launches of the activities starting at t: NULL when any of them has no known launch
-    CASE WHEN count(*) FILTER (WHERE dk = 1 AND launch IS NULL) = 0 THEN min(launch) FILTER (WHERE dk = 1) END AS first_launch,
-    coalesce(bool_or(graph) FILTER (WHERE dk = 1), false) AS graph
-  FROM edges GROUP BY ALL
-),
+-- One sort of all edges (not a window per bucket: DuckDB evaluates framed aggregates per
+-- partition several times slower). The running sums in (run_id, rank, step, t) order (a NULL step
+-- is the rank level, sorted after the steps) equal
+-- the per-bucket sums, because each interval adds +1 and -1 inside its own bucket, so every
+-- earlier bucket sums to zero. Edges at the same instant give zero-length segments, so their
+-- order does not matter; the last edge of a bucket has nothing active, so the segment from it to
+-- the next bucket is never busy, and the idle join below drops it (no work of its bucket starts there).
 sweep AS (
-  SELECT *,
-    sum(dc) OVER w AS nc, sum(dm) OVER w AS nm, sum(dy) OVER w AS ny, sum(du) OVER w AS nu,
-    coalesce(lead(t) OVER p - t, 0) AS seg,
-    lead(first_launch) OVER p AS next_launch,
-    lead(graph) OVER p AS next_graph
-  FROM pts
-  WINDOW w AS (PARTITION BY run_id, rank, level, step ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-         p AS (PARTITION BY run_id, rank, level, step ORDER BY t)
+  SELECT run_id, rank, level, step, t,
+    sum(dc) OVER g AS nc, sum(dm) OVER g AS nm, sum(dy) OVER g AS ny, sum(du) OVER g AS nu,
+    coalesce(lead(t) OVER g, t) - t AS seg
+  FROM edges
+  WINDOW g AS (ORDER BY run_id, rank, step, t ROWS UNBOUNDED PRECEDING)  -- level: step IS NULL
+),
+-- idle gaps: nothing active and time passes; the gap ends where work of the same bucket starts
+gaps AS (
+  SELECT run_id, rank, level, step, t, seg FROM sweep WHERE nc + nm + ny + nu = 0 AND seg > 0
 ),
 idle AS (
-  SELECT *, CASE
-      WHEN next_graph THEN 'unreliable'
-      WHEN next_launch > t THEN 'host_wait'
-      WHEN seg < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+  SELECT g.run_id, g.rank, g.level, g.step, g.t, any_value(g.seg) AS seg,
+    CASE
+      WHEN bool_or(coalesce(w.graph_replay, false)) THEN 'unreliable'
+      WHEN count(*) FILTER (WHERE w.launch_ns IS NULL) = 0 AND min(w.launch_ns) > g.t THEN 'host_wait'
+      WHEN any_value(g.seg) < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS cause
-  FROM sweep
+  FROM gaps g
+  JOIN work w ON w.run_id = g.run_id AND w.rank = g.rank AND w.level = g.level AND w.step IS NOT DISTINCT FROM g.step
+   AND w.start_ns = g.t + g.seg
+  GROUP BY g.run_id, g.rank, g.level, g.step, g.t
+),
+idle_agg AS (
+  SELECT run_id, rank, level, step,
+    sum(seg) FILTER (WHERE cause = 'host_wait') AS idle_host_wait_ns,
+    sum(seg) FILTER (WHERE cause = 'kernel_wait') AS idle_kernel_wait_ns,
+    sum(seg) FILTER (WHERE cause = 'other') AS idle_other_ns,
+    sum(seg) FILTER (WHERE cause = 'unreliable') AS idle_unreliable_ns
+  FROM idle GROUP BY ALL
 ),
 agg AS (
   SELECT run_id, rank, level, step,
     min(t) AS first_ns, max(t) AS last_ns,
-    sum(dk)::BIGINT AS kernels,
+    (count(*) // 2)::BIGINT AS kernels,
     coalesce(sum(seg) FILTER (WHERE nc + nm + ny + nu > 0), 0)::BIGINT AS gpu_busy_ns,
     coalesce(sum(seg) FILTER (WHERE nc > 0), 0)::BIGINT AS compute_ns,
     coalesce(sum(seg) FILTER (WHERE nm > 0), 0)::BIGINT AS comm_ns,
@@ -83,18 +95,16 @@ agg AS (
     coalesce(sum(seg) FILTER (WHERE nc > 0 AND nm > 0), 0)::BIGINT AS overlap_ns,
     coalesce(sum(seg) FILTER (WHERE nc = 0 AND nm > 0), 0)::BIGINT AS exposed_comm_ns,
     coalesce(sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny > 0), 0)::BIGINT AS exposed_memory_ns,
-    coalesce(sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny = 0 AND nu > 0), 0)::BIGINT AS exposed_unknown_ns,
-    coalesce(sum(seg) FILTER (WHERE nc + nm + ny + nu = 0 AND cause = 'host_wait'), 0)::BIGINT AS idle_host_wait_ns,
-    coalesce(sum(seg) FILTER (WHERE nc + nm + ny + nu = 0 AND cause = 'kernel_wait'), 0)::BIGINT AS idle_kernel_wait_ns,
-    coalesce(sum(seg) FILTER (WHERE nc + nm + ny + nu = 0 AND cause = 'other'), 0)::BIGINT AS idle_other_ns,
-    coalesce(sum(seg) FILTER (WHERE nc + nm + ny + nu = 0 AND cause = 'unreliable'), 0)::BIGINT AS idle_unreliable_ns
-  FROM idle GROUP BY ALL
+    coalesce(sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny = 0 AND nu > 0), 0)::BIGINT AS exposed_unknown_ns
+  FROM sweep GROUP BY ALL
 )
-SELECT run_id, rank, level, step, first_ns, last_ns,
-  (last_ns - first_ns) AS span_ns, gpu_busy_ns, (last_ns - first_ns) - gpu_busy_ns AS gpu_idle_ns,
-  compute_ns, comm_ns, memory_ns, unknown_ns, overlap_ns, exposed_comm_ns, exposed_memory_ns, exposed_unknown_ns,
-  CASE WHEN comm_ns > 0 THEN 100.0 * overlap_ns / comm_ns END AS comm_comp_overlap_pct,
-  idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns, idle_unreliable_ns,
-  kernels
-FROM agg
-ORDER BY run_id, rank, level DESC, step;
+SELECT a.run_id, a.rank, a.level, a.step, a.first_ns, a.last_ns,
+  (a.last_ns - a.first_ns) AS span_ns, a.gpu_busy_ns, (a.last_ns - a.first_ns) - a.gpu_busy_ns AS gpu_idle_ns,
+  a.compute_ns, a.comm_ns, a.memory_ns, a.unknown_ns, a.overlap_ns, a.exposed_comm_ns, a.exposed_memory_ns, a.exposed_unknown_ns,
+  CASE WHEN a.comm_ns > 0 THEN 100.0 * a.overlap_ns / a.comm_ns END AS comm_comp_overlap_pct,
+  coalesce(i.idle_host_wait_ns, 0)::BIGINT AS idle_host_wait_ns, coalesce(i.idle_kernel_wait_ns, 0)::BIGINT AS idle_kernel_wait_ns,
+  coalesce(i.idle_other_ns, 0)::BIGINT AS idle_other_ns, coalesce(i.idle_unreliable_ns, 0)::BIGINT AS idle_unreliable_ns,
+  a.kernels
+FROM agg a
+LEFT JOIN idle_agg i ON i.run_id = a.run_id AND i.rank = a.rank AND i.level = a.level AND i.step IS NOT DISTINCT FROM a.step
+ORDER BY a.run_id, a.rank, a.level DESC, a.step;

@@ -15,4 +15,4 @@ SELECT run_id, rank, kind, copy_kind, src_kind, dst_kind,
 FROM scope
 WHERE kind IN ('memcpy', 'memset')
 GROUP BY ALL
-ORDER BY run_id, rank, total_ns DESC;
+ORDER BY run_id, rank, total_ns DESC, kind, copy_kind, src_kind, dst_kind;

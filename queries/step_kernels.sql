@@ -13,4 +13,4 @@ SELECT run_id, name, category, count(*) AS calls, count(DISTINCT rank) AS ranks,
 FROM scope
 WHERE step IS NOT NULL
 GROUP BY run_id, name, category
-ORDER BY run_id, total_ns DESC;
+ORDER BY run_id, total_ns DESC, name, category;

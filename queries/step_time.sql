@@ -65,111 +65,97 @@ work AS (
   SELECT s.run_id, s.rank, s.start_ns, s.end_ns, s.category, s.launch_ns, s.graph_replay
   FROM scope s JOIN bounds b ON s.run_id = b.run_id AND s.rank = b.rank AND s.end_ns > b.r0 AND s.start_ns < b.r1
 ),
+loader_ev AS (
+  SELECT c.run_id, c.rank, c.start_ns, c.end_ns FROM cpu_ops c JOIN bounds b ON b.run_id = c.run_id AND b.rank = c.rank
+  WHERE c.end_ns > c.start_ns
+    AND ((c.name LIKE 'enumerate(DataLoader)#%' AND c.name LIKE '%.\_\_next\_\_' ESCAPE '\') OR c.name LIKE 'enumerate(DataPipe)#%')
+),
+-- One sweep per rank over every instant where something changes, as edges with deltas:
+--   work starts/ends (dc dm dy du: active compute, communication, memory, unknown work),
+--   the sentinels r0 and r1 (so the sweep covers every window even before the first and after
+--   the last work), step window edges (dw: inside a window; ds: that window's step number,
+--   windows never overlap), DataLoader fetch edges (dl).
+-- Work edges and sentinels are the sweep's points ("real"); an idle gap runs from one point to
+-- the next, and window and DataLoader edges only cut it into pieces.
 edges AS (
   SELECT run_id, rank, start_ns AS t, (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
-         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, 1 AS dk,
-         launch_ns AS launch, graph_replay AS graph, false AS tail
+         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, 0 AS dw, 0::BIGINT AS ds, 0 AS dl, 1 AS pt
   FROM work
   UNION ALL
   SELECT run_id, rank, end_ns, -(category = 'compute')::INT, -(category = 'communication')::INT,
-         -(category = 'memory')::INT, -(category = 'unknown')::INT, 0, NULL::BIGINT, NULL::BOOLEAN, false
+         -(category = 'memory')::INT, -(category = 'unknown')::INT, 0, 0, 0, 1
   FROM work
-  UNION ALL  -- sentinels: the sweep covers every window even before the first and after the last work
-  SELECT run_id, rank, r0, 0, 0, 0, 0, 0, NULL::BIGINT, NULL::BOOLEAN, false FROM bounds
-  UNION ALL
-  SELECT run_id, rank, r1, 0, 0, 0, 0, 0, NULL::BIGINT, NULL::BOOLEAN, true FROM bounds
+  UNION ALL SELECT run_id, rank, r0, 0, 0, 0, 0, 0, 0, 0, 1 FROM bounds
+  UNION ALL SELECT run_id, rank, r1, 0, 0, 0, 0, 0, 0, 0, 1 FROM bounds
+  UNION ALL SELECT run_id, rank, ws, 0, 0, 0, 0, 1, step, 0, 0 FROM win
+  UNION ALL SELECT run_id, rank, we, 0, 0, 0, 0, -1, -step, 0, 0 FROM win
+  UNION ALL SELECT run_id, rank, start_ns, 0, 0, 0, 0, 0, 0, 1, 0 FROM loader_ev
+  UNION ALL SELECT run_id, rank, end_ns, 0, 0, 0, 0, 0, 0, -1, 0 FROM loader_ev
 ),
-pts AS (
-  SELECT run_id, rank, t, sum(dc) AS dc, sum(dm) AS dm, sum(dy) AS dy, sum(du) AS du,
-    CASE WHEN count(*) FILTER (WHERE dk = 1) = 0 THEN
-           -- no work starts here: the end sentinel means nothing more was launched in the windows
-           CASE WHEN bool_or(tail) THEN 9223372036854775807 END
-         WHEN count(*) FILTER (WHERE dk = 1 AND launch IS NULL) = 0 THEN min(launch) FILTER (WHERE dk = 1) END AS first_launch,
-    coalesce(bool_or(graph) FILTER (WHERE dk = 1), false) AS graph
-  FROM edges GROUP BY ALL
-),
+-- One sort of all edges, not a window per rank (DuckDB evaluates framed aggregates per partition
+-- several times slower): every rank's deltas sum to zero, so running sums in (run_id, rank, t)
+-- order are the rank's own. Edges at one instant leave zero-length segments, so their order does
+-- not matter. gap_id numbers the points: the segments from one point to the next share it.
+-- A segment running from a rank's last edge into the next rank has nothing active and lies
+-- outside every window, so it is never counted.
 sweep AS (
   SELECT run_id, rank, t,
-    sum(dc) OVER w AS nc, sum(dm) OVER w AS nm, sum(dy) OVER w AS ny, sum(du) OVER w AS nu,
-    coalesce(lead(t) OVER p, t) AS t_end,
-    lead(first_launch) OVER p AS next_launch,
-    lead(graph) OVER p AS next_graph
-  FROM pts
-  WINDOW w AS (PARTITION BY run_id, rank ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
-         p AS (PARTITION BY run_id, rank ORDER BY t)
+    sum(dc) OVER g AS nc, sum(dm) OVER g AS nm, sum(dy) OVER g AS ny, sum(du) OVER g AS nu,
+    sum(dw) OVER g AS nw, sum(ds) OVER g AS cur_step, sum(dl) OVER g AS nl, sum(pt) OVER g AS gap_id,
+    coalesce(lead(t) OVER g, t) - t AS seg
+  FROM edges
+  WINDOW g AS (ORDER BY run_id, rank, t ROWS UNBOUNDED PRECEDING)
 ),
-seg AS (
-  SELECT *, CASE
-      WHEN nc > 0 THEN 'compute' WHEN nm > 0 THEN 'comm' WHEN ny > 0 THEN 'memory' WHEN nu > 0 THEN 'unknown'
-      WHEN next_graph THEN 'unreliable'
-      WHEN next_launch > t THEN 'host_wait'
-      WHEN t_end - t < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+-- idle gaps: from a point (g0) to the next, nothing active, glen long
+gaps AS (
+  SELECT run_id, rank, gap_id, min(t) AS g0, sum(seg) AS glen
+  FROM sweep WHERE nc + nm + ny + nu = 0
+  GROUP BY run_id, rank, gap_id HAVING sum(seg) > 0
+),
+-- the cause of each gap from the work starting where it ends; no work starting there and the
+-- gap ending at r1 means no more work was launched before the windows ended (host wait)
+gap_cause AS (
+  SELECT g.run_id, g.rank, g.gap_id, CASE
+      WHEN coalesce(bool_or(w.graph_replay), false) THEN 'unreliable'
+      WHEN CASE WHEN count(w.start_ns) = 0 THEN CASE WHEN any_value(g.g0 + g.glen = b.r1) THEN 9223372036854775807 END
+                WHEN count(w.start_ns) = count(w.launch_ns) THEN min(w.launch_ns) END > any_value(g.g0) THEN 'host_wait'
+      WHEN any_value(g.glen) < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS part
-  FROM sweep WHERE t_end > t
+  FROM gaps g
+  JOIN bounds b ON b.run_id = g.run_id AND b.rank = g.rank
+  LEFT JOIN work w ON w.run_id = g.run_id AND w.rank = g.rank AND w.start_ns = g.g0 + g.glen
+  GROUP BY g.run_id, g.rank, g.gap_id
 ),
--- segments cut at the window edges
-pieces AS (
-  SELECT w.run_id, w.rank, w.step, greatest(s.t, w.ws) AS a, least(s.t_end, w.we) AS b, s.part, s.nc, s.nm
-  FROM win w JOIN seg s ON s.run_id = w.run_id AND s.rank = w.rank AND s.t < w.we AND s.t_end > w.ws
-),
-loader_ev AS (
-  SELECT run_id, rank, start_ns, end_ns FROM cpu_ops
-  WHERE end_ns > start_ns
-    AND ((name LIKE 'enumerate(DataLoader)#%' AND name LIKE '%.\_\_next\_\_' ESCAPE '\') OR name LIKE 'enumerate(DataPipe)#%')
-),
--- union of the DataLoader intervals per rank (islands of overlapping events)
-loader_isl AS (
-  SELECT *, sum(new_isl) OVER (PARTITION BY run_id, rank ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS isl
-  FROM (SELECT *, CASE WHEN start_ns <= max(end_ns) OVER (PARTITION BY run_id, rank ORDER BY start_ns, end_ns
-                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                       THEN 0 ELSE 1 END AS new_isl FROM loader_ev)
-),
-loader AS (SELECT run_id, rank, min(start_ns) AS la, max(end_ns) AS lb FROM loader_isl GROUP BY run_id, rank, isl),
-idle_pieces AS (SELECT * FROM pieces WHERE part NOT IN ('compute', 'comm', 'memory', 'unknown')),
-input AS (
-  SELECT p.run_id, p.rank, p.step, p.a, sum(least(p.b, l.lb) - greatest(p.a, l.la)) AS input_ns
-  FROM idle_pieces p JOIN loader l ON l.run_id = p.run_id AND l.rank = p.rank AND l.la < p.b AND l.lb > p.a
-  GROUP BY ALL
-),
+-- the sweep's segments inside a step window
+pieces AS (SELECT * FROM sweep WHERE nw > 0 AND seg > 0),
 agg AS (
-  SELECT run_id, rank, step,
-    sum(b - a) FILTER (WHERE part IN ('compute', 'comm', 'memory', 'unknown'))::BIGINT AS gpu_busy_ns,
-    sum(b - a) FILTER (WHERE part = 'compute')::BIGINT AS compute_ns,
-    sum(b - a) FILTER (WHERE nm > 0)::BIGINT AS comm_ns,
-    sum(b - a) FILTER (WHERE nc > 0 AND nm > 0)::BIGINT AS overlap_ns,
-    sum(b - a) FILTER (WHERE part = 'comm')::BIGINT AS exposed_comm_ns,
-    sum(b - a) FILTER (WHERE part = 'memory')::BIGINT AS exposed_memory_ns,
-    sum(b - a) FILTER (WHERE part = 'unknown')::BIGINT AS exposed_unknown_ns
+  SELECT run_id, rank, cur_step AS step,
+    sum(seg) FILTER (WHERE nc + nm + ny + nu > 0)::BIGINT AS gpu_busy_ns,
+    sum(seg) FILTER (WHERE nc > 0)::BIGINT AS compute_ns,
+    sum(seg) FILTER (WHERE nm > 0)::BIGINT AS comm_ns,
+    sum(seg) FILTER (WHERE ny > 0)::BIGINT AS memory_ns,  -- copies under compute or communication too
+    sum(seg) FILTER (WHERE nc > 0 AND nm > 0)::BIGINT AS overlap_ns,
+    sum(seg) FILTER (WHERE nc = 0 AND nm > 0)::BIGINT AS exposed_comm_ns,
+    sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny > 0)::BIGINT AS exposed_memory_ns,
+    sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny = 0 AND nu > 0)::BIGINT AS exposed_unknown_ns
   FROM pieces GROUP BY ALL
 ),
-mem AS (  -- memory_ns counts copies under compute or communication too (their union, cut at the windows)
-  SELECT w.run_id, w.rank, w.step, sum(least(m.e, w.we) - greatest(m.s, w.ws))::BIGINT AS memory_ns
-  FROM win w JOIN (
-    SELECT run_id, rank, min(start_ns) AS s, max(end_ns) AS e FROM (
-      SELECT *, sum(nw) OVER (PARTITION BY run_id, rank ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS isl
-      FROM (SELECT run_id, rank, start_ns, end_ns,
-                   CASE WHEN start_ns <= max(end_ns) OVER (PARTITION BY run_id, rank ORDER BY start_ns, end_ns
-                                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) THEN 0 ELSE 1 END AS nw
-            FROM work WHERE category = 'memory'))
-    GROUP BY run_id, rank, isl) m
-  ON m.run_id = w.run_id AND m.rank = w.rank AND m.s < w.we AND m.e > w.ws
-  GROUP BY ALL
-),
 idle_agg AS (
-  SELECT p.run_id, p.rank, p.step,
-    sum(coalesce(i.input_ns, 0))::BIGINT AS idle_input_ns,
-    sum(p.b - p.a - coalesce(i.input_ns, 0)) FILTER (WHERE p.part = 'unreliable')::BIGINT AS idle_unreliable_ns,
-    sum(p.b - p.a - coalesce(i.input_ns, 0)) FILTER (WHERE p.part = 'host_wait')::BIGINT AS idle_host_wait_ns,
-    sum(p.b - p.a - coalesce(i.input_ns, 0)) FILTER (WHERE p.part = 'kernel_wait')::BIGINT AS idle_kernel_wait_ns,
-    sum(p.b - p.a - coalesce(i.input_ns, 0)) FILTER (WHERE p.part = 'other')::BIGINT AS idle_other_ns
-  FROM idle_pieces p LEFT JOIN input i USING (run_id, rank, step, a)
+  SELECT p.run_id, p.rank, p.cur_step AS step,
+    sum(p.seg) FILTER (WHERE p.nl > 0)::BIGINT AS idle_input_ns,
+    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'unreliable')::BIGINT AS idle_unreliable_ns,
+    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'host_wait')::BIGINT AS idle_host_wait_ns,
+    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'kernel_wait')::BIGINT AS idle_kernel_wait_ns,
+    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'other')::BIGINT AS idle_other_ns
+  FROM pieces p JOIN gap_cause c ON c.run_id = p.run_id AND c.rank = p.rank AND c.gap_id = p.gap_id
+  WHERE p.nc + p.nm + p.ny + p.nu = 0
   GROUP BY ALL
 )
 SELECT w.run_id, w.rank, w.step,
   w.ws AS step_start_ns, w.we AS step_end_ns, w.we - w.ws AS step_ns,
   w.host_start_ns, w.host_end_ns, w.host_end_ns - w.host_start_ns AS host_step_ns, w.activities,
   coalesce(a.gpu_busy_ns, 0) AS gpu_busy_ns, coalesce(a.compute_ns, 0) AS compute_ns, coalesce(a.comm_ns, 0) AS comm_ns,
-  coalesce(m.memory_ns, 0) AS memory_ns, coalesce(a.overlap_ns, 0) AS overlap_ns,
+  coalesce(a.memory_ns, 0) AS memory_ns, coalesce(a.overlap_ns, 0) AS overlap_ns,
   coalesce(a.exposed_comm_ns, 0) AS exposed_comm_ns, coalesce(a.exposed_memory_ns, 0) AS exposed_memory_ns,
   coalesce(a.exposed_unknown_ns, 0) AS exposed_unknown_ns,
   (w.we - w.ws) - coalesce(a.gpu_busy_ns, 0) AS idle_ns,
@@ -178,6 +164,5 @@ SELECT w.run_id, w.rank, w.step,
   coalesce(i.idle_other_ns, 0) AS idle_other_ns
 FROM win w
 LEFT JOIN agg a USING (run_id, rank, step)
-LEFT JOIN mem m USING (run_id, rank, step)
 LEFT JOIN idle_agg i USING (run_id, rank, step)
 ORDER BY w.run_id, w.rank, w.step;

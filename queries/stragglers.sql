@@ -18,4 +18,4 @@ SELECT run_id, step, straggler_rank, count(*) AS times_last,
   any_value(n_calls) AS calls, sum(others_wait)::BIGINT AS caused_wait_ns, sum(complete::INT) AS complete_calls
 FROM (SELECT *, count(*) OVER (PARTITION BY run_id, step) AS n_calls FROM calls)
 GROUP BY ALL
-ORDER BY run_id, step, caused_wait_ns DESC;
+ORDER BY run_id, step, caused_wait_ns DESC, straggler_rank;

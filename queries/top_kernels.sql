@@ -11,4 +11,4 @@ SELECT run_id, name, category, count(*) AS calls, count(DISTINCT rank) AS ranks,
   100.0 * sum(dur_ns) / sum(sum(dur_ns)) OVER (PARTITION BY run_id) AS share_pct
 FROM scope
 GROUP BY run_id, name, category
-ORDER BY run_id, total_ns DESC;
+ORDER BY run_id, total_ns DESC, name, category;

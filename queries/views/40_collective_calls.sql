@@ -11,8 +11,8 @@
 -- ../shared/reference/peers.md section 4.1):
 --   transfer_ns = the shortest duration among the ranks (the time the data movement itself takes);
 --   wait_ns     = each rank's duration - transfer_ns (time spent waiting for late peers);
---   straggler_rank = the rank that started the call last (the others waited for it); NULL when
---                    only one rank has the call;
+--   straggler_rank = the rank that started the call last (the others waited for it; of ranks
+--                    starting at the same instant, the lowest); NULL when only one rank has the call;
 --   algbw/busbw as in collective_bandwidth.sql but over transfer_ns.
 -- A call is complete when every expected rank has it (group_size when recorded; else the run's
 -- world size for an unnamed group) and all agree on op and msg_bytes; incomplete calls keep their
@@ -44,7 +44,7 @@ calls AS (
     any_value(op) AS op, max(msg_bytes) AS msg_bytes, max(group_size) AS group_size,
     any_value(process_group) AS process_group, any_value(seq) AS seq,
     min(dur_ns) AS transfer_ns, min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
-    CASE WHEN count(DISTINCT rank) >= 2 THEN arg_max(rank, start_ns) END AS straggler_rank, min(step) AS step
+    CASE WHEN count(DISTINCT rank) >= 2 THEN arg_max(rank, (start_ns, -rank)) END AS straggler_rank, min(step) AS step
   FROM collective_ranks GROUP BY ALL
 )
 SELECT c.*, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END, c.ranks_seen) AS expected_ranks,
