@@ -35,45 +35,46 @@ WITH work AS (
   SELECT run_id, rank, 'rank', NULL::BIGINT, start_ns, end_ns, category, launch_ns, graph_replay FROM scope
 ),
 edges AS (
-  SELECT run_id, rank, level, step, start_ns AS t,
+  -- ord orders the edges of one instant: starts first (ordered so that the first carries a graph
+  -- replay if any does, else the smallest launch, NULL if any launch is unknown), then ends, then
+  -- the bucket's end sentinel (at the largest time, so the segment into the next bucket starts
+  -- from it and has a negative length)
+  SELECT run_id, rank, level, step, start_ns AS t, 0 AS ord,
          (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
-         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du
+         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, launch_ns AS launch, coalesce(graph_replay, false) AS graph
   FROM work
   UNION ALL
-  SELECT run_id, rank, level, step, end_ns,
+  SELECT run_id, rank, level, step, end_ns, 1,
          -(category = 'compute')::INT, -(category = 'communication')::INT,
-         -(category = 'memory')::INT, -(category = 'unknown')::INT
+         -(category = 'memory')::INT, -(category = 'unknown')::INT, NULL, NULL
   FROM work
+  UNION ALL
+  SELECT DISTINCT run_id, rank, level, step, 9223372036854775807, 2, 0, 0, 0, 0, NULL::BIGINT, NULL::BOOLEAN FROM work
 ),
 -- One sort of all edges (not a window per bucket: DuckDB evaluates framed aggregates per
 -- partition several times slower). The running sums in (run_id, rank, step, t) order (a NULL step
--- is the rank level, sorted after the steps) equal
--- the per-bucket sums, because each interval adds +1 and -1 inside its own bucket, so every
--- earlier bucket sums to zero. Edges at the same instant give zero-length segments, so their
--- order does not matter; the last edge of a bucket has nothing active, so the segment from it to
--- the next bucket is never busy, and the idle join below drops it (no work of its bucket starts there).
+-- is the rank level, sorted after the steps) equal the per-bucket sums, because each interval
+-- adds +1 and -1 inside its own bucket, so every earlier bucket sums to zero. Edges at one
+-- instant leave zero-length segments between them, so only the last edge of an instant carries a
+-- segment, with the counts after every change at that instant; its lead() is the first edge of
+-- the next instant, which, by ord, tells whether work starts there and with which launch.
 sweep AS (
-  SELECT run_id, rank, level, step, t,
+  SELECT run_id, rank, level, step, t, ord,
     sum(dc) OVER g AS nc, sum(dm) OVER g AS nm, sum(dy) OVER g AS ny, sum(du) OVER g AS nu,
-    coalesce(lead(t) OVER g, t) - t AS seg
+    coalesce(lead(t) OVER g, t) - t AS seg,
+    lead(ord) OVER g AS next_ord, lead(launch) OVER g AS next_launch, lead(graph) OVER g AS next_graph
   FROM edges
-  WINDOW g AS (ORDER BY run_id, rank, step, t ROWS UNBOUNDED PRECEDING)  -- level: step IS NULL
+  WINDOW g AS (ORDER BY run_id, rank, step, t, ord, graph DESC, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
 ),
--- idle gaps: nothing active and time passes; the gap ends where work of the same bucket starts
-gaps AS (
-  SELECT run_id, rank, level, step, t, seg FROM sweep WHERE nc + nm + ny + nu = 0 AND seg > 0
-),
+-- idle gaps: nothing active, time passes, and work of the same bucket starts at the end (the
+-- segment from a bucket's last end to its sentinel has no start after it)
 idle AS (
-  SELECT g.run_id, g.rank, g.level, g.step, g.t, any_value(g.seg) AS seg,
-    CASE
-      WHEN bool_or(coalesce(w.graph_replay, false)) THEN 'unreliable'
-      WHEN count(*) FILTER (WHERE w.launch_ns IS NULL) = 0 AND min(w.launch_ns) > g.t THEN 'host_wait'
-      WHEN any_value(g.seg) < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+  SELECT run_id, rank, level, step, seg, CASE
+      WHEN next_graph THEN 'unreliable'
+      WHEN next_launch > t THEN 'host_wait'
+      WHEN seg < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS cause
-  FROM gaps g
-  JOIN work w ON w.run_id = g.run_id AND w.rank = g.rank AND w.level = g.level AND w.step IS NOT DISTINCT FROM g.step
-   AND w.start_ns = g.t + g.seg
-  GROUP BY g.run_id, g.rank, g.level, g.step, g.t
+  FROM sweep WHERE nc + nm + ny + nu = 0 AND seg > 0 AND next_ord = 0
 ),
 idle_agg AS (
   SELECT run_id, rank, level, step,
@@ -85,8 +86,8 @@ idle_agg AS (
 ),
 agg AS (
   SELECT run_id, rank, level, step,
-    min(t) AS first_ns, max(t) AS last_ns,
-    (count(*) // 2)::BIGINT AS kernels,
+    min(t) AS first_ns, max(t) FILTER (WHERE ord < 2) AS last_ns,
+    count(*) FILTER (WHERE ord = 0) AS kernels,
     coalesce(sum(seg) FILTER (WHERE nc + nm + ny + nu > 0), 0)::BIGINT AS gpu_busy_ns,
     coalesce(sum(seg) FILTER (WHERE nc > 0), 0)::BIGINT AS compute_ns,
     coalesce(sum(seg) FILTER (WHERE nm > 0), 0)::BIGINT AS comm_ns,

@@ -25,6 +25,6 @@ SELECT c.run_id, c.rank, g.step, c.op, c.process_group, c.group_size, c.seq, c.s
 FROM collectives c
 LEFT JOIN collective_catalog k USING (op)
 LEFT JOIN rank_device d USING (run_id, rank)
-LEFT JOIN (SELECT run_id, source_id, rank, correlation, start_ns, any_value(step) AS step FROM gpu_work GROUP BY ALL) g
+LEFT JOIN collective_step g
   ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns
 ORDER BY c.run_id, c.rank, c.start_ns;

@@ -72,59 +72,82 @@ loader_ev AS (
 ),
 -- One sweep per rank over every instant where something changes, as edges with deltas:
 --   work starts/ends (dc dm dy du: active compute, communication, memory, unknown work),
---   the sentinels r0 and r1 (so the sweep covers every window even before the first and after
+--   the sentinels r1 and r0 (so the sweep covers every window even before the first and after
 --   the last work), step window edges (dw: inside a window; ds: that window's step number,
 --   windows never overlap), DataLoader fetch edges (dl).
--- Work edges and sentinels are the sweep's points ("real"); an idle gap runs from one point to
+-- Work edges and sentinels are the sweep's points (pt = 1); an idle gap runs from one point to
 -- the next, and window and DataLoader edges only cut it into pieces.
+-- ord orders the edges of one instant: work starts first (the first carrying a graph replay if
+-- any does, else the smallest launch, NULL if any launch is unknown), ends, r1, r0, then the
+-- cutting edges.
 edges AS (
-  SELECT run_id, rank, start_ns AS t, (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
-         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, 0 AS dw, 0::BIGINT AS ds, 0 AS dl, 1 AS pt
+  SELECT run_id, rank, start_ns AS t, 0 AS ord, (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
+         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, 0 AS dw, 0::BIGINT AS ds, 0 AS dl, 1 AS pt,
+         launch_ns AS launch, coalesce(graph_replay, false) AS graph
   FROM work
   UNION ALL
-  SELECT run_id, rank, end_ns, -(category = 'compute')::INT, -(category = 'communication')::INT,
-         -(category = 'memory')::INT, -(category = 'unknown')::INT, 0, 0, 0, 1
+  SELECT run_id, rank, end_ns, 1, -(category = 'compute')::INT, -(category = 'communication')::INT,
+         -(category = 'memory')::INT, -(category = 'unknown')::INT, 0, 0, 0, 1, NULL, NULL
   FROM work
-  UNION ALL SELECT run_id, rank, r0, 0, 0, 0, 0, 0, 0, 0, 1 FROM bounds
-  UNION ALL SELECT run_id, rank, r1, 0, 0, 0, 0, 0, 0, 0, 1 FROM bounds
-  UNION ALL SELECT run_id, rank, ws, 0, 0, 0, 0, 1, step, 0, 0 FROM win
-  UNION ALL SELECT run_id, rank, we, 0, 0, 0, 0, -1, -step, 0, 0 FROM win
-  UNION ALL SELECT run_id, rank, start_ns, 0, 0, 0, 0, 0, 0, 1, 0 FROM loader_ev
-  UNION ALL SELECT run_id, rank, end_ns, 0, 0, 0, 0, 0, 0, -1, 0 FROM loader_ev
+  UNION ALL SELECT run_id, rank, r1, 2, 0, 0, 0, 0, 0, 0, 0, 1, NULL, NULL FROM bounds
+  UNION ALL SELECT run_id, rank, r0, 3, 0, 0, 0, 0, 0, 0, 0, 1, NULL, NULL FROM bounds
+  UNION ALL SELECT run_id, rank, ws, 4, 0, 0, 0, 0, 1, step, 0, 0, NULL, NULL FROM win
+  UNION ALL SELECT run_id, rank, we, 4, 0, 0, 0, 0, -1, -step, 0, 0, NULL, NULL FROM win
+  UNION ALL SELECT run_id, rank, start_ns, 4, 0, 0, 0, 0, 0, 0, 1, 0, NULL, NULL FROM loader_ev
+  UNION ALL SELECT run_id, rank, end_ns, 4, 0, 0, 0, 0, 0, 0, -1, 0, NULL, NULL FROM loader_ev
 ),
 -- One sort of all edges, not a window per rank (DuckDB evaluates framed aggregates per partition
 -- several times slower): every rank's deltas sum to zero, so running sums in (run_id, rank, t)
--- order are the rank's own. Edges at one instant leave zero-length segments, so their order does
--- not matter. gap_id numbers the points: the segments from one point to the next share it.
--- A segment running from a rank's last edge into the next rank has nothing active and lies
--- outside every window, so it is never counted.
+-- order are the rank's own. Edges at one instant leave zero-length segments between them, so only
+-- the last edge of an instant carries a segment, with the counts after every change there; its
+-- lead() is the first edge of the next instant. gap_id numbers the points: the segments from one
+-- point to the next share it. A segment running from a rank's last edge into the next rank has
+-- nothing active and lies outside every window, so it is never counted.
 sweep AS (
-  SELECT run_id, rank, t,
+  SELECT run_id, rank, t, pt,
     sum(dc) OVER g AS nc, sum(dm) OVER g AS nm, sum(dy) OVER g AS ny, sum(du) OVER g AS nu,
     sum(dw) OVER g AS nw, sum(ds) OVER g AS cur_step, sum(dl) OVER g AS nl, sum(pt) OVER g AS gap_id,
-    coalesce(lead(t) OVER g, t) - t AS seg
+    coalesce(lead(t) OVER g, t) - t AS seg,
+    lead(pt) OVER g AS next_pt, lead(ord) OVER g AS next_ord, lead(launch) OVER g AS next_launch, lead(graph) OVER g AS next_graph
   FROM edges
-  WINDOW g AS (ORDER BY run_id, rank, t ROWS UNBOUNDED PRECEDING)
+  WINDOW g AS (ORDER BY run_id, rank, t, ord, graph DESC, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
 ),
--- idle gaps: from a point (g0) to the next, nothing active, glen long
-gaps AS (
-  SELECT run_id, rank, gap_id, min(t) AS g0, sum(seg) AS glen
-  FROM sweep WHERE nc + nm + ny + nu = 0
-  GROUP BY run_id, rank, gap_id HAVING sum(seg) > 0
-),
--- the cause of each gap from the work starting where it ends; no work starting there and the
--- gap ending at r1 means no more work was launched before the windows ended (host wait)
-gap_cause AS (
-  SELECT g.run_id, g.rank, g.gap_id, CASE
-      WHEN coalesce(bool_or(w.graph_replay), false) THEN 'unreliable'
-      WHEN CASE WHEN count(w.start_ns) = 0 THEN CASE WHEN any_value(g.g0 + g.glen = b.r1) THEN 9223372036854775807 END
-                WHEN count(w.start_ns) = count(w.launch_ns) THEN min(w.launch_ns) END > any_value(g.g0) THEN 'host_wait'
-      WHEN any_value(g.glen) < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+-- the cause of an idle gap from its start g0, its length and the first edge at its end: work
+-- starting there (graph replay; else host wait when launched after g0); none, at r1: no more work
+-- was launched before the windows ended (host wait); else kernel wait if short, else other
+idle_fast AS (  -- pieces that are a whole gap: from one point straight to the next (nearly all)
+  SELECT run_id, rank, cur_step, nl, seg, CASE
+      WHEN next_ord = 0 AND next_graph THEN 'unreliable'
+      WHEN CASE next_ord WHEN 0 THEN next_launch WHEN 2 THEN 9223372036854775807 END > t THEN 'host_wait'
+      WHEN seg < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS part
-  FROM gaps g
-  JOIN bounds b ON b.run_id = g.run_id AND b.rank = g.rank
-  LEFT JOIN work w ON w.run_id = g.run_id AND w.rank = g.rank AND w.start_ns = g.g0 + g.glen
-  GROUP BY g.run_id, g.rank, g.gap_id
+  FROM sweep WHERE nc + nm + ny + nu = 0 AND seg > 0 AND nw > 0 AND pt = 1 AND next_pt = 1
+),
+cut AS (  -- gaps a window or DataLoader edge cuts (a few per step)
+  SELECT DISTINCT run_id, rank, gap_id FROM sweep WHERE pt = 0 AND nc + nm + ny + nu = 0
+),
+cut_rows AS (
+  SELECT s.* FROM sweep s SEMI JOIN cut c ON c.run_id = s.run_id AND c.rank = s.rank AND c.gap_id = s.gap_id
+  WHERE s.nc + s.nm + s.ny + s.nu = 0
+),
+cut_gaps AS (
+  SELECT g.run_id, g.rank, g.gap_id, CASE
+      WHEN e.next_ord = 0 AND e.next_graph THEN 'unreliable'
+      WHEN CASE e.next_ord WHEN 0 THEN e.next_launch WHEN 2 THEN 9223372036854775807 END > g.g0 THEN 'host_wait'
+      WHEN g.glen < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+      ELSE 'other' END AS part
+  FROM (SELECT run_id, rank, gap_id, min(t) AS g0, sum(seg) AS glen FROM cut_rows GROUP BY ALL) g
+  -- the first edge at the gap's end is what the gap's last row sees with lead()
+  JOIN (SELECT run_id, rank, gap_id, arg_max(next_ord, t) AS next_ord, arg_max(next_launch, t) AS next_launch,
+               arg_max(next_graph, t) AS next_graph FROM cut_rows WHERE seg > 0 GROUP BY ALL) e
+    ON e.run_id = g.run_id AND e.rank = g.rank AND e.gap_id = g.gap_id
+),
+idle_pieces AS (
+  SELECT run_id, rank, cur_step, nl, seg, part FROM idle_fast
+  UNION ALL
+  SELECT r.run_id, r.rank, r.cur_step, r.nl, r.seg, c.part
+  FROM cut_rows r JOIN cut_gaps c ON c.run_id = r.run_id AND c.rank = r.rank AND c.gap_id = r.gap_id
+  WHERE r.seg > 0 AND r.nw > 0
 ),
 -- the sweep's segments inside a step window
 pieces AS (SELECT * FROM sweep WHERE nw > 0 AND seg > 0),
@@ -141,15 +164,13 @@ agg AS (
   FROM pieces GROUP BY ALL
 ),
 idle_agg AS (
-  SELECT p.run_id, p.rank, p.cur_step AS step,
-    sum(p.seg) FILTER (WHERE p.nl > 0)::BIGINT AS idle_input_ns,
-    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'unreliable')::BIGINT AS idle_unreliable_ns,
-    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'host_wait')::BIGINT AS idle_host_wait_ns,
-    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'kernel_wait')::BIGINT AS idle_kernel_wait_ns,
-    sum(p.seg) FILTER (WHERE p.nl = 0 AND c.part = 'other')::BIGINT AS idle_other_ns
-  FROM pieces p JOIN gap_cause c ON c.run_id = p.run_id AND c.rank = p.rank AND c.gap_id = p.gap_id
-  WHERE p.nc + p.nm + p.ny + p.nu = 0
-  GROUP BY ALL
+  SELECT run_id, rank, cur_step AS step,
+    sum(seg) FILTER (WHERE nl > 0)::BIGINT AS idle_input_ns,
+    sum(seg) FILTER (WHERE nl = 0 AND part = 'unreliable')::BIGINT AS idle_unreliable_ns,
+    sum(seg) FILTER (WHERE nl = 0 AND part = 'host_wait')::BIGINT AS idle_host_wait_ns,
+    sum(seg) FILTER (WHERE nl = 0 AND part = 'kernel_wait')::BIGINT AS idle_kernel_wait_ns,
+    sum(seg) FILTER (WHERE nl = 0 AND part = 'other')::BIGINT AS idle_other_ns
+  FROM idle_pieces GROUP BY ALL
 )
 SELECT w.run_id, w.rank, w.step,
   w.ws AS step_start_ns, w.we AS step_end_ns, w.we - w.ws AS step_ns,

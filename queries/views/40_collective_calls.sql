@@ -17,6 +17,17 @@
 -- A call is complete when every expected rank has it (group_size when recorded; else the run's
 -- world size for an unnamed group) and all agree on op and msg_bytes; incomplete calls keep their
 -- numbers over the ranks present but are flagged.
+-- collective_step: the step of each collective's kernel (gpu_work.step of the GPU activity with the
+-- collective's source, rank, correlation and start); only those activities are read.
+--   run_id STRING; source_id STRING; rank INT32; correlation INT64; start_ns INT64 ns; step INT64
+CREATE OR REPLACE VIEW collective_step AS
+SELECT a.run_id, a.source_id, a.rank, a.correlation, a.start_ns, any_value(l.step) AS step
+FROM gpu_activities a
+SEMI JOIN collectives c ON c.run_id = a.run_id AND c.source_id = a.source_id AND c.rank = a.rank
+  AND c.correlation = a.correlation AND c.start_ns = a.start_ns
+LEFT JOIN gpu_launch l ON l.run_id = a.run_id AND l.source_id = a.source_id AND l.rank = a.rank AND l.correlation = a.correlation
+GROUP BY ALL;
+
 CREATE OR REPLACE VIEW collective_ranks AS
 WITH streams AS (
   SELECT run_id, rank, stream, row_number() OVER (PARTITION BY run_id, rank ORDER BY first_ns, stream) - 1 AS stream_ord
@@ -32,7 +43,7 @@ c AS (
 )
 SELECT c.*, coalesce(c.seq, c.ord) AS call_key, g.step
 FROM c
-LEFT JOIN (SELECT run_id, source_id, rank, correlation, start_ns, any_value(step) AS step FROM gpu_work GROUP BY ALL) g
+LEFT JOIN collective_step g
   ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns;
 
 CREATE OR REPLACE VIEW collective_calls AS
