@@ -8,9 +8,8 @@ connect(lake) returns a DuckDB connection with
   collective_calls), in file order, and one view per metric file (breakdown, mfu, ...);
 - runs: only these run ids' parts are read (None: every run);
 - with materialize=True, the views named in MATERIALIZED (gpu_launch, scope, collective_ranks,
-  collective_calls) computed once into
-  temporary tables behind the same names (for a whole analysis; the variables below are fixed
-  at connect time then);
+  collective_calls) computed once into temporary tables behind the same names, scope with
+  SCOPE_COLUMNS only (for a whole analysis: the variables below are fixed at connect time then);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
   when given, `peak_tflops` and `model_flops_per_step` (MFU overrides, queries/mfu.sql).
 run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
@@ -29,6 +28,12 @@ from .paths import QUERIES_DIR
 
 # derived views computed once into tables by connect(materialize=True), in dependency order
 MATERIALIZED = ("gpu_launch", "scope", "collective_ranks", "collective_calls")
+# the columns of scope that the metric queries read: a materialized scope keeps only these (the
+# kernel launch geometry, registers, contexts... are not needed for metrics and would double the
+# time and memory of materializing it); a query reading another column fails to bind in tests
+SCOPE_COLUMNS = ("run_id", "source_id", "rank", "device", "stream", "kind", "category", "name", "start_ns", "end_ns",
+                 "dur_ns", "correlation", "external_id", "bytes", "copy_kind", "src_kind", "dst_kind", "event_index",
+                 "launch_ns", "launch_pid", "launch_tid", "graph_replay", "step")
 
 
 def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None,
@@ -67,9 +72,10 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         con.execute(f.read_text())
     if materialize:
         # each metric query would otherwise recompute the launch join and the scope: compute them
-        # once (same rows, same columns); the views keep their names and read the tables
+        # once (same rows); the views keep their names and read the tables
         for name in MATERIALIZED:
-            con.execute(f"CREATE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
+            cols = ", ".join(SCOPE_COLUMNS) if name == "scope" else "*"
+            con.execute(f"CREATE TEMP TABLE _m_{name} AS SELECT {cols} FROM {name}")
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL
     for name in metric_names():

@@ -46,13 +46,19 @@ kernels AS (
   FROM scope w LEFT JOIN modelled_ids m USING (run_id, source_id, external_id)
   WHERE w.category = 'compute' AND w.step IS NOT NULL
 ),
-coverage AS (
-  SELECT k.run_id, k.rank, k.step, sum(k.dur_ns)::BIGINT AS compute_kernel_ns,
-    coalesce(sum(k.dur_ns) FILTER (WHERE NOT k.graph_replay AND (k.by_ext OR k.launch_ns < o.end_ns)), 0) AS modelled_ns
-  FROM kernels k
+attributed AS (  -- the op on the launching thread is only looked up for kernels its External id does not attribute
+  SELECT run_id, rank, step, dur_ns, NOT graph_replay AS modelled FROM kernels WHERE by_ext
+  UNION ALL
+  SELECT k.run_id, k.rank, k.step, k.dur_ns, NOT k.graph_replay AND k.launch_ns < o.end_ns
+  FROM (SELECT * FROM kernels WHERE NOT by_ext) k
   ASOF LEFT JOIN modelled_ops o
     ON k.run_id = o.run_id AND k.source_id = o.source_id AND k.launch_pid = o.pid AND k.launch_tid = o.tid
    AND k.launch_ns >= o.start_ns
+),
+coverage AS (
+  SELECT run_id, rank, step, sum(dur_ns)::BIGINT AS compute_kernel_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE modelled), 0) AS modelled_ns
+  FROM attributed
   GROUP BY ALL
 ),
 per_step AS (

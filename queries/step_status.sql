@@ -15,7 +15,7 @@ WITH launch_calls AS (
   WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL
     AND regexp_matches(name, '(LaunchKernel|MemcpyAsync|MemsetAsync|GraphLaunch|ModuleLaunch|runFunction)')
 ),
-gpu_corr AS (SELECT DISTINCT run_id, source_id, rank, correlation FROM gpu_activities WHERE correlation IS NOT NULL),
+gpu_corr AS (SELECT run_id, source_id, rank, correlation FROM gpu_launch),  -- one row per correlation with GPU work
 per_step AS (
   SELECT l.run_id, l.rank, s.step, count(*) AS launches, count(*) FILTER (WHERE g.correlation IS NULL) AS missing
   FROM launch_calls l
