@@ -3,8 +3,10 @@
 Exit codes (all commands):
   0  everything worked
   2  usage error (bad option or argument; typer/click's code)
-  3  some input files failed, the others were ingested (ingest, run)
-  4  total failure: nothing could be ingested, or the lake/query could not be read
+  3  some input files failed, the others were ingested (ingest, run); with --scheduler, some runs'
+     analysis failed on the cluster, the others are in the output (analyze, report, run)
+  4  total failure: nothing could be ingested, or the lake/query could not be read, or (--scheduler)
+     the scheduler could not be reached or no run could be analysed
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from rich.text import Text
 from . import __version__
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 3, 4
-EXIT_HELP = """Exit codes: 0 all good; 2 usage error; 3 some files failed, the rest ingested; 4 total failure."""
+EXIT_HELP = ("Exit codes: 0 all good; 2 usage error; 3 some files (or, with --scheduler, some runs' analyses) failed, "
+             "the rest done; 4 total failure.")
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -133,7 +136,8 @@ RUN = typer.Option(None, "--run", help="Run id for all files (default: each file
 RANK = typer.Option(None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win).")
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
 JOBS = typer.Option(0, "--jobs", "-j", help="Worker processes for ingest (0: one per core; 1: no pool).")
-SCHEDULER = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler (tcp://host:8786) to ingest on; "
+SCHEDULER = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler (tcp://host:8786) to work on: "
+                         "ingest parses the files there, analysis runs one task per run (same output as without); "
                          "the lake and the traces must be on a file system its workers share.")
 STEPS = typer.Option(None, "--step-range", help="Regex of NVTX range names that mark steps in Nsight Systems exports "
                      "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.")
@@ -174,11 +178,15 @@ def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RU
 
 
 def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None,
-              model_flops_per_step: float | None, *palm_shape, top_n: int | None = 20):
-    """Analysis of the lake with the command's options; palm_shape = (params, layers, heads,
-    head_dim, seq_len, tokens_per_step), all None when not given; top_n: kernels kept per run."""
+              model_flops_per_step: float | None, *palm_shape, top_n: int | None = 20,
+              scheduler: str | None = None) -> tuple[dict, int]:
+    """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
+    layers, heads, head_dim, seq_len, tokens_per_step), all None when not given; top_n: kernels
+    kept per run; scheduler: a Dask scheduler's address to analyse on, one task per run (each run
+    whose task fails gets a warning here and a note in the document; the code is then
+    EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed)."""
     from .analyze import analyze
-    from .lake import Lake
+    from .lake import Lake, one_line
 
     if window not in ("all", "hta"):
         raise typer.BadParameter("--window must be 'all' or 'hta'")
@@ -190,8 +198,22 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
     for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
         if v is not None and not v > 0:
             raise typer.BadParameter(f"{name} must be positive")
-    return analyze(lake, window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
+    options = dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
                    model_flops_per_step=model_flops_per_step, top_n=top_n)
+    if not scheduler:
+        return analyze(lake, **options), EXIT_OK
+    from .cluster import SchedulerError, analyze_on_cluster
+
+    try:
+        res, failures = analyze_on_cluster(lake, scheduler, **options)
+    except SchedulerError as e:
+        err.print(one_line(f"error: {e}"), markup=False)
+        raise typer.Exit(EXIT_FAILED)
+    for f in failures:
+        err.print(one_line(f"warning: run {f.run_id}: not analysed: the Dask task failed ({f.error})"), markup=False, style="yellow")
+    if not failures:
+        return res, EXIT_OK
+    return res, EXIT_PARTIAL if res["runs"] else EXIT_FAILED
 
 
 @app.command(epilog=EXIT_HELP)
@@ -199,13 +221,13 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
             window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
             model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
             heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-            tokens_per_step: Optional[float] = TOKENS):
+            tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER):
     """Compute the metrics (queries/*.sql) and the verdict for every run in the lake."""
-    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, params, layers, heads, head_dim, seq_len,
-                    tokens_per_step)
+    res, code = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, params, layers, heads, head_dim,
+                          seq_len, tokens_per_step, scheduler=scheduler)
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
-        return
+        raise typer.Exit(code)
     from rich.table import Table
 
     from .report.document import timing_text
@@ -227,6 +249,7 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
             out.print(t)
     for n in res["notes"]:
         out.print(f"note: {n}", markup=False)
+    raise typer.Exit(code)
 
 
 @app.command(epilog=EXIT_HELP)
@@ -239,7 +262,7 @@ def report(lake: Path = LAKE,
            window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
            model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
            heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-           tokens_per_step: Optional[float] = TOKENS):
+           tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER):
     """Write the report: verdict, ranked findings and charts (html), or the same verdict and findings as json or md."""
     from .report import document, markdown
     from .report.html import render
@@ -249,8 +272,12 @@ def report(lake: Path = LAKE,
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
     top_n = None if baseline is not None else 20
-    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=top_n)
-    base = _analysis(baseline, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=None) if baseline else None
+    res, code = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=top_n, scheduler=scheduler)
+    base = None
+    if baseline:
+        base, base_code = _analysis(baseline, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=None,
+                                    scheduler=scheduler)
+        code = max(code, base_code)
     doc = document.build(res, base)
     if fmt == "html":
         text = render(res, baseline=base, doc=doc)
@@ -260,10 +287,11 @@ def report(lake: Path = LAKE,
         text = markdown.render(doc)
     if output is None and fmt != "html":
         sys.stdout.write(text)
-        return
+        raise typer.Exit(code)
     output = output or Path("report.html")
     _write(output, text)
     err.print(f"wrote {output}", markup=False)
+    raise typer.Exit(code)
 
 
 @app.command(epilog=EXIT_HELP + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
@@ -324,16 +352,17 @@ def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html
         step_range: Optional[str] = STEPS, window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
         model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
         heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-        tokens_per_step: Optional[float] = TOKENS):
+        tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER):
     """Ingest, analyze and report in one go."""
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
-    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range)
+    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range, scheduler=scheduler)
     if code == EXIT_FAILED:
         raise typer.Exit(code)
     from .report.html import render
 
-    res = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape)
+    res, acode = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, scheduler=scheduler)
+    code = max(code, acode)
     _write(output, render(res))
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)

@@ -1,20 +1,29 @@
-"""Ingest on an existing Dask cluster (`--scheduler ADDRESS`): a dask.distributed LocalCluster
-(in-process workers, so the test stays fast) parses and stages the files, this process commits
-them: the lake equals the serial one, table by table."""
+"""Ingest and analysis on an existing Dask cluster (`--scheduler ADDRESS`): a dask.distributed
+LocalCluster (in-process workers, so the test stays fast) parses and stages the files, this process
+commits them: the lake equals the serial one, table by table. Analysis runs one task per run
+(pipeline/cluster.py) and the merged document equals analyze(lake) on one machine."""
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import shutil
 import tarfile
 
 import distributed  # the `dask` extra, part of the test extra
 import pytest
 
-from conftest import corpus, lake_rows
-from pipeline.cli import EXIT_PARTIAL, app
+from typer.testing import CliRunner
+
+from conftest import REPO, corpus, lake_rows
+from pipeline import query
+from pipeline.analyze import analyze
+from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
+from pipeline.cluster import analyze_on_cluster, merge
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
+
 
 @pytest.fixture(scope="module")
 def cluster():
@@ -58,3 +67,156 @@ def test_cli_scheduler_option(cluster, inputs, tmp_path):
     r = CliRunner().invoke(app, ["ingest", str(inputs[0]), "--lake", str(tmp_path / "lake"), "--scheduler", cluster.scheduler_address])
     assert r.exit_code == EXIT_PARTIAL, r.output
     assert "ingested 4, failed 1" in r.output and "bad.json: truncated JSON" in r.output
+
+
+# ---------------------------------------------------------------- analysis, one task per run
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """DuckDB on one thread, here and in the (in-process) workers. On all cores, where a query has
+    ties the winner depends on thread timing: kernels of equal total_ns in top_kernels and
+    step_kernels (ORDER BY run_id, total_ns DESC), two ranks starting a collective in the same µs
+    (arg_max(rank, start_ns): the straggler, then stragglers and findings). On these traces
+    analyze(lake) then differs from itself from one call to the next, so no exact comparison of two
+    analyses can hold. On one thread the scan order is the parts' order, the same for a run alone
+    as in the whole lake, and the documents are identical (floats included: no tolerance; see
+    _dump for the one exception). Module-scoped: from the first test that asks, to the module's end."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(query, "connect", functools.partial(query.connect, threads=1))
+        yield
+
+
+@pytest.fixture(scope="module")
+def runs_lake(inputs, tmp_path_factory):
+    """A lake of four runs of real traces: job (4 ranks of a DLRM job and a truncated file), other
+    (a tar member), hta_trace_filter (sample_traces/: 2 ranks of a 128-rank NCCL job) and broken
+    (one file, which failed)."""
+    d = tmp_path_factory.mktemp("runs")
+    (d / "broken").mkdir()
+    (d / "broken" / "rank0.json").write_bytes(b"not json")
+    lake = Lake(d / "lake")
+    res = ingest_paths([*inputs, REPO / "sample_traces" / "hta_trace_filter", d / "broken"], lake)
+    assert sorted({r.run_id for r in res}) == ["broken", "hta_trace_filter", "job", "other"]
+    return lake
+
+
+def _dump(doc: dict) -> str:
+    """The document as sorted JSON, kernels of equal total_ns in name order: top_kernels.sql and
+    step_kernels.sql order by (run_id, total_ns DESC) only, and the order of ties follows DuckDB's
+    hash table, which holds one run's kernels or every run's (the same ties come out in another
+    order, even on one thread)."""
+    doc = dict(doc)
+    for k in ("top_kernels", "step_kernels") & doc.keys():
+        doc[k] = sorted(doc[k], key=lambda r: (r["run_id"], -r["total_ns"], r["name"], r["category"]))
+    return json.dumps(doc, sort_keys=True)
+
+
+# options other than the defaults, to see them reach the workers; the CLI flags that give them
+OPTS = dict(window="hta", kernel_wait_threshold_ns=20_000, top_n=20, peak_tflops=312.0)
+OPT_ARGS = ["--window", "hta", "--kernel-wait-us", "20", "--peak-tflops", "312"]
+
+
+@pytest.fixture(scope="module")
+def local_doc(runs_lake, one_thread):
+    return analyze(runs_lake, **OPTS)
+
+
+def test_cluster_analysis_equals_local(cluster, runs_lake, local_doc, one_thread):
+    local = local_doc
+    doc, failures = analyze_on_cluster(runs_lake, cluster.scheduler_address, **OPTS)
+    assert failures == []
+    assert [r["run_id"] for r in doc["runs"]] == ["hta_trace_filter", "job", "other"]
+    assert _dump(doc) == _dump(local)
+    assert list(doc) == list(local)  # same keys, in the same order
+    # each failed source once (each was in one run's task), not once per task
+    assert sum(": not ingested: " in n for n in doc["notes"]) == 2
+
+
+def test_cli_analyze_and_report_scheduler(cluster, runs_lake, local_doc, one_thread):
+    from pipeline.report import document, markdown
+
+    runner = CliRunner()
+    lake = ["--lake", str(runs_lake.root), *OPT_ARGS]
+    a = runner.invoke(app, ["analyze", "--json", *lake])
+    b = runner.invoke(app, ["analyze", "--json", *lake, "--scheduler", cluster.scheduler_address])
+    assert a.exit_code == b.exit_code == EXIT_OK, b.output
+    assert _dump(json.loads(a.stdout)) == _dump(json.loads(b.stdout)) == _dump(local_doc)
+    assert [r["run_id"] for r in json.loads(b.stdout)["runs"]] == ["hta_trace_filter", "job", "other"]
+    r = runner.invoke(app, ["report", "--format", "md", *lake, "--scheduler", cluster.scheduler_address])
+    assert r.exit_code == EXIT_OK, r.output
+    assert r.stdout == markdown.render(document.build(local_doc, None))
+
+
+def test_cli_run_scheduler(cluster, tmp_path, one_thread):
+    """`run --scheduler`: ingest and analysis on the cluster, the same report as on one machine."""
+    runner = CliRunner()
+    src = REPO / "sample_traces" / "hta_trace_filter"
+    a = runner.invoke(app, ["run", str(src), "--lake", str(tmp_path / "a"), "-o", str(tmp_path / "a.html")])
+    b = runner.invoke(app, ["run", str(src), "--lake", str(tmp_path / "b"), "-o", str(tmp_path / "b.html"),
+                            "--scheduler", cluster.scheduler_address])
+    assert a.exit_code == b.exit_code == EXIT_OK, b.output
+    assert lake_rows(Lake(tmp_path / "a")) == lake_rows(Lake(tmp_path / "b"))
+    assert (tmp_path / "a.html").read_text() == (tmp_path / "b.html").read_text()
+
+
+def test_failed_run_task_keeps_the_others(cluster, runs_lake, local_doc, tmp_path, one_thread):
+    """A run whose parts are corrupt fails its task: the other runs are analysed as on one machine,
+    one note names the run and the error, the command warns and exits 3."""
+    full = local_doc
+    lake = Lake(tmp_path / "lake")
+    shutil.copytree(runs_lake.root, lake.root)
+    parts = sorted((lake.root / "gpu_activities" / "run=job").glob("*.parquet"))
+    assert parts
+    for f in parts:
+        f.write_bytes(b"not parquet")
+    r = CliRunner().invoke(app, ["analyze", "--json", "--lake", str(lake.root), "--scheduler", cluster.scheduler_address, *OPT_ARGS])
+    assert r.exit_code == EXIT_PARTIAL, r.output
+    assert "warning: run job: not analysed: the Dask task failed (" in r.stderr
+    doc = json.loads(r.stdout)
+    assert [r["run_id"] for r in doc["runs"]] == ["hta_trace_filter", "other"]
+    for k, v in full.items():
+        if k != "notes" and isinstance(v, list):
+            assert _dump({k: doc[k]}) == _dump({k: [x for x in v if x["run_id"] != "job"]}), k
+    failed = [n for n in doc["notes"] if n.startswith("run job:")]
+    assert len(failed) == 1 and failed[0].startswith("run job: not analysed: the Dask task failed (") and "\n" not in failed[0]
+    # the job run's failed file keeps its note (written here, as analyze writes it), and only once
+    assert [n for n in doc["notes"] if ": not ingested: " in n] == [n for n in full["notes"] if ": not ingested: " in n]
+    assert [n for n in doc["notes"] if not n.startswith("run job:")] == [n for n in full["notes"] if not n.startswith("run job:")]
+
+
+def test_unreachable_scheduler(runs_lake):
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        r = CliRunner().invoke(app, ["analyze", "--lake", str(runs_lake.root), "--scheduler", "tcp://127.0.0.1:9"])
+    assert r.exit_code == EXIT_FAILED
+    assert "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.stderr
+    r = CliRunner().invoke(app, ["report", "--lake", str(runs_lake.root), "--scheduler", "nonsense://x"])
+    assert r.exit_code == EXIT_FAILED
+    assert "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme" in r.stderr
+
+
+def test_merge_puts_each_note_where_analyze_does():
+    """analyze() writes its notes in three groups (per run; the verdicts' outlier steps, per run;
+    sources that failed to ingest, in the lake's order): the merge keeps the groups, whatever the
+    runs' own documents hold, and a failed task's run gets one note in its place."""
+    def doc(run_id, notes, outlier):
+        excluded = [{"step": 3, "rank": 0, "step_ns": 9, "why": "outlier"}] if outlier else []
+        return {"schema": "s", "window": "all", "runs": [{"run_id": run_id}] if run_id != "d" else [],
+                "verdicts": [{"run_id": run_id, "excluded_steps": excluded}] if run_id != "d" else [],
+                "notes": notes}
+
+    docs = {"a": doc("a", ["run a: x", "run a: outlier", "/p/a1: not ingested: e1"], True),
+            "b": doc("b", ["run b: y", "/p/b1: not ingested: e2", "/p/b2: not ingested: e3"], False),
+            "d": doc("d", ["/p/d1: not ingested: e5"], False)}
+    # a run's own document lists its failed sources in the lake's order too
+    failed_sources = [("b", "/p/b1", "e2"), ("a", "/p/a1", "e1"), ("c", "/p/c1", "e4"), ("d", "/p/d1", "e5"), ("b", "/p/b2", "e3")]
+    m = merge(docs["a"], ["a", "b", "c", "d"], docs, {"c": "ValueError: boom"}, failed_sources)
+    assert m["runs"] == [{"run_id": "a"}, {"run_id": "b"}]
+    assert [v["run_id"] for v in m["verdicts"]] == ["a", "b"]
+    assert m["notes"] == [
+        "run a: x", "run b: y", "run c: not analysed: the Dask task failed (ValueError: boom)",
+        "run a: outlier",
+        "/p/b1: not ingested: e2", "/p/a1: not ingested: e1", "/p/c1: not ingested: e4", "/p/d1: not ingested: e5",
+        "/p/b2: not ingested: e3"]
