@@ -34,6 +34,22 @@ class RunFailure:
     error: str  # one line: the exception's type and message
 
 
+def client(scheduler: str):
+    """A dask.distributed Client of the scheduler at `scheduler` (use it as a context manager).
+    Raises SchedulerError (one line, naming the address) when the address is malformed or the
+    scheduler cannot be reached."""
+    from distributed import Client
+    from distributed.comm import parse_address
+    from distributed.comm.registry import get_backend
+
+    try:
+        # a bad address first: a Client that fails in its constructor waits 60 s in __del__
+        get_backend(parse_address(scheduler)[0])
+        return Client(scheduler, set_as_default=False)
+    except (OSError, ValueError) as e:  # refused, timed out, or not an address
+        raise SchedulerError(one_line(f"cannot reach the Dask scheduler at {scheduler}: {type(e).__name__}: {e}")) from None
+
+
 def _analyze_run(root: str, run_id: str, options: dict) -> dict:
     """The Dask task: analysis of one run of the lake at `root` (on the worker)."""
     from .analyze import analyze
@@ -98,10 +114,6 @@ def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_w
     each failed run is absent from it and has a `run ID: not analysed: ...` note. Raises
     FileNotFoundError if the lake does not exist, SchedulerError when the scheduler cannot be
     reached."""
-    from distributed import Client
-    from distributed.comm import parse_address
-    from distributed.comm.registry import get_backend
-
     from .analyze import analyze
 
     if not lake.exists():
@@ -115,14 +127,8 @@ def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_w
     docs: dict[str, dict] = {}
     failures: dict[str, str] = {}
     if run_ids:
-        try:
-            # a bad address first: a Client that fails in its constructor waits 60 s in __del__
-            get_backend(parse_address(scheduler)[0])
-            client = Client(scheduler, set_as_default=False)
-        except (OSError, ValueError) as e:  # refused, timed out, or not an address
-            raise SchedulerError(one_line(f"cannot reach the Dask scheduler at {scheduler}: {type(e).__name__}: {e}")) from None
-        with client:
-            futures = [(r, client.submit(_analyze_run, root, r, options, pure=False)) for r in run_ids]
+        with client(scheduler) as c:
+            futures = [(r, c.submit(_analyze_run, root, r, options, pure=False)) for r in run_ids]
             for r, fut in futures:
                 try:
                     docs[r] = fut.result()
