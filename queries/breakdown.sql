@@ -37,8 +37,8 @@ WITH work AS (
 edges AS (
   -- ord orders the edges of one instant: starts first (ordered so that the first carries a graph
   -- replay if any does, else the smallest launch, NULL if any launch is unknown), then ends, then
-  -- the bucket's end sentinel (at the largest time, so the segment into the next bucket starts
-  -- from it and has a negative length)
+  -- the bucket's end sentinel (time NULL, sorted last in its bucket: the segment from the bucket's
+  -- last end to it has length 0 and no start after it, and its own segment is NULL)
   SELECT run_id, rank, level, step, start_ns AS t, 0 AS ord,
          (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
          (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, launch_ns AS launch, coalesce(graph_replay, false) AS graph
@@ -49,7 +49,7 @@ edges AS (
          -(category = 'memory')::INT, -(category = 'unknown')::INT, NULL, NULL
   FROM work
   UNION ALL
-  SELECT DISTINCT run_id, rank, level, step, 9223372036854775807, 2, 0, 0, 0, 0, NULL::BIGINT, NULL::BOOLEAN FROM work
+  SELECT DISTINCT run_id, rank, level, step, NULL::BIGINT, 2, 0, 0, 0, 0, NULL::BIGINT, NULL::BOOLEAN FROM work
 ),
 -- One sort of all edges (not a window per bucket: DuckDB evaluates framed aggregates per
 -- partition several times slower). The running sums in (run_id, rank, step, t) order (a NULL step
@@ -64,7 +64,7 @@ sweep AS (
     coalesce(lead(t) OVER g, t) - t AS seg,
     lead(ord) OVER g AS next_ord, lead(launch) OVER g AS next_launch, lead(graph) OVER g AS next_graph
   FROM edges
-  WINDOW g AS (ORDER BY run_id, rank, step, t, ord, graph DESC, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
+  WINDOW g AS (ORDER BY run_id, rank, step NULLS LAST, t NULLS LAST, ord, graph DESC, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
 ),
 -- idle gaps: nothing active, time passes, and work of the same bucket starts at the end (the
 -- segment from a bucket's last end to its sentinel has no start after it)

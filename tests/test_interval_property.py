@@ -33,21 +33,31 @@ def brute(ivs):
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(interval, min_size=1, max_size=25))
-def test_breakdown_matches_brute_force(ivs):
+@given(st.lists(interval, min_size=1, max_size=25), st.integers(-80, 80), st.booleans())
+def test_breakdown_matches_brute_force(ivs, shift, materialize):
+    """Two ranks with the same intervals, the second shifted in time (the sweep runs over all ranks
+    in one sort), on plain and materialized views."""
     with tempfile.TemporaryDirectory() as d:
         lake = Lake(d)
         lake.ensure()
         n = len(ivs)
-        lake.write_source("r", "s", {"gpu_activities": {
-            "run_id": ["r"] * n, "source_id": ["s"] * n, "rank": [0] * n, "device": [0] * n,
-            "stream": [st_ for _, _, _, st_ in ivs], "kind": [KIND[c] for _, _, c, _ in ivs], "category": [c for _, _, c, _ in ivs],
-            "classified_by": ["default"] * n, "name": ["k"] * n, "start_ns": [s for s, _, _, _ in ivs],
-            "end_ns": [s + du for s, du, _, _ in ivs], "dur_ns": [du for _, du, _, _ in ivs], "event_index": list(range(n)),
-        }}, {"source_id": "s", "run_id": "r", "path": "/x", "format": "kineto_json", "content_sha256": "0", "size_bytes": 0,
-             "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0})
-        (row,) = run(connect(lake), "breakdown").to_dicts()
+        for rank, dt in ((0, 0), (1, shift)):
+            sid = f"s{rank}"
+            lake.write_source("r", sid, {"gpu_activities": {
+                "run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n,
+                "stream": [st_ for _, _, _, st_ in ivs], "kind": [KIND[c] for _, _, c, _ in ivs], "category": [c for _, _, c, _ in ivs],
+                "classified_by": ["default"] * n, "name": ["k"] * n, "start_ns": [s + dt for s, _, _, _ in ivs],
+                "end_ns": [s + du + dt for s, du, _, _ in ivs], "dur_ns": [du for _, du, _, _ in ivs], "event_index": list(range(n)),
+            }}, {"source_id": sid, "run_id": "r", "path": f"/x{rank}", "format": "kineto_json", "content_sha256": "0", "size_bytes": 0,
+                 "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0})
+        rows = run(connect(lake, materialize=materialize), "breakdown").to_dicts()
+    assert [r["rank"] for r in rows] == [0, 1]
     b = brute(ivs)
+    for row in rows:
+        _check(row, b)
+
+
+def _check(row, b):
     assert row["span_ns"] == b["span"]
     assert row["gpu_busy_ns"] == b["busy"] and row["gpu_idle_ns"] == b["span"] - b["busy"]
     assert (row["compute_ns"], row["comm_ns"], row["memory_ns"]) == (b["compute"], b["comm"], b["memory"])

@@ -129,32 +129,44 @@ def _source_row(sid="s"):
             "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0}
 
 
-def write_lake(root, steps, acts, loaders) -> Lake:
-    """acts: [dict(start, end, cat, launch, graph, corr)] as made by make_acts."""
+def write_lake(root, steps, acts, loaders, shifts=(0,)) -> Lake:
+    """acts: [dict(start, end, cat, launch, graph, corr)] as made by make_acts. shifts: one rank per
+    entry (rank k, source s<k>), its times shifted by shifts[k] ns."""
     lake = Lake(root)
     lake.ensure()
+    for rank, dt in enumerate(shifts):
+        _write_rank(lake, rank, f"s{rank}" if rank else "s", steps, acts, loaders, dt)
+    return lake
+
+
+def _write_rank(lake, rank, sid, steps, acts, loaders, dt):
+    acts = [{**a, "start": a["start"] + dt, "end": a["end"] + dt, "launch": None if a["launch"] is None else a["launch"] + dt}
+            for a in acts]
+    steps = [(k, a + dt, b + dt) for k, a, b in steps]
+    loaders = [(a + dt, b + dt) for a, b in loaders]
     n = len(acts)
-    gpu = {"run_id": ["r"] * n, "source_id": ["s"] * n, "rank": [0] * n, "device": [0] * n, "stream": [7] * n,
+    gpu = {"run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n, "stream": [7] * n,
            "kind": [KIND[a["cat"]] for a in acts], "category": [a["cat"] for a in acts], "classified_by": ["default"] * n,
            "name": ["k"] * n, "start_ns": [a["start"] for a in acts], "end_ns": [a["end"] for a in acts],
            "dur_ns": [a["end"] - a["start"] for a in acts], "event_index": list(range(n)), "correlation": [a["corr"] for a in acts]}
     launches = {a["corr"]: a["launch"] for a in acts if a["launch"] is not None}
     ops = [("runtime", "cudaLaunchKernel", t, t + 1, c) for c, t in launches.items()] + \
           [("op", LOADER, a, b, None) for a, b in loaders]
-    cpu = {"run_id": ["r"] * len(ops), "source_id": ["s"] * len(ops), "rank": [0] * len(ops), "kind": [o[0] for o in ops],
+    cpu = {"run_id": ["r"] * len(ops), "source_id": [sid] * len(ops), "rank": [rank] * len(ops), "kind": [o[0] for o in ops],
            "name": [o[1] for o in ops], "start_ns": [o[2] for o in ops], "end_ns": [o[3] for o in ops],
            "dur_ns": [o[3] - o[2] for o in ops], "correlation": [o[4] for o in ops], "event_index": list(range(len(ops)))}
-    stp = {"run_id": ["r"] * len(steps), "source_id": ["s"] * len(steps), "rank": [0] * len(steps),
+    stp = {"run_id": ["r"] * len(steps), "source_id": [sid] * len(steps), "rank": [rank] * len(steps),
            "step": [s[0] for s in steps], "name": [f"ProfilerStep#{s[0]}" for s in steps], "start_ns": [s[1] for s in steps],
            "end_ns": [s[2] for s in steps], "dur_ns": [s[2] - s[1] for s in steps], "source": ["profiler_step"] * len(steps)}
-    lake.write_source("r", "s", {"gpu_activities": gpu, "cpu_ops": cpu, "steps": stp}, _source_row())
-    return lake
+    lake.write_source("r", sid, {"gpu_activities": gpu, "cpu_ops": cpu, "steps": stp}, _source_row(sid))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(activity, min_size=1, max_size=10), st.lists(step, min_size=1, max_size=3),
-       st.lists(st.tuples(st.integers(0, 100), st.integers(1, 30)), max_size=2))
-def test_step_time_matches_brute_force(raw_acts, raw_steps, raw_loaders):
+       st.lists(st.tuples(st.integers(0, 100), st.integers(1, 30)), max_size=2), st.integers(-150, 150), st.booleans())
+def test_step_time_matches_brute_force(raw_acts, raw_steps, raw_loaders, shift, materialize):
+    """Two ranks with the same trace, the second shifted in time (before, overlapping or after
+    the first: the sweep runs over all ranks in one sort), on plain and materialized views."""
     acts = make_acts(raw_acts)
     steps, t = [], 0
     for k, (gap, dur) in enumerate(raw_steps):
@@ -162,13 +174,15 @@ def test_step_time_matches_brute_force(raw_acts, raw_steps, raw_loaders):
         t += gap + dur
     loaders = [(a, a + d) for a, d in raw_loaders]
     with tempfile.TemporaryDirectory() as d:
-        lake = write_lake(d, steps, acts, loaders)
-        got = {r["step"]: r for r in run(connect(lake, kernel_wait_threshold_ns=THRESHOLD), "step_time").to_dicts()}
+        lake = write_lake(d, steps, acts, loaders, shifts=(0, shift))
+        con = connect(lake, kernel_wait_threshold_ns=THRESHOLD, materialize=materialize)
+        got = {(r["rank"], r["step"]): r for r in run(con, "step_time").to_dicts()}
     want = brute(steps, acts, loaders, THRESHOLD)
-    assert set(got) == set(want)
-    for num, (ws, we, w) in want.items():
-        g = got[num]
-        assert (g["step_start_ns"], g["step_end_ns"], g["step_ns"]) == (ws, we, we - ws)
+    assert set(got) == {(rank, num) for rank in (0, 1) for num in want}
+    for (rank, num), g in got.items():
+        ws, we, w = want[num]
+        dt = shift if rank else 0
+        assert (g["step_start_ns"] - dt, g["step_end_ns"] - dt, g["step_ns"]) == (ws, we, we - ws)
         assert (g["compute_ns"], g["comm_ns"], g["overlap_ns"], g["exposed_comm_ns"]) == (w["compute"], w["comm"], w["overlap"], w["exposed_comm"])
         assert (g["memory_ns"], g["exposed_memory_ns"], g["exposed_unknown_ns"], g["idle_ns"]) == \
             (w["memory"], w["exposed_memory"], w["exposed_unknown"], w["idle"])
