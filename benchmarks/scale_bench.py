@@ -2,7 +2,7 @@
 512 ranks, printed in one run with ratios against HTA and the parse floor.
 
   python benchmarks/scale_bench.py [--source TRACE] [--ranks 8] [--mb-per-rank 50] [--big-mb 2048]
-                                   [--kernels 10000] [--big-kernels 100000] [--skip-hta] [--skip-big] [--work DIR]
+                                   [--kernels 10000] [--big-kernels 100000] [--skip-hta] [--skip-big] [--skip-ingest] [--work DIR]
 
 Inputs come from benchmarks/scale_trace.py (default source: HTA's sampled_rank-0, a real rank of
 a 128-rank NCCL job, scaled keeping its shape):
@@ -171,6 +171,7 @@ def main():
     ap.add_argument("--big-kernels", type=int, default=100_000)
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--skip-big", action="store_true")
+    ap.add_argument("--skip-ingest", action="store_true", help="only the analysis part (3.)")
     ap.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds an analysis may take before it is stopped")
     a = ap.parse_args()
@@ -179,30 +180,33 @@ def main():
     try:
         print(f"source: {a.source}; {cores} cores\n")
         # ---------------------------------------------------------------- 1. ingest
+        if a.skip_ingest:
+            a.skip_big = True
         traces = work / "traces"
         t = time.perf_counter()
-        files = scale_trace.write_traces(a.source, traces, a.ranks, None, a.mb_per_rank, gz=True)
-        mb = uncompressed_mb(files)
-        print(f"1. ingest {len(files)} rank files, {mb:.0f} MB of JSON ({sum(f.stat().st_size for f in files) / 1e6:.0f} MB gzip'd; "
-              f"generated in {time.perf_counter() - t:.0f} s)")
-        print(f"{'':52s} {'wall s':>8s} {'MB/s':>8s} {'peak RSS MB':>10s}")
-        fs = [str(f) for f in files]
-        floor1, n_ev, floor1_rss = child(FLOOR, "1", *fs)
-        line("parse floor (gunzip + typed decode), 1 process", floor1, mb, floor1_rss, f"{n_ev} events")
-        floorn, _, floorn_rss = child(FLOOR, str(cores), *fs)
-        line(f"parse floor, {cores} processes", floorn, mb, floorn_rss, "(parent only)")
-        ing1, _, ing1_rss = child(INGEST, "1", str(work / "lake1"), str(traces))
-        line("tracelake ingest --jobs 1", ing1, mb, ing1_rss)
-        ingn, wrss, ingn_rss = child(INGEST, str(cores), str(work / "lakeN"), str(traces))
-        line(f"tracelake ingest --jobs {cores}", ingn, mb, ingn_rss, f"(workers: {wrss} MB each at most)")
-        hta = None
-        if not a.skip_hta:
-            hta, _, hta_rss = child(HTA, str(traces))
-            line("HTA 0.5.0 TraceAnalysis load (its own process pool)", hta, mb, hta_rss, "(parent only)")
-        print()
-        if hta:
-            print(f"ingest vs HTA load: {hta / ingn:.1f}x faster (all cores; --jobs 1: {hta / ing1:.1f}x)   target >= 10x")
-        print(f"ingest vs parse floor: {ing1 / floor1:.2f}x the floor's time on 1 core, {ingn / floorn:.2f}x on {cores}   target <= 2.5x")
+        files = [] if a.skip_ingest else scale_trace.write_traces(a.source, traces, a.ranks, None, a.mb_per_rank, gz=True)
+        if not a.skip_ingest:
+            mb = uncompressed_mb(files)
+            print(f"1. ingest {len(files)} rank files, {mb:.0f} MB of JSON ({sum(f.stat().st_size for f in files) / 1e6:.0f} MB gzip'd; "
+                  f"generated in {time.perf_counter() - t:.0f} s)")
+            print(f"{'':52s} {'wall s':>8s} {'MB/s':>8s} {'peak RSS MB':>10s}")
+            fs = [str(f) for f in files]
+            floor1, n_ev, floor1_rss = child(FLOOR, "1", *fs)
+            line("parse floor (gunzip + typed decode), 1 process", floor1, mb, floor1_rss, f"{n_ev} events")
+            floorn, _, floorn_rss = child(FLOOR, str(cores), *fs)
+            line(f"parse floor, {cores} processes", floorn, mb, floorn_rss, "(parent only)")
+            ing1, _, ing1_rss = child(INGEST, "1", str(work / "lake1"), str(traces))
+            line("tracelake ingest --jobs 1", ing1, mb, ing1_rss)
+            ingn, wrss, ingn_rss = child(INGEST, str(cores), str(work / "lakeN"), str(traces))
+            line(f"tracelake ingest --jobs {cores}", ingn, mb, ingn_rss, f"(workers: {wrss} MB each at most)")
+            hta = None
+            if not a.skip_hta:
+                hta, _, hta_rss = child(HTA, str(traces))
+                line("HTA 0.5.0 TraceAnalysis load (its own process pool)", hta, mb, hta_rss, "(parent only)")
+            print()
+            if hta:
+                print(f"ingest vs HTA load: {hta / ingn:.1f}x faster (all cores; --jobs 1: {hta / ing1:.1f}x)   target >= 10x")
+            print(f"ingest vs parse floor: {ing1 / floor1:.2f}x the floor's time on 1 core, {ingn / floorn:.2f}x on {cores}   target <= 2.5x")
         # ---------------------------------------------------------------- 2. one big trace
         if not a.skip_big:
             big = work / "big"
@@ -214,7 +218,7 @@ def main():
             line("tracelake ingest (streamed)", secs, bmb, rss)
             print(f"peak RSS {rss / 1024:.2f} GB for {bmb / 1024:.2f} GB of JSON   target < 3 GB for 2 GB")
             shutil.rmtree(big)
-        shutil.rmtree(traces)
+        shutil.rmtree(traces, ignore_errors=True)
         # ---------------------------------------------------------------- 3. analysis
         print(f"\n3. analysis (every metric) and report (HTML) of lakes of N ranks x K kernels")
         print(f"{'':30s} {'rows':>12s} {'write s':>8s} {'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}")
