@@ -27,22 +27,61 @@ def us_text_to_ns(raws: list) -> np.ndarray:
     entries, and values whose ns do not fit in int64, are invalid (value 0). Raises nothing:
     callers decide what an invalid time means.
     """
-    n = len(raws)
+    if len(raws) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    return us_series_to_ns(text_series(raws))
+
+
+def text_series(raws: list) -> pl.Series:
+    """A String series of the texts of raw JSON values (msgspec.Raw, bytes or None -> ''), built
+    from one joined buffer split in Rust (no Python str per value). JSON text never holds a raw
+    newline (strings escape it), so each value is one line. (No values: an empty series.)"""
+    if len(raws) == 0:
+        return pl.Series("t", [], dtype=pl.String)
+    try:
+        joined = b"\n".join(raws)
+    except TypeError:  # None among them
+        joined = b"\n".join(r if r is not None else b"" for r in raws)
+    return pl.Series("t", [joined.decode("utf-8", "replace")], dtype=pl.String).str.split("\n").explode()
+
+
+def us_series_to_ns(s: pl.Series):
+    """us_text_to_ns of a String series of the texts (text_series)."""
+    n = len(s)
     if n == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    joined = b"\n".join(r if r is not None else b"" for r in raws)
-    s = pl.Series("t", joined.decode("utf-8", "replace").split("\n"), dtype=pl.String)
-    # fast path: plain integers (old traces) and exactly three decimals (Kineto's "%d.%03d")
-    pos = s.str.find(".", literal=True)
-    # (at most 15 integer digits: 1e15 µs = 1e18 ns stays inside int64; longer goes the slow way)
-    fast = pl.DataFrame({"t": s, "pos": pos}).select(
-        ns=pl.when(pl.col("pos").is_null() & (pl.col("t").str.len_bytes() <= 15))
-        .then(pl.col("t").cast(pl.Int64, strict=False) * 1000)
-        .when((pl.col("t").str.len_bytes() - pl.col("pos") == 4) & (pl.col("pos") <= 15))
-        .then(pl.col("t").str.replace(".", "", literal=True).cast(pl.Int64, strict=False))
+    # fast path: plain integers (old traces) and one to three decimals (Kineto's "%d.%03d", and
+    # "68.0"), each exact: integers up to 9223372036854775 µs times 1000; decimals as the integer
+    # of their digits scaled to ns, with at most 15 integer digits (3 decimals: 16, and a cast that
+    # leaves int64 is null). Anything else (more decimals, exponents, strings, junk) goes the slow
+    # way below, value by value only for those.
+    t = pl.col("t")
+    k = t.str.len_bytes() - t.str.find(".", literal=True)  # fraction digits + 1; null without a '.'
+    iv = t.cast(pl.Int64, strict=False)
+    dv = t.str.replace(".", "", literal=True).cast(pl.Int64, strict=False)
+    fast = s.rename("t").to_frame().select(
+        ns=pl.when(k.is_null()).then(pl.when(iv.is_between(-9223372036854775, 9223372036854775)).then(iv * 1000))
+        .when(k == 4).then(pl.when(t.str.len_bytes() <= 20).then(dv))
+        .when(k == 3).then(pl.when(t.str.len_bytes() <= 18).then(dv * 10))
+        .when(k == 2).then(pl.when(t.str.len_bytes() <= 17).then(dv * 100))
     )["ns"]
-    if fast.null_count() == 0:
+    nulls = fast.null_count()
+    if nulls == 0:
         return fast.to_numpy().astype(np.int64, copy=False), np.ones(n, dtype=bool)
+    if nulls < n:  # only those the fast path left
+        miss = fast.is_null()
+        ns = fast.fill_null(0).to_numpy().astype(np.int64, copy=True)
+        ok = np.ones(n, dtype=bool)
+        idx = np.flatnonzero(miss.to_numpy())
+        ns_s, ok_s = _slow(s.filter(miss))
+        ns[idx], ok[idx] = ns_s, ok_s
+        return ns, ok
+    return _slow(s)
+
+
+def _slow(s: pl.Series):
+    """Digit by digit (and Decimal for the rest): every text of s."""
+    n = len(s)
     s = s.str.strip_chars('" ')
     df = pl.DataFrame({"t": s}).with_columns(
         neg=pl.col("t").str.starts_with("-"),

@@ -67,6 +67,8 @@ def ingest_one(path: Path, tmp_path: Path):
     con = connect(lake)
     n = lambda t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: E731
     src = con.execute("SELECT status, event_count, notes, error FROM sources").fetchone()
+    (unreadable,) = con.execute("SELECT unreadable_bytes FROM sources").fetchone()
+    assert unreadable == (r.unreadable_bytes if r.status != "failed" else None)  # the column says what the result says
     return r, n("gpu_activities"), n("cpu_ops"), src
 
 
@@ -84,7 +86,7 @@ def test_cut_inside_the_events_keeps_every_complete_one(key, frac, gz, tmp_path)
     assert r.status == "partial" and status == "partial" and error is None, r.error
     assert (n_gpu, n_cpu) == expected(events)
     assert n_events == len(events)
-    assert r.unreadable_bytes == len(prefix) - end
+    assert r.unreadable_bytes == len(prefix) - end  # (and the sources column: ingest_one)
     assert any(f"{len(events)} complete events kept, {len(prefix) - end} bytes (of {len(prefix)}) unreadable" in n for n in notes), notes
 
 
@@ -171,3 +173,39 @@ def test_small_batches_and_spilled_tables_give_the_same_rows(key, tmp_path):
     for t in whole:
         assert whole[t].equals(small[t]), t
     assert not list(tmp_path.iterdir())  # spill files are removed
+
+
+@pytest.mark.parametrize("key", list(TRACES))
+def test_a_complete_trace_has_no_unreadable_bytes(key, tmp_path):
+    f = tmp_path / f"{key}_rank-1.json"
+    f.write_bytes(text_of(key))
+    r, *_, (status, n_events, _, _) = ingest_one(f, tmp_path)
+    assert status == "ok" and n_events == len(complete_events(text_of(key))[0])
+    assert r.unreadable_bytes == 0  # ingest_one checked that the sources column agrees
+
+
+def test_unreadable_bytes_is_null_for_failed_files_and_old_lakes(tmp_path):
+    import polars as pl
+
+    f = tmp_path / "rank0.json"
+    data = text_of("dlrm")
+    f.write_bytes(data[: data.index(b'"traceEvents"') + 40])  # nothing complete: failed
+    r, *_ = ingest_one(f, tmp_path)
+    assert r.status == "failed"
+    # a lake written before the column existed: its sources parts lack it, and still read
+    lake = Lake(tmp_path / "old")
+    g = tmp_path / "old_in" / "dlrm_rank-1.json"
+    g.parent.mkdir()
+    g.write_bytes(data)
+    ingest_paths([g], lake, run="old")
+    for p in lake.table_files("sources"):
+        pl.read_parquet(p).drop("unreadable_bytes").write_parquet(p)
+    src = lake.sources()
+    assert src.height == 1 and src["unreadable_bytes"].to_list() == [None] and src["status"].to_list() == ["ok"]
+    h = tmp_path / "new_in" / "bert_rank-2.json"
+    h.parent.mkdir()
+    h.write_bytes(text_of("bert"))
+    ingest_paths([h], lake, run="old")
+    con = connect(lake)
+    assert con.execute("SELECT unreadable_bytes FROM sources ORDER BY unreadable_bytes NULLS FIRST").fetchall() == [(None,), (0,)]
+    assert sorted(lake.sources()["unreadable_bytes"].to_list(), key=str) == [0, None]

@@ -23,7 +23,8 @@ Run and rank assignment:
 - A file whose content (sha256) is already in the same run and did not fail is skipped unless
   force (re-running over an archive reads each file once, to hash it).
 - Truncated traces keep every complete event: status 'partial', with the unreadable byte count in
-  `notes` (and FileResult.unreadable_bytes).
+  the sources column `unreadable_bytes` (0 for a Kineto trace read whole; null for formats that do
+  not count it and for failed files), in `notes` and in FileResult.unreadable_bytes.
 
 Work is split into units (a file, an archive member, or a whole compressed tar) that are parsed
 and staged (pipeline/lake.py: Lake.stage) by workers — this process (jobs=1), a process pool of
@@ -393,7 +394,8 @@ def _prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, l
         row = {**base, "rank": r, "rank_source": rsrc, "ranks": [r], "host": p.host,
                "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
                "backend": p.backend, "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None,
-               "status": "partial" if partial else "ok", "event_count": p.event_count, "base_time_ns": p.base_time_ns,
+               "status": "partial" if partial else "ok", "unreadable_bytes": p.unreadable_bytes,
+               "event_count": p.event_count, "base_time_ns": p.base_time_ns,
                "trace_start_ns": p.trace_start_ns, "trace_end_ns": p.trace_end_ns}
         return Prepared(display, run_id, row["status"], row, None, notes, source_id, base["content_sha256"], r, [r], staged,
                         stream.out_bytes, p.unreadable_bytes)
@@ -580,7 +582,7 @@ def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> Fil
     except sch.SchemaError as e:
         err = one_line(f"schema violation: {e}")
         bad = {**p.row, "status": "failed", "error": err}
-        for k in ("rank", "rank_source", "ranks", "notes"):
+        for k in ("rank", "rank_source", "ranks", "notes", "unreadable_bytes"):
             bad.pop(k, None)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)

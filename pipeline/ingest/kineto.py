@@ -31,7 +31,7 @@ from .. import classify as classify_mod
 from .. import catalog
 from ..flops import MODELLED_OPS, op_flops
 from ..ncclname import kernel_meta  # noqa: F401  (re-exported for callers of kineto.kernel_meta)
-from ..timeparse import us_text_to_ns
+from ..timeparse import text_series, us_series_to_ns, us_text_to_ns
 
 
 class TraceError(ValueError):
@@ -131,7 +131,17 @@ def _other(tag: str):
                                        "ph": tag, "args": msgspec.Raw(b"")}, tag=tag)
 
 
-_TAGGED = Union[(_TX,) + tuple(_other(t) for t in ("M", "i", "I", "s", "t", "f", "C", "B", "E", "b", "e", "n", "P", "O", "N", "D", "R"))]
+class _TSkipped(msgspec.Struct, tag_field="ph", gc=False):
+    """An event of a phase no table reads (metadata, flows, instants, ...): only counted (event
+    index), so none of its keys is kept (the decoder skips them without building objects)."""
+
+
+def _skipped(tag: str):
+    return type(f"_S{tag}", (_TSkipped,), {"__annotations__": {"ph": ClassVar[str]}, "ph": tag}, tag=tag)
+
+
+# ph X: GPU work, CPU ops and annotations; ph C: counters (_Acc.add reads no other phase)
+_TAGGED = Union[(_TX, _other("C")) + tuple(_skipped(t) for t in ("M", "i", "I", "s", "t", "f", "B", "E", "b", "e", "n", "P", "O", "N", "D", "R"))]
 
 
 
@@ -247,23 +257,29 @@ def _ints(values) -> pl.Series:
         return pl.Series([_int(v) for v in vals], dtype=pl.Int64)
 
 
-def _names(evs: list) -> list:
+def _names(evs: list) -> tuple[list, pl.Series]:
+    """Event names (str(name) for a name that is not a string) as a list and a String series."""
     names = list(map(_NAME, evs))
-    return names if all(map(_is_str, names)) else [n if isinstance(n, str) else str(n) for n in names]
+    try:
+        s = pl.Series(names, dtype=pl.String, strict=True)
+        if not s.null_count():
+            return names, s
+    except (TypeError, pl.exceptions.PolarsError):
+        pass
+    names = [n if isinstance(n, str) else str(n) for n in names]
+    return names, pl.Series(names, dtype=pl.String)
 
 
 _NAME = operator.attrgetter("name")
 
 
-def _is_str(x) -> bool:
-    return type(x) is str
-
-
-def _texts(raws: list) -> list:
-    """JSON texts of many msgspec.Raw values in one decode (NUL never occurs in JSON text)."""
+def _texts(raws: list) -> pl.Series:
+    """JSON texts of many msgspec.Raw values (null for an empty one), split in Rust from one
+    joined decode (NUL never occurs in JSON text)."""
     if not raws:
-        return []
-    return [t or None for t in b"\x00".join(raws).decode("utf-8", "replace").split("\x00")]
+        return pl.Series([], dtype=pl.String)
+    s = pl.Series([b"\x00".join(raws).decode("utf-8", "replace")], dtype=pl.String).str.split("\x00").explode()
+    return s.replace("", None) if s.str.len_bytes().min() == 0 else s
 
 
 def _ranks(v) -> list[int] | None:
@@ -301,22 +317,25 @@ def _dims3(vals: list, prefix: str) -> dict[str, pl.Series]:
             f"{prefix}_z": pl.Series(zs, dtype=pl.Int32)}
 
 
-def _int_us_to_ns(raws: list):
+def _int_us_to_ns(s: pl.Series):
     """(ns, ok) when every text is a plain integer of at most 16 digits (old traces write epoch µs
     with 16 digits: beyond timeparse's 15-digit fast path, but within int64 ns up to
     9223372036854775 µs), else None. Exact: integer µs times 1000."""
-    if not raws:
+    if not len(s):
         return None
-    s = pl.Series(b"\n".join(raws).decode("utf-8", "replace").split("\n"), dtype=pl.String)
     v = s.cast(pl.Int64, strict=False)
     if v.null_count() or not bool(((v >= -9223372036854775) & (v <= 9223372036854775)).all()) \
             or bool(s.str.contains(r"[^0-9-]").any()):
         return None
-    return v.to_numpy().astype(np.int64) * 1000, np.ones(len(raws), dtype=bool)
+    return v.to_numpy().astype(np.int64) * 1000, np.ones(len(s), dtype=bool)
 
 
 def _us_to_ns(raws: list):
-    return _int_us_to_ns(raws) or us_text_to_ns(raws)
+    """(ns, ok) of raw JSON µs texts: timeparse.us_text_to_ns, with a fast path for integers."""
+    if not raws:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    s = text_series(raws)
+    return _int_us_to_ns(s) or us_series_to_ns(s)
 
 
 def _dims(v, n):
@@ -564,9 +583,7 @@ class _Splitter:
             return evs, bracket + 1
 
     def _decode(self, pos: int, end: int):
-        text = bytearray(b"[")
-        text += memoryview(self.buf)[pos:end]
-        text += b"]"
+        text = b"".join((b"[", memoryview(self.buf)[pos:end], b"]"))  # one copy (msgspec.Raw values refer to it)
         fixed = 0
         general = False
         while True:
@@ -595,9 +612,37 @@ class _Splitter:
                 where = f" at byte {self.off + pos + k - 1}" if k is not None and not fixed else ""
                 raise TraceError(f"not valid JSON: {_BYTE_RE.sub('', msg).strip()}{where}") from None
 
+    def _last_end(self, pos: int) -> int | None:
+        """Just after the '}' of the last '}' ']' (whitespace between allowed) in buf[pos:]."""
+        buf, i = self.buf, len(self.buf)
+        for _ in range(64):
+            i = buf.rfind(b"]", pos, i)
+            if i < 0:
+                return None
+            j = i - 1
+            while j >= pos and buf[j] in _WS:
+                j -= 1
+            if j >= pos and buf[j] == ord("}"):
+                return j + 1
+        return None
+
     def _rest(self, pos: int, head) -> list:
         """All the rest of the input from pos is in buf: the events up to the end of the array,
         or, when the input ends inside it, every complete event."""
+        # Usually the array closes at the last '}' ']' of the input (Kineto writes only scalars
+        # after it): try that cut first, so the events are decoded once. A cut that decodes as a
+        # complete array is the end of the array (a '}' ']' inside it cannot be: ']' would close
+        # the array there); one past the end reports where the array ended (_try).
+        end = self._last_end(pos)
+        if end is not None:
+            try:
+                r = self._try(pos, end)
+            except TraceError:
+                r = None  # decided below, the general way
+            if r is not None:
+                evs, tail_at = r
+                self._tail(head, tail_at if tail_at is not None else _END_RE.match(self.buf, end - 1).end())
+                return evs
         r = self._try(pos, len(self.buf))
         if r is not None:
             evs, tail_at = r
@@ -664,11 +709,57 @@ class _Splitter:
         else:
             events, self.top = doc.trace_events, doc
             doc.trace_events = None
-        if not all(isinstance(e, (KEvent, _TEv)) for e in events[:1]):
+        if not all(isinstance(e, (KEvent, _TEv, _TSkipped)) for e in events[:1]):
             raise TraceError("not a Kineto trace: traceEvents is not a list of events")
         step = 250_000
         for k in range(0, len(events), step):
             yield events[k:k + step]
+
+
+_TS, _DUR, _PID, _TID, _CAT = (operator.attrgetter(k) for k in ("ts", "dur", "pid", "tid", "cat"))
+_A_GRID, _A_BLOCK, _A_COLL, _A_DEVICE, _A_STREAM, _A_TYPE, _A_FLOPS = (operator.attrgetter(k) for k in (
+    "grid", "block", "collective_name", "device", "stream", "input_type", "flops"))
+_CPU_KIND_GET = CPU_KIND.get
+
+
+def _ints_or(vals: list, fallback: pl.Series, evs: list, attr) -> pl.Series:
+    """_ints(v if v is not None else attr(e)) for v, e in zip(vals, evs), where fallback is
+    _ints(map(attr, evs)): when every v is an int or None (the fast path), v's nulls are exactly
+    its None values, so the fallback fills them; otherwise value by value."""
+    try:
+        return pl.Series(vals, dtype=pl.Int64, strict=True).fill_null(fallback)
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        return _ints(attr(e) if v is None else v for v, e in zip(vals, evs))
+
+
+def _ext_ids(args: list) -> pl.Series:
+    """External id ('External id', else the old 'external id')."""
+    new = list(map(_A_EXT, args))
+    try:
+        s = pl.Series(new, dtype=pl.Int64, strict=True)
+        if not s.null_count():
+            return s
+    except (TypeError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    return _ints(a.external_id_old if v is None else v for v, a in zip(new, args))
+
+
+_A_EXT = operator.attrgetter("external_id")
+
+
+_GPU_SCHEMA = {"device": pl.Int32, "stream": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
+               "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+               "event_index": pl.Int64, "has_comm_args": pl.Boolean, "_ok": pl.Boolean,
+               "context": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
+               "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32,
+               "registers_per_thread": pl.Int32, "shared_memory_bytes": pl.Int64, "bytes": pl.Int64,
+               "graph_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "copy_kind": pl.String,
+               "src_kind": pl.String, "dst_kind": pl.String, "sync_kind": pl.String}
+_CPU_SCHEMA = {"pid": pl.Int64, "tid": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
+               "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
+               "event_index": pl.Int64, "_ok": pl.Boolean,
+               "sequence_number": pl.Int64, "input_dims": pl.String, "input_types": pl.String,
+               "flops": pl.Float64, "flops_source": pl.String, "flops_dtype": pl.String, "category": pl.String}
 
 
 # ----------------------------------------------------------------------------- spooling
@@ -730,7 +821,8 @@ class _Spool:
             for t in self.mem:
                 yield pl.from_arrow(t)
         elif self.schema is not None:  # no rows: one empty frame, so the columns are known
-            yield pl.from_arrow(self.schema.empty_table())
+            # (built column by column: Schema.empty_table() imports pandas, ~0.3 s)
+            yield pl.from_arrow(pa.Table.from_arrays([pa.nulls(0, type=f.type) for f in self.schema], schema=self.schema))
 
     def close(self) -> None:
         if self.writer is not None:
@@ -833,6 +925,7 @@ class _Acc:
         self.gpu_meta: dict = {}
         self.cpu_meta: dict = {}
         self.host_re = classify_mod.comm_host_op_regex()
+        self.flops_memo: dict = {}  # (name, dims, types, concrete inputs) -> op_flops
 
     def close(self):
         for s in self.spools.values():
@@ -844,15 +937,6 @@ class _Acc:
             self.ts_lo = lo if self.ts_lo is None else min(self.ts_lo, lo)
             self.ts_hi = hi if self.ts_hi is None else max(self.ts_hi, hi)
 
-    def _times(self, events, idx):
-        evs = [events[i] for i in idx]
-        ts, ok_ts = _us_to_ns([e.ts for e in evs])
-        du, ok_du = _us_to_ns([e.dur for e in evs])
-        ok_du &= du < 2**62  # a duration of over a century is corrupt, and start + dur must fit
-        self.bad_dur += int((ok_ts & ~ok_du).sum())
-        self._span(ts, ok_ts)
-        return evs, ts, ok_ts, du, ok_du
-
     def _extent(self, df: pl.DataFrame):
         if df.height:
             lo, hi = df["start_ns"].min(), (df["start_ns"] + df["dur_ns"]).max()
@@ -862,110 +946,144 @@ class _Acc:
     def add(self, events: list) -> None:
         off = self.n
         self.n += len(events)
-        xs = [i for i, e in enumerate(events) if e.ph == "X"]
-        cats = [events[i].cat for i in xs]
-        gpu_idx = [i for i, c in zip(xs, cats) if c in GPU_KIND]
-        ann_idx = [i for i, c in zip(xs, cats) if c == "gpu_user_annotation"]
-        cpu_idx = [i for i, c in zip(xs, cats) if c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation"]
-        ctr = [i for i, e in enumerate(events) if e.ph == "C"]
-        for c in cats:
-            if c not in CPU_KIND and c not in GPU_KIND and c not in SKIP_CATS and c != "gpu_user_annotation":
-                self.unknown_cats[str(c)] = self.unknown_cats.get(str(c), 0) + 1
+        # one pass: the events of each table, by phase and category
+        gpu_idx, ann_idx, cpu_idx, ctr = [], [], [], []
+        unknown = self.unknown_cats
+        for i, e in enumerate(events):
+            ph = e.ph
+            if ph == "X":
+                c = e.cat
+                if c in GPU_KIND:
+                    gpu_idx.append(i)
+                elif c == "gpu_user_annotation":
+                    ann_idx.append(i)
+                elif c not in SKIP_CATS:
+                    cpu_idx.append(i)
+                    if c not in CPU_KIND:
+                        unknown[str(c)] = unknown.get(str(c), 0) + 1
+            elif ph == "C":
+                ctr.append(i)
+        ng, nc = len(gpu_idx), len(cpu_idx)
+        kept = gpu_idx + cpu_idx + ann_idx
+        evs_all = [events[i] for i in kept]
+        # the times of all three tables in one conversion each
+        ts_all, ok_ts_all = _us_to_ns(list(map(_TS, evs_all)))
+        du_all, ok_du_all = _us_to_ns(list(map(_DUR, evs_all)))
+        ok_du_all &= du_all < 2**62  # a duration of over a century is corrupt, and start + dur must fit
+        self.bad_dur += int((ok_ts_all & ~ok_du_all).sum())
+        self._span(ts_all, ok_ts_all)
+        pid_all = _ints(map(_PID, evs_all))
+        tid_all = _ints(map(_TID, evs_all))
+        cat_all = list(map(_CAT, evs_all))
+        args_all = decode_args(evs_all)
+        g, c_ = slice(0, ng), slice(ng, ng + nc)
 
         # ---------------- GPU activities
-        evs, ts, ok_ts, du, ok_du = self._times(events, gpu_idx)
+        evs, args, cats = evs_all[g], args_all[g], cat_all[g]
+        ts, ok_ts, du, ok_du = ts_all[g], ok_ts_all[g], du_all[g], ok_du_all[g]
         self.bad_t += int((~ok_ts).sum())
         self.neg += int(((du < 0) & ok_du).sum())
         du = np.where(ok_du & (du > 0), du, 0)
-        args = decode_args(evs)
-        names = _names(evs)
-        kinds = [GPU_KIND[e.cat] for e in evs]
-        dims3 = {**_dims3([a.grid for a in args], "grid"), **_dims3([a.block for a in args], "block")}
-        copy = [(_COPY_RE.match(n).groups() if k == "memcpy" and _COPY_RE.match(n) else (None, None, None)) for n, k in zip(names, kinds)]
-        mset = [(_MEMSET_RE.match(n).group(1) if k == "memset" and _MEMSET_RE.match(n) else None) for n, k in zip(names, kinds)]
+        names, names_s = _names(evs)
+        kinds = [GPU_KIND[c] for c in cats]
+        pid, tid = pid_all[g], tid_all[g]
+        dims3 = {**_dims3(list(map(_A_GRID, args)), "grid"), **_dims3(list(map(_A_BLOCK, args)), "block")}
+        copy_kind, src_kind, dst_kind, sync_kind = [None] * ng, [None] * ng, [None] * ng, [None] * ng
+        for j, k in enumerate(kinds):
+            if k == "memcpy":
+                m = _COPY_RE.match(names[j])
+                if m:
+                    copy_kind[j], src_kind[j], dst_kind[j] = m.groups()
+            elif k == "memset":
+                m = _MEMSET_RE.match(names[j])
+                if m:
+                    dst_kind[j] = m.group(1)
+            elif k == "sync":
+                sync_kind[j] = _SYNC_KIND.get(args[j].cuda_sync_kind or names[j], "other")
+        colls = list(map(_A_COLL, args))
         gpu = pl.DataFrame({
-            "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
-            "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
-            "kind": kinds,
-            "name": names,
+            "device": _ints_or(list(map(_A_DEVICE, args)), pid, evs, _PID).cast(pl.Int32, strict=False),
+            "stream": _ints_or(list(map(_A_STREAM, args)), tid, evs, _TID),
+            "kind": pl.Series(kinds, dtype=pl.String),
+            "name": names_s,
             "start_ns": ts,
             "dur_ns": du,
             "correlation": _ints(map(_AG["correlation"], args)),
-            "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
+            "external_id": _ext_ids(args),
             "context": _ints(map(_AG["context"], args)),
             **dims3,
             "registers_per_thread": _ints(map(_AG["registers_per_thread"], args)).cast(pl.Int32, strict=False),
             "shared_memory_bytes": _ints(map(_AG["shared_memory"], args)),
             "bytes": _ints(map(_AG["bytes"], args)),
-            "copy_kind": [c[0] for c in copy],
-            "src_kind": [c[1] for c in copy],
-            "dst_kind": [c[2] if k == "memcpy" else m for c, m, k in zip(copy, mset, kinds)],
-            "sync_kind": [(_SYNC_KIND.get(a.cuda_sync_kind or n, "other") if k == "sync" else None) for a, n, k in zip(args, names, kinds)],
+            "copy_kind": pl.Series(copy_kind, dtype=pl.String),
+            "src_kind": pl.Series(src_kind, dtype=pl.String),
+            "dst_kind": pl.Series(dst_kind, dtype=pl.String),
+            "sync_kind": pl.Series(sync_kind, dtype=pl.String),
             "graph_id": _ints(map(_AG["graph_id"], args)),
-            "pid": _ints(map(_AG["pid"], evs)),
-            "tid": _ints(map(_AG["tid"], evs)),
+            "pid": pid,
+            "tid": tid,
             "event_index": np.asarray(gpu_idx, dtype=np.int64) + off,
-            "has_comm_args": [a.collective_name is not None for a in args],
+            "has_comm_args": pl.Series([x is not None for x in colls], dtype=pl.Boolean),
             "_ok": ok_ts,
-        }, schema_overrides={"device": pl.Int32, "stream": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
-                             "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
-                             "event_index": pl.Int64, "has_comm_args": pl.Boolean, "_ok": pl.Boolean,
-                             "context": pl.Int64, "grid_x": pl.Int32, "grid_y": pl.Int32, "grid_z": pl.Int32,
-                             "block_x": pl.Int32, "block_y": pl.Int32, "block_z": pl.Int32,
-                             "registers_per_thread": pl.Int32, "shared_memory_bytes": pl.Int64, "bytes": pl.Int64,
-                             "graph_id": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "copy_kind": pl.String,
-                             "src_kind": pl.String, "dst_kind": pl.String, "sync_kind": pl.String})
-        self.gpu_meta.update({gpu_idx[j] + off: _slim(args[j]) for j in range(len(args)) if args[j].collective_name is not None})
+        }, schema_overrides=_GPU_SCHEMA)
+        self.gpu_meta.update({gpu_idx[j] + off: _slim(args[j]) for j, x in enumerate(colls) if x is not None})
         gpu = gpu.filter(pl.col("_ok")).drop("_ok")
         self.used_devices |= set(gpu["device"].drop_nulls().unique().to_list())
         self._extent(gpu)
         self.spools["gpu"].add(gpu.to_arrow())
 
         # ---------------- CPU ops
-        evs, ts, ok_ts_c, du, ok_du_c = self._times(events, cpu_idx)
+        evs, args, cats = evs_all[c_], args_all[c_], cat_all[c_]
+        ts, ok_ts_c, du, ok_du_c = ts_all[c_], ok_ts_all[c_], du_all[c_], ok_du_all[c_]
         self.bad_t += int((~ok_ts_c).sum())
         self.neg += int(((du < 0) & ok_du_c).sum())
         du = np.where(ok_du_c & (du > 0), du, 0)
-        args = decode_args(evs)
-        names = _names(evs)
-        dims = _texts([a.input_dims_old if not len(a.input_dims) else a.input_dims for a in args])  # JSON text as written
-        types = _texts([a.input_type for a in args])
-        n_cpu = len(evs)
-        flops, fsrc, fdt = [None] * n_cpu, [None] * n_cpu, [None] * n_cpu
-        for j in [j for j, (n, a) in enumerate(zip(names, args)) if a.flops is not None or n in MODELLED_OPS]:
-            n, fv = names[j], args[j].flops
-            conc = _text(args[j].concrete_inputs)
+        names, names_s = _names(evs)
+        dims_s = _texts([a.input_dims_old if not len(a.input_dims) else a.input_dims for a in args])  # JSON text as written
+        types_s = _texts(list(map(_A_TYPE, args)))
+        fl = list(map(_A_FLOPS, args))
+        colls = list(map(_A_COLL, args))
+        flops, fsrc, fdt = [None] * nc, [None] * nc, [None] * nc
+        memo = self.flops_memo
+        todo = [j for j, (n, f) in enumerate(zip(names, fl)) if f is not None or n in MODELLED_OPS]
+        dims = dict(zip(todo, dims_s.gather(todo).to_list())) if todo else {}
+        types = dict(zip(todo, types_s.gather(todo).to_list())) if todo else {}
+        for j in todo:
+            n, fv = names[j], fl[j]
+            if n in MODELLED_OPS:  # op_flops of the same op and inputs once per trace (steps repeat shapes)
+                key = (n, dims[j], types[j], _text(args[j].concrete_inputs))
+                r = memo.get(key)
+                if r is None:
+                    r = memo[key] = op_flops(*key)
             if isinstance(fv, (int, float)) and not isinstance(fv, bool) and fv > 0:
                 flops[j], fsrc[j] = float(fv), "trace"
-                fdt[j] = op_flops(n, dims[j], types[j], conc)[1] if n in MODELLED_OPS else None
+                fdt[j] = r[1] if n in MODELLED_OPS else None
             elif n in MODELLED_OPS:
-                v, dt = op_flops(n, dims[j], types[j], conc)
+                v, dt = r
                 if v is not None:
                     flops[j], fsrc[j], fdt[j] = v, "shapes", dt
         cpu = pl.DataFrame({
-            "pid": _ints(map(_AG["pid"], evs)),
-            "tid": _ints(map(_AG["tid"], evs)),
-            "kind": [CPU_KIND.get(e.cat, "other") for e in evs],
-            "category": [e.cat if isinstance(e.cat, str) else None for e in evs],
-            "name": names,
+            "pid": pid_all[c_],
+            "tid": tid_all[c_],
+            "kind": pl.Series([_CPU_KIND_GET(c, "other") for c in cats], dtype=pl.String),
+            "category": pl.Series([c if type(c) is str or isinstance(c, str) else None for c in cats], dtype=pl.String),
+            "name": names_s,
             "start_ns": ts,
             "dur_ns": du,
             "correlation": _ints(map(_AG["correlation"], args)),
-            "external_id": _ints(a.external_id_old if a.external_id is None else a.external_id for a in args),
+            "external_id": _ext_ids(args),
             "sequence_number": _ints(map(_AG["sequence_number"], args)),
-            "input_dims": dims,
-            "input_types": types,
-            "flops": flops,
-            "flops_source": fsrc,
-            "flops_dtype": fdt,
+            "input_dims": dims_s,
+            "input_types": types_s,
+            "flops": pl.Series(flops, dtype=pl.Float64),
+            "flops_source": pl.Series(fsrc, dtype=pl.String),
+            "flops_dtype": pl.Series(fdt, dtype=pl.String),
             "event_index": np.asarray(cpu_idx, dtype=np.int64) + off,
             "_ok": ok_ts_c,
-        }, schema_overrides={"pid": pl.Int64, "tid": pl.Int64, "correlation": pl.Int64, "external_id": pl.Int64,
-                             "kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64,
-                             "event_index": pl.Int64, "_ok": pl.Boolean,
-                             "sequence_number": pl.Int64, "input_dims": pl.String, "input_types": pl.String,
-                             "flops": pl.Float64, "flops_source": pl.String, "flops_dtype": pl.String, "category": pl.String})
-        meta = {cpu_idx[j] + off: _slim(args[j]) for j in range(len(args)) if names[j] == "record_param_comms" or args[j].collective_name is not None}
+        }, schema_overrides=_CPU_SCHEMA)
+        sel = set(np.flatnonzero((names_s == "record_param_comms").to_numpy()).tolist())
+        sel.update(j for j, x in enumerate(colls) if x is not None)
+        meta = {cpu_idx[j] + off: _slim(args[j]) for j in sorted(sel)}
         self.cpu_meta.update(meta)
         cpu = cpu.filter(pl.col("_ok")).drop("_ok")
         self._extent(cpu)
@@ -982,18 +1100,20 @@ class _Acc:
         self.spools["cpu"].add(cpu.to_arrow())
 
         # ---------------- annotations
-        evs, ts, ok_a, du, _ = self._times(events, ann_idx)
-        args = decode_args(evs)
+        a_ = slice(ng + nc, None)
+        evs, args = evs_all[a_], args_all[a_]
+        ts, ok_a, du = ts_all[a_], ok_ts_all[a_], du_all[a_]
+        pid, tid = pid_all[a_], tid_all[a_]
         ann = pl.DataFrame({
             "kind": ["gpu_user_annotation"] * len(evs),
             "domain": [None] * len(evs),
-            "name": [e.name if isinstance(e.name, str) else str(e.name) for e in evs],
+            "name": _names(evs)[1],
             "start_ns": ts,
             "end_ns": ts + np.maximum(du, 0),
-            "device": _ints(e.pid if a.device is None else a.device for a, e in zip(args, evs)).cast(pl.Int32, strict=False),
-            "stream": _ints(e.tid if a.stream is None else a.stream for a, e in zip(args, evs)),
-            "pid": _ints(map(_AG["pid"], evs)),
-            "tid": _ints(map(_AG["tid"], evs)),
+            "device": _ints_or(list(map(_A_DEVICE, args)), pid, evs, _PID).cast(pl.Int32, strict=False),
+            "stream": _ints_or(list(map(_A_STREAM, args)), tid, evs, _TID),
+            "pid": pid,
+            "tid": tid,
             "_ok": ok_a,
         }, schema_overrides={"kind": pl.String, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64,
                              "_ok": pl.Boolean, "domain": pl.String, "device": pl.Int32, "stream": pl.Int64, "pid": pl.Int64, "tid": pl.Int64}
