@@ -61,6 +61,7 @@ def _check_patterns(patterns: list[str]) -> None:
 
 def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str],
             step_range: str | None = None, jobs: int = 0, scheduler: str | None = None) -> int:
+    from .cluster import SchedulerError
     from .ingest import discover, ingest_paths
     from .lake import Lake, LakeError, one_line
 
@@ -100,7 +101,7 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
             ingest_paths(paths, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file,
                          step_regex=step_range, jobs=jobs, scheduler=scheduler,
                          on_plan=lambda n: prog.update(task, total=n))
-        except LakeError as e:
+        except (LakeError, SchedulerError) as e:
             err.print(one_line(f"error: {e}"), markup=False)
             return EXIT_FAILED
         except OSError as e:

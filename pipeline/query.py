@@ -50,8 +50,12 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             # the parts are listed, not globbed: no character of the lake path acts as a wildcard
             # (DuckDB still globs inside each name, so [ ] * ? are escaped as one-character classes)
             listed = ", ".join("'" + _glob_escape(f).replace("'", "''") + "'" for f in files)
+            # by name after the empty v1 table: a column added to v1 after these parts were
+            # written (sources.unreadable_bytes) reads as NULL, and the columns keep v1's order
+            con.register(f"_empty_{t}", sch.empty(t))
             con.execute(
-                f"CREATE VIEW {t} AS SELECT * EXCLUDE (run) FROM read_parquet([{listed}], hive_partitioning = true, "
+                f"CREATE VIEW {t} AS SELECT * FROM _empty_{t} UNION ALL BY NAME "
+                f"SELECT * EXCLUDE (run) FROM read_parquet([{listed}], hive_partitioning = true, "
                 f"hive_types = {{'run': VARCHAR}}, union_by_name = true)"
             )
         else:

@@ -197,6 +197,21 @@ def test_unreachable_scheduler(runs_lake):
     assert "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme" in r.stderr
 
 
+def test_ingest_unreachable_scheduler(tmp_path):
+    """ingest says which scheduler it could not reach (not 'cannot write to the lake'), writes nothing."""
+    import dask
+
+    src = str(REPO / "sample_traces" / "hta_trace_filter")
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        r = CliRunner().invoke(app, ["ingest", src, "--lake", str(tmp_path / "l"), "--scheduler", "tcp://127.0.0.1:9"])
+    assert r.exit_code == EXIT_FAILED
+    assert "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.stderr
+    r = CliRunner().invoke(app, ["ingest", src, "--lake", str(tmp_path / "l"), "--scheduler", "nonsense://x"])
+    assert r.exit_code == EXIT_FAILED
+    assert "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme" in r.stderr
+    assert Lake(tmp_path / "l").sources().height == 0
+
+
 def test_merge_puts_each_note_where_analyze_does():
     """analyze() writes its notes in three groups (per run; the verdicts' outlier steps, per run;
     sources that failed to ingest, in the lake's order): the merge keeps the groups, whatever the

@@ -202,6 +202,10 @@ def test_unreadable_bytes_is_null_for_failed_files_and_old_lakes(tmp_path):
         pl.read_parquet(p).drop("unreadable_bytes").write_parquet(p)
     src = lake.sources()
     assert src.height == 1 and src["unreadable_bytes"].to_list() == [None] and src["status"].to_list() == ["ok"]
+    # only old parts: the DuckDB view still has the column (NULL), in v1's column order
+    con = connect(lake)
+    assert con.execute("SELECT status, unreadable_bytes FROM sources").fetchall() == [("ok", None)]
+    assert [d[0] for d in con.execute("SELECT * FROM sources").description] == list(lake.sources().columns)
     h = tmp_path / "new_in" / "bert_rank-2.json"
     h.parent.mkdir()
     h.write_bytes(text_of("bert"))

@@ -716,9 +716,9 @@ def _retry_alone(u: Unit, opts: Options, done, ctx) -> list[Prepared]:
 
 
 def _run_dask(units, opts, done, scheduler: str):
-    from distributed import Client
+    from ..cluster import client as dask_client
 
-    with Client(scheduler, set_as_default=False) as client:
+    with dask_client(scheduler) as client:  # SchedulerError (one line) when it cannot be reached
         nthreads = max(1, sum(client.nthreads().values()))
         [frozen] = client.scatter([frozenset(done)], broadcast=True)  # once to every worker, not per task
         window: list = []

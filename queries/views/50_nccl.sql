@@ -37,21 +37,22 @@ SELECT b.* FROM by_rank b WHERE NOT EXISTS (SELECT 1 FROM by_pid x WHERE x.run_i
 -- nccl_process_transport: the transports one NCCL process's channel lines state
 -- (../shared/reference/nccl.md section 1.5).
 --   run_id STRING; host STRING; pid INT64;
---   transports STRING   distinct labels, e.g. 'NET/IB/GDRDMA, P2P/CUMEM' (NET/<net>[/GDRDMA],
+--   transports STRING   distinct labels in alphabetical order, e.g. 'NET/IB/GDRDMA, P2P/CUMEM' (NET/<net>[/GDRDMA],
 --                       P2P[/<mode>], SHM, NVLS, COLLNET)
 --   net_name STRING     network of its NET channels (IB, Socket, AWS Libfabric); NULL: no NET
 --   net_channels INT64; gdr_channels INT64 (NET channels with GPUDirect RDMA); shm_channels INT64
 CREATE OR REPLACE VIEW nccl_process_transport AS
 SELECT run_id, host, pid,
-  string_agg(DISTINCT CASE transport
-      WHEN 'NET' THEN 'NET/' || coalesce(net_name, '?') || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END
-      WHEN 'P2P' THEN 'P2P' || coalesce('/' || p2p_mode, '')
-      ELSE transport END, ', ') AS transports,
+  string_agg(DISTINCT label, ', ' ORDER BY label) AS transports,
   any_value(net_name) FILTER (WHERE transport = 'NET') AS net_name,
   count(*) FILTER (WHERE transport = 'NET') AS net_channels,
   count(*) FILTER (WHERE transport = 'NET' AND gdr) AS gdr_channels,
   count(*) FILTER (WHERE transport = 'SHM') AS shm_channels
-FROM nccl_channels
+FROM (SELECT *, CASE transport
+        WHEN 'NET' THEN 'NET/' || coalesce(net_name, '?') || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END
+        WHEN 'P2P' THEN 'P2P' || coalesce('/' || p2p_mode, '')
+        ELSE transport END AS label
+      FROM nccl_channels)
 GROUP BY run_id, host, pid;
 
 -- collectives_nccl: collectives with what the NCCL log of the rank's process says.
