@@ -2,7 +2,7 @@
 512 ranks, printed in one run with ratios against HTA and the parse floor.
 
   python benchmarks/scale_bench.py [--source TRACE] [--ranks 8] [--mb-per-rank 50] [--big-mb 2048]
-                                   [--kernels 10000] [--big-kernels 100000] [--skip-hta] [--skip-big] [--skip-ingest] [--work DIR]
+                                   [--kernels 10000] [--big-kernels 100000] [--skip-hta] [--skip-big] [--skip-ingest] [--skip-analysis] [--work DIR]
 
 Inputs come from benchmarks/scale_trace.py (default source: HTA's sampled_rank-0, a real rank of
 a 128-rank NCCL job, scaled keeping its shape):
@@ -172,6 +172,7 @@ def main():
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--skip-ingest", action="store_true", help="only the analysis part (3.)")
+    ap.add_argument("--skip-analysis", action="store_true", help="only the ingest parts (1. and 2.)")
     ap.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds an analysis may take before it is stopped")
     a = ap.parse_args()
@@ -220,6 +221,8 @@ def main():
             shutil.rmtree(big)
         shutil.rmtree(traces, ignore_errors=True)
         # ---------------------------------------------------------------- 3. analysis
+        if a.skip_analysis:
+            return
         print(f"\n3. analysis (every metric) and report (HTML) of lakes of N ranks x K kernels")
         print(f"{'':30s} {'rows':>12s} {'write s':>8s} {'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}")
         times = {}
