@@ -145,3 +145,20 @@ def test_bombs_fail_cleanly_and_alone(tmp_path, monkeypatch):
     assert res[t.name].status == "failed" and "gzip bomb" in res[t.name].error
     assert res["sampled_rank-1.json.gz"].status == "ok"
     assert os.environ["TRACELAKE_MAX_UNCOMPRESSED_BYTES"] == "10000000"
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_tar_gz_cut_inside_a_member_fails_alone(tmp_path, jobs):
+    """A .tar.gz cut short (the copy was interrupted) inside a member's data: that archive gets one
+    failed row naming the cut; the files beside it are still ingested (found by a new-user trial:
+    the member's read raised past the batch)."""
+    good = member_bytes("job/sampled_rank-1.json.gz")
+    whole = make_archive(tmp_path / "whole.tar.gz", {"x/worker2.json": member_bytes("job/worker2.json")})
+    (tmp_path / "in").mkdir()
+    raw = whole.read_bytes()
+    (tmp_path / "in" / "cut.tar.gz").write_bytes(raw[: len(raw) // 2])
+    (tmp_path / "in" / "sampled_rank-1.json.gz").write_bytes(good)
+    res = {Path(r.path).name: r for r in ingest_paths([tmp_path / "in"], Lake(tmp_path / "l"), jobs=jobs)}
+    assert res["cut.tar.gz"].status == "failed"
+    assert res["cut.tar.gz"].error.startswith("corrupt or truncated tar.gz") and "\n" not in res["cut.tar.gz"].error
+    assert res["sampled_rank-1.json.gz"].status == "ok"

@@ -43,7 +43,9 @@ import os
 import re
 import shutil
 import stat
+import tarfile
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -517,8 +519,10 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
             if p is not None and not (p.status == "failed" and p.error and p.error.startswith("not a Kineto trace, Nsight")
                                       and m.name.lower().endswith(LOG_SUFFIXES)):
                 out.append(p)
-    except (kineto.TraceError, OSError) as e:
-        err = str(e) if isinstance(e, kineto.TraceError) else f"cannot read: {e.strerror or e}"
+    except (kineto.TraceError, OSError, tarfile.TarError, EOFError, zlib.error) as e:
+        # a member's data cut short raises from its read, not from the tar header walk
+        err = (str(e) if isinstance(e, kineto.TraceError) else f"cannot read: {e.strerror or e}" if isinstance(e, OSError)
+               else f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})")
         for p in out:
             if p.staged is not None:
                 Lake(opts.lake).discard(p.staged)
