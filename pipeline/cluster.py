@@ -42,12 +42,25 @@ def client(scheduler: str):
     from distributed.comm import parse_address
     from distributed.comm.registry import get_backend
 
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def handshake():  # Dask's own handshake: a port that refuses, or another service, fails here
+        comm = await connect(scheduler, timeout="10s")
+        await comm.close()
+
     try:
-        # a bad address first: a Client that fails in its constructor waits 60 s in __del__
-        get_backend(parse_address(scheduler)[0])
-        return Client(scheduler, set_as_default=False)
-    except (OSError, ValueError) as e:  # refused, timed out, or not an address
-        raise SchedulerError(one_line(f"cannot reach the Dask scheduler at {scheduler}: {type(e).__name__}: {e}")) from None
+        # the address and the scheduler are checked before a Client is made: a Client that fails
+        # in its constructor waits another 60 s in __del__ and prints a traceback
+        scheme, _ = parse_address(scheduler)
+        get_backend(scheme)
+        if scheme in ("tcp", "tls"):  # inproc:// lives in this process's own loop
+            asyncio.run(asyncio.wait_for(handshake(), 15))
+        return Client(scheduler, set_as_default=False, timeout="20s")
+    except Exception as e:  # refused, timed out, not an address, or not a Dask scheduler answering
+        why = str(e) or ("no Dask scheduler answered within 15 s" if isinstance(e, TimeoutError) else "")
+        raise SchedulerError(one_line(f"cannot reach the Dask scheduler at {scheduler}: {type(e).__name__}: {why}")) from None
 
 
 def _analyze_run(root: str, run_id: str, options: dict) -> dict:
