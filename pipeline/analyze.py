@@ -141,6 +141,10 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             **_summary(s, devices.filter(pl.col("run_id") == run_id)),
         }
         runs.append(run)
+        for row in s.filter(pl.col("status") == "partial").sort("path").iter_rows(named=True):
+            cut = f"{row['unreadable_bytes']:,} bytes at its end unreadable" if row.get("unreadable_bytes") is not None else "cut short"
+            notes.append(f"run {run_id}: {row['path']} is partial ({cut}: the job was killed while the profiler wrote?): "
+                         "its complete events are analysed; work after the cut is missing, so its last step may look short or idle")
         if r_ranks.height == 0:
             notes.append(f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not available")
             continue

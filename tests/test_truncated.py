@@ -213,3 +213,24 @@ def test_unreadable_bytes_is_null_for_failed_files_and_old_lakes(tmp_path):
     con = connect(lake)
     assert con.execute("SELECT unreadable_bytes FROM sources ORDER BY unreadable_bytes NULLS FIRST").fetchall() == [(None,), (0,)]
     assert sorted(lake.sources()["unreadable_bytes"].to_list(), key=str) == [0, None]
+
+
+def test_analysis_and_report_name_a_partial_trace(tmp_path):
+    """A cut rank is said in the analysis notes (and so in the report), with its unreadable bytes,
+    beside a complete rank of the same run (found by a new-user trial: only sources said it)."""
+    from pipeline.analyze import analyze
+    from pipeline.report import document, markdown
+
+    data = text_of("dlrm")
+    prefix = data[: int(len(data) * 0.5)]
+    events, end = complete_events(prefix)
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "dlrm_rank-1.json").write_bytes(prefix)
+    (job / "bert_rank-2.json").write_bytes(text_of("bert"))
+    lake = Lake(tmp_path / "lake")
+    assert sorted(r.status for r in ingest_paths([job], lake, run="job")) == ["ok", "partial"]
+    doc = analyze(lake)
+    cut = [n for n in doc["notes"] if "is partial" in n]
+    assert len(cut) == 1 and "dlrm_rank-1.json" in cut[0] and f"{len(prefix) - end:,} bytes at its end unreadable" in cut[0]
+    assert cut[0] in markdown.render(document.build(doc, None)).replace("\\_", "_")  # markdown escapes _
