@@ -17,6 +17,8 @@ run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
 
 from __future__ import annotations
 
+import time
+
 import duckdb
 import polars as pl
 
@@ -39,6 +41,21 @@ SCOPE_COLUMNS = ("run_id", "source_id", "rank", "device", "stream", "kind", "cat
 def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None,
             peak_tflops: float | None = None, model_flops_per_step: float | None = None,
             materialize: bool = False, runs: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+    """The connection described in the module doc. An ingest committing meanwhile (`--force`
+    replaces a source's parts) can remove a part between listing and reading it: the lake is then
+    listed again, up to 3 times. Raises ValueError for a bad window or override, duckdb.Error for
+    an unreadable lake."""
+    for attempt in range(3):
+        try:
+            return _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs)
+        except duckdb.IOException as e:
+            if attempt == 2 or "No files found" not in str(e) and "No such file" not in str(e):
+                raise
+            time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
+def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs):
     if window not in ("all", "hta"):
         raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
     con = duckdb.connect(":memory:")
