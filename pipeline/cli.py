@@ -134,6 +134,7 @@ PATHS = typer.Argument(..., help="Traces and exports (Kineto .json/.json.gz; Nsi
                        ".nsys-rep/.qdrep) or directories, searched recursively.")
 LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
 RUN = typer.Option(None, "--run", help="Run id for all files (default: each file's parent directory name).")
+ONLY_RUNS = typer.Option(None, "--run", help="Analyse only this run of the lake (repeat for several; default: every run).")
 RANK = typer.Option(None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win).")
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
 JOBS = typer.Option(0, "--jobs", "-j", help="Worker processes for ingest (0: one per core; 1: no pool).")
@@ -180,12 +181,13 @@ def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RU
 
 def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None,
               model_flops_per_step: float | None, *palm_shape, top_n: int | None = 20,
-              scheduler: str | None = None) -> tuple[dict, int]:
+              scheduler: str | None = None, runs: list[str] | None = None) -> tuple[dict, int]:
     """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
     layers, heads, head_dim, seq_len, tokens_per_step), all None when not given; top_n: kernels
     kept per run; scheduler: a Dask scheduler's address to analyse on, one task per run (each run
     whose task fails gets a warning here and a note in the document; the code is then
-    EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed)."""
+    EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only these runs (a usage
+    error names any the lake does not hold)."""
     from .analyze import analyze
     from .lake import Lake, one_line
 
@@ -199,8 +201,13 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
     for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
         if v is not None and not v > 0:
             raise typer.BadParameter(f"{name} must be positive")
+    if runs:
+        known = set(lake.sources()["run_id"].drop_nulls().to_list())
+        missing = [r for r in runs if r not in known]
+        if missing:
+            raise typer.BadParameter(one_line(f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})"))
     options = dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
-                   model_flops_per_step=model_flops_per_step, top_n=top_n)
+                   model_flops_per_step=model_flops_per_step, top_n=top_n, runs=sorted(set(runs)) if runs else None)
     if not scheduler:
         return analyze(lake, **options), EXIT_OK
     from .cluster import SchedulerError, analyze_on_cluster
@@ -222,10 +229,11 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
             window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
             model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
             heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-            tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER):
-    """Compute the metrics (queries/*.sql) and the verdict for every run in the lake."""
+            tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER,
+            runs: Optional[List[str]] = ONLY_RUNS):
+    """Compute the metrics (queries/*.sql) and the verdict for every run in the lake (or the --run ones)."""
     res, code = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, params, layers, heads, head_dim,
-                          seq_len, tokens_per_step, scheduler=scheduler)
+                          seq_len, tokens_per_step, scheduler=scheduler, runs=runs)
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
         raise typer.Exit(code)
@@ -263,7 +271,8 @@ def report(lake: Path = LAKE,
            window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
            model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
            heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-           tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER):
+           tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER,
+           runs: Optional[List[str]] = ONLY_RUNS):
     """Write the report: verdict, ranked findings and charts (html), or the same verdict and findings as json or md."""
     from .report import document, markdown
     from .report.html import render
@@ -273,7 +282,8 @@ def report(lake: Path = LAKE,
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
     top_n = None if baseline is not None else 20
-    res, code = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=top_n, scheduler=scheduler)
+    res, code = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=top_n, scheduler=scheduler,
+                          runs=runs)
     base = None
     if baseline:
         base, base_code = _analysis(baseline, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=None,

@@ -120,20 +120,20 @@ def merge(skeleton: dict, run_ids: list[str], docs: dict[str, dict], failures: d
 
 def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_wait_threshold_ns: int = 30_000,
                        top_n: int | None = 20, peak_tflops: float | None = None,
-                       model_flops_per_step: float | None = None) -> tuple[dict, list[RunFailure]]:
+                       model_flops_per_step: float | None = None, runs: list[str] | None = None) -> tuple[dict, list[RunFailure]]:
     """analyze(lake, ...) computed one run per Dask task on the cluster at `scheduler`.
 
     Returns (document, failures): the document equals analyze(lake, ...) when failures is empty;
     each failed run is absent from it and has a `run ID: not analysed: ...` note. Raises
     FileNotFoundError if the lake does not exist, SchedulerError when the scheduler cannot be
-    reached."""
+    reached. runs: only these runs (None: every run of the lake)."""
     from .analyze import analyze
 
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
     options = dict(window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, top_n=top_n,
                    peak_tflops=peak_tflops, model_flops_per_step=model_flops_per_step)
-    src = lake.sources()
+    src = lake.sources(runs)
     # every run with a sources row, failed-only runs too: their document holds their failed notes
     run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))
     root = str(lake.root.absolute())
@@ -152,6 +152,6 @@ def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_w
                     fut.release()
     # scalar keys and the full key list from a run's own document, else from an empty analysis
     ok = [docs[r] for r in run_ids if r in docs]
-    skeleton = ok[0] if ok else analyze(lake, runs=[], **options)
+    skeleton = ok[0] if ok else analyze(lake, **{**options, "runs": []})
     doc = merge(skeleton, run_ids, docs, failures, _failed_sources(src))
     return doc, [RunFailure(r, failures[r]) for r in run_ids if r in failures]

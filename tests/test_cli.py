@@ -64,3 +64,27 @@ def test_report_escapes_input_strings(tmp_path):
     assert "<img src=x" not in html
     assert "</script><script>alert(1)" not in html
     assert "alert(1)" in html  # the names are there, as inert text
+
+
+def test_analyze_and_report_one_run_of_the_lake(tmp_path):
+    """`--run ID` analyses that run only: the same run rows as the whole lake's analysis, no other
+    run; a run the lake does not hold is a usage error naming the runs it does hold."""
+    from pipeline.analyze import analyze as analyze_lake
+    from pipeline.lake import Lake
+
+    runner = CliRunner()
+    lake = tmp_path / "lake"
+    src = REPO / "sample_traces" / "hta_trace_filter"
+    for run in ("a", "b"):
+        assert runner.invoke(app, ["ingest", str(src), "--lake", str(lake), "--run", run]).exit_code == 0
+    r = runner.invoke(app, ["analyze", "--json", "--lake", str(lake), "--run", "b"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    whole = analyze_lake(Lake(lake))
+    assert [x["run_id"] for x in doc["runs"]] == ["b"]
+    for key in ("steps", "ranks", "step_time", "verdicts"):
+        assert doc[key] == [x for x in whole[key] if x["run_id"] == "b"], key
+    r = runner.invoke(app, ["report", "--format", "md", "--lake", str(lake), "--run", "a"])
+    assert r.exit_code == 0 and "## Run a" in r.stdout and "## Run b" not in r.stdout
+    r = runner.invoke(app, ["analyze", "--lake", str(lake), "--run", "nope"])
+    assert r.exit_code == 2 and "--run nope: not in the lake (runs: a, b)" in r.output
