@@ -112,15 +112,10 @@ sweep AS (
   FROM edges
   WINDOW g AS (ORDER BY run_id, rank, t, ord, graph DESC, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
 ),
--- the cause of an idle gap from its start g0, its length and the first edge at its end: work
--- starting there (graph replay; else host wait when launched after g0); none, at r1: no more work
--- was launched before the windows ended (host wait); else kernel wait if short, else other
+-- idle pieces inside a window, each with its gap: start g0, length glen, and the first edge at
+-- its end (next_ord, next_launch, next_graph)
 idle_fast AS (  -- pieces that are a whole gap: from one point straight to the next (nearly all)
-  SELECT run_id, rank, cur_step, nl, seg, CASE
-      WHEN next_ord = 0 AND next_graph THEN 'unreliable'
-      WHEN CASE next_ord WHEN 0 THEN next_launch WHEN 2 THEN 9223372036854775807 END > t THEN 'host_wait'
-      WHEN seg < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
-      ELSE 'other' END AS part
+  SELECT run_id, rank, cur_step, nl, seg, t AS g0, seg AS glen, next_ord, next_launch, next_graph
   FROM sweep WHERE nc + nm + ny + nu = 0 AND seg > 0 AND nw > 0 AND pt = 1 AND next_pt = 1
 ),
 cut AS (  -- gaps a window or DataLoader edge cuts (a few per step)
@@ -131,23 +126,28 @@ cut_rows AS (
   WHERE s.nc + s.nm + s.ny + s.nu = 0
 ),
 cut_gaps AS (
-  SELECT g.run_id, g.rank, g.gap_id, CASE
-      WHEN e.next_ord = 0 AND e.next_graph THEN 'unreliable'
-      WHEN CASE e.next_ord WHEN 0 THEN e.next_launch WHEN 2 THEN 9223372036854775807 END > g.g0 THEN 'host_wait'
-      WHEN g.glen < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
-      ELSE 'other' END AS part
+  SELECT g.run_id, g.rank, g.gap_id, g.g0, g.glen, e.next_ord, e.next_launch, e.next_graph
   FROM (SELECT run_id, rank, gap_id, min(t) AS g0, sum(seg) AS glen FROM cut_rows GROUP BY ALL) g
   -- the first edge at the gap's end is what the gap's last row sees with lead()
   JOIN (SELECT run_id, rank, gap_id, arg_max(next_ord, t) AS next_ord, arg_max(next_launch, t) AS next_launch,
                arg_max(next_graph, t) AS next_graph FROM cut_rows WHERE seg > 0 GROUP BY ALL) e
     ON e.run_id = g.run_id AND e.rank = g.rank AND e.gap_id = g.gap_id
 ),
+-- the cause of a gap: work starting at its end (graph replay; else host wait when launched after
+-- g0); none, at r1: no more work was launched before the windows ended (host wait); else kernel
+-- wait if short, else other
 idle_pieces AS (
-  SELECT run_id, rank, cur_step, nl, seg, part FROM idle_fast
-  UNION ALL
-  SELECT r.run_id, r.rank, r.cur_step, r.nl, r.seg, c.part
-  FROM cut_rows r JOIN cut_gaps c ON c.run_id = r.run_id AND c.rank = r.rank AND c.gap_id = r.gap_id
-  WHERE r.seg > 0 AND r.nw > 0
+  SELECT run_id, rank, cur_step, nl, seg, CASE
+      WHEN next_ord = 0 AND next_graph THEN 'unreliable'
+      WHEN CASE next_ord WHEN 0 THEN next_launch WHEN 2 THEN 9223372036854775807 END > g0 THEN 'host_wait'
+      WHEN glen < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+      ELSE 'other' END AS part
+  FROM (
+    SELECT * FROM idle_fast
+    UNION ALL
+    SELECT r.run_id, r.rank, r.cur_step, r.nl, r.seg, c.g0, c.glen, c.next_ord, c.next_launch, c.next_graph
+    FROM cut_rows r JOIN cut_gaps c ON c.run_id = r.run_id AND c.rank = r.rank AND c.gap_id = r.gap_id
+    WHERE r.seg > 0 AND r.nw > 0)
 ),
 -- the sweep's segments inside a step window
 pieces AS (SELECT * FROM sweep WHERE nw > 0 AND seg > 0),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import operator
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Union
 
@@ -31,7 +31,7 @@ from .. import classify as classify_mod
 from .. import catalog
 from ..flops import MODELLED_OPS, op_flops
 from ..ncclname import kernel_meta  # noqa: F401  (re-exported for callers of kineto.kernel_meta)
-from ..timeparse import text_series, us_series_to_ns, us_text_to_ns
+from ..timeparse import us_text_to_ns
 
 
 class TraceError(ValueError):
@@ -315,27 +315,6 @@ def _dims3(vals: list, prefix: str) -> dict[str, pl.Series]:
         zs.append(d[2] if d else None)
     return {f"{prefix}_x": pl.Series(xs, dtype=pl.Int32), f"{prefix}_y": pl.Series(ys, dtype=pl.Int32),
             f"{prefix}_z": pl.Series(zs, dtype=pl.Int32)}
-
-
-def _int_us_to_ns(s: pl.Series):
-    """(ns, ok) when every text is a plain integer of at most 16 digits (old traces write epoch µs
-    with 16 digits: beyond timeparse's 15-digit fast path, but within int64 ns up to
-    9223372036854775 µs), else None. Exact: integer µs times 1000."""
-    if not len(s):
-        return None
-    v = s.cast(pl.Int64, strict=False)
-    if v.null_count() or not bool(((v >= -9223372036854775) & (v <= 9223372036854775)).all()) \
-            or bool(s.str.contains(r"[^0-9-]").any()):
-        return None
-    return v.to_numpy().astype(np.int64) * 1000, np.ones(len(s), dtype=bool)
-
-
-def _us_to_ns(raws: list):
-    """(ns, ok) of raw JSON µs texts: timeparse.us_text_to_ns, with a fast path for integers."""
-    if not raws:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
-    s = text_series(raws)
-    return _int_us_to_ns(s) or us_series_to_ns(s)
 
 
 def _dims(v, n):
@@ -836,7 +815,23 @@ class _Spool:
 # ----------------------------------------------------------------------------- parse
 
 @dataclass
-class Parsed:
+class TraceMeta:
+    """What a trace file says about itself (distributedInfo, host, base time, versions) and how
+    much of it could be read; shared by Parsed and StreamParsed."""
+    rank: int | None
+    world_size: int | None
+    backend: str | None
+    host: str | None
+    base_time_ns: int | None
+    tool_versions: dict
+    event_count: int
+    notes: list[str]
+    partial: bool
+    unreadable_bytes: int
+
+
+@dataclass
+class Parsed(TraceMeta):
     """Tables of one trace (polars frames), plus what the file says about itself (parse())."""
     gpu: pl.DataFrame
     cpu: pl.DataFrame
@@ -846,16 +841,6 @@ class Parsed:
     process_groups: pl.DataFrame
     annotations: pl.DataFrame
     counters: pl.DataFrame
-    rank: int | None
-    world_size: int | None
-    backend: str | None
-    host: str | None
-    base_time_ns: int | None
-    tool_versions: dict
-    event_count: int
-    notes: list[str] = field(default_factory=list)
-    partial: bool = False
-    unreadable_bytes: int = 0
 
 
 def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
@@ -874,9 +859,7 @@ def parse(data: bytes, comm_patterns: list[str] | None = None) -> Parsed:
         s.close()
     return Parsed(gpu=fr["gpu_activities"], cpu=fr["cpu_ops"], steps=fr["steps"], collectives=fr["collectives"],
                   devices=fr["devices"], process_groups=fr["process_groups"], annotations=fr["annotations"],
-                  counters=fr["counters"], rank=s.rank, world_size=s.world_size, backend=s.backend, host=s.host,
-                  base_time_ns=s.base_time_ns, tool_versions=s.tool_versions, event_count=s.event_count,
-                  notes=s.notes, partial=s.partial, unreadable_bytes=s.unreadable_bytes)
+                  counters=fr["counters"], **{f.name: getattr(s, f.name) for f in fields(TraceMeta)})
 
 
 def parse_stream(read, comm_patterns: list[str] | None = None, spool_dir=None, batch_bytes: int | None = None,
@@ -967,8 +950,8 @@ class _Acc:
         kept = gpu_idx + cpu_idx + ann_idx
         evs_all = [events[i] for i in kept]
         # the times of all three tables in one conversion each
-        ts_all, ok_ts_all = _us_to_ns(list(map(_TS, evs_all)))
-        du_all, ok_du_all = _us_to_ns(list(map(_DUR, evs_all)))
+        ts_all, ok_ts_all = us_text_to_ns(list(map(_TS, evs_all)))
+        du_all, ok_du_all = us_text_to_ns(list(map(_DUR, evs_all)))
         ok_du_all &= du_all < 2**62  # a duration of over a century is corrupt, and start + dur must fit
         self.bad_dur += int((ok_ts_all & ~ok_du_all).sum())
         self._span(ts_all, ok_ts_all)
@@ -1245,7 +1228,7 @@ class _Acc:
 
 
 @dataclass
-class StreamParsed:
+class StreamParsed(TraceMeta):
     """A parsed trace whose large tables are spooled: tables(ids) streams them, with timestamps
     made absolute and GPU work classified (phase 2). What the file says about itself is in the
     attributes. close() removes spill files."""
@@ -1257,16 +1240,6 @@ class StreamParsed:
     devices: pl.DataFrame
     process_groups: pl.DataFrame
     rpc: pl.DataFrame
-    rank: int | None
-    world_size: int | None
-    backend: str | None
-    host: str | None
-    base_time_ns: int | None
-    tool_versions: dict
-    event_count: int
-    notes: list[str]
-    partial: bool
-    unreadable_bytes: int
     decompressed_bytes: int
     trace_start_ns: int | None
     trace_end_ns: int | None

@@ -44,28 +44,22 @@ WIDTH = 680
 
 _CATEGORY_COLORS = {"compute": "#4c78a8", "communication": "#e45756", "memory": "#f58518", "unknown": "#b279a2",
                     "sync": "#9d755d"}
-STEP_PARTS = [  # (step_time column, label, colour)
-    ("compute_ns", "compute", "#4c78a8"),
-    ("exposed_comm_ns", "exposed communication", "#e45756"),
-    ("exposed_memory_ns", "exposed memory", "#f58518"),
-    ("exposed_unknown_ns", "exposed unknown", "#b279a2"),
-    ("idle_input_ns", "idle: data loading", "#eeca3b"),
-    ("idle_host_wait_ns", "idle: host launched late", "#9d755d"),
-    ("idle_kernel_wait_ns", "idle: launch gaps", "#bab0ac"),
-    ("idle_other_ns", "idle: other waits", "#d8d4d0"),
-    ("idle_unreliable_ns", "idle: before graph replays", "#e7e1ef"),
-]
-TRACE_PARTS = [  # (ranks column, label, colour) on the whole-trace basis
-    ("compute_ns", "compute", "#4c78a8"),
-    ("exposed_comm_ns", "exposed communication", "#e45756"),
-    ("exposed_memcpy_ns", "exposed memory", "#f58518"),
-    ("exposed_unknown_ns", "exposed unknown", "#b279a2"),
-    ("idle_host_wait_ns", "idle: host launched late", "#9d755d"),
-    ("idle_kernel_wait_ns", "idle: launch gaps", "#bab0ac"),
-    ("idle_other_ns", "idle: other waits", "#d8d4d0"),
-    ("idle_unreliable_ns", "idle: before graph replays", "#e7e1ef"),
-]
 _CAUSE_COLORS = {"host_wait": "#9d755d", "kernel_wait": "#bab0ac", "other": "#d8d4d0", "unreliable": "#e7e1ef"}
+STEP_PARTS = [  # (step_time column, label, colour)
+    ("compute_ns", "compute", _CATEGORY_COLORS["compute"]),
+    ("exposed_comm_ns", "exposed communication", _CATEGORY_COLORS["communication"]),
+    ("exposed_memory_ns", "exposed memory", _CATEGORY_COLORS["memory"]),
+    ("exposed_unknown_ns", "exposed unknown", _CATEGORY_COLORS["unknown"]),
+    ("idle_input_ns", "idle: data loading", "#eeca3b"),
+    ("idle_host_wait_ns", "idle: host launched late", _CAUSE_COLORS["host_wait"]),
+    ("idle_kernel_wait_ns", "idle: launch gaps", _CAUSE_COLORS["kernel_wait"]),
+    ("idle_other_ns", "idle: other waits", _CAUSE_COLORS["other"]),
+    ("idle_unreliable_ns", "idle: before graph replays", _CAUSE_COLORS["unreliable"]),
+]
+# the same parts on the whole-trace basis (ranks rows): memory is exposed_memcpy_ns there, and
+# without steps there is no DataLoader split of idle
+TRACE_PARTS = [("exposed_memcpy_ns" if c == "exposed_memory_ns" else c, label, color)
+               for c, label, color in STEP_PARTS if c != "idle_input_ns"]
 _CAUSE_LABELS = {"host_wait": "host launched late", "kernel_wait": "launch gap", "other": "other wait",
                  "unreliable": "before graph replay"}
 
