@@ -29,83 +29,88 @@
 --   comm_comp_overlap_pct DOUBLE 0-100, NULL when comm_ns = 0 (nothing to overlap)
 --   idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns, idle_unreliable_ns: INT64 ns
 --   kernels INT64: number of activities in the bucket
-WITH work AS (
-  SELECT run_id, rank, 'step' AS level, step, start_ns, end_ns, category, launch_ns, graph_replay FROM scope WHERE step IS NOT NULL
+WITH buckets AS (  -- a dense integer per bucket: the sweep sorts on it instead of (run_id, rank, step)
+  SELECT run_id, rank, step, (row_number() OVER (ORDER BY run_id, rank, step NULLS LAST))::INT AS bid
+  FROM (SELECT DISTINCT run_id, rank, step FROM scope WHERE step IS NOT NULL
+        UNION ALL SELECT DISTINCT run_id, rank, NULL::BIGINT FROM scope)
+),
+w0 AS (
+  -- the four category counts travel as two BIGINTs of two 32-bit fields (c0 = compute +
+  -- communication * 2^32, c1 = memory + unknown * 2^32): a running sum of them holds the running
+  -- sums of the fields, since no field is ever negative (starts sort before ends at an instant,
+  -- and end_ns >= start_ns, schemas/v1.toml) nor reaches 2^31
+  SELECT sb.bid AS step_bid, rb.bid AS rank_bid, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns,
+         coalesce(s.graph_replay, false) AS graph,
+         CASE s.category WHEN 'compute' THEN 1 WHEN 'communication' THEN 4294967296 ELSE 0 END AS c0,
+         CASE s.category WHEN 'memory' THEN 1 WHEN 'unknown' THEN 4294967296 ELSE 0 END AS c1
+  FROM scope s
+  JOIN buckets rb ON rb.run_id = s.run_id AND rb.rank = s.rank AND rb.step IS NULL
+  LEFT JOIN buckets sb ON sb.run_id = s.run_id AND sb.rank = s.rank AND sb.step = s.step
+),
+work AS (  -- every activity once in its step's bucket (when it has a step) and once in its rank's
+  SELECT step_bid AS bid, * EXCLUDE (step_bid, rank_bid) FROM w0 WHERE step_bid IS NOT NULL
   UNION ALL
-  SELECT run_id, rank, 'rank', NULL::BIGINT, start_ns, end_ns, category, launch_ns, graph_replay FROM scope
+  SELECT rank_bid AS bid, * EXCLUDE (step_bid, rank_bid) FROM w0
 ),
 edges AS (
-  -- ord orders the edges of one instant: starts first (ordered so that the first carries a graph
-  -- replay if any does, else the smallest launch, NULL if any launch is unknown), then ends, then
-  -- the bucket's end sentinel (time NULL, sorted last in its bucket: the segment from the bucket's
-  -- last end to it has length 0 and no start after it, and its own segment is NULL)
-  SELECT run_id, rank, level, step, start_ns AS t, 0 AS ord,
-         (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
-         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, launch_ns AS launch, coalesce(graph_replay, false) AS graph
-  FROM work
+  -- o orders the edges of one instant: starts first (ordered so that the first carries a graph
+  -- replay if any does (o = 0), else the smallest launch, NULL if any launch is unknown), then
+  -- ends (o = 2), then the bucket's end sentinel (o = 3, time NULL, sorted last in its bucket:
+  -- the segment from the bucket's last end to it has length 0 and no start after it, and its own
+  -- segment is NULL)
+  SELECT bid, start_ns AS t, CASE WHEN graph THEN 0 ELSE 1 END AS o, c0, c1, launch_ns AS launch FROM work
   UNION ALL
-  SELECT run_id, rank, level, step, end_ns, 1,
-         -(category = 'compute')::INT, -(category = 'communication')::INT,
-         -(category = 'memory')::INT, -(category = 'unknown')::INT, NULL, NULL
-  FROM work
+  SELECT bid, end_ns, 2, -c0, -c1, NULL FROM work
   UNION ALL
-  SELECT DISTINCT run_id, rank, level, step, NULL::BIGINT, 2, 0, 0, 0, 0, NULL::BIGINT, NULL::BOOLEAN FROM work
+  SELECT DISTINCT bid, NULL::BIGINT, 3, 0, 0, NULL::BIGINT FROM work
 ),
 -- One sort of all edges (not a window per bucket: DuckDB evaluates framed aggregates per
--- partition several times slower). The running sums in (run_id, rank, step, t) order (a NULL step
--- is the rank level, sorted after the steps) equal the per-bucket sums, because each interval
--- adds +1 and -1 inside its own bucket, so every earlier bucket sums to zero. Edges at one
--- instant leave zero-length segments between them, so only the last edge of an instant carries a
--- segment, with the counts after every change at that instant; its lead() is the first edge of
--- the next instant, which, by ord, tells whether work starts there and with which launch.
+-- partition several times slower). The running sums in (bid, t) order equal the per-bucket sums,
+-- because each interval adds +1 and -1 inside its own bucket, so every earlier bucket sums to
+-- zero. Edges at one instant leave zero-length segments between them, so only the last edge of an
+-- instant carries a segment, with the counts after every change at that instant; its lead() is
+-- the first edge of the next instant, which, by o, tells whether work starts there and with
+-- which launch.
+-- Idle gaps: nothing active, time passes, and work of the same bucket starts at the end (the
+-- segment from a bucket's last end to its sentinel has no start after it); cause as above.
 sweep AS (
-  SELECT run_id, rank, level, step, t, ord,
-    sum(dc) OVER g AS nc, sum(dm) OVER g AS nm, sum(dy) OVER g AS ny, sum(du) OVER g AS nu,
-    coalesce(lead(t) OVER g, t) - t AS seg,
-    lead(ord) OVER g AS next_ord, lead(launch) OVER g AS next_launch, lead(graph) OVER g AS next_graph
-  FROM edges
-  WINDOW g AS (ORDER BY run_id, rank, step NULLS LAST, t NULLS LAST, ord, graph DESC, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
-),
--- idle gaps: nothing active, time passes, and work of the same bucket starts at the end (the
--- segment from a bucket's last end to its sentinel has no start after it)
-idle AS (
-  SELECT run_id, rank, level, step, seg, CASE
-      WHEN next_graph THEN 'unreliable'
+  SELECT bid, t, o, seg, s0 <> 0 OR s1 <> 0 AS busy, s0 % 4294967296 > 0 AS c, s0 >= 4294967296 AS m,
+    s1 % 4294967296 > 0 AS y, s1 >= 4294967296 AS u,
+    CASE WHEN s0 <> 0 OR s1 <> 0 OR seg <= 0 OR next_o > 1 THEN NULL
+      WHEN next_o = 0 THEN 'unreliable'
       WHEN next_launch > t THEN 'host_wait'
       WHEN seg < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS cause
-  FROM sweep WHERE nc + nm + ny + nu = 0 AND seg > 0 AND next_ord = 0
-),
-idle_agg AS (
-  SELECT run_id, rank, level, step,
-    sum(seg) FILTER (WHERE cause = 'host_wait') AS idle_host_wait_ns,
-    sum(seg) FILTER (WHERE cause = 'kernel_wait') AS idle_kernel_wait_ns,
-    sum(seg) FILTER (WHERE cause = 'other') AS idle_other_ns,
-    sum(seg) FILTER (WHERE cause = 'unreliable') AS idle_unreliable_ns
-  FROM idle GROUP BY ALL
+  FROM (
+    SELECT bid, t, o, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1,
+      coalesce(lead(t) OVER g, t) - t AS seg, lead(o) OVER g AS next_o, lead(launch) OVER g AS next_launch
+    FROM edges
+    WINDOW g AS (ORDER BY bid, t NULLS LAST, o, launch NULLS FIRST ROWS UNBOUNDED PRECEDING))
 ),
 agg AS (
-  SELECT run_id, rank, level, step,
-    min(t) AS first_ns, max(t) FILTER (WHERE ord < 2) AS last_ns,
-    count(*) FILTER (WHERE ord = 0) AS kernels,
-    coalesce(sum(seg) FILTER (WHERE nc + nm + ny + nu > 0), 0)::BIGINT AS gpu_busy_ns,
-    coalesce(sum(seg) FILTER (WHERE nc > 0), 0)::BIGINT AS compute_ns,
-    coalesce(sum(seg) FILTER (WHERE nm > 0), 0)::BIGINT AS comm_ns,
-    coalesce(sum(seg) FILTER (WHERE ny > 0), 0)::BIGINT AS memory_ns,
-    coalesce(sum(seg) FILTER (WHERE nu > 0), 0)::BIGINT AS unknown_ns,
-    coalesce(sum(seg) FILTER (WHERE nc > 0 AND nm > 0), 0)::BIGINT AS overlap_ns,
-    coalesce(sum(seg) FILTER (WHERE nc = 0 AND nm > 0), 0)::BIGINT AS exposed_comm_ns,
-    coalesce(sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny > 0), 0)::BIGINT AS exposed_memory_ns,
-    coalesce(sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny = 0 AND nu > 0), 0)::BIGINT AS exposed_unknown_ns
+  SELECT bid,
+    min(t) AS first_ns, max(t) FILTER (WHERE o < 3) AS last_ns,
+    count(*) FILTER (WHERE o < 2) AS kernels,
+    coalesce(sum(seg) FILTER (WHERE busy), 0)::BIGINT AS gpu_busy_ns,
+    coalesce(sum(seg) FILTER (WHERE c), 0)::BIGINT AS compute_ns,
+    coalesce(sum(seg) FILTER (WHERE m), 0)::BIGINT AS comm_ns,
+    coalesce(sum(seg) FILTER (WHERE y), 0)::BIGINT AS memory_ns,
+    coalesce(sum(seg) FILTER (WHERE u), 0)::BIGINT AS unknown_ns,
+    coalesce(sum(seg) FILTER (WHERE c AND m), 0)::BIGINT AS overlap_ns,
+    coalesce(sum(seg) FILTER (WHERE NOT c AND m), 0)::BIGINT AS exposed_comm_ns,
+    coalesce(sum(seg) FILTER (WHERE NOT c AND NOT m AND y), 0)::BIGINT AS exposed_memory_ns,
+    coalesce(sum(seg) FILTER (WHERE NOT c AND NOT m AND NOT y AND u), 0)::BIGINT AS exposed_unknown_ns,
+    coalesce(sum(seg) FILTER (WHERE cause = 'host_wait'), 0)::BIGINT AS idle_host_wait_ns,
+    coalesce(sum(seg) FILTER (WHERE cause = 'kernel_wait'), 0)::BIGINT AS idle_kernel_wait_ns,
+    coalesce(sum(seg) FILTER (WHERE cause = 'other'), 0)::BIGINT AS idle_other_ns,
+    coalesce(sum(seg) FILTER (WHERE cause = 'unreliable'), 0)::BIGINT AS idle_unreliable_ns
   FROM sweep GROUP BY ALL
 )
-SELECT a.run_id, a.rank, a.level, a.step, a.first_ns, a.last_ns,
+SELECT b.run_id, b.rank, CASE WHEN b.step IS NULL THEN 'rank' ELSE 'step' END AS level, b.step, a.first_ns, a.last_ns,
   (a.last_ns - a.first_ns) AS span_ns, a.gpu_busy_ns, (a.last_ns - a.first_ns) - a.gpu_busy_ns AS gpu_idle_ns,
   a.compute_ns, a.comm_ns, a.memory_ns, a.unknown_ns, a.overlap_ns, a.exposed_comm_ns, a.exposed_memory_ns, a.exposed_unknown_ns,
   CASE WHEN a.comm_ns > 0 THEN 100.0 * a.overlap_ns / a.comm_ns END AS comm_comp_overlap_pct,
-  coalesce(i.idle_host_wait_ns, 0)::BIGINT AS idle_host_wait_ns, coalesce(i.idle_kernel_wait_ns, 0)::BIGINT AS idle_kernel_wait_ns,
-  coalesce(i.idle_other_ns, 0)::BIGINT AS idle_other_ns, coalesce(i.idle_unreliable_ns, 0)::BIGINT AS idle_unreliable_ns,
-  a.kernels
+  a.idle_host_wait_ns, a.idle_kernel_wait_ns, a.idle_other_ns, a.idle_unreliable_ns, a.kernels
 FROM agg a
-LEFT JOIN idle_agg i ON i.run_id = a.run_id AND i.rank = a.rank AND i.level = a.level AND i.step IS NOT DISTINCT FROM a.step
-ORDER BY a.run_id, a.rank, a.level DESC, a.step;
+JOIN buckets b USING (bid)
+ORDER BY b.run_id, b.rank, level DESC, b.step;

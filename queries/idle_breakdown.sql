@@ -17,11 +17,24 @@
 -- Columns:
 --   run_id STRING; rank INT32; device INT32; stream INT64; step INT64 (NULL: outside steps)
 --   host_wait_ns, kernel_wait_ns, other_ns, unreliable_ns INT64 ns; gaps INT64 count
-WITH ordered AS (
-  SELECT run_id, rank, device, stream, step, start_ns, end_ns, launch_ns, graph_replay,
-    max(end_ns) OVER (PARTITION BY run_id, rank, device, stream ORDER BY start_ns, end_ns, event_index
-                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM scope
+WITH streams AS (  -- a dense integer per stream: the running max below sorts on it instead of the strings
+  SELECT run_id, rank, device, stream, (row_number() OVER (ORDER BY run_id, rank, device, stream))::INT AS sid
+  FROM (SELECT DISTINCT run_id, rank, device, stream FROM scope)
+),
+-- The latest earlier end on the stream, as a running max over one global order (a window per
+-- stream is several times slower in DuckDB): the value carries the stream id in its high 64 bits
+-- (and end_ns + 2^63 in the low 64), so a stream's max is its own unless no earlier row of the
+-- stream exists, when the high bits name an earlier stream and prev_end is NULL.
+ordered AS (
+  SELECT sid, step, start_ns, launch_ns, graph_replay,
+    CASE WHEN pm >> 64 = sid THEN ((pm & 18446744073709551615) - 9223372036854775808)::BIGINT END AS prev_end
+  FROM (
+    SELECT m.sid, s.step, s.start_ns, s.launch_ns, s.graph_replay,
+      max((m.sid::HUGEINT << 64) + (s.end_ns::HUGEINT + 9223372036854775808))
+        OVER (ORDER BY m.sid, s.start_ns, s.end_ns, s.event_index ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+    FROM scope s
+    JOIN streams m ON m.run_id = s.run_id AND m.rank = s.rank AND m.device IS NOT DISTINCT FROM s.device
+      AND m.stream IS NOT DISTINCT FROM s.stream)
 ),
 gaps AS (
   SELECT *, start_ns - prev_end AS gap,
@@ -33,13 +46,17 @@ gaps AS (
     END AS cause
   FROM ordered
   WHERE prev_end IS NOT NULL AND start_ns > prev_end
+),
+agg AS (
+  SELECT sid, step,
+    coalesce(sum(gap) FILTER (WHERE cause = 'host_wait'), 0)::BIGINT AS host_wait_ns,
+    coalesce(sum(gap) FILTER (WHERE cause = 'kernel_wait'), 0)::BIGINT AS kernel_wait_ns,
+    coalesce(sum(gap) FILTER (WHERE cause = 'other'), 0)::BIGINT AS other_ns,
+    coalesce(sum(gap) FILTER (WHERE cause = 'unreliable'), 0)::BIGINT AS unreliable_ns,
+    count(*) AS gaps
+  FROM gaps
+  GROUP BY ALL
 )
-SELECT run_id, rank, device, stream, step,
-  coalesce(sum(gap) FILTER (WHERE cause = 'host_wait'), 0)::BIGINT AS host_wait_ns,
-  coalesce(sum(gap) FILTER (WHERE cause = 'kernel_wait'), 0)::BIGINT AS kernel_wait_ns,
-  coalesce(sum(gap) FILTER (WHERE cause = 'other'), 0)::BIGINT AS other_ns,
-  coalesce(sum(gap) FILTER (WHERE cause = 'unreliable'), 0)::BIGINT AS unreliable_ns,
-  count(*) AS gaps
-FROM gaps
-GROUP BY ALL
-ORDER BY run_id, rank, device, stream, step;
+SELECT m.run_id, m.rank, m.device, m.stream, a.step, a.host_wait_ns, a.kernel_wait_ns, a.other_ns, a.unreliable_ns, a.gaps
+FROM agg a JOIN streams m USING (sid)
+ORDER BY m.run_id, m.rank, m.device, m.stream, a.step;

@@ -13,27 +13,39 @@
 --   cause STRING (host_wait | kernel_wait | other | unreliable)
 --   gaps INT64: number of gaps, over all ranks of the run; ranks INT64: ranks with such a gap
 --   total_ns INT64 ns: their summed length
-WITH starts AS (  -- activities grouped by start instant (all of them end the gap before it together)
-  SELECT run_id, rank, start_ns, max(end_ns) AS end_ns,
-         CASE WHEN count(*) FILTER (WHERE launch_ns IS NULL) = 0 THEN min(launch_ns) END AS first_launch,
-         bool_or(graph_replay) AS graph
-  FROM scope GROUP BY run_id, rank, start_ns
+WITH ranks AS (  -- a dense integer per rank: the queries below group and sort on it instead of the strings
+  SELECT run_id, rank, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr FROM (SELECT DISTINCT run_id, rank FROM scope)
 ),
+starts AS (  -- activities grouped by start instant (all of them end the gap before it together)
+  SELECT r.rr, s.start_ns, max(s.end_ns) AS end_ns,
+         CASE WHEN count(*) FILTER (WHERE s.launch_ns IS NULL) = 0 THEN min(s.launch_ns) END AS first_launch,
+         bool_or(s.graph_replay) AS graph
+  FROM scope s JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
+  GROUP BY r.rr, s.start_ns
+),
+-- the latest earlier end of the rank, as a running max over one global order (a window per rank
+-- is several times slower in DuckDB): the value carries the rank id in its high 64 bits (and
+-- end_ns + 2^63 in the low 64), so a rank's max is its own unless no earlier start of the rank
+-- exists, when the high bits name an earlier rank and prev_end is NULL
 prev AS (
-  SELECT *, max(end_ns) OVER (PARTITION BY run_id, rank ORDER BY start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM starts
+  SELECT rr, start_ns, first_launch, graph,
+    CASE WHEN pm >> 64 = rr THEN ((pm & 18446744073709551615) - 9223372036854775808)::BIGINT END AS prev_end
+  FROM (
+    SELECT *, max((rr::HUGEINT << 64) + (end_ns::HUGEINT + 9223372036854775808))
+                OVER (ORDER BY rr, start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+    FROM starts)
 ),
 gaps AS (
-  SELECT run_id, rank, start_ns - prev_end AS gap_ns, CASE
+  SELECT rr, start_ns - prev_end AS gap_ns, CASE
       WHEN graph THEN 'unreliable'
       WHEN first_launch > prev_end THEN 'host_wait'
       WHEN start_ns - prev_end < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS cause
   FROM prev WHERE start_ns > prev_end
 ),
-b AS (SELECT *, floor(log2(gap_ns))::INT AS k FROM gaps)
+b AS (SELECT r.run_id, r.rank, g.*, floor(log2(g.gap_ns))::INT AS k FROM gaps g JOIN ranks r USING (rr))
 SELECT run_id, (2::BIGINT ** k)::BIGINT AS bucket_lo_ns, (2::BIGINT ** (k + 1))::BIGINT AS bucket_hi_ns, cause,
   count(*) AS gaps, count(DISTINCT rank) AS ranks, sum(gap_ns)::BIGINT AS total_ns
 FROM b
-GROUP BY ALL
+GROUP BY run_id, k, cause
 ORDER BY run_id, bucket_lo_ns, cause;

@@ -60,116 +60,124 @@ w1 AS (
   FROM w0
 ),
 win AS (SELECT *, greatest(end0, ws) AS we FROM w1),
-bounds AS (SELECT run_id, rank, min(ws) AS r0, max(we) AS r1 FROM win GROUP BY ALL),
+-- rr: a dense integer per (run_id, rank), which the sweep sorts on instead of the strings
+bounds AS (
+  SELECT *, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr
+  FROM (SELECT run_id, rank, min(ws) AS r0, max(we) AS r1 FROM win GROUP BY ALL)
+),
 work AS (
-  SELECT s.run_id, s.rank, s.start_ns, s.end_ns, s.category, s.launch_ns, s.graph_replay
+  SELECT b.rr, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns, coalesce(s.graph_replay, false) AS graph,
+         -- the four category counts travel as two BIGINTs of two 32-bit fields (as in breakdown.sql)
+         CASE s.category WHEN 'compute' THEN 1 WHEN 'communication' THEN 4294967296 ELSE 0 END AS c0,
+         CASE s.category WHEN 'memory' THEN 1 WHEN 'unknown' THEN 4294967296 ELSE 0 END AS c1
   FROM scope s JOIN bounds b ON s.run_id = b.run_id AND s.rank = b.rank AND s.end_ns > b.r0 AND s.start_ns < b.r1
 ),
 loader_ev AS (
-  SELECT c.run_id, c.rank, c.start_ns, c.end_ns FROM cpu_ops c JOIN bounds b ON b.run_id = c.run_id AND b.rank = c.rank
+  SELECT b.rr, c.start_ns, c.end_ns FROM cpu_ops c JOIN bounds b ON b.run_id = c.run_id AND b.rank = c.rank
   WHERE c.end_ns > c.start_ns
     AND ((c.name LIKE 'enumerate(DataLoader)#%' AND c.name LIKE '%.\_\_next\_\_' ESCAPE '\') OR c.name LIKE 'enumerate(DataPipe)#%')
 ),
+wins AS (SELECT b.rr, w.step, w.ws, w.we FROM win w JOIN bounds b USING (run_id, rank)),
 -- One sweep per rank over every instant where something changes, as edges with deltas:
---   work starts/ends (dc dm dy du: active compute, communication, memory, unknown work),
+--   work starts/ends (c0, c1: active compute, communication, memory, unknown work),
 --   the sentinels r1 and r0 (so the sweep covers every window even before the first and after
---   the last work), step window edges (dw: inside a window; ds: that window's step number,
---   windows never overlap), DataLoader fetch edges (dl).
--- Work edges and sentinels are the sweep's points (pt = 1); an idle gap runs from one point to
--- the next, and window and DataLoader edges only cut it into pieces.
--- ord orders the edges of one instant: work starts first (the first carrying a graph replay if
--- any does, else the smallest launch, NULL if any launch is unknown), ends, r1, r0, then the
--- cutting edges.
+--   the last work), step window edges (inside a window; ds: that window's step number, windows
+--   never overlap), DataLoader fetch edges.
+-- Work edges and sentinels are the sweep's points; an idle gap runs from one point to the next,
+-- and window and DataLoader edges only cut it into pieces.
+-- q packs three running counts into 32 + 8 + 24 bits: the points so far (gap_id, which numbers
+-- the points: the segments from one point to the next share it), inside a window (0 or 1) and
+-- inside a DataLoader fetch; no field is ever negative, since the cutting edges that add sort
+-- before those that remove at an instant.
+-- o orders the edges of one instant: work starts first (o = 0 for a graph replay, so the first
+-- start carries one if any does, else 1 ordered by launch: the smallest, NULL if any launch is
+-- unknown), ends (2), r1 (3), r0 (4), then the cutting edges (5 that add, 6 that remove).
 edges AS (
-  SELECT run_id, rank, start_ns AS t, 0 AS ord, (category = 'compute')::INT AS dc, (category = 'communication')::INT AS dm,
-         (category = 'memory')::INT AS dy, (category = 'unknown')::INT AS du, 0 AS dw, 0::BIGINT AS ds, 0 AS dl, 1 AS pt,
-         launch_ns AS launch, coalesce(graph_replay, false) AS graph
+  SELECT rr, start_ns AS t, CASE WHEN graph THEN 0 ELSE 1 END AS o, c0, c1, 1 AS q, 0::BIGINT AS ds, launch_ns AS launch
   FROM work
-  UNION ALL
-  SELECT run_id, rank, end_ns, 1, -(category = 'compute')::INT, -(category = 'communication')::INT,
-         -(category = 'memory')::INT, -(category = 'unknown')::INT, 0, 0, 0, 1, NULL, NULL
-  FROM work
-  UNION ALL SELECT run_id, rank, r1, 2, 0, 0, 0, 0, 0, 0, 0, 1, NULL, NULL FROM bounds
-  UNION ALL SELECT run_id, rank, r0, 3, 0, 0, 0, 0, 0, 0, 0, 1, NULL, NULL FROM bounds
-  UNION ALL SELECT run_id, rank, ws, 4, 0, 0, 0, 0, 1, step, 0, 0, NULL, NULL FROM win
-  UNION ALL SELECT run_id, rank, we, 4, 0, 0, 0, 0, -1, -step, 0, 0, NULL, NULL FROM win
-  UNION ALL SELECT run_id, rank, start_ns, 4, 0, 0, 0, 0, 0, 0, 1, 0, NULL, NULL FROM loader_ev
-  UNION ALL SELECT run_id, rank, end_ns, 4, 0, 0, 0, 0, 0, 0, -1, 0, NULL, NULL FROM loader_ev
+  UNION ALL SELECT rr, end_ns, 2, -c0, -c1, 1, 0, NULL FROM work
+  UNION ALL SELECT rr, r1, 3, 0, 0, 1, 0, NULL FROM bounds
+  UNION ALL SELECT rr, r0, 4, 0, 0, 1, 0, NULL FROM bounds
+  UNION ALL SELECT rr, ws, 5, 0, 0, 4294967296, step, NULL FROM wins
+  UNION ALL SELECT rr, we, 6, 0, 0, -4294967296, -step, NULL FROM wins
+  UNION ALL SELECT rr, start_ns, 5, 0, 0, 1099511627776, 0, NULL FROM loader_ev
+  UNION ALL SELECT rr, end_ns, 6, 0, 0, -1099511627776, 0, NULL FROM loader_ev
 ),
 -- One sort of all edges, not a window per rank (DuckDB evaluates framed aggregates per partition
--- several times slower): every rank's deltas sum to zero, so running sums in (run_id, rank, t)
--- order are the rank's own. Edges at one instant leave zero-length segments between them, so only
--- the last edge of an instant carries a segment, with the counts after every change there; its
--- lead() is the first edge of the next instant. gap_id numbers the points: the segments from one
--- point to the next share it. A segment running from a rank's last edge into the next rank has
--- nothing active and lies outside every window, so it is never counted.
+-- several times slower): every rank's deltas sum to zero, so running sums in (rr, t) order are
+-- the rank's own (gap_id counts on across ranks). Edges at one instant leave zero-length segments
+-- between them, so only the last edge of an instant carries a segment, with the counts after
+-- every change there; its lead() is the first edge of the next instant. A segment running from a
+-- rank's last edge into the next rank has nothing active and lies outside every window, so it is
+-- never counted.
 sweep AS (
-  SELECT run_id, rank, t, pt,
-    sum(dc) OVER g AS nc, sum(dm) OVER g AS nm, sum(dy) OVER g AS ny, sum(du) OVER g AS nu,
-    sum(dw) OVER g AS nw, sum(ds) OVER g AS cur_step, sum(dl) OVER g AS nl, sum(pt) OVER g AS gap_id,
-    coalesce(lead(t) OVER g, t) - t AS seg,
-    lead(pt) OVER g AS next_pt, lead(ord) OVER g AS next_ord, lead(launch) OVER g AS next_launch, lead(graph) OVER g AS next_graph
-  FROM edges
-  WINDOW g AS (ORDER BY run_id, rank, t, ord, graph DESC, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
+  SELECT rr, t, o <= 4 AS pt, seg, next_o, next_launch,
+    s0 = 0 AND s1 = 0 AS idle, s0 % 4294967296 > 0 AS c, s0 >= 4294967296 AS m, s1 % 4294967296 > 0 AS y,
+    s1 >= 4294967296 AS u, q % 4294967296 AS gap_id, q // 4294967296 % 256 > 0 AS inw, q // 1099511627776 > 0 AS inl, cur_step
+  FROM (
+    SELECT rr, t, o, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1, sum(q) OVER g AS q, sum(ds) OVER g AS cur_step,
+      coalesce(lead(t) OVER g, t) - t AS seg, lead(o) OVER g AS next_o, lead(launch) OVER g AS next_launch
+    FROM edges
+    WINDOW g AS (ORDER BY rr, t, o, launch NULLS FIRST ROWS UNBOUNDED PRECEDING))
 ),
 -- idle pieces inside a window, each with its gap: start g0, length glen, and the first edge at
--- its end (next_ord, next_launch, next_graph)
+-- its end (next_o, next_launch)
 idle_fast AS (  -- pieces that are a whole gap: from one point straight to the next (nearly all)
-  SELECT run_id, rank, cur_step, nl, seg, t AS g0, seg AS glen, next_ord, next_launch, next_graph
-  FROM sweep WHERE nc + nm + ny + nu = 0 AND seg > 0 AND nw > 0 AND pt = 1 AND next_pt = 1
+  SELECT rr, cur_step, inl, seg, t AS g0, seg AS glen, next_o, next_launch
+  FROM sweep WHERE idle AND seg > 0 AND inw AND pt AND next_o <= 4
 ),
 cut AS (  -- gaps a window or DataLoader edge cuts (a few per step)
-  SELECT DISTINCT run_id, rank, gap_id FROM sweep WHERE pt = 0 AND nc + nm + ny + nu = 0
+  SELECT DISTINCT rr, gap_id FROM sweep WHERE NOT pt AND idle
 ),
 cut_rows AS (
-  SELECT s.* FROM sweep s SEMI JOIN cut c ON c.run_id = s.run_id AND c.rank = s.rank AND c.gap_id = s.gap_id
-  WHERE s.nc + s.nm + s.ny + s.nu = 0
+  SELECT s.* FROM sweep s SEMI JOIN cut c ON c.rr = s.rr AND c.gap_id = s.gap_id
+  WHERE s.idle
 ),
 cut_gaps AS (
-  SELECT g.run_id, g.rank, g.gap_id, g.g0, g.glen, e.next_ord, e.next_launch, e.next_graph
-  FROM (SELECT run_id, rank, gap_id, min(t) AS g0, sum(seg) AS glen FROM cut_rows GROUP BY ALL) g
+  SELECT g.rr, g.gap_id, g.g0, g.glen, e.next_o, e.next_launch
+  FROM (SELECT rr, gap_id, min(t) AS g0, sum(seg) AS glen FROM cut_rows GROUP BY ALL) g
   -- the first edge at the gap's end is what the gap's last row sees with lead()
-  JOIN (SELECT run_id, rank, gap_id, arg_max(next_ord, t) AS next_ord, arg_max(next_launch, t) AS next_launch,
-               arg_max(next_graph, t) AS next_graph FROM cut_rows WHERE seg > 0 GROUP BY ALL) e
-    ON e.run_id = g.run_id AND e.rank = g.rank AND e.gap_id = g.gap_id
+  JOIN (SELECT rr, gap_id, arg_max(next_o, t) AS next_o, arg_max(next_launch, t) AS next_launch
+        FROM cut_rows WHERE seg > 0 GROUP BY ALL) e
+    ON e.rr = g.rr AND e.gap_id = g.gap_id
 ),
 -- the cause of a gap: work starting at its end (graph replay; else host wait when launched after
 -- g0); none, at r1: no more work was launched before the windows ended (host wait); else kernel
 -- wait if short, else other
 idle_pieces AS (
-  SELECT run_id, rank, cur_step, nl, seg, CASE
-      WHEN next_ord = 0 AND next_graph THEN 'unreliable'
-      WHEN CASE next_ord WHEN 0 THEN next_launch WHEN 2 THEN 9223372036854775807 END > g0 THEN 'host_wait'
+  SELECT rr, cur_step, inl, seg, CASE
+      WHEN next_o = 0 THEN 'unreliable'
+      WHEN CASE next_o WHEN 1 THEN next_launch WHEN 3 THEN 9223372036854775807 END > g0 THEN 'host_wait'
       WHEN glen < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS part
   FROM (
     SELECT * FROM idle_fast
     UNION ALL
-    SELECT r.run_id, r.rank, r.cur_step, r.nl, r.seg, c.g0, c.glen, c.next_ord, c.next_launch, c.next_graph
-    FROM cut_rows r JOIN cut_gaps c ON c.run_id = r.run_id AND c.rank = r.rank AND c.gap_id = r.gap_id
-    WHERE r.seg > 0 AND r.nw > 0)
+    SELECT r.rr, r.cur_step, r.inl, r.seg, c.g0, c.glen, c.next_o, c.next_launch
+    FROM cut_rows r JOIN cut_gaps c ON c.rr = r.rr AND c.gap_id = r.gap_id
+    WHERE r.seg > 0 AND r.inw)
 ),
 -- the sweep's segments inside a step window
-pieces AS (SELECT * FROM sweep WHERE nw > 0 AND seg > 0),
+pieces AS (SELECT * FROM sweep WHERE inw AND seg > 0),
 agg AS (
-  SELECT run_id, rank, cur_step AS step,
-    sum(seg) FILTER (WHERE nc + nm + ny + nu > 0)::BIGINT AS gpu_busy_ns,
-    sum(seg) FILTER (WHERE nc > 0)::BIGINT AS compute_ns,
-    sum(seg) FILTER (WHERE nm > 0)::BIGINT AS comm_ns,
-    sum(seg) FILTER (WHERE ny > 0)::BIGINT AS memory_ns,  -- copies under compute or communication too
-    sum(seg) FILTER (WHERE nc > 0 AND nm > 0)::BIGINT AS overlap_ns,
-    sum(seg) FILTER (WHERE nc = 0 AND nm > 0)::BIGINT AS exposed_comm_ns,
-    sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny > 0)::BIGINT AS exposed_memory_ns,
-    sum(seg) FILTER (WHERE nc = 0 AND nm = 0 AND ny = 0 AND nu > 0)::BIGINT AS exposed_unknown_ns
+  SELECT rr, cur_step AS step,
+    sum(seg) FILTER (WHERE NOT idle)::BIGINT AS gpu_busy_ns,
+    sum(seg) FILTER (WHERE c)::BIGINT AS compute_ns,
+    sum(seg) FILTER (WHERE m)::BIGINT AS comm_ns,
+    sum(seg) FILTER (WHERE y)::BIGINT AS memory_ns,  -- copies under compute or communication too
+    sum(seg) FILTER (WHERE c AND m)::BIGINT AS overlap_ns,
+    sum(seg) FILTER (WHERE NOT c AND m)::BIGINT AS exposed_comm_ns,
+    sum(seg) FILTER (WHERE NOT c AND NOT m AND y)::BIGINT AS exposed_memory_ns,
+    sum(seg) FILTER (WHERE NOT c AND NOT m AND NOT y AND u)::BIGINT AS exposed_unknown_ns
   FROM pieces GROUP BY ALL
 ),
 idle_agg AS (
-  SELECT run_id, rank, cur_step AS step,
-    sum(seg) FILTER (WHERE nl > 0)::BIGINT AS idle_input_ns,
-    sum(seg) FILTER (WHERE nl = 0 AND part = 'unreliable')::BIGINT AS idle_unreliable_ns,
-    sum(seg) FILTER (WHERE nl = 0 AND part = 'host_wait')::BIGINT AS idle_host_wait_ns,
-    sum(seg) FILTER (WHERE nl = 0 AND part = 'kernel_wait')::BIGINT AS idle_kernel_wait_ns,
-    sum(seg) FILTER (WHERE nl = 0 AND part = 'other')::BIGINT AS idle_other_ns
+  SELECT rr, cur_step AS step,
+    sum(seg) FILTER (WHERE inl)::BIGINT AS idle_input_ns,
+    sum(seg) FILTER (WHERE NOT inl AND part = 'unreliable')::BIGINT AS idle_unreliable_ns,
+    sum(seg) FILTER (WHERE NOT inl AND part = 'host_wait')::BIGINT AS idle_host_wait_ns,
+    sum(seg) FILTER (WHERE NOT inl AND part = 'kernel_wait')::BIGINT AS idle_kernel_wait_ns,
+    sum(seg) FILTER (WHERE NOT inl AND part = 'other')::BIGINT AS idle_other_ns
   FROM idle_pieces GROUP BY ALL
 )
 SELECT w.run_id, w.rank, w.step,
@@ -184,6 +192,7 @@ SELECT w.run_id, w.rank, w.step,
   coalesce(i.idle_host_wait_ns, 0) AS idle_host_wait_ns, coalesce(i.idle_kernel_wait_ns, 0) AS idle_kernel_wait_ns,
   coalesce(i.idle_other_ns, 0) AS idle_other_ns
 FROM win w
-LEFT JOIN agg a USING (run_id, rank, step)
-LEFT JOIN idle_agg i USING (run_id, rank, step)
+JOIN bounds b USING (run_id, rank)
+LEFT JOIN agg a ON a.rr = b.rr AND a.step = w.step
+LEFT JOIN idle_agg i ON i.rr = b.rr AND i.step = w.step
 ORDER BY w.run_id, w.rank, w.step;

@@ -64,3 +64,102 @@ def _check(row, b):
     assert (row["overlap_ns"], row["exposed_comm_ns"], row["exposed_memory_ns"]) == (b["overlap"], b["exposed_comm"], b["exposed_memory"])
     assert row["compute_ns"] + row["exposed_comm_ns"] + row["exposed_memory_ns"] + row["exposed_unknown_ns"] + row["gpu_idle_ns"] == row["span_ns"]
     assert row["idle_host_wait_ns"] + row["idle_kernel_wait_ns"] + row["idle_other_ns"] + row["idle_unreliable_ns"] == row["gpu_idle_ns"]
+
+
+# (start, duration, stream, launch offset before start (None: no launch in the trace), shares the
+# previous activity's correlation (a graph replay))
+activity = st.tuples(st.integers(0, 60), st.integers(0, 15), st.integers(0, 2),
+                     st.one_of(st.none(), st.integers(-20, 10)), st.booleans())
+THRESHOLD = 30_000
+
+
+def _write_rank_lake(d, acts, shift):
+    """Two ranks with the same activities, the second shifted by `shift` ns (times may be
+    negative); launches are cudaLaunchKernel rows of cpu_ops correlated to the kernels."""
+    lake = Lake(d)
+    lake.ensure()
+    corr, c = [], 0
+    for i, a in enumerate(acts):
+        c = c if (a[4] and i > 0) else c + 1
+        corr.append(c)
+    for rank, dt in ((0, 0), (1, shift)):
+        sid, n = f"s{rank}", len(acts)
+        launches = {}
+        for (s, _, _, off, _), k in zip(acts, corr):
+            if off is not None and k not in launches:
+                launches[k] = s + dt - off
+        m = len(launches)
+        lake.write_source("r", sid, {
+            "gpu_activities": {
+                "run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n,
+                "stream": [a[2] for a in acts], "kind": ["kernel"] * n, "category": ["compute"] * n,
+                "classified_by": ["default"] * n, "name": ["k"] * n, "start_ns": [a[0] + dt for a in acts],
+                "end_ns": [a[0] + a[1] + dt for a in acts], "dur_ns": [a[1] for a in acts], "event_index": list(range(n)),
+                "correlation": corr},
+            "cpu_ops": {
+                "run_id": ["r"] * m, "source_id": [sid] * m, "rank": [rank] * m, "kind": ["runtime"] * m,
+                "name": ["cudaLaunchKernel"] * m, "start_ns": list(launches.values()), "end_ns": list(launches.values()),
+                "dur_ns": [0] * m, "event_index": list(range(n, n + m)), "correlation": list(launches)}},
+            {"source_id": sid, "run_id": "r", "path": f"/x{rank}", "format": "kineto_json", "content_sha256": "0", "size_bytes": 0,
+             "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0})
+    return lake, corr
+
+
+def _cause(graph, launches, prev_end, gap):
+    if graph:
+        return "unreliable"
+    if None not in launches and min(launches) > prev_end:
+        return "host_wait"
+    return "kernel_wait" if gap < THRESHOLD else "other"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(activity, min_size=1, max_size=25), st.integers(-80, 80), st.booleans())
+def test_idle_breakdown_and_gaps_match_brute_force(acts, shift, materialize):
+    """queries/idle_breakdown.sql (per stream, HTA's rule) and queries/idle_gaps.sql (per rank,
+    device level) against quadratic references: each gap's previous end is the max over every
+    earlier activity, found by scanning them all."""
+    with tempfile.TemporaryDirectory() as d:
+        lake, corr = _write_rank_lake(d, acts, shift)
+        con = connect(lake, materialize=materialize)
+        idle = run(con, "idle_breakdown").to_dicts()
+        gaps = run(con, "idle_gaps").to_dicts()
+    share = {k: corr.count(k) for k in corr}
+    first_launch = {}
+    for (s, _, _, off, _), k in zip(acts, corr):
+        first_launch.setdefault(k, None if off is None else s - off)
+    want_idle, want_gaps = {}, {}
+    for rank, dt in ((0, 0), (1, shift)):
+        rows = [dict(start=s + dt, end=s + du + dt, stream=sm, i=i, graph=share[k] > 1,
+                     launch=None if first_launch[k] is None else first_launch[k] + dt)
+                for i, ((s, du, sm, _, _), k) in enumerate(zip(acts, corr))]
+        # per stream: sorted by (start, end, event_index); the gap before an activity starts at
+        # the max end of every activity before it on the stream
+        for sm in {r["stream"] for r in rows}:
+            on = sorted((r for r in rows if r["stream"] == sm), key=lambda r: (r["start"], r["end"], r["i"]))
+            for j, r in enumerate(on):
+                if j == 0:
+                    continue
+                prev_end = max(x["end"] for x in on[:j])
+                if r["start"] > prev_end:
+                    gap = r["start"] - prev_end
+                    w = want_idle.setdefault((rank, sm), dict(host_wait_ns=0, kernel_wait_ns=0, other_ns=0, unreliable_ns=0, gaps=0))
+                    w[_cause(r["graph"], [r["launch"]], prev_end, gap) + "_ns"] += gap
+                    w["gaps"] += 1
+        # per rank: activities starting at one instant end the gap before it together
+        for s in sorted({r["start"] for r in rows}):
+            before = [x["end"] for x in rows if x["start"] < s]
+            if before and s > max(before):
+                group = [x for x in rows if x["start"] == s]
+                gap = s - max(before)
+                cause = _cause(any(x["graph"] for x in group), [x["launch"] for x in group], max(before), gap)
+                g = want_gaps.setdefault((1 << (gap.bit_length() - 1), cause), [0, 0, set()])
+                g[0] += 1
+                g[1] += gap
+                g[2].add(rank)
+    got_idle = {(r["rank"], r["stream"]): {k: r[k] for k in ("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps")}
+                for r in idle}
+    assert all(r["step"] is None and r["device"] == 0 for r in idle)
+    assert got_idle == want_idle
+    assert {(r["bucket_lo_ns"], r["cause"]): [r["gaps"], r["total_ns"], r["ranks"]] for r in gaps} == \
+        {k: [v[0], v[1], len(v[2])] for k, v in want_gaps.items()}
