@@ -60,7 +60,7 @@ def _check_patterns(patterns: list[str]) -> None:
 
 
 def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str],
-            step_range: str | None = None, jobs: int = 0, scheduler: str | None = None) -> int:
+            step_range: str | None = None, jobs: int = 0, scheduler: str | None = None, exclude: list[str] | None = None) -> int:
     from .cluster import SchedulerError
     from .ingest import discover, ingest_paths
     from .lake import Lake, LakeError, one_line
@@ -74,13 +74,14 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
     if jobs < 0:
         raise typer.BadParameter("--jobs must be 0 (one per core) or more")
     problems: list = []
-    files = discover(paths, problems)
+    files = discover(paths, problems, exclude)
     if not files and not problems:
         err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/, "
                            "*.tar, *.tar.gz, *.zip) under " + ", ".join(str(p) for p in paths)), markup=False)
         return EXIT_FAILED
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
+    not_traces = []
     with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("files"), _RateColumn(),
                   TextColumn("{task.fields[errors]} error(s)"), TimeElapsedColumn(), console=err, transient=True) as prog:
         task = prog.add_task("ingest", total=None, mb=0.0, errors=0)
@@ -93,13 +94,15 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
             prog.update(task, advance=1, mb=t.fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"])
             if res.status == "failed":
                 prog.console.print(one_line(f"failed {res.path}: {res.error}"), markup=False, style="red")
+                if (res.error or "").startswith("not a Kineto trace"):
+                    not_traces.append(res.path)
             for n in res.notes:
                 if res.status != "skipped":
                     prog.console.print(one_line(f"note {res.path}: {n}"), markup=False)
 
         try:
             ingest_paths(paths, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file,
-                         step_regex=step_range, jobs=jobs, scheduler=scheduler,
+                         step_regex=step_range, jobs=jobs, scheduler=scheduler, exclude=exclude,
                          on_plan=lambda n: prog.update(task, total=n))
         except (LakeError, SchedulerError) as e:
             err.print(one_line(f"error: {e}"), markup=False)
@@ -109,6 +112,9 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
             return EXIT_FAILED
     err.print(one_line(f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in the lake) -> {lake_dir}"),
               markup=False)
+    if not_traces:
+        err.print(one_line(f"hint: {len(not_traces)} file(s) are not traces (e.g. {Path(not_traces[0]).name}); "
+                           "leave such files out with --exclude PATTERN"), markup=False)
     if counts["failed"] and counts["ok"] + counts["skipped"] == 0:
         return EXIT_FAILED
     return EXIT_PARTIAL if counts["failed"] else EXIT_OK
@@ -143,6 +149,8 @@ SCHEDULER = typer.Option(None, "--scheduler", help="Address of an existing Dask 
                          "the lake and the traces must be on a file system its workers share.")
 STEPS = typer.Option(None, "--step-range", help="Regex of NVTX range names that mark steps in Nsight Systems exports "
                      "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.")
+EXCLUDE = typer.Option([], "--exclude", "-x", help="Glob of files, directories or archive members to leave out, matched "
+                       "against the name and the path below the directory given (e.g. 'config.json', '*/checkpoints/*'). Repeatable.")
 COMM = typer.Option([], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.")
 WINDOW = typer.Option("all", "--window", help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).")
 KWAIT = typer.Option(30.0, "--kernel-wait-us", min=0.0, help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
@@ -173,10 +181,10 @@ def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len,
 @app.command(epilog=EXIT_HELP)
 def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RUN, rank: Optional[int] = RANK,
            force: bool = FORCE, comm_pattern: List[str] = COMM, step_range: Optional[str] = STEPS, jobs: int = JOBS,
-           scheduler: Optional[str] = SCHEDULER):
+           scheduler: Optional[str] = SCHEDULER, exclude: List[str] = EXCLUDE):
     """Ingest traces and archives of them (.tar, .tar.gz, .zip) into the lake: in parallel, skipping files
     already there, crash-safe (one bad file never stops the batch)."""
-    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern, step_range, jobs, scheduler))
+    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude))
 
 
 def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None,
@@ -261,6 +269,22 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
     raise typer.Exit(code)
 
 
+FORMATS = ("html", "json", "md")
+
+
+def _render(res: dict, fmt: str, base: dict | None = None) -> str:
+    """The report of an analysis (and a baseline's) as html, json (tracelake.report/1) or md."""
+    from .report import document, markdown
+    from .report.html import render
+
+    doc = document.build(res, base)
+    if fmt == "html":
+        return render(res, baseline=base, doc=doc)
+    if fmt == "json":
+        return json.dumps(doc, indent=1) + "\n"
+    return markdown.render(doc)
+
+
 @app.command(epilog=EXIT_HELP)
 def report(lake: Path = LAKE,
            output: Optional[Path] = typer.Option(None, "-o", "--output",
@@ -274,10 +298,7 @@ def report(lake: Path = LAKE,
            tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER,
            runs: Optional[List[str]] = ONLY_RUNS):
     """Write the report: verdict, ranked findings and charts (html), or the same verdict and findings as json or md."""
-    from .report import document, markdown
-    from .report.html import render
-
-    if fmt not in ("html", "json", "md"):
+    if fmt not in FORMATS:
         raise typer.BadParameter("--format must be html, json or md")
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
@@ -289,13 +310,7 @@ def report(lake: Path = LAKE,
         base, base_code = _analysis(baseline, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=None,
                                     scheduler=scheduler)
         code = max(code, base_code)
-    doc = document.build(res, base)
-    if fmt == "html":
-        text = render(res, baseline=base, doc=doc)
-    elif fmt == "json":
-        text = json.dumps(doc, indent=1) + "\n"
-    else:
-        text = markdown.render(doc)
+    text = _render(res, fmt, base)
     if output is None and fmt != "html":
         sys.stdout.write(text)
         raise typer.Exit(code)
@@ -357,24 +372,27 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
 
 
 @app.command(epilog=EXIT_HELP)
-def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write."),
+def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Report file to write."),
+        fmt: Optional[str] = typer.Option(None, "--format", "-f", help="html, json or md (default: from the output's "
+                                          "suffix, .json or .md, else html)."),
         lake: Path = typer.Option(Path(".tracelake"), "--lake", "-l", help="Lake directory (default .tracelake/)."),
         run_id: Optional[str] = RUN, rank: Optional[int] = RANK, force: bool = FORCE, comm_pattern: List[str] = COMM,
         step_range: Optional[str] = STEPS, window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
         model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
         heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-        tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER):
+        tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER, exclude: List[str] = EXCLUDE):
     """Ingest, analyze and report in one go."""
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
-    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range, scheduler=scheduler)
+    fmt = fmt or {".json": "json", ".md": "md"}.get(output.suffix.lower(), "html")
+    if fmt not in FORMATS:
+        raise typer.BadParameter("--format must be html, json or md")
+    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range, scheduler=scheduler, exclude=exclude)
     if code == EXIT_FAILED:
         raise typer.Exit(code)
-    from .report.html import render
-
     res, acode = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, scheduler=scheduler)
     code = max(code, acode)
-    _write(output, render(res))
+    _write(output, _render(res, fmt))
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)
     err.print(f"wrote {output}")

@@ -162,3 +162,50 @@ def test_a_tar_gz_cut_inside_a_member_fails_alone(tmp_path, jobs):
     assert res["cut.tar.gz"].status == "failed"
     assert res["cut.tar.gz"].error.startswith("corrupt or truncated tar.gz") and "\n" not in res["cut.tar.gz"].error
     assert res["sampled_rank-1.json.gz"].status == "ok"
+
+
+CONFIG = b'{"lr": 0.1, "batch_size": 32}'  # a run's config.json kept beside its traces: not a trace
+
+
+@pytest.mark.parametrize("suffix", ["", ".tar", ".tar.gz", ".zip"])
+def test_exclude_leaves_out_files_directories_and_members(suffix, direct, tmp_path):
+    """--exclude by name (config.json) and by path (a checkpoints directory): what is left lands
+    exactly as the directory of the same traces without them; without --exclude config.json fails
+    alone and a checkpoint trace is ingested."""
+    members = {n: member_bytes(n) for n in MEMBERS}
+    members["job/config.json"] = CONFIG
+    members["job/checkpoints/sampled_rank-9.json.gz"] = member_bytes("job/sampled_rank-0.json.gz")
+    if suffix:
+        src = make_archive(tmp_path / f"traces{suffix}", members)
+    else:
+        src = tmp_path / "traces"
+        for n, data in members.items():
+            (src / n).parent.mkdir(parents=True, exist_ok=True)
+            (src / n).write_bytes(data)
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([src], lake, exclude=["config.json", "*checkpoints/*"])
+    assert sorted(r.status for r in res) == ["ok"] * 5
+    for t in sch.tables():
+        assert rows(lake, t) == rows(direct, t), t
+    plain = ingest_paths([src], Lake(tmp_path / "plain"))
+    got = {Path(r.path.split("!")[-1]).name: (r.status, r.error) for r in plain}
+    assert got["config.json"] == ("failed", "not a Kineto trace: JSON object without 'traceEvents'")
+    assert got["sampled_rank-9.json.gz"][0] == "ok"
+    assert len(plain) == 7
+
+
+def test_exclude_on_the_command_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli import EXIT_OK, EXIT_PARTIAL, app
+
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "sampled_rank-0.json.gz").write_bytes(member_bytes("job/sampled_rank-0.json.gz"))
+    (d / "config.json").write_bytes(CONFIG)
+    r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "a")])
+    assert r.exit_code == EXIT_PARTIAL
+    assert "hint: 1 file(s) are not traces (e.g. config.json); leave such files out with --exclude PATTERN" in r.output
+    r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "b"), "--exclude", "config.json"])
+    assert r.exit_code == EXIT_OK, r.output
+    assert "ingested 1, failed 0, skipped 0" in r.output and "hint" not in r.output

@@ -88,3 +88,22 @@ def test_analyze_and_report_one_run_of_the_lake(tmp_path):
     assert r.exit_code == 0 and "## Run a" in r.stdout and "## Run b" not in r.stdout
     r = runner.invoke(app, ["analyze", "--lake", str(lake), "--run", "nope"])
     assert r.exit_code == 2 and "--run nope: not in the lake (runs: a, b)" in r.output
+
+
+def test_run_writes_the_format_its_output_names(tmp_path):
+    """`run -o x.md` / `-o x.json` write what `report --format md|json` writes for the same lake
+    (the format comes from the suffix unless --format says otherwise)."""
+    lake = tmp_path / "lake"
+    md, js, forced = tmp_path / "r.md", tmp_path / "r.json", tmp_path / "r.txt"
+    for out, extra in ((md, []), (js, []), (forced, ["--format", "md"])):
+        r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(out), *extra])
+        assert r.exit_code == EXIT_OK, r.output
+    r = runner.invoke(app, ["report", "--lake", str(lake), "--format", "md"])
+    assert r.exit_code == EXIT_OK
+    assert md.read_text() == r.stdout == forced.read_text()
+    assert not md.read_text().lstrip().startswith("<")
+    doc = json.loads(js.read_text())
+    r = runner.invoke(app, ["report", "--lake", str(lake), "--format", "json"])
+    assert doc == json.loads(r.stdout) and doc["schema"] == "tracelake.report/1"
+    r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(md), "--format", "pdf"])
+    assert r.exit_code == 2 and "--format must be html, json or md" in r.output

@@ -36,6 +36,7 @@ in input order, under the lake's lock. The lake is therefore the same whatever t
 from __future__ import annotations
 
 import concurrent.futures as cf
+import fnmatch
 import hashlib
 import json
 import multiprocessing
@@ -93,8 +94,16 @@ class Problem:
     error: str
 
 
-def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[Path]:
-    """Files named by `paths`: files as given, directories searched recursively for
+def excluded(name: str, relpath: str | None, exclude: Iterable[str] | None) -> bool:
+    """True when a file, directory or archive member is left out by --exclude: its name or its
+    path (relative to the directory searched, or inside the archive) matches one of the glob
+    patterns (fnmatch: `*` also matches `/`)."""
+    return any(fnmatch.fnmatch(name, pat) or (relpath is not None and fnmatch.fnmatch(relpath, pat)) for pat in exclude or ())
+
+
+def discover(paths: Iterable[str | Path], problems: list | None = None, exclude: Iterable[str] | None = None) -> list[Path]:
+    """Files named by `paths`, minus those `exclude` leaves out (see excluded(); a directory that
+    matches is not searched): files as given, directories searched recursively for
     *.json / *.json.gz / *.gz / *.sqlite / *.nsys-rep / *.qdrep / *.zip / *.pkl / *.pickle /
     *.tar / *.tgz, and *.log / *.txt / *.out / *.err / *.jsonl that look like NCCL-family output
     (symlinks to directories are not followed); an nsys parquetdir export (`*_pqtdir/`) is one
@@ -108,18 +117,24 @@ def discover(paths: Iterable[str | Path], problems: list | None = None) -> list[
             raise FileNotFoundError(f"{p}: {msg}")
         problems.append(Problem(p, msg))
 
+    exclude = list(exclude or ())
     for p in paths:
         p = Path(p)
+        if excluded(p.name, None, exclude):
+            continue
         if p.is_dir() and nsys.detect(p):
             out.append(p)
         elif p.is_dir():
             for root, dirs, files in os.walk(p, onerror=lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")):
-                dirs.sort()
+                rel = Path(root).relative_to(p)
+                dirs[:] = sorted(d for d in dirs if not excluded(d, str(rel / d), exclude))
                 for d in [d for d in dirs if d.endswith("_pqtdir")]:
                     dirs.remove(d)
                     out.append(Path(root) / d)
                 for name in sorted(files):
                     f = Path(root) / name
+                    if excluded(name, str(rel / name), exclude):
+                        continue
                     if name.lower().endswith(TRACE_SUFFIXES) and f.is_file():
                         out.append(f)
                     elif name.lower().endswith(LOG_SUFFIXES) and f.is_file() and _looks_like_log(f):
@@ -202,6 +217,7 @@ class Options:
     force: bool = False
     comm_patterns: list[str] | None = None
     step_regex: str | None = None
+    exclude: list[str] | None = None  # glob patterns of files and archive members to leave out
     # the ingesting process's TRACELAKE_* settings (limits, test hooks), applied in each worker:
     # a pool's or a cluster's workers do not share this process's environment
     env: dict = field(default_factory=lambda: {k: v for k, v in os.environ.items() if k.startswith("TRACELAKE_")})
@@ -489,7 +505,7 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
     try:
         shas = {}
         for m, f, why in arc.stream_members(Path(path)):
-            if f is not None:
+            if f is not None and not excluded(Path(m.name).name, m.name, opts.exclude):
                 h = hashlib.sha256()
                 while block := f.read(1 << 20):
                     h.update(block)
@@ -497,6 +513,8 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
         todo = {n for n, s in shas.items()
                 if opts.force or not _is_done(done, s, _run_for(arc.member_run_name(display, n), opts.run))}
         for m, f, why in arc.stream_members(Path(path)):
+            if why is None and excluded(Path(m.name).name, m.name, opts.exclude):
+                continue
             run_id = _run_for(arc.member_run_name(display, m.name), opts.run)
             disp = f"{display}!{m.name}"
             if why is not None:
@@ -598,10 +616,11 @@ def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> Fil
 
 # ------------------------------------------------------------------ planning and running
 
-def plan(paths: Iterable[str | Path]) -> tuple[list[Unit], list[Problem]]:
-    """The units of work for `paths` in input order (archives opened into their members)."""
+def plan(paths: Iterable[str | Path], exclude: Iterable[str] | None = None) -> tuple[list[Unit], list[Problem]]:
+    """The units of work for `paths` in input order (archives opened into their members), minus
+    the files and members `exclude` leaves out."""
     problems: list[Problem] = []
-    files = discover(paths, problems)
+    files = discover(paths, problems, exclude)
     units: list[Unit] = [Unit("problem", p) for p in problems]
     for f in files:
         kind = arc.archive_kind(f) if f.is_file() else None
@@ -614,6 +633,8 @@ def plan(paths: Iterable[str | Path]) -> tuple[list[Unit], list[Problem]]:
             for m in members:
                 if isinstance(m, arc.Refused):
                     units.append(Unit("refused", m))
+                elif excluded(m.name, m.member, exclude):
+                    continue
                 elif m.name.lower().endswith(LOG_SUFFIXES) and not _member_looks_like_log(m):
                     continue
                 else:
@@ -759,24 +780,27 @@ def ingest_paths(
     jobs: int = 1,
     scheduler: str | None = None,
     on_plan: Callable[[int], None] | None = None,
+    exclude: Iterable[str] | None = None,
 ) -> list[FileResult]:
     """Ingest every file under `paths` into `lake`; returns one FileResult per file, archive
     member or problem path, in input order. jobs: worker processes (1: in this process; 0: one
     per core); scheduler: the address of a Dask scheduler to run the workers on instead. on_plan
     is called once with the number of units before work starts (a compressed tar counts as one
     until its members are known). step_regex: NVTX range names that mark steps in nsys exports
-    (default ProfilerStep#N). Raises LakeError when the lake itself cannot be created or written,
+    (default ProfilerStep#N). exclude: glob patterns of files, directories and archive members to
+    leave out (see excluded()). Raises LakeError when the lake itself cannot be created or written,
     or another ingest holds its lock; re.error for a bad step_regex."""
     if step_regex:
         re.compile(step_regex)
     for p in comm_patterns or []:
         re.compile(p)
-    units, _ = plan(paths)
+    exclude = list(exclude or ())
+    units, _ = plan(paths, exclude)
     if on_plan:
         on_plan(len(units))
     lake.ensure()
     results: list[FileResult] = []
-    opts = Options(str(lake.root.absolute()), run, rank, force, list(comm_patterns or []) or None, step_regex)
+    opts = Options(str(lake.root.absolute()), run, rank, force, list(comm_patterns or []) or None, step_regex, exclude or None)
     with lake.lock():
         lake.recover()
         existing = lake.sources()
