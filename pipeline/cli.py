@@ -60,9 +60,12 @@ def _check_patterns(patterns: list[str]) -> None:
 
 
 def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str],
-            step_range: str | None = None, jobs: int = 0, scheduler: str | None = None, exclude: list[str] | None = None) -> int:
+            step_range: str | None = None, jobs: int = 0, scheduler: str | None = None, exclude: list[str] | None = None,
+            runs: set | None = None) -> int:
+    """Ingest with the command's options; returns the exit code. runs: filled with the run ids
+    of the files ingested or skipped as already in the lake."""
     from .cluster import SchedulerError
-    from .ingest import discover, ingest_paths
+    from .ingest import discover, exclude_patterns, ingest_paths
     from .lake import Lake, LakeError, one_line
 
     _check_patterns(comm_pattern)
@@ -73,11 +76,18 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
             raise typer.BadParameter(f"--step-range {step_range!r}: {e}")
     if jobs < 0:
         raise typer.BadParameter("--jobs must be 0 (one per core) or more")
+    try:
+        exclude = exclude_patterns(exclude)
+    except ValueError as e:
+        raise typer.BadParameter(str(e))
     problems: list = []
-    files = discover(paths, problems, exclude)
+    left_out: list = []
+    files = discover(paths, problems, exclude, left_out)
     if not files and not problems:
         err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/, "
-                           "*.tar, *.tar.gz, *.zip) under " + ", ".join(str(p) for p in paths)), markup=False)
+                           "*.tar, *.tar.gz, *.zip; NCCL logs *.log, *.txt, *.out, *.err, *.jsonl) in "
+                           + ", ".join(str(p) for p in paths)
+                           + (f" ({len(left_out)} left out by --exclude)" if left_out else "")), markup=False)
         return EXIT_FAILED
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
@@ -88,6 +98,8 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
 
         def on_file(res):
             counts["ok" if res.status in ("ok", "partial") else res.status] += 1
+            if runs is not None and res.status != "failed" and res.run_id:
+                runs.add(res.run_id)
             t = prog.tasks[task]
             if t.total is not None and t.completed + 1 > t.total:  # a compressed tar's members
                 prog.update(task, total=t.completed + 1)
@@ -272,6 +284,23 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
 FORMATS = ("html", "json", "md")
 
 
+def _format(fmt: str | None, output: Path | None) -> str:
+    """The report format: --format (any case), else the output's suffix (.json, .md), else html.
+    Raises BadParameter (exit 2) for another format, or an output that is a directory or lies in
+    a directory that does not exist (checked before any work; '-' is standard output)."""
+    if fmt is None:
+        fmt = {".json": "json", ".md": "md"}.get(output.suffix.lower(), "html") if output is not None else "html"
+    fmt = fmt.lower()
+    if fmt not in FORMATS:
+        raise typer.BadParameter("--format must be html, json or md")
+    if output is not None and str(output) != "-":
+        if output.is_dir():
+            raise typer.BadParameter(f"-o {output}: is a directory")
+        if not output.absolute().parent.is_dir():
+            raise typer.BadParameter(f"-o {output}: directory {output.absolute().parent} does not exist")
+    return fmt
+
+
 def _render(res: dict, fmt: str, base: dict | None = None) -> str:
     """The report of an analysis (and a baseline's) as html, json (tracelake.report/1) or md."""
     from .report import document, markdown
@@ -288,8 +317,9 @@ def _render(res: dict, fmt: str, base: dict | None = None) -> str:
 @app.command(epilog=EXIT_HELP)
 def report(lake: Path = LAKE,
            output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                                 help="File to write (default: report.html for html, standard output for json and md)."),
-           fmt: str = typer.Option("html", "--format", "-f", help="html (self-contained, offline), json (tracelake.report/1) or md."),
+                                                 help="File to write ('-': standard output; default: report.html for html, standard output for json and md)."),
+           fmt: Optional[str] = typer.Option(None, "--format", "-f", help="html (self-contained, offline), json "
+                                             "(tracelake.report/1) or md (default: from the output's suffix, .json or .md, else html)."),
            baseline: Optional[Path] = typer.Option(None, "--baseline", help="Lake of a baseline run: say which step-time "
                                                    "components and kernels moved against it."),
            window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
@@ -298,8 +328,7 @@ def report(lake: Path = LAKE,
            tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER,
            runs: Optional[List[str]] = ONLY_RUNS):
     """Write the report: verdict, ranked findings and charts (html), or the same verdict and findings as json or md."""
-    if fmt not in FORMATS:
-        raise typer.BadParameter("--format must be html, json or md")
+    fmt = _format(fmt, output)
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
     top_n = None if baseline is not None else 20
@@ -311,7 +340,7 @@ def report(lake: Path = LAKE,
                                     scheduler=scheduler)
         code = max(code, base_code)
     text = _render(res, fmt, base)
-    if output is None and fmt != "html":
+    if output is None and fmt != "html" or str(output) == "-":
         sys.stdout.write(text)
         raise typer.Exit(code)
     output = output or Path("report.html")
@@ -380,18 +409,26 @@ def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html
         step_range: Optional[str] = STEPS, window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
         model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
         heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-        tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER, exclude: List[str] = EXCLUDE):
-    """Ingest, analyze and report in one go."""
+        tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER, exclude: List[str] = EXCLUDE,
+        jobs: int = JOBS):
+    """Ingest, analyze and report in one go: the report covers the runs of the files given (ingested now or already in the lake)."""
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
-    fmt = fmt or {".json": "json", ".md": "md"}.get(output.suffix.lower(), "html")
-    if fmt not in FORMATS:
-        raise typer.BadParameter("--format must be html, json or md")
-    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range, scheduler=scheduler, exclude=exclude)
-    if code == EXIT_FAILED:
-        raise typer.Exit(code)
-    res, acode = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, scheduler=scheduler)
+    fmt = _format(fmt, output)
+    runs: set = set()
+    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range, jobs=jobs, scheduler=scheduler, exclude=exclude,
+                   runs=runs)
+    from .lake import Lake
+
+    runs &= set(Lake(lake).sources()["run_id"].drop_nulls().to_list())  # a skipped file's run may have been renamed
+    if code == EXIT_FAILED or not runs:
+        raise typer.Exit(EXIT_FAILED)
+    res, acode = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, scheduler=scheduler,
+                           runs=sorted(runs))
     code = max(code, acode)
+    if str(output) == "-":
+        sys.stdout.write(_render(res, fmt))
+        raise typer.Exit(code)
     _write(output, _render(res, fmt))
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)

@@ -135,12 +135,17 @@ class Lake:
         self.root = Path(root)
 
     def ensure(self) -> None:
-        """Create the lake directory if needed. Raises LakeError (one line) when it cannot."""
+        """Create the lake directory if needed. Raises LakeError (one line) when it cannot, or when
+        the path is a file or a non-empty directory that is not a lake (no TRACELAKE marker): a
+        mistyped --lake must not mix the lake's tables into, say, a directory of traces."""
         try:
             if self.root.exists() and not self.root.is_dir():
                 raise LakeError(f"{self.root}: exists and is not a directory")
-            self.root.mkdir(parents=True, exist_ok=True)
             marker = self.root / "TRACELAKE"
+            if self.root.is_dir() and not marker.exists() and any(self.root.iterdir()):
+                raise LakeError(f"{self.root}: a non-empty directory that is not a tracelake lake (no TRACELAKE file); "
+                                "give a new or empty directory as --lake")
+            self.root.mkdir(parents=True, exist_ok=True)
             if not marker.exists():
                 tmp = self.root / f".TRACELAKE.{uuid.uuid4().hex}"
                 tmp.write_text(f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n")

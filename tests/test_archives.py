@@ -175,6 +175,8 @@ def test_exclude_leaves_out_files_directories_and_members(suffix, direct, tmp_pa
     members = {n: member_bytes(n) for n in MEMBERS}
     members["job/config.json"] = CONFIG
     members["job/checkpoints/sampled_rank-9.json.gz"] = member_bytes("job/sampled_rank-0.json.gz")
+    members["checkpoints/deep/sampled_rank-8.json.gz"] = member_bytes("job/sampled_rank-1.json.gz")
+    members["job/old.tar.gz"] = make_archive(tmp_path / "old.tar.gz", {"x.json": CONFIG}).read_bytes()
     if suffix:
         src = make_archive(tmp_path / f"traces{suffix}", members)
     else:
@@ -183,21 +185,30 @@ def test_exclude_leaves_out_files_directories_and_members(suffix, direct, tmp_pa
             (src / n).parent.mkdir(parents=True, exist_ok=True)
             (src / n).write_bytes(data)
     lake = Lake(tmp_path / "lake")
-    res = ingest_paths([src], lake, exclude=["config.json", "*checkpoints/*"])
+    # a directory by its name at any depth (trailing slash as in .gitignore), a file by its name,
+    # an archive inside the archive (on disk: a tar.gz in the directory) by a glob
+    res = ingest_paths([src], lake, exclude=["config.json", "checkpoints/", "old.tar*"])
     assert sorted(r.status for r in res) == ["ok"] * 5
     for t in sch.tables():
         assert rows(lake, t) == rows(direct, t), t
     plain = ingest_paths([src], Lake(tmp_path / "plain"))
     got = {Path(r.path.split("!")[-1]).name: (r.status, r.error) for r in plain}
     assert got["config.json"] == ("failed", "not a Kineto trace: JSON object without 'traceEvents'")
-    assert got["sampled_rank-9.json.gz"][0] == "ok"
-    assert len(plain) == 7
+    assert got["sampled_rank-9.json.gz"][0] == got["sampled_rank-8.json.gz"][0] == "ok"
+    # on disk the inner tar.gz is read as an archive (its config-like member fails); inside an
+    # archive it is refused
+    assert (got["x.json"] if not suffix else got["old.tar.gz"])[0] == "failed"
+    assert len(plain) == 9
+    # a path pattern leaves out only that directory
+    some = ingest_paths([src], Lake(tmp_path / "some"), exclude=["config.json", "old.tar*", "job/checkpoints"])
+    assert sorted(Path(r.path.split("!")[-1]).name for r in some if r.status == "ok") == sorted(
+        [Path(n).name for n in MEMBERS if MEMBERS[n] is not None] + ["sampled_rank-8.json.gz"])
 
 
 def test_exclude_on_the_command_line(tmp_path):
     from typer.testing import CliRunner
 
-    from pipeline.cli import EXIT_OK, EXIT_PARTIAL, app
+    from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
 
     d = tmp_path / "job"
     d.mkdir()
@@ -209,3 +220,10 @@ def test_exclude_on_the_command_line(tmp_path):
     r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "b"), "--exclude", "config.json"])
     assert r.exit_code == EXIT_OK, r.output
     assert "ingested 1, failed 0, skipped 0" in r.output and "hint" not in r.output
+    # the directory given is searched even when its own name matches
+    r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "c"), "--exclude", "job", "-x", "config.json"])
+    assert r.exit_code == EXIT_OK and "ingested 1, failed 0" in r.output, r.output
+    r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "d"), "--exclude", "*.json*"])
+    assert r.exit_code == EXIT_FAILED and "(2 left out by --exclude)" in r.output, r.output
+    r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "e"), "--exclude", "/"])
+    assert r.exit_code == 2 and "empty pattern" in r.output, r.output

@@ -107,3 +107,65 @@ def test_run_writes_the_format_its_output_names(tmp_path):
     assert doc == json.loads(r.stdout) and doc["schema"] == "tracelake.report/1"
     r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(md), "--format", "pdf"])
     assert r.exit_code == 2 and "--format must be html, json or md" in r.output
+
+
+def test_report_output_suffix_stdout_and_bad_paths(tmp_path):
+    """report takes its format from -o's suffix like run (--format in any case wins); '-' is
+    standard output; an output that is a directory, or in a missing one, is a usage error before
+    any analysis."""
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(lake)]).exit_code == EXIT_OK
+    want = runner.invoke(app, ["report", "--lake", str(lake), "--format", "md"]).stdout
+    assert runner.invoke(app, ["report", "--lake", str(lake), "-o", str(tmp_path / "r.md")]).exit_code == EXIT_OK
+    assert (tmp_path / "r.md").read_text() == want
+    assert runner.invoke(app, ["report", "--lake", str(lake), "-o", str(tmp_path / "r.txt"), "--format", "MD"]).exit_code == EXIT_OK
+    assert (tmp_path / "r.txt").read_text() == want
+    r = runner.invoke(app, ["report", "--lake", str(lake), "-o", "-", "-f", "json"])
+    assert r.exit_code == EXIT_OK and json.loads(r.stdout)["schema"] == "tracelake.report/1"
+    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "nope" / "r.html", "does not exist")):
+        for cmd in (["report", "--lake", str(lake)], ["run", str(REPO / "sample_traces"), "--lake", str(tmp_path / "l2")]):
+            r = runner.invoke(app, [*cmd, "-o", str(bad)])
+            assert r.exit_code == 2 and why in re.sub(r"[\s│╭╮╰╯─]+", " ", r.output), r.output
+    assert not (tmp_path / "l2").exists()  # run stopped before ingesting
+    r = runner.invoke(app, ["report", "--lake", str(lake), "--format", ""])
+    assert r.exit_code == 2 and "--format must be html, json or md" in r.output
+
+
+def test_run_reports_the_runs_of_its_inputs(tmp_path):
+    """run on one trace directory reports that run only, even when the lake holds others; it takes
+    --jobs."""
+    lake = tmp_path / "lake"
+    other = tmp_path / "other_job"
+    other.mkdir()
+    write_trace(other / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    assert runner.invoke(app, ["ingest", str(other), "--lake", str(lake)]).exit_code == EXIT_OK
+    r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(tmp_path / "r.json"), "--jobs", "1"])
+    assert r.exit_code == EXIT_OK, r.output
+    runs = {x["run_id"] for x in json.loads((tmp_path / "r.json").read_text())["runs"]}
+    assert runs == {"hta_trace_filter"}
+    r = runner.invoke(app, ["analyze", "--lake", str(lake), "--json"])
+    assert {x["run_id"] for x in json.loads(r.stdout)["runs"]} == {"hta_trace_filter", "other_job"}
+
+
+def test_a_non_empty_directory_that_is_not_a_lake_is_refused(tmp_path):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "notes.txt").write_text("my notes\n")
+    r = runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(traces)])
+    assert r.exit_code == 4 and "not a tracelake lake (no TRACELAKE file)" in r.output, r.output
+    assert sorted(p.name for p in traces.iterdir()) == ["notes.txt"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(empty)]).exit_code == EXIT_OK
+
+
+def test_a_broken_symlink_found_in_a_directory_fails_with_one_line(tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "rank1.json.gz").symlink_to(tmp_path / "gone.json.gz")
+    for sub in REPO.joinpath("sample_traces", "hta_trace_filter").glob("*.json.gz"):
+        (d / sub.name).write_bytes(sub.read_bytes())
+        break
+    r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
+    assert r.exit_code == 3, r.output
+    assert re.search(r"failed .*rank1\.json\.gz: broken symbolic link", r.output), r.output

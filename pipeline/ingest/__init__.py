@@ -48,7 +48,7 @@ import tarfile
 import time
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable
 
 import duckdb
@@ -94,16 +94,39 @@ class Problem:
     error: str
 
 
-def excluded(name: str, relpath: str | None, exclude: Iterable[str] | None) -> bool:
-    """True when a file, directory or archive member is left out by --exclude: its name or its
-    path (relative to the directory searched, or inside the archive) matches one of the glob
-    patterns (fnmatch: `*` also matches `/`)."""
-    return any(fnmatch.fnmatch(name, pat) or (relpath is not None and fnmatch.fnmatch(relpath, pat)) for pat in exclude or ())
+def exclude_patterns(exclude: Iterable[str] | None) -> list[str]:
+    """--exclude patterns as matched: a leading './' and trailing '/' dropped. Raises ValueError
+    for a pattern that is empty or only slashes."""
+    out = []
+    for pat in exclude or ():
+        p = pat[2:] if pat.startswith("./") else pat
+        p = p.rstrip("/")
+        if not p:
+            raise ValueError(f"--exclude {pat!r}: empty pattern")
+        out.append(p)
+    return out
 
 
-def discover(paths: Iterable[str | Path], problems: list | None = None, exclude: Iterable[str] | None = None) -> list[Path]:
-    """Files named by `paths`, minus those `exclude` leaves out (see excluded(); a directory that
-    matches is not searched): files as given, directories searched recursively for
+def excluded(relpath: str, patterns: list[str] | None) -> bool:
+    """True when a file, directory or archive member is left out by --exclude: the name or the
+    path (relative to the directory searched, or inside the archive; '/'-separated) of it or of
+    one of its directories matches one of the glob patterns (fnmatch: `*` also matches `/`), so
+    `checkpoints` leaves out every checkpoints directory at any depth."""
+    if not patterns:
+        return False
+    parts = PurePosixPath(relpath).parts
+    for i, name in enumerate(parts):
+        prefix = "/".join(parts[: i + 1])
+        if any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(prefix, p) for p in patterns):
+            return True
+    return False
+
+
+def discover(paths: Iterable[str | Path], problems: list | None = None, exclude: Iterable[str] | None = None,
+             left_out: list | None = None) -> list[Path]:
+    """Files named by `paths`, minus those `exclude` leaves out (see excluded(): files and
+    directories found below a directory given, and files given by their name; a directory given is
+    always searched), appended to `left_out` when given: files as given, directories searched recursively for
     *.json / *.json.gz / *.gz / *.sqlite / *.nsys-rep / *.qdrep / *.zip / *.pkl / *.pickle /
     *.tar / *.tgz, and *.log / *.txt / *.out / *.err / *.jsonl that look like NCCL-family output
     (symlinks to directories are not followed); an nsys parquetdir export (`*_pqtdir/`) is one
@@ -117,26 +140,36 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
             raise FileNotFoundError(f"{p}: {msg}")
         problems.append(Problem(p, msg))
 
-    exclude = list(exclude or ())
+    exclude = exclude_patterns(exclude)
+
+    def leave(f: Path, rel: str) -> bool:
+        if excluded(rel, exclude):
+            if left_out is not None:
+                left_out.append(f)
+            return True
+        return False
+
     for p in paths:
         p = Path(p)
-        if excluded(p.name, None, exclude):
+        if not p.is_dir() and leave(p, p.name):
             continue
         if p.is_dir() and nsys.detect(p):
             out.append(p)
         elif p.is_dir():
             for root, dirs, files in os.walk(p, onerror=lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")):
                 rel = Path(root).relative_to(p)
-                dirs[:] = sorted(d for d in dirs if not excluded(d, str(rel / d), exclude))
+                dirs[:] = sorted(d for d in dirs if not leave(Path(root) / d, (rel / d).as_posix()))
                 for d in [d for d in dirs if d.endswith("_pqtdir")]:
                     dirs.remove(d)
                     out.append(Path(root) / d)
                 for name in sorted(files):
                     f = Path(root) / name
-                    if excluded(name, str(rel / name), exclude):
+                    if leave(f, (rel / name).as_posix()):
                         continue
                     if name.lower().endswith(TRACE_SUFFIXES) and f.is_file():
                         out.append(f)
+                    elif name.lower().endswith(TRACE_SUFFIXES) and f.is_symlink() and not f.exists():
+                        problem(f, "broken symbolic link")
                     elif name.lower().endswith(LOG_SUFFIXES) and f.is_file() and _looks_like_log(f):
                         out.append(f)
         elif p.is_file():
@@ -505,7 +538,7 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
     try:
         shas = {}
         for m, f, why in arc.stream_members(Path(path)):
-            if f is not None and not excluded(Path(m.name).name, m.name, opts.exclude):
+            if f is not None and not excluded(m.name, opts.exclude):
                 h = hashlib.sha256()
                 while block := f.read(1 << 20):
                     h.update(block)
@@ -513,7 +546,7 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
         todo = {n for n, s in shas.items()
                 if opts.force or not _is_done(done, s, _run_for(arc.member_run_name(display, n), opts.run))}
         for m, f, why in arc.stream_members(Path(path)):
-            if why is None and excluded(Path(m.name).name, m.name, opts.exclude):
+            if excluded(m.name, opts.exclude):
                 continue
             run_id = _run_for(arc.member_run_name(display, m.name), opts.run)
             disp = f"{display}!{m.name}"
@@ -620,6 +653,7 @@ def plan(paths: Iterable[str | Path], exclude: Iterable[str] | None = None) -> t
     """The units of work for `paths` in input order (archives opened into their members), minus
     the files and members `exclude` leaves out."""
     problems: list[Problem] = []
+    exclude = exclude_patterns(exclude)
     files = discover(paths, problems, exclude)
     units: list[Unit] = [Unit("problem", p) for p in problems]
     for f in files:
@@ -631,10 +665,10 @@ def plan(paths: Iterable[str | Path], exclude: Iterable[str] | None = None) -> t
                 units.append(Unit("problem", Problem(f, str(e))))
                 continue
             for m in members:
+                if excluded(m.member, exclude):
+                    continue
                 if isinstance(m, arc.Refused):
                     units.append(Unit("refused", m))
-                elif excluded(m.name, m.member, exclude):
-                    continue
                 elif m.name.lower().endswith(LOG_SUFFIXES) and not _member_looks_like_log(m):
                     continue
                 else:
@@ -794,7 +828,7 @@ def ingest_paths(
         re.compile(step_regex)
     for p in comm_patterns or []:
         re.compile(p)
-    exclude = list(exclude or ())
+    exclude = exclude_patterns(exclude)
     units, _ = plan(paths, exclude)
     if on_plan:
         on_plan(len(units))
