@@ -349,6 +349,53 @@ def report(lake: Path = LAKE,
     raise typer.Exit(code)
 
 
+@app.command(epilog=EXIT_HELP)
+def forget(lake: Path = LAKE,
+           runs: Optional[List[str]] = typer.Option(None, "--run", help="Only sources of this run (repeatable)."),
+           source_ids: Optional[List[str]] = typer.Option(None, "--source", help="Only this source id (sources.source_id; "
+                                                          "repeatable)."),
+           failed: bool = typer.Option(False, "--failed", help="Only sources whose ingest failed."),
+           dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; change nothing.")):
+    """Remove sources from the lake with all their rows: those matching every filter given (whole runs, single
+    sources, failed ingests). Crash-safe; a removed file is ingested again by the next ingest."""
+    import polars as pl
+
+    from .lake import Lake, LakeError, one_line
+
+    if not (runs or source_ids or failed):
+        raise typer.BadParameter("give --run, --source or --failed (several narrow the selection)")
+    lk = Lake(lake)
+    if not lk.exists():
+        err.print(f"error: {lake}: not a tracelake lake", markup=False)
+        raise typer.Exit(EXIT_FAILED)
+    try:
+        with lk.lock():
+            for line in lk.recover():
+                err.print(one_line(f"note {lake}: {line}"), markup=False)
+            src = lk.sources()
+            for name, wanted, col in (("--run", runs, "run_id"), ("--source", source_ids, "source_id")):
+                known = set(src[col].drop_nulls().to_list())
+                missing = sorted(set(wanted or ()) - known)
+                if missing:
+                    raise typer.BadParameter(one_line(f"{name} {', '.join(missing)}: not in the lake"
+                                                      + (f" (runs: {', '.join(sorted(known))})" if col == "run_id" else "")))
+            if runs:
+                src = src.filter(pl.col("run_id").is_in(runs))
+            if source_ids:
+                src = src.filter(pl.col("source_id").is_in(source_ids))
+            if failed:
+                src = src.filter(pl.col("status") == "failed")
+            rows = src.sort("run_id", "path").select("run_id", "source_id", "path", "status").rows()
+            for run_id, source_id, path, status in rows:
+                err.print(one_line(f"{'would remove' if dry_run else 'removed'} {run_id}/{source_id} {path} ({status})"), markup=False)
+            n = 0 if dry_run else lk.forget((r, s_) for r, s_, _, _ in rows)
+    except LakeError as e:
+        err.print(one_line(f"error: {e}"), markup=False)
+        raise typer.Exit(EXIT_FAILED)
+    err.print(f"{'would remove' if dry_run else 'removed'} {len(rows) if dry_run else n} source(s) from {lake}", markup=False)
+    raise typer.Exit(EXIT_OK)
+
+
 @app.command(epilog=EXIT_HELP + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
              "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, collective_catalog.")
 def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it from a file."), lake: Path = LAKE,

@@ -26,6 +26,9 @@ a second ingest gets LakeError naming the holder (pid, host, start time). The ke
 lock when the holder dies, however it dies.
 
 Failed files get a `sources` row with status=failed and no other rows.
+
+forget() removes sources under the same lock: the `sources` row first (the source disappears for
+readers at once), then its parts; recover() removes what a kill in between leaves.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ def _write_parquet(tbl: pa.Table, path: Path) -> None:
 # ------------------------------------------------------------------ test hook
 # TRACELAKE_CRASH_AT="<point>:<n>" sends SIGKILL to this process the n-th time it passes <point>
 # (journal: a COMMIT journal was written; rename: a part was renamed into the lake; commit: a
-# source was committed). Used by tests/test_crash_safety.py to kill a real ingest at exact moments.
+# source was committed; forget: a source's `sources` row was removed by forget()). Used by tests/test_crash_safety.py to kill a real ingest at exact moments.
 _crash_counts: dict[str, int] = {}
 
 
@@ -357,6 +360,29 @@ class Lake:
                     p.unlink(missing_ok=True)
                     done.append(f"removed {p.relative_to(self.root)} (no sources row)")
         return done
+
+    def forget(self, sources: Iterable[tuple[str, str]]) -> int:
+        """Remove sources, given as (run_id, source_id), with all their rows; call with the lock
+        held. Each source's `sources` row goes first, so readers stop seeing the whole source at
+        once, and a kill half-way leaves parts without a row, which recover() removes. Run
+        directories left empty are removed. Returns how many sources were removed."""
+        n = 0
+        for run_id, source_id in sources:
+            row = self.part_path("sources", run_id, source_id)
+            if not row.exists():
+                continue
+            row.unlink()
+            _crash_point("forget")
+            for t in sch.tables():
+                if t != "sources":
+                    self.part_path(t, run_id, source_id).unlink(missing_ok=True)
+            n += 1
+        for t in sch.tables():
+            d = self.root / t
+            for r in (d.glob("run=*") if d.is_dir() else ()):
+                if r.is_dir() and not any(r.iterdir()):
+                    r.rmdir()
+        return n
 
     def scratch(self) -> Path:
         """A fresh private directory under <lake>/.tmp for one ingest's intermediate files (the

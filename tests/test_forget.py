@@ -1,0 +1,117 @@
+"""`tracelake forget`: removing sources leaves exactly the lake that ingesting the other files
+alone gives (every table read straight from its Parquet files, as tests/test_crash_safety.py
+does), a removed file is ingested again afterwards, and a forget killed with SIGKILL right after
+removing a `sources` row hides that source from readers at once and is finished by the next
+command that takes the lock."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import REPO, corpus
+from pipeline.cli import EXIT_OK, app
+from pipeline.lake import Lake
+from pipeline.query import connect
+from test_crash_safety import assert_clean, snapshot
+
+runner = CliRunner()
+HTA = corpus("hta", "tests", "data", "trace_filter")
+
+
+def _dirs(root):
+    """Two runs (job_a: two ranks of a real HTA trace; job_b: one) and a config.json that fails."""
+    a, b = root / "job_a", root / "job_b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    for f in sorted(HTA.glob("sampled_rank-*.json.gz")):
+        shutil.copy(f, a / f.name)
+    shutil.copy(HTA / "sampled_rank-1.json.gz", b / "rank1.json.gz")
+    (a / "config.json").write_text('{"lr": 0.1}')
+    return a, b
+
+
+def _ingest(lake, *paths, **kw):
+    args = ["ingest", *map(str, paths), "--lake", str(lake), "--jobs", "1"]
+    for x in kw.get("exclude", ()):
+        args += ["--exclude", x]
+    return runner.invoke(app, args)
+
+
+@pytest.fixture(scope="module")
+def dirs(tmp_path_factory):
+    return _dirs(tmp_path_factory.mktemp("in"))
+
+
+def test_forget_failed_run_and_source_leave_the_lake_of_the_other_files(dirs, tmp_path):
+    a, b = dirs
+    lake = tmp_path / "lake"
+    assert _ingest(lake, a.parent).exit_code == 3  # config.json failed
+    # --failed: as if config.json had been left out
+    clean = tmp_path / "clean"
+    assert _ingest(clean, a.parent, exclude=["config.json"]).exit_code == EXIT_OK
+    r = runner.invoke(app, ["forget", "--lake", str(lake), "--failed", "--dry-run"])
+    assert r.exit_code == EXIT_OK and "would remove 1 source(s)" in r.output and "config.json (failed)" in r.output
+    assert snapshot(lake) != snapshot(clean)  # the dry run changed nothing
+    r = runner.invoke(app, ["forget", "--lake", str(lake), "--failed"])
+    assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output, r.output
+    assert snapshot(lake) == snapshot(clean)
+    # --run: as if only job_b had been ingested
+    only_b = tmp_path / "only_b"
+    assert _ingest(only_b, b).exit_code == EXIT_OK
+    r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a"])
+    assert r.exit_code == EXIT_OK and "removed 2 source(s)" in r.output, r.output
+    assert snapshot(lake) == snapshot(only_b)
+    assert not (lake / "gpu_activities" / "run=job_a").exists()
+    # a forgotten file is ingested again, not skipped
+    r = _ingest(lake, a, exclude=["config.json"])
+    assert r.exit_code == EXIT_OK and "ingested 2, failed 0, skipped 0" in r.output, r.output
+    assert snapshot(lake) == snapshot(clean)
+    # --source narrowed by --run: the same bytes are one source id in both runs
+    sid = connect(Lake(lake)).execute("SELECT source_id FROM sources WHERE run_id = 'job_b'").fetchone()[0]
+    assert connect(Lake(lake)).execute(f"SELECT count(*) FROM sources WHERE source_id = '{sid}'").fetchone()[0] == 2
+    r = runner.invoke(app, ["forget", "--lake", str(lake), "--source", sid, "--run", "job_b"])
+    assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output
+    assert connect(Lake(lake)).execute("SELECT run_id, count(*) FROM sources GROUP BY ALL").fetchall() == [("job_a", 2)]
+
+
+def test_forget_usage_errors(dirs, tmp_path):
+    a, _ = dirs
+    lake = tmp_path / "lake"
+    _ingest(lake, a)
+    before = snapshot(lake)
+    for args, why in ((["forget"], "give --run, --source or --failed"), (["forget", "--run", "nope"], "--run nope: not in the lake (runs: job_a)"),
+                      (["forget", "--source", "0123"], "--source 0123: not in the lake")):
+        r = runner.invoke(app, [*args, "--lake", str(lake)])
+        assert r.exit_code == 2 and why in r.output, r.output
+    r = runner.invoke(app, ["forget", "--lake", str(tmp_path / "none"), "--failed"])
+    assert r.exit_code == 4 and "not a tracelake lake" in r.output
+    assert snapshot(lake) == before
+
+
+def test_forget_killed_after_a_sources_row_then_finished(dirs, tmp_path):
+    a, b = dirs
+    lake, only_b = tmp_path / "lake", tmp_path / "only_b"
+    assert _ingest(lake, a, b, exclude=["config.json"]).exit_code == EXIT_OK
+    assert _ingest(only_b, b).exit_code == EXIT_OK
+    env = {**{k: v for k, v in os.environ.items() if k != "TRACELAKE_CRASH_AT"}, "TRACELAKE_CRASH_AT": "forget:1"}
+    p = subprocess.run([sys.executable, "-m", "pipeline.cli", "forget", "--lake", str(lake), "--run", "job_a"],
+                       cwd=REPO, env=env, capture_output=True, timeout=120)
+    assert p.returncode == -signal.SIGKILL, p.stderr
+    # one sources row is gone, its parts are still there: readers no longer see that source
+    assert snapshot(lake) != snapshot(only_b)
+    con = connect(Lake(lake))
+    n_sources = con.execute("SELECT count(*) FROM sources WHERE run_id = 'job_a'").fetchone()[0]
+    assert n_sources == 1
+    assert con.execute("SELECT count(DISTINCT source_id) FROM gpu_activities WHERE run_id = 'job_a'").fetchone()[0] == 1
+    # the next command under the lock repairs, then removes the rest
+    r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a"])
+    assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output and "no sources row" in r.output, r.output
+    assert_clean(lake)
+    assert snapshot(lake) == snapshot(only_b)
