@@ -127,6 +127,10 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
     if not_traces:
         err.print(one_line(f"hint: {len(not_traces)} file(s) are not traces (e.g. {Path(not_traces[0]).name}); "
                            "leave such files out with --exclude PATTERN"), markup=False)
+    if not sum(counts.values()):  # archives whose every member was left out or is not ours
+        err.print(one_line("error: nothing to ingest in " + ", ".join(str(p) for p in paths)
+                           + (": every archive member was left out by --exclude or is not a trace" if exclude else "")), markup=False)
+        return EXIT_FAILED
     if counts["failed"] and counts["ok"] + counts["skipped"] == 0:
         return EXIT_FAILED
     return EXIT_PARTIAL if counts["failed"] else EXIT_OK
@@ -162,7 +166,8 @@ SCHEDULER = typer.Option(None, "--scheduler", help="Address of an existing Dask 
 STEPS = typer.Option(None, "--step-range", help="Regex of NVTX range names that mark steps in Nsight Systems exports "
                      "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.")
 EXCLUDE = typer.Option([], "--exclude", "-x", help="Glob of files, directories or archive members to leave out, matched "
-                       "against the name and the path below the directory given (e.g. 'config.json', '*/checkpoints/*'). Repeatable.")
+                       "against the name and path below the directory given of it and of its directories (e.g. 'config.json', 'checkpoints'). "
+                       "Repeatable.")
 COMM = typer.Option([], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.")
 WINDOW = typer.Option("all", "--window", help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).")
 KWAIT = typer.Option(30.0, "--kernel-wait-us", min=0.0, help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
@@ -208,8 +213,21 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
     whose task fails gets a warning here and a note in the document; the code is then
     EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only these runs (a usage
     error names any the lake does not hold)."""
+    import duckdb
+
+    from .lake import LakeError, one_line
+
+    try:
+        return _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n=top_n,
+                            scheduler=scheduler, runs=runs)
+    except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
+        err.print(_lake_read_error(lake_dir, e), markup=False)
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n, scheduler, runs):
     from .analyze import analyze
-    from .lake import Lake, one_line
+    from .lake import Lake, one_line, safe_run_id
 
     if window not in ("all", "hta"):
         raise typer.BadParameter("--window must be 'all' or 'hta'")
@@ -223,9 +241,11 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
             raise typer.BadParameter(f"{name} must be positive")
     if runs:
         known = set(lake.sources()["run_id"].drop_nulls().to_list())
+        # a run id as given to `ingest --run` names the run it was stored as
+        runs = [r if r in known or safe_run_id(r) not in known else safe_run_id(r) for r in runs]
         missing = [r for r in runs if r not in known]
         if missing:
-            raise typer.BadParameter(one_line(f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})"))
+            raise typer.BadParameter(one_line(_clip(f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})")))
     options = dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
                    model_flops_per_step=model_flops_per_step, top_n=top_n, runs=sorted(set(runs)) if runs else None)
     if not scheduler:
@@ -282,6 +302,25 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
 
 
 FORMATS = ("html", "json", "md")
+
+
+def _lake_read_error(lake_dir: Path, e: Exception) -> str:
+    """One line for a lake that could not be read: a part removed while read (an ingest --force or
+    a forget at work), or an unreadable (corrupt) part."""
+    from .lake import LakeError, one_line
+
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, LakeError):
+        return one_line(f"error: {first}")
+    if "No files found" in first or "No such file" in first:
+        return one_line(f"error: {lake_dir}: the lake changed while it was read (an ingest or forget is writing); "
+                        f"run the command again ({first})")
+    return one_line(f"error: {lake_dir}: cannot read the lake ({first})")
+
+
+def _clip(text: str, n: int = 300) -> str:
+    """A message cut to n characters (ids and run lists can be long)."""
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _format(fmt: str | None, output: Path | None) -> str:
@@ -360,7 +399,7 @@ def forget(lake: Path = LAKE,
     sources, failed ingests). Crash-safe; a removed file is ingested again by the next ingest."""
     import polars as pl
 
-    from .lake import Lake, LakeError, one_line
+    from .lake import Lake, LakeError, one_line, safe_run_id
 
     if not (runs or source_ids or failed):
         raise typer.BadParameter("give --run, --source or --failed (several narrow the selection)")
@@ -368,31 +407,39 @@ def forget(lake: Path = LAKE,
     if not lk.exists():
         err.print(f"error: {lake}: not a tracelake lake", markup=False)
         raise typer.Exit(EXIT_FAILED)
+    def select():
+        src = lk.sources()
+        known_runs = set(src["run_id"].drop_nulls().to_list())
+        want_runs = [r if r in known_runs or safe_run_id(r) not in known_runs else safe_run_id(r) for r in runs or ()]
+        for name, wanted, col in (("--run", want_runs, "run_id"), ("--source", source_ids, "source_id")):
+            known = set(src[col].drop_nulls().to_list())
+            missing = sorted(set(wanted or ()) - known)
+            if missing:
+                raise typer.BadParameter(one_line(_clip(f"{name} {', '.join(missing)}: not in the lake"
+                                                        + (f" (runs: {', '.join(sorted(known))})" if col == "run_id" else ""))))
+        if want_runs:
+            src = src.filter(pl.col("run_id").is_in(want_runs))
+        if source_ids:
+            src = src.filter(pl.col("source_id").is_in(source_ids))
+        if failed:
+            src = src.filter(pl.col("status") == "failed")
+        return src.sort("run_id", "path").select("run_id", "source_id", "path", "status").rows()
+
     try:
-        with lk.lock():
-            for line in lk.recover():
-                err.print(one_line(f"note {lake}: {line}"), markup=False)
-            src = lk.sources()
-            for name, wanted, col in (("--run", runs, "run_id"), ("--source", source_ids, "source_id")):
-                known = set(src[col].drop_nulls().to_list())
-                missing = sorted(set(wanted or ()) - known)
-                if missing:
-                    raise typer.BadParameter(one_line(f"{name} {', '.join(missing)}: not in the lake"
-                                                      + (f" (runs: {', '.join(sorted(known))})" if col == "run_id" else "")))
-            if runs:
-                src = src.filter(pl.col("run_id").is_in(runs))
-            if source_ids:
-                src = src.filter(pl.col("source_id").is_in(source_ids))
-            if failed:
-                src = src.filter(pl.col("status") == "failed")
-            rows = src.sort("run_id", "path").select("run_id", "source_id", "path", "status").rows()
-            for run_id, source_id, path, status in rows:
-                err.print(one_line(f"{'would remove' if dry_run else 'removed'} {run_id}/{source_id} {path} ({status})"), markup=False)
-            n = 0 if dry_run else lk.forget((r, s_) for r, s_, _, _ in rows)
+        if dry_run:  # reads only: no lock, no repair
+            rows = select()
+        else:
+            with lk.lock():
+                for line in lk.recover():
+                    err.print(one_line(f"note {lake}: {line}"), markup=False)
+                rows = select()
+                lk.forget((r, s_) for r, s_, _, _ in rows)
     except LakeError as e:
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)
-    err.print(f"{'would remove' if dry_run else 'removed'} {len(rows) if dry_run else n} source(s) from {lake}", markup=False)
+    for run_id, source_id, path, status in rows:
+        err.print(one_line(f"{'would remove' if dry_run else 'removed'} {run_id}/{source_id} {path} ({status})"), markup=False)
+    err.print(one_line(f"{'would remove' if dry_run else 'removed'} {len(rows)} source(s) from {lake}"), markup=False)
     raise typer.Exit(EXIT_OK)
 
 
@@ -403,7 +450,7 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
     """Run ad-hoc DuckDB SQL over the lake (one view per schema table)."""
     import duckdb
 
-    from .lake import Lake
+    from .lake import Lake, LakeError, one_line
     from .query import connect
 
     if fmt not in ("table", "csv", "json"):
@@ -420,7 +467,11 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
     if not text.strip():
         err.print("error: empty query", markup=False)
         raise typer.Exit(EXIT_FAILED)
-    con = connect(lk, window=window)
+    try:
+        con = connect(lk, window=window)
+    except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
+        err.print(_lake_read_error(lake, e), markup=False)
+        raise typer.Exit(EXIT_FAILED)
     try:
         import polars as pl
 
@@ -465,9 +516,6 @@ def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html
     runs: set = set()
     code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range, jobs=jobs, scheduler=scheduler, exclude=exclude,
                    runs=runs)
-    from .lake import Lake
-
-    runs &= set(Lake(lake).sources()["run_id"].drop_nulls().to_list())  # a skipped file's run may have been renamed
     if code == EXIT_FAILED or not runs:
         raise typer.Exit(EXIT_FAILED)
     res, acode = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, scheduler=scheduler,
@@ -475,11 +523,12 @@ def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html
     code = max(code, acode)
     if str(output) == "-":
         sys.stdout.write(_render(res, fmt))
-        raise typer.Exit(code)
-    _write(output, _render(res, fmt))
+    else:
+        _write(output, _render(res, fmt))
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)
-    err.print(f"wrote {output}")
+    if str(output) != "-":
+        err.print(f"wrote {output}", markup=False)
     raise typer.Exit(code)
 
 

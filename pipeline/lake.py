@@ -169,7 +169,13 @@ class Lake:
 
     def _parts(self, table: str) -> list[Path]:
         d = self.root / table
-        return sorted(d.glob("run=*/*.parquet")) if d.is_dir() else []
+        for attempt in range(5):
+            try:
+                return sorted(d.glob("run=*/*.parquet")) if d.is_dir() else []
+            except FileNotFoundError:  # a run directory removed while listed (a writer at work)
+                if attempt == 4:
+                    raise
+        return []
 
     def _committed(self) -> set[tuple[str, str]]:
         """(run directory name, source id) of every source with a `sources` row."""
@@ -193,13 +199,13 @@ class Lake:
 
     def sources(self, runs: Iterable[str] | None = None) -> pl.DataFrame:
         """The manifest: all sources rows (empty frame with the v1 columns when none); runs: only
-        those of these run ids."""
+        those of these run ids. Raises LakeError naming a part that cannot be read."""
         parts = self.table_files("sources", runs)
         if not parts:
             return pl.from_arrow(sch.empty("sources"))
         # diagonal, from the empty v1 frame: every v1 column in schema order, null in parts written
         # before the column was added (an old lake's sources lack unreadable_bytes)
-        return pl.concat([pl.from_arrow(sch.empty("sources")), *(pl.read_parquet(p) for p in parts)], how="diagonal_relaxed")
+        return pl.concat([pl.from_arrow(sch.empty("sources")), *map(_read_sources_part, parts)], how="diagonal_relaxed")
 
     # ------------------------------------------------------------------ one writer
 
@@ -225,7 +231,7 @@ class Lake:
                     holder = {}
                 who = (f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
                        if holder.get("pid") else "")
-                raise LakeBusy(f"{self.root}: another tracelake ingest is writing to this lake{who}; "
+                raise LakeBusy(f"{self.root}: another tracelake command (ingest or forget) is writing to this lake{who}; "
                                "wait for it to finish, then run this one again") from None
             info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}).encode()
@@ -365,7 +371,8 @@ class Lake:
         """Remove sources, given as (run_id, source_id), with all their rows; call with the lock
         held. Each source's `sources` row goes first, so readers stop seeing the whole source at
         once, and a kill half-way leaves parts without a row, which recover() removes. Run
-        directories left empty are removed. Returns how many sources were removed."""
+        directories left empty stay (removing them would race with readers listing the lake).
+        Returns how many sources were removed."""
         n = 0
         for run_id, source_id in sources:
             row = self.part_path("sources", run_id, source_id)
@@ -377,11 +384,6 @@ class Lake:
                 if t != "sources":
                     self.part_path(t, run_id, source_id).unlink(missing_ok=True)
             n += 1
-        for t in sch.tables():
-            d = self.root / t
-            for r in (d.glob("run=*") if d.is_dir() else ()):
-                if r.is_dir() and not any(r.iterdir()):
-                    r.rmdir()
         return n
 
     def scratch(self) -> Path:
@@ -390,6 +392,17 @@ class Lake:
         d = self.root / ".tmp" / ("scratch-" + uuid.uuid4().hex)
         d.mkdir(parents=True)
         return d
+
+
+def _read_sources_part(path: str) -> pl.DataFrame:
+    """One `sources` part (read as a literal path: no character of it is a glob)."""
+    try:
+        return pl.from_arrow(pq.read_table(path))
+    except FileNotFoundError:
+        raise LakeError(f"{path}: removed while read (an ingest or forget is writing to the lake); run the command again") from None
+    except (OSError, pa.ArrowException) as e:
+        raise LakeError(one_line(f"{path}: unreadable sources part ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                                 "move it out of the lake to drop that source")) from None
 
 
 def _write_stream(table: str, chunks, path: Path) -> bool:

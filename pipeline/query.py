@@ -43,15 +43,15 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             materialize: bool = False, runs: list[str] | None = None) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
-    listed again, up to 3 times. Raises ValueError for a bad window or override, duckdb.Error for
+    listed again, up to 10 times. Raises ValueError for a bad window or override, duckdb.Error for
     an unreadable lake."""
-    for attempt in range(3):
+    for attempt in range(10):
         try:
             return _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs)
         except duckdb.IOException as e:
-            if attempt == 2 or "No files found" not in str(e) and "No such file" not in str(e):
+            if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
                 raise
-            time.sleep(0.2)
+            time.sleep(min(0.1 * (attempt + 1), 0.5))
     raise AssertionError("unreachable")
 
 

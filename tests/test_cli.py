@@ -169,3 +169,32 @@ def test_a_broken_symlink_found_in_a_directory_fails_with_one_line(tmp_path):
     r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
     assert r.exit_code == 3, r.output
     assert re.search(r"failed .*rank1\.json\.gz: broken symbolic link", r.output), r.output
+
+
+def test_run_reports_the_run_a_skipped_file_is_stored_in(tmp_path):
+    """A file moved to its own run (its rank was taken) and skipped later is reported under that
+    run, not under its directory's."""
+    d = tmp_path / "job"
+    d.mkdir()
+    write_trace(d / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    write_trace(d / "worker0.json", [X("kernel", "k2", 10, 9, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["ingest", str(d), "--lake", str(lake)]).exit_code == EXIT_OK
+    moved = {r for r in json.loads(runner.invoke(app, ["analyze", "--lake", str(lake), "--json"]).stdout)["runs"]
+             for r in [r["run_id"]]} - {"job"}
+    assert len(moved) == 1 and next(iter(moved)).startswith("job_")
+    r = runner.invoke(app, ["run", str(d / "worker0.json"), "--lake", str(lake), "-o", str(tmp_path / "r.json")])
+    assert r.exit_code == EXIT_OK, r.output
+    assert {x["run_id"] for x in json.loads((tmp_path / "r.json").read_text())["runs"]} == moved
+
+
+def test_an_archive_with_every_member_excluded_is_nothing_to_ingest(tmp_path):
+    import tarfile
+
+    src = tmp_path / "job"
+    src.mkdir()
+    write_trace(src / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    with tarfile.open(tmp_path / "a.tar", "w") as t:
+        t.add(src / "rank0.json", arcname="job/rank0.json")
+    r = runner.invoke(app, ["ingest", str(tmp_path / "a.tar"), "--lake", str(tmp_path / "lake"), "--exclude", "job"])
+    assert r.exit_code == 4 and "nothing to ingest" in r.output and "left out by --exclude" in r.output, r.output

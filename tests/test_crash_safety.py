@@ -122,14 +122,14 @@ def test_a_second_ingest_is_refused_while_one_holds_the_lake(inputs, reference, 
     with Lake(lake).lock():
         code, out = ingest(inputs, lake)
     assert code == EXIT_FAILED
-    assert f"another tracelake ingest is writing to this lake (pid {os.getpid()}" in out
+    assert f"another tracelake command (ingest or forget) is writing to this lake (pid {os.getpid()}" in out
     assert len(out.strip().splitlines()) == 1
     assert not list((lake / "sources").glob("run=*/*.parquet"))
     # two at once: whichever comes second is refused or finds everything already there
     a, b = ingest(inputs, lake, wait=False), ingest(inputs, lake, wait=False)
     outs = [(p.wait(timeout=300), p.stdout.read().decode()) for p in (a, b)]
     for code, out in outs:
-        assert code in (0, 3) or (code == EXIT_FAILED and "another tracelake ingest is writing" in out), out
+        assert code in (0, 3) or (code == EXIT_FAILED and "another tracelake command (ingest or forget) is writing" in out), out
     assert any(code == 3 for code, _ in outs)
     assert_clean(lake)
     assert snapshot(lake) == reference

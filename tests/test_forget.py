@@ -6,6 +6,7 @@ command that takes the lock."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -68,7 +69,7 @@ def test_forget_failed_run_and_source_leave_the_lake_of_the_other_files(dirs, tm
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a"])
     assert r.exit_code == EXIT_OK and "removed 2 source(s)" in r.output, r.output
     assert snapshot(lake) == snapshot(only_b)
-    assert not (lake / "gpu_activities" / "run=job_a").exists()
+    assert not list((lake / "gpu_activities" / "run=job_a").glob("*"))
     # a forgotten file is ingested again, not skipped
     r = _ingest(lake, a, exclude=["config.json"])
     assert r.exit_code == EXIT_OK and "ingested 2, failed 0, skipped 0" in r.output, r.output
@@ -115,3 +116,44 @@ def test_forget_killed_after_a_sources_row_then_finished(dirs, tmp_path):
     assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output and "no sources row" in r.output, r.output
     assert_clean(lake)
     assert snapshot(lake) == snapshot(only_b)
+
+
+def test_a_lake_path_with_glob_characters_is_read_literally(dirs, tmp_path):
+    """'[' and '*' in the lake path are literal: no error, and no sibling lake's rows."""
+    a, b = dirs
+    odd, sibling = tmp_path / "lk[1]*", tmp_path / "lk1x"
+    assert _ingest(odd, a, exclude=["config.json"]).exit_code == EXIT_OK
+    assert _ingest(sibling, b).exit_code == EXIT_OK
+    assert Lake(odd).sources()["run_id"].to_list() == ["job_a", "job_a"]
+    r = runner.invoke(app, ["forget", "--lake", str(odd), "--run", "job_a", "--dry-run"])
+    assert r.exit_code == EXIT_OK and "would remove 2 source(s)" in r.output, r.output
+    r = runner.invoke(app, ["analyze", "--lake", str(odd), "--json"])
+    assert r.exit_code == EXIT_OK and [x["run_id"] for x in json.loads(r.stdout)["runs"]] == ["job_a"]
+
+
+def test_an_unreadable_sources_part_gives_one_line(dirs, tmp_path):
+    a, _ = dirs
+    lake = tmp_path / "lake"
+    _ingest(lake, a, exclude=["config.json"])
+    bad = next((lake / "sources" / "run=job_a").glob("*.parquet"))
+    bad.write_bytes(b"garbage")
+    for args in (["analyze"], ["sql", "SELECT count(*) FROM sources"], ["forget", "--failed"], ["report", "-o", str(tmp_path / "r.html")]):
+        r = runner.invoke(app, [*args, "--lake", str(lake)])
+        assert r.exit_code == 4, (args, r.output)
+        assert str(bad.name) in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)
+
+
+def test_dry_run_repairs_nothing(dirs, tmp_path):
+    """--dry-run only reads: a part left without its sources row by a killed writer stays for the
+    next real command to remove."""
+    a, _ = dirs
+    lake = tmp_path / "lake"
+    _ingest(lake, a, exclude=["config.json"])
+    row = next((lake / "sources" / "run=job_a").glob("*.parquet"))
+    orphan = lake / "gpu_activities" / "run=job_a" / row.name
+    row.unlink()  # as a forget killed after removing the sources row leaves it
+    r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a", "--dry-run"])
+    assert r.exit_code == EXIT_OK and "would remove 1 source(s)" in r.output and "no sources row" not in r.output
+    assert orphan.exists()
+    r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a"])
+    assert r.exit_code == EXIT_OK and "no sources row" in r.output and not orphan.exists()

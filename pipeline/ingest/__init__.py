@@ -301,6 +301,12 @@ def _is_done(done, sha: str, run_id: str) -> bool:
     return (sha, run_id) in done or (sha, _moved(run_id, sha[:16])) in done
 
 
+def _stored_run(done, sha: str, run_id: str) -> str:
+    """The run a file already in the lake is stored in: its natural run, or the one it was moved
+    to when its rank was taken (_claim_ranks)."""
+    return run_id if (sha, run_id) in done else _moved(run_id, sha[:16])
+
+
 def _base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) -> dict:
     return {"source_id": sha[:16], "run_id": run_id, "path": display, "format": fmt, "content_sha256": sha,
             "size_bytes": size, "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__,
@@ -366,8 +372,8 @@ def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pr
         sha = arc.sha256_of(inp)
     source_id = sha[:16]
     if not opts.force and _is_done(done, sha, run_id):
-        return Prepared(inp.display, run_id, "skipped", notes=["already in the lake (same content); --force re-ingests"],
-                        source_id=source_id, sha=sha)
+        return Prepared(inp.display, _stored_run(done, sha, run_id), "skipped",
+                        notes=["already in the lake (same content); --force re-ingests"], source_id=source_id, sha=sha)
     base = _base_row(inp.display, run_id, sha, size, "kineto_json", t0)
     with inp.open() as raw:
         try:
@@ -485,8 +491,8 @@ def _prepare_nsys(path: Path, display: str, fmt: str, run_id: str, opts: Options
     source_id = sha[:16]
     size = _size(path)
     if not opts.force and _is_done(done, sha, run_id):
-        return Prepared(display, run_id, "skipped", notes=["already in the lake (same content); --force re-ingests"],
-                        source_id=source_id, sha=sha)
+        return Prepared(display, _stored_run(done, sha, run_id), "skipped",
+                        notes=["already in the lake (same content); --force re-ingests"], source_id=source_id, sha=sha)
     base = _base_row(display, run_id, sha, size, fmt, t0)
     scratch = lake.scratch()
     try:
@@ -554,7 +560,8 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
                 out.append(_failed(disp, run_id, why))
                 continue
             if m.name not in todo:
-                out.append(Prepared(disp, run_id, "skipped", notes=["already in the lake (same content); --force re-ingests"],
+                out.append(Prepared(disp, _stored_run(done, shas[m.name], run_id), "skipped",
+                                    notes=["already in the lake (same content); --force re-ingests"],
                                     source_id=shas[m.name][:16], sha=shas[m.name]))
                 continue
             inp = arc.StreamMember(display, m.name, m.size, f)
@@ -624,8 +631,8 @@ def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> Fil
         return FileResult(p.path, p.run_id, None, "failed", p.error, [], p.source_id, p.uncompressed_bytes)
     if not force and _is_done(done, p.sha, p.run_id):  # the same content earlier in this batch
         lake.discard(p.staged)
-        return FileResult(p.path, p.run_id, None, "skipped", None, ["already in the lake (same content); --force re-ingests"],
-                          p.source_id)
+        return FileResult(p.path, _stored_run(done, p.sha, p.run_id), None, "skipped", None,
+                          ["already in the lake (same content); --force re-ingests"], p.source_id)
     notes = list(p.notes)
     run_id = p.run_id
     if p.rank_list:
