@@ -234,7 +234,9 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
     model_flops_per_step = _model_flops(model_flops_per_step, *palm_shape)
     lake = Lake(lake_dir)
     if not lake.exists():
-        err.print(f"error: {lake_dir}: not a tracelake lake (run `tracelake ingest PATH --lake {lake_dir}` first)", markup=False)
+        hint = ("no TRACELAKE file" if lake.root.is_dir() and any(lake.root.iterdir())
+                else f"run `tracelake ingest PATH --lake {lake_dir}` first")
+        err.print(one_line(f"error: {lake_dir}: not a tracelake lake ({hint})"), markup=False)
         raise typer.Exit(EXIT_FAILED)
     for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
         if v is not None and not v > 0:
