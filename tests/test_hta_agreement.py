@@ -38,7 +38,17 @@ def _hta(path):
     from hta.configs.config import logger
 
     logger.setLevel(logging.ERROR)
-    ta = hta_trace_analysis.TraceAnalysis(trace_dir=str(path))
+    # HTA parses several ranks in a pool it forks (mp.get_context("fork"), hta/common/trace.py);
+    # forking this test process, which runs DuckDB, polars and Arrow thread pools, can leave the
+    # children deadlocked on a lock some thread held (it hung a test run once). HTA parses the
+    # ranks one after the other here instead: the same parser, the same results.
+    from hta.common.trace import Trace
+
+    parse = Trace.parse_traces
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(Trace, "parse_traces", lambda self, max_ranks=-1, use_multiprocessing=True, use_memory_profiling=True:
+                  parse(self, max_ranks, False, use_memory_profiling))
+        ta = hta_trace_analysis.TraceAnalysis(trace_dir=str(path))
     overlap = ta.get_comm_comp_overlap(visualize=False)
     temporal = ta.get_temporal_breakdown(visualize=False)
     idle = ta.get_idle_time_breakdown(ranks=sorted(ta.t.traces), visualize=False)[0]
