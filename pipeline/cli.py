@@ -281,6 +281,7 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
         raise typer.Exit(code)
     from rich.table import Table
 
+    from .lake import one_line
     from .report.document import timing_text
 
     for v in res["verdicts"]:
@@ -300,6 +301,8 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
             out.print(t)
     for n in res["notes"]:
         out.print(f"note: {n}", markup=False)
+    if not res["verdicts"]:
+        err.print(one_line(f"note: {lake}: the lake holds no runs (nothing ingested yet, or every source forgotten)"), markup=False)
     raise typer.Exit(code)
 
 

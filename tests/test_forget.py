@@ -157,3 +157,12 @@ def test_dry_run_repairs_nothing(dirs, tmp_path):
     assert orphan.exists()
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a"])
     assert r.exit_code == EXIT_OK and "no sources row" in r.output and not orphan.exists()
+
+
+def test_analyze_says_when_every_source_was_forgotten(dirs, tmp_path):
+    _, b = dirs
+    lake = tmp_path / "lake"
+    _ingest(lake, b)
+    assert runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_b"]).exit_code == EXIT_OK
+    r = runner.invoke(app, ["analyze", "--lake", str(lake)])
+    assert r.exit_code == EXIT_OK and "the lake holds no runs" in r.output, r.output
