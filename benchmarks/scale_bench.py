@@ -223,7 +223,7 @@ def main():
         # ---------------------------------------------------------------- 3. analysis
         if a.skip_analysis:
             return
-        print(f"\n3. analysis (every metric) and report (HTML) of lakes of N ranks x K kernels")
+        print("\n3. analysis (every metric) and report (HTML) of lakes of N ranks x K kernels")
         print(f"{'':30s} {'rows':>12s} {'write s':>8s} {'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}")
         times = {}
         for ranks, kernels in ((8, a.kernels), (64, a.kernels), (512, a.kernels), (64, a.big_kernels)):

@@ -215,7 +215,7 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
     error names any the lake does not hold)."""
     import duckdb
 
-    from .lake import LakeError, one_line
+    from .lake import LakeError
 
     try:
         return _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n=top_n,
@@ -227,7 +227,7 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
 
 def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n, scheduler, runs):
     from .analyze import analyze
-    from .lake import Lake, one_line, safe_run_id
+    from .lake import Lake, one_line
 
     if window not in ("all", "hta"):
         raise typer.BadParameter("--window must be 'all' or 'hta'")
@@ -242,12 +242,7 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
         if v is not None and not v > 0:
             raise typer.BadParameter(f"{name} must be positive")
     if runs:
-        known = set(lake.sources()["run_id"].drop_nulls().to_list())
-        # a run id as given to `ingest --run` names the run it was stored as
-        runs = [r if r in known or safe_run_id(r) not in known else safe_run_id(r) for r in runs]
-        missing = [r for r in runs if r not in known]
-        if missing:
-            raise typer.BadParameter(one_line(_clip(f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})")))
+        runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
     options = dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
                    model_flops_per_step=model_flops_per_step, top_n=top_n, runs=sorted(set(runs)) if runs else None)
     if not scheduler:
@@ -321,6 +316,18 @@ def _lake_read_error(lake_dir: Path, e: Exception) -> str:
         return one_line(f"error: {lake_dir}: the lake changed while it was read (an ingest or forget is writing); "
                         f"run the command again ({first})")
     return one_line(f"error: {lake_dir}: cannot read the lake ({first})")
+
+
+def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
+    """--run values as the lake's run ids: an id as given to `ingest --run` names the run it was
+    stored as (safe_run_id). Raises BadParameter naming the ones the lake does not hold."""
+    from .lake import one_line, safe_run_id
+
+    out = [r if r in known or safe_run_id(r) not in known else safe_run_id(r) for r in runs]
+    missing = [r for r in out if r not in known]
+    if missing:
+        raise typer.BadParameter(one_line(_clip(f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})")))
+    return out
 
 
 def _clip(text: str, n: int = 300) -> str:
@@ -404,7 +411,7 @@ def forget(lake: Path = LAKE,
     sources, failed ingests). Crash-safe; a removed file is ingested again by the next ingest."""
     import polars as pl
 
-    from .lake import Lake, LakeError, one_line, safe_run_id
+    from .lake import Lake, LakeError, one_line
 
     if not (runs or source_ids or failed):
         raise typer.BadParameter("give --run, --source or --failed (several narrow the selection)")
@@ -414,14 +421,10 @@ def forget(lake: Path = LAKE,
         raise typer.Exit(EXIT_FAILED)
     def select():
         src = lk.sources()
-        known_runs = set(src["run_id"].drop_nulls().to_list())
-        want_runs = [r if r in known_runs or safe_run_id(r) not in known_runs else safe_run_id(r) for r in runs or ()]
-        for name, wanted, col in (("--run", want_runs, "run_id"), ("--source", source_ids, "source_id")):
-            known = set(src[col].drop_nulls().to_list())
-            missing = sorted(set(wanted or ()) - known)
-            if missing:
-                raise typer.BadParameter(one_line(_clip(f"{name} {', '.join(missing)}: not in the lake"
-                                                        + (f" (runs: {', '.join(sorted(known))})" if col == "run_id" else ""))))
+        want_runs = _resolve_runs(runs, set(src["run_id"].drop_nulls().to_list())) if runs else []
+        missing = sorted(set(source_ids or ()) - set(src["source_id"].drop_nulls().to_list()))
+        if missing:
+            raise typer.BadParameter(one_line(_clip(f"--source {', '.join(missing)}: not in the lake")))
         if want_runs:
             src = src.filter(pl.col("run_id").is_in(want_runs))
         if source_ids:
@@ -455,7 +458,7 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
     """Run ad-hoc DuckDB SQL over the lake (one view per schema table)."""
     import duckdb
 
-    from .lake import Lake, LakeError, one_line
+    from .lake import Lake, LakeError
     from .query import connect
 
     if fmt not in ("table", "csv", "json"):

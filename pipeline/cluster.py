@@ -38,13 +38,11 @@ def client(scheduler: str):
     """A dask.distributed Client of the scheduler at `scheduler` (use it as a context manager).
     Raises SchedulerError (one line, naming the address) when the address is malformed or the
     scheduler cannot be reached."""
-    from distributed import Client
-    from distributed.comm import parse_address
-    from distributed.comm.registry import get_backend
-
     import asyncio
 
-    from distributed.comm import connect
+    from distributed import Client
+    from distributed.comm import connect, parse_address
+    from distributed.comm.registry import get_backend
 
     async def handshake():  # Dask's own handshake: a port that refuses, or another service, fails here
         comm = await connect(scheduler, timeout="10s")

@@ -169,13 +169,7 @@ class Lake:
 
     def _parts(self, table: str) -> list[Path]:
         d = self.root / table
-        for attempt in range(5):
-            try:
-                return sorted(d.glob("run=*/*.parquet")) if d.is_dir() else []
-            except FileNotFoundError:  # a run directory removed while listed (a writer at work)
-                if attempt == 4:
-                    raise
-        return []
+        return sorted(d.glob("run=*/*.parquet")) if d.is_dir() else []
 
     def _committed(self) -> set[tuple[str, str]]:
         """(run directory name, source id) of every source with a `sources` row."""
@@ -319,9 +313,7 @@ class Lake:
         src_staged = d / "sources.parquet"
         if src_staged.exists():  # else the last step (the sources row) was done already
             self.part_path("sources", run_id, source_id).unlink(missing_ok=True)
-            for t in sch.tables():
-                if t != "sources" and t not in new:
-                    self.part_path(t, run_id, source_id).unlink(missing_ok=True)
+            self._unlink_parts(run_id, source_id, keep=new)
             for t in sorted(new):
                 f = d / f"{t}.parquet"
                 if f.exists():
@@ -380,11 +372,15 @@ class Lake:
                 continue
             row.unlink()
             _crash_point("forget")
-            for t in sch.tables():
-                if t != "sources":
-                    self.part_path(t, run_id, source_id).unlink(missing_ok=True)
+            self._unlink_parts(run_id, source_id)
             n += 1
         return n
+
+    def _unlink_parts(self, run_id: str, source_id: str, keep: Iterable[str] = ()) -> None:
+        """Remove a source's parts (not its `sources` row), except those of the tables in keep."""
+        for t in sch.tables():
+            if t != "sources" and t not in keep:
+                self.part_path(t, run_id, source_id).unlink(missing_ok=True)
 
     def scratch(self) -> Path:
         """A fresh private directory under <lake>/.tmp for one ingest's intermediate files (the

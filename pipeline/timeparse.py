@@ -81,7 +81,6 @@ def us_series_to_ns(s: pl.Series):
 
 def _slow(s: pl.Series):
     """Digit by digit (and Decimal for the rest): every text of s."""
-    n = len(s)
     s = s.str.strip_chars('" ')
     df = pl.DataFrame({"t": s}).with_columns(
         neg=pl.col("t").str.starts_with("-"),

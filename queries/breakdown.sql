@@ -35,14 +35,11 @@ WITH buckets AS (  -- a dense integer per bucket: the sweep sorts on it instead 
         UNION ALL SELECT DISTINCT run_id, rank, NULL::BIGINT FROM scope)
 ),
 w0 AS (
-  -- the four category counts travel as two BIGINTs of two 32-bit fields (c0 = compute +
-  -- communication * 2^32, c1 = memory + unknown * 2^32): a running sum of them holds the running
-  -- sums of the fields, since no field is ever negative (starts sort before ends at an instant,
-  -- and end_ns >= start_ns, schemas/v1.toml) nor reaches 2^31
+  -- the four category counts travel packed in two BIGINTs (views/05_macros.sql; end_ns >=
+  -- start_ns, schemas/v1.toml, so no count is ever negative)
   SELECT sb.bid AS step_bid, rb.bid AS rank_bid, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns,
          coalesce(s.graph_replay, false) AS graph,
-         CASE s.category WHEN 'compute' THEN 1 WHEN 'communication' THEN 4294967296 ELSE 0 END AS c0,
-         CASE s.category WHEN 'memory' THEN 1 WHEN 'unknown' THEN 4294967296 ELSE 0 END AS c1
+         pack_compute_comm(s.category) AS c0, pack_memory_unknown(s.category) AS c1
   FROM scope s
   JOIN buckets rb ON rb.run_id = s.run_id AND rb.rank = s.rank AND rb.step IS NULL
   LEFT JOIN buckets sb ON sb.run_id = s.run_id AND sb.rank = s.rank AND sb.step = s.step
@@ -74,8 +71,8 @@ edges AS (
 -- Idle gaps: nothing active, time passes, and work of the same bucket starts at the end (the
 -- segment from a bucket's last end to its sentinel has no start after it); cause as above.
 sweep AS (
-  SELECT bid, t, o, seg, s0 <> 0 OR s1 <> 0 AS busy, s0 % 4294967296 > 0 AS c, s0 >= 4294967296 AS m,
-    s1 % 4294967296 > 0 AS y, s1 >= 4294967296 AS u,
+  SELECT bid, t, o, seg, s0 <> 0 OR s1 <> 0 AS busy, lo32(s0) > 0 AS c, hi32(s0) > 0 AS m,
+    lo32(s1) > 0 AS y, hi32(s1) > 0 AS u,
     CASE WHEN s0 <> 0 OR s1 <> 0 OR seg <= 0 OR next_o > 1 THEN NULL
       WHEN next_o = 0 THEN 'unreliable'
       WHEN next_launch > t THEN 'host_wait'

@@ -21,16 +21,13 @@ WITH streams AS (  -- a dense integer per stream: the running max below sorts on
   SELECT run_id, rank, device, stream, (row_number() OVER (ORDER BY run_id, rank, device, stream))::INT AS sid
   FROM (SELECT DISTINCT run_id, rank, device, stream FROM scope)
 ),
--- The latest earlier end on the stream, as a running max over one global order (a window per
--- stream is several times slower in DuckDB): the value carries the stream id in its high 64 bits
--- (and end_ns + 2^63 in the low 64), so a stream's max is its own unless no earlier row of the
--- stream exists, when the high bits name an earlier stream and prev_end is NULL.
+-- The latest earlier end on the stream, as a running max over one global order (keyed_ns,
+-- views/05_macros.sql); NULL for a stream's first activity.
 ordered AS (
-  SELECT sid, step, start_ns, launch_ns, graph_replay,
-    CASE WHEN pm >> 64 = sid THEN ((pm & 18446744073709551615) - 9223372036854775808)::BIGINT END AS prev_end
+  SELECT sid, step, start_ns, launch_ns, graph_replay, keyed_ns_value(pm, sid) AS prev_end
   FROM (
     SELECT m.sid, s.step, s.start_ns, s.launch_ns, s.graph_replay,
-      max((m.sid::HUGEINT << 64) + (s.end_ns::HUGEINT + 9223372036854775808))
+      max(keyed_ns(m.sid, s.end_ns))
         OVER (ORDER BY m.sid, s.start_ns, s.end_ns, s.event_index ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
     FROM scope s
     JOIN streams m ON m.run_id = s.run_id AND m.rank = s.rank AND m.device IS NOT DISTINCT FROM s.device

@@ -23,16 +23,12 @@ starts AS (  -- activities grouped by start instant (all of them end the gap bef
   FROM scope s JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
   GROUP BY r.rr, s.start_ns
 ),
--- the latest earlier end of the rank, as a running max over one global order (a window per rank
--- is several times slower in DuckDB): the value carries the rank id in its high 64 bits (and
--- end_ns + 2^63 in the low 64), so a rank's max is its own unless no earlier start of the rank
--- exists, when the high bits name an earlier rank and prev_end is NULL
+-- the latest earlier end of the rank, as a running max over one global order (keyed_ns,
+-- views/05_macros.sql); NULL for a rank's first start
 prev AS (
-  SELECT rr, start_ns, first_launch, graph,
-    CASE WHEN pm >> 64 = rr THEN ((pm & 18446744073709551615) - 9223372036854775808)::BIGINT END AS prev_end
+  SELECT rr, start_ns, first_launch, graph, keyed_ns_value(pm, rr) AS prev_end
   FROM (
-    SELECT *, max((rr::HUGEINT << 64) + (end_ns::HUGEINT + 9223372036854775808))
-                OVER (ORDER BY rr, start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
+    SELECT *, max(keyed_ns(rr, end_ns)) OVER (ORDER BY rr, start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
     FROM starts)
 ),
 gaps AS (

@@ -67,9 +67,8 @@ bounds AS (
 ),
 work AS (
   SELECT b.rr, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns, coalesce(s.graph_replay, false) AS graph,
-         -- the four category counts travel as two BIGINTs of two 32-bit fields (as in breakdown.sql)
-         CASE s.category WHEN 'compute' THEN 1 WHEN 'communication' THEN 4294967296 ELSE 0 END AS c0,
-         CASE s.category WHEN 'memory' THEN 1 WHEN 'unknown' THEN 4294967296 ELSE 0 END AS c1
+         -- the four category counts travel packed in two BIGINTs (views/05_macros.sql)
+         pack_compute_comm(s.category) AS c0, pack_memory_unknown(s.category) AS c1
   FROM scope s JOIN bounds b ON s.run_id = b.run_id AND s.rank = b.rank AND s.end_ns > b.r0 AND s.start_ns < b.r1
 ),
 loader_ev AS (
@@ -112,8 +111,8 @@ edges AS (
 -- never counted.
 sweep AS (
   SELECT rr, t, o <= 4 AS pt, seg, next_o, next_launch,
-    s0 = 0 AND s1 = 0 AS idle, s0 % 4294967296 > 0 AS c, s0 >= 4294967296 AS m, s1 % 4294967296 > 0 AS y,
-    s1 >= 4294967296 AS u, q % 4294967296 AS gap_id, q // 4294967296 % 256 > 0 AS inw, q // 1099511627776 > 0 AS inl, cur_step
+    s0 = 0 AND s1 = 0 AS idle, lo32(s0) > 0 AS c, hi32(s0) > 0 AS m, lo32(s1) > 0 AS y,
+    hi32(s1) > 0 AS u, lo32(q) AS gap_id, q // 4294967296 % 256 > 0 AS inw, q // 1099511627776 > 0 AS inl, cur_step
   FROM (
     SELECT rr, t, o, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1, sum(q) OVER g AS q, sum(ds) OVER g AS cur_step,
       coalesce(lead(t) OVER g, t) - t AS seg, lead(o) OVER g AS next_o, lead(launch) OVER g AS next_launch

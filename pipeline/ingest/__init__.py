@@ -656,11 +656,10 @@ def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> Fil
 
 # ------------------------------------------------------------------ planning and running
 
-def plan(paths: Iterable[str | Path], exclude: Iterable[str] | None = None) -> tuple[list[Unit], list[Problem]]:
+def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple[list[Unit], list[Problem]]:
     """The units of work for `paths` in input order (archives opened into their members), minus
-    the files and members `exclude` leaves out."""
+    the files and members `exclude` (patterns as exclude_patterns() returns them) leaves out."""
     problems: list[Problem] = []
-    exclude = exclude_patterns(exclude)
     files = discover(paths, problems, exclude)
     units: list[Unit] = [Unit("problem", p) for p in problems]
     for f in files:

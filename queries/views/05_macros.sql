@@ -8,3 +8,25 @@ CREATE OR REPLACE MACRO busbw_factor(kind, n) AS
        WHEN kind = '2(n-1)/n' THEN 2.0 * (n - 1) / n
        WHEN kind = '(n-1)/n' THEN (n - 1) / n
        ELSE 1.0 END;
+
+-- Interval sweeps (breakdown.sql, step_time.sql) carry the four GPU work categories' running
+-- counts in two BIGINTs of two 32-bit fields: pack_compute_comm(category) is 1 for compute and
+-- 2^32 for communication, pack_memory_unknown(category) 1 for memory and 2^32 for unknown (0
+-- otherwise). A running sum of these deltas (+ at a start, - at an end) holds each category's
+-- count in its field as long as no count is negative (starts sort before ends at an instant) or
+-- reaches 2^31; lo32(s) and hi32(s) read the fields back.
+CREATE OR REPLACE MACRO pack_compute_comm(category) AS
+  CASE category WHEN 'compute' THEN 1 WHEN 'communication' THEN 4294967296 ELSE 0 END;
+CREATE OR REPLACE MACRO pack_memory_unknown(category) AS
+  CASE category WHEN 'memory' THEN 1 WHEN 'unknown' THEN 4294967296 ELSE 0 END;
+CREATE OR REPLACE MACRO lo32(s) AS s % 4294967296;
+CREATE OR REPLACE MACRO hi32(s) AS s // 4294967296;
+
+-- "The latest earlier end" per stream or rank as one running max over a global order (a window
+-- per partition is several times slower in DuckDB): keyed_ns(id, ns) puts the partition's dense
+-- integer id in the high 64 bits of a HUGEINT and ns + 2^63 (never negative) in the low 64, so
+-- max() over rows ordered by id keeps each partition's maximum its own; keyed_ns_value(k, id) is
+-- that ns back, or NULL when k belongs to an earlier id (no earlier row in the partition).
+CREATE OR REPLACE MACRO keyed_ns(id, ns) AS (id::HUGEINT << 64) + (ns::HUGEINT + 9223372036854775808);
+CREATE OR REPLACE MACRO keyed_ns_value(k, id) AS
+  CASE WHEN k >> 64 = id THEN ((k & 18446744073709551615) - 9223372036854775808)::BIGINT END;
