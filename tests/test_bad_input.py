@@ -218,3 +218,15 @@ def test_identical_bad_files_keep_a_row_each(tmp_path):
     assert rows == [("rank-3.json", "failed", "empty file"), ("rank-5.json", "failed", "empty file")]
     ingest_paths([d], lake)  # again: each file's row is replaced, not duplicated
     assert connect(lake).execute("SELECT count(*) FROM sources").fetchone()[0] == 2
+
+
+def test_a_gz_that_is_not_gzip_says_so(tmp_path):
+    bad = tmp_path / "job" / "rank0.json.gz"
+    bad.parent.mkdir()
+    bad.write_bytes(b"hello, this is not gzip")
+    (r,) = ingest_paths([bad], Lake(tmp_path / "lake"))
+    assert r.status == "failed" and r.error.startswith("named .gz but not gzip (no gzip header), and not valid JSON")
+    # gzip is told from the bytes, not the name: a plain JSON trace named .gz ingests
+    plain = write_trace(tmp_path / "job2" / "rank0.json.gz", GOOD)
+    (r,) = ingest_paths([plain], Lake(tmp_path / "lake2"))
+    assert r.status == "ok"

@@ -66,6 +66,12 @@ def test_pool_gives_the_serial_lake(inputs, tmp_path, monkeypatch):
     assert summary(res1) == summary(res2)
     statuses = sorted(r.status for r in res1)
     assert statuses == ["failed"] + ["ok"] * 11 + ["skipped"]
+    # a copy of a file in the same batch is named as such, the same with and without the pool
+    # (the pool's workers only know the lake as it was before the batch)
+    dup = [r for r in res1 if r.path.endswith("zz_copy_of_worker0.json")][0]
+    assert dup.notes == ["same content as a file ingested earlier in this batch; --force re-ingests"]
+    again = [r for r in ingest_paths(inputs, serial, jobs=1) if r.path.endswith("zz_copy_of_worker0.json")][0]
+    assert again.notes == ["already in the lake (same content); --force re-ingests"]
     moved = [r for r in res1 if r.path.endswith("zz_rank1_other.json.gz")][0]
     assert moved.run_id.startswith("job_") and any("already held" in n for n in moved.notes)
     assert lake_rows(serial) == lake_rows(pooled)

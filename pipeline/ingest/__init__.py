@@ -123,7 +123,7 @@ def excluded(relpath: str, patterns: list[str] | None) -> bool:
 
 
 def discover(paths: Iterable[str | Path], problems: list | None = None, exclude: Iterable[str] | None = None,
-             left_out: list | None = None) -> list[Path]:
+             left_out: list | None = None, roots: dict | None = None) -> list[Path]:
     """Files named by `paths`, minus those `exclude` leaves out (see excluded(): files and
     directories found below a directory given, and files given by their name; a directory given is
     always searched), appended to `left_out` when given: files as given, directories searched recursively for
@@ -132,7 +132,8 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
     (symlinks to directories are not followed); an nsys parquetdir export (`*_pqtdir/`) is one
     input, given or found. Archives are listed as files (ingest_paths opens them). Paths that do
     not exist, are not regular files or directories, or cannot be listed go to `problems` (a list
-    of Problem) when given; otherwise the first raises FileNotFoundError."""
+    of Problem) when given; otherwise the first raises FileNotFoundError. roots, when given, maps
+    each file found by searching a directory given to that directory (for its run name)."""
     out: list[Path] = []
 
     def problem(p: Path, msg: str):
@@ -162,10 +163,14 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
                 for d in [d for d in dirs if d.endswith("_pqtdir")]:
                     dirs.remove(d)
                     out.append(Path(root) / d)
+                    if roots is not None:
+                        roots[out[-1]] = p
                 for name in sorted(files):
                     f = Path(root) / name
                     if leave(f, (rel / name).as_posix()):
                         continue
+                    if roots is not None:
+                        roots[f] = p
                     if name.lower().endswith(TRACE_SUFFIXES) and f.is_file():
                         out.append(f)
                     elif name.lower().endswith(TRACE_SUFFIXES) and f.is_symlink() and not f.exists():
@@ -297,14 +302,39 @@ def _moved(run_id: str, source_id: str) -> str:
     return safe_run_id(f"{run_id}_{source_id[:8]}")
 
 
+# a run that files of run <1> were moved to when their rank was taken (_moved)
+_MOVED_RUN = re.compile(r"(.+)_[0-9a-f]{8}")
+
+
+def _done_index(src: pl.DataFrame) -> dict[tuple[str, str], tuple[str, bool]]:
+    """(content sha256, natural run) -> (the run the content is stored in, False), for every
+    source that did not fail; files committed by this ingest are added with True (_commit). The
+    natural run is the run id the file gets from --run or its directory; a file moved because its
+    rank was taken is stored in '<natural run>_<8 hex digits>'."""
+    rows = [(h, r) for h, r, s in zip(src["content_sha256"], src["run_id"], src["status"]) if s != "failed"]
+    done = {(h, r): (r, False) for h, r in rows}
+    for h, r in rows:
+        m = _MOVED_RUN.fullmatch(r)
+        if m:
+            done.setdefault((h, m.group(1)), (r, False))
+    return done
+
+
 def _is_done(done, sha: str, run_id: str) -> bool:
-    return (sha, run_id) in done or (sha, _moved(run_id, sha[:16])) in done
+    """Whether content `sha` whose natural run is run_id is already in the lake (_done_index)."""
+    return (sha, run_id) in done
 
 
 def _stored_run(done, sha: str, run_id: str) -> str:
     """The run a file already in the lake is stored in: its natural run, or the one it was moved
-    to when its rank was taken (_claim_ranks)."""
-    return run_id if (sha, run_id) in done else _moved(run_id, sha[:16])
+    to when its rank was taken (_Runs.claim)."""
+    return done.get((sha, run_id), (run_id,))[0]
+
+
+def _skip_note(done, sha: str, run_id: str) -> str:
+    if done.get((sha, run_id), ("", False))[1]:
+        return "same content as a file ingested earlier in this batch; --force re-ingests"
+    return "already in the lake (same content); --force re-ingests"
 
 
 def _base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) -> dict:
@@ -373,7 +403,7 @@ def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pr
     source_id = sha[:16]
     if not opts.force and _is_done(done, sha, run_id):
         return Prepared(inp.display, _stored_run(done, sha, run_id), "skipped",
-                        notes=["already in the lake (same content); --force re-ingests"], source_id=source_id, sha=sha)
+                        notes=[_skip_note(done, sha, run_id)], source_id=source_id, sha=sha)
     base = _base_row(inp.display, run_id, sha, size, "kineto_json", t0)
     with inp.open() as raw:
         try:
@@ -416,6 +446,8 @@ def _prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, l
                 err = ("not a Kineto trace, Nsight Systems export or NCCL-family log: "
                        "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines")
                 base["format"] = "unknown"
+            elif err.startswith("not valid JSON") and inp.name.lower().endswith(".gz") and not stream.gzip:
+                err = f"named .gz but not gzip (no gzip header), and not valid JSON either ({err})"
         except RecursionError:
             err = "JSON nested too deeply"
         if stream.truncated and (err is not None or parsed is None or parsed.event_count == 0):
@@ -492,7 +524,7 @@ def _prepare_nsys(path: Path, display: str, fmt: str, run_id: str, opts: Options
     size = _size(path)
     if not opts.force and _is_done(done, sha, run_id):
         return Prepared(display, _stored_run(done, sha, run_id), "skipped",
-                        notes=["already in the lake (same content); --force re-ingests"], source_id=source_id, sha=sha)
+                        notes=[_skip_note(done, sha, run_id)], source_id=source_id, sha=sha)
     base = _base_row(display, run_id, sha, size, fmt, t0)
     scratch = lake.scratch()
     try:
@@ -561,7 +593,7 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
                 continue
             if m.name not in todo:
                 out.append(Prepared(disp, _stored_run(done, shas[m.name], run_id), "skipped",
-                                    notes=["already in the lake (same content); --force re-ingests"],
+                                    notes=[_skip_note(done, shas[m.name], run_id)],
                                     source_id=shas[m.name][:16], sha=shas[m.name]))
                 continue
             inp = arc.StreamMember(display, m.name, m.size, f)
@@ -592,31 +624,61 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
 
 # ------------------------------------------------------------------ committing
 
-def _rank_index(lake: Lake) -> dict[tuple[str, int], str]:
-    """(run_id, rank) -> source_id holding that rank, over every source that was not a failure."""
-    src = lake.sources().filter(pl.col("status") != "failed")
-    many = src["ranks"] if "ranks" in src.columns else pl.Series([None] * src.height)
-    out = {}
-    for r, k, ks, s in zip(src["run_id"], src["rank"], many, src["source_id"]):
-        for k in (ks if ks is not None else [k]):
-            if k is not None:
-                out[(r, k)] = s
-    return out
+class _Runs:
+    """The lake's runs as committing needs them: the source holding each (run, rank), each run's
+    time span (the union of its sources' trace_start_ns..trace_end_ns) and, per run, the runs its
+    files were moved to when their rank was taken. Built from every source that did not fail;
+    add() keeps it current as files are committed."""
+
+    def __init__(self, lake: Lake):
+        self.ranks: dict[tuple[str, int], str] = {}
+        self.spans: dict[str, tuple[int, int]] = {}
+        self.moved: dict[str, list[str]] = {}
+        src = lake.sources().filter(pl.col("status") != "failed")
+        many = src["ranks"] if "ranks" in src.columns else pl.Series([None] * src.height)
+        for r, k, ks, s, t0, t1 in zip(src["run_id"], src["rank"], many, src["source_id"],
+                                        src["trace_start_ns"], src["trace_end_ns"]):
+            self.add(r, s, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1)
+
+    def add(self, run_id: str, source_id: str, rank_list: list[int], t0: int | None, t1: int | None) -> None:
+        for r in rank_list:
+            self.ranks[(run_id, r)] = source_id
+        if t0 is not None and t1 is not None:
+            lo, hi = self.spans.get(run_id, (t0, t1))
+            self.spans[run_id] = (min(lo, t0), max(hi, t1))
+        m = _MOVED_RUN.fullmatch(run_id)
+        if m and run_id not in self.moved.setdefault(m.group(1), []):
+            self.moved[m.group(1)].append(run_id)
+
+    def free(self, run_id: str, source_id: str, rank_list: list[int]) -> list[int]:
+        """The ranks of rank_list another source already holds in run_id."""
+        return [r for r in rank_list if self.ranks.get((run_id, r), source_id) != source_id]
+
+    def claim(self, run_id: str, source_id: str, rank_list: list[int], t0: int | None, t1: int | None,
+              notes: list[str]) -> str:
+        """The run this source's ranks go to: run_id when none of them is held by another source.
+        Otherwise (a second job or a second profiling cycle in the same directory) the first run
+        its files were moved to where all its ranks are free and whose time span overlaps the
+        file's: the files of one profiling window run at the same time, so the ranks of a second
+        cycle stay one run; else a new run '<run>_<source_id[:8]>'. The note and the printed
+        message say which."""
+        taken = self.free(run_id, source_id, rank_list)
+        if not taken:
+            return run_id
+        what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
+        held = f"{what} of run {run_id} is already held by source {self.ranks[(run_id, taken[0])]}"
+        if t0 is not None and t1 is not None:
+            for cand in self.moved.get(run_id, []):
+                span = self.spans.get(cand)
+                if span and span[0] <= t1 and t0 <= span[1] and not self.free(cand, source_id, rank_list):
+                    notes.append(f"{held}; this file was put in run {cand}, with the files of the same time window")
+                    return cand
+        moved = _moved(run_id, source_id)
+        notes.append(f"{held}; this file was put in run {moved}")
+        return moved
 
 
-def _claim_ranks(run_id: str, source_id: str, rank_list: list[int], ranks: dict, notes: list[str]) -> str:
-    """The run this source's ranks go to: run_id, or '<run>_<source_id[:8]>' when another source
-    already holds one of them (both the note and the printed message say so)."""
-    taken = [r for r in rank_list if (run_id, r) in ranks and ranks[(run_id, r)] != source_id]
-    if not taken:
-        return run_id
-    moved = _moved(run_id, source_id)
-    what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
-    notes.append(f"{what} of run {run_id} is already held by source {ranks[(run_id, taken[0])]}; this file was put in run {moved}")
-    return moved
-
-
-def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> FileResult:
+def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool) -> FileResult:
     """Put a worker's outcome into the lake (in input order, in this process)."""
     if p.status == "skipped":
         return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id)
@@ -632,11 +694,12 @@ def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> Fil
     if not force and _is_done(done, p.sha, p.run_id):  # the same content earlier in this batch
         lake.discard(p.staged)
         return FileResult(p.path, _stored_run(done, p.sha, p.run_id), None, "skipped", None,
-                          ["already in the lake (same content); --force re-ingests"], p.source_id)
+                          [_skip_note(done, p.sha, p.run_id)], p.source_id)
     notes = list(p.notes)
     run_id = p.run_id
+    t0, t1 = p.row.get("trace_start_ns"), p.row.get("trace_end_ns")
     if p.rank_list:
-        run_id = _claim_ranks(run_id, p.source_id, p.rank_list, ranks, notes)
+        run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes)
         lake.retarget(p.staged, run_id)
     row = {**p.row, "run_id": run_id, "notes": notes or None}
     try:
@@ -648,9 +711,8 @@ def _commit(p: Prepared, lake: Lake, done: set, ranks: dict, force: bool) -> Fil
             bad.pop(k, None)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
-    for r in p.rank_list or []:
-        ranks[(run_id, r)] = p.source_id
-    done.add((p.sha, run_id))
+    runs.add(run_id, p.source_id, p.rank_list or [], t0, t1)
+    done[(p.sha, run_id)] = done[(p.sha, p.run_id)] = (run_id, True)
     return FileResult(p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes)
 
 
@@ -660,7 +722,8 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
     """The units of work for `paths` in input order (archives opened into their members), minus
     the files and members `exclude` (patterns as exclude_patterns() returns them) leaves out."""
     problems: list[Problem] = []
-    files = discover(paths, problems, exclude)
+    roots: dict = {}
+    files = discover(paths, problems, exclude, roots=roots)
     units: list[Unit] = [Unit("problem", p) for p in problems]
     for f in files:
         kind = arc.archive_kind(f) if f.is_file() else None
@@ -682,7 +745,7 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
         elif kind == "tar.gz":
             units.append(Unit("targz", str(f), _size_or_0(f)))
         else:
-            units.append(Unit("input", arc.FileInput(str(f)), _size_or_0(f)))
+            units.append(Unit("input", arc.FileInput(str(f), arc.dir_run_name(f, roots.get(f))), _size_or_0(f)))
     return units, problems
 
 
@@ -746,7 +809,7 @@ def _run_pool(units, opts, done, jobs: int):
     so only the one that kills its worker fails."""
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["pipeline.ingest"])
-    frozen = frozenset(done)
+    frozen = dict(done)
     i = 0
     while i < len(units):
         window: list = []
@@ -785,7 +848,7 @@ def _run_dask(units, opts, done, scheduler: str):
 
     with dask_client(scheduler) as client:  # SchedulerError (one line) when it cannot be reached
         nthreads = max(1, sum(client.nthreads().values()))
-        [frozen] = client.scatter([frozenset(done)], broadcast=True)  # once to every worker, not per task
+        [frozen] = client.scatter([dict(done)], broadcast=True)  # once to every worker, not per task
         window: list = []
         i = 0
         while i < len(units) or window:
@@ -843,9 +906,8 @@ def ingest_paths(
     opts = Options(str(lake.root.absolute()), run, rank, force, list(comm_patterns or []) or None, step_regex, exclude or None)
     with lake.lock():
         lake.recover()
-        existing = lake.sources()
-        done = {(h, r) for h, r, s in zip(existing["content_sha256"], existing["run_id"], existing["status"]) if s != "failed"}
-        ranks = _rank_index(lake)
+        done = _done_index(lake.sources())
+        runs = _Runs(lake)
 
         def emit(res: FileResult):
             results.append(res)
@@ -855,10 +917,10 @@ def ingest_paths(
         work = []
         for u in units:
             if u.kind == "problem":
-                emit(_commit(_problem_failure(lake, u.item.path, run, u.item.error), lake, done, ranks, force))
+                emit(_commit(_problem_failure(lake, u.item.path, run, u.item.error), lake, done, runs, force))
             elif u.kind == "refused":
                 m = u.item
-                emit(_commit(_failed(m.display, _run_for(m.run_name, run), m.error), lake, done, ranks, force))
+                emit(_commit(_failed(m.display, _run_for(m.run_name, run), m.error), lake, done, runs, force))
             else:
                 work.append(u)
         jobs = jobs or os.cpu_count() or 1
@@ -872,13 +934,13 @@ def ingest_paths(
             for u, prepared in stream:
                 for p in prepared:
                     try:
-                        emit(_commit(p, lake, done, ranks, force))
+                        emit(_commit(p, lake, done, runs, force))
                     except LakeError:
                         raise
                     except OSError:
                         if not lake.writable():
                             raise
-                        emit(_commit(_failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha), lake, done, ranks, force))
+                        emit(_commit(_failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha), lake, done, runs, force))
         finally:
             close = getattr(stream, "close", None)
             if close:
@@ -887,8 +949,8 @@ def ingest_paths(
 
 
 def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force: bool,
-                comm_patterns: list[str] | None, done: set, ranks: dict, step_regex: str | None = None) -> FileResult:
+                comm_patterns: list[str] | None, done: dict, runs: _Runs, step_regex: str | None = None) -> FileResult:
     """One file, in this process, without taking the lake's lock (the caller holds it)."""
     opts = Options(str(lake.root.absolute()), run, rank, force, comm_patterns, step_regex)
     (p,) = _work(Unit("input", arc.FileInput(str(path))), opts, done)
-    return _commit(p, lake, done, ranks, force)
+    return _commit(p, lake, done, runs, force)

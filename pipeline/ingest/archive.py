@@ -165,8 +165,10 @@ class Peek:
 
 @dataclass
 class FileInput:
-    """A plain file on disk."""
+    """A plain file on disk; run: its run name when it was found below a directory given (see
+    dir_run_name), else None (the name of the directory it is in)."""
     path: str
+    run: str | None = None
 
     @property
     def display(self) -> str:
@@ -178,7 +180,7 @@ class FileInput:
 
     @property
     def run_name(self) -> str:
-        return Path(self.path).resolve().parent.name
+        return self.run if self.run is not None else Path(self.path).resolve().parent.name
 
     def size(self) -> int:
         return Path(self.path).stat().st_size
@@ -246,10 +248,25 @@ class StreamMember(_Member):
         return self.fileobj
 
 
+def dir_run_name(path: Path, root: Path | None) -> str:
+    """The run name of a file (or nsys export directory) `path`: found below the directory `root`
+    given on the command line, in a subdirectory: that subdirectory's path below root
+    ('job1/traces'), as TensorBoard names the runs of a log directory, so archives of many jobs
+    with the same inner layout (<job>/traces/rank*.json) keep one run per job; otherwise (in root
+    itself, or given by name) the name of the directory it is in."""
+    if root is not None:
+        rel = PurePosixPath(Path(os.path.relpath(path.parent, root)).as_posix())
+        if str(rel) not in ("", ".") and ".." not in rel.parts:
+            return str(rel)
+    return Path(path).resolve().parent.name
+
+
 def member_run_name(archive: str, member: str) -> str:
+    """The run name of an archive member: its directory's path inside the archive
+    ('job1/traces'), else the archive's name without its suffix."""
     parent = PurePosixPath(member).parent
     if str(parent) not in ("", "."):
-        return parent.name
+        return str(parent)
     name = Path(archive).name
     for s in (".tar.gz", ".tgz", ".tar", ".zip"):
         if name.lower().endswith(s):
