@@ -155,7 +155,7 @@ def _write(path: Path, text: str) -> None:
 PATHS = typer.Argument(..., help="Traces and exports (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
                        ".nsys-rep/.qdrep) or directories, searched recursively.")
 LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
-RUN = typer.Option(None, "--run", help="Run id for all files (default: each file's parent directory name).")
+RUN = typer.Option(None, "--run", help="Run id for all files (default: the path of the file's directory below the directory given, else its directory's name; README, Runs).")
 ONLY_RUNS = typer.Option(None, "--run", help="Analyse only this run of the lake (repeat for several; default: every run).")
 RANK = typer.Option(None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win).")
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
