@@ -225,7 +225,11 @@ def test_a_gz_that_is_not_gzip_says_so(tmp_path):
     bad.parent.mkdir()
     bad.write_bytes(b"hello, this is not gzip")
     (r,) = ingest_paths([bad], Lake(tmp_path / "lake"))
-    assert r.status == "failed" and r.error.startswith("named .gz but not gzip (no gzip header), and not valid JSON")
+    assert r.status == "failed" and r.error.startswith("named .gz but not gzip (no gzip header); not valid JSON")
+    text = bad.parent / "notes.gz"  # *.gz is also a trace suffix
+    text.write_bytes(b"hello, this is not gzip\n")
+    (r,) = ingest_paths([text], Lake(tmp_path / "lake1"))
+    assert r.status == "failed" and r.error.startswith("named .gz but not gzip (no gzip header); not a Kineto trace")
     # gzip is told from the bytes, not the name: a plain JSON trace named .gz ingests
     plain = write_trace(tmp_path / "job2" / "rank0.json.gz", GOOD)
     (r,) = ingest_paths([plain], Lake(tmp_path / "lake2"))

@@ -137,3 +137,85 @@ def test_a_second_profiling_cycle_is_one_run(tmp_path):
     (late,) = ingest_paths([d / names[1][1]], lake2, jobs=1)
     assert late.run_id == second
     assert _runs(lake2)[second] == _runs(lake)[second]
+
+
+def _cycles(d: Path, n: int = 2) -> dict[tuple[int, int], Path]:
+    """(cycle, rank) -> file in d: cycle c is HTA's ranks 0 and 1 moved c * 60 s later."""
+    d.mkdir(parents=True, exist_ok=True)
+    return {(c, r): _shifted(HTA[r], d / f"c{c}_rank-{r}.json", c * 60_000_000) for c in range(n) for r in (0, 1)}
+
+
+def _partition(lake: Lake, files: dict) -> set[frozenset]:
+    """The files of each run, as sets of (cycle, rank)."""
+    key = {f.name: k for k, f in files.items()}
+    by_run: dict[str, set] = {}
+    for run, path in zip(lake.sources()["run_id"], lake.sources()["path"]):
+        by_run.setdefault(run, set()).add(key[Path(path).name])
+    return {frozenset(v) for v in by_run.values()}
+
+
+CYCLES = {frozenset({(0, 0), (0, 1)}), frozenset({(1, 0), (1, 1)})}
+
+
+def test_cycles_are_grouped_whatever_the_order(tmp_path):
+    files = _cycles(tmp_path / "prof")
+    orders = [[(0, 0), (0, 1), (1, 0), (1, 1)], [(1, 0), (0, 0), (0, 1), (1, 1)], [(0, 0), (1, 1), (1, 0), (0, 1)],
+              [(1, 1), (1, 0), (0, 1), (0, 0)]]
+    for i, order in enumerate(orders):
+        lake = Lake(tmp_path / f"lake{i}")
+        res = ingest_paths([files[k] for k in order], lake, jobs=1)
+        assert [r.status for r in res] == ["ok"] * 4
+        assert _partition(lake, files) == CYCLES, order
+        assert len({r.run_id for r in res}) == 2
+    # a growing archive: cycle 0's rank 1 arrives after cycle 1 is in the lake
+    lake = Lake(tmp_path / "grow")
+    ingest_paths([files[(0, 0)], files[(1, 0)], files[(1, 1)]], lake, jobs=1)
+    (late,) = ingest_paths([files[(0, 1)]], lake, jobs=1)
+    assert _partition(lake, files) == CYCLES and late.run_id == "prof"
+
+
+def test_moved_runs_are_known_by_their_name_not_a_pattern(tmp_path):
+    # a directory that merely looks like a moved run ("<name>_<8 hex>") is its own run
+    a = tmp_path / "a"
+    files = _cycles(a / "job_deadbeef", 1)
+    (a / "job").mkdir()
+    shutil.copy(files[(0, 0)], a / "job" / "x.json")
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([a / "job_deadbeef"], lake, jobs=1)
+    (r,) = ingest_paths([a / "job"], lake, jobs=1)
+    assert (r.status, r.run_id, r.notes) == ("ok", "job", [
+        "the same content is already in run job_deadbeef; `tracelake forget --run job_deadbeef` removes that copy if it is not wanted"])
+    # a long run name (safe_run_id shortens the moved run's id): cycles still group, re-ingest skips
+    deep = tmp_path / "b" / ("outputs/2024-06-01/12-30-45/llama3_70b_fsdp_tp8_pp4_seq8192/tensorboard/plugins/profile/x" * 2)
+    files = _cycles(deep)
+    lake = Lake(tmp_path / "lake2")
+    res = ingest_paths([tmp_path / "b"], lake, jobs=1)
+    assert [r.status for r in res] == ["ok"] * 4 and _partition(lake, files) == CYCLES
+    assert [r.status for r in ingest_paths([tmp_path / "b"], lake, jobs=1)] == ["skipped"] * 4
+
+
+def test_a_lake_from_before_named_run_id_still_skips_moved_files(tmp_path):
+    files = _cycles(tmp_path / "prof")
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([tmp_path / "prof"], lake, jobs=1)
+    for p in (tmp_path / "lake" / "sources").rglob("*.parquet"):  # as an older tracelake wrote it
+        pl.read_parquet(p).drop("named_run_id").write_parquet(p)
+    assert lake.sources()["named_run_id"].to_list() == [None] * 4
+    again = ingest_paths([tmp_path / "prof"], lake, jobs=1)  # the collision notes name the run
+    assert [(r.status, r.run_id) for r in again] == [("skipped", r.run_id) for r in res]
+    assert _partition(lake, files) == CYCLES
+
+
+def test_overlapping_directories_name_runs_from_the_outer_one(tmp_path):
+    root = _archive(tmp_path / "A")
+    l1, l2 = Lake(tmp_path / "l1"), Lake(tmp_path / "l2")
+    ingest_paths([root, root / "jobA"], l1, jobs=1)
+    ingest_paths([root / "jobA", root], l2, jobs=1)
+    assert _runs(l1) == _runs(l2) == _runs_of_archive(tmp_path)
+    assert [r.status for r in ingest_paths([root / "jobA", root], l1, jobs=1)] == ["skipped"] * 4
+
+
+def _runs_of_archive(tmp_path: Path) -> dict:
+    lake = Lake(tmp_path / "plain")
+    ingest_paths([tmp_path / "A"], lake, jobs=1)
+    return _runs(lake)

@@ -133,7 +133,9 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
     input, given or found. Archives are listed as files (ingest_paths opens them). Paths that do
     not exist, are not regular files or directories, or cannot be listed go to `problems` (a list
     of Problem) when given; otherwise the first raises FileNotFoundError. roots, when given, maps
-    each file found by searching a directory given to that directory (for its run name)."""
+    each file found by searching a directory given (by its resolved path) to (that directory, the
+    path of the file's directory below it): its run name (archive.dir_run_name); of two
+    directories given that both hold it, the outer one, whatever their order."""
     out: list[Path] = []
 
     def problem(p: Path, msg: str):
@@ -142,6 +144,13 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
         problems.append(Problem(p, msg))
 
     exclude = exclude_patterns(exclude)
+
+    def root_of(f: Path, p: Path, rel: Path) -> None:
+        if roots is not None:
+            key = f.resolve()
+            old = roots.get(key)
+            if old is None or old[0].resolve().is_relative_to(p.resolve()):
+                roots[key] = (p, rel.as_posix())
 
     def leave(f: Path, rel: str) -> bool:
         if excluded(rel, exclude):
@@ -163,14 +172,12 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
                 for d in [d for d in dirs if d.endswith("_pqtdir")]:
                     dirs.remove(d)
                     out.append(Path(root) / d)
-                    if roots is not None:
-                        roots[out[-1]] = p
+                    root_of(out[-1], p, rel)
                 for name in sorted(files):
                     f = Path(root) / name
                     if leave(f, (rel / name).as_posix()):
                         continue
-                    if roots is not None:
-                        roots[f] = p
+                    root_of(f, p, rel)
                     if name.lower().endswith(TRACE_SUFFIXES) and f.is_file():
                         out.append(f)
                     elif name.lower().endswith(TRACE_SUFFIXES) and f.is_symlink() and not f.exists():
@@ -302,22 +309,30 @@ def _moved(run_id: str, source_id: str) -> str:
     return safe_run_id(f"{run_id}_{source_id[:8]}")
 
 
-# a run that files of run <1> were moved to when their rank was taken (_moved)
-_MOVED_RUN = re.compile(r"(.+)_[0-9a-f]{8}")
+# the note of a file moved because its rank was taken (_Runs.claim): names the run it was named
+_HELD_NOTE = re.compile(r" of run (\S+) is already held by source ")
+
+
+def _named_runs(src: pl.DataFrame) -> list[str]:
+    """Each sources row's named run (sources.named_run_id: what --run or its directory named it,
+    before a rank collision moved it); in lakes written before that column, the run its
+    rank-collision note names, else its run_id."""
+    out = []
+    for run, named, notes in zip(src["run_id"].to_list(), src["named_run_id"].to_list(), src["notes"].to_list()):
+        if named is None:
+            m = next((m for n in (notes or []) if (m := _HELD_NOTE.search(n))), None)
+            named = m.group(1) if m else run
+        out.append(named)
+    return out
 
 
 def _done_index(src: pl.DataFrame) -> dict[tuple[str, str], tuple[str, bool]]:
-    """(content sha256, natural run) -> (the run the content is stored in, False), for every
-    source that did not fail; files committed by this ingest are added with True (_commit). The
-    natural run is the run id the file gets from --run or its directory; a file moved because its
-    rank was taken is stored in '<natural run>_<8 hex digits>'."""
-    rows = [(h, r) for h, r, s in zip(src["content_sha256"], src["run_id"], src["status"]) if s != "failed"]
-    done = {(h, r): (r, False) for h, r in rows}
-    for h, r in rows:
-        m = _MOVED_RUN.fullmatch(r)
-        if m:
-            done.setdefault((h, m.group(1)), (r, False))
-    return done
+    """(content sha256, named run) -> (the run the content is stored in, False), for every source
+    that did not fail; files committed by this ingest are added with True (_commit). The named
+    run is the run id --run or the file's directory gives it (_named_runs); a file moved because
+    its rank was taken is stored in another run (_Runs.claim)."""
+    ok = src.filter(pl.col("status") != "failed")
+    return {(h, n): (r, False) for h, n, r in zip(ok["content_sha256"], _named_runs(ok), ok["run_id"])}
 
 
 def _is_done(done, sha: str, run_id: str) -> bool:
@@ -446,11 +461,13 @@ def _prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, l
                 err = ("not a Kineto trace, Nsight Systems export or NCCL-family log: "
                        "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines")
                 base["format"] = "unknown"
-            elif err.startswith("not valid JSON") and inp.name.lower().endswith(".gz") and not stream.gzip:
-                err = f"named .gz but not gzip (no gzip header), and not valid JSON either ({err})"
+            if inp.name.lower().endswith(".gz") and not stream.gzip and err.startswith(("not valid JSON", "not a Kineto trace", "empty file")):
+                err = f"named .gz but not gzip (no gzip header); {err}"
         except RecursionError:
             err = "JSON nested too deeply"
-        if stream.truncated and (err is not None or parsed is None or parsed.event_count == 0):
+        if stream.truncated and stream.out_bytes == 0:
+            err = "corrupt or truncated gzip: nothing could be decompressed"
+        elif stream.truncated and (err is not None or parsed is None or parsed.event_count == 0):
             err = f"corrupt or truncated gzip (the stream ends early){': ' + err if err else ''}"
         base["uncompressed_bytes"] = stream.out_bytes if err is None else None
         if parsed is not None and parsed.event_count == 0:
@@ -626,60 +643,72 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
 
 class _Runs:
     """The lake's runs as committing needs them: the source holding each (run, rank), each run's
-    time span (the union of its sources' trace_start_ns..trace_end_ns) and, per run, the runs its
-    files were moved to when their rank was taken. Built from every source that did not fail;
-    add() keeps it current as files are committed."""
+    time span (the union of its sources' trace_start_ns..trace_end_ns), per named run the runs its
+    files were moved to (_named_runs), and the runs holding each content. Built from every source
+    that did not fail; add() keeps it current as files are committed."""
 
     def __init__(self, lake: Lake):
         self.ranks: dict[tuple[str, int], str] = {}
         self.spans: dict[str, tuple[int, int]] = {}
         self.moved: dict[str, list[str]] = {}
+        self.by_content: dict[str, list[str]] = {}
         src = lake.sources().filter(pl.col("status") != "failed")
-        many = src["ranks"] if "ranks" in src.columns else pl.Series([None] * src.height)
-        for r, k, ks, s, t0, t1 in zip(src["run_id"], src["rank"], many, src["source_id"],
-                                        src["trace_start_ns"], src["trace_end_ns"]):
-            self.add(r, s, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1)
+        cols = [src[c].to_list() for c in ("run_id", "rank", "ranks", "source_id", "content_sha256", "trace_start_ns", "trace_end_ns")]
+        for n, (r, k, ks, s, h, t0, t1) in zip(_named_runs(src), zip(*cols)):
+            self.add(r, n, s, h, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1)
 
-    def add(self, run_id: str, source_id: str, rank_list: list[int], t0: int | None, t1: int | None) -> None:
+    def add(self, run_id: str, named: str, source_id: str, sha: str, rank_list: list[int], t0: int | None,
+            t1: int | None) -> None:
         for r in rank_list:
             self.ranks[(run_id, r)] = source_id
         if t0 is not None and t1 is not None:
             lo, hi = self.spans.get(run_id, (t0, t1))
             self.spans[run_id] = (min(lo, t0), max(hi, t1))
-        m = _MOVED_RUN.fullmatch(run_id)
-        if m and run_id not in self.moved.setdefault(m.group(1), []):
-            self.moved[m.group(1)].append(run_id)
+        if run_id != named and run_id not in self.moved.setdefault(named, []):
+            self.moved[named].append(run_id)
+        if run_id not in self.by_content.setdefault(sha, []):
+            self.by_content[sha].append(run_id)
 
-    def free(self, run_id: str, source_id: str, rank_list: list[int]) -> list[int]:
+    def taken(self, run_id: str, source_id: str, rank_list: list[int]) -> list[int]:
         """The ranks of rank_list another source already holds in run_id."""
         return [r for r in rank_list if self.ranks.get((run_id, r), source_id) != source_id]
 
     def claim(self, run_id: str, source_id: str, rank_list: list[int], t0: int | None, t1: int | None,
-              notes: list[str]) -> str:
-        """The run this source's ranks go to: run_id when none of them is held by another source.
-        Otherwise (a second job or a second profiling cycle in the same directory) the first run
-        its files were moved to where all its ranks are free and whose time span overlaps the
-        file's: the files of one profiling window run at the same time, so the ranks of a second
-        cycle stay one run; else a new run '<run>_<source_id[:8]>'. The note and the printed
-        message say which."""
-        taken = self.free(run_id, source_id, rank_list)
-        if not taken:
-            return run_id
-        what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
-        held = f"{what} of run {run_id} is already held by source {self.ranks[(run_id, taken[0])]}"
+              notes: list[str], by_time: bool = True) -> str:
+        """The run a source named run_id goes to. Candidates: run_id and the runs files named run_id
+        were moved to, those where no other source holds one of its ranks. The first candidate
+        whose time span overlaps the file's wins: the files of one profiling window run at the same
+        time, so a second cycle or a second job of the same name stays one run whatever the order
+        the files come in. Else run_id when it is a candidate and holds no timed file yet (or,
+        by_time=False as with --run, whatever its span); else a new run '<run_id>_<source_id[:8]>'.
+        A note (also printed) says when the file is not put in run_id."""
+        cands = [run_id] + self.moved.get(run_id, [])
+        free = [c for c in cands if not self.taken(c, source_id, rank_list)]
+        taken = self.taken(run_id, source_id, rank_list)
+        if taken:
+            what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
+            why = f"{what} of run {run_id} is already held by source {self.ranks[(run_id, taken[0])]}"
+        else:
+            why = f"its time span does not overlap run {run_id}'s (another profiling cycle or job in the same directory)"
         if t0 is not None and t1 is not None:
-            for cand in self.moved.get(run_id, []):
-                span = self.spans.get(cand)
-                if span and span[0] <= t1 and t0 <= span[1] and not self.free(cand, source_id, rank_list):
-                    notes.append(f"{held}; this file was put in run {cand}, with the files of the same time window")
-                    return cand
+            for c in free:
+                span = self.spans.get(c)
+                if span and span[0] <= t1 and t0 <= span[1]:
+                    if c != run_id:
+                        notes.append(f"{why}; this file was put in run {c}, with the files of the same time window")
+                    return c
+            if not taken and (not by_time or run_id not in self.spans):
+                return run_id
+        elif not taken:
+            return run_id
         moved = _moved(run_id, source_id)
-        notes.append(f"{held}; this file was put in run {moved}")
+        notes.append(f"{why}; this file was put in run {moved}")
         return moved
 
 
-def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool) -> FileResult:
-    """Put a worker's outcome into the lake (in input order, in this process)."""
+def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_time: bool = True) -> FileResult:
+    """Put a worker's outcome into the lake (in input order, in this process). by_time: False when
+    --run named the run (_Runs.claim)."""
     if p.status == "skipped":
         return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id)
     if p.oserror and not lake.writable():
@@ -689,7 +718,7 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool) -> Fi
     if p.status == "failed":
         if p.staged is not None:
             lake.discard(p.staged)
-        lake.commit(lake.stage(p.run_id, p.source_id, {}), p.row)
+        lake.commit(lake.stage(p.run_id, p.source_id, {}), {**p.row, "named_run_id": p.run_id})
         return FileResult(p.path, p.run_id, None, "failed", p.error, [], p.source_id, p.uncompressed_bytes)
     if not force and _is_done(done, p.sha, p.run_id):  # the same content earlier in this batch
         lake.discard(p.staged)
@@ -699,20 +728,25 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool) -> Fi
     run_id = p.run_id
     t0, t1 = p.row.get("trace_start_ns"), p.row.get("trace_end_ns")
     if p.rank_list:
-        run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes)
+        run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time)
         lake.retarget(p.staged, run_id)
-    row = {**p.row, "run_id": run_id, "notes": notes or None}
+    row = {**p.row, "run_id": run_id, "named_run_id": p.run_id, "notes": notes or None}
+    others = [r for r in runs.by_content.get(p.sha, []) if r != run_id]
+    if others:  # e.g. ingested before under another --run, or by a tracelake that named runs differently;
+        # printed, not stored: the row must not depend on what else is in the lake (forget)
+        notes = notes + [f"the same content is already in run {others[0]}{' and others' if len(others) > 1 else ''}; "
+                         f"`tracelake forget --run {others[0]}` removes that copy if it is not wanted"]
     try:
         lake.commit(p.staged, row)
     except sch.SchemaError as e:
         err = one_line(f"schema violation: {e}")
-        bad = {**p.row, "status": "failed", "error": err}
+        bad = {**p.row, "named_run_id": p.run_id, "status": "failed", "error": err}
         for k in ("rank", "rank_source", "ranks", "notes", "unreadable_bytes"):
             bad.pop(k, None)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
-    runs.add(run_id, p.source_id, p.rank_list or [], t0, t1)
-    done[(p.sha, run_id)] = done[(p.sha, p.run_id)] = (run_id, True)
+    runs.add(run_id, p.run_id, p.source_id, p.sha, p.rank_list or [], t0, t1)
+    done[(p.sha, p.run_id)] = (run_id, True)
     return FileResult(p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes)
 
 
@@ -745,7 +779,8 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
         elif kind == "tar.gz":
             units.append(Unit("targz", str(f), _size_or_0(f)))
         else:
-            units.append(Unit("input", arc.FileInput(str(f), arc.dir_run_name(f, roots.get(f))), _size_or_0(f)))
+            found = roots.get(f.resolve())
+            units.append(Unit("input", arc.FileInput(str(f), arc.dir_run_name(f, found[1] if found else None)), _size_or_0(f)))
     return units, problems
 
 
@@ -917,10 +952,10 @@ def ingest_paths(
         work = []
         for u in units:
             if u.kind == "problem":
-                emit(_commit(_problem_failure(lake, u.item.path, run, u.item.error), lake, done, runs, force))
+                emit(_commit(_problem_failure(lake, u.item.path, run, u.item.error), lake, done, runs, force, run is None))
             elif u.kind == "refused":
                 m = u.item
-                emit(_commit(_failed(m.display, _run_for(m.run_name, run), m.error), lake, done, runs, force))
+                emit(_commit(_failed(m.display, _run_for(m.run_name, run), m.error), lake, done, runs, force, run is None))
             else:
                 work.append(u)
         jobs = jobs or os.cpu_count() or 1
@@ -934,13 +969,13 @@ def ingest_paths(
             for u, prepared in stream:
                 for p in prepared:
                     try:
-                        emit(_commit(p, lake, done, runs, force))
+                        emit(_commit(p, lake, done, runs, force, run is None))
                     except LakeError:
                         raise
                     except OSError:
                         if not lake.writable():
                             raise
-                        emit(_commit(_failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha), lake, done, runs, force))
+                        emit(_commit(_failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha), lake, done, runs, force, run is None))
         finally:
             close = getattr(stream, "close", None)
             if close:
@@ -953,4 +988,4 @@ def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force
     """One file, in this process, without taking the lake's lock (the caller holds it)."""
     opts = Options(str(lake.root.absolute()), run, rank, force, comm_patterns, step_regex)
     (p,) = _work(Unit("input", arc.FileInput(str(path))), opts, done)
-    return _commit(p, lake, done, runs, force)
+    return _commit(p, lake, done, runs, force, run is None)

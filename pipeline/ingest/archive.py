@@ -248,16 +248,14 @@ class StreamMember(_Member):
         return self.fileobj
 
 
-def dir_run_name(path: Path, root: Path | None) -> str:
-    """The run name of a file (or nsys export directory) `path`: found below the directory `root`
-    given on the command line, in a subdirectory: that subdirectory's path below root
-    ('job1/traces'), as TensorBoard names the runs of a log directory, so archives of many jobs
-    with the same inner layout (<job>/traces/rank*.json) keep one run per job; otherwise (in root
-    itself, or given by name) the name of the directory it is in."""
-    if root is not None:
-        rel = PurePosixPath(Path(os.path.relpath(path.parent, root)).as_posix())
-        if str(rel) not in ("", ".") and ".." not in rel.parts:
-            return str(rel)
+def dir_run_name(path: Path, below: str | None) -> str:
+    """The run name of a file (or nsys export directory) `path`: found by searching a directory
+    given on the command line, in a subdirectory whose path below it is `below` ('job1/traces'):
+    that path, as TensorBoard names the runs of a log directory, so archives of many jobs with the
+    same inner layout (<job>/traces/rank*.json) keep one run per job; otherwise (in the directory
+    given itself, or given by name) the name of the directory it is in."""
+    if below not in (None, "", "."):
+        return below
     return Path(path).resolve().parent.name
 
 
