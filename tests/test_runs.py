@@ -219,3 +219,67 @@ def _runs_of_archive(tmp_path: Path) -> dict:
     lake = Lake(tmp_path / "plain")
     ingest_paths([tmp_path / "A"], lake, jobs=1)
     return _runs(lake)
+
+
+def _variant(src: Path, dst: Path, by_us: int, rank: int) -> Path:
+    """src's trace moved by_us later, as rank `rank` (distributedInfo.rank)."""
+    _shifted(src, dst, by_us)
+    doc = json.loads(dst.read_text())
+    doc["distributedInfo"]["rank"] = rank
+    dst.write_text(json.dumps(doc))
+    return dst
+
+
+def _listing(lake: Lake) -> list[tuple]:
+    s = lake.sources().sort("path")
+    return list(zip(*(s[c].to_list() for c in ("path", "run_id", "named_run_id", "rank", "notes", "source_id"))))
+
+
+def test_force_reingests_in_place(tmp_path):
+    files = _cycles(tmp_path / "prof")
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([tmp_path / "prof"], lake, jobs=1)
+    before = _listing(lake)
+    assert [r.status for r in ingest_paths([tmp_path / "prof"], lake, force=True, jobs=2)] == ["ok"] * 4
+    assert _listing(lake) == before and _partition(lake, files) == CYCLES
+    # a file that bridges two others (HTA rank 0's span is 1.24 s): r0 at 0, r2 at +1.6 s (no
+    # overlap: moved), r1 at +0.8 s (overlaps both: joins r0's run). --force on r2 must leave it in
+    # its run, not add a second copy to r0's run, which it now overlaps
+    d = tmp_path / "chain"
+    d.mkdir()
+    r0 = _variant(HTA[0], d / "a_r0.json", 0, 0)
+    r2 = _variant(HTA[0], d / "b_r2.json", 1_600_000, 2)
+    r1 = _variant(HTA[0], d / "c_r1.json", 800_000, 1)
+    lake = Lake(tmp_path / "lake2")
+    res = ingest_paths([r0, r2, r1], lake, jobs=1)
+    assert [r.run_id == "chain" for r in res] == [True, False, True]
+    before = _listing(lake)
+    (again,) = ingest_paths([r2], lake, force=True, jobs=1)
+    assert again.run_id == res[1].run_id and _listing(lake) == before
+
+
+def test_run_given_keeps_free_ranks_together(tmp_path):
+    files = _cycles(tmp_path / "prof")
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([files[(0, 0)], files[(1, 1)], files[(1, 0)]], lake, run="X", jobs=1)
+    # --run: rank 1 of cycle 1 is free in X, so it joins X although it is another window;
+    # rank 0 of cycle 1 is taken there and goes to a run of its own
+    assert [r.run_id for r in res[:2]] == ["X", "X"] and res[2].run_id == safe_run_id(f"X_{res[2].source_id[:8]}")
+
+
+def test_archives_in_job_directories_keep_the_job(tmp_path):
+    root = tmp_path / "arcs"
+    for job in ("job1", "job2"):
+        (root / job).mkdir(parents=True)
+        with tarfile.open(root / job / "a.tar.gz", "w:gz") as t:
+            for f in HTA:
+                t.add(f, arcname=f"traces/{f.name}")
+        with tarfile.open(root / job / "flat.tar", "w") as t:
+            t.add(_dlrm(0), arcname=_dlrm(0).name)
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([root], lake, jobs=1)
+    assert [r.status for r in res] == ["ok"] * 6
+    assert sorted(_runs(lake)) == sorted(safe_run_id(n) for n in ("job1/traces", "job2/traces", "job1/flat", "job2/flat"))
+    # given by name, an archive is named by itself, as before
+    (r,) = ingest_paths([root / "job1" / "flat.tar"], Lake(tmp_path / "lake2"), jobs=1)
+    assert r.run_id == "flat"

@@ -299,6 +299,7 @@ class Unit:
     kind: str  # input (a FileInput/MemberInput), targz (a whole compressed tar), refused, problem
     item: object
     size: int = 0
+    below: str | None = None  # targz: the archive's directory below the directory given (member_run_name)
 
 
 def _run_for(name: str, run: str | None) -> str:
@@ -309,6 +310,8 @@ def _moved(run_id: str, source_id: str) -> str:
     return safe_run_id(f"{run_id}_{source_id[:8]}")
 
 
+# in the note of a file not put in its named run (_Runs.claim), before the run it was put in
+_PLACED = "; this file was put in run "
 # the note of a file moved because its rank was taken (_Runs.claim): names the run it was named
 _HELD_NOTE = re.compile(r" of run (\S+) is already held by source ")
 
@@ -382,7 +385,7 @@ def _work(unit: Unit, opts: Options, done) -> list[Prepared]:
     _apply_env(opts.env)
     lake = Lake(opts.lake)
     if unit.kind == "targz":
-        return _work_targz(unit.item, opts, done, lake)
+        return _work_targz(unit.item, opts, done, lake, unit.below)
     inp = unit.item
     if os.environ.get("TRACELAKE_CRASH_ON") == inp.name:  # test hook: this worker dies (tests/test_parallel.py)
         import signal
@@ -584,7 +587,7 @@ def _prepare_extracted(inp, peek, sha: str, size: int, run_id: str, opts: Option
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
+def _work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = None) -> list[Prepared]:
     """A compressed tar, front to back: pass 1 hashes every wanted member; pass 2 (only when some
     member is new, or force) parses the new ones. Members that sniff as nothing of ours are left
     out, as a directory search would."""
@@ -599,11 +602,11 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
                     h.update(block)
                 shas[m.name] = h.hexdigest()
         todo = {n for n, s in shas.items()
-                if opts.force or not _is_done(done, s, _run_for(arc.member_run_name(display, n), opts.run))}
+                if opts.force or not _is_done(done, s, _run_for(arc.member_run_name(display, n, below), opts.run))}
         for m, f, why in arc.stream_members(Path(path)):
             if excluded(m.name, opts.exclude):
                 continue
-            run_id = _run_for(arc.member_run_name(display, m.name), opts.run)
+            run_id = _run_for(arc.member_run_name(display, m.name, below), opts.run)
             disp = f"{display}!{m.name}"
             if why is not None:
                 out.append(_failed(disp, run_id, why))
@@ -613,7 +616,7 @@ def _work_targz(path: str, opts: Options, done, lake: Lake) -> list[Prepared]:
                                     notes=[_skip_note(done, shas[m.name], run_id)],
                                     source_id=shas[m.name][:16], sha=shas[m.name]))
                 continue
-            inp = arc.StreamMember(display, m.name, m.size, f)
+            inp = arc.StreamMember(display, m.name, m.size, f, below)
             try:
                 p = _prepare(inp, opts, done, lake, sha=shas[m.name])
             except kineto.TraceError:
@@ -652,13 +655,18 @@ class _Runs:
         self.spans: dict[str, tuple[int, int]] = {}
         self.moved: dict[str, list[str]] = {}
         self.by_content: dict[str, list[str]] = {}
+        self.placed: dict[tuple[str, str], list[str]] = {}
         src = lake.sources().filter(pl.col("status") != "failed")
-        cols = [src[c].to_list() for c in ("run_id", "rank", "ranks", "source_id", "content_sha256", "trace_start_ns", "trace_end_ns")]
-        for n, (r, k, ks, s, h, t0, t1) in zip(_named_runs(src), zip(*cols)):
-            self.add(r, n, s, h, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1)
+        cols = [src[c].to_list() for c in ("run_id", "rank", "ranks", "source_id", "content_sha256", "trace_start_ns",
+                                            "trace_end_ns", "notes")]
+        for n, (r, k, ks, s, h, t0, t1, notes) in zip(_named_runs(src), zip(*cols)):
+            self.add(r, n, s, h, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1, notes or [])
 
     def add(self, run_id: str, named: str, source_id: str, sha: str, rank_list: list[int], t0: int | None,
-            t1: int | None) -> None:
+            t1: int | None, notes: list[str]) -> None:
+        """A committed source; notes: its sources notes (those saying where it was put are kept for
+        a --force re-ingest in place)."""
+        self.placed[(run_id, source_id)] = [n for n in notes if _PLACED in n]
         for r in rank_list:
             self.ranks[(run_id, r)] = source_id
         if t0 is not None and t1 is not None:
@@ -675,16 +683,19 @@ class _Runs:
 
     def claim(self, run_id: str, source_id: str, rank_list: list[int], t0: int | None, t1: int | None,
               notes: list[str], by_time: bool = True) -> str:
-        """The run a source named run_id goes to. Candidates: run_id and the runs files named run_id
-        were moved to, those where no other source holds one of its ranks. The first candidate
-        whose time span overlaps the file's wins: the files of one profiling window run at the same
-        time, so a second cycle or a second job of the same name stays one run whatever the order
-        the files come in. Else run_id when it is a candidate and holds no timed file yet (or,
-        by_time=False as with --run, whatever its span); else a new run '<run_id>_<source_id[:8]>'.
-        A note (also printed) says when the file is not put in run_id."""
+        """The run a source named run_id goes to. by_time=False (--run named it): run_id when no
+        other source holds one of its ranks there. Otherwise the candidates are run_id and the runs
+        files named run_id were moved to, those where no other source holds one of its ranks; the
+        first whose time span overlaps the file's wins: the files of one profiling window run at
+        the same time, so a second cycle of a job, or a second job of the same name that ran at
+        another time, stays one run whatever the order the files come in. Else run_id when it is
+        a candidate and holds no timed file yet; else a new run '<run_id>_<source_id[:8]>'. A note
+        (also printed) says when the file is not put in run_id."""
+        taken = self.taken(run_id, source_id, rank_list)
+        if not by_time and not taken:
+            return run_id
         cands = [run_id] + self.moved.get(run_id, [])
         free = [c for c in cands if not self.taken(c, source_id, rank_list)]
-        taken = self.taken(run_id, source_id, rank_list)
         if taken:
             what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
             why = f"{what} of run {run_id} is already held by source {self.ranks[(run_id, taken[0])]}"
@@ -695,14 +706,14 @@ class _Runs:
                 span = self.spans.get(c)
                 if span and span[0] <= t1 and t0 <= span[1]:
                     if c != run_id:
-                        notes.append(f"{why}; this file was put in run {c}, with the files of the same time window")
+                        notes.append(f"{why}{_PLACED}{c}, with the files of the same time window")
                     return c
-            if not taken and (not by_time or run_id not in self.spans):
+            if not taken and run_id not in self.spans:
                 return run_id
         elif not taken:
             return run_id
         moved = _moved(run_id, source_id)
-        notes.append(f"{why}; this file was put in run {moved}")
+        notes.append(f"{why}{_PLACED}{moved}")
         return moved
 
 
@@ -727,8 +738,13 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_ti
     notes = list(p.notes)
     run_id = p.run_id
     t0, t1 = p.row.get("trace_start_ns"), p.row.get("trace_end_ns")
-    if p.rank_list:
+    stored = done.get((p.sha, p.run_id))
+    if stored is not None:  # --force: re-ingested in place, in the run it is stored in
+        run_id = stored[0]
+        notes += runs.placed.get((run_id, p.source_id), [])
+    elif p.rank_list:
         run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time)
+    if run_id != p.run_id:
         lake.retarget(p.staged, run_id)
     row = {**p.row, "run_id": run_id, "named_run_id": p.run_id, "notes": notes or None}
     others = [r for r in runs.by_content.get(p.sha, []) if r != run_id]
@@ -745,7 +761,7 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_ti
             bad.pop(k, None)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
-    runs.add(run_id, p.run_id, p.source_id, p.sha, p.rank_list or [], t0, t1)
+    runs.add(run_id, p.run_id, p.source_id, p.sha, p.rank_list or [], t0, t1, row["notes"] or [])
     done[(p.sha, p.run_id)] = (run_id, True)
     return FileResult(p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes)
 
@@ -761,6 +777,8 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
     units: list[Unit] = [Unit("problem", p) for p in problems]
     for f in files:
         kind = arc.archive_kind(f) if f.is_file() else None
+        found = roots.get(f.resolve())
+        below = found[1] if found else None
         if kind in ("zip", "tar"):
             try:
                 members = arc.list_members(f, kind)
@@ -770,6 +788,7 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
             for m in members:
                 if excluded(m.member, exclude):
                     continue
+                m.below = below
                 if isinstance(m, arc.Refused):
                     units.append(Unit("refused", m))
                 elif m.name.lower().endswith(LOG_SUFFIXES) and not _member_looks_like_log(m):
@@ -777,10 +796,9 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
                 else:
                     units.append(Unit("input", m, m.length))
         elif kind == "tar.gz":
-            units.append(Unit("targz", str(f), _size_or_0(f)))
+            units.append(Unit("targz", str(f), _size_or_0(f), below))
         else:
-            found = roots.get(f.resolve())
-            units.append(Unit("input", arc.FileInput(str(f), arc.dir_run_name(f, found[1] if found else None)), _size_or_0(f)))
+            units.append(Unit("input", arc.FileInput(str(f), arc.dir_run_name(f, below)), _size_or_0(f)))
     return units, problems
 
 
@@ -982,10 +1000,3 @@ def ingest_paths(
                 close()
     return results
 
-
-def ingest_file(path: Path, lake: Lake, run: str | None, rank: int | None, force: bool,
-                comm_patterns: list[str] | None, done: dict, runs: _Runs, step_regex: str | None = None) -> FileResult:
-    """One file, in this process, without taking the lake's lock (the caller holds it)."""
-    opts = Options(str(lake.root.absolute()), run, rank, force, comm_patterns, step_regex)
-    (p,) = _work(Unit("input", arc.FileInput(str(path))), opts, done)
-    return _commit(p, lake, done, runs, force, run is None)

@@ -206,7 +206,7 @@ class _Member:
 
     @property
     def run_name(self) -> str:
-        return member_run_name(self.archive, self.member)
+        return member_run_name(self.archive, self.member, self.below)
 
     def size(self) -> int:
         return self.length
@@ -221,6 +221,7 @@ class MemberInput(_Member):
     stored: int           # bytes as stored in the archive (compressed size for zip)
     length: int           # bytes of the member itself
     offset: int = 0       # tar: offset of the member's data
+    below: str | None = None  # the archive's directory below the directory given (member_run_name)
 
     def open(self):
         check_member_size(self.member, self.length, self.stored)
@@ -243,6 +244,7 @@ class StreamMember(_Member):
     member: str
     length: int
     fileobj: object = None
+    below: str | None = None
 
     def open(self):
         return self.fileobj
@@ -259,17 +261,22 @@ def dir_run_name(path: Path, below: str | None) -> str:
     return Path(path).resolve().parent.name
 
 
-def member_run_name(archive: str, member: str) -> str:
+def member_run_name(archive: str, member: str, below: str | None = None) -> str:
     """The run name of an archive member: its directory's path inside the archive
-    ('job1/traces'), else the archive's name without its suffix."""
+    ('job1/traces'), else the archive's name without its suffix; below: the path of the
+    archive's directory below a directory given that was searched (dir_run_name), put in front
+    ('job7/traces' for job7/traces.tar.gz's top members), so archives with the same name in
+    different jobs' directories stay apart as the same files unpacked would."""
     parent = PurePosixPath(member).parent
     if str(parent) not in ("", "."):
-        return str(parent)
-    name = Path(archive).name
-    for s in (".tar.gz", ".tgz", ".tar", ".zip"):
-        if name.lower().endswith(s):
-            return name[: -len(s)] or name
-    return name
+        name = str(parent)
+    else:
+        name = Path(archive).name
+        for s in (".tar.gz", ".tgz", ".tar", ".zip"):
+            if name.lower().endswith(s):
+                name = name[: -len(s)] or name
+                break
+    return f"{below}/{name}" if below not in (None, "", ".") else name
 
 
 class _Window(io.RawIOBase):
@@ -393,6 +400,7 @@ class Refused:
     archive: str
     member: str
     error: str
+    below: str | None = None
 
     @property
     def display(self) -> str:
@@ -400,7 +408,7 @@ class Refused:
 
     @property
     def run_name(self) -> str:
-        return member_run_name(self.archive, self.member)
+        return member_run_name(self.archive, self.member, self.below)
 
 
 def wanted(name: str) -> bool:
