@@ -4,8 +4,12 @@
   named by the directory's path below the directory given (TensorBoard's rule for runs), the
   same on disk and inside a .tar.
 - Kineto's tensorboard_trace_handler with a repeating schedule writes one file per worker per
-  profiling cycle into one directory: the ranks of the second cycle form one run (their time
-  windows overlap), not one run per file, and re-running ingest skips them all.
+  profiling cycle into one directory: each cycle is one run with all its ranks (their time
+  windows overlap), whatever the order the files come in, and re-running ingest skips them all.
+- Moved runs are known from sources.named_run_id (old lakes: the collision note), never from a
+  run id's shape; --force re-ingests in place; --run keeps files with free ranks together; of
+  overlapping directories given, the outer one names the run; archives found in a job's
+  directory keep the job in their members' run names.
 The traces are HTA's sampled ranks 0 and 1 (sample_traces/NOTICE) and two ranks of PARAM's DLRM
 job (../shared/corpus/param); a second cycle is the same events with every timestamp moved
 later, which is all that distinguishes two cycles of one job.
