@@ -152,8 +152,8 @@ def _write(path: Path, text: str) -> None:
         raise typer.Exit(EXIT_FAILED)
 
 
-PATHS = typer.Argument(..., help="Traces and exports (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
-                       ".nsys-rep/.qdrep) or directories, searched recursively.")
+PATHS = typer.Argument(..., help="Traces, exports and logs (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
+                       ".nsys-rep/.qdrep; NCCL logs; .tar, .tar.gz and .zip archives of them) or directories, searched recursively.")
 LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
 RUN = typer.Option(None, "--run", help="Run id for all files (default: the path of the file's directory below the directory given, else its directory's name; README, Runs).")
 ONLY_RUNS = typer.Option(None, "--run", help="Analyse only this run of the lake (repeat for several; default: every run).")
@@ -319,11 +319,20 @@ def _lake_read_error(lake_dir: Path, e: Exception) -> str:
 
 
 def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
-    """--run values as the lake's run ids: an id as given to `ingest --run` names the run it was
-    stored as (safe_run_id). Raises BadParameter naming the ones the lake does not hold."""
+    """--run values as the lake's run ids: an id as given to `ingest --run`, or a directory path a
+    run was named by (README, Runs; a trailing '/' ignored), names the run it was stored as
+    (safe_run_id). Raises BadParameter naming the ones the lake does not hold."""
     from .lake import one_line, safe_run_id
 
-    out = [r if r in known or safe_run_id(r) not in known else safe_run_id(r) for r in runs]
+    def resolve(r: str) -> str:
+        for name in (r, r.rstrip("/") or r):
+            if name in known:
+                return name
+            if safe_run_id(name) in known:
+                return safe_run_id(name)
+        return r
+
+    out = [resolve(r) for r in runs]
     missing = [r for r in out if r not in known]
     if missing:
         raise typer.BadParameter(one_line(_clip(f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})")))

@@ -183,12 +183,11 @@ def test_moved_runs_are_known_by_their_name_not_a_pattern(tmp_path):
     a = tmp_path / "a"
     files = _cycles(a / "job_deadbeef", 1)
     (a / "job").mkdir()
-    shutil.copy(files[(0, 0)], a / "job" / "x.json")
+    _shifted(HTA[0], a / "job" / "x.json", 1)  # rank 0 again, at (nearly) the same time
     lake = Lake(tmp_path / "lake")
     ingest_paths([a / "job_deadbeef"], lake, jobs=1)
     (r,) = ingest_paths([a / "job"], lake, jobs=1)
-    assert (r.status, r.run_id, r.notes) == ("ok", "job", [
-        "the same content is already in run job_deadbeef; `tracelake forget --run job_deadbeef` removes that copy if it is not wanted"])
+    assert (r.status, r.run_id, r.notes) == ("ok", "job", [])
     # a long run name (safe_run_id shortens the moved run's id): cycles still group, re-ingest skips
     deep = tmp_path / "b" / ("outputs/2024-06-01/12-30-45/llama3_70b_fsdp_tp8_pp4_seq8192/tensorboard/plugins/profile/x" * 2)
     files = _cycles(deep)
@@ -273,13 +272,13 @@ def test_run_given_keeps_free_ranks_together(tmp_path):
 
 def test_archives_in_job_directories_keep_the_job(tmp_path):
     root = tmp_path / "arcs"
-    for job in ("job1", "job2"):
+    for k, job in enumerate(("job1", "job2")):  # job2: the same traces 10 minutes later
         (root / job).mkdir(parents=True)
         with tarfile.open(root / job / "a.tar.gz", "w:gz") as t:
             for f in HTA:
-                t.add(f, arcname=f"traces/{f.name}")
+                t.add(_shifted(f, tmp_path / f"{job}_{f.name}.json", k * 600_000_000), arcname=f"traces/{f.name}")
         with tarfile.open(root / job / "flat.tar", "w") as t:
-            t.add(_dlrm(0), arcname=_dlrm(0).name)
+            t.add(_shifted(_dlrm(0), tmp_path / f"{job}_dlrm.json", k * 600_000_000), arcname=_dlrm(0).name)
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([root], lake, jobs=1)
     assert [r.status for r in res] == ["ok"] * 6
@@ -287,3 +286,35 @@ def test_archives_in_job_directories_keep_the_job(tmp_path):
     # given by name, an archive is named by itself, as before
     (r,) = ingest_paths([root / "job1" / "flat.tar"], Lake(tmp_path / "lake2"), jobs=1)
     assert r.run_id == "flat"
+
+
+def test_the_same_bytes_are_one_trace_whichever_directory_is_given(tmp_path):
+    root = _archive(tmp_path / "archive")
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([root], lake, jobs=1)
+    a, b = safe_run_id("jobA/traces"), safe_run_id("jobB/traces")
+    before = _listing(lake)
+    # jobA given itself would name its files "traces"; they take the run of the files already in
+    # the lake from their directory, and are skipped there
+    res = ingest_paths([root / "jobA"], lake, jobs=1)
+    assert [(r.status, r.run_id) for r in res] == [("skipped", a)] * 2
+    assert res[0].notes == ["already in the lake (same content); --force re-ingests"]
+    # a copy of them in another directory: the same bytes are the same trace, skipped too
+    shutil.copytree(root / "jobA" / "traces", tmp_path / "copyA")
+    res = ingest_paths([tmp_path / "copyA"], lake, jobs=1)
+    assert [(r.status, r.run_id) for r in res] == [("skipped", a)] * 2
+    assert res[0].notes == [f"already in the lake (same content, in run {a}); --force re-ingests"]
+    # --force re-ingests them where they are
+    assert [r.run_id for r in ingest_paths([root / "jobA"], lake, force=True, jobs=1)] == [a, a]
+    assert _listing(lake) == before
+    # a new rank file, given by name, joins the run of the files beside it
+    new = shutil.copy(_dlrm(2), root / "jobB" / "traces")
+    (r,) = ingest_paths([new], lake, jobs=1)
+    assert (r.status, r.run_id, r.rank) == ("ok", b, 2)
+    # --run says where a file goes: the same bytes are stored again there, with a note
+    (r,) = ingest_paths([root / "jobA" / "traces" / HTA[0].name], lake, run="copy", jobs=1)
+    assert (r.status, r.run_id) == ("ok", "copy") and f"the same content is already in run {a}" in r.notes[0]
+    # analyze takes the directory path, also with a trailing slash (shell completion adds it)
+    out = CliRunner().invoke(app, ["analyze", "--lake", str(lake.root), "--json", "--run", "jobB/traces/"])
+    assert out.exit_code == 0, out.output
+    assert [(x["run_id"], x["ranks"]) for x in json.loads(out.output)["runs"]] == [(b, [0, 1, 2])]

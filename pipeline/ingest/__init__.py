@@ -329,30 +329,43 @@ def _named_runs(src: pl.DataFrame) -> list[str]:
     return out
 
 
-def _done_index(src: pl.DataFrame) -> dict[tuple[str, str], tuple[str, bool]]:
-    """(content sha256, named run) -> (the run the content is stored in, False), for every source
-    that did not fail; files committed by this ingest are added with True (_commit). The named
-    run is the run id --run or the file's directory gives it (_named_runs); a file moved because
-    its rank was taken is stored in another run (_Runs.claim)."""
+def _done_index(src: pl.DataFrame) -> dict[tuple[str, str | None], tuple[str, bool]]:
+    """(content sha256, named run) and (content sha256, None) -> (the run the content is stored
+    in, False), for every source that did not fail; files committed by this ingest are added with
+    True (_commit). The named run is the run id --run or the file's directory gives it
+    (_named_runs); a file moved because its rank was taken is stored in another run (_Runs.claim).
+    Without --run, content already in any run counts as in the lake (the None key): the same
+    bytes are the same trace, whichever directory it was reached from."""
     ok = src.filter(pl.col("status") != "failed")
-    return {(h, n): (r, False) for h, n, r in zip(ok["content_sha256"], _named_runs(ok), ok["run_id"])}
+    done: dict = {}
+    for h, n, r in zip(ok["content_sha256"].to_list(), _named_runs(ok), ok["run_id"].to_list()):
+        done[(h, n)] = (r, False)
+        done.setdefault((h, None), (r, False))
+    return done
 
 
-def _is_done(done, sha: str, run_id: str) -> bool:
-    """Whether content `sha` whose natural run is run_id is already in the lake (_done_index)."""
-    return (sha, run_id) in done
+def _entry(done, sha: str, run_id: str, any_run: bool):
+    return done.get((sha, None) if any_run else (sha, run_id))
 
 
-def _stored_run(done, sha: str, run_id: str) -> str:
-    """The run a file already in the lake is stored in: its natural run, or the one it was moved
-    to when its rank was taken (_Runs.claim)."""
-    return done.get((sha, run_id), (run_id,))[0]
+def _is_done(done, sha: str, run_id: str, any_run: bool) -> bool:
+    """Whether content `sha` named run_id is already in the lake: in run_id (--run given), or in
+    any run (any_run: no --run)."""
+    return _entry(done, sha, run_id, any_run) is not None
 
 
-def _skip_note(done, sha: str, run_id: str) -> str:
-    if done.get((sha, run_id), ("", False))[1]:
-        return "same content as a file ingested earlier in this batch; --force re-ingests"
-    return "already in the lake (same content); --force re-ingests"
+def _stored_run(done, sha: str, run_id: str, any_run: bool) -> str:
+    """The run a file already in the lake is stored in: its named run, the one it was moved to
+    when its rank was taken (_Runs.claim), or (any_run) the run the same content is in."""
+    return (_entry(done, sha, run_id, any_run) or (run_id,))[0]
+
+
+def _skip_note(done, sha: str, run_id: str, any_run: bool) -> str:
+    run, in_batch = _entry(done, sha, run_id, any_run) or (run_id, False)
+    where = f", in run {run}" if run != run_id else ""
+    if in_batch:
+        return f"same content as a file ingested earlier in this batch{where}; --force re-ingests"
+    return f"already in the lake (same content{where}); --force re-ingests"
 
 
 def _base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) -> dict:
@@ -419,9 +432,9 @@ def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pr
     if sha is None:
         sha = arc.sha256_of(inp)
     source_id = sha[:16]
-    if not opts.force and _is_done(done, sha, run_id):
-        return Prepared(inp.display, _stored_run(done, sha, run_id), "skipped",
-                        notes=[_skip_note(done, sha, run_id)], source_id=source_id, sha=sha)
+    if not opts.force and _is_done(done, sha, run_id, opts.run is None):
+        return Prepared(inp.display, _stored_run(done, sha, run_id, opts.run is None), "skipped",
+                        notes=[_skip_note(done, sha, run_id, opts.run is None)], source_id=source_id, sha=sha)
     base = _base_row(inp.display, run_id, sha, size, "kineto_json", t0)
     with inp.open() as raw:
         try:
@@ -542,9 +555,9 @@ def _prepare_nsys(path: Path, display: str, fmt: str, run_id: str, opts: Options
     sha = sha or content_sha256(path) or hashlib.sha256(("unreadable:" + display).encode()).hexdigest()
     source_id = sha[:16]
     size = _size(path)
-    if not opts.force and _is_done(done, sha, run_id):
-        return Prepared(display, _stored_run(done, sha, run_id), "skipped",
-                        notes=[_skip_note(done, sha, run_id)], source_id=source_id, sha=sha)
+    if not opts.force and _is_done(done, sha, run_id, opts.run is None):
+        return Prepared(display, _stored_run(done, sha, run_id, opts.run is None), "skipped",
+                        notes=[_skip_note(done, sha, run_id, opts.run is None)], source_id=source_id, sha=sha)
     base = _base_row(display, run_id, sha, size, fmt, t0)
     scratch = lake.scratch()
     try:
@@ -602,7 +615,7 @@ def _work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = 
                     h.update(block)
                 shas[m.name] = h.hexdigest()
         todo = {n for n, s in shas.items()
-                if opts.force or not _is_done(done, s, _run_for(arc.member_run_name(display, n, below), opts.run))}
+                if opts.force or not _is_done(done, s, _run_for(arc.member_run_name(display, n, below), opts.run), opts.run is None)}
         for m, f, why in arc.stream_members(Path(path)):
             if excluded(m.name, opts.exclude):
                 continue
@@ -612,8 +625,8 @@ def _work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = 
                 out.append(_failed(disp, run_id, why))
                 continue
             if m.name not in todo:
-                out.append(Prepared(disp, _stored_run(done, shas[m.name], run_id), "skipped",
-                                    notes=[_skip_note(done, shas[m.name], run_id)],
+                out.append(Prepared(disp, _stored_run(done, shas[m.name], run_id, opts.run is None), "skipped",
+                                    notes=[_skip_note(done, shas[m.name], run_id, opts.run is None)],
                                     source_id=shas[m.name][:16], sha=shas[m.name]))
                 continue
             inp = arc.StreamMember(display, m.name, m.size, f, below)
@@ -717,9 +730,28 @@ class _Runs:
         return moved
 
 
+def _join_siblings(units: list[Unit], src: pl.DataFrame) -> None:
+    """A file (not an archive member) in a directory whose files are already in the lake takes
+    their run name (the most common named run of that directory), so a new rank file joins its run
+    whichever directory was given this time (`ingest archive/` then `ingest archive/job1/traces/
+    rank8.json`)."""
+    ok = src.filter((pl.col("status") != "failed") & ~pl.col("path").str.contains("!", literal=True))
+    if not ok.height:
+        return
+    named: dict[str, dict[str, int]] = {}
+    for path, n in zip(ok["path"].to_list(), _named_runs(ok)):
+        c = named.setdefault(str(Path(path).parent), {})
+        c[n] = c.get(n, 0) + 1
+    for u in units:
+        if u.kind == "input" and isinstance(u.item, arc.FileInput):
+            c = named.get(str(Path(u.item.display).parent))
+            if c:
+                u.item.run = max(sorted(c), key=c.get)
+
+
 def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_time: bool = True) -> FileResult:
     """Put a worker's outcome into the lake (in input order, in this process). by_time: False when
-    --run named the run (_Runs.claim)."""
+    --run named the run (_Runs.claim); content is then looked up in that run only (_is_done)."""
     if p.status == "skipped":
         return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id)
     if p.oserror and not lake.writable():
@@ -731,14 +763,14 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_ti
             lake.discard(p.staged)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), {**p.row, "named_run_id": p.run_id})
         return FileResult(p.path, p.run_id, None, "failed", p.error, [], p.source_id, p.uncompressed_bytes)
-    if not force and _is_done(done, p.sha, p.run_id):  # the same content earlier in this batch
+    if not force and _is_done(done, p.sha, p.run_id, by_time):  # the same content earlier in this batch
         lake.discard(p.staged)
-        return FileResult(p.path, _stored_run(done, p.sha, p.run_id), None, "skipped", None,
-                          [_skip_note(done, p.sha, p.run_id)], p.source_id)
+        return FileResult(p.path, _stored_run(done, p.sha, p.run_id, by_time), None, "skipped", None,
+                          [_skip_note(done, p.sha, p.run_id, by_time)], p.source_id)
     notes = list(p.notes)
     run_id = p.run_id
     t0, t1 = p.row.get("trace_start_ns"), p.row.get("trace_end_ns")
-    stored = done.get((p.sha, p.run_id))
+    stored = _entry(done, p.sha, p.run_id, by_time)
     if stored is not None:  # --force: re-ingested in place, in the run it is stored in
         run_id = stored[0]
         notes += runs.placed.get((run_id, p.source_id), [])
@@ -762,7 +794,7 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_ti
         lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
     runs.add(run_id, p.run_id, p.source_id, p.sha, p.rank_list or [], t0, t1, row["notes"] or [])
-    done[(p.sha, p.run_id)] = (run_id, True)
+    done[(p.sha, p.run_id)] = done[(p.sha, None)] = (run_id, True)
     return FileResult(p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes)
 
 
@@ -959,8 +991,11 @@ def ingest_paths(
     opts = Options(str(lake.root.absolute()), run, rank, force, list(comm_patterns or []) or None, step_regex, exclude or None)
     with lake.lock():
         lake.recover()
-        done = _done_index(lake.sources())
+        src = lake.sources()
+        done = _done_index(src)
         runs = _Runs(lake)
+        if run is None:
+            _join_siblings(units, src)
 
         def emit(res: FileResult):
             results.append(res)

@@ -244,8 +244,8 @@ def _f(x) -> str:
 
 def _reason(v: str, n: dict, out: dict) -> str:
     of = "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
-    split = (f"host launched late {_f(n['host_wait_pct'])}, launch gaps {_f(n['kernel_wait_pct'])}, "
-             f"other waits {_f(n['idle_other_pct'])}")
+    split = (f"host launched late {_f(n['host_wait_pct'])}, launch gaps {_f(n['kernel_wait_pct'])}; not counted: "
+             f"idle with the next work already queued {_f(n['idle_other_pct'])}")
     return {
         "network-bound": f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute"
                          + (f" (only {_f(n['comm_comp_overlap_pct'])} of communication overlaps compute)"
