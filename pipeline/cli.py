@@ -69,6 +69,8 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
     from .lake import Lake, LakeError, one_line
 
     _check_patterns(comm_pattern)
+    if run is not None and not run.strip():
+        raise typer.BadParameter("--run: empty run id (leave --run out to name runs by their directories)")
     if step_range:
         try:
             re.compile(step_range)

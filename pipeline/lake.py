@@ -58,12 +58,16 @@ import pyarrow.parquet as pq
 from . import schema as sch
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_SHORTENED = re.compile(r".{100}-[0-9a-f]{6}")
 
 
 def safe_run_id(name: str) -> str:
     """A run id usable as a hive partition value: [A-Za-z0-9._-], other runs of characters -> '_'.
     A name that had to change gets '-' and 6 hex digits of its SHA-1, so two different names never
-    map to one run id."""
+    map to one run id. Idempotent: a run id given back (a stored id, even one shortened to 100
+    characters plus its hash) is returned as it is."""
+    if _SAFE.sub("_", name) == name and name.strip("._") == name and (len(name) <= 100 or _SHORTENED.fullmatch(name)):
+        return name
     s = _SAFE.sub("_", name).strip("._")[:100] or "run"
     if s != name:
         s += "-" + hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:6]

@@ -318,3 +318,38 @@ def test_the_same_bytes_are_one_trace_whichever_directory_is_given(tmp_path):
     out = CliRunner().invoke(app, ["analyze", "--lake", str(lake.root), "--json", "--run", "jobB/traces/"])
     assert out.exit_code == 0, out.output
     assert [(x["run_id"], x["ranks"]) for x in json.loads(out.output)["runs"]] == [(b, [0, 1, 2])]
+
+
+def test_reaching_the_same_directory_another_way_keeps_its_run(tmp_path):
+    # the directory through a symlink and through '..', a name past 100 characters, and --force
+    # from a copy: a new rank file still joins its run, and forcing keeps the stored path and name
+    long = "llama70b_fsdp_tp8_pp4_seq4096_bs512_lr3e-4_warmup2000_zero3_activation_checkpointing_selective_node03_profiler_traces"
+    root = tmp_path / "arch"
+    d = root / "jobA" / long
+    d.mkdir(parents=True)
+    for r in (0, 1):
+        shutil.copy(_dlrm(r), d)
+    (tmp_path / "cur").symlink_to(d)
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([root], lake, jobs=1)
+    run = res[0].run_id
+    assert res[1].run_id == run == safe_run_id(f"jobA/{long}") and len(run) == 107
+    assert safe_run_id(run) == run  # a stored id given back is itself
+    before = _listing(lake)
+    shutil.copytree(d, tmp_path / "copy")
+    assert [r.run_id for r in ingest_paths([tmp_path / "copy"], lake, force=True, jobs=1)] == [run, run]
+    assert _listing(lake) == before  # in place: path and named_run_id as they were stored
+    for k, via in ((2, tmp_path / "cur"), (3, root / "jobA" / ".." / "jobA" / long)):
+        new = shutil.copy(_dlrm(k), d)
+        (r,) = ingest_paths([via / Path(new).name], lake, jobs=1)
+        assert (r.status, r.run_id, r.rank) == ("ok", run, k)
+    # the same bytes twice in one forced batch are ingested once
+    twice = ingest_paths([d, tmp_path / "copy"], lake, force=True, jobs=1)
+    assert sorted(r.status for r in twice) == ["ok"] * 4 + ["skipped"] * 2
+    assert lake.sources().height == 4
+
+
+def test_an_empty_run_id_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(app, ["ingest", str(HTA[0]), "--lake", str(tmp_path / "lake"), "--run", " "])
+    assert r.exit_code == 2 and "empty run id" in r.output
+    assert not (tmp_path / "lake").exists()

@@ -669,17 +669,19 @@ class _Runs:
         self.moved: dict[str, list[str]] = {}
         self.by_content: dict[str, list[str]] = {}
         self.placed: dict[tuple[str, str], list[str]] = {}
+        self.stored_as: dict[tuple[str, str], tuple[str, str]] = {}
         src = lake.sources().filter(pl.col("status") != "failed")
         cols = [src[c].to_list() for c in ("run_id", "rank", "ranks", "source_id", "content_sha256", "trace_start_ns",
-                                            "trace_end_ns", "notes")]
-        for n, (r, k, ks, s, h, t0, t1, notes) in zip(_named_runs(src), zip(*cols)):
-            self.add(r, n, s, h, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1, notes or [])
+                                            "trace_end_ns", "notes", "path")]
+        for n, (r, k, ks, s, h, t0, t1, notes, path) in zip(_named_runs(src), zip(*cols)):
+            self.add(r, n, s, h, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1, notes or [], path)
 
     def add(self, run_id: str, named: str, source_id: str, sha: str, rank_list: list[int], t0: int | None,
-            t1: int | None, notes: list[str]) -> None:
-        """A committed source; notes: its sources notes (those saying where it was put are kept for
-        a --force re-ingest in place)."""
+            t1: int | None, notes: list[str], path: str) -> None:
+        """A committed source; notes: its sources notes (those saying where it was put, and its
+        path and named run, are kept for a --force re-ingest in place)."""
         self.placed[(run_id, source_id)] = [n for n in notes if _PLACED in n]
+        self.stored_as[(run_id, source_id)] = (path, named)
         for r in rank_list:
             self.ranks[(run_id, r)] = source_id
         if t0 is not None and t1 is not None:
@@ -731,8 +733,9 @@ class _Runs:
 
 
 def _join_siblings(units: list[Unit], src: pl.DataFrame) -> None:
-    """A file (not an archive member) in a directory whose files are already in the lake takes
-    their run name (the most common named run of that directory), so a new rank file joins its run
+    """A file (not an archive member) in a directory whose files are already in the lake (the
+    same directory once links and '..' are resolved) takes their run name (the most common named
+    run of that directory), so a new rank file joins its run
     whichever directory was given this time (`ingest archive/` then `ingest archive/job1/traces/
     rank8.json`)."""
     ok = src.filter((pl.col("status") != "failed") & ~pl.col("path").str.contains("!", literal=True))
@@ -740,11 +743,11 @@ def _join_siblings(units: list[Unit], src: pl.DataFrame) -> None:
         return
     named: dict[str, dict[str, int]] = {}
     for path, n in zip(ok["path"].to_list(), _named_runs(ok)):
-        c = named.setdefault(str(Path(path).parent), {})
+        c = named.setdefault(os.path.realpath(Path(path).parent), {})
         c[n] = c.get(n, 0) + 1
     for u in units:
         if u.kind == "input" and isinstance(u.item, arc.FileInput):
-            c = named.get(str(Path(u.item.display).parent))
+            c = named.get(os.path.realpath(Path(u.item.display).parent))
             if c:
                 u.item.run = max(sorted(c), key=c.get)
 
@@ -771,14 +774,19 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_ti
     run_id = p.run_id
     t0, t1 = p.row.get("trace_start_ns"), p.row.get("trace_end_ns")
     stored = _entry(done, p.sha, p.run_id, by_time)
-    if stored is not None:  # --force: re-ingested in place, in the run it is stored in
+    if stored is not None and stored[1]:  # --force, and the same content earlier in this batch
+        lake.discard(p.staged)
+        return FileResult(p.path, stored[0], None, "skipped", None, [_skip_note(done, p.sha, p.run_id, by_time)], p.source_id)
+    path, named = p.row["path"], p.run_id
+    if stored is not None:  # --force: re-ingested in place: its run, and the path and name it was stored with
         run_id = stored[0]
         notes += runs.placed.get((run_id, p.source_id), [])
+        path, named = runs.stored_as.get((run_id, p.source_id), (path, named))
     elif p.rank_list:
         run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time)
     if run_id != p.run_id:
         lake.retarget(p.staged, run_id)
-    row = {**p.row, "run_id": run_id, "named_run_id": p.run_id, "notes": notes or None}
+    row = {**p.row, "run_id": run_id, "named_run_id": named, "path": path, "notes": notes or None}
     others = [r for r in runs.by_content.get(p.sha, []) if r != run_id]
     if others:  # e.g. ingested before under another --run, or by a tracelake that named runs differently;
         # printed, not stored: the row must not depend on what else is in the lake (forget)
@@ -793,7 +801,7 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_ti
             bad.pop(k, None)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
-    runs.add(run_id, p.run_id, p.source_id, p.sha, p.rank_list or [], t0, t1, row["notes"] or [])
+    runs.add(run_id, named, p.source_id, p.sha, p.rank_list or [], t0, t1, row["notes"] or [], path)
     done[(p.sha, p.run_id)] = done[(p.sha, None)] = (run_id, True)
     return FileResult(p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes)
 
