@@ -165,8 +165,8 @@ class Peek:
 
 @dataclass
 class FileInput:
-    """A plain file on disk; run: its run name when it was found below a directory given (see
-    dir_run_name), else None (the name of the directory it is in)."""
+    """A plain file on disk; run: its run name as planned (dir_run_name, or the run of the files
+    beside it already in the lake), else None (the name of the directory it is in)."""
     path: str
     run: str | None = None
 
