@@ -133,8 +133,8 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
     input, given or found. Archives are listed as files (ingest_paths opens them). Paths that do
     not exist, are not regular files or directories, or cannot be listed go to `problems` (a list
     of Problem) when given; otherwise the first raises FileNotFoundError. roots, when given, maps
-    each file found by searching a directory given (by its resolved path) to (that directory, the
-    path of the file's directory below it): its run name (archive.dir_run_name); of two
+    each file found by searching a directory given (by its resolved path) to (that directory,
+    resolved; the path of the file's directory below it: its run name, archive.FileInput); of two
     directories given that both hold it, the outer one, whatever their order."""
     out: list[Path] = []
 
@@ -145,12 +145,12 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
 
     exclude = exclude_patterns(exclude)
 
-    def root_of(f: Path, p: Path, rel: Path) -> None:
+    def root_of(f: Path, top: Path, rel: Path) -> None:
         if roots is not None:
             key = f.resolve()
             old = roots.get(key)
-            if old is None or old[0].resolve().is_relative_to(p.resolve()):
-                roots[key] = (p, rel.as_posix())
+            if old is None or old[0].is_relative_to(top):
+                roots[key] = (top, rel.as_posix())
 
     def leave(f: Path, rel: str) -> bool:
         if excluded(rel, exclude):
@@ -166,18 +166,19 @@ def discover(paths: Iterable[str | Path], problems: list | None = None, exclude:
         if p.is_dir() and nsys.detect(p):
             out.append(p)
         elif p.is_dir():
+            top = p.resolve()
             for root, dirs, files in os.walk(p, onerror=lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")):
                 rel = Path(root).relative_to(p)
                 dirs[:] = sorted(d for d in dirs if not leave(Path(root) / d, (rel / d).as_posix()))
                 for d in [d for d in dirs if d.endswith("_pqtdir")]:
                     dirs.remove(d)
                     out.append(Path(root) / d)
-                    root_of(out[-1], p, rel)
+                    root_of(out[-1], top, rel)
                 for name in sorted(files):
                     f = Path(root) / name
                     if leave(f, (rel / name).as_posix()):
                         continue
-                    root_of(f, p, rel)
+                    root_of(f, top, rel)
                     if name.lower().endswith(TRACE_SUFFIXES) and f.is_file():
                         out.append(f)
                     elif name.lower().endswith(TRACE_SUFFIXES) and f.is_symlink() and not f.exists():
@@ -316,29 +317,29 @@ _PLACED = "; this file was put in run "
 _HELD_NOTE = re.compile(r" of run (\S+) is already held by source ")
 
 
-def _named_runs(src: pl.DataFrame) -> list[str]:
-    """Each sources row's named run (sources.named_run_id: what --run or its directory named it,
-    before a rank collision moved it); in lakes written before that column, the run its
-    rank-collision note names, else its run_id."""
-    out = []
-    for run, named, notes in zip(src["run_id"].to_list(), src["named_run_id"].to_list(), src["notes"].to_list()):
-        if named is None:
-            m = next((m for n in (notes or []) if (m := _HELD_NOTE.search(n))), None)
-            named = m.group(1) if m else run
-        out.append(named)
-    return out
-
-
-def _done_index(src: pl.DataFrame) -> dict[tuple[str, str | None], tuple[str, bool]]:
-    """(content sha256, named run) and (content sha256, None) -> (the run the content is stored
-    in, False), for every source that did not fail; files committed by this ingest are added with
-    True (_commit). The named run is the run id --run or the file's directory gives it
-    (_named_runs); a file moved because its rank was taken is stored in another run (_Runs.claim).
-    Without --run, content already in any run counts as in the lake (the None key): the same
-    bytes are the same trace, whichever directory it was reached from."""
+def _stored_sources(src: pl.DataFrame) -> pl.DataFrame:
+    """The sources rows that did not fail, with column `named`: the run each was named
+    (sources.named_run_id: what --run or its directory named it, before it was moved to another
+    run); in lakes written before that column, the run its rank-collision note names, else its
+    run_id."""
     ok = src.filter(pl.col("status") != "failed")
+    named = []
+    for run, n, notes in zip(ok["run_id"].to_list(), ok["named_run_id"].to_list(), ok["notes"].to_list()):
+        if n is None:
+            m = next((m for x in (notes or []) if (m := _HELD_NOTE.search(x))), None)
+            n = m.group(1) if m else run
+        named.append(n)
+    return ok.with_columns(named=pl.Series(named, dtype=pl.String))
+
+
+def _done_index(stored: pl.DataFrame) -> dict[tuple[str, str | None], tuple[str, bool]]:
+    """(content sha256, named run) and (content sha256, None) -> (the run the content is stored
+    in, False), for the sources of _stored_sources(); files committed by this ingest are added
+    with True (_commit). A file moved because its rank was taken is stored in another run than
+    it was named (_Runs.claim). Without --run, content already in any run counts as in the lake
+    (the None key): the same bytes are the same trace, whichever directory it was reached from."""
     done: dict = {}
-    for h, n, r in zip(ok["content_sha256"].to_list(), _named_runs(ok), ok["run_id"].to_list()):
+    for h, n, r in zip(stored["content_sha256"].to_list(), stored["named"].to_list(), stored["run_id"].to_list()):
         done[(h, n)] = (r, False)
         done.setdefault((h, None), (r, False))
     return done
@@ -660,28 +661,26 @@ def _work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = 
 class _Runs:
     """The lake's runs as committing needs them: the source holding each (run, rank), each run's
     time span (the union of its sources' trace_start_ns..trace_end_ns), per named run the runs its
-    files were moved to (_named_runs), and the runs holding each content. Built from every source
-    that did not fail; add() keeps it current as files are committed."""
+    files were moved to, the runs holding each content, and each source's stored row. Built from
+    _stored_sources(); add() keeps it current as files are committed."""
 
-    def __init__(self, lake: Lake):
+    def __init__(self, stored: pl.DataFrame):
+        """stored: _stored_sources() of the lake."""
         self.ranks: dict[tuple[str, int], str] = {}
         self.spans: dict[str, tuple[int, int]] = {}
         self.moved: dict[str, list[str]] = {}
         self.by_content: dict[str, list[str]] = {}
-        self.placed: dict[tuple[str, str], list[str]] = {}
-        self.stored_as: dict[tuple[str, str], tuple[str, str]] = {}
-        src = lake.sources().filter(pl.col("status") != "failed")
-        cols = [src[c].to_list() for c in ("run_id", "rank", "ranks", "source_id", "content_sha256", "trace_start_ns",
-                                            "trace_end_ns", "notes", "path")]
-        for n, (r, k, ks, s, h, t0, t1, notes, path) in zip(_named_runs(src), zip(*cols)):
+        # (run, source_id) -> (path, named run, notes saying where it was put): kept by --force
+        self.rows: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
+        cols = [stored[c].to_list() for c in ("run_id", "named", "source_id", "content_sha256", "rank", "ranks",
+                                               "trace_start_ns", "trace_end_ns", "notes", "path")]
+        for r, n, s, h, k, ks, t0, t1, notes, path in zip(*cols):
             self.add(r, n, s, h, [k for k in (ks if ks is not None else [k]) if k is not None], t0, t1, notes or [], path)
 
     def add(self, run_id: str, named: str, source_id: str, sha: str, rank_list: list[int], t0: int | None,
             t1: int | None, notes: list[str], path: str) -> None:
-        """A committed source; notes: its sources notes (those saying where it was put, and its
-        path and named run, are kept for a --force re-ingest in place)."""
-        self.placed[(run_id, source_id)] = [n for n in notes if _PLACED in n]
-        self.stored_as[(run_id, source_id)] = (path, named)
+        """A committed source, with its sources path and notes."""
+        self.rows[(run_id, source_id)] = (path, named, [n for n in notes if _PLACED in n])
         for r in rank_list:
             self.ranks[(run_id, r)] = source_id
         if t0 is not None and t1 is not None:
@@ -732,17 +731,18 @@ class _Runs:
         return moved
 
 
-def _join_siblings(units: list[Unit], src: pl.DataFrame) -> None:
-    """A file (not an archive member) in a directory whose files are already in the lake (the
+def _join_siblings(units: list[Unit], stored: pl.DataFrame) -> None:
+    """A file (not an archive member) in a directory whose files are already in the lake
+    (stored: _stored_sources(); the
     same directory once links and '..' are resolved) takes their run name (the most common named
     run of that directory), so a new rank file joins its run
     whichever directory was given this time (`ingest archive/` then `ingest archive/job1/traces/
     rank8.json`)."""
-    ok = src.filter((pl.col("status") != "failed") & ~pl.col("path").str.contains("!", literal=True))
+    ok = stored.filter(~pl.col("path").str.contains("!", literal=True))
     if not ok.height:
         return
     named: dict[str, dict[str, int]] = {}
-    for path, n in zip(ok["path"].to_list(), _named_runs(ok)):
+    for path, n in zip(ok["path"].to_list(), ok["named"].to_list()):
         c = named.setdefault(os.path.realpath(Path(path).parent), {})
         c[n] = c.get(n, 0) + 1
     for u in units:
@@ -766,22 +766,19 @@ def _commit(p: Prepared, lake: Lake, done: dict, runs: _Runs, force: bool, by_ti
             lake.discard(p.staged)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), {**p.row, "named_run_id": p.run_id})
         return FileResult(p.path, p.run_id, None, "failed", p.error, [], p.source_id, p.uncompressed_bytes)
-    if not force and _is_done(done, p.sha, p.run_id, by_time):  # the same content earlier in this batch
+    stored = _entry(done, p.sha, p.run_id, by_time)
+    if stored is not None and (not force or stored[1]):  # the same content earlier in this batch (even with --force)
         lake.discard(p.staged)
-        return FileResult(p.path, _stored_run(done, p.sha, p.run_id, by_time), None, "skipped", None,
-                          [_skip_note(done, p.sha, p.run_id, by_time)], p.source_id)
+        return FileResult(p.path, stored[0], None, "skipped", None, [_skip_note(done, p.sha, p.run_id, by_time)], p.source_id)
     notes = list(p.notes)
     run_id = p.run_id
     t0, t1 = p.row.get("trace_start_ns"), p.row.get("trace_end_ns")
-    stored = _entry(done, p.sha, p.run_id, by_time)
-    if stored is not None and stored[1]:  # --force, and the same content earlier in this batch
-        lake.discard(p.staged)
-        return FileResult(p.path, stored[0], None, "skipped", None, [_skip_note(done, p.sha, p.run_id, by_time)], p.source_id)
     path, named = p.row["path"], p.run_id
     if stored is not None:  # --force: re-ingested in place: its run, and the path and name it was stored with
         run_id = stored[0]
-        notes += runs.placed.get((run_id, p.source_id), [])
-        path, named = runs.stored_as.get((run_id, p.source_id), (path, named))
+        if (run_id, p.source_id) in runs.rows:
+            path, named, placed = runs.rows[(run_id, p.source_id)]
+            notes += placed
     elif p.rank_list:
         run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time)
     if run_id != p.run_id:
@@ -838,7 +835,7 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
         elif kind == "tar.gz":
             units.append(Unit("targz", str(f), _size_or_0(f), below))
         else:
-            units.append(Unit("input", arc.FileInput(str(f), arc.dir_run_name(f, below)), _size_or_0(f)))
+            units.append(Unit("input", arc.FileInput(str(f), below if below not in (None, "", ".") else None), _size_or_0(f)))
     return units, problems
 
 
@@ -999,11 +996,11 @@ def ingest_paths(
     opts = Options(str(lake.root.absolute()), run, rank, force, list(comm_patterns or []) or None, step_regex, exclude or None)
     with lake.lock():
         lake.recover()
-        src = lake.sources()
-        done = _done_index(src)
-        runs = _Runs(lake)
+        stored = _stored_sources(lake.sources())
+        done = _done_index(stored)
+        runs = _Runs(stored)
         if run is None:
-            _join_siblings(units, src)
+            _join_siblings(units, stored)
 
         def emit(res: FileResult):
             results.append(res)

@@ -165,8 +165,11 @@ class Peek:
 
 @dataclass
 class FileInput:
-    """A plain file on disk; run: its run name as planned (dir_run_name, or the run of the files
-    beside it already in the lake), else None (the name of the directory it is in)."""
+    """A plain file on disk. run: its run name as planned, else None (the name of the directory it
+    is in): found by searching a directory given, in a subdirectory, that subdirectory's path
+    below it ('job1/traces'), as TensorBoard names the runs of a log directory, so archives of
+    many jobs with the same inner layout (<job>/traces/rank*.json) keep one run per job; or the
+    run of the files beside it already in the lake (ingest._join_siblings)."""
     path: str
     run: str | None = None
 
@@ -250,21 +253,10 @@ class StreamMember(_Member):
         return self.fileobj
 
 
-def dir_run_name(path: Path, below: str | None) -> str:
-    """The run name of a file (or nsys export directory) `path`: found by searching a directory
-    given on the command line, in a subdirectory whose path below it is `below` ('job1/traces'):
-    that path, as TensorBoard names the runs of a log directory, so archives of many jobs with the
-    same inner layout (<job>/traces/rank*.json) keep one run per job; otherwise (in the directory
-    given itself, or given by name) the name of the directory it is in."""
-    if below not in (None, "", "."):
-        return below
-    return Path(path).resolve().parent.name
-
-
 def member_run_name(archive: str, member: str, below: str | None = None) -> str:
     """The run name of an archive member: its directory's path inside the archive
     ('job1/traces'), else the archive's name without its suffix; below: the path of the
-    archive's directory below a directory given that was searched (dir_run_name), put in front
+    archive's directory below a directory given that was searched (as FileInput.run), put in front
     ('job7/traces' for job7/traces.tar.gz's top members), so archives with the same name in
     different jobs' directories stay apart as the same files unpacked would."""
     parent = PurePosixPath(member).parent
