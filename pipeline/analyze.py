@@ -1,10 +1,10 @@
 """Run the metric queries over a lake and assemble the analysis (the `analyze --json` contract).
 
-Contract "tracelake.analyze/2" (documented in docs/analyze-json.md):
-  {"schema": "tracelake.analyze/2", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
+Contract "tracelake.analyze/3" (documented in docs/analyze-json.md):
+  {"schema": "tracelake.analyze/3", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
    "runs": [...], "steps": [...], "ranks": [...], "step_time": [...], "idle_streams": [...],
-   "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "stragglers": [...],
-   "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "verdicts": [...],
+   "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "collective_exposure": [...],
+   "stragglers": [...], "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "verdicts": [...],
    "findings": [...], "notes": [...]}
 Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
 and a note says why (never 0 or NaN).
@@ -22,14 +22,26 @@ from . import query
 from .lake import Lake
 from .report import nccl_findings
 from .report.findings import findings_for_run, rank_findings
-from .report.verdict import OUTLIER_FACTOR, verdict_for_run
+from .report.straggler import straggler_profile
+from .report.verdict import OUTLIER_FACTOR, caveats_for_run, verdict_for_run
 
-SCHEMA = "tracelake.analyze/2"
+SCHEMA = "tracelake.analyze/3"
 
+# per rank and step, all over the step's wall-clock window (views/25_step_window.sql), the window
+# MFU, tokens/s and the verdict divide by; gpu_span_ns (first to last GPU work launched in the
+# step) is a named extra, never a denominator
 STEP_FIELDS = [
-    "run_id", "rank", "step", "span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns",
-    "overlap_ns", "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_memcpy_ns", "idle_host_wait_ns",
-    "idle_kernel_wait_ns", "idle_other_ns", "idle_unreliable_ns", "mfu_pct", "flop_coverage_pct", "peak_tflops", "complete", "host_step_ns",
+    "run_id", "rank", "step", "step_ns", "host_step_ns", "gpu_span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns",
+    "memcpy_ns", "overlap_ns", "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_comm_wait_ns", "exposed_comm_transfer_ns",
+    "exposed_memcpy_ns", "exposed_unknown_ns", "idle_input_ns", "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns",
+    "idle_unreliable_ns", "mfu_pct", "flop_coverage_pct", "peak_tflops", "tokens_per_s", "complete",
+]
+# per rank over the whole trace window (queries/breakdown.sql level 'rank': first to last GPU work)
+RANK_FIELDS = [
+    "run_id", "rank", "span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns", "overlap_ns",
+    "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_comm_wait_ns", "exposed_comm_transfer_ns", "exposed_memcpy_ns",
+    "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns", "idle_unreliable_ns", "mfu_pct", "flop_coverage_pct",
+    "peak_tflops", "tokens_per_s",
 ]
 
 
@@ -69,24 +81,27 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
 
 def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int | None = 20,
             peak_tflops: float | None = None, model_flops_per_step: float | None = None,
-            runs: list[str] | None = None) -> dict:
-    """Analysis of every run in the lake (the `tracelake.analyze/2` document, docs/analyze-json.md).
+            runs: list[str] | None = None, tokens_per_step: float | None = None) -> dict:
+    """Analysis of every run in the lake (the `tracelake.analyze/3` document, docs/analyze-json.md).
 
     window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
     shorter than this (and not host wait) are kernel wait; top_n: kernels kept per run in
-    top_kernels (None: all); peak_tflops / model_flops_per_step: MFU overrides (queries/mfu.sql).
+    top_kernels (None: all); peak_tflops / model_flops_per_step: MFU overrides, tokens_per_step:
+    tokens one rank processes per step, for tokens_per_s (queries/mfu.sql).
     runs: analyse only these run ids (None: every run in the lake).
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
     con = query.connect(lake, window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, peak_tflops=peak_tflops,
-                        model_flops_per_step=model_flops_per_step, materialize=True, runs=runs)
+                        model_flops_per_step=model_flops_per_step, materialize=True, runs=runs,
+                        tokens_per_step=tokens_per_step)
     bd = query.run(con, "breakdown")
     idle = query.run(con, "idle_breakdown")  # per stream, HTA's exact rule
     mfu = query.run(con, "mfu")
     status = query.run(con, "step_status")
     coll = query.run(con, "collective_bandwidth")
     matched = query.run(con, "collective_matching")
+    exposure = query.run(con, "collective_exposure")
     stragglers = query.run(con, "stragglers")
     mem = query.run(con, "memcpy_bandwidth")
     top = query.run(con, "top_kernels")
@@ -95,32 +110,39 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     idle_gaps = query.run(con, "idle_gaps")
     step_kernels = query.run(con, "step_kernels")
     devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
+    collectives_notes = pl.from_arrow(con.sql(
+        "SELECT run_id, msg_bytes_note, count(*) AS n FROM collectives WHERE msg_bytes IS NULL "
+        "GROUP BY ALL ORDER BY run_id, n DESC, msg_bytes_note").to_arrow_table())
     src = lake.sources(runs)
     notes: list[str] = []
 
     base = bd.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns"})
-
+    keys = ["run_id", "rank", "step"]
     steps = (
-        base.filter(pl.col("level") == "step")
-        .join(mfu.select("run_id", "rank", "step", "mfu_pct", "flop_coverage_pct", "peak_tflops"), on=["run_id", "rank", "step"], how="left")
-        .join(status.select("run_id", "rank", "step", "complete", pl.col("dur_ns").alias("host_step_ns")), on=["run_id", "rank", "step"], how="left")
-        .select(STEP_FIELDS).sort("run_id", "rank", "step")
+        step_time.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns", "idle_ns": "gpu_idle_ns"})
+        .with_columns(comm_comp_overlap_pct=pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlap_ns") / pl.col("comm_ns")))
+        .join(mfu.select(*keys, "mfu_pct", "flop_coverage_pct", "peak_tflops", "tokens_per_s"), on=keys, how="left")
+        .select(STEP_FIELDS).sort(keys)
     )
-    # whole-run MFU per rank: FLOPs and step time summed over the rank's steps
+    # whole-run MFU and tokens/s per rank: FLOPs, tokens and step time summed over the rank's steps
     mfu_rank = (
-        mfu.filter(pl.col("mfu_pct").is_not_null())
+        mfu.filter(pl.col("mfu_pct").is_not_null() | pl.col("tokens_per_s").is_not_null())
         .group_by("run_id", "rank")
         .agg(model_flops=pl.col("model_flops").sum(), step_ns=pl.col("step_ns").sum(), peak=pl.col("peak_tflops").first(),
+             tokens=(pl.col("tokens_per_s") * pl.col("step_ns") * 1e-9).sum(),
+             has_mfu=pl.col("mfu_pct").is_not_null().any(), has_tok=pl.col("tokens_per_s").is_not_null().any(),
              cov_num=(pl.col("flop_coverage_pct") * pl.col("compute_kernel_ns")).sum(), cov_den=pl.col("compute_kernel_ns").sum())
-        .with_columns(mfu_pct=100 * pl.col("model_flops") / (pl.col("step_ns") * 1e-9 * pl.col("peak") * 1e12),
+        .with_columns(mfu_pct=pl.when(pl.col("has_mfu")).then(100 * pl.col("model_flops") / (pl.col("step_ns") * 1e-9 * pl.col("peak") * 1e12)),
+                      tokens_per_s=pl.when(pl.col("has_tok")).then(pl.col("tokens") / (pl.col("step_ns") * 1e-9)),
                       flop_coverage_pct=pl.when(pl.col("cov_den") > 0).then(pl.col("cov_num") / pl.col("cov_den")))
-        .select("run_id", "rank", "mfu_pct", "flop_coverage_pct", pl.col("peak").alias("peak_tflops"))
+        .select("run_id", "rank", "mfu_pct", "flop_coverage_pct", pl.col("peak").alias("peak_tflops"), "tokens_per_s")
     )
     ranks = (
         base.filter(pl.col("level") == "rank").drop("step")
         .join(mfu_rank, on=["run_id", "rank"], how="left")
-        .select([f for f in STEP_FIELDS if f not in ("step", "complete", "host_step_ns")]).sort("run_id", "rank")
+        .select(RANK_FIELDS).sort("run_id", "rank")
     )
+    calls_json = [{**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}} for r in _records(matched.drop("pg_key"))]
 
     runs = []
     ok = src.filter(pl.col("status") != "failed")
@@ -165,8 +187,11 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
                 else:
                     notes.append(f"run {run_id}: MFU not available: the trace does not name its device (no deviceProperties), so no peak is known; give it with --peak-tflops")
         c = coll.filter(pl.col("run_id") == run_id)
-        if c.height and c["msg_bytes"].is_null().all():
-            notes.append(f"run {run_id}: collective bandwidth not available: the trace records no message sizes (kernel names only)")
+        if c.height and c["msg_bytes"].is_null().any():
+            why = collectives_notes.filter(pl.col("run_id") == run_id)
+            reasons = "; ".join(f"{r['msg_bytes_note'] or 'no reason recorded'} ({r['n']} kernel(s))" for r in why.iter_rows(named=True))
+            which = "not available" if c["msg_bytes"].is_null().all() else f"not available for {c['msg_bytes'].is_null().sum()} of {c.height} calls"
+            notes.append(f"run {run_id}: collective bandwidth {which}: no message size: {reasons}")
         mc = matched.filter(pl.col("run_id") == run_id)
         if mc.height and not mc["complete"].all():
             n_inc = mc.filter(~pl.col("complete")).height
@@ -178,8 +203,25 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         if gw:
             notes.append(f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, but their idle cause "
                          "(idle_unreliable_ns) and per-op attribution (FLOP coverage) are unreliable")
-    verdicts = [verdict_for_run(r["run_id"], ranks.filter(pl.col("run_id") == r["run_id"]),
-                                step_time.filter(pl.col("run_id") == r["run_id"])) for r in runs]
+    verdicts = []
+    for r in runs:
+        rid = r["run_id"]
+        r_st = step_time.filter(pl.col("run_id") == rid)
+        r_calls = [c for c in calls_json if c["run_id"] == rid]
+        partial = sorted(str(p) for p in ok.filter((pl.col("run_id") == rid) & (pl.col("status") == "partial"))["path"].to_list())
+        mfu_ok = bool(steps.filter((pl.col("run_id") == rid) & pl.col("mfu_pct").is_not_null()).height)
+        caveats = caveats_for_run(r, partial, mfu_ok, "--model-flops-per-step (or the PaLM shape options) and --peak-tflops")
+        if r_st.height:
+            rows_of = r_st.to_dicts()
+
+            def strag(analysed, calls=r_calls, rows=rows_of):
+                return straggler_profile(calls, [x for x in rows if x["step"] in analysed], analysed)
+        else:
+            rank_rows = ranks.filter(pl.col("run_id") == rid).to_dicts()
+
+            def strag(analysed, calls=r_calls, rows=rank_rows):
+                return straggler_profile(calls, rows, None)
+        verdicts.append(verdict_for_run(rid, ranks.filter(pl.col("run_id") == rid), r_st, straggler_of=strag, caveats=caveats))
     for v in verdicts:
         out = [e for e in v["excluded_steps"] if e["why"] == "outlier"]
         if out:
@@ -201,9 +243,9 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
             pl.col("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps").sum()).sort("run_id", "rank", "device", "stream")),
         "steps": _records(steps),
         "ranks": _records(ranks),
-        "collectives": [{**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}}
-                        for r in _records(matched.drop("pg_key"))],
+        "collectives": calls_json,
         "collectives_per_rank": _records(coll),
+        "collective_exposure": _records(exposure),
         "stragglers": _records(stragglers.with_columns(pl.col("complete_calls").cast(pl.Int64))),
         "memcpy": _records(mem),
         "top_kernels": _records(top),

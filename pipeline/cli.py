@@ -180,12 +180,12 @@ LAYERS = typer.Option(None, "--layers", help="PaLM MFU: layers (L).")
 HEADS = typer.Option(None, "--heads", help="PaLM MFU: attention heads (H).")
 HEAD_DIM = typer.Option(None, "--head-dim", help="PaLM MFU: head dimension (Q).")
 SEQ = typer.Option(None, "--seq-len", help="PaLM MFU: sequence length (T).")
-TOKENS = typer.Option(None, "--tokens-per-step", help="PaLM MFU: tokens this rank processes per step.")
+TOKENS = typer.Option(None, "--tokens-per-step", help="Tokens this rank processes per step: tokens/s, and with the PaLM shape options MFU.")
 
 
 def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step):
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
-    if any(v is not None for v in shape):
+    if any(v is not None for v in shape[:5]):  # --tokens-per-step alone only gives tokens/s
         if model_flops_per_step is not None:
             raise typer.BadParameter("give either --model-flops-per-step or the PaLM shape options, not both")
         from .flops import palm_flops_per_step
@@ -245,8 +245,12 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
             raise typer.BadParameter(f"{name} must be positive")
     if runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
+    tokens_per_step = palm_shape[5] if len(palm_shape) > 5 else None
+    if tokens_per_step is not None and not tokens_per_step > 0:
+        raise typer.BadParameter("--tokens-per-step must be positive")
     options = dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
-                   model_flops_per_step=model_flops_per_step, top_n=top_n, runs=sorted(set(runs)) if runs else None)
+                   model_flops_per_step=model_flops_per_step, top_n=top_n, runs=sorted(set(runs)) if runs else None,
+                   tokens_per_step=tokens_per_step)
     if not scheduler:
         return analyze(lake, **options), EXIT_OK
     from .cluster import SchedulerError, analyze_on_cluster
@@ -264,7 +268,7 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
 
 
 @app.command(epilog=EXIT_HELP)
-def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/2 JSON document."),
+def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/3 JSON document."),
             window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
             model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
             heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,

@@ -3,7 +3,7 @@
 analyze_on_cluster(lake, scheduler, ...) lists the lake's runs, submits one task per run to the
 cluster (each worker opens the lake from the same path, which must be on a file system the workers
 share, and calls pipeline.analyze.analyze(lake, runs=[run_id]) with the same options), and merges
-the per-run documents into the one `tracelake.analyze/2` document that analyze(lake) returns on
+the per-run documents into the one `tracelake.analyze/3` document that analyze(lake) returns on
 one machine: every metric is computed per run, every list of the document is ordered by run first,
 and the runs are sorted by id, so the lists are the per-run lists concatenated in run order.
 The notes are the exception (analyze() writes them in three groups: per run, then the verdicts'
@@ -118,7 +118,8 @@ def merge(skeleton: dict, run_ids: list[str], docs: dict[str, dict], failures: d
 
 def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_wait_threshold_ns: int = 30_000,
                        top_n: int | None = 20, peak_tflops: float | None = None,
-                       model_flops_per_step: float | None = None, runs: list[str] | None = None) -> tuple[dict, list[RunFailure]]:
+                       model_flops_per_step: float | None = None, runs: list[str] | None = None,
+                       tokens_per_step: float | None = None) -> tuple[dict, list[RunFailure]]:
     """analyze(lake, ...) computed one run per Dask task on the cluster at `scheduler`.
 
     Returns (document, failures): the document equals analyze(lake, ...) when failures is empty;
@@ -130,7 +131,7 @@ def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_w
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
     options = dict(window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, top_n=top_n,
-                   peak_tflops=peak_tflops, model_flops_per_step=model_flops_per_step)
+                   peak_tflops=peak_tflops, model_flops_per_step=model_flops_per_step, tokens_per_step=tokens_per_step)
     src = lake.sources(runs)
     # every run with a sources row, failed-only runs too: their document holds their failed notes
     run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))

@@ -7,11 +7,12 @@ connect(lake) returns a DuckDB connection with
 - the derived views of queries/views/*.sql (gpu_work, scope, rank_device, collective_ranks,
   collective_calls), in file order, and one view per metric file (breakdown, mfu, ...);
 - runs: only these run ids' parts are read (None: every run);
-- with materialize=True, the views named in MATERIALIZED (gpu_launch, scope, collective_ranks,
-  collective_calls) computed once into temporary tables behind the same names, scope with
+- with materialize=True, the views named in MATERIALIZED (gpu_launch, scope, step_window,
+  collective_ranks, collective_calls) computed once into temporary tables behind the same names, scope with
   SCOPE_COLUMNS only (for a whole analysis: the variables below are fixed at connect time then);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
-  when given, `peak_tflops` and `model_flops_per_step` (MFU overrides, queries/mfu.sql).
+  when given, `peak_tflops` and `model_flops_per_step` (MFU overrides) and `tokens_per_step`
+  (tokens/s, queries/mfu.sql).
 run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
 """
 
@@ -29,7 +30,7 @@ from .paths import QUERIES_DIR
 
 
 # derived views computed once into tables by connect(materialize=True), in dependency order
-MATERIALIZED = ("gpu_launch", "scope", "collective_ranks", "collective_calls")
+MATERIALIZED = ("gpu_launch", "scope", "step_window", "collective_ranks", "collective_calls")
 # the columns of scope that the metric queries read: a materialized scope keeps only these (the
 # kernel launch geometry, registers, contexts... are not needed for metrics and would double the
 # time and memory of materializing it); a query reading another column fails to bind in tests
@@ -40,14 +41,16 @@ SCOPE_COLUMNS = ("run_id", "source_id", "rank", "device", "stream", "kind", "cat
 
 def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None,
             peak_tflops: float | None = None, model_flops_per_step: float | None = None,
-            materialize: bool = False, runs: list[str] | None = None) -> duckdb.DuckDBPyConnection:
+            materialize: bool = False, runs: list[str] | None = None,
+            tokens_per_step: float | None = None) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
     listed again, up to 10 times. Raises ValueError for a bad window or override, duckdb.Error for
     an unreadable lake."""
     for attempt in range(10):
         try:
-            return _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs)
+            return _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs,
+                            tokens_per_step)
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
                 raise
@@ -55,7 +58,8 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     raise AssertionError("unreachable")
 
 
-def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs):
+def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs,
+             tokens_per_step=None):
     if window not in ("all", "hta"):
         raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
     con = duckdb.connect(":memory:")
@@ -84,7 +88,8 @@ def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model
     con.execute("CREATE TABLE collective_catalog AS SELECT * FROM _collective_catalog")
     con.execute(f"SET VARIABLE analysis_window = '{window}'")
     con.execute(f"SET VARIABLE kernel_wait_threshold_ns = {int(kernel_wait_threshold_ns)}")
-    for name, v in (("peak_tflops", peak_tflops), ("model_flops_per_step", model_flops_per_step)):
+    for name, v in (("peak_tflops", peak_tflops), ("model_flops_per_step", model_flops_per_step),
+                    ("tokens_per_step", tokens_per_step)):
         if v is not None:
             if not v > 0:
                 raise ValueError(f"{name} must be positive, not {v}")

@@ -5,7 +5,9 @@
 --                kernel duration, which includes any wait for late peers (cross-rank transfer
 --                time arrives with issue 3).
 --   busbw_gbps = algbw_gbps * busbw_factor(op's kind, n) (views/05_macros.sql, pipeline/catalog/collectives.toml):
---                all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1.
+--                all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1;
+--                n = the call's group_size, else (a call of no named process group: the default
+--                group) the run's world size, as views/40_collective_calls.sql's expected_ranks.
 --   link_peak_gbps = the device's NVLink per-direction peak (pipeline/catalog/devices.toml)
 --                when the group fits on the rank's host (group_size <= visible devices);
 --                NULL when the group spans hosts (the NIC is unknown from a trace alone) or
@@ -18,13 +20,16 @@
 --   busbw_util_pct DOUBLE 0-100 (busbw / link peak); algorithm STRING; protocol STRING
 SELECT c.run_id, c.rank, g.step, c.op, c.process_group, c.group_size, c.seq, c.start_ns, c.dur_ns, c.msg_bytes,
   CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns END AS algbw_gbps,
-  CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns * busbw_factor(k.busbw_factor, c.group_size) END AS busbw_gbps,
-  CASE WHEN c.group_size <= d.visible_devices THEN d.nvlink_gbps END AS link_peak_gbps,
+  CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns
+    * busbw_factor(k.busbw_factor, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END)) END AS busbw_gbps,
+  CASE WHEN coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END) <= d.visible_devices
+       THEN d.nvlink_gbps END AS link_peak_gbps,
   100.0 * busbw_gbps / link_peak_gbps AS busbw_util_pct,
   c.algorithm, c.protocol
 FROM collectives c
 LEFT JOIN collective_catalog k USING (op)
-LEFT JOIN rank_device d USING (run_id, rank)
+LEFT JOIN (SELECT run_id, max(world_size) AS world_size FROM sources GROUP BY ALL) w ON w.run_id = c.run_id
+LEFT JOIN rank_device d ON d.run_id = c.run_id AND d.rank = c.rank
 LEFT JOIN collective_step g
   ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns
 ORDER BY c.run_id, c.rank, c.start_ns;

@@ -1,16 +1,17 @@
 -- Collectives matched across ranks: transfer time, bus bandwidth, straggler and per-rank wait.
 --
 -- Definitions: views/40_collective_calls.sql (matching, transfer = shortest duration among the
--- ranks, wait = duration - transfer, straggler = last rank to start). Bandwidth (nccl-tests
+-- ranks, wait = duration - transfer, straggler = last rank to start; NULL when one rank has the
+-- call or two or more share the latest start). Bandwidth (nccl-tests
 -- doc/PERFORMANCE.md): algbw_gbps = msg_bytes / transfer_ns; busbw_gbps = algbw * factor(op, n)
 -- with n = expected_ranks (busbw_factor, views/05_macros.sql); link_peak_gbps
--- from the straggler's device as in collective_bandwidth.sql.
+-- from the straggler's device as in collective_bandwidth.sql (NULL without a straggler).
 -- Columns:
 --   run_id STRING; process_group STRING (NULL: unnamed, matched by communication stream order); pg_key STRING
 --   call_key INT64 (seq, else order in the group); seq INT64; step INT64; op STRING
 --   msg_bytes INT64 bytes; group_size INT32; expected_ranks INT64; ranks_seen INT64; complete BOOL
 --   transfer_ns INT64 ns; arrival_spread_ns INT64 ns (last start - first start)
---   algbw_gbps, busbw_gbps, link_peak_gbps DOUBLE GB/s; straggler_rank INT32
+--   algbw_gbps, busbw_gbps, link_peak_gbps DOUBLE GB/s; straggler_rank INT32 (NULL: single rank, or a tie for last)
 --   wait_ns MAP(INT32, INT64) ns: each rank's wait
 SELECT k.run_id, k.process_group, k.pg_key, k.call_key, k.seq, k.step, k.op, k.msg_bytes, k.group_size,
   k.expected_ranks, k.ranks_seen, k.complete, k.transfer_ns, k.arrival_spread_ns,

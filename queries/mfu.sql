@@ -6,7 +6,12 @@
 --                 trace's own flops args, else pipeline/flops.py formulas from input shapes);
 --                 or the user's FLOPs per step and rank (DuckDB variable model_flops_per_step,
 --                 `--model-flops-per-step` or PaLM's 6N + 12LHQT per token, pipeline/cli.py).
---   step_ns     = the step's host-side duration (steps.dur_ns): the wall time of one iteration.
+--   step_ns     = the step's wall-clock window (views/25_step_window.sql: the host ProfilerStep
+--                 window stretched to the end of the GPU work launched in it), the window the
+--                 verdict and step_time use; a host that runs ahead of its GPU (host step shorter
+--                 than its GPU work) does not shorten it, so MFU never counts FLOPs over less
+--                 time than the step really took. A rank without GPU work (no window) falls back
+--                 to the host window.
 --   peak_tflops = the variable peak_tflops (`--peak-tflops`), else the dense peak of the rank's
 --                 device (view rank_device, devices.toml) in the precision that carries most of the
 --                 step's modelled FLOPs (flops_dtype; bf16 when the user gave the FLOPs).
@@ -14,14 +19,18 @@
 --                 (all compute-kernel time of the step). A kernel is launched by an op when its
 --                 External id is the op's, or its launch call ran inside the op on the same thread.
 --                 100 when the user gave the FLOPs per step (they cover the whole model).
+--   tokens_per_s = tokens_per_step / (step_ns * 1e-9) per rank when the variable tokens_per_step
+--                 is set (`--tokens-per-step`), else NULL.
 -- HFU is not reported: recomputed (rematerialized) ops are counted like any other op here, so
 -- with activation checkpointing the shape-derived figure includes recompute; docs/metrics.md.
 -- MFU is NULL (with no made-up default) when there are no modelled FLOPs or no known peak;
 -- pipeline.analyze turns that into a note.
 -- Columns:
---   run_id STRING; rank INT32; step INT64; step_ns INT64 ns; model_flops DOUBLE FLOP
+--   run_id STRING; rank INT32; step INT64; step_ns INT64 ns (the window); host_step_ns INT64 ns
+--   (the host ProfilerStep's duration, for reference); model_flops DOUBLE FLOP
 --   flops_source STRING (trace_ops | user); flops_dtype STRING; peak_tflops DOUBLE TFLOP/s; device_name STRING
 --   mfu_pct DOUBLE 0-100; flop_coverage_pct DOUBLE 0-100; compute_kernel_ns INT64 ns
+--   tokens_per_s DOUBLE tokens/s (NULL: --tokens-per-step not given)
 WITH op_step AS (
   SELECT o.run_id, o.rank, s.step, o.flops, o.flops_dtype
   FROM cpu_ops o
@@ -62,13 +71,14 @@ coverage AS (
   GROUP BY ALL
 ),
 per_step AS (
-  SELECT s.run_id, s.rank, s.step, s.dur_ns AS step_ns,
+  SELECT s.run_id, s.rank, s.step, coalesce(w.step_ns, s.dur_ns) AS step_ns, s.dur_ns AS host_step_ns,
     coalesce(getvariable('model_flops_per_step'), f.model_flops) AS eff_flops,
     CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'user' WHEN f.model_flops IS NOT NULL THEN 'trace_ops' END AS eff_source,
     CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'bf16' ELSE f.flops_dtype END AS eff_dtype,
     d.device_name, d.fp32_tflops, d.tf32_tflops, d.bf16_tflops, d.fp16_tflops, d.fp8_tflops,
     c.compute_kernel_ns, c.modelled_ns
   FROM steps s
+  LEFT JOIN step_window w USING (run_id, rank, step)
   LEFT JOIN flops f USING (run_id, rank, step)
   LEFT JOIN rank_device d USING (run_id, rank)
   LEFT JOIN coverage c USING (run_id, rank, step)
@@ -79,11 +89,12 @@ with_peak AS (
                    WHEN 'fp16' THEN fp16_tflops WHEN 'fp8' THEN fp8_tflops END) AS eff_peak
   FROM per_step
 )
-SELECT run_id, rank, step, step_ns, eff_flops AS model_flops, eff_source AS flops_source, eff_dtype AS flops_dtype,
+SELECT run_id, rank, step, step_ns, host_step_ns, eff_flops AS model_flops, eff_source AS flops_source, eff_dtype AS flops_dtype,
   eff_peak AS peak_tflops, device_name,
   100.0 * eff_flops / (step_ns * 1e-9 * eff_peak * 1e12) AS mfu_pct,
   CASE WHEN eff_source = 'user' THEN 100.0
        WHEN compute_kernel_ns > 0 THEN 100.0 * modelled_ns / compute_kernel_ns END AS flop_coverage_pct,
-  compute_kernel_ns
+  compute_kernel_ns,
+  CASE WHEN step_ns > 0 THEN getvariable('tokens_per_step') / (step_ns * 1e-9) END AS tokens_per_s
 FROM with_peak
 ORDER BY run_id, rank, step;

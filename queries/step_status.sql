@@ -1,32 +1,60 @@
 -- Steps per rank with a completeness flag.
 --
--- Definition: a step is complete when every kernel/copy/memset launch call made inside its host
--- window has GPU work with the same correlation in the trace. A launch without GPU work means the
--- trace ended (or the profiler stopped) before that work was recorded: the step's GPU figures
--- are then cut off, and the step is flagged (complete = FALSE), not dropped. HTA drops the last
+-- Definition: a step is complete unless work launched in it was cut off by the end of the trace.
+-- A launch call made inside the step's host window that has no GPU work with the same correlation
+-- in the trace counts as cut off only when no later launch of the same source file and rank (by
+-- launch start) has GPU work: it lies after the last launch whose GPU work was recorded, so the
+-- profiler stopped (or the trace ended) before that work was written. The step's GPU figures are
+-- then cut off, and the step is flagged (complete = FALSE), not dropped. HTA drops the last
 -- ProfilerStep for the same reason (hta/common/trace.py, include_last_profiler_step=False).
+-- Why not every launch without GPU work: some launches legitimately never produce a GPU record,
+-- e.g. cuDNN's cudaMemsetAsync calls (47 per step in HTA's tests/data/ns_resolution_trace, one
+-- per step in tests/data/nccl_parser_config/nccl_data.json.gz, 22 in TraceLens's h100 BERT
+-- trace); counting them flagged every step of those traces. A launch without GPU work before
+-- the last recorded one is kept in launches_without_gpu_work but does not make its step
+-- incomplete. When no launch of the source and rank has GPU work, every launch without it counts
+-- as cut off.
 -- Launch calls: runtime/driver names matching LaunchKernel, MemcpyAsync, MemsetAsync,
 -- GraphLaunch, ModuleLaunch or MTIA runFunction (HTA's launch symbol list, trace_counters.py).
 -- Columns:
 --   run_id STRING; rank INT32; step INT64; name STRING; start_ns, end_ns INT64 ns; dur_ns INT64 ns
---   launches INT64; launches_without_gpu_work INT64; complete BOOL; is_last BOOL (last step of the rank)
+--   launches INT64: launch calls in the host window
+--   launches_without_gpu_work INT64: of them, those with no GPU work in the trace (cut off or not)
+--   launches_cut_off INT64: of those, the ones after the last launch of the source and rank whose
+--     GPU work was recorded (the ones that make the step incomplete)
+--   complete BOOL (launches_cut_off = 0); is_last BOOL (last step of the rank)
 WITH launch_calls AS (
   SELECT run_id, source_id, rank, correlation, start_ns FROM cpu_ops
   WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL
     AND regexp_matches(name, '(LaunchKernel|MemcpyAsync|MemsetAsync|GraphLaunch|ModuleLaunch|runFunction)')
 ),
 gpu_corr AS (SELECT run_id, source_id, rank, correlation FROM gpu_launch),  -- one row per correlation with GPU work
-per_step AS (
-  SELECT l.run_id, l.rank, s.step, count(*) AS launches, count(*) FILTER (WHERE g.correlation IS NULL) AS missing
+launched AS (
+  SELECT l.run_id, l.source_id, l.rank, l.start_ns, g.correlation IS NOT NULL AS has_gpu
   FROM launch_calls l
-  ASOF JOIN steps s ON l.run_id = s.run_id AND l.rank = s.rank AND l.start_ns >= s.start_ns
   LEFT JOIN gpu_corr g ON g.run_id = l.run_id AND g.source_id = l.source_id AND g.rank = l.rank AND g.correlation = l.correlation
+),
+-- the start of the last launch whose GPU work was recorded, per source file and rank (NULL: none)
+last_gpu AS (
+  SELECT run_id, source_id, rank, max(start_ns) FILTER (WHERE has_gpu) AS last_gpu_ns FROM launched GROUP BY ALL
+),
+marked AS (
+  SELECT l.run_id, l.rank, l.start_ns, l.has_gpu,
+    NOT l.has_gpu AND (m.last_gpu_ns IS NULL OR l.start_ns > m.last_gpu_ns) AS cut_off
+  FROM launched l JOIN last_gpu m USING (run_id, source_id, rank)
+),
+per_step AS (
+  SELECT l.run_id, l.rank, s.step, count(*) AS launches, count(*) FILTER (WHERE NOT l.has_gpu) AS missing,
+    count(*) FILTER (WHERE l.cut_off) AS cut_off
+  FROM marked l
+  ASOF JOIN steps s ON l.run_id = s.run_id AND l.rank = s.rank AND l.start_ns >= s.start_ns
   WHERE l.start_ns < s.end_ns
   GROUP BY ALL
 )
 SELECT s.run_id, s.rank, s.step, s.name, s.start_ns, s.end_ns, s.dur_ns,
   coalesce(p.launches, 0) AS launches, coalesce(p.missing, 0) AS launches_without_gpu_work,
-  coalesce(p.missing, 0) = 0 AS complete,
+  coalesce(p.cut_off, 0) AS launches_cut_off,
+  coalesce(p.cut_off, 0) = 0 AS complete,
   s.start_ns = max(s.start_ns) OVER (PARTITION BY s.run_id, s.rank) AS is_last
 FROM steps s LEFT JOIN per_step p USING (run_id, rank, step)
 ORDER BY s.run_id, s.rank, s.step;

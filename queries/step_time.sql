@@ -1,20 +1,18 @@
 -- Step time per rank and step: where each step's wall-clock time went on the GPU.
 --
--- Step window (torch-tb-profiler's rule, kineto tb_plugin torch_tb_profiler/profiler/
--- event_parser.py StepParser._update_steps_duration): a step starts at its host ProfilerStep
--- window's start, or at the end of the previous step's window if that is later, and ends at the
--- host window's end or at the end of the last GPU work launched inside the host window (gpu_work.
--- step), whichever is later. Consecutive windows of a rank never overlap, and they cover the time
--- between steps, so the data loading, Python and launch work the host does before a step's first
--- kernel counts against that step. With the 'hta' analysis window the last step of a rank with
--- two or more steps is left out (its work is out of scope, views/20_scope.sql).
+-- Step window: views/25_step_window.sql (torch-tb-profiler's step time: the host ProfilerStep
+-- window, started no earlier than the previous step's end and stretched to the end of the GPU
+-- work launched in it), the window every per-step metric divides by.
 -- Only ranks with GPU work in scope get rows (a CPU-only trace has no GPU time to divide).
 --
 -- Breakdown: the rank's GPU work (scope: every device and stream of the rank merged) is cut at
 -- the window edges and every instant of the window goes to the first active of compute >
 -- communication > memory > unknown > idle (torch-tb-profiler / TraceLens gpu_timeline priority,
 -- ../shared/reference/peers.md section 4.1), so
---   compute_ns + exposed_comm_ns + exposed_memory_ns + exposed_unknown_ns + idle_ns = step_ns.
+--   compute_ns + exposed_comm_ns + exposed_memory_ns + exposed_unknown_ns + idle_ns = step_ns;
+-- exposed communication is split into waiting for peers and transfer (views/45_scope_parts.sql;
+-- an instant where some collective transfers is transfer), exposed_comm_wait_ns +
+-- exposed_comm_transfer_ns = exposed_comm_ns.
 -- Idle by cause (the parts sum to idle_ns), the first that applies:
 --   idle_input_ns      the host was inside a DataLoader fetch (a cpu_ops event named
 --                      'enumerate(DataLoader)#...__next__' or 'enumerate(DataPipe)#...', the names
@@ -30,46 +28,26 @@
 --   step_start_ns, step_end_ns INT64 ns: the step window (absolute clock); step_ns INT64 ns: its length
 --   host_start_ns, host_end_ns INT64 ns: the host ProfilerStep window; host_step_ns INT64 ns: its length
 --   activities INT64: GPU activities launched inside the host window
+--   gpu_span_ns INT64 ns: first start to last end of the GPU work launched in the host window
+--     (views/25_step_window.sql; NULL: none), a named extra, never a denominator
 --   gpu_busy_ns, compute_ns, comm_ns, memory_ns, overlap_ns (compute ∩ comm), exposed_comm_ns
---     (comm \ compute), exposed_memory_ns, exposed_unknown_ns, idle_ns: INT64 ns inside the window
+--     (comm \ compute), exposed_comm_wait_ns (of it, waiting for peers), exposed_comm_transfer_ns
+--     (of it, transfer), exposed_memory_ns, exposed_unknown_ns, idle_ns: INT64 ns inside the window
 --   idle_input_ns, idle_unreliable_ns, idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns: INT64 ns
-WITH st AS (
-  SELECT run_id, rank, step, start_ns AS host_start_ns, end_ns AS host_end_ns,
-         count(*) OVER (PARTITION BY run_id, rank) AS n_steps,
-         start_ns = max(start_ns) OVER (PARTITION BY run_id, rank) AS is_last
-  FROM steps
+WITH win AS (
+  SELECT *, step_start_ns AS ws, step_end_ns AS we FROM step_window
 ),
-gpu_ranks AS (SELECT DISTINCT run_id, rank FROM scope),
-launched AS (
-  SELECT run_id, rank, step, max(end_ns) AS gpu_end_ns, count(*) AS activities
-  FROM scope WHERE step IS NOT NULL GROUP BY ALL
-),
-w0 AS (
-  SELECT st.run_id, st.rank, st.step, st.host_start_ns, st.host_end_ns, coalesce(l.activities, 0) AS activities,
-         greatest(st.host_end_ns, coalesce(l.gpu_end_ns, st.host_end_ns)) AS end0
-  FROM st
-  JOIN gpu_ranks USING (run_id, rank)
-  LEFT JOIN launched l USING (run_id, rank, step)
-  WHERE getvariable('analysis_window') IS DISTINCT FROM 'hta' OR st.n_steps < 2 OR NOT st.is_last
-),
--- start = max(host start, end of every earlier window); the running max of end0 equals the
--- previous adjusted end in tb-profiler's loop because host_start <= host_end <= end0
-w1 AS (
-  SELECT *, greatest(host_start_ns, coalesce(max(end0) OVER (PARTITION BY run_id, rank ORDER BY host_start_ns, step
-                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), host_start_ns)) AS ws
-  FROM w0
-),
-win AS (SELECT *, greatest(end0, ws) AS we FROM w1),
 -- rr: a dense integer per (run_id, rank), which the sweep sorts on instead of the strings
 bounds AS (
   SELECT *, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr
   FROM (SELECT run_id, rank, min(ws) AS r0, max(we) AS r1 FROM win GROUP BY ALL)
 ),
 work AS (
-  SELECT b.rr, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns, coalesce(s.graph_replay, false) AS graph,
-         -- the four category counts travel packed in two BIGINTs (views/05_macros.sql)
-         pack_compute_comm(s.category) AS c0, pack_memory_unknown(s.category) AS c1
-  FROM scope s JOIN bounds b ON s.run_id = b.run_id AND s.rank = b.rank AND s.end_ns > b.r0 AND s.start_ns < b.r1
+  SELECT b.rr, s.start_ns, s.end_ns, s.launch_ns, s.graph_replay AS graph,
+         -- the category counts travel packed: compute and communication (transfer) in c0,
+         -- memory and unknown in c1 (views/05_macros.sql), communication waiting for peers in c2
+         pack_compute_comm(s.category) AS c0, pack_memory_unknown(s.category) AS c1, (s.category = 'comm_wait')::BIGINT AS c2
+  FROM scope_parts s JOIN bounds b ON s.run_id = b.run_id AND s.rank = b.rank AND s.end_ns > b.r0 AND s.start_ns < b.r1
 ),
 loader_ev AS (
   SELECT b.rr, c.start_ns, c.end_ns FROM cpu_ops c JOIN bounds b ON b.run_id = c.run_id AND b.rank = c.rank
@@ -78,7 +56,8 @@ loader_ev AS (
 ),
 wins AS (SELECT b.rr, w.step, w.ws, w.we FROM win w JOIN bounds b USING (run_id, rank)),
 -- One sweep per rank over every instant where something changes, as edges with deltas:
---   work starts/ends (c0, c1: active compute, communication, memory, unknown work),
+--   work starts/ends (c0, c1, c2: active compute, communication transfer, memory, unknown work,
+--   communication waiting for peers),
 --   the sentinels r1 and r0 (so the sweep covers every window even before the first and after
 --   the last work), step window edges (inside a window; ds: that window's step number, windows
 --   never overlap), DataLoader fetch edges.
@@ -92,15 +71,15 @@ wins AS (SELECT b.rr, w.step, w.ws, w.we FROM win w JOIN bounds b USING (run_id,
 -- start carries one if any does, else 1 ordered by launch: the smallest, NULL if any launch is
 -- unknown), ends (2), r1 (3), r0 (4), then the cutting edges (5 that add, 6 that remove).
 edges AS (
-  SELECT rr, start_ns AS t, CASE WHEN graph THEN 0 ELSE 1 END AS o, c0, c1, 1 AS q, 0::BIGINT AS ds, launch_ns AS launch
+  SELECT rr, start_ns AS t, CASE WHEN graph THEN 0 ELSE 1 END AS o, c0, c1, c2, 1 AS q, 0::BIGINT AS ds, launch_ns AS launch
   FROM work
-  UNION ALL SELECT rr, end_ns, 2, -c0, -c1, 1, 0, NULL FROM work
-  UNION ALL SELECT rr, r1, 3, 0, 0, 1, 0, NULL FROM bounds
-  UNION ALL SELECT rr, r0, 4, 0, 0, 1, 0, NULL FROM bounds
-  UNION ALL SELECT rr, ws, 5, 0, 0, 4294967296, step, NULL FROM wins
-  UNION ALL SELECT rr, we, 6, 0, 0, -4294967296, -step, NULL FROM wins
-  UNION ALL SELECT rr, start_ns, 5, 0, 0, 1099511627776, 0, NULL FROM loader_ev
-  UNION ALL SELECT rr, end_ns, 6, 0, 0, -1099511627776, 0, NULL FROM loader_ev
+  UNION ALL SELECT rr, end_ns, 2, -c0, -c1, -c2, 1, 0, NULL FROM work
+  UNION ALL SELECT rr, r1, 3, 0, 0, 0, 1, 0, NULL FROM bounds
+  UNION ALL SELECT rr, r0, 4, 0, 0, 0, 1, 0, NULL FROM bounds
+  UNION ALL SELECT rr, ws, 5, 0, 0, 0, 4294967296, step, NULL FROM wins
+  UNION ALL SELECT rr, we, 6, 0, 0, 0, -4294967296, -step, NULL FROM wins
+  UNION ALL SELECT rr, start_ns, 5, 0, 0, 0, 1099511627776, 0, NULL FROM loader_ev
+  UNION ALL SELECT rr, end_ns, 6, 0, 0, 0, -1099511627776, 0, NULL FROM loader_ev
 ),
 -- One sort of all edges, not a window per rank (DuckDB evaluates framed aggregates per partition
 -- several times slower): every rank's deltas sum to zero, so running sums in (rr, t) order are
@@ -111,10 +90,10 @@ edges AS (
 -- never counted.
 sweep AS (
   SELECT rr, t, o <= 4 AS pt, seg, next_o, next_launch,
-    s0 = 0 AND s1 = 0 AS idle, lo32(s0) > 0 AS c, hi32(s0) > 0 AS m, lo32(s1) > 0 AS y,
+    s0 = 0 AND s1 = 0 AND s2 = 0 AS idle, lo32(s0) > 0 AS c, hi32(s0) > 0 AS m, s2 > 0 AS wt, lo32(s1) > 0 AS y,
     hi32(s1) > 0 AS u, lo32(q) AS gap_id, q // 4294967296 % 256 > 0 AS inw, q // 1099511627776 > 0 AS inl, cur_step
   FROM (
-    SELECT rr, t, o, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1, sum(q) OVER g AS q, sum(ds) OVER g AS cur_step,
+    SELECT rr, t, o, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1, sum(c2) OVER g AS s2, sum(q) OVER g AS q, sum(ds) OVER g AS cur_step,
       coalesce(lead(t) OVER g, t) - t AS seg, lead(o) OVER g AS next_o, lead(launch) OVER g AS next_launch
     FROM edges
     WINDOW g AS (ORDER BY rr, t, o, launch NULLS FIRST ROWS UNBOUNDED PRECEDING))
@@ -162,12 +141,14 @@ agg AS (
   SELECT rr, cur_step AS step,
     sum(seg) FILTER (WHERE NOT idle)::BIGINT AS gpu_busy_ns,
     sum(seg) FILTER (WHERE c)::BIGINT AS compute_ns,
-    sum(seg) FILTER (WHERE m)::BIGINT AS comm_ns,
+    sum(seg) FILTER (WHERE m OR wt)::BIGINT AS comm_ns,
     sum(seg) FILTER (WHERE y)::BIGINT AS memory_ns,  -- copies under compute or communication too
-    sum(seg) FILTER (WHERE c AND m)::BIGINT AS overlap_ns,
-    sum(seg) FILTER (WHERE NOT c AND m)::BIGINT AS exposed_comm_ns,
-    sum(seg) FILTER (WHERE NOT c AND NOT m AND y)::BIGINT AS exposed_memory_ns,
-    sum(seg) FILTER (WHERE NOT c AND NOT m AND NOT y AND u)::BIGINT AS exposed_unknown_ns
+    sum(seg) FILTER (WHERE c AND (m OR wt))::BIGINT AS overlap_ns,
+    sum(seg) FILTER (WHERE NOT c AND (m OR wt))::BIGINT AS exposed_comm_ns,
+    sum(seg) FILTER (WHERE NOT c AND NOT m AND wt)::BIGINT AS exposed_comm_wait_ns,
+    sum(seg) FILTER (WHERE NOT c AND m)::BIGINT AS exposed_comm_transfer_ns,
+    sum(seg) FILTER (WHERE NOT c AND NOT m AND NOT wt AND y)::BIGINT AS exposed_memory_ns,
+    sum(seg) FILTER (WHERE NOT c AND NOT m AND NOT wt AND NOT y AND u)::BIGINT AS exposed_unknown_ns
   FROM pieces GROUP BY ALL
 ),
 idle_agg AS (
@@ -181,10 +162,11 @@ idle_agg AS (
 )
 SELECT w.run_id, w.rank, w.step,
   w.ws AS step_start_ns, w.we AS step_end_ns, w.we - w.ws AS step_ns,
-  w.host_start_ns, w.host_end_ns, w.host_end_ns - w.host_start_ns AS host_step_ns, w.activities,
+  w.host_start_ns, w.host_end_ns, w.host_step_ns, w.activities, w.gpu_span_ns,
   coalesce(a.gpu_busy_ns, 0) AS gpu_busy_ns, coalesce(a.compute_ns, 0) AS compute_ns, coalesce(a.comm_ns, 0) AS comm_ns,
   coalesce(a.memory_ns, 0) AS memory_ns, coalesce(a.overlap_ns, 0) AS overlap_ns,
-  coalesce(a.exposed_comm_ns, 0) AS exposed_comm_ns, coalesce(a.exposed_memory_ns, 0) AS exposed_memory_ns,
+  coalesce(a.exposed_comm_ns, 0) AS exposed_comm_ns, coalesce(a.exposed_comm_wait_ns, 0) AS exposed_comm_wait_ns,
+  coalesce(a.exposed_comm_transfer_ns, 0) AS exposed_comm_transfer_ns, coalesce(a.exposed_memory_ns, 0) AS exposed_memory_ns,
   coalesce(a.exposed_unknown_ns, 0) AS exposed_unknown_ns,
   (w.we - w.ws) - coalesce(a.gpu_busy_ns, 0) AS idle_ns,
   coalesce(i.idle_input_ns, 0) AS idle_input_ns, coalesce(i.idle_unreliable_ns, 0) AS idle_unreliable_ns,

@@ -3,9 +3,13 @@
 -- Definition: over the matched collectives of a step (views/40_collective_calls.sql), for each
 -- straggler rank: times_last = number of calls it started last; caused_wait_ns = sum over those
 -- calls of the other ranks' wait (duration - transfer). Only calls seen on at least two ranks.
+-- A call where two or more ranks share the latest start has no straggler (straggler_rank NULL):
+-- its waits are real but caused by no single rank, so it gives no row (no rank is charged with
+-- it), yet it counts in `calls`.
 -- Columns:
---   run_id STRING; step INT64 (NULL: outside steps); straggler_rank INT32; times_last INT64
---   calls INT64 (calls in the step); caused_wait_ns INT64 ns; complete_calls INT64
+--   run_id STRING; step INT64 (NULL: outside steps); straggler_rank INT32 (never NULL); times_last INT64
+--   calls INT64 (calls in the step seen on at least two ranks, tied ones included); caused_wait_ns
+--   INT64 ns; complete_calls INT64 (of the rank's times_last calls, the complete ones)
 WITH waits AS (
   SELECT r.run_id, r.pg_key, r.call_key, sum(r.dur_ns - k.transfer_ns) FILTER (WHERE r.rank <> k.straggler_rank) AS others_wait
   FROM collective_ranks r JOIN collective_calls k USING (run_id, pg_key, call_key)
@@ -17,5 +21,6 @@ calls AS (
 SELECT run_id, step, straggler_rank, count(*) AS times_last,
   any_value(n_calls) AS calls, sum(others_wait)::BIGINT AS caused_wait_ns, sum(complete::INT) AS complete_calls
 FROM (SELECT *, count(*) OVER (PARTITION BY run_id, step) AS n_calls FROM calls)
+WHERE straggler_rank IS NOT NULL  -- after the window: tied calls count in n_calls
 GROUP BY ALL
 ORDER BY run_id, step, caused_wait_ns DESC, straggler_rank;

@@ -60,3 +60,55 @@ def test_busbw_factors_from_catalog():
     for raw, op in [("allreduce", "all_reduce"), ("_allgather_base", "all_gather"), ("_reduce_scatter_base", "reduce_scatter"),
                     ("ncclDevKernel_AllToAll", "all_to_all"), ("SendRecv", "send_recv"), ("nonsense", "unknown")]:
         assert catalog.normalize_op(raw) == op
+
+
+# ------------------------------------------------------------------ ties for last arrival
+# Two ranks, process group "1" (Seq recorded), ProfilerStep#1 [0, 1000) and #2 [1000, 2000) µs on
+# both; each kernel's launch lies in the step of its kernel:
+#   Seq 1: rank 0 [100, 150), rank 1 [100, 140): both start at 100 -> a tie for last arrival, no
+#          straggler; transfer = min(50, 40) = 40; waits rank 0 = 10, rank 1 = 0 (real, caused by
+#          no single rank); arrival spread 0.
+#   Seq 2: rank 0 [300, 340), rank 1 [310, 340): rank 1 starts last -> straggler 1; transfer 30;
+#          waits rank 0 = 10, rank 1 = 0; spread 10.
+#   Seq 3 (step 2): rank 0 [1100, 1120), rank 1 [1100, 1130): tie -> no straggler; transfer 20;
+#          waits rank 0 = 0, rank 1 = 10.
+# stragglers: step 1 -> one row, rank 1: times_last 1, calls 2 (the tied Seq 1 counts), caused
+# wait 10 µs (rank 0's wait at Seq 2), complete_calls 1; step 2 -> no row (its only call is tied).
+# (Before: a tie named the lowest rank, so rank 0 was the straggler of Seq 1 and Seq 3.)
+
+
+def tie_coll(ts, dur, corr, seq):
+    return coll("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", ts, dur, corr, seq, "allreduce", 1000, 1000)
+
+
+@pytest.fixture(scope="module")
+def tie_con(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tie")
+    steps = [X("user_annotation", "ProfilerStep#1", 0, 1000), X("user_annotation", "ProfilerStep#2", 1000, 1000)]
+    launch = lambda ts, corr: X("cuda_runtime", "cudaLaunchKernel", ts, 2, correlation=corr)  # noqa: E731
+    write_trace(d / "job" / "r0.json", steps + [
+        launch(90, 1), launch(290, 2), launch(1090, 3),
+        tie_coll(100, 50, 1, 1), tie_coll(300, 40, 2, 2), tie_coll(1100, 20, 3, 3),
+    ], distributedInfo={"rank": 0, "world_size": 2})
+    write_trace(d / "job" / "r1.json", steps + [
+        launch(95, 11), launch(305, 12), launch(1095, 13),
+        tie_coll(100, 40, 11, 1), tie_coll(310, 30, 12, 2), tie_coll(1100, 30, 13, 3),
+    ], distributedInfo={"rank": 1, "world_size": 2})
+    lake = Lake(d / "lake")
+    assert [r.status for r in ingest_paths([d / "job"], lake)] == ["ok", "ok"]
+    return connect(lake)
+
+
+def test_a_tie_for_last_arrival_names_no_straggler(tie_con):
+    m = {r["seq"]: r for r in run(tie_con, "collective_matching").to_dicts()}
+    got = {s: (r["step"], r["ranks_seen"], r["complete"], r["transfer_ns"], r["arrival_spread_ns"], r["wait_ns"], r["straggler_rank"])
+           for s, r in m.items()}
+    assert got == {1: (1, 2, True, 40_000, 0, {0: 10_000, 1: 0}, None),
+                   2: (1, 2, True, 30_000, 10_000, {0: 10_000, 1: 0}, 1),
+                   3: (2, 2, True, 20_000, 0, {0: 0, 1: 10_000}, None)}
+
+
+def test_stragglers_charge_no_rank_with_a_tied_call(tie_con):
+    rows = run(tie_con, "stragglers").to_dicts()
+    assert [(r["step"], r["straggler_rank"], r["times_last"], r["calls"], r["caused_wait_ns"], r["complete_calls"]) for r in rows] == \
+        [(1, 1, 1, 2, 10_000, 1)]

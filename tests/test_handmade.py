@@ -201,18 +201,25 @@ def test_step_completeness(lake):
 
 def test_analyze_contract(lake):
     res = analyze(lake)
-    assert res["schema"] == "tracelake.analyze/2"
+    assert res["schema"] == "tracelake.analyze/3"
     step = [s for s in res["steps"] if s["rank"] == 0 and s["step"] == 1][0]
-    for k in ("rank", "step", "span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns", "overlap_ns",
-              "comm_comp_overlap_pct", "exposed_comm_ns", "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns",
-              "mfu_pct", "flop_coverage_pct"):
+    for k in ("rank", "step", "step_ns", "gpu_span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns",
+              "overlap_ns", "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_comm_wait_ns", "exposed_comm_transfer_ns",
+              "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns", "mfu_pct", "flop_coverage_pct", "tokens_per_s"):
         assert k in step
-    assert step["memcpy_ns"] == 50 * US and step["idle_host_wait_ns"] == 150 * US
+    # the step window (module docstring): 1000 µs, host wait 100 + 150 + 200; the GPU span 700 is an extra
+    assert (step["step_ns"], step["gpu_span_ns"], step["host_step_ns"]) == (1000 * US, 700 * US, 1000 * US)
+    assert step["memcpy_ns"] == 50 * US and step["idle_host_wait_ns"] == 450 * US and step["gpu_idle_ns"] == 500 * US
+    # rank 0 started the all-reduce last: no wait, its exposed comm (110 µs) is all transfer
+    assert (step["exposed_comm_ns"], step["exposed_comm_wait_ns"], step["exposed_comm_transfer_ns"]) == (110 * US, 0, 110 * US)
     json.dumps(res, allow_nan=False)  # no NaN anywhere
     (v,) = res["verdicts"]
     # step basis (module docstring): host 52.5 % and network 20.5 % are both >= 15 %; host is larger -> host-bound;
-    # 2000 µs over 2 ranks = 1 ms per rank, not below the 1 ms bar -> high confidence
-    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == ("host-bound", "high", "steps", 1)
+    # 2000 µs over 2 ranks = 1 ms per rank, not below the 1 ms bar -> high, but one step analysed
+    # (rank 1's step 2 is incomplete) lowers it to moderate
+    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == ("host-bound", "moderate", "steps", 1)
+    assert [c["kind"] for c in v["caveats"]] == ["single_step"]
+    assert v["also"] == [{"verdict": "network-bound", "key": "exposed_comm_transfer_pct", "pct": pytest.approx(100 * 410 / 2000)}]
     assert v["excluded_steps"] == [{"step": 2, "rank": 1, "step_ns": 1000 * US, "why": "incomplete"}]
     assert v["analysed_ns"] == 2000 * US
     n = v["numbers"]

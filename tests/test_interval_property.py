@@ -163,3 +163,85 @@ def test_idle_breakdown_and_gaps_match_brute_force(acts, shift, materialize):
     assert got_idle == want_idle
     assert {(r["bucket_lo_ns"], r["cause"]): [r["gaps"], r["total_ns"], r["ranks"]] for r in gaps} == \
         {k: [v[0], v[1], len(v[2])] for k, v in want_gaps.items()}
+
+
+# (start, duration, is a collective (else compute), unused) per rank; a rank's collectives are
+# calls 0, 1, ... of one process group in start order
+member = st.tuples(st.integers(0, 60), st.integers(0, 15), st.booleans(), st.just(0))
+
+
+def _brute_split(ranks: dict[int, list]) -> dict[int, dict]:
+    """Per rank: exposed waiting for peers and exposed transfer, walking every ns. A collective of
+    call c on a rank waits while t < the latest start of call c over the ranks that have it (when
+    two or more do), and transfers after; an instant is compute if a compute kernel runs, else
+    transfer if some collective transfers, else waiting if some collective waits."""
+    last: dict[int, int | None] = {}
+    out = {}
+    calls: dict[int, dict[int, int]] = {}
+    for r, acts in ranks.items():
+        for s, d, coll, c in _collectives_in_order(acts):
+            calls.setdefault(c, {})[r] = s
+    for c, starts in calls.items():
+        last[c] = max(starts.values()) if len(starts) >= 2 else None
+    for r, acts in ranks.items():
+        colls = [(s, d, last[c]) for s, d, _, c in _collectives_in_order(acts)]
+        comps = [(s, d) for s, d, coll, _ in acts if not coll]
+        t0 = min(s for s, _, _, _ in acts)
+        t1 = max(s + d for s, d, _, _ in acts)
+        w = x = 0
+        for t in range(t0, t1):
+            if any(s <= t < s + d for s, d in comps):
+                continue
+            active = [(s, L) for s, d, L in colls if s <= t < s + d]
+            if any(L is None or t >= L for _, L in active):
+                x += 1
+            elif active:
+                w += 1
+        out[r] = {"wait": w, "transfer": x}
+    return out
+
+
+def _collectives_in_order(acts):
+    """A rank's collectives renumbered 0, 1, ... in start order (tracelake matches calls of one
+    process group by their order on each rank when the trace records no sequence number: start,
+    then correlation, which is the activity's index + 1 here)."""
+    colls = sorted((s, i, d) for i, (s, d, coll, _) in enumerate(acts) if coll)
+    return [(s, d, True, k) for k, (s, _, d) in enumerate(colls)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(member, min_size=1, max_size=12), st.lists(member, min_size=1, max_size=12), st.booleans())
+def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
+    """Two ranks of random compute kernels and collectives of one process group (queries/breakdown.sql
+    level 'rank', views/45_scope_parts.sql): exposed_comm_wait_ns and exposed_comm_transfer_ns per
+    rank equal the brute-force walk, and add up to exposed_comm_ns."""
+    ranks = {0: acts0, 1: acts1}
+    with tempfile.TemporaryDirectory() as d:
+        lake = Lake(d)
+        lake.ensure()
+        for rank, acts in ranks.items():
+            sid, n = f"s{rank}", len(acts)
+            colls = [(i, s, du) for i, (s, du, coll, _) in enumerate(acts) if coll]
+            m = len(colls)
+            lake.write_source("r", sid, {
+                "gpu_activities": {
+                    "run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n,
+                    "stream": [1 if a[2] else 0 for a in acts], "kind": ["kernel"] * n,
+                    "category": ["communication" if a[2] else "compute" for a in acts], "classified_by": ["default"] * n,
+                    "name": ["k"] * n, "start_ns": [a[0] for a in acts], "end_ns": [a[0] + a[1] for a in acts],
+                    "dur_ns": [a[1] for a in acts], "event_index": list(range(n)), "correlation": list(range(1, n + 1))},
+                "collectives": {
+                    "run_id": ["r"] * m, "source_id": [sid] * m, "rank": [rank] * m, "op": ["all_reduce"] * m, "op_raw": ["allreduce"] * m,
+                    "start_ns": [s for _, s, _ in colls], "end_ns": [s + du for _, s, du in colls], "dur_ns": [du for _, _, du in colls],
+                    "correlation": [i + 1 for i, _, _ in colls], "process_group": ["0"] * m, "group_size": [2] * m,
+                    "timing_source": ["gpu_kernel"] * m}},
+                {"source_id": sid, "run_id": "r", "path": f"/x{rank}", "format": "kineto_json", "content_sha256": "0",
+                 "size_bytes": 0, "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0,
+                 "rank": rank, "world_size": 2})
+        rows = run(connect(lake, materialize=materialize), "breakdown").to_dicts()
+        rows = [r for r in rows if r["level"] == "rank"]
+    b = _brute_split(ranks)
+    for row in rows:
+        assert row["exposed_comm_wait_ns"] == b[row["rank"]]["wait"], row
+        assert row["exposed_comm_transfer_ns"] == b[row["rank"]]["transfer"], row
+        assert row["exposed_comm_wait_ns"] + row["exposed_comm_transfer_ns"] == row["exposed_comm_ns"]

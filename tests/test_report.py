@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from conftest import REPO, X, corpus, write_trace
+from conftest import REPO, X, assert_recoverable_within_step_time, corpus, write_trace
 from pipeline.analyze import analyze
 from pipeline.cli import EXIT_OK, app
 from pipeline.ingest import ingest_paths
@@ -29,23 +29,31 @@ runner = CliRunner()
 
 # ---------------------------------------------------------------- verdict rules, by hand
 
-PARTS = ["compute", "exposed_comm", "exposed_memory", "exposed_unknown", "input", "host_wait", "kernel_wait", "other"]
+PARTS = ["compute", "exposed_comm", "exposed_wait", "exposed_memory", "exposed_unknown", "input", "host_wait", "kernel_wait",
+         "other"]
 
 
 def steps_frame(*rows: dict) -> pl.DataFrame:
     """step_time rows from parts in µs; step_ns = the parts' sum; idle = input + host_wait +
-    kernel_wait + other; comm = exposed comm + overlap."""
+    kernel_wait + other; exposed_comm is exposed transfer, exposed_wait exposed waiting for peers,
+    exposed_comm_ns their sum; comm = exposed comm + overlap."""
     out = []
     for r in rows:
         p = {k: r.get(k, 0) * US for k in PARTS}
         idle = p["input"] + p["host_wait"] + p["kernel_wait"] + p["other"]
         out.append({"run_id": "r", "rank": r.get("rank", 0), "step": r.get("step", 1),
-                    "step_ns": sum(p.values()), "compute_ns": p["compute"], "exposed_comm_ns": p["exposed_comm"],
+                    "step_ns": sum(p.values()), "compute_ns": p["compute"], "exposed_comm_ns": p["exposed_comm"] + p["exposed_wait"],
+                    "exposed_comm_transfer_ns": p["exposed_comm"], "exposed_comm_wait_ns": p["exposed_wait"],
                     "exposed_memory_ns": p["exposed_memory"], "exposed_unknown_ns": p["exposed_unknown"], "idle_ns": idle,
                     "idle_input_ns": p["input"], "idle_host_wait_ns": p["host_wait"], "idle_kernel_wait_ns": p["kernel_wait"],
                     "idle_other_ns": p["other"], "idle_unreliable_ns": 0, "comm_ns": p["exposed_comm"] + r.get("overlap", 0) * US,
                     "overlap_ns": r.get("overlap", 0) * US, "complete": r.get("complete", True)})
     return pl.DataFrame(out)
+
+
+def two_steps(parts: dict) -> pl.DataFrame:
+    """The same parts in steps 1 and 2 (a verdict on one step has its confidence lowered)."""
+    return steps_frame({**parts, "step": 1}, {**parts, "step": 2})
 
 
 EMPTY_RANKS = pl.DataFrame(schema={"span_ns": pl.Int64})
@@ -60,8 +68,17 @@ EMPTY_RANKS = pl.DataFrame(schema={"span_ns": pl.Int64})
      {"idle_input_pct": 25.0, "host_bound_pct": 15.0, "gpu_idle_pct": 40.0}),
     # input 19 % is under its 20 % high bar; host 16 % is over 15 %: only the high one counts
     ({"compute": 650, "input": 190, "host_wait": 160}, "host-bound", "high", {"idle_input_pct": 19.0, "host_bound_pct": 16.0}),
-    # exposed memory 16 % >= 15 %
-    ({"compute": 800, "exposed_memory": 160, "kernel_wait": 40}, "memory-bound", "high", {"exposed_memcpy_pct": 16.0}),
+    # exposed memory copies 16 % >= 15 %: copy-bound (the copies, not HBM-bandwidth-bound kernels)
+    ({"compute": 800, "exposed_memory": 160, "kernel_wait": 40}, "copy-bound", "high", {"exposed_memcpy_pct": 16.0}),
+    # exposed comm 40 %, of which 30 % waiting for peers and 10 % transfer: waiting is no network problem
+    ({"compute": 600, "exposed_comm": 100, "exposed_wait": 300}, "straggler-bound", "high",
+     {"exposed_comm_pct": 40.0, "exposed_comm_wait_pct": 30.0, "exposed_comm_transfer_pct": 10.0}),
+    # transfer 20 % (high) beats waiting 16 % (also high, named in the reason)
+    ({"compute": 640, "exposed_comm": 200, "exposed_wait": 160}, "network-bound", "high",
+     {"exposed_comm_transfer_pct": 20.0, "exposed_comm_wait_pct": 16.0}),
+    # waiting 12 % is moderate, transfer 2 %: straggler-bound, moderate
+    ({"compute": 790, "exposed_comm": 20, "exposed_wait": 120, "host_wait": 70}, "straggler-bound", "moderate",
+     {"exposed_comm_wait_pct": 12.0, "host_bound_pct": 7.0}),
     # nothing high; compute 85 % >= 80 % beats the moderate host 11 %
     ({"compute": 850, "exposed_comm": 40, "host_wait": 110}, "compute-bound", "high", {"compute_pct": 85.0, "host_bound_pct": 11.0}),
     # idle with work already queued (other waits, 14 %) is no cause; moderate: exposed comm 10 % > exposed memory 6 %
@@ -80,8 +97,8 @@ EMPTY_RANKS = pl.DataFrame(schema={"span_ns": pl.Int64})
      {"exposed_comm_pct": 15.0, "host_bound_pct": 14.9}),
 ])
 def test_verdict_rules(parts, verdict, confidence, numbers):
-    v = verdict_for_run("r", EMPTY_RANKS, steps_frame(parts))
-    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"], v["analysed_ns"]) == (verdict, confidence, "steps", 1, 1000 * US)
+    v = verdict_for_run("r", EMPTY_RANKS, two_steps(parts))
+    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"], v["analysed_ns"]) == (verdict, confidence, "steps", 2, 2000 * US)
     for k, x in numbers.items():
         assert v["numbers"][k] == pytest.approx(x), k
     assert v["headline"] and all(k in v["numbers"] for k in v["headline"])
@@ -115,6 +132,7 @@ def test_incomplete_steps_left_out():
 
 def test_whole_trace_basis_without_steps():
     ranks = pl.DataFrame([{"span_ns": 2000 * US, "compute_ns": 1000 * US, "exposed_comm_ns": 200 * US, "exposed_memcpy_ns": 0,
+                           "exposed_comm_wait_ns": 50 * US, "exposed_comm_transfer_ns": 150 * US,
                            "gpu_idle_ns": 800 * US, "idle_host_wait_ns": 700 * US, "idle_kernel_wait_ns": 100 * US,
                            "idle_other_ns": 0, "comm_ns": 400 * US, "overlap_ns": 200 * US}])
     v = verdict_for_run("r", ranks, None)
@@ -134,7 +152,10 @@ def test_nsys_jax_verdict_uses_steps_not_startup(tmp_path):
     assert all(r.status == "ok" for r in ingest_paths([corpus("nsys", "jax-toolbox")], lake, run="pax"))
     res = analyze(lake)
     (v,) = res["verdicts"]
-    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == ("compute-bound", "high", "steps", 4)
+    # compute-bound; high lowered to moderate: the exports carry no FLOPs, so MFU (is the compute
+    # efficient?) is unavailable, a caveat shown beside the verdict
+    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == ("compute-bound", "moderate", "steps", 4)
+    assert [c["kind"] for c in v["caveats"]] == ["mfu_unavailable"] and "--peak-tflops" in v["caveats"][0]["text"]
     assert [(e["step"], e["rank"], e["why"]) for e in v["excluded_steps"]] == [(0, 3, "outlier")]
     whole = verdict_for_run("pax", pl.DataFrame(res["ranks"]), None)
     assert (whole["verdict"], whole["basis"]) == ("host-bound", "trace") and whole["numbers"]["gpu_idle_pct"] > 90
@@ -142,6 +163,7 @@ def test_nsys_jax_verdict_uses_steps_not_startup(tmp_path):
     assert v["numbers"]["compute_pct"] == pytest.approx(100 * sum(s["compute_ns"] for s in kept) / sum(s["step_ns"] for s in kept))
     slow = [f for f in res["findings"] if f["kind"] == "slow_steps"]
     assert slow and "step 0: rank 3" in slow[0]["evidence"][0]
+    assert assert_recoverable_within_step_time(res) == 1
 
 
 # ---------------------------------------------------------------- findings
@@ -170,8 +192,9 @@ def test_findings_by_hand(hand_lake):
     """tests/test_handmade.py's trace (its docstring has the step windows): basis = step 1 of both
     ranks (2000 µs). Host wait 450 + 600 = 1050 µs -> 525 µs per rank, over 1 step (the 50 µs of
     idle with work already queued is 2.5 % < 5 %: no dependency-wait finding); exposed comm
-    110 + 300 = 410 µs -> 205 µs per rank; exposed memory 50 / 2000 = 2.5 % < 5 % and the
-    straggler's 50 µs = 2.5 % < 5 %: no finding. MFU: rank 0's 0.217 % (test_handmade) < 20 % with
+    110 + 300 = 410 µs -> 205 µs per rank, all of it transfer (rank 1 waits for rank 0 over
+    [1150, 1200), under its compute k5 [1100, 1200): exposed waiting 0); exposed memory 50 / 2000 =
+    2.5 % < 5 %: no finding, and no waiting-for-peers finding. MFU: rank 0's 0.217 % (test_handmade) < 20 % with
     FLOP coverage 58.8 % >= 50 %: an untimed low-MFU finding, ranked last."""
     res = analyze(hand_lake)
     fs = [f for f in res["findings"] if f["run_id"] == "job"]
@@ -184,7 +207,11 @@ def test_findings_by_hand(hand_lake):
         assert f["evidence"] and f["recommendation"] and "'job'" in f["sql"]
         connect(hand_lake).execute(f["sql"]).fetchall()  # the SQL runs in tracelake sql's views
     assert "all-reduce" in fs[1]["recommendation"] and "bucket_cap_mb" in fs[1]["recommendation"]
-    assert any("all_reduce bus bandwidth: median" in e and "450 GB/s link peak" in e for e in fs[1]["evidence"])
+    # busbw over the matched call's transfer time, 300 µs: 4e6 B / 300000 ns = 13.3 GB/s (not the
+    # per-rank durations, which include rank 1's wait)
+    assert any("all_reduce bus bandwidth over its transfer time" in e and "median 13.3 GB/s" in e and "450 GB/s link peak" in e
+               for e in fs[1]["evidence"]), fs[1]["evidence"]
+    assert any(e.startswith("most exposed transfer is all_reduce: 100% of it (0.410 ms") for e in fs[1]["evidence"])
 
 
 # ---------------------------------------------------------------- comparison
@@ -273,6 +300,7 @@ def mixed_lake(tmp_path_factory):
 
 def test_reports_on_every_kind_of_lake(mixed_lake, tmp_path):
     res = analyze(mixed_lake)
+    assert assert_recoverable_within_step_time(res) >= 2  # dlrm (8 ranks) and sample have timed findings
     by = {v["run_id"]: v for v in res["verdicts"]}
     assert set(by) == {"sample", "dlrm", "nsys", "nccl", "cpu"}
     assert (by["sample"]["basis"], by["dlrm"]["basis"], by["nsys"]["basis"]) == ("steps", "steps", "trace")
@@ -296,7 +324,7 @@ def test_reports_on_every_kind_of_lake(mixed_lake, tmp_path):
     nsys = next(r for r in doc["runs"] if r["run_id"] == "nsys")
     assert nsys["summary"]["hosts"] == ["modal"] and "nsys_version" in nsys["summary"]["tool_versions"]
     # a chart the data cannot support is hidden with its reason
-    assert "Chart hidden: the trace records no message sizes for its collectives" in outs["html"]
+    assert "Chart hidden: no collective has both a message size and a group size" in outs["html"]
     assert "Chart hidden: the run has no steps (MFU is per step)" in outs["html"]
     assert outs["html"].count("window.vegaEmbed=") == 1
     r = runner.invoke(app, ["report", "--lake", str(mixed_lake.root), "--format", "xml"])

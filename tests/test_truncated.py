@@ -234,3 +234,36 @@ def test_analysis_and_report_name_a_partial_trace(tmp_path):
     cut = [n for n in doc["notes"] if "is partial" in n]
     assert len(cut) == 1 and "dlrm_rank-1.json" in cut[0] and f"{len(prefix) - end:,} bytes at its end unreadable" in cut[0]
     assert cut[0] in markdown.render(document.build(doc, None)).replace("\\_", "_")  # markdown escapes _
+
+
+def test_profiler_stopped_mid_step_leaves_the_last_step_incomplete(tmp_path):
+    """The profiler stopped inside the last step (queries/step_status.sql): the host recorded the
+    step's launch calls, but the GPU records (and their flow events) of the launches made after
+    instant T, the middle of HTA's nccl_data.json.gz ProfilerStep#6 window, were never written.
+    Only that step is incomplete; the cuDNN cudaMemsetAsync of each step, which never has a GPU
+    record, leaves steps 4 and 5 complete. Expected counts: conftest.raw_step_counts over the
+    modified JSON (the standard json module)."""
+    from conftest import GPU_RECORD_CATS, raw_step_counts
+    from pipeline.query import run
+
+    doc = json.loads(gzip.decompress(corpus("hta", "tests", "data", "nccl_parser_config", "nccl_data.json.gz").read_bytes()))
+    (s6,) = [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation" and e.get("name") == "ProfilerStep#6"]
+    t_stop = s6["ts"] + s6["dur"] / 2
+    late = {e["args"]["correlation"] for e in doc["traceEvents"]
+            if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["ts"] > t_stop and "correlation" in e.get("args", {})}
+    doc["traceEvents"] = [e for e in doc["traceEvents"]
+                          if not (e.get("cat") in GPU_RECORD_CATS and e.get("args", {}).get("correlation") in late)
+                          and not (e.get("cat") == "ac2g" and e.get("id") in late)]
+    raw = raw_step_counts(doc)
+    assert raw[4] == raw[5] == (1259, 1, {"cudaMemsetAsync"}, 0)
+    # step 6: 746 launches after the last one with GPU work (1259 - 513 before T), and the step's
+    # memset, which lies before T, without GPU work but not cut off
+    assert raw[6] == (1259, 747, {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync"}, 746)
+    f = tmp_path / "stopped" / "nccl_data_rank-0.json"
+    f.parent.mkdir()
+    f.write_text(json.dumps(doc))
+    lake = Lake(tmp_path / "lake_stopped")
+    assert [r.status for r in ingest_paths([f], lake, run="stopped")] == ["ok"]
+    got = {r["step"]: (r["launches"], r["launches_without_gpu_work"], r["launches_cut_off"], r["complete"], r["is_last"])
+           for r in run(connect(lake), "step_status").to_dicts()}
+    assert got == {4: (1259, 1, 0, True, False), 5: (1259, 1, 0, True, False), 6: (1259, raw[6][1], raw[6][3], False, True)}

@@ -50,6 +50,13 @@ def collectives() -> dict:
 
 
 @lru_cache(maxsize=1)
+def c10d_args() -> dict[str, dict[str, int]]:
+    """c10d op name (after "c10d::") -> {"in": i, "out": j}: which of its Input Dims entries is
+    the input and which the output (collectives.toml [c10d_args])."""
+    return _load("collectives.toml")["c10d_args"]
+
+
+@lru_cache(maxsize=1)
 def devices() -> list[dict]:
     return _load("devices.toml")["device"]
 

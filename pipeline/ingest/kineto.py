@@ -32,6 +32,7 @@ from .. import catalog
 from ..flops import MODELLED_OPS, op_flops
 from ..ncclname import kernel_meta  # noqa: F401  (re-exported for callers of kineto.kernel_meta)
 from ..timeparse import us_text_to_ns
+from . import kineto_comm
 
 
 class TraceError(ValueError):
@@ -894,7 +895,7 @@ class _Acc:
     devices, vendor evidence, counts)."""
 
     def __init__(self, budget: _Budget):
-        self.spools = {k: _Spool(k, budget) for k in ("gpu", "cpu", "ann", "ctr")}
+        self.spools = {k: _Spool(k, budget) for k in ("gpu", "cpu", "ann", "ctr", "launch")}
         self.n = 0
         self.unknown_cats: dict[str, int] = {}
         self.bad_t = self.bad_dur = self.neg = 0
@@ -905,6 +906,7 @@ class _Acc:
         self.comm_ext: set = set()
         self.steps: list[pl.DataFrame] = []
         self.rpc: list[pl.DataFrame] = []
+        self.hosts: list[pl.DataFrame] = []  # comm host ops (comm_host_ops), for the launch chains of NCCL kernels
         self.gpu_meta: dict = {}
         self.cpu_meta: dict = {}
         self.host_re = classify_mod.comm_host_op_regex()
@@ -1070,8 +1072,13 @@ class _Acc:
         self.cpu_meta.update(meta)
         cpu = cpu.filter(pl.col("_ok")).drop("_ok")
         self._extent(cpu)
-        self.comm_ext |= set(cpu.filter(pl.col("name").str.contains(self.host_re) & pl.col("external_id").is_not_null())["external_id"].to_list())
-        rt = cpu.filter(pl.col("kind").is_in(["runtime", "driver"]))["name"]
+        hosts = cpu.filter(pl.col("name").str.contains(self.host_re))
+        self.comm_ext |= set(hosts["external_id"].drop_nulls().to_list())
+        if hosts.height:
+            self.hosts.append(hosts.select("event_index", "pid", "tid", "name", "start_ns", "dur_ns", "input_dims", "input_types"))
+        rts = cpu.filter(pl.col("kind").is_in(["runtime", "driver"]))
+        self.spools["launch"].add(rts.filter(pl.col("correlation").is_not_null()).select("correlation", "pid", "tid", "start_ns").to_arrow())
+        rt = rts["name"]
         self.vendor_hip |= bool(rt.str.starts_with("hip").any())
         self.vendor_cu |= bool(rt.str.starts_with("cu").any())
         self.vendor_mtia |= bool(cpu["category"].eq("mtia_runtime").any())
@@ -1215,9 +1222,13 @@ class _Acc:
         rpc = (pl.concat(self.rpc) if self.rpc else
                pl.DataFrame(schema={"event_index": pl.Int64, "external_id": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64}))
         rpc = rpc.with_columns(start_ns=pl.col("start_ns") + base_ns).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+        hosts = (pl.concat(self.hosts) if self.hosts else
+                 pl.DataFrame(schema={"event_index": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "name": pl.String, "start_ns": pl.Int64,
+                                      "dur_ns": pl.Int64, "input_dims": pl.String, "input_types": pl.String}))
+        hosts = hosts.with_columns(start_ns=pl.col("start_ns") + base_ns).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
         return StreamParsed(
             acc=self, base_ns=base_ns, comm_ext=pl.Series(sorted(self.comm_ext), dtype=pl.Int64),
-            comm_patterns=comm_patterns, steps=steps, devices=devices, process_groups=process_groups, rpc=rpc,
+            comm_patterns=comm_patterns, steps=steps, devices=devices, process_groups=process_groups, rpc=rpc, comm_hosts=hosts,
             rank=_int(di.get("rank")), world_size=_int(di.get("world_size")),
             backend=di.get("backend") if isinstance(di.get("backend"), str) else None,
             host=host if isinstance(host, str) else None, base_time_ns=base_ns if has_base else None,
@@ -1240,12 +1251,29 @@ class StreamParsed(TraceMeta):
     devices: pl.DataFrame
     process_groups: pl.DataFrame
     rpc: pl.DataFrame
+    comm_hosts: pl.DataFrame  # comm host ops (event_index, pid, tid, name, start_ns, end_ns, input_dims, input_types)
     decompressed_bytes: int
     trace_start_ns: int | None
     trace_end_ns: int | None
 
     def close(self) -> None:
         self.acc.close()
+
+    def _launch_chains(self, comm: pl.DataFrame | None) -> dict[int, list[int]]:
+        """correlation -> the comm host ops around the launch of each communication kernel
+        without Collective name args of its own (kineto_comm.launch_chains)."""
+        if comm is None or not comm.height:
+            return {}
+        own = self.acc.gpu_meta
+        want = [c for c, ei in zip(comm["correlation"].to_list(), comm["event_index"].to_list()) if c is not None and ei not in own]
+        if not want:
+            return {}
+        want_df = pl.DataFrame({"correlation": want}, schema={"correlation": pl.Int64}).unique()
+        parts = [df.join(want_df, on="correlation", how="semi") for df in self.acc.spools["launch"]]
+        if not parts:
+            return {}
+        launches = pl.concat(parts).unique("correlation", keep="first", maintain_order=True)
+        return kineto_comm.launch_chains(launches.with_columns(start_ns=pl.col("start_ns") + self.base_ns), self.comm_hosts)
 
     def tables(self, ids: dict | None = None, arrow: bool = False) -> dict:
         """Table name -> iterator of chunks (or a callable giving them, for tables that need an
@@ -1289,7 +1317,7 @@ class StreamParsed(TraceMeta):
                 for _ in gpu_chunks():
                     pass
             comm = pl.concat(comm_rows, how="vertical_relaxed") if comm_rows else None
-            return [out(_collectives(comm, self.rpc, self.acc.gpu_meta, self.acc.cpu_meta))]
+            return [out(_collectives(comm, self.rpc, self.acc.gpu_meta, self.acc.cpu_meta, self._launch_chains(comm), self.comm_hosts))]
 
         return {
             "gpu_activities": gpu_chunks(),
@@ -1322,15 +1350,15 @@ def _meta_row(a: KArgs) -> dict:
     }
 
 
-def msg_bytes(op: str | None, in_n, out_n, size) -> tuple[int | None, str | None]:
-    """nccl-tests message size S (pipeline/catalog/collectives.toml), or (None, reason)."""
+def msg_bytes(op: str | None, in_n, out_n, size, dtype: str | None = None, missing: str | None = None) -> tuple[int | None, str | None]:
+    """nccl-tests message size S (pipeline/catalog/collectives.toml), or (None, reason).
+    dtype: the element type as recorded (named in the reason when its size is unknown);
+    missing: the reason to give when the element count the op needs is not recorded."""
     if op is None or op == "unknown":
         return None, "collective op unknown"
     rule = catalog.collectives()[op]["msg"]
     if rule == "none":
         return None, f"{op} moves no payload"
-    if size is None:
-        return None, "element type unknown"
     if rule == "in":
         n = in_n
     elif rule == "out":
@@ -1338,7 +1366,9 @@ def msg_bytes(op: str | None, in_n, out_n, size) -> tuple[int | None, str | None
     else:
         n = max([x for x in (in_n, out_n) if x is not None], default=None)
     if n is None:
-        return None, "element count not recorded"
+        return None, missing or ("Out msg nelems not recorded" if rule == "out" else "In msg nelems not recorded")
+    if size is None:
+        return None, f"element type {dtype!r} unknown" if dtype else "element type not recorded"
     return n * size, None
 
 
@@ -1353,9 +1383,38 @@ _COLL_SCHEMA = {
 }
 
 
-def _collectives(comm: pl.DataFrame | None, rpc: pl.DataFrame, gpu_meta: dict, cpu_meta: dict) -> pl.DataFrame:
-    """One row per communication kernel (`comm`: classified GPU rows); metadata from its own args,
-    else from the record_param_comms op with the same External id, else from the kernel name.
+_NO_LAUNCH = "no collective metadata: no Collective name args, no launch event for the kernel (kernel name only)"
+
+
+def _host_records(chains: dict, hosts: pl.DataFrame | None, cpu_meta: dict) -> dict:
+    """event_index -> kineto_comm.HostRec of every host op in the chains; host ops recorded alike
+    (name, Input Dims, Input type, no Collective name args: steps repeat them) share one."""
+    need = {ei for chain in chains.values() for ei in chain}
+    if not need or hosts is None:
+        return {}
+    out, memo = {}, {}
+    h = hosts.filter(pl.col("event_index").is_in(list(need)))
+    for ei, name, dims, types in zip(h["event_index"].to_list(), h["name"].to_list(), h["input_dims"].to_list(), h["input_types"].to_list()):
+        a = cpu_meta.get(ei)
+        if a is not None and a.collective_name is not None:
+            out[ei] = kineto_comm.host_record(name, dims, types, _meta_row(a))
+        else:
+            key = (name, dims, types)
+            rec = memo.get(key)
+            if rec is None:
+                rec = memo[key] = kineto_comm.host_record(name, dims, types, None)
+            out[ei] = rec
+    return out
+
+
+def _collectives(comm: pl.DataFrame | None, rpc: pl.DataFrame, gpu_meta: dict, cpu_meta: dict,
+                 chains: dict | None = None, hosts: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per communication kernel (`comm`: classified GPU rows). Its op and sizes come from,
+    in order: its own Collective name args (Kineto copies record_param_comms' fields onto NCCL
+    kernels since Dec 2023); the record_param_comms op with the same External id; the comm host
+    ops around its launch (`chains`: correlation -> event_index of the nccl:<op> /
+    record_param_comms / c10d:: ops enclosing the runtime event that launched it, innermost first,
+    rows in `hosts`; kineto_comm.chain_meta); the kernel name (op only).
     CPU-only traces (gloo) get one row per record_param_comms op that names its collective.
     rpc: the CPU ops whose event_index is in cpu_meta (event_index, external_id, start_ns, dur_ns,
     end_ns), in file order."""
@@ -1363,15 +1422,31 @@ def _collectives(comm: pl.DataFrame | None, rpc: pl.DataFrame, gpu_meta: dict, c
     for ei, ext in zip(rpc["event_index"].to_list(), rpc["external_id"].to_list()):
         if ext is not None and cpu_meta[ei].collective_name is not None:
             cpu_by_ext.setdefault(ext, cpu_meta[ei])
+    chains = chains or {}
+    recs = _host_records(chains, hosts, cpu_meta)
+    chain_memo: dict = {}  # the same records around a launch -> the same answer
     rows = []
     if comm is None:
         comm = pl.DataFrame()
     for r in comm.iter_rows(named=True):
         a = gpu_meta.get(r["event_index"]) or cpu_by_ext.get(r["external_id"])
         km = kernel_meta(r["name"])
-        meta = _meta_row(a) if a else {}
+        missing = None
+        if a:
+            meta = _meta_row(a)
+        elif r["correlation"] in chains:  # its launch was found (the chain may be empty)
+            rs = [recs[ei] for ei in chains[r["correlation"]]]
+            key = tuple(map(id, rs))
+            if key not in chain_memo:
+                chain_memo[key] = kineto_comm.chain_meta(rs)
+            meta, missing = chain_memo[key]
+        else:
+            meta = {}
         op = meta.get("op") or catalog.normalize_op(km["op"] or r["name"])
-        mb, note = msg_bytes(op, meta.get("in_nelems"), meta.get("out_nelems"), meta.get("dtype_bytes")) if a else (None, "no collective metadata in the trace (kernel name only)")
+        if a or meta:
+            mb, note = msg_bytes(op, meta.get("in_nelems"), meta.get("out_nelems"), meta.get("dtype_bytes"), meta.get("dtype"), missing)
+        else:
+            mb, note = None, missing or _NO_LAUNCH
         rows.append({**meta, "op": op, "op_raw": meta.get("op_raw") or r["name"], "start_ns": r["start_ns"],
                      "end_ns": r["end_ns"], "dur_ns": r["dur_ns"], "timing_source": "gpu_kernel",
                      "device": r["device"], "stream": r["stream"], "correlation": r["correlation"],
@@ -1383,7 +1458,7 @@ def _collectives(comm: pl.DataFrame | None, rpc: pl.DataFrame, gpu_meta: dict, c
             if a.collective_name is None:
                 continue
             meta = _meta_row(a)
-            mb, note = msg_bytes(meta["op"], meta["in_nelems"], meta["out_nelems"], meta["dtype_bytes"])
+            mb, note = msg_bytes(meta["op"], meta["in_nelems"], meta["out_nelems"], meta["dtype_bytes"], meta["dtype"])
             rows.append({**meta, "op": meta["op"] or "unknown", "start_ns": r["start_ns"], "end_ns": r["end_ns"],
                          "dur_ns": r["dur_ns"], "timing_source": "cpu_op", "external_id": r["external_id"],
                          "msg_bytes": mb, "msg_bytes_note": note})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from .. import __version__
 from .compare import compare_run, pick_baseline_run
-from .verdict import LABELS, OUTLIER_FACTOR
+from .verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
 
 SCHEMA = "tracelake.report/1"
 
@@ -45,6 +45,10 @@ def build(result: dict, baseline: dict | None = None) -> dict:
         }
         verdict = {k: v[k] for k in ("verdict", "confidence", "reason", "basis", "numbers", "excluded_steps", "median_step_ns")}
         verdict["headline"] = [{"key": k, "label": LABELS[k], "pct": v["numbers"].get(k)} for k in v["headline"]]
+        verdict["also"] = v.get("also", [])
+        verdict["straggler"] = v.get("straggler")
+        verdict["caveats"] = [{"kind": c["kind"], "text": c["text"], "lowers_confidence": lowers_confidence(c, v["verdict"])}
+                              for c in v.get("caveats", [])]
         notes = _run_notes(rid, result["notes"])
         comparison = None
         if baseline is not None:

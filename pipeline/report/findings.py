@@ -1,8 +1,8 @@
 """Findings: what to change, ranked by estimated recoverable time.
 
 A finding is a dict:
-  kind            stable identifier (exposed_comm, host_idle, input_idle, exposed_memcpy, straggler,
-                  slow_steps, low_mfu; other modules add their own, e.g. NCCL-log findings)
+  kind            stable identifier (exposed_comm, straggler, host_idle, queued_idle, input_idle,
+                  exposed_memcpy, slow_steps, low_mfu; other modules add their own, e.g. NCCL-log findings)
   title           one line
   recoverable_ns  estimated time one rank could win over the analysed time (int ns), or None when
                   the finding cannot be timed (e.g. a misconfiguration seen in a log)
@@ -13,9 +13,18 @@ A finding is a dict:
 
 Recoverable time = the time the cause costs one rank over the verdict's basis (pipeline/report/
 verdict.py): on the steps basis the cause's time summed over the analysed steps and averaged over
-ranks (for example exposed communication per step x steps); on the whole-trace basis the cause's
-time over the trace, averaged over ranks. It is an upper bound of what removing the cause wins
+ranks (for example exposed transfer per step x steps); on the whole-trace basis the cause's time
+over the trace, averaged over ranks. It is an upper bound of what removing the cause wins
 (hiding all exposed communication cannot make a step shorter than its compute).
+Never counted twice: each instant of an analysed step is credited to at most one finding. The
+timed findings take disjoint parts of the priority breakdown (queries/step_time.sql: every
+instant goes to one of compute, exposed transfer, exposed waiting for peers, exposed copies,
+exposed unknown, idle in data loading, idle before a graph replay, host wait, kernel wait, other
+idle): exposed_comm = exposed transfer, straggler = exposed waiting for peers, exposed_memcpy =
+exposed copies, input_idle = idle in data loading, host_idle = host wait + kernel wait,
+queued_idle = other idle; slow_steps = the excess over the median of the steps left out of the
+basis, which lie outside it. So the recoverable times of one run add up to at most its step time
+per rank (all its steps, analysed or left out; the GPU span on the whole-trace basis).
 A cause becomes a finding when it reaches the verdict's moderate bar (MODERATE_PCT, 5 % of the
 basis; the same bars as the verdict, so every cause that makes a verdict has a finding).
 Ranking (rank_findings): timed findings by recoverable_ns, largest first; then untimed ones in the
@@ -66,16 +75,21 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     if v["basis"] == "steps":
         rows = kept_rows([s for s in result["step_time"] if s["run_id"] == run_id], v)
         analysed = {s["step"] for s in rows}
-        basis_sql = (f"SELECT rank, step, step_ns, compute_ns, exposed_comm_ns, exposed_memory_ns, idle_ns, idle_input_ns, "
+        basis_sql = (f"SELECT rank, step, step_ns, compute_ns, exposed_comm_ns, exposed_comm_wait_ns, exposed_comm_transfer_ns, "
+                     f"exposed_memory_ns, idle_ns, idle_input_ns, "
                      f"idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns FROM step_time WHERE run_id = '{q}'")
         get = {"total": "step_ns", "exposed_comm": "exposed_comm_ns", "exposed_memory": "exposed_memory_ns", "idle": "idle_ns",
+               "exposed_wait": "exposed_comm_wait_ns", "exposed_transfer": "exposed_comm_transfer_ns",
                "input": "idle_input_ns", "host_wait": "idle_host_wait_ns", "kernel_wait": "idle_kernel_wait_ns",
                "other": "idle_other_ns", "unreliable": "idle_unreliable_ns", "comm": "comm_ns", "overlap": "overlap_ns"}
     else:
         rows = [r for r in result["ranks"] if r["run_id"] == run_id]
-        basis_sql = (f"SELECT rank, span_ns, compute_ns, exposed_comm_ns, exposed_memory_ns, gpu_idle_ns, idle_host_wait_ns, "
+        analysed = None
+        basis_sql = (f"SELECT rank, span_ns, compute_ns, exposed_comm_ns, exposed_comm_wait_ns, exposed_comm_transfer_ns, "
+                     f"exposed_memory_ns, gpu_idle_ns, idle_host_wait_ns, "
                      f"idle_kernel_wait_ns, idle_other_ns FROM breakdown WHERE level = 'rank' AND run_id = '{q}'")
         get = {"total": "span_ns", "exposed_comm": "exposed_comm_ns", "exposed_memory": "exposed_memcpy_ns", "idle": "gpu_idle_ns",
+               "exposed_wait": "exposed_comm_wait_ns", "exposed_transfer": "exposed_comm_transfer_ns",
                "input": None, "host_wait": "idle_host_wait_ns", "kernel_wait": "idle_kernel_wait_ns",
                "other": "idle_other_ns", "unreliable": "idle_unreliable_ns", "comm": "comm_ns", "overlap": "overlap_ns"}
     if not rows:
@@ -103,38 +117,61 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
 
     out: list[dict] = []
 
-    # exposed communication
-    exp = total("exposed_comm")
-    if share(exp) >= MODERATE_PCT:
-        comm, ovl = total("comm"), total("overlap")
+    # exposed communication: transfer (the network); waiting for peers is the straggler finding
+    exp, xfer, wait = total("exposed_comm"), total("exposed_transfer"), total("exposed_wait")
+    comm, ovl = total("comm"), total("overlap")
+    by_op = _op_costs(result, run_id, analysed)
+    split = (f"exposed communication {share(exp):.1f}% {of}: transfer {share(xfer):.1f}%, "
+             f"waiting for peers {share(wait):.1f}%")
+    if share(xfer) >= MODERATE_PCT:
         by_rank: dict[int, int] = {}
         for r in rows:
-            by_rank[r["rank"]] = by_rank.get(r["rank"], 0) + (r[get["exposed_comm"]] or 0)
+            by_rank[r["rank"]] = by_rank.get(r["rank"], 0) + (r[get["exposed_transfer"]] or 0)
         worst = max(by_rank, key=by_rank.get)
-        calls = [c for c in result.get("collectives", []) if c["run_id"] == run_id]
-        by_op: dict[str, int] = {}
-        for c in calls:
-            by_op[c["op"]] = by_op.get(c["op"], 0) + (c["transfer_ns"] or 0)
-        per_rank_calls = [c for c in result.get("collectives_per_rank", []) if c["run_id"] == run_id]
-        if not by_op:
-            for c in per_rank_calls:
-                by_op[c["op"]] = by_op.get(c["op"], 0) + (c["dur_ns"] or 0)
-        main_op = max(by_op, key=by_op.get) if by_op else None
-        ev = [f"exposed communication {share(exp):.1f}% {of}: {_ms(exp / n_ranks)} per rank {over}",
+        ranked = sorted(by_op.items(), key=lambda kv: (-kv[1]["exposed_transfer_ns"], -kv[1]["kernel_ns"], kv[0]))
+        main_op = ranked[0][0] if ranked and ranked[0][1]["exposed_transfer_ns"] > 0 else None
+        ev = [f"exposed transfer {share(xfer):.1f}% {of}: {_ms(xfer / n_ranks)} per rank {over} ({split})",
               f"communication hidden under compute: {100 * ovl / comm:.1f}% of communication time" if comm else "overlap unknown",
-              f"worst rank {worst}: {_ms(by_rank[worst])} exposed"]
+              f"worst rank {worst}: {_ms(by_rank[worst])} exposed transfer"]
+        ev += _op_evidence(ranked, "exposed_transfer_ns", "exposed transfer")
         if main_op:
-            ev.append(f"most collective time is {main_op} ({100 * by_op[main_op] / max(sum(by_op.values()), 1):.0f}% of it)")
-            bw = [c for c in per_rank_calls if c["op"] == main_op and c["busbw_gbps"] is not None]
+            per_rank_calls = [c for c in result.get("collectives_per_rank", []) if c["run_id"] == run_id]
+            bw = [c for c in result.get("collectives", []) if c["run_id"] == run_id and c["op"] == main_op
+                  and c["busbw_gbps"] is not None]
             if bw:
                 med = _median([c["busbw_gbps"] for c in bw])
                 peak = _median([c["link_peak_gbps"] for c in bw])
                 size = _median([c["msg_bytes"] for c in bw])
-                ev.append(f"{main_op} bus bandwidth: median {med:.1f} GB/s at a median message of {size / 2**20:.2f} MiB"
-                          + (f" = {100 * med / peak:.0f}% of the {peak:.0f} GB/s link peak" if peak else " (link peak unknown: the group spans hosts or the device is not in the catalog)"))
-        out.append({"kind": "exposed_comm", "title": "Exposed communication: collectives not hidden under compute",
-                    **timing(exp), "evidence": ev, "recommendation": COMM_ADVICE.get(main_op, COMM_ADVICE[None]),
-                    "sql": basis_sql + " ORDER BY exposed_comm_ns DESC"})
+                ev.append(f"{main_op} bus bandwidth over its transfer time (after the last rank arrived): median {med:.1f} GB/s "
+                          f"at a median message of {size / 2**20:.2f} MiB"
+                          + (f" = {100 * med / peak:.0f}% of the {peak:.0f} GB/s link peak" if peak
+                             else " (link peak unknown: the group spans hosts or the device is not in the catalog)"))
+            elif per_rank_calls and all(c["msg_bytes"] is None for c in per_rank_calls if c["op"] == main_op):
+                ev.append(f"{main_op} bus bandwidth unknown: no message size in the trace (see the notes)")
+        out.append({"kind": "exposed_comm", "title": "Exposed communication: collectives transferring data not hidden under compute",
+                    **timing(xfer), "evidence": ev, "recommendation": COMM_ADVICE.get(main_op, COMM_ADVICE[None]),
+                    "sql": basis_sql + " ORDER BY exposed_comm_transfer_ns DESC"})
+
+    # waiting for peers: the rank the others wait for in collectives (pipeline/report/straggler.py)
+    if share(wait) >= MODERATE_PCT and n_ranks > 1:
+        st = v.get("straggler") or {}
+        ev = [f"exposed waiting for peers {share(wait):.1f}% {of}: {_ms(wait / n_ranks)} per rank {over} ({split}): "
+              "the ranks' collectives had started but the last rank of the group had not arrived"]
+        if st.get("rank") is not None:
+            title = f"Waiting for a straggler: rank {st['rank']} arrives last"
+            ev.append(f"rank {st['rank']} started last in {st['times_last']} of {st['calls']} matched collectives; the others "
+                      f"waited {_ms(st['caused_wait_ns'])} for it in total ({st['share_pct']:.0f}% of all waiting)")
+            ev.append(f"its cause: {st['cause_text']}")
+            rec = STRAGGLER_ADVICE.get(st["cause"], STRAGGLER_ADVICE["unknown"]).format(rank=st["rank"])
+        else:
+            title = "Waiting for peers: load imbalance across ranks"
+            if st.get("cause_text"):
+                ev.append(st["cause_text"])
+            rec = STRAGGLER_ADVICE["imbalance"]
+        ranked = sorted(by_op.items(), key=lambda kv: (-kv[1]["exposed_wait_ns"], -kv[1]["kernel_ns"], kv[0]))
+        ev += _op_evidence(ranked, "exposed_wait_ns", "exposed waiting")
+        out.append({"kind": "straggler", "title": title, **timing(wait), "evidence": ev, "recommendation": rec,
+                    "sql": f"SELECT * FROM stragglers WHERE run_id = '{q}' ORDER BY caused_wait_ns DESC"})
 
     # GPU idle waiting for the host (everything idle except data loading)
     idle, inp = total("idle"), total("input")
@@ -199,26 +236,6 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                     "recommendation": rec,
                     "sql": f"SELECT * FROM memcpy_bandwidth WHERE run_id = '{q}' ORDER BY total_ns DESC"})
 
-    # straggler: the rank the others wait for in collectives
-    strag = [s for s in result.get("stragglers", []) if s["run_id"] == run_id
-             and (v["basis"] != "steps" or s["step"] in analysed)]
-    if strag and n_ranks > 1:
-        per: dict[int, list] = {}
-        for s in strag:
-            t = per.setdefault(s["straggler_rank"], [0, 0])
-            t[0] += s["times_last"]
-            t[1] += s["caused_wait_ns"] or 0
-        worst_rank, (times, caused) = max(per.items(), key=lambda kv: kv[1][1])
-        n_calls = sum({s["step"]: s["calls"] or 0 for s in strag}.values())
-        if share(caused) >= MODERATE_PCT:
-            out.append({"kind": "straggler", "title": f"Straggler: rank {worst_rank}", **timing(caused),
-                        "evidence": [f"rank {worst_rank} started last in {times} of {n_calls} matched collectives",
-                                     f"the other ranks waited {_ms(caused)} for it in total, {share(caused):.1f}% {of}"],
-                        "recommendation": f"Inspect rank {worst_rank}: its host (CPU contention, data loading, GC pauses), "
-                                          "its GPU (clocks, thermals, ECC errors), and load imbalance in its shard of the data "
-                                          "or model (uneven sequence lengths, expert routing).",
-                        "sql": f"SELECT * FROM stragglers WHERE run_id = '{q}' ORDER BY caused_wait_ns DESC"})
-
     # steps left out of the verdict
     if outliers:
         all_rows = [s for s in result["step_time"] if s["run_id"] == run_id and s["step"] in left_out]
@@ -254,6 +271,54 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                                           "torch.compile for elementwise chains.",
                         "sql": f"SELECT rank, step, mfu_pct, flop_coverage_pct, model_flops, peak_tflops FROM mfu WHERE run_id = '{q}'"})
     return rank_findings(out)
+
+
+def _op_costs(result: dict, run_id: str, steps: set | None) -> dict[str, dict]:
+    """Per collective op of a run (queries/collective_exposure.sql rows of the analysed steps;
+    all rows on the whole-trace basis): {op: {kernel_ns, exposed_ns, exposed_wait_ns,
+    exposed_transfer_ns}}, each summed over ranks."""
+    out: dict[str, dict] = {}
+    for r in result.get("collective_exposure", []):
+        if r["run_id"] != run_id or (steps is not None and r["step"] not in steps):
+            continue
+        t = out.setdefault(r["op"], {"kernel_ns": 0, "exposed_ns": 0, "exposed_wait_ns": 0, "exposed_transfer_ns": 0})
+        for k in t:
+            t[k] += r[k] or 0
+    return out
+
+
+def _op_evidence(ranked: list, key: str, label: str) -> list[str]:
+    """'Most collective time is X' weighted by time: the op first in `ranked` (by `key`), with its
+    share of all collective kernel time and of the exposed time `key`, both shown."""
+    if not ranked:
+        return []
+    kernel = sum(c["kernel_ns"] for _, c in ranked) or 1
+    exposed = sum(c[key] for _, c in ranked) or 1
+    op, c = ranked[0]
+    line = (f"most {label} is {op}: {100 * c[key] / exposed:.0f}% of it ({_ms(c[key])} summed over ranks), "
+            f"{100 * c['kernel_ns'] / kernel:.0f}% of all collective kernel time ({_ms(c['kernel_ns'])})")
+    rest = [f"{o} {100 * x[key] / exposed:.0f}% / {100 * x['kernel_ns'] / kernel:.0f}%" for o, x in ranked[1:4]]
+    return [line] + ([f"then (share of {label} / of kernel time): " + ", ".join(rest)] if rest else [])
+
+
+STRAGGLER_ADVICE = {
+    "entered_step_late": "Rank {rank} starts its steps late: look at what it does between steps (checkpointing, logging, "
+                         "evaluation, a slower data shard, garbage collection) and profile a window that includes the previous "
+                         "step; if the ranks run on several hosts, check their clocks are synchronized (chrony/PTP), since "
+                         "skew shifts arrival order.",
+    "longer_compute": "Rank {rank} computes longer than its peers: balance the work per rank (equal shards, sequence-length "
+                      "bucketing or packing, expert-capacity limits in MoE routing) and compare its GPU (clocks, thermals, "
+                      "ECC errors: nvidia-smi -q) with the others.",
+    "data_loading": "Rank {rank} waits for data longer than its peers: give its DataLoader more workers, pin memory and "
+                    "prefetch, and check its shard's storage and decode cost.",
+    "host": "Rank {rank}'s host launches work late: look for CPU contention on its host (other processes, too few cores per "
+            "rank, NUMA placement), Python overhead or GC pauses, and host syncs (.item(), .cpu()) on that rank.",
+    "unknown": "Inspect rank {rank}: its host (CPU contention, data loading, GC pauses), its GPU (clocks, thermals, ECC "
+               "errors), and load imbalance in its shard of the data or model; if ranks span hosts, check clock sync.",
+    "imbalance": "Ranks take turns arriving last: the work per rank varies from step to step. Balance it (sequence-length "
+                 "bucketing or packing, equal shards, MoE capacity limits) or make the collective asynchronous so the wait "
+                 "overlaps compute.",
+}
 
 
 COMM_ADVICE = {

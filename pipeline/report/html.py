@@ -47,8 +47,9 @@ _CATEGORY_COLORS = {"compute": "#4c78a8", "communication": "#e45756", "memory": 
 _CAUSE_COLORS = {"host_wait": "#9d755d", "kernel_wait": "#bab0ac", "other": "#d8d4d0", "unreliable": "#e7e1ef"}
 STEP_PARTS = [  # (step_time column, label, colour)
     ("compute_ns", "compute", _CATEGORY_COLORS["compute"]),
-    ("exposed_comm_ns", "exposed communication", _CATEGORY_COLORS["communication"]),
-    ("exposed_memory_ns", "exposed memory", _CATEGORY_COLORS["memory"]),
+    ("exposed_comm_transfer_ns", "exposed comm: transfer", _CATEGORY_COLORS["communication"]),
+    ("exposed_comm_wait_ns", "exposed comm: waiting for peers", "#ff9d98"),
+    ("exposed_memory_ns", "exposed copies", _CATEGORY_COLORS["memory"]),
     ("exposed_unknown_ns", "exposed unknown", _CATEGORY_COLORS["unknown"]),
     ("idle_input_ns", "idle: data loading", "#eeca3b"),
     ("idle_host_wait_ns", "idle: host launched late", _CAUSE_COLORS["host_wait"]),
@@ -170,14 +171,20 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
     return chart.properties(width=WIDTH, height=220, title=f"Communication–computation overlap per rank, {where}"), note
 
 
-def busbw_chart(per_rank_calls: list[dict]):
-    """Median bus bandwidth per (collective, message size) over every rank's calls, log-log, with a
-    dashed rule at each link peak (NVLink per direction, when the group fits on one host)."""
-    if not per_rank_calls:
+def busbw_chart(per_rank_calls: list[dict], matched_calls: list[dict] | None = None, size_note: str | None = None):
+    """Median bus bandwidth per (collective, message size), log-log, with a dashed rule at each
+    link peak (NVLink per direction, when the group fits on one host). Over the matched calls'
+    transfer time (after the last rank arrived: queries/collective_matching.sql) when there are
+    any with a bandwidth, else over every rank's own kernel time (which includes waiting for
+    peers). size_note: why sizes are missing (the analysis note), shown when no call has one."""
+    if not per_rank_calls and not matched_calls:
         return None, "no collectives in this run"
-    rows = [c for c in per_rank_calls if c["busbw_gbps"] is not None and c["msg_bytes"]]
+    rows = [c for c in (matched_calls or []) if c["busbw_gbps"] is not None and c["msg_bytes"]]
+    over = "transfer time of matched calls" if rows else "each rank's kernel time, waiting included"
+    rows = rows or [c for c in per_rank_calls if c["busbw_gbps"] is not None and c["msg_bytes"]]
     if not rows:
-        return None, "the trace records no message sizes for its collectives (kernel names only), so bandwidth is unknown"
+        return None, ("no collective has both a message size and a group size, so bandwidth is unknown"
+                      + (f" ({size_note})" if size_note else ""))
     df = pl.DataFrame([{"op": c["op"], "msg_bytes": c["msg_bytes"], "busbw_gbps": c["busbw_gbps"]} for c in rows])
     agg = df.group_by("op", "msg_bytes").agg(busbw_gbps=pl.col("busbw_gbps").median(), calls=pl.len()).sort("op", "msg_bytes")
     data = [{**r, "msg_mib": r["msg_bytes"] / 2**20} for r in agg.to_dicts()]
@@ -195,7 +202,7 @@ def busbw_chart(per_rank_calls: list[dict]):
     else:
         note = "link peak unknown (the group spans hosts, or the device is not in pipeline/catalog/devices.toml): no peak line"
     return alt.layer(*layers).properties(width=WIDTH, height=280,
-                                         title="Collective bus bandwidth against message size (median over calls and ranks)"), note
+                                         title=f"Collective bus bandwidth against message size (median over {over})"), note
 
 
 def wait_heatmap(collectives: list[dict], n_ranks: int):
@@ -329,6 +336,16 @@ def _level(key: str, pct) -> str:
     return " high" if pct >= high else " moderate" if pct >= mod else ""
 
 
+def _caveats_html(v: dict) -> str:
+    """The verdict's caveats as a list under it (nothing when there are none)."""
+    cs = v.get("caveats") or []
+    if not cs:
+        return ""
+    items = "".join(f'<li data-caveat="{html.escape(c["kind"])}">{html.escape(c["text"])}'
+                    + (" <i>(lowers the confidence)</i>" if c.get("lowers_confidence") else "") + "</li>" for c in cs)
+    return f'<div class="caveats"><b>Caveats</b><ul>{items}</ul></div>'
+
+
 def render(result: dict, title: str = "tracelake report", baseline: dict | None = None, doc: dict | None = None) -> str:
     """HTML text of the report for an analysis dict (pipeline.analyze.analyze); with `baseline`
     (the analysis of another lake) each run is also compared with its baseline run. `doc` is the
@@ -376,7 +393,7 @@ def render(result: dict, title: str = "tracelake report", baseline: dict | None 
         nums = "".join(f'<li class="num{_level(h["key"], h["pct"])}"><b>{_fmt_pct(h["pct"])}</b> {e(h["label"])}</li>'
                        for h in v["headline"])
         body.append(f'<div class="verdict v-{e(v["verdict"])}"><h3>Verdict: {e(v["verdict"])}{conf}</h3>'
-                    f'<p>{e(v["reason"])}.</p><ul class="headline">{nums}</ul>'
+                    f'<p>{e(v["reason"])}.</p><ul class="headline">{nums}</ul>{_caveats_html(v)}'
                     f'<p class="basis">{e(basis_text(s, v))} Rules and thresholds: docs/report.md.</p></div>')
         comp = run["comparison"]
         if comp is not None:
@@ -414,7 +431,10 @@ def render(result: dict, title: str = "tracelake report", baseline: dict | None 
         mfu_note = next((n for n in run["notes"] if "MFU not available" in n), None)
         chart_block("breakdown", breakdown_chart(step_rows, ranks))
         chart_block("overlap", overlap_chart(step_rows, ranks))
-        chart_block("busbw", busbw_chart([c for c in result.get("collectives_per_rank", []) if c["run_id"] == rid]))
+        size_note = next((n.split("no message size: ", 1)[1] for n in result.get("notes", [])
+                          if n.startswith(f"run {rid}: collective bandwidth") and "no message size: " in n), None)
+        chart_block("busbw", busbw_chart([c for c in result.get("collectives_per_rank", []) if c["run_id"] == rid],
+                                         [c for c in result.get("collectives", []) if c["run_id"] == rid], size_note))
         chart_block("wait", wait_heatmap([c for c in result.get("collectives", []) if c["run_id"] == rid
                                           and (not step_rows or c["step"] in analysed)], s["ranks_with_gpu_work"]))
         chart_block("mfu", mfu_chart(steps, mfu_note.split(": ", 1)[1] if mfu_note else None))
@@ -450,10 +470,11 @@ code, pre {{ background: #f4f4f4; padding: 0 .2em; }} pre {{ padding: .6em; over
 .verdict {{ border-left: 6px solid #888; padding: .3em 1em; background: #fafafa; margin: .8em 0; }}
 .verdict h3 {{ margin: .3em 0; font-size: 1.4em; }}
 .v-network-bound {{ border-color: #e45756; }} .v-host-bound {{ border-color: #9d755d; }} .v-input-bound {{ border-color: #eeca3b; }}
-.v-memory-bound {{ border-color: #f58518; }} .v-compute-bound {{ border-color: #4c78a8; }} .v-balanced {{ border-color: #54a24b; }}
+.v-copy-bound {{ border-color: #f58518; }} .v-straggler-bound {{ border-color: #ff9d98; }} .v-compute-bound {{ border-color: #4c78a8; }} .v-balanced {{ border-color: #54a24b; }}
 ul.headline {{ list-style: none; padding: 0; display: flex; gap: 2em; flex-wrap: wrap; }}
 ul.headline b {{ font-size: 1.5em; }} li.high b {{ color: #c0392b; }} li.moderate b {{ color: #b7791f; }}
-.basis {{ color: #555; font-size: .9em; }}
+.basis {{ color: #555; font-size: .9em; }} .caveats {{ background: #fff7e6; padding: .2em .6em; margin: .4em 0; }}
+.caveats ul {{ margin: .2em 0; }}
 table {{ border-collapse: collapse; margin: .5em 0; }} td, th {{ border: 1px solid #ddd; padding: .2em .5em; text-align: right; }}
 table.summary th {{ text-align: left; background: #f6f6f6; }} table.summary td, td.l {{ text-align: left; }}
 tr.moved td {{ font-weight: bold; }}

@@ -46,6 +46,9 @@ def render(doc: dict) -> str:
         out += [f"## Run {esc(run['run_id'])}: {esc(v['verdict'])}{conf}", "", esc(v["reason"]), ""]
         for h in v["headline"]:
             out.append(f"- **{_pct(h['pct'])}** {esc(h['label'])}")
+        if v.get("caveats"):
+            out += ["", "**Caveats**", ""] + [f"- {esc(c['text'])}" + (" *(lowers the confidence)*" if c["lowers_confidence"] else "")
+                                             for c in v["caveats"]]
         out += ["", basis_text(s, v), "", "| | |", "|---|---|",
                 f"| ranks | {s['ranks']}" + (f" of world size {s['world_size']}" if s["world_size"] else "")
                 + f" ({s['ranks_with_gpu_work']} with GPU work) |",

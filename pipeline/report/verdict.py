@@ -1,23 +1,28 @@
-"""The verdict: what bounds a run — network, compute, memory, host or input — or is it balanced?
+"""The verdict: what bounds a run — network, waiting for peers, compute, copies, host or input — or
+is it balanced?
 
 Basis (which time the shares divide):
 - "steps" when the run has step rows (queries/step_time.sql): the steps' wall-clock windows on
-  each rank (torch-tb-profiler's step time: host ProfilerStep window stretched to the end of the
-  GPU work launched in it), so a long start-up before the first step (JIT compilation, data set
-  loading, communicator set-up) does not count. Left out (steady_steps): a rank's incomplete
-  steps (GPU work cut off by the end of the trace: torch-tb-profiler and HTA drop them too), and
-  steps that ran more than OUTLIER_FACTOR times the run's median step on some rank (warm-up,
-  compilation, one-off stalls: benchmark practice discards warm-up iterations, e.g. nccl-tests'
-  -w); they are listed in `excluded_steps`, and slow steps become a finding of their own.
+  each rank (views/25_step_window.sql: torch-tb-profiler's step time, the host ProfilerStep window
+  stretched to the end of the GPU work launched in it; the same window MFU and the per-step shares
+  divide by), so a long start-up before the first step (JIT compilation, data set loading,
+  communicator set-up) does not count. Left out (steady_steps): a rank's incomplete steps (GPU
+  work cut off by the end of the trace: torch-tb-profiler and HTA drop them too), and steps that
+  ran more than OUTLIER_FACTOR times the run's median step on some rank (warm-up, compilation,
+  one-off stalls: benchmark practice discards warm-up iterations, e.g. nccl-tests' -w); they are
+  listed in `excluded_steps`, and slow steps become a finding of their own.
 - "trace" when the run has no steps: the whole trace per rank, first to last GPU activity
   (queries/breakdown.sql, level 'rank'). Input-bound cannot be told on this basis (no step
   windows to attribute host data loading to), so idle_input_pct is null.
 
 Shares of the basis time (percent, summed over ranks, then divided; each instant of a rank's GPU
-timeline goes to the first active of compute > communication > memory > unknown > idle, so
-compute + exposed comm + exposed memcpy + unknown + idle = 100):
+timeline goes to the first active of compute > communication (transfer > waiting for peers) >
+memory > unknown > idle, so compute + exposed comm + exposed memcpy + unknown + idle = 100):
 - exposed_comm_pct: communication not hidden under compute (exposed, not total: XProf counts a
-  collective only where no compute runs; TraceLens exposed_comm = COMM - COMP);
+  collective only where no compute runs; TraceLens exposed_comm = COMM - COMP), split into
+  exposed_comm_transfer_pct (some collective is moving data: the network or NVLink) and
+  exposed_comm_wait_pct (the rank's collective has started but the last rank of its group has
+  not yet arrived: arrival skew, load imbalance, a straggler; views/45_scope_parts.sql);
 - idle_input_pct: GPU idle while the host was inside a DataLoader fetch (torch-tb-profiler's
   DataLoader category; XProf "input");
 - host_bound_pct: GPU idle because the host launched the next work late or in small gaps (HTA host
@@ -25,27 +30,35 @@ compute + exposed comm + exposed memcpy + unknown + idle = 100):
   ("other waits": events, synchronizations, other streams) is not the host's doing: it is shown
   (idle_other_pct) but counts for no cause, and when it reaches the high bar the verdict's
   confidence is at most moderate (the largest share of the time is unexplained);
-- exposed_memcpy_pct: copies/memsets hidden by neither compute nor communication;
+- exposed_memcpy_pct: copies/memsets hidden by neither compute nor communication (copy-bound:
+  the copies themselves, not kernels limited by HBM bandwidth, which traces cannot tell);
 - compute_pct; unknown_pct (GPU work of no known kind, e.g. CUPTI range-profiler events).
 
 Thresholds: two levels on shares of step time, moderate and high (../shared/reference/peers.md
 section 4.2):
-- network, host, memory: moderate >= 5 % (TraceLens Agent flags exposed NCCL and memcpy above 5 %
-  of GPU time), high >= 15 % (XProf op_stats_to_input_pipeline_analysis.cc: kernel launch, all
-  other and device collectives are "high" from 15 %; TraceLens flags GPU idle above 15 %);
+- network (exposed transfer), waiting for peers, host, copies: moderate >= 5 % (TraceLens Agent
+  flags exposed NCCL and memcpy above 5 % of GPU time), high >= 15 % (XProf
+  op_stats_to_input_pipeline_analysis.cc: kernel launch, all other and device collectives are
+  "high" from 15 %; TraceLens flags GPU idle above 15 %);
 - input: moderate >= 5 %, high >= 20 % (XProf's input bands, not / moderately / highly input-bound
   at 5 and 20 %; torch-tb-profiler flags a DataLoader share of step time above 5 %);
 - compute-bound: compute >= 80 % (TraceLens's reading of gpu_timeline: "computation > 80 % =
   efficient").
 Rules, in order:
   0. no GPU work -> "unknown" (abstain); unknown_pct >= 50 -> "unknown";
-  1. the causes (network, host, input, memory) at or above their high bar: the largest share wins,
-     confidence high;
+  1. the causes (network, straggler, host, input, copy) at or above their high bar: the largest
+     share wins, confidence high; the others at their high bar are named in the reason ("also");
   2. else compute_pct >= 80 -> "compute-bound", high;
   3. else the causes at or above their moderate bar: the largest wins, confidence moderate;
   4. else "balanced", moderate.
+"straggler-bound" carries `straggler` (pipeline/report/straggler.py): the rank the others waited
+for, or none when the waiting is spread over ranks (load imbalance), and its own cause where the
+data shows one.
 Confidence drops to "low" when the evidence is thin: less than 1 ms of analysed time per rank on
-average (a handful of kernels says little about a training run).
+average (a handful of kernels says little about a training run). Caveats (caveats_for_run) are
+shown beside the verdict, and each of missing ranks, a single analysed step and a truncated input
+lowers the confidence one level (high -> moderate -> low); MFU unavailable lowers a compute-bound
+or balanced verdict's (the claim is about compute efficiency the trace cannot measure then).
 """
 
 from __future__ import annotations
@@ -63,19 +76,24 @@ UNKNOWN_PCT = 50.0
 THIN_NS = 1_000_000
 OUTLIER_FACTOR = 3.0
 
-VERDICTS = ("network-bound", "compute-bound", "memory-bound", "host-bound", "input-bound", "balanced", "unknown")
+VERDICTS = ("network-bound", "straggler-bound", "compute-bound", "copy-bound", "host-bound", "input-bound", "balanced",
+            "unknown")
+CONFIDENCE = ("high", "moderate", "low")
 
 # cause -> (verdict, number key, moderate bar, high bar)
 CAUSES = {
-    "network": ("network-bound", "exposed_comm_pct", MODERATE_PCT, HIGH_PCT),
+    "network": ("network-bound", "exposed_comm_transfer_pct", MODERATE_PCT, HIGH_PCT),
+    "straggler": ("straggler-bound", "exposed_comm_wait_pct", MODERATE_PCT, HIGH_PCT),
     "host": ("host-bound", "host_bound_pct", MODERATE_PCT, HIGH_PCT),
     "input": ("input-bound", "idle_input_pct", INPUT_MODERATE_PCT, INPUT_HIGH_PCT),
-    "memory": ("memory-bound", "exposed_memcpy_pct", MODERATE_PCT, HIGH_PCT),
+    "copy": ("copy-bound", "exposed_memcpy_pct", MODERATE_PCT, HIGH_PCT),
 }
 
 LABELS = {
     "compute_pct": "compute",
     "exposed_comm_pct": "exposed communication",
+    "exposed_comm_transfer_pct": "exposed communication: transfer",
+    "exposed_comm_wait_pct": "exposed communication: waiting for peers",
     "exposed_memcpy_pct": "exposed memory copies",
     "unknown_pct": "GPU work of unknown kind",
     "gpu_idle_pct": "GPU idle",
@@ -89,10 +107,11 @@ LABELS = {
 
 # the numbers shown next to each verdict (the two or three behind it)
 HEADLINE = {
-    "network-bound": ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"],
+    "network-bound": ["exposed_comm_transfer_pct", "exposed_comm_wait_pct", "comm_comp_overlap_pct"],
+    "straggler-bound": ["exposed_comm_wait_pct", "exposed_comm_transfer_pct", "compute_pct"],
     "host-bound": ["host_bound_pct", "host_wait_pct", "compute_pct"],
     "input-bound": ["idle_input_pct", "gpu_idle_pct", "compute_pct"],
-    "memory-bound": ["exposed_memcpy_pct", "compute_pct", "gpu_idle_pct"],
+    "copy-bound": ["exposed_memcpy_pct", "compute_pct", "gpu_idle_pct"],
     "compute-bound": ["compute_pct", "exposed_comm_pct", "gpu_idle_pct"],
     "balanced": ["compute_pct", "exposed_comm_pct", "gpu_idle_pct"],
     "unknown": ["unknown_pct", "compute_pct"],
@@ -152,6 +171,8 @@ def _numbers(total: float, sums: dict[str, float | None], comm: float, overlap: 
     return {
         "compute_pct": pct(sums["compute"]),
         "exposed_comm_pct": pct(sums["exposed_comm"]),
+        "exposed_comm_transfer_pct": pct(sums["exposed_transfer"]),
+        "exposed_comm_wait_pct": pct(sums["exposed_wait"]),
         "exposed_memcpy_pct": pct(sums["exposed_memory"]),
         "unknown_pct": pct(sums["unknown"]),
         "gpu_idle_pct": pct(idle),
@@ -164,35 +185,46 @@ def _numbers(total: float, sums: dict[str, float | None], comm: float, overlap: 
     }
 
 
-def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | None = None) -> dict:
+def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | None = None,
+                    straggler_of=None, caveats: list[dict] | None = None) -> dict:
     """The verdict for one run.
 
     ranks: the run's `ranks` rows of the analysis (pipeline.analyze: span_ns, compute_ns,
-    exposed_comm_ns, exposed_memcpy_ns, gpu_idle_ns, idle_*_ns, comm_ns, overlap_ns); step_time:
-    the run's rows of queries/step_time.sql, or None / empty when the run has no steps.
+    exposed_comm_ns, exposed_comm_wait_ns, exposed_comm_transfer_ns, exposed_memcpy_ns,
+    gpu_idle_ns, idle_*_ns, comm_ns, overlap_ns); step_time: the run's rows of
+    queries/step_time.sql, or None / empty when the run has no steps. straggler_of: called with
+    the set of analysed steps (None on the trace basis), returns the straggler profile
+    (pipeline/report/straggler.py) or None; caveats: caveats_for_run's list (None: none).
     Returns {run_id, verdict (one of VERDICTS), confidence ("high" | "moderate" | "low" | None),
     reason (one sentence), basis ("steps" | "trace" | None), numbers ({key: pct 0-100 or None},
-    keys of LABELS), headline (the number keys behind the verdict), ranks (int), steps_used (int),
-    analysed_ns (basis time summed over ranks), excluded_steps ([{step, rank, step_ns, why}]),
-    median_step_ns (int | None)}. Never raises on empty input: abstains with "unknown".
+    keys of LABELS), headline (the number keys behind the verdict), also (the other causes at
+    their high bar: [{verdict, key, pct}]), straggler (profile or None), caveats ([{kind, text}]),
+    ranks (int), steps_used (int), analysed_ns (basis time summed over ranks), excluded_steps
+    ([{step, rank, step_ns, why}]), median_step_ns (int | None)}. Never raises on empty input:
+    abstains with "unknown".
     """
     out = {"run_id": run_id, "verdict": "unknown", "confidence": None, "basis": None, "numbers": {}, "headline": [],
+           "also": [], "straggler": None, "caveats": list(caveats or []),
            "ranks": 0, "steps_used": 0, "analysed_ns": 0, "excluded_steps": [], "median_step_ns": None}
+    analysed_steps = None
     if step_time is not None and step_time.height and step_time["step_ns"].sum() > 0:
         kept, excluded, median = steady_steps(step_time)
         total = float(kept["step_ns"].sum())
         s = {k: float(kept[c].sum()) for k, c in (
-            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_memory", "exposed_memory_ns"),
+            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_wait", "exposed_comm_wait_ns"),
+            ("exposed_transfer", "exposed_comm_transfer_ns"), ("exposed_memory", "exposed_memory_ns"),
             ("unknown", "exposed_unknown_ns"), ("idle", "idle_ns"), ("input", "idle_input_ns"),
             ("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns"), ("other", "idle_other_ns"))}
         n_ranks = kept["rank"].n_unique()
-        out.update(basis="steps", ranks=n_ranks, steps_used=kept["step"].n_unique(), analysed_ns=int(total),
+        analysed_steps = set(kept["step"].to_list())
+        out.update(basis="steps", ranks=n_ranks, steps_used=len(analysed_steps), analysed_ns=int(total),
                    excluded_steps=excluded, median_step_ns=median)
         numbers = _numbers(total, s, float(kept["comm_ns"].sum()), float(kept["overlap_ns"].sum()))
     elif ranks.height and ranks["span_ns"].sum() > 0:
         total = float(ranks["span_ns"].sum())
         s = {k: float(ranks[c].sum()) for k, c in (
-            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_memory", "exposed_memcpy_ns"),
+            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_wait", "exposed_comm_wait_ns"),
+            ("exposed_transfer", "exposed_comm_transfer_ns"), ("exposed_memory", "exposed_memcpy_ns"),
             ("idle", "gpu_idle_ns"), ("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns"),
             ("other", "idle_other_ns"))}
         s["unknown"] = total - s["compute"] - s["exposed_comm"] - s["exposed_memory"] - s["idle"]
@@ -204,24 +236,29 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
         out["reason"] = "no GPU activity in the traces: nothing to attribute"
         return out
     out["numbers"] = numbers
+    if out["basis"] == "steps" and out["steps_used"] == 1:
+        out["caveats"].append(single_step_caveat(1))
 
     def level(cause: str) -> tuple[float, float, float]:
         _, key, mod, high = CAUSES[cause]
         v = numbers[key]
         return (v if v is not None else -1.0), mod, high
 
-    high = [c for c in CAUSES if level(c)[0] >= level(c)[2]]
-    moderate = [c for c in CAUSES if level(c)[0] >= level(c)[1]]
+    high = sorted((c for c in CAUSES if level(c)[0] >= level(c)[2]), key=lambda c: -level(c)[0])
+    moderate = sorted((c for c in CAUSES if level(c)[0] >= level(c)[1]), key=lambda c: -level(c)[0])
     if numbers["unknown_pct"] >= UNKNOWN_PCT:
         v, conf = "unknown", None
     elif high:
-        v, conf = CAUSES[max(high, key=lambda c: level(c)[0])][0], "high"
+        v, conf = CAUSES[high[0]][0], "high"
+        out["also"] = [{"verdict": CAUSES[c][0], "key": CAUSES[c][1], "pct": numbers[CAUSES[c][1]]} for c in high[1:]]
     elif numbers["compute_pct"] >= COMPUTE_BOUND_PCT:
         v, conf = "compute-bound", "high"
     elif moderate:
-        v, conf = CAUSES[max(moderate, key=lambda c: level(c)[0])][0], "moderate"
+        v, conf = CAUSES[moderate[0]][0], "moderate"
     else:
         v, conf = "balanced", "moderate"
+    if straggler_of is not None and (numbers["exposed_comm_wait_pct"] or 0) >= MODERATE_PCT:
+        out["straggler"] = straggler_of(analysed_steps)
     other = numbers["idle_other_pct"] or 0.0
     capped = conf == "high" and other >= HIGH_PCT
     if capped:
@@ -229,30 +266,97 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     per_rank_ns = out["analysed_ns"] / max(n_ranks, 1)
     if conf and per_rank_ns < THIN_NS:
         conf = "low"
+    lowered = [c for c in out["caveats"] if lowers_confidence(c, v)]
+    for _ in lowered:
+        if conf in ("high", "moderate"):
+            conf = CONFIDENCE[CONFIDENCE.index(conf) + 1]
     out.update(verdict=v, confidence=conf, headline=HEADLINE[v], reason=_reason(v, numbers, out))
+    if out["also"]:
+        out["reason"] += "; also above the high bar: " + ", ".join(
+            f"{LABELS[a['key']]} {_f(a['pct'])}"
+            + (f" (not the network: transfer is {_f(numbers['exposed_comm_transfer_pct'])}; {_who(out['straggler'])})"
+               if a["verdict"] == "straggler-bound" else "")
+            for a in out["also"])
+    if v == "network-bound" and (numbers["exposed_comm_wait_pct"] or 0) >= MODERATE_PCT:
+        out["reason"] += f"; a further {_f(numbers['exposed_comm_wait_pct'])} is waiting for late peers, not transfer"
     if capped:
         out["reason"] += (f"; confidence moderate: the GPU also idled {_f(other)} with work already queued "
                           "(waiting on events, synchronizations or other streams), which no cause explains")
-    if conf == "low":
+    if conf == "low" and per_rank_ns < THIN_NS:
         out["reason"] += f"; low confidence: only {per_rank_ns / 1e6:.3f} ms of GPU time per rank"
+    if lowered:
+        out["reason"] += "; confidence lowered: " + "; ".join(c["kind"].replace("_", " ") for c in lowered)
     return out
+
+
+def caveats_for_run(run: dict, partial_paths: list[str], mfu_available: bool, mfu_flag: str) -> list[dict]:
+    """What limits a run's verdict, shown beside it (docs/report.md, Caveats).
+
+    run: the analysis's `runs` entry (ranks, world_size, steps); partial_paths: its sources with
+    status 'partial' (truncated); mfu_available: whether any step has an MFU; mfu_flag: the
+    option that would give it. Returns [{kind, text, lowers}], lowers = "all" (every verdict's
+    confidence drops one level) or a list of the verdicts whose confidence it lowers.
+    verdict_for_run adds the single-step caveat itself (it knows how many steps it used)."""
+    out = []
+    world, ranks = run.get("world_size"), run.get("ranks") or []
+    if world and len(ranks) < world:
+        missing = sorted(set(range(world)) - set(ranks))
+        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        out.append({"kind": "missing_ranks", "lowers": "all",
+                    "text": f"{len(ranks)} of {world} ranks ingested (a sample of the job; missing: {shown}): "
+                            "waits for a missing rank and its own behaviour are not seen"})
+    if partial_paths:
+        out.append({"kind": "truncated_input", "lowers": "all",
+                    "text": f"{len(partial_paths)} input(s) truncated ({', '.join(partial_paths[:3])}"
+                            f"{' ...' if len(partial_paths) > 3 else ''}): work after the cut is missing"})
+    if not mfu_available:
+        out.append({"kind": "mfu_unavailable", "lowers": ["compute-bound", "balanced"],
+                    "text": f"MFU not available (no FLOPs or no device peak): give {mfu_flag}"})
+    return out
+
+
+def lowers_confidence(caveat: dict, verdict: str) -> bool:
+    """Whether a caveat lowers the confidence of this verdict (caveats_for_run's `lowers`)."""
+    lw = caveat.get("lowers")
+    return lw == "all" or (isinstance(lw, (list, tuple)) and verdict in lw)
+
+
+def single_step_caveat(steps_used: int) -> dict | None:
+    """The caveat for a verdict that rests on one analysed step (None otherwise)."""
+    if steps_used != 1:
+        return None
+    return {"kind": "single_step", "lowers": "all",
+            "text": "one step analysed: step-to-step variation (and whether this step is typical) is unknown"}
 
 
 def _f(x) -> str:
     return "n/a" if x is None else f"{x:.1f}%"
 
 
+def _who(st: dict | None) -> str:
+    """Who the others waited for, in words (straggler profile of pipeline/report/straggler.py)."""
+    if not st:
+        return "no matched collectives to name the late rank"
+    if st.get("rank") is not None:
+        return (f"rank {st['rank']} arrived last in {st['times_last']} of {st['calls']} matched collectives"
+                + (f"; {st['cause_text']}" if st.get("cause_text") else ""))
+    return st.get("cause_text") or "no single rank is last (load imbalance)"
+
+
 def _reason(v: str, n: dict, out: dict) -> str:
     of = "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
     split = (f"host launched late {_f(n['host_wait_pct'])}, launch gaps {_f(n['kernel_wait_pct'])}; not counted: "
              f"idle with the next work already queued {_f(n['idle_other_pct'])}")
+    who = _who(out.get("straggler"))
     return {
-        "network-bound": f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute"
+        "network-bound": f"{_f(n['exposed_comm_transfer_pct'])} {of} is collectives transferring data not hidden under compute"
                          + (f" (only {_f(n['comm_comp_overlap_pct'])} of communication overlaps compute)"
                             if n["comm_comp_overlap_pct"] is not None else ""),
+        "straggler-bound": f"{_f(n['exposed_comm_wait_pct'])} {of} is collectives waiting for late peers, not the network "
+                           f"(transfer {_f(n['exposed_comm_transfer_pct'])}): {who}",
         "host-bound": f"the GPU is idle waiting for the host to launch work {_f(n['host_bound_pct'])} {of} ({split})",
         "input-bound": f"the GPU is idle while the host loads data (DataLoader) {_f(n['idle_input_pct'])} {of}",
-        "memory-bound": f"{_f(n['exposed_memcpy_pct'])} {of} is memory copies hidden by neither compute nor communication",
+        "copy-bound": f"{_f(n['exposed_memcpy_pct'])} {of} is memory copies hidden by neither compute nor communication",
         "compute-bound": f"compute kernels cover {_f(n['compute_pct'])} {of}",
         "balanced": f"no single cause reaches {MODERATE_PCT:.0f}% {of} (exposed communication {_f(n['exposed_comm_pct'])}, "
                     f"GPU idle {_f(n['gpu_idle_pct'])}, exposed copies {_f(n['exposed_memcpy_pct'])})",

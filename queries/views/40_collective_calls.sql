@@ -11,8 +11,11 @@
 -- ../shared/reference/peers.md section 4.1):
 --   transfer_ns = the shortest duration among the ranks (the time the data movement itself takes);
 --   wait_ns     = each rank's duration - transfer_ns (time spent waiting for late peers);
---   straggler_rank = the rank that started the call last (the others waited for it; of ranks
---                    starting at the same instant, the lowest); NULL when only one rank has the call;
+--   straggler_rank = the rank that started the call last (the others waited for it; a rank's
+--                    start is its latest kernel start in the call); NULL when only one rank has
+--                    the call, and NULL on a tie for last arrival (two or more ranks share the
+--                    latest start): then no single rank made the others wait, their waits are
+--                    real but caused by no one rank (stragglers.sql leaves such calls to no rank);
 --   algbw/busbw as in collective_bandwidth.sql but over transfer_ns.
 -- A call is complete when every expected rank has it (group_size when recorded; else the run's
 -- world size for an unnamed group) and all agree on op and msg_bytes; incomplete calls keep their
@@ -48,6 +51,17 @@ LEFT JOIN collective_step g
 
 CREATE OR REPLACE VIEW collective_calls AS
 WITH world AS (SELECT run_id, max(world_size) AS world_size FROM sources GROUP BY ALL),
+-- each rank's (latest) start in each call, and how many ranks share the call's latest start
+rank_starts AS (
+  SELECT *, max(rank_start_ns) OVER (PARTITION BY run_id, pg_key, call_key) AS last_ns
+  FROM (SELECT run_id, pg_key, call_key, rank, max(start_ns) AS rank_start_ns FROM collective_ranks GROUP BY ALL)
+),
+straggler AS (
+  SELECT run_id, pg_key, call_key,
+    CASE WHEN count(*) >= 2 AND count(*) FILTER (WHERE rank_start_ns = last_ns) = 1
+         THEN arg_max(rank, rank_start_ns) END AS straggler_rank
+  FROM rank_starts GROUP BY ALL
+),
 calls AS (
   SELECT run_id, pg_key, call_key,
     count(DISTINCT rank) AS ranks_seen,
@@ -55,10 +69,10 @@ calls AS (
     any_value(op) AS op, max(msg_bytes) AS msg_bytes, max(group_size) AS group_size,
     any_value(process_group) AS process_group, any_value(seq) AS seq,
     min(dur_ns) AS transfer_ns, min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
-    CASE WHEN count(DISTINCT rank) >= 2 THEN arg_max(rank, (start_ns, -rank)) END AS straggler_rank, min(step) AS step
+    min(step) AS step
   FROM collective_ranks GROUP BY ALL
 )
-SELECT c.*, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END, c.ranks_seen) AS expected_ranks,
+SELECT c.*, g.straggler_rank, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END, c.ranks_seen) AS expected_ranks,
   c.ranks_seen = expected_ranks AND c.n_ops = 1 AND c.n_sizes <= 1 AS complete,
   c.last_start_ns - c.first_start_ns AS arrival_spread_ns
-FROM calls c LEFT JOIN world w USING (run_id);
+FROM calls c JOIN straggler g USING (run_id, pg_key, call_key) LEFT JOIN world w USING (run_id);

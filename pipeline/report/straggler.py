@@ -1,0 +1,134 @@
+"""The rank the others wait for in collectives, and what made it late.
+
+straggler_profile(calls, rows, steps) reads the run's matched collective calls (the analysis's
+`collectives`: queries/collective_matching.sql, with `wait_ns` per rank = that rank's duration -
+the call's transfer time, TraceLens NcclAnalyser / torch-tb-profiler) and its step rows.
+
+Who: over the calls of the analysed steps seen on two or more ranks, each call's wait (the sum of
+the other ranks' wait_ns) is caused by its straggler_rank, the rank that started last (none on a
+tie). The rank that causes the most wait is named when it causes at least NAMED_SHARE of all
+wait; otherwise the waiting is spread over ranks that arrive last in turn: load imbalance, no
+single straggler.
+
+Why (the straggler's own cause, where its trace shows one): its lateness at a call is the median
+of the other ranks' waits there (how long a typical peer waited for it), summed over the calls it
+was last in per step. Against the other ranks' medians in the same step it may have
+  entered_step_late  begun the step later (step_start_ns; the delay lies before the step's first
+                     kernel: work before the profiled step, or clock skew between hosts),
+  longer_compute     spent more time computing (compute_ns: load imbalance),
+  data_loading       idled longer in DataLoader fetches (idle_input_ns),
+  host               idled longer waiting for its host (idle_host_wait_ns + idle_kernel_wait_ns).
+Each excess is clamped to [0, lateness] per step and summed; the largest names the cause when it
+explains at least CAUSE_SHARE of the lateness, else the cause is "unknown" (nothing in the trace
+explains it: look at the rank's host and GPU, or at host clocks).
+This is tracelake's own rule (docs/report.md, Straggler); the shares are judgement, not a
+published threshold.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+NAMED_SHARE = 0.5
+CAUSE_SHARE = 0.5
+
+CAUSE_FIELDS = {
+    "longer_compute": ("compute_ns",),
+    "data_loading": ("idle_input_ns",),
+    "host": ("idle_host_wait_ns", "idle_kernel_wait_ns"),
+}
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) -> dict | None:
+    """The straggler profile of one run, or None when no call was seen on two ranks.
+
+    calls: the run's `collectives` records (step, ranks_seen, straggler_rank, wait_ns {rank str: ns});
+    rows: the run's analysed step rows (queries/step_time.sql: rank, step, step_start_ns,
+    compute_ns, idle_input_ns, idle_host_wait_ns, idle_kernel_wait_ns), or the whole-trace rank
+    rows when steps is None (then entered_step_late cannot be told); steps: the analysed step
+    numbers, None on the whole-trace basis.
+    Returns {rank (int | None: no single straggler), times_last, calls, caused_wait_ns,
+    total_wait_ns, share_pct (0-100), lateness_ns, cause (entered_step_late | longer_compute |
+    data_loading | host | unknown | imbalance), cause_ns, cause_text}."""
+    sel = [c for c in calls if (c.get("ranks_seen") or 0) >= 2 and (steps is None or c.get("step") in steps)]
+    if not sel:
+        return None
+    caused: dict[int, int] = {}
+    times: dict[int, int] = {}
+    total = 0
+    for c in sel:
+        waits = {int(k): v or 0 for k, v in (c.get("wait_ns") or {}).items()}
+        w = sum(waits.values())
+        total += w
+        r = c.get("straggler_rank")
+        if r is not None:
+            caused[r] = caused.get(r, 0) + w - waits.get(r, 0)
+            times[r] = times.get(r, 0) + 1
+    out = {"rank": None, "times_last": 0, "calls": len(sel), "caused_wait_ns": 0, "total_wait_ns": int(total),
+           "share_pct": None, "lateness_ns": None, "cause": "imbalance", "cause_ns": None, "cause_text": None}
+    if not caused or total <= 0:
+        out["cause_text"] = "no rank arrives last on its own (ties or no wait)"
+        return out
+    top = max(caused, key=lambda r: (caused[r], -r))
+    share = caused[top] / total
+    out.update(share_pct=100 * share)
+    if share < NAMED_SHARE:
+        out["cause_text"] = (f"no single straggler: the rank causing the most wait, rank {top}, causes "
+                             f"{100 * share:.0f}% of it; ranks arrive last in turn (load imbalance across ranks)")
+        return out
+    out.update(rank=top, times_last=times[top], caused_wait_ns=int(caused[top]), cause="unknown")
+    # its lateness per step: the median wait of the other ranks at each call it was last in
+    late: dict = {}
+    for c in sel:
+        if c.get("straggler_rank") != top:
+            continue
+        others = [v or 0 for k, v in (c.get("wait_ns") or {}).items() if int(k) != top]
+        if others:
+            key = c.get("step") if steps is not None else None
+            late[key] = late.get(key, 0) + statistics.median(others)
+    lateness = sum(late.values())
+    out["lateness_ns"] = int(lateness)
+    if lateness <= 0:
+        out["cause_text"] = "it arrived last, but its peers barely waited"
+        return out
+    by_step: dict = {}
+    for r in rows:
+        by_step.setdefault(r.get("step") if steps is not None else None, []).append(r)
+    excess = {"entered_step_late": 0.0, **{k: 0.0 for k in CAUSE_FIELDS}}
+    for key, L in late.items():
+        rs = by_step.get(key, [])
+        mine = [r for r in rs if r["rank"] == top]
+        peers = [r for r in rs if r["rank"] != top]
+        if not mine or not peers:
+            continue
+        me = mine[0]
+        if steps is not None and me.get("step_start_ns") is not None:
+            d = me["step_start_ns"] - statistics.median(p["step_start_ns"] for p in peers)
+            excess["entered_step_late"] += min(max(d, 0), L)
+        for cause, fields in CAUSE_FIELDS.items():
+            d = sum(me.get(f) or 0 for f in fields) - statistics.median(sum(p.get(f) or 0 for f in fields) for p in peers)
+            excess[cause] += min(max(d, 0), L)
+    cause = max(excess, key=lambda k: excess[k])
+    if excess[cause] >= CAUSE_SHARE * lateness:
+        out.update(cause=cause, cause_ns=int(excess[cause]))
+    out["cause_text"] = _cause_text(out["cause"], excess.get(out["cause"], 0.0), lateness)
+    return out
+
+
+def _cause_text(cause: str, ns: float, lateness: float) -> str:
+    of = f"{_ms(ns)} of its {_ms(lateness)} lateness"
+    return {
+        "entered_step_late": f"it began the step later than the others ({of}): the delay lies before the step's first "
+                             "kernel (work before the profiled step, or clock skew between hosts), not inside the step",
+        "longer_compute": f"its compute took longer than the other ranks' ({of}): load imbalance (a larger shard, uneven "
+                          "sequence lengths, expert routing)",
+        "data_loading": f"its GPU idled longer in data loading than the others' ({of})",
+        "host": f"its GPU idled longer waiting for its host to launch work ({of}): CPU contention, Python overhead, "
+                "garbage collection on that rank",
+        "unknown": f"nothing in its trace explains its {_ms(lateness)} lateness (compare its host and GPU: clocks, "
+                   "thermals; or host clock skew)",
+    }[cause]
