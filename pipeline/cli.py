@@ -368,7 +368,7 @@ def _format(fmt: str | None, output: Path | None) -> str:
 
 
 def _render(res: dict, fmt: str, base: dict | None = None) -> str:
-    """The report of an analysis (and a baseline's) as html, json (tracelake.report/1) or md."""
+    """The report of an analysis (and a baseline's) as html, json (tracelake.report/2) or md."""
     from .report import document, markdown
     from .report.html import render
 
@@ -385,7 +385,7 @@ def report(lake: Path = LAKE,
            output: Optional[Path] = typer.Option(None, "-o", "--output",
                                                  help="File to write ('-': standard output; default: report.html for html, standard output for json and md)."),
            fmt: Optional[str] = typer.Option(None, "--format", "-f", help="html (self-contained, offline), json "
-                                             "(tracelake.report/1) or md (default: from the output's suffix, .json or .md, else html)."),
+                                             "(tracelake.report/2) or md (default: from the output's suffix, .json or .md, else html)."),
            baseline: Optional[Path] = typer.Option(None, "--baseline", help="Lake of a baseline run: say which step-time "
                                                    "components and kernels moved against it."),
            window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,

@@ -22,7 +22,9 @@ def test_run_analyze_sql_report(tmp_path):
     html = out.read_text()
     assert html.count("window.vegaEmbed=") == 1  # the Vega bundle is inlined once
     assert not re.search(r"""(src|href)=["']https?://""", html)
-    assert html.count("vegaEmbed('#chart") == 5  # breakdown, overlap, collective wait, top kernels, idle gaps
+    # breakdown, overlap, bus bandwidth (the all-to-alls are sized from their nccl:all_to_all
+    # records since issue 14), collective wait, top kernels, idle gaps
+    assert html.count("vegaEmbed('#chart") == 6
     r = runner.invoke(app, ["analyze", "--lake", str(lake), "--json", "--window", "hta"])
     assert r.exit_code == EXIT_OK
     res = json.loads(r.stdout)
@@ -104,7 +106,7 @@ def test_run_writes_the_format_its_output_names(tmp_path):
     assert not md.read_text().lstrip().startswith("<")
     doc = json.loads(js.read_text())
     r = runner.invoke(app, ["report", "--lake", str(lake), "--format", "json"])
-    assert doc == json.loads(r.stdout) and doc["schema"] == "tracelake.report/1"
+    assert doc == json.loads(r.stdout) and doc["schema"] == "tracelake.report/2"
     r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(md), "--format", "pdf"])
     assert r.exit_code == 2 and "--format must be html, json or md" in r.output
 
@@ -121,7 +123,7 @@ def test_report_output_suffix_stdout_and_bad_paths(tmp_path):
     assert runner.invoke(app, ["report", "--lake", str(lake), "-o", str(tmp_path / "r.txt"), "--format", "MD"]).exit_code == EXIT_OK
     assert (tmp_path / "r.txt").read_text() == want
     r = runner.invoke(app, ["report", "--lake", str(lake), "-o", "-", "-f", "json"])
-    assert r.exit_code == EXIT_OK and json.loads(r.stdout)["schema"] == "tracelake.report/1"
+    assert r.exit_code == EXIT_OK and json.loads(r.stdout)["schema"] == "tracelake.report/2"
     for bad, why in ((tmp_path, "is a directory"), (tmp_path / "nope" / "r.html", "does not exist")):
         for cmd in (["report", "--lake", str(lake)], ["run", str(REPO / "sample_traces"), "--lake", str(tmp_path / "l2")]):
             r = runner.invoke(app, [*cmd, "-o", str(bad)])

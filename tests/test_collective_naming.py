@@ -271,3 +271,15 @@ def test_dlrm_matched_calls_use_the_all_to_all_factor(dlrm_con):
         assert (c["msg_bytes"], c["expected_ranks"], c["ranks_seen"], c["complete"]) == (refs[0][i][2], 8, 8, True)
         assert c["transfer_ns"] == transfer_us * US
         assert c["busbw_gbps"] == pytest.approx(c["msg_bytes"] / (transfer_us * US) * factor)
+
+
+def test_all_gather_group_size_from_its_shapes(tmp_path):
+    """HTA's trace_filter sampled_rank-0 (also sample_traces/): c10d::_allgather_base_ at ts
+    1682725898522854 has Input Dims [[1073741824], [16777216], []] (output, input) "signed char",
+    inside it nccl:_all_gather_base [[16777216]]. No record states the group; all_gather's output
+    is its input times the group size: 1073741824 / 16777216 = 64 ranks (not the world's 128),
+    and S = the output, 1,073,741,824 B."""
+    lk = Lake(tmp_path / "lake")
+    ingest_paths([corpus("hta", "tests", "data", "trace_filter", "sampled_rank-0.json.gz")], lk)
+    ag = run(connect(lk), "collective_bandwidth").filter(op="all_gather").to_dicts()
+    assert ag and all((c["group_size"], c["msg_bytes"]) == (64, 1073741824) for c in ag)

@@ -309,7 +309,7 @@ def test_reports_on_every_kind_of_lake(mixed_lake, tmp_path):
     assert r.exit_code == EXIT_OK, r.output
     outs = {"json": (tmp_path / "r.json").read_text(), "md": markdown.render(document.build(res)), "html": render(res)}
     doc = json.loads(outs["json"])
-    assert doc["schema"] == "tracelake.report/1"
+    assert doc["schema"] == "tracelake.report/2"
     for run_ in doc["runs"]:
         v = by[run_["run_id"]]
         assert (run_["verdict"]["verdict"], run_["verdict"]["confidence"], run_["verdict"]["reason"]) == \

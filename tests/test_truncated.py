@@ -234,6 +234,14 @@ def test_analysis_and_report_name_a_partial_trace(tmp_path):
     cut = [n for n in doc["notes"] if "is partial" in n]
     assert len(cut) == 1 and "dlrm_rank-1.json" in cut[0] and f"{len(prefix) - end:,} bytes at its end unreadable" in cut[0]
     assert cut[0] in markdown.render(document.build(doc, None)).replace("\\_", "_")  # markdown escapes _
+    # the cut file's last step is cut off with it (queries/step_status.sql): incomplete; the
+    # complete rank's steps are not; and the verdict carries the truncated-input caveat
+    st = {(r["rank"], r["step"]): r for r in connect(lake).execute("SELECT * FROM step_status").pl().to_dicts()}
+    last1 = max(s for r, s in st if r == 1)
+    assert st[(1, last1)]["in_truncated_source"] and st[(1, last1)]["complete"] is False
+    assert all(r["complete"] and not r["in_truncated_source"] for (rk, _), r in st.items() if rk == 2)
+    (v,) = doc["verdicts"]
+    assert any(c["kind"] == "truncated_input" and "dlrm_rank-1.json" in c["text"] for c in v["caveats"])
 
 
 def test_profiler_stopped_mid_step_leaves_the_last_step_incomplete(tmp_path):

@@ -171,6 +171,14 @@ def chain_meta(recs: list[HostRec]) -> tuple[dict, str | None]:
         or next((r.dtype for r in use if r.dtype), None)
     meta.update(op=op, op_raw=named.op_raw if named else recs[0].name, in_nelems=in_r.in_n if in_r else None,
                 out_nelems=out_r.out_n if out_r else None, dtype=dtype, dtype_bytes=catalog.dtype_bytes(dtype))
+    # all_gather's output is its input times the group's size, reduce_scatter's input its output
+    # times it (torch.distributed all_gather_into_tensor / reduce_scatter_tensor): the group size
+    # when no record states it (HTA's trace_filter: [16777216] gathered into [1073741824], 64 ranks)
+    i_n, o_n = meta["in_nelems"], meta["out_nelems"]
+    if meta.get("group_size") is None and i_n and o_n and op in ("all_gather", "reduce_scatter"):
+        big, small = (o_n, i_n) if op == "all_gather" else (i_n, o_n)
+        if big % small == 0 and big // small >= 2:
+            meta["group_size"] = big // small
     distinct = list(dict.fromkeys(r.name for r in use))
     names, verb = " / ".join(distinct), ("has" if len(distinct) == 1 else "have")
     if in_r is None and out_r is None:

@@ -1,10 +1,10 @@
 """The report as data: run summary, verdict, ranked findings and the comparison with a baseline.
 
 build(result, baseline=None) turns an analysis (pipeline.analyze.analyze) into the document that
-`tracelake report --format json` prints (contract "tracelake.report/1", docs/report.md) and that
+`tracelake report --format json` prints (contract "tracelake.report/2", docs/report.md) and that
 the HTML (html.py) and markdown (markdown.py) renderings show, so all three carry the same verdict
 and findings:
-  {"schema": "tracelake.report/1", "tracelake_version": str, "window": "all" | "hta",
+  {"schema": "tracelake.report/2", "tracelake_version": str, "window": "all" | "hta",
    "kernel_wait_threshold_ns": int, "baseline": bool,
    "runs": [{"run_id", "summary": {...}, "verdict": {...}, "findings": [...], "comparison": {...} | null,
              "notes": [str]}],
@@ -17,7 +17,7 @@ from .. import __version__
 from .compare import compare_run, pick_baseline_run
 from .verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
 
-SCHEMA = "tracelake.report/1"
+SCHEMA = "tracelake.report/2"
 
 
 def _run_notes(run_id: str, notes: list[str]) -> list[str]:

@@ -442,13 +442,14 @@ def render(result: dict, title: str = "tracelake report", baseline: dict | None 
         chart_block("idle_gaps", idle_gap_chart([g for g in result.get("idle_gaps", []) if g["run_id"] == rid]))
         rows = "".join(
             f"<tr><td>{r['rank']}</td><td>{_fmt_ms(r['span_ns'])}</td><td>{_fmt_ms(r['compute_ns'])}</td>"
-            f"<td>{_fmt_ms(r['comm_ns'])}</td><td>{_fmt_ms(r['exposed_comm_ns'])}</td><td>{_fmt_pct(r['comm_comp_overlap_pct'])}</td>"
+            f"<td>{_fmt_ms(r['comm_ns'])}</td><td>{_fmt_ms(r['exposed_comm_ns'])}</td><td>{_fmt_ms(r['exposed_comm_wait_ns'])}</td>"
+            f"<td>{_fmt_ms(r['exposed_comm_transfer_ns'])}</td><td>{_fmt_pct(r['comm_comp_overlap_pct'])}</td>"
             f"<td>{_fmt_ms(r['gpu_idle_ns'])}</td><td>{_fmt_ms(r['idle_host_wait_ns'])}</td><td>{_fmt_pct2(r['mfu_pct'])}</td>"
             f"<td>{_fmt_pct(r['flop_coverage_pct'])}</td></tr>"
             for r in ranks[:MAX_BARS])
         if rows:
             body.append("<h3>Per rank, whole trace</h3><table><tr><th>rank</th><th>GPU span</th><th>compute</th><th>comm</th>"
-                        "<th>exposed comm</th><th>overlap</th><th>idle</th><th>idle: host wait</th><th>MFU</th><th>FLOP coverage</th></tr>"
+                        "<th>exposed comm</th><th>of it: waiting for peers</th><th>of it: transfer</th><th>overlap</th><th>idle</th><th>idle: host wait</th><th>MFU</th><th>FLOP coverage</th></tr>"
                         f"{rows}</table>")
             if len(ranks) > MAX_BARS:
                 body.append(f"<p class='note'>First {MAX_BARS} of {len(ranks)} ranks shown; all are in "

@@ -304,7 +304,8 @@ def caveats_for_run(run: dict, partial_paths: list[str], mfu_available: bool, mf
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         out.append({"kind": "missing_ranks", "lowers": "all",
                     "text": f"{len(ranks)} of {world} ranks ingested (a sample of the job; missing: {shown}): "
-                            "waits for a missing rank and its own behaviour are not seen"})
+                            "a collective waiting for a rank that was not ingested counts as transfer, and that "
+                            "rank's own behaviour is not seen"})
     if partial_paths:
         out.append({"kind": "truncated_input", "lowers": "all",
                     "text": f"{len(partial_paths)} input(s) truncated ({', '.join(partial_paths[:3])}"
