@@ -16,7 +16,7 @@ import pytest
 from conftest import corpus
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
-from pipeline.query import connect
+from pipeline.query import connect, run
 
 GPU_CATS = {"kernel", "Kernel", "mtia_ccp_events", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_sync", "cuda_profiler_range"}
 SKIP = {"Trace", "ac2g", "async_cpu_to_gpu", "async", "fwdbwd", "critical_path", "cpu_instant_event", "gpu_user_annotation"}
@@ -234,13 +234,15 @@ def test_analysis_and_report_name_a_partial_trace(tmp_path):
     cut = [n for n in doc["notes"] if "is partial" in n]
     assert len(cut) == 1 and "dlrm_rank-1.json" in cut[0] and f"{len(prefix) - end:,} bytes at its end unreadable" in cut[0]
     assert cut[0] in markdown.render(document.build(doc, None)).replace("\\_", "_")  # markdown escapes _
-    # the cut file's last step is cut off with it (queries/step_status.sql): incomplete; the
-    # complete rank's steps are not; and the verdict carries the truncated-input caveat
-    st = {(r["rank"], r["step"]): r for r in connect(lake).execute("SELECT * FROM step_status").pl().to_dicts()}
-    last1 = max(s for r, s in st if r == 1)
-    assert st[(1, last1)]["in_truncated_source"] and st[(1, last1)]["complete"] is False
-    assert all(r["complete"] and not r["in_truncated_source"] for (rk, _), r in st.items() if rk == 2)
-    (v,) = doc["verdicts"]
+    # the cut file's last step (its ProfilerStep#10 is at byte 188,866 of 899,599, inside the
+    # half kept) is cut off with it (queries/step_status.sql): incomplete; the complete file's
+    # step is not; and the cut file's verdict carries the truncated-input caveat. (Both files
+    # say rank 2 in distributedInfo, so the cut one went to a run of its own.)
+    src = {r["status"]: r["run_id"] for r in lake.sources().to_dicts()}
+    st = {r["run_id"]: r for r in run(connect(lake), "step_status").to_dicts()}
+    assert (st[src["partial"]]["step"], st[src["partial"]]["in_truncated_source"], st[src["partial"]]["complete"]) == (10, True, False)
+    assert (st[src["ok"]]["in_truncated_source"], st[src["ok"]]["complete"]) == (False, True)
+    v = next(x for x in doc["verdicts"] if x["run_id"] == src["partial"])
     assert any(c["kind"] == "truncated_input" and "dlrm_rank-1.json" in c["text"] for c in v["caveats"])
 
 
