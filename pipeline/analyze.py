@@ -145,6 +145,7 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     calls_json = [{**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}} for r in _records(matched.drop("pg_key"))]
 
     runs = []
+    mfu_why: dict[str, str] = {}  # run -> why MFU is unavailable (the note's text)
     ok = src.filter(pl.col("status") != "failed")
     for run_id in sorted(ok["run_id"].unique().to_list()):
         s = ok.filter(pl.col("run_id") == run_id)
@@ -166,11 +167,13 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         for row in s.filter(pl.col("status") == "partial").sort("path").iter_rows(named=True):
             cut = f"{row['unreadable_bytes']:,} bytes at its end unreadable" if row.get("unreadable_bytes") is not None else "cut short"
             notes.append(f"run {run_id}: {row['path']} is partial ({cut}: the job was killed while the profiler wrote?): "
-                         "its complete events are analysed; work after the cut is missing, so its last step may look short or idle")
+                         "its complete events are analysed; events after the cut are missing, from any of its steps (Kineto does "
+                         "not write in time order), so its steps are marked incomplete")
         if r_ranks.height == 0:
             notes.append(f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not available")
             continue
         if r_steps.height == 0:
+            mfu_why[run_id] = "the run has no steps (MFU is FLOPs per step; for Nsight Systems exports give --step-range)"
             notes.append(f"run {run_id}: no ProfilerStep in the trace (for Nsight Systems exports: no NVTX step range; see --step-range): "
                          "per-step rows are absent, per-rank rows cover the whole trace, and MFU (FLOPs per step) is not computed")
         if r_ranks["comm_ns"].sum() == 0:
@@ -178,14 +181,17 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         if r_steps.height and r_steps["mfu_pct"].is_null().all():
             m = mfu.filter(pl.col("run_id") == run_id)
             if m["model_flops"].is_null().all():
-                notes.append(f"run {run_id}: MFU not available: no op with modelled FLOPs (record_shapes off, or no matmul, attention or convolution ops with usable shapes); "
-                             "give --model-flops-per-step or the PaLM shape options")
+                why = ("no op with modelled FLOPs (record_shapes off, or no matmul, attention or convolution ops with usable shapes); "
+                       "give --model-flops-per-step or the PaLM shape options")
             else:
                 names = sorted({str(x) for x in m["device_name"].to_list() if x})
                 if names:
-                    notes.append(f"run {run_id}: MFU not available: no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); give it with --peak-tflops")
+                    why = (f"no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); "
+                           "give it with --peak-tflops")
                 else:
-                    notes.append(f"run {run_id}: MFU not available: the trace does not name its device (no deviceProperties), so no peak is known; give it with --peak-tflops")
+                    why = "the trace does not name its device (no deviceProperties), so no peak is known; give it with --peak-tflops"
+            mfu_why[run_id] = why
+            notes.append(f"run {run_id}: MFU not available: {why}")
         c = coll.filter(pl.col("run_id") == run_id)
         if c.height and c["msg_bytes"].is_null().any():
             why = collectives_notes.filter(pl.col("run_id") == run_id)
@@ -209,8 +215,7 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         r_st = step_time.filter(pl.col("run_id") == rid)
         r_calls = [c for c in calls_json if c["run_id"] == rid]
         partial = sorted(str(p) for p in ok.filter((pl.col("run_id") == rid) & (pl.col("status") == "partial"))["path"].to_list())
-        mfu_ok = bool(steps.filter((pl.col("run_id") == rid) & pl.col("mfu_pct").is_not_null()).height)
-        caveats = caveats_for_run(r, partial, mfu_ok, "--model-flops-per-step (or the PaLM shape options) and --peak-tflops")
+        caveats = caveats_for_run(r, partial, mfu_why.get(rid), r_calls, has_steps=bool(r_st.height))
         if r_st.height:
             rows_of = r_st.to_dicts()
 
@@ -221,7 +226,8 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
 
             def strag(analysed, calls=r_calls, rows=rank_rows):
                 return straggler_profile(calls, rows, None)
-        verdicts.append(verdict_for_run(rid, ranks.filter(pl.col("run_id") == rid), r_st, straggler_of=strag, caveats=caveats))
+        verdicts.append(verdict_for_run(rid, ranks.filter(pl.col("run_id") == rid), r_st, straggler_of=strag, caveats=caveats,
+                                        split_known=any(c["consistent"] for c in r_calls)))
     for v in verdicts:
         out = [e for e in v["excluded_steps"] if e["why"] == "outlier"]
         if out:

@@ -11,6 +11,8 @@ Exit codes (all commands):
 
 from __future__ import annotations
 
+import math
+
 import json
 import re
 import sys
@@ -241,13 +243,15 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
         err.print(one_line(f"error: {lake_dir}: not a tracelake lake ({hint})"), markup=False)
         raise typer.Exit(EXIT_FAILED)
     for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
-        if v is not None and not v > 0:
-            raise typer.BadParameter(f"{name} must be positive")
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise typer.BadParameter(f"{name} must be a positive finite number")
+    if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
+        raise typer.BadParameter("--kernel-wait-us must be a finite number >= 0")
     if runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
     tokens_per_step = palm_shape[5] if len(palm_shape) > 5 else None
-    if tokens_per_step is not None and not tokens_per_step > 0:
-        raise typer.BadParameter("--tokens-per-step must be positive")
+    if tokens_per_step is not None and not (tokens_per_step > 0 and math.isfinite(tokens_per_step)):
+        raise typer.BadParameter("--tokens-per-step must be a positive finite number")
     options = dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
                    model_flops_per_step=model_flops_per_step, top_n=top_n, runs=sorted(set(runs)) if runs else None,
                    tokens_per_step=tokens_per_step)

@@ -2,8 +2,8 @@
 -- split into waiting for peers and transfer.
 --
 -- Definitions: each communication kernel in scope (views/20_scope.sql) is cut at its wait
--- boundary (views/45_scope_parts.sql: [start, wait_end) waiting for the last rank of its call to
--- arrive, [wait_end, end) transfer; a kernel of no matched call is all transfer); the exposed
+-- boundary (views/45_scope_parts.sql: [start, start + duration - the call's transfer time)
+-- waiting for peers, the rest transfer; a kernel of no consistent call is all transfer); the exposed
 -- part of each piece is its length minus its overlap with the union of its rank's compute
 -- kernels (the union: compute intervals sorted by start, merged where they touch; XProf and
 -- TraceLens count a collective as exposed only where no compute runs). Summed per op over the
@@ -12,7 +12,9 @@
 -- rather than add up to exposed_comm_ns. The op is collectives.op (the trace's own records
 -- first, the kernel name last; 'unknown' for a communication kernel with no collectives row).
 -- Columns:
---   run_id STRING; step INT64 (step of the kernel's launch; NULL: outside steps); op STRING
+--   run_id STRING; step INT64 (the step whose wall-clock window, views/25_step_window.sql, holds the
+--     kernel's start, as step_time.sql cuts time; else the step of its launch; NULL: outside
+--     steps); op STRING
 --   kernels INT64: communication kernels; ranks INT64: ranks they ran on
 --   kernel_ns INT64 ns: their summed duration
 --   exposed_ns INT64 ns = exposed_wait_ns + exposed_transfer_ns: summed time not under compute
@@ -30,18 +32,22 @@ islands AS (  -- an island of the compute union starts where no earlier interval
   FROM comp
 ),
 merged AS (SELECT run_id, rank, min(start_ns) AS s, max(end_ns) AS e FROM islands GROUP BY run_id, rank, isl),
-kern AS (
-  SELECT row_number() OVER () AS kid, s.run_id, s.rank, s.step, coalesce(c.op, 'unknown') AS op, s.start_ns,
+kern0 AS (
+  SELECT s.run_id, s.rank, s.step, coalesce(c.op, 'unknown') AS op, s.start_ns,
     greatest(s.end_ns, s.start_ns) AS end_ns,
     least(greatest(coalesce(w.wait_end_ns, s.start_ns), s.start_ns), greatest(s.end_ns, s.start_ns)) AS w
   FROM scope s
   LEFT JOIN comm_wait w ON w.run_id = s.run_id AND w.source_id = s.source_id AND w.rank = s.rank
-   AND w.correlation = s.correlation AND w.start_ns = s.start_ns
+   AND w.correlation IS NOT DISTINCT FROM s.correlation AND w.start_ns = s.start_ns
   LEFT JOIN (SELECT run_id, source_id, rank, correlation, start_ns, any_value(op) AS op FROM collectives
              WHERE correlation IS NOT NULL GROUP BY ALL) c
     ON c.run_id = s.run_id AND c.source_id = s.source_id AND c.rank = s.rank AND c.correlation = s.correlation
    AND c.start_ns = s.start_ns
   WHERE s.category = 'communication'
+),
+kern AS (
+  SELECT row_number() OVER () AS kid, k.* REPLACE (coalesce(CASE WHEN k.start_ns < sw.step_end_ns THEN sw.step END, k.step) AS step)
+  FROM kern0 k ASOF LEFT JOIN step_window sw ON sw.run_id = k.run_id AND sw.rank = k.rank AND k.start_ns >= sw.step_start_ns
 ),
 covered AS (
   SELECT k.kid,

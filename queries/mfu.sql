@@ -1,7 +1,7 @@
 -- Model FLOPs utilization (MFU) per rank and step, with the FLOP coverage that qualifies it.
 --
 -- Definition (PaLM, Chowdhery et al. 2022, arXiv 2204.02311 appendix B):
---   mfu_pct = 100 * model_flops / (step_ns * 1e-9 * peak_tflops * 1e12)
+--   mfu_pct = 100 * model_flops / (greatest(step_ns, gpu_span_ns) * 1e-9 * peak_tflops * 1e12)
 --   model_flops = sum of cpu_ops.flops for ops starting inside the step's host window (the
 --                 trace's own flops args, else pipeline/flops.py formulas from input shapes);
 --                 or the user's FLOPs per step and rank (DuckDB variable model_flops_per_step,
@@ -11,7 +11,11 @@
 --                 verdict and step_time use; a host that runs ahead of its GPU (host step shorter
 --                 than its GPU work) does not shorten it, so MFU never counts FLOPs over less
 --                 time than the step really took. A rank without GPU work (no window) falls back
---                 to the host window.
+--                 to the host window. When the previous step's work runs on into this step's
+--                 own (a trailing collective on another stream), the window starts late and can
+--                 be shorter than the step's own GPU work; MFU then divides by that work's span
+--                 (gpu_span_ns), so FLOPs are never counted over less time than their kernels ran
+--                 and MFU stays <= 100 % when the FLOPs are right.
 --   peak_tflops = the variable peak_tflops (`--peak-tflops`), else the dense peak of the rank's
 --                 device (view rank_device, devices.toml) in the precision that carries most of the
 --                 step's modelled FLOPs (flops_dtype; bf16 when the user gave the FLOPs).
@@ -72,6 +76,7 @@ coverage AS (
 ),
 per_step AS (
   SELECT s.run_id, s.rank, s.step, coalesce(w.step_ns, s.dur_ns) AS step_ns, s.dur_ns AS host_step_ns,
+    greatest(coalesce(w.step_ns, s.dur_ns), coalesce(w.gpu_span_ns, 0)) AS mfu_ns,
     coalesce(getvariable('model_flops_per_step'), f.model_flops) AS eff_flops,
     CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'user' WHEN f.model_flops IS NOT NULL THEN 'trace_ops' END AS eff_source,
     CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'bf16' ELSE f.flops_dtype END AS eff_dtype,
@@ -91,7 +96,7 @@ with_peak AS (
 )
 SELECT run_id, rank, step, step_ns, host_step_ns, eff_flops AS model_flops, eff_source AS flops_source, eff_dtype AS flops_dtype,
   eff_peak AS peak_tflops, device_name,
-  100.0 * eff_flops / (step_ns * 1e-9 * eff_peak * 1e12) AS mfu_pct,
+  100.0 * eff_flops / (mfu_ns * 1e-9 * eff_peak * 1e12) AS mfu_pct,
   CASE WHEN eff_source = 'user' THEN 100.0
        WHEN compute_kernel_ns > 0 THEN 100.0 * modelled_ns / compute_kernel_ns END AS flop_coverage_pct,
   compute_kernel_ns,

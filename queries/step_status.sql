@@ -15,8 +15,10 @@
 -- incomplete. When no launch of the source and rank has GPU work, every launch without it counts
 -- as cut off.
 -- A truncated source (sources.status = 'partial': the file was cut while the profiler wrote it)
--- also cuts its last step: a cut through the file drops launches together with their GPU
--- records, so no launch looks cut off, yet the step's work after the cut is missing.
+-- makes every one of its steps incomplete: Kineto does not write events in time order, so a cut
+-- removes events of any step (host launches and their GPU records together, so no launch looks
+-- cut off; a cut nccl_parser_config trace kept ProfilerStep#5 with none of its launches), and the
+-- file cannot tell which steps are whole.
 -- Launch calls: runtime/driver names matching LaunchKernel, MemcpyAsync, MemsetAsync,
 -- GraphLaunch, ModuleLaunch or MTIA runFunction (HTA's launch symbol list, trace_counters.py).
 -- Columns:
@@ -25,7 +27,7 @@
 --   launches_without_gpu_work INT64: of them, those with no GPU work in the trace (cut off or not)
 --   launches_cut_off INT64: of those, the ones after the last launch of the source and rank whose
 --     GPU work was recorded (the ones that make the step incomplete)
---   in_truncated_source BOOL: the step is the last of a source whose file was cut (status 'partial')
+--   in_truncated_source BOOL: the step's source file was cut (status 'partial')
 --   complete BOOL (launches_cut_off = 0 and not in_truncated_source); is_last BOOL (last step of the rank)
 WITH launch_calls AS (
   SELECT run_id, source_id, rank, correlation, start_ns FROM cpu_ops
@@ -61,8 +63,7 @@ SELECT s.run_id, s.rank, s.step, s.name, s.start_ns, s.end_ns, s.dur_ns,
   coalesce(p.cut_off, 0) = 0 AND NOT s.in_truncated_source AS complete,
   s.start_ns = max(s.start_ns) OVER (PARTITION BY s.run_id, s.rank) AS is_last
 FROM (
-  SELECT st.*, coalesce(src.status = 'partial', false)
-           AND st.start_ns = max(st.start_ns) OVER (PARTITION BY st.run_id, st.source_id, st.rank) AS in_truncated_source
+  SELECT st.*, coalesce(src.status = 'partial', false) AS in_truncated_source
   FROM steps st LEFT JOIN sources src ON src.run_id = st.run_id AND src.source_id = st.source_id
 ) s
 LEFT JOIN per_step p USING (run_id, rank, step)

@@ -2,13 +2,15 @@
 --
 -- Definition: over the matched collectives of a step (views/40_collective_calls.sql), for each
 -- straggler rank: times_last = number of calls it started last; caused_wait_ns = sum over those
--- calls of the other ranks' wait (duration - transfer). Only calls seen on at least two ranks.
+-- calls of the other ranks' wait (duration - transfer). Only consistent calls (seen on at least
+-- two ranks, agreeing on op and size, kernels overlapping in time: views/40_collective_calls.sql);
+-- for the others arrival order says nothing.
 -- A call where two or more ranks share the latest start has no straggler (straggler_rank NULL):
 -- its waits are real but caused by no single rank, so it gives no row (no rank is charged with
 -- it), yet it counts in `calls`.
 -- Columns:
 --   run_id STRING; step INT64 (NULL: outside steps); straggler_rank INT32 (never NULL); times_last INT64
---   calls INT64 (calls in the step seen on at least two ranks, tied ones included); caused_wait_ns
+--   calls INT64 (consistent calls in the step, tied ones included); caused_wait_ns
 --   INT64 ns; complete_calls INT64 (of the rank's times_last calls, the complete ones)
 WITH waits AS (
   SELECT r.run_id, r.pg_key, r.call_key, sum(r.dur_ns - k.transfer_ns) FILTER (WHERE r.rank <> k.straggler_rank) AS others_wait
@@ -16,7 +18,7 @@ WITH waits AS (
   GROUP BY ALL
 ),
 calls AS (
-  SELECT k.*, w.others_wait FROM collective_calls k JOIN waits w USING (run_id, pg_key, call_key) WHERE k.ranks_seen >= 2
+  SELECT k.*, w.others_wait FROM collective_calls k JOIN waits w USING (run_id, pg_key, call_key) WHERE k.consistent
 )
 SELECT run_id, step, straggler_rank, count(*) AS times_last,
   any_value(n_calls) AS calls, sum(others_wait)::BIGINT AS caused_wait_ns, sum(complete::INT) AS complete_calls

@@ -98,18 +98,22 @@ def raw_step_counts(source) -> dict[int, tuple[int, int, set, int]]:
 
 def assert_recoverable_within_step_time(res: dict) -> int:
     """docs/report.md, "Never counted twice": for every run of an analysis, the timed findings'
-    recoverable_ns add up to at most the run's time per rank (its steps' windows summed per rank,
-    all steps, then averaged over ranks; the GPU span per rank on the whole-trace basis). The
-    bound is computed here from the step_time / ranks rows, not from the findings code. Returns
-    how many runs had timed findings (so a caller can assert the check was not vacuous)."""
+    recoverable_ns add up to at most the run's time per analysed rank (the steps' windows summed
+    per rank, all steps, averaged over the ranks the verdict analysed, i.e. with a step not left
+    out as incomplete; the GPU span per rank on the whole-trace basis). The bound is computed
+    here from the step_time / ranks rows, not from the findings code. Returns how many runs had
+    timed findings (so a caller can assert the check was not vacuous)."""
     checked = 0
     for v in res["verdicts"]:
         rid = v["run_id"]
         timed = [f["recoverable_ns"] for f in res["findings"] if f["run_id"] == rid and f["recoverable_ns"] is not None]
         if v["basis"] == "steps":
+            rows = [s for s in res["step_time"] if s["run_id"] == rid]
+            cut = {(e["rank"], e["step"]) for e in v["excluded_steps"] if e["why"] == "incomplete"}
+            analysed = {s["rank"] for s in rows if (s["rank"], s["step"]) not in cut}
             per_rank: dict = {}
-            for s in res["step_time"]:
-                if s["run_id"] == rid:
+            for s in rows:
+                if s["rank"] in analysed:
                     per_rank[s["rank"]] = per_rank.get(s["rank"], 0) + s["step_ns"]
         else:
             per_rank = {r["rank"]: r["span_ns"] for r in res["ranks"] if r["run_id"] == rid}

@@ -171,20 +171,24 @@ member = st.tuples(st.integers(0, 60), st.integers(0, 15), st.booleans(), st.jus
 
 
 def _brute_split(ranks: dict[int, list]) -> dict[int, dict]:
-    """Per rank: exposed waiting for peers and exposed transfer, walking every ns. A collective of
-    call c on a rank waits while t < the latest start of call c over the ranks that have it (when
-    two or more do), and transfers after; an instant is compute if a compute kernel runs, else
+    """Per rank: exposed waiting for peers and exposed transfer, walking every ns. Call c (a
+    rank's c-th collective in start order) is consistent when two or more ranks have it and their
+    kernels overlap (the latest start <= the earliest end); then each rank's kernel waits for its
+    first (duration - the shortest duration of the call) ns and transfers after; a kernel of no
+    consistent call transfers throughout. An instant is compute if a compute kernel runs, else
     transfer if some collective transfers, else waiting if some collective waits."""
-    last: dict[int, int | None] = {}
+    calls: dict[int, dict[int, tuple]] = {}
+    for r, acts in ranks.items():
+        for s, d, _, c in _collectives_in_order(acts):
+            calls.setdefault(c, {})[r] = (s, d)
+    shortest = {}
+    for c, kernels in calls.items():
+        ok = len(kernels) >= 2 and max(s for s, _ in kernels.values()) <= min(s + d for s, d in kernels.values())
+        shortest[c] = min(d for _, d in kernels.values()) if ok else None
     out = {}
-    calls: dict[int, dict[int, int]] = {}
     for r, acts in ranks.items():
-        for s, d, coll, c in _collectives_in_order(acts):
-            calls.setdefault(c, {})[r] = s
-    for c, starts in calls.items():
-        last[c] = max(starts.values()) if len(starts) >= 2 else None
-    for r, acts in ranks.items():
-        colls = [(s, d, last[c]) for s, d, _, c in _collectives_in_order(acts)]
+        # (start, end, end of its wait)
+        colls = [(s, s + d, s if shortest[c] is None else s + d - shortest[c]) for s, d, _, c in _collectives_in_order(acts)]
         comps = [(s, d) for s, d, coll, _ in acts if not coll]
         t0 = min(s for s, _, _, _ in acts)
         t1 = max(s + d for s, d, _, _ in acts)
@@ -192,8 +196,8 @@ def _brute_split(ranks: dict[int, list]) -> dict[int, dict]:
         for t in range(t0, t1):
             if any(s <= t < s + d for s, d in comps):
                 continue
-            active = [(s, L) for s, d, L in colls if s <= t < s + d]
-            if any(L is None or t >= L for _, L in active):
+            active = [we for s, e, we in colls if s <= t < e]
+            if any(t >= we for we in active):
                 x += 1
             elif active:
                 w += 1

@@ -153,9 +153,14 @@ def test_nsys_jax_verdict_uses_steps_not_startup(tmp_path):
     res = analyze(lake)
     (v,) = res["verdicts"]
     # compute-bound; high lowered to moderate: the exports carry no FLOPs, so MFU (is the compute
-    # efficient?) is unavailable, a caveat shown beside the verdict
+    # efficient?) is unavailable, a caveat shown beside the verdict. The four reports are projected
+    # onto one timeline with offsets of up to ~0.3 s between ranks (longer than a kernel), so their
+    # collectives do not line up: no wait or straggler is derived (a caveat; it lowers only a
+    # network or straggler verdict)
     assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == ("compute-bound", "moderate", "steps", 4)
-    assert [c["kind"] for c in v["caveats"]] == ["mfu_unavailable"] and "--peak-tflops" in v["caveats"][0]["text"]
+    kinds = {c["kind"]: c for c in v["caveats"]}
+    assert set(kinds) == {"inconsistent_collectives", "mfu_unavailable"} and "--model-flops-per-step" in kinds["mfu_unavailable"]["text"]
+    assert v["numbers"]["exposed_comm_wait_pct"] is None and v["straggler"] is None
     assert [(e["step"], e["rank"], e["why"]) for e in v["excluded_steps"]] == [(0, 3, "outlier")]
     whole = verdict_for_run("pax", pl.DataFrame(res["ranks"]), None)
     assert (whole["verdict"], whole["basis"]) == ("host-bound", "trace") and whole["numbers"]["gpu_idle_pct"] > 90

@@ -234,7 +234,7 @@ def test_analysis_and_report_name_a_partial_trace(tmp_path):
     cut = [n for n in doc["notes"] if "is partial" in n]
     assert len(cut) == 1 and "dlrm_rank-1.json" in cut[0] and f"{len(prefix) - end:,} bytes at its end unreadable" in cut[0]
     assert cut[0] in markdown.render(document.build(doc, None)).replace("\\_", "_")  # markdown escapes _
-    # the cut file's last step (its ProfilerStep#10 is at byte 188,866 of 899,599, inside the
+    # the cut file's steps (its one step, ProfilerStep#10, is at byte 188,866 of 899,599, inside the
     # half kept) is cut off with it (queries/step_status.sql): incomplete; the complete file's
     # step is not; and the cut file's verdict carries the truncated-input caveat. (Both files
     # say rank 2 in distributedInfo, so the cut one went to a run of its own.)

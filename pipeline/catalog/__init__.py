@@ -80,9 +80,17 @@ def normalize_op(raw: str | None) -> str:
     catalog's op key; 'unknown' when nothing matches."""
     if not raw:
         return "unknown"
-    m = _alias_map().get(raw.strip().lower())
+    key = raw.strip().lower()
+    m = _alias_map().get(key)
     if m:
         return m
+    # an alias with a suffix: PyTorch's 'all_reduce_barrier' (nccl:all_reduce_barrier, pytorch#140785),
+    # tagged titles ('all_reduce:tag'), 'reduce_scatter_v': the longest alias the name starts with,
+    # followed by '_' or a non-alphanumeric character
+    pre = max((a for a in _alias_map() if key.startswith(a) and len(key) > len(a) and not key[len(a)].isalnum()),
+              key=len, default=None)
+    if pre:
+        return _alias_map()[pre]
     k = _KERNEL_OP.search(raw)
     if k:
         return _alias_map().get(k.group(1).lower(), "unknown")

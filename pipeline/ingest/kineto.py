@@ -1219,6 +1219,10 @@ class _Acc:
             name="name", start_ns=pl.col("start_ns") + base_ns, end_ns=pl.col("start_ns") + base_ns + pl.col("dur_ns"),
             dur_ns="dur_ns", source=pl.lit("profiler_step"), pid="pid", tid="tid",
         ).sort("start_ns", maintain_order=True)
+        # one row per step number: some traces write ProfilerStep#N twice (a user_annotation and a
+        # cpu_op), and every per-step join would count it twice; the first (then longest) is kept
+        steps = (steps.sort(["start_ns", "dur_ns"], descending=[False, True], maintain_order=True)
+                 .unique("step", keep="first", maintain_order=True))
         rpc = (pl.concat(self.rpc) if self.rpc else
                pl.DataFrame(schema={"event_index": pl.Int64, "external_id": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64}))
         rpc = rpc.with_columns(start_ns=pl.col("start_ns") + base_ns).with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
@@ -1350,6 +1354,23 @@ def _meta_row(a: KArgs) -> dict:
     }
 
 
+_MAX_NELEMS = 2**62 // 16  # beyond this a count times the widest element type overflows int64
+
+
+def _plausible(meta: dict) -> tuple[dict, str | None]:
+    """The collective fields a trace recorded, with impossible values made unknown: element counts
+    not in (0, 2^58), group sizes not in (0, 2^31) (a negative or zero 'Group size', a fuzzed
+    count); returns (meta, a note naming what was dropped, or None)."""
+    bad = []
+    out = dict(meta)
+    for k, hi in (("in_nelems", _MAX_NELEMS), ("out_nelems", _MAX_NELEMS), ("group_size", 2**31)):
+        v = out.get(k)
+        if v is not None and not 0 < v < hi:
+            bad.append(f"{k} {v}")
+            out[k] = None
+    return out, (f"implausible {', '.join(bad)} ignored" if bad else None)
+
+
 def msg_bytes(op: str | None, in_n, out_n, size, dtype: str | None = None, missing: str | None = None) -> tuple[int | None, str | None]:
     """nccl-tests message size S (pipeline/catalog/collectives.toml), or (None, reason).
     dtype: the element type as recorded (named in the reason when its size is unknown);
@@ -1442,9 +1463,11 @@ def _collectives(comm: pl.DataFrame | None, rpc: pl.DataFrame, gpu_meta: dict, c
             meta, missing = chain_memo[key]
         else:
             meta = {}
+        meta, odd = _plausible(meta)
         op = meta.get("op") or catalog.normalize_op(km["op"] or r["name"])
         if a or meta:
-            mb, note = msg_bytes(op, meta.get("in_nelems"), meta.get("out_nelems"), meta.get("dtype_bytes"), meta.get("dtype"), missing)
+            mb, note = msg_bytes(op, meta.get("in_nelems"), meta.get("out_nelems"), meta.get("dtype_bytes"), meta.get("dtype"),
+                                 missing or odd)
         else:
             mb, note = None, missing or _NO_LAUNCH
         rows.append({**meta, "op": op, "op_raw": meta.get("op_raw") or r["name"], "start_ns": r["start_ns"],
@@ -1457,8 +1480,8 @@ def _collectives(comm: pl.DataFrame | None, rpc: pl.DataFrame, gpu_meta: dict, c
             a = cpu_meta[r["event_index"]]
             if a.collective_name is None:
                 continue
-            meta = _meta_row(a)
-            mb, note = msg_bytes(meta["op"], meta["in_nelems"], meta["out_nelems"], meta["dtype_bytes"], meta["dtype"])
+            meta, odd = _plausible(_meta_row(a))
+            mb, note = msg_bytes(meta["op"], meta["in_nelems"], meta["out_nelems"], meta["dtype_bytes"], meta["dtype"], odd)
             rows.append({**meta, "op": meta["op"] or "unknown", "start_ns": r["start_ns"], "end_ns": r["end_ns"],
                          "dur_ns": r["dur_ns"], "timing_source": "cpu_op", "external_id": r["external_id"],
                          "msg_bytes": mb, "msg_bytes_note": note})

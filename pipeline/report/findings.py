@@ -24,7 +24,7 @@ idle): exposed_comm = exposed transfer, straggler = exposed waiting for peers, e
 exposed copies, input_idle = idle in data loading, host_idle = host wait + kernel wait,
 queued_idle = other idle; slow_steps = the excess over the median of the steps left out of the
 basis, which lie outside it. So the recoverable times of one run add up to at most its step time
-per rank (all its steps, analysed or left out; the GPU span on the whole-trace basis).
+per analysed rank (all its steps, analysed or left out; the GPU span on the whole-trace basis).
 A cause becomes a finding when it reaches the verdict's moderate bar (MODERATE_PCT, 5 % of the
 basis; the same bars as the verdict, so every cause that makes a verdict has a finding).
 Ranking (rank_findings): timed findings by recoverable_ns, largest first; then untimed ones in the
@@ -121,39 +121,54 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     exp, xfer, wait = total("exposed_comm"), total("exposed_transfer"), total("exposed_wait")
     comm, ovl = total("comm"), total("overlap")
     by_op = _op_costs(result, run_id, analysed)
-    split = (f"exposed communication {share(exp):.1f}% {of}: transfer {share(xfer):.1f}%, "
-             f"waiting for peers {share(wait):.1f}%")
+    split_known = v["numbers"].get("exposed_comm_transfer_pct") is not None
+    xfer_key = "exposed_transfer"
+    if split_known:
+        split = (f"exposed communication {share(exp):.1f}% {of}: transfer {share(xfer):.1f}%, "
+                 f"waiting for peers {share(wait):.1f}%")
+    else:  # no collective matched consistently on two ranks: the split is unknown (verdict.network_key)
+        xfer, wait, xfer_key = exp, 0, "exposed_comm"
+        split = (f"exposed communication {share(exp):.1f}% {of}; transfer vs waiting for peers unknown: no collective "
+                 "was matched consistently on two or more ranks")
     if share(xfer) >= MODERATE_PCT:
         by_rank: dict[int, int] = {}
         for r in rows:
-            by_rank[r["rank"]] = by_rank.get(r["rank"], 0) + (r[get["exposed_transfer"]] or 0)
+            by_rank[r["rank"]] = by_rank.get(r["rank"], 0) + (r[get[xfer_key]] or 0)
         worst = max(by_rank, key=by_rank.get)
-        ranked = sorted(by_op.items(), key=lambda kv: (-kv[1]["exposed_transfer_ns"], -kv[1]["kernel_ns"], kv[0]))
-        main_op = ranked[0][0] if ranked and ranked[0][1]["exposed_transfer_ns"] > 0 else None
-        ev = [f"exposed transfer {share(xfer):.1f}% {of}: {_ms(xfer / n_ranks)} per rank {over} ({split})",
+        op_key = "exposed_transfer_ns" if split_known else "exposed_ns"
+        ranked = sorted(by_op.items(), key=lambda kv: (-kv[1][op_key], -kv[1]["kernel_ns"], kv[0]))
+        main_op = ranked[0][0] if ranked and ranked[0][1][op_key] > 0 else None
+        ev = [(f"exposed transfer {share(xfer):.1f}% {of}: {_ms(xfer / n_ranks)} per rank {over} ({split})" if split_known
+               else f"{split}: {_ms(xfer / n_ranks)} per rank {over}"),
               f"communication hidden under compute: {100 * ovl / comm:.1f}% of communication time" if comm else "overlap unknown",
-              f"worst rank {worst}: {_ms(by_rank[worst])} exposed transfer"]
-        ev += _op_evidence(ranked, "exposed_transfer_ns", "exposed transfer")
+              f"worst rank {worst}: {_ms(by_rank[worst])} exposed {'transfer' if split_known else 'communication'}"]
+        ev += _op_evidence(ranked, op_key, "exposed transfer" if split_known else "exposed communication")
         if main_op:
             per_rank_calls = [c for c in result.get("collectives_per_rank", []) if c["run_id"] == run_id]
-            bw = [c for c in result.get("collectives", []) if c["run_id"] == run_id and c["op"] == main_op
-                  and c["busbw_gbps"] is not None]
+            mine = [c for c in result.get("collectives", []) if c["run_id"] == run_id and c["op"] == main_op
+                    and c["busbw_gbps"] is not None]
+            # a call that does not line up across ranks has no transfer time of its own
+            bw = [c for c in mine if c["consistent"]] or [c for c in mine if c["ranks_seen"] == 1]
             if bw:
                 med = _median([c["busbw_gbps"] for c in bw])
                 peak = _median([c["link_peak_gbps"] for c in bw])
                 size = _median([c["msg_bytes"] for c in bw])
-                ev.append(f"{main_op} bus bandwidth over its transfer time (after the last rank arrived): median {med:.1f} GB/s "
+                over_t = ("over its transfer time (after the last rank arrived)" if any(c["consistent"] for c in bw)
+                          else "over its kernel time (not matched across ranks: waiting for peers included)")
+                ev.append(f"{main_op} bus bandwidth {over_t}: median {med:.1f} GB/s "
                           f"at a median message of {size / 2**20:.2f} MiB"
                           + (f" = {100 * med / peak:.0f}% of the {peak:.0f} GB/s link peak" if peak
                              else " (link peak unknown: the group spans hosts or the device is not in the catalog)"))
             elif per_rank_calls and all(c["msg_bytes"] is None for c in per_rank_calls if c["op"] == main_op):
                 ev.append(f"{main_op} bus bandwidth unknown: no message size in the trace (see the notes)")
-        out.append({"kind": "exposed_comm", "title": "Exposed communication: collectives transferring data not hidden under compute",
+        out.append({"kind": "exposed_comm",
+                    "title": ("Exposed communication: collectives transferring data not hidden under compute" if split_known
+                              else "Exposed communication: collectives not hidden under compute"),
                     **timing(xfer), "evidence": ev, "recommendation": COMM_ADVICE.get(main_op, COMM_ADVICE[None]),
                     "sql": basis_sql + " ORDER BY exposed_comm_transfer_ns DESC"})
 
     # waiting for peers: the rank the others wait for in collectives (pipeline/report/straggler.py)
-    if share(wait) >= MODERATE_PCT and n_ranks > 1:
+    if split_known and share(wait) >= MODERATE_PCT and n_ranks > 1:
         st = v.get("straggler") or {}
         ev = [f"exposed waiting for peers {share(wait):.1f}% {of}: {_ms(wait / n_ranks)} per rank {over} ({split}): "
               "the ranks' collectives had started but the last rank of the group had not arrived"]

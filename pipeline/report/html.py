@@ -179,7 +179,7 @@ def busbw_chart(per_rank_calls: list[dict], matched_calls: list[dict] | None = N
     peers). size_note: why sizes are missing (the analysis note), shown when no call has one."""
     if not per_rank_calls and not matched_calls:
         return None, "no collectives in this run"
-    rows = [c for c in (matched_calls or []) if c["busbw_gbps"] is not None and c["msg_bytes"]]
+    rows = [c for c in (matched_calls or []) if c["busbw_gbps"] is not None and c["msg_bytes"] and c.get("consistent")]
     over = "transfer time of matched calls" if rows else "each rank's kernel time, waiting included"
     rows = rows or [c for c in per_rank_calls if c["busbw_gbps"] is not None and c["msg_bytes"]]
     if not rows:

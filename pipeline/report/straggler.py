@@ -4,7 +4,8 @@ straggler_profile(calls, rows, steps) reads the run's matched collective calls (
 `collectives`: queries/collective_matching.sql, with `wait_ns` per rank = that rank's duration -
 the call's transfer time, TraceLens NcclAnalyser / torch-tb-profiler) and its step rows.
 
-Who: over the calls of the analysed steps seen on two or more ranks, each call's wait (the sum of
+Who: over the consistent calls of the analysed steps (seen on two or more ranks that agree on op
+and size, kernels overlapping in time: views/40_collective_calls.sql), each call's wait (the sum of
 the other ranks' wait_ns) is caused by its straggler_rank, the rank that started last (none on a
 tie). The rank that causes the most wait is named when it causes at least NAMED_SHARE of all
 wait; otherwise the waiting is spread over ranks that arrive last in turn: load imbalance, no
@@ -44,9 +45,9 @@ def _ms(ns: float) -> str:
 
 
 def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) -> dict | None:
-    """The straggler profile of one run, or None when no call was seen on two ranks.
+    """The straggler profile of one run, or None when it has no consistent call.
 
-    calls: the run's `collectives` records (step, ranks_seen, straggler_rank, wait_ns {rank str: ns});
+    calls: the run's `collectives` records (step, consistent, straggler_rank, wait_ns {rank str: ns});
     rows: the run's analysed step rows (queries/step_time.sql: rank, step, step_start_ns,
     compute_ns, idle_input_ns, idle_host_wait_ns, idle_kernel_wait_ns), or the whole-trace rank
     rows when steps is None (then entered_step_late cannot be told); steps: the analysed step
@@ -54,7 +55,7 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
     Returns {rank (int | None: no single straggler), times_last, calls, caused_wait_ns,
     total_wait_ns, share_pct (0-100), lateness_ns, cause (entered_step_late | longer_compute |
     data_loading | host | unknown | imbalance), cause_ns, cause_text}."""
-    sel = [c for c in calls if (c.get("ranks_seen") or 0) >= 2 and (steps is None or c.get("step") in steps)]
+    sel = [c for c in calls if c.get("consistent") and (steps is None or c.get("step") in steps)]
     if not sel:
         return None
     caused: dict[int, int] = {}

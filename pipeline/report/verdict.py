@@ -185,8 +185,14 @@ def _numbers(total: float, sums: dict[str, float | None], comm: float, overlap: 
     }
 
 
+def network_key(numbers: dict) -> str:
+    """The share the network cause reads: exposed transfer, or all exposed communication when the
+    split is unknown (no collective matched consistently on two or more ranks)."""
+    return "exposed_comm_transfer_pct" if numbers.get("exposed_comm_transfer_pct") is not None else "exposed_comm_pct"
+
+
 def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | None = None,
-                    straggler_of=None, caveats: list[dict] | None = None) -> dict:
+                    straggler_of=None, caveats: list[dict] | None = None, split_known: bool = True) -> dict:
     """The verdict for one run.
 
     ranks: the run's `ranks` rows of the analysis (pipeline.analyze: span_ns, compute_ns,
@@ -194,7 +200,10 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     gpu_idle_ns, idle_*_ns, comm_ns, overlap_ns); step_time: the run's rows of
     queries/step_time.sql, or None / empty when the run has no steps. straggler_of: called with
     the set of analysed steps (None on the trace basis), returns the straggler profile
-    (pipeline/report/straggler.py) or None; caveats: caveats_for_run's list (None: none).
+    (pipeline/report/straggler.py) or None; caveats: caveats_for_run's list (None: none);
+    split_known: whether any collective was matched consistently on two or more ranks (else the
+    split of exposed communication into waiting and transfer is unknown: both shares are None and
+    the network cause reads all exposed communication).
     Returns {run_id, verdict (one of VERDICTS), confidence ("high" | "moderate" | "low" | None),
     reason (one sentence), basis ("steps" | "trace" | None), numbers ({key: pct 0-100 or None},
     keys of LABELS), headline (the number keys behind the verdict), also (the other causes at
@@ -235,13 +244,15 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     else:
         out["reason"] = "no GPU activity in the traces: nothing to attribute"
         return out
+    if not split_known:
+        numbers["exposed_comm_transfer_pct"] = numbers["exposed_comm_wait_pct"] = None
     out["numbers"] = numbers
     if out["basis"] == "steps" and out["steps_used"] == 1:
         out["caveats"].append(single_step_caveat(1))
 
     def level(cause: str) -> tuple[float, float, float]:
         _, key, mod, high = CAUSES[cause]
-        v = numbers[key]
+        v = numbers[network_key(numbers) if cause == "network" else key]
         return (v if v is not None else -1.0), mod, high
 
     high = sorted((c for c in CAUSES if level(c)[0] >= level(c)[2]), key=lambda c: -level(c)[0])
@@ -250,7 +261,8 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
         v, conf = "unknown", None
     elif high:
         v, conf = CAUSES[high[0]][0], "high"
-        out["also"] = [{"verdict": CAUSES[c][0], "key": CAUSES[c][1], "pct": numbers[CAUSES[c][1]]} for c in high[1:]]
+        keys = {c: network_key(numbers) if c == "network" else CAUSES[c][1] for c in high[1:]}
+        out["also"] = [{"verdict": CAUSES[c][0], "key": keys[c], "pct": numbers[keys[c]]} for c in high[1:]]
     elif numbers["compute_pct"] >= COMPUTE_BOUND_PCT:
         v, conf = "compute-bound", "high"
     elif moderate:
@@ -270,7 +282,8 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     for _ in lowered:
         if conf in ("high", "moderate"):
             conf = CONFIDENCE[CONFIDENCE.index(conf) + 1]
-    out.update(verdict=v, confidence=conf, headline=HEADLINE[v], reason=_reason(v, numbers, out))
+    headline = HEADLINE[v] if split_known or v != "network-bound" else ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"]
+    out.update(verdict=v, confidence=conf, headline=headline, reason=_reason(v, numbers, out))
     if out["also"]:
         out["reason"] += "; also above the high bar: " + ", ".join(
             f"{LABELS[a['key']]} {_f(a['pct'])}"
@@ -280,7 +293,7 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     if v == "network-bound" and (numbers["exposed_comm_wait_pct"] or 0) >= MODERATE_PCT:
         out["reason"] += f"; a further {_f(numbers['exposed_comm_wait_pct'])} is waiting for late peers, not transfer"
     if capped:
-        out["reason"] += (f"; confidence moderate: the GPU also idled {_f(other)} with work already queued "
+        out["reason"] += (f"; confidence at most moderate: the GPU also idled {_f(other)} with work already queued "
                           "(waiting on events, synchronizations or other streams), which no cause explains")
     if conf == "low" and per_rank_ns < THIN_NS:
         out["reason"] += f"; low confidence: only {per_rank_ns / 1e6:.3f} ms of GPU time per rank"
@@ -289,14 +302,17 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     return out
 
 
-def caveats_for_run(run: dict, partial_paths: list[str], mfu_available: bool, mfu_flag: str) -> list[dict]:
+def caveats_for_run(run: dict, partial_paths: list[str], mfu_why: str | None, calls: list[dict] | None = None,
+                    has_steps: bool = True) -> list[dict]:
     """What limits a run's verdict, shown beside it (docs/report.md, Caveats).
 
-    run: the analysis's `runs` entry (ranks, world_size, steps); partial_paths: its sources with
-    status 'partial' (truncated); mfu_available: whether any step has an MFU; mfu_flag: the
-    option that would give it. Returns [{kind, text, lowers}], lowers = "all" (every verdict's
-    confidence drops one level) or a list of the verdicts whose confidence it lowers.
-    verdict_for_run adds the single-step caveat itself (it knows how many steps it used)."""
+    run: the analysis's `runs` entry (ranks, world_size); partial_paths: its sources with status
+    'partial' (truncated); mfu_why: why MFU is unavailable, with the option that would give it
+    (None: available); calls: its matched collectives (`collectives` records: ranks_seen,
+    consistent); has_steps: whether it has steps (else the verdict is on the whole trace).
+    Returns [{kind, text, lowers}], lowers = "all" (every verdict's confidence drops one level)
+    or a list of the verdicts whose confidence it lowers. verdict_for_run adds the single-step
+    caveat itself (it knows how many steps it used)."""
     out = []
     world, ranks = run.get("world_size"), run.get("ranks") or []
     if world and len(ranks) < world:
@@ -309,10 +325,24 @@ def caveats_for_run(run: dict, partial_paths: list[str], mfu_available: bool, mf
     if partial_paths:
         out.append({"kind": "truncated_input", "lowers": "all",
                     "text": f"{len(partial_paths)} input(s) truncated ({', '.join(partial_paths[:3])}"
-                            f"{' ...' if len(partial_paths) > 3 else ''}): work after the cut is missing"})
-    if not mfu_available:
+                            f"{' ...' if len(partial_paths) > 3 else ''}): events after the cut are missing, from any "
+                            "step (Kineto does not write in time order), so those steps are left out when others remain"})
+    if not has_steps:
+        out.append({"kind": "no_steps", "lowers": "all",
+                    "text": "no steps in the trace: the verdict is on the whole trace, start-up and idle time between "
+                            "steps included (Nsight Systems exports: give --step-range)"})
+    multi = [c for c in (calls or []) if (c.get("ranks_seen") or 0) >= 2]
+    bad = [c for c in multi if not c.get("consistent")]
+    if bad:
+        out.append({"kind": "inconsistent_collectives",
+                    "lowers": ["network-bound", "straggler-bound"] if len(bad) >= 0.1 * len(multi) else [],
+                    "text": f"{len(bad)} of {len(multi)} collective calls seen on several ranks do not line up (their "
+                            "kernels do not overlap in time, or the ranks disagree on op or size: sampled traces, "
+                            "different calls matched by order, or host clocks far apart): no wait or straggler is "
+                            "derived from them, and their time counts as transfer"})
+    if mfu_why:
         out.append({"kind": "mfu_unavailable", "lowers": ["compute-bound", "balanced"],
-                    "text": f"MFU not available (no FLOPs or no device peak): give {mfu_flag}"})
+                    "text": f"MFU not available: {mfu_why}"})
     return out
 
 
@@ -350,7 +380,11 @@ def _reason(v: str, n: dict, out: dict) -> str:
              f"idle with the next work already queued {_f(n['idle_other_pct'])}")
     who = _who(out.get("straggler"))
     return {
-        "network-bound": f"{_f(n['exposed_comm_transfer_pct'])} {of} is collectives transferring data not hidden under compute"
+        "network-bound": (f"{_f(n['exposed_comm_transfer_pct'])} {of} is collectives transferring data not hidden under compute"
+                          if n["exposed_comm_transfer_pct"] is not None else
+                          f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute (whether it is "
+                          "transfer or waiting for peers is unknown: no collective was matched consistently on two or "
+                          "more ranks)")
                          + (f" (only {_f(n['comm_comp_overlap_pct'])} of communication overlaps compute)"
                             if n["comm_comp_overlap_pct"] is not None else ""),
         "straggler-bound": f"{_f(n['exposed_comm_wait_pct'])} {of} is collectives waiting for late peers, not the network "

@@ -13,23 +13,40 @@
 --   wait_ns     = each rank's duration - transfer_ns (time spent waiting for late peers);
 --   straggler_rank = the rank that started the call last (the others waited for it; a rank's
 --                    start is its latest kernel start in the call); NULL when only one rank has
---                    the call, and NULL on a tie for last arrival (two or more ranks share the
+--                    the call, when the call is not consistent (below), and NULL on a tie for last arrival (two or more ranks share the
 --                    latest start): then no single rank made the others wait, their waits are
 --                    real but caused by no one rank (stragglers.sql leaves such calls to no rank);
 --   algbw/busbw as in collective_bandwidth.sql but over transfer_ns.
 -- A call is complete when every expected rank has it (group_size when recorded; else the run's
 -- world size for an unnamed group) and all agree on op and msg_bytes; incomplete calls keep their
 -- numbers over the ranks present but are flagged.
--- collective_step: the step of each collective's kernel (gpu_work.step of the GPU activity with the
--- collective's source, rank, correlation and start); only those activities are read.
+-- A call is consistent when it is seen on two or more ranks, they agree on op and msg_bytes, and
+-- its kernels overlap in time: none ends before the last one starts (max start <= min end). The
+-- kernels of one collective cannot finish before its last rank arrives, so a call that fails this
+-- pairs different collectives (matching by order in a trace whose events were sampled or whose
+-- ranks recorded different calls) or compares clocks that are far apart (hosts not
+-- synchronized, or Nsight Systems reports projected onto one timeline). Only consistent calls
+-- name a straggler or split their kernels into waiting and transfer (views/45_scope_parts.sql,
+-- stragglers.sql); for the others arrival order says nothing.
+-- collective_step: the step of each collective's kernel: gpu_work.step of the GPU activity with the
+-- collective's source, rank, correlation and start (the step whose host window holds its launch),
+-- else, for a kernel whose launch is not in the trace, the step whose wall-clock window
+-- (views/25_step_window.sql) holds its start, as step_time.sql cuts time; only those activities
+-- are read.
 --   run_id STRING; source_id STRING; rank INT32; correlation INT64; start_ns INT64 ns; step INT64
 CREATE OR REPLACE VIEW collective_step AS
-SELECT a.run_id, a.source_id, a.rank, a.correlation, a.start_ns, any_value(l.step) AS step
-FROM gpu_activities a
-SEMI JOIN collectives c ON c.run_id = a.run_id AND c.source_id = a.source_id AND c.rank = a.rank
-  AND c.correlation = a.correlation AND c.start_ns = a.start_ns
-LEFT JOIN gpu_launch l ON l.run_id = a.run_id AND l.source_id = a.source_id AND l.rank = a.rank AND l.correlation = a.correlation
-GROUP BY ALL;
+WITH by_launch AS (
+  SELECT a.run_id, a.source_id, a.rank, a.correlation, a.start_ns, any_value(l.step) AS step
+  FROM gpu_activities a
+  SEMI JOIN collectives c ON c.run_id = a.run_id AND c.source_id = a.source_id AND c.rank = a.rank
+    AND c.correlation = a.correlation AND c.start_ns = a.start_ns
+  LEFT JOIN gpu_launch l ON l.run_id = a.run_id AND l.source_id = a.source_id AND l.rank = a.rank AND l.correlation = a.correlation
+  GROUP BY ALL
+)
+SELECT b.run_id, b.source_id, b.rank, b.correlation, b.start_ns,
+  coalesce(b.step, CASE WHEN b.start_ns < w.step_end_ns THEN w.step END) AS step
+FROM by_launch b
+ASOF LEFT JOIN step_window w ON w.run_id = b.run_id AND w.rank = b.rank AND b.start_ns >= w.step_start_ns;
 
 CREATE OR REPLACE VIEW collective_ranks AS
 WITH streams AS (
@@ -38,7 +55,10 @@ WITH streams AS (
         WHERE process_group IS NULL AND stream IS NOT NULL GROUP BY run_id, rank, stream)
 ),
 keyed AS (
-  SELECT c.*, coalesce(c.process_group, 'comm stream #' || s.stream_ord::VARCHAR, 'unnamed') AS pg_key
+  -- PyTorch numbers point-to-point and collective calls of a group apart (ProcessGroupNCCL
+  -- seqP2P_ / seqCollective_), so with a Seq they are matched apart too
+  SELECT c.*, coalesce(c.process_group, 'comm stream #' || s.stream_ord::VARCHAR, 'unnamed')
+              || CASE WHEN c.seq IS NOT NULL AND c.op IN ('send', 'recv', 'send_recv') THEN ' p2p' ELSE '' END AS pg_key
   FROM collectives c LEFT JOIN streams s ON s.run_id = c.run_id AND s.rank = c.rank AND s.stream = c.stream AND c.process_group IS NULL
 ),
 c AS (
@@ -59,7 +79,7 @@ rank_starts AS (
 straggler AS (
   SELECT run_id, pg_key, call_key,
     CASE WHEN count(*) >= 2 AND count(*) FILTER (WHERE rank_start_ns = last_ns) = 1
-         THEN arg_max(rank, rank_start_ns) END AS straggler_rank
+         THEN arg_max(rank, rank_start_ns) END AS straggler_rank0
   FROM rank_starts GROUP BY ALL
 ),
 calls AS (
@@ -69,10 +89,12 @@ calls AS (
     any_value(op) AS op, max(msg_bytes) AS msg_bytes, max(group_size) AS group_size,
     any_value(process_group) AS process_group, any_value(seq) AS seq,
     min(dur_ns) AS transfer_ns, min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
-    min(step) AS step
+    min(end_ns) AS first_end_ns, min(rank) AS low_rank, min(step) AS step
   FROM collective_ranks GROUP BY ALL
 )
-SELECT c.*, g.straggler_rank, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END, c.ranks_seen) AS expected_ranks,
+SELECT c.*, CASE WHEN c.ranks_seen >= 2 AND c.n_ops = 1 AND c.n_sizes <= 1 AND c.last_start_ns <= c.first_end_ns
+                 THEN g.straggler_rank0 END AS straggler_rank, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END, c.ranks_seen) AS expected_ranks,
   c.ranks_seen = expected_ranks AND c.n_ops = 1 AND c.n_sizes <= 1 AS complete,
+  c.ranks_seen >= 2 AND c.n_ops = 1 AND c.n_sizes <= 1 AND c.last_start_ns <= c.first_end_ns AS consistent,
   c.last_start_ns - c.first_start_ns AS arrival_spread_ns
 FROM calls c JOIN straggler g USING (run_id, pg_key, call_key) LEFT JOIN world w USING (run_id);

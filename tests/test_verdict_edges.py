@@ -1,0 +1,164 @@
+"""Edge cases of the wait/transfer split, the straggler, MFU's window and collective records,
+each on a minimal hand-built trace whose answer is worked out in the test (from an adversarial
+trial of issue 14's changes)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from conftest import X, corpus, write_trace
+from pipeline.analyze import analyze
+from pipeline.catalog import normalize_op
+from pipeline.cli import app
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.query import connect, run
+from test_handmade import COMM_ARGS, H100, gpu, launch
+
+US = 1000
+runner = CliRunner()
+AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"
+
+
+def _lake(tmp_path, per_rank: dict[int, list]) -> Lake:
+    for r, ev in per_rank.items():
+        write_trace(tmp_path / "job" / f"r{r}.json", ev, deviceProperties=H100,
+                    distributedInfo={"backend": "nccl", "rank": r, "world_size": len(per_rank)})
+    lk = Lake(tmp_path / "lake")
+    assert all(x.status == "ok" for x in ingest_paths([tmp_path / "job"], lk)), "ingest"
+    return lk
+
+
+def _steps(shift: int) -> list[dict]:
+    """Two steps of 1000 µs: compute [20, 600), all-reduce [600, 900) per step, every time + shift."""
+    ev = []
+    for k, off in enumerate((0, 1000)):
+        o = off + shift
+        ev += [X("user_annotation", f"ProfilerStep#{k + 1}", o, 1000, pid=10, tid=10),
+               launch("cudaLaunchKernel", o + 5, 10 * k + 1), launch("cudaLaunchKernel", o + 6, 10 * k + 2),
+               gpu("kernel", "gemm", o + 20, 580, 7, 10 * k + 1), gpu("kernel", AR, o + 600, 300, 20, 10 * k + 2, **COMM_ARGS)]
+    return ev
+
+
+def test_clock_skew_alone_is_not_waiting(tmp_path):
+    """Two identical ranks, every event of rank 1 shifted by +150 µs (its host clock is ahead):
+    both all-reduce kernels last 300 µs, so neither waited (wait = duration - the shortest
+    duration, each measured on its own clock); comparing starts would call 150 µs per call
+    waiting. Exposed communication [600, 900) per step is all transfer."""
+    lk = _lake(tmp_path, {0: _steps(0), 1: _steps(150)})
+    for r in run(connect(lk), "step_time").to_dicts():
+        assert (r["exposed_comm_wait_ns"], r["exposed_comm_transfer_ns"]) == (0, 300 * US), r
+    (v,) = analyze(lk)["verdicts"]
+    assert v["numbers"]["exposed_comm_wait_pct"] == 0 and v["verdict"] != "straggler-bound"
+
+
+def test_single_rank_split_is_unknown_not_zero(tmp_path):
+    """One rank: no collective is matched on two ranks, so whether its exposed communication
+    (300 of 1000 µs per step = 30 %) is transfer or waiting is unknown (null, not 0 %), and the
+    network cause reads all of it."""
+    lk = _lake(tmp_path, {0: _steps(0)})
+    (v,) = analyze(lk)["verdicts"]
+    n = v["numbers"]
+    assert n["exposed_comm_wait_pct"] is None and n["exposed_comm_transfer_pct"] is None
+    assert n["exposed_comm_pct"] == pytest.approx(30.0) and v["verdict"] == "network-bound"
+    assert "unknown" in v["reason"] and v["headline"][0] == "exposed_comm_pct"
+
+
+def test_calls_that_do_not_overlap_are_not_matched(tmp_path):
+    """Rank 0 has one extra all-reduce at [100, 150) before the step's: matched by order, call 0
+    pairs it with rank 1's [600, 900) kernel, which starts after it ended (a collective cannot end
+    before its last rank arrives): not consistent, so no straggler and no waiting from it."""
+    ev0 = _steps(0) + [launch("cudaLaunchKernel", 7, 99), gpu("kernel", AR, 100, 50, 20, 99, **COMM_ARGS)]
+    lk = _lake(tmp_path, {0: ev0, 1: _steps(0)})
+    calls = run(connect(lk), "collective_matching").sort("call_key").to_dicts()
+    assert calls[0]["consistent"] is False and calls[0]["straggler_rank"] is None
+    res = analyze(lk)
+    (v,) = res["verdicts"]
+    assert any(c["kind"] == "inconsistent_collectives" for c in v["caveats"])
+
+
+def test_repeated_seq_does_not_break_the_analysis(tmp_path):
+    """An all-reduce and a send/recv of one process group both with Seq 1 on two ranks (PyTorch
+    numbers collectives and P2P apart): matched apart, and the analysis runs."""
+    def ev():
+        return [X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+                launch("cudaLaunchKernel", 5, 1), launch("cudaLaunchKernel", 6, 2),
+                gpu("kernel", AR, 100, 100, 20, 1, **{**COMM_ARGS, "Seq": 1}),
+                gpu("kernel", "ncclDevKernel_SendRecv(x)", 300, 100, 21, 2,
+                    **{**COMM_ARGS, "Collective name": "send", "Seq": 1})]
+    lk = _lake(tmp_path, {0: ev(), 1: ev()})
+    calls = run(connect(lk), "collective_matching").to_dicts()
+    assert sorted(c["op"] for c in calls) == ["all_reduce", "send"]
+    assert analyze(lk)["verdicts"][0]["verdict"]
+
+
+def test_duplicate_profiler_step_rows_count_once(tmp_path):
+    """ProfilerStep#1 written twice (a user_annotation and a cpu_op of the same window): one
+    step row, one step_time row, and its parts add up to its window."""
+    ev = _steps(0) + [X("cpu_op", "ProfilerStep#1", 0, 1000, pid=10, tid=10)]
+    lk = _lake(tmp_path, {0: ev})
+    st = run(connect(lk), "step_time").to_dicts()
+    assert [r["step"] for r in st] == [1, 2]
+    for r in st:
+        assert r["compute_ns"] + r["exposed_comm_ns"] + r["exposed_memory_ns"] + r["exposed_unknown_ns"] + r["idle_ns"] == r["step_ns"]
+
+
+def test_mfu_over_a_squeezed_window_stays_below_the_peak(tmp_path):
+    """Step 1's all-reduce runs on [950, 3000) on its stream; step 2's matmul (2 * 1024^3 FLOP,
+    bf16) runs [1010, 3010) on another: step 2's window starts at step 1's end (3000), 10 µs long.
+    MFU divides by the longer of the window and the step's own GPU span (2000 µs):
+    100 * 2 * 1024^3 / (2e-3 * 989.4e12) = 0.1085 %, not 100x that."""
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+          X("user_annotation", "ProfilerStep#2", 1000, 10, pid=10, tid=10),
+          launch("cudaLaunchKernel", 5, 1),
+          X("cpu_op", "aten::mm", 1001, 5, pid=10, tid=10, **{"External id": 7, "Input Dims": [[1024, 1024], [1024, 1024]],
+                                                             "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
+          launch("cudaLaunchKernel", 1002, 2, ext=7),
+          gpu("kernel", AR, 950, 2050, 20, 1, **COMM_ARGS),
+          gpu("kernel", "sm90_gemm_bf16", 1010, 2000, 7, 2, ext=7)]
+    lk = _lake(tmp_path, {0: ev})
+    m = {r["step"]: r for r in run(connect(lk), "mfu").to_dicts()}
+    assert m[2]["step_ns"] == 10 * US
+    assert m[2]["mfu_pct"] == pytest.approx(100 * 2 * 1024**3 / (2e-3 * 989.4e12))
+
+
+def test_implausible_sizes_are_unknown(tmp_path):
+    """'In msg nelems' -1,000,000 and 'Group size' 0 on one rank, 2^62 on another: sizes and
+    groups unknown (null, with a note), never negative bandwidths, and the files ingest."""
+    def ev(n, g):
+        return [X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10), launch("cudaLaunchKernel", 5, 1),
+                gpu("kernel", AR, 100, 100, 20, 1, **{**COMM_ARGS, "In msg nelems": n, "Out msg nelems": n, "Group size": g})]
+    lk = _lake(tmp_path, {0: ev(-1000000, 0), 1: ev(2**62, 2)})
+    rows = run(connect(lk), "collective_bandwidth").to_dicts()
+    assert all(r["msg_bytes"] is None and r["busbw_gbps"] is None for r in rows)
+    notes = [r[0] for r in connect(lk).execute("SELECT msg_bytes_note FROM collectives ORDER BY rank").fetchall()]
+    assert all("implausible" in n for n in notes), notes
+
+
+def test_op_names_with_suffixes():
+    # PyTorch's barrier title (pytorch#140785), a tagged title, reduce_scatter_v
+    assert [normalize_op(x) for x in ("all_reduce_barrier", "all_reduce:tag", "reduce_scatter_v", "allgather_into_tensor_coalesced")] \
+        == ["all_reduce", "all_reduce", "reduce_scatter", "all_gather"]
+
+
+def test_infinite_options_are_usage_errors(tmp_path):
+    lk = _lake(tmp_path, {0: _steps(0)})
+    for opt in ("--peak-tflops", "--model-flops-per-step", "--tokens-per-step", "--kernel-wait-us"):
+        r = runner.invoke(app, ["analyze", "--lake", str(lk.root), "--json", opt, "inf"])
+        assert r.exit_code == 2, (opt, r.output)
+
+
+def test_sampled_ranks_match_only_what_lines_up():
+    """HTA's trace_filter (2 sampled ranks of a 128-rank job; also sample_traces/): its events
+    were sampled upstream, so matching the k-th NCCL kernel of each rank pairs different calls.
+    Read by hand from the raw kernels (the ones whose pairs overlap in time): of the 10 calls, 4
+    line up (the 2nd and 7th of the comm stream with 8 calls, and both calls of the other)."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        lk = Lake(Path(d))
+        ingest_paths([corpus("hta", "tests", "data", "trace_filter")], lk)
+        calls = run(connect(lk), "collective_matching").to_dicts()
+    assert len(calls) == 10 and sum(c["consistent"] for c in calls) == 4
