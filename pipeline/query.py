@@ -7,6 +7,11 @@ connect(lake) returns a DuckDB connection with
 - the derived views of queries/views/*.sql (gpu_work, scope, rank_device, collective_ranks,
   collective_calls), in file order, and one view per metric file (breakdown, mfu, ...);
 - runs: only these run ids' parts are read (None: every run);
+- materialize=None (the default): True, keeping every column of scope, when the lake's GPU and
+  host tables (gpu_activities, cpu_ops) hold at most AUTO_MATERIALIZE_BYTES of Parquet (a few
+  tenths of a second to compute, and it saves more in binding the metric views over the stack
+  of views below them); else False, so `tracelake sql` on a large lake pays only for what a
+  query reads;
 - with materialize=True, the views named in MATERIALIZED (gpu_launch, scope, step_window,
   collective_ranks, collective_calls) computed once into temporary tables behind the same names, scope with
   SCOPE_COLUMNS only (for a whole analysis: the variables below are fixed at connect time then);
@@ -18,6 +23,7 @@ run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
 
 from __future__ import annotations
 
+import os
 import time
 
 import duckdb
@@ -29,6 +35,7 @@ from .lake import Lake
 from .paths import QUERIES_DIR
 
 
+AUTO_MATERIALIZE_BYTES = 64 * 2**20
 # derived views computed once into tables by connect(materialize=True), in dependency order
 MATERIALIZED = ("gpu_launch", "scope", "step_window", "collective_ranks", "collective_calls")
 # the columns of scope that the metric queries read: a materialized scope keeps only these (the
@@ -41,7 +48,7 @@ SCOPE_COLUMNS = ("run_id", "source_id", "rank", "device", "stream", "kind", "cat
 
 def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None,
             peak_tflops: float | None = None, model_flops_per_step: float | None = None,
-            materialize: bool = False, runs: list[str] | None = None,
+            materialize: bool | None = None, runs: list[str] | None = None,
             tokens_per_step: float | None = None) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
@@ -60,6 +67,13 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
 
 def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs,
              tokens_per_step=None):
+    all_columns = materialize is None  # auto: a small lake, every column of scope kept for `tracelake sql`
+    if materialize is None:
+        try:
+            size = sum(os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in lake.table_files(t, runs))
+        except OSError:  # a part removed meanwhile (forget, ingest --force): decide as for a large lake
+            size = AUTO_MATERIALIZE_BYTES + 1
+        materialize = size <= AUTO_MATERIALIZE_BYTES
     if window not in ("all", "hta"):
         raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
     con = duckdb.connect(":memory:")
@@ -111,7 +125,7 @@ def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model
         if todo:
             con.execute("SET preserve_insertion_order = false")
             for name in todo:
-                cols = ", ".join(SCOPE_COLUMNS) if name == "scope" else "*"
+                cols = ", ".join(SCOPE_COLUMNS) if name == "scope" and not all_columns else "*"
                 con.execute(f"CREATE TEMP TABLE _m_{name} AS SELECT {cols} FROM {name}")
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
                 done.add(name)

@@ -213,7 +213,7 @@ def _collectives_in_order(acts):
     return [(s, d, True, k) for k, (s, _, d) in enumerate(colls)]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(member, min_size=1, max_size=12), st.lists(member, min_size=1, max_size=12), st.booleans())
 def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
     """Two ranks of random compute kernels and collectives of one process group (queries/breakdown.sql
