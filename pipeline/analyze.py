@@ -216,18 +216,11 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         r_calls = [c for c in calls_json if c["run_id"] == rid]
         partial = sorted(str(p) for p in ok.filter((pl.col("run_id") == rid) & (pl.col("status") == "partial"))["path"].to_list())
         caveats = caveats_for_run(r, partial, mfu_why.get(rid), r_calls, has_steps=bool(r_st.height))
-        if r_st.height:
-            rows_of = r_st.to_dicts()
-
-            def strag(analysed, calls=r_calls, rows=rows_of):
-                return straggler_profile(calls, [x for x in rows if x["step"] in analysed], analysed)
-        else:
-            rank_rows = ranks.filter(pl.col("run_id") == rid).to_dicts()
-
-            def strag(analysed, calls=r_calls, rows=rank_rows):
-                return straggler_profile(calls, rows, None)
-        verdicts.append(verdict_for_run(rid, ranks.filter(pl.col("run_id") == rid), r_st, straggler_of=strag, caveats=caveats,
-                                        split_known=any(c["consistent"] for c in r_calls)))
+        # straggler_profile reads only the rows of the steps it is given (or the rank rows on the trace basis)
+        rows = r_st.to_dicts() if r_st.height else ranks.filter(pl.col("run_id") == rid).to_dicts()
+        verdicts.append(verdict_for_run(rid, ranks.filter(pl.col("run_id") == rid), r_st,
+                                        straggler_of=lambda analysed, calls=r_calls, rows=rows: straggler_profile(calls, rows, analysed),
+                                        caveats=caveats, split_known=any(c["consistent"] for c in r_calls)))
     for v in verdicts:
         out = [e for e in v["excluded_steps"] if e["why"] == "outlier"]
         if out:

@@ -6,8 +6,8 @@
 --                time arrives with issue 3).
 --   busbw_gbps = algbw_gbps * busbw_factor(op's kind, n) (views/05_macros.sql, pipeline/catalog/collectives.toml):
 --                all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1;
---                n = the call's group_size, else (a call of no named process group: the default
---                group) the run's world size, as views/40_collective_calls.sql's expected_ranks.
+--                n = group_ranks (views/05_macros.sql): the call's group_size, else the run's world
+--                size for a call of no named process group (the default group).
 --   link_peak_gbps = the device's NVLink per-direction peak (pipeline/catalog/devices.toml)
 --                when the group fits on the rank's host (group_size <= visible devices);
 --                NULL when the group spans hosts (the NIC is unknown from a trace alone) or
@@ -21,9 +21,8 @@
 SELECT c.run_id, c.rank, g.step, c.op, c.process_group, c.group_size, c.seq, c.start_ns, c.dur_ns, c.msg_bytes,
   CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns END AS algbw_gbps,
   CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns
-    * busbw_factor(k.busbw_factor, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END)) END AS busbw_gbps,
-  CASE WHEN coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END) <= d.visible_devices
-       THEN d.nvlink_gbps END AS link_peak_gbps,
+    * busbw_factor(k.busbw_factor, group_ranks(c.group_size, c.process_group, w.world_size)) END AS busbw_gbps,
+  CASE WHEN group_ranks(c.group_size, c.process_group, w.world_size) <= d.visible_devices THEN d.nvlink_gbps END AS link_peak_gbps,
   100.0 * busbw_gbps / link_peak_gbps AS busbw_util_pct,
   c.algorithm, c.protocol
 FROM collectives c

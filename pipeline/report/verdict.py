@@ -248,7 +248,7 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
         numbers["exposed_comm_transfer_pct"] = numbers["exposed_comm_wait_pct"] = None
     out["numbers"] = numbers
     if out["basis"] == "steps" and out["steps_used"] == 1:
-        out["caveats"].append(single_step_caveat(1))
+        out["caveats"].append(SINGLE_STEP_CAVEAT)
 
     def level(cause: str) -> tuple[float, float, float]:
         _, key, mod, high = CAUSES[cause]
@@ -352,12 +352,9 @@ def lowers_confidence(caveat: dict, verdict: str) -> bool:
     return lw == "all" or (isinstance(lw, (list, tuple)) and verdict in lw)
 
 
-def single_step_caveat(steps_used: int) -> dict | None:
-    """The caveat for a verdict that rests on one analysed step (None otherwise)."""
-    if steps_used != 1:
-        return None
-    return {"kind": "single_step", "lowers": "all",
-            "text": "one step analysed: step-to-step variation (and whether this step is typical) is unknown"}
+# the caveat of a verdict that rests on one analysed step (verdict_for_run adds it)
+SINGLE_STEP_CAVEAT = {"kind": "single_step", "lowers": "all",
+                      "text": "one step analysed: step-to-step variation (and whether this step is typical) is unknown"}
 
 
 def _f(x) -> str:

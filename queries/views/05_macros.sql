@@ -9,6 +9,13 @@ CREATE OR REPLACE MACRO busbw_factor(kind, n) AS
        WHEN kind = '(n-1)/n' THEN (n - 1) / n
        ELSE 1.0 END;
 
+-- group_ranks(group_size, process_group, world_size): how many ranks a collective's group has:
+-- its recorded group size, else the run's world size when the call names no process group (the
+-- default group spans the world), else NULL. Used for busbw's n (collective_bandwidth.sql) and a
+-- matched call's expected ranks (views/40_collective_calls.sql).
+CREATE OR REPLACE MACRO group_ranks(group_size, process_group, world_size) AS
+  coalesce(group_size, CASE WHEN process_group IS NULL THEN world_size END);
+
 -- Interval sweeps (breakdown.sql, step_time.sql) carry the four GPU work categories' running
 -- counts in two BIGINTs of two 32-bit fields: pack_compute_comm(category) is 1 for compute and
 -- 2^32 for communication, pack_memory_unknown(category) 1 for memory and 2^32 for unknown (0

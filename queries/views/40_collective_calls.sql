@@ -92,9 +92,9 @@ calls AS (
     min(end_ns) AS first_end_ns, min(rank) AS low_rank, min(step) AS step
   FROM collective_ranks GROUP BY ALL
 )
-SELECT c.*, CASE WHEN c.ranks_seen >= 2 AND c.n_ops = 1 AND c.n_sizes <= 1 AND c.last_start_ns <= c.first_end_ns
-                 THEN g.straggler_rank0 END AS straggler_rank, coalesce(c.group_size, CASE WHEN c.process_group IS NULL THEN w.world_size END, c.ranks_seen) AS expected_ranks,
-  c.ranks_seen = expected_ranks AND c.n_ops = 1 AND c.n_sizes <= 1 AS complete,
-  c.ranks_seen >= 2 AND c.n_ops = 1 AND c.n_sizes <= 1 AND c.last_start_ns <= c.first_end_ns AS consistent,
+SELECT c.* EXCLUDE (consistent), CASE WHEN c.consistent THEN g.straggler_rank0 END AS straggler_rank,
+  coalesce(group_ranks(c.group_size, c.process_group, w.world_size), c.ranks_seen) AS expected_ranks,
+  c.ranks_seen = expected_ranks AND c.n_ops = 1 AND c.n_sizes <= 1 AS complete, c.consistent,
   c.last_start_ns - c.first_start_ns AS arrival_spread_ns
-FROM calls c JOIN straggler g USING (run_id, pg_key, call_key) LEFT JOIN world w USING (run_id);
+FROM (SELECT *, ranks_seen >= 2 AND n_ops = 1 AND n_sizes <= 1 AND last_start_ns <= first_end_ns AS consistent FROM calls) c
+JOIN straggler g USING (run_id, pg_key, call_key) LEFT JOIN world w USING (run_id);
