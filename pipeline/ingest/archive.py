@@ -28,7 +28,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .kineto import TraceError
+from .errors import TraceError
 
 try:  # isal's inflate is ~2x faster than zlib's and gives the same bytes
     from isal import isal_zlib as _zlib

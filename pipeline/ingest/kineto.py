@@ -33,10 +33,7 @@ from ..flops import MODELLED_OPS, op_flops
 from ..ncclname import kernel_meta  # noqa: F401  (re-exported for callers of kineto.kernel_meta)
 from ..timeparse import us_text_to_ns
 from . import kineto_comm
-
-
-class TraceError(ValueError):
-    """The file cannot be read as a trace (empty, truncated, not JSON, wrong shape)."""
+from .errors import TraceError
 
 
 class NotKinetoError(TraceError):

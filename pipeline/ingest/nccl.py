@@ -17,7 +17,7 @@ import re
 
 import msgspec
 
-from .kineto import TraceError
+from .errors import TraceError
 from .nccl_common import LogParsed, lenient_json, safe_unpickle
 from . import nccl_log, nccl_struct
 

@@ -18,7 +18,7 @@ import polars as pl
 
 from .. import catalog
 from .. import schema as sch
-from .kineto import TraceError
+from .errors import TraceError
 
 # --- enums ---------------------------------------------------------------------------------------
 

@@ -51,7 +51,7 @@ from .. import catalog
 from .. import classify as classify_mod
 from ..flops import MODELLED_OPS, op_flops
 from ..ncclname import kernel_meta
-from .kineto import TraceError
+from .errors import TraceError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"  # first line of .nsys-rep / .qdrep (nsys.md section 0)

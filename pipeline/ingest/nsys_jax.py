@@ -69,7 +69,7 @@ import pyarrow.parquet as pq
 from .. import catalog
 from .. import classify as classify_mod
 from ..lake import one_line
-from .kineto import TraceError
+from .errors import TraceError
 from .nsys import ExportInfo
 
 TRACE_MEMBER = "nvtx_gpu_proj_trace/trace.parquet"
