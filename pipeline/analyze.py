@@ -20,10 +20,10 @@ import polars as pl
 
 from . import query
 from .lake import Lake
-from .report import nccl_findings
-from .report.findings import findings_for_run, rank_findings
-from .report.straggler import straggler_profile
-from .report.verdict import OUTLIER_FACTOR, caveats_for_run, verdict_for_run
+from .diagnosis import nccl_findings
+from .diagnosis.findings import findings_for_run, rank_findings
+from .diagnosis.straggler import straggler_profile
+from .diagnosis.verdict import OUTLIER_FACTOR, caveats_for_run, verdict_for_run
 
 SCHEMA = "tracelake.analyze/3"
 

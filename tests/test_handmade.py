@@ -31,7 +31,7 @@ Rank 1:
 Matched all-reduce (process group "0", no Seq: first call of the group on each rank):
   transfer = min(300, 350) = 300 µs; wait rank 0 = 0, rank 1 = 50 µs; straggler = rank 0 (it
   started last, at 1200 vs 1150); algbw = busbw = 4e6 / 300000 = 13.333 GB/s; rank 0 caused 50 µs.
-Verdict, on step time (both ranks have steps; pipeline/report/verdict.py, queries/step_time.sql):
+Verdict, on step time (both ranks have steps; pipeline/diagnosis/verdict.py, queries/step_time.sql):
   step window = [max(host start, end of the previous window), max(host end, end of the GPU work
   launched in the step)) (torch-tb-profiler's step time).
   rank 0 step 1: [1000, max(2000, 1800)) = 1000 µs. Inside: compute 340, exposed comm 110,

@@ -1,6 +1,6 @@
 """NCCL logs joined to traces of the same run (queries/views/50_nccl.sql) and the problems the
 logs state (queries/nccl_checks.sql, queries/nccl_tests_bandwidth.sql,
-pipeline/report/nccl_findings.py). Expected values are read by hand from the corpus files (lines
+pipeline/diagnosis/nccl_findings.py). Expected values are read by hand from the corpus files (lines
 cited) or from the small hand-written inputs below."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from conftest import CORPUS, X, write_trace
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect
-from pipeline.report.nccl_findings import findings
+from pipeline.diagnosis.nccl_findings import findings
 
 NCCL = CORPUS / "nccl"
 

@@ -52,14 +52,14 @@ def test_pool_gives_the_serial_lake(inputs, tmp_path, monkeypatch):
     serial = Lake(tmp_path / "serial")
     res1 = ingest_paths(inputs, serial, jobs=1)
     used = []
-    real = ingest_mod._run_pool
+    real = ingest_mod.run_pool
     monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
 
     def spy(*a):
         used.append(a[-1])
         yield from real(*a)
 
-    monkeypatch.setattr(ingest_mod, "_run_pool", spy)
+    monkeypatch.setattr(ingest_mod, "run_pool", spy)
     pooled = Lake(tmp_path / "pooled")
     res2 = ingest_paths(inputs, pooled, jobs=2)
     assert used == [2]

@@ -19,10 +19,10 @@ from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect
 from pipeline.report import document, markdown
-from pipeline.report.compare import compare_run
-from pipeline.report.findings import findings_for_run, rank_findings
+from pipeline.diagnosis.compare import compare_run
+from pipeline.diagnosis.findings import findings_for_run, rank_findings
 from pipeline.report.html import MAX_BARS, render
-from pipeline.report.verdict import verdict_for_run
+from pipeline.diagnosis.verdict import verdict_for_run
 
 US = 1000  # ns per µs
 runner = CliRunner()

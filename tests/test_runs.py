@@ -204,7 +204,7 @@ def test_a_lake_from_before_named_run_id_still_skips_moved_files(tmp_path):
     for p in (tmp_path / "lake" / "sources").rglob("*.parquet"):  # as an older tracelake wrote it
         pl.read_parquet(p).drop("named_run_id").write_parquet(p)
     assert lake.sources()["named_run_id"].to_list() == [None] * 4
-    again = ingest_paths([tmp_path / "prof"], lake, jobs=1)  # the collision notes name the run
+    again = ingest_paths([tmp_path / "prof"], lake, jobs=1)  # the same bytes, in whichever run
     assert [(r.status, r.run_id) for r in again] == [("skipped", r.run_id) for r in res]
     assert _partition(lake, files) == CYCLES
 
@@ -294,11 +294,11 @@ def test_the_same_bytes_are_one_trace_whichever_directory_is_given(tmp_path):
     ingest_paths([root], lake, jobs=1)
     a, b = safe_run_id("jobA/traces"), safe_run_id("jobB/traces")
     before = _listing(lake)
-    # jobA given itself would name its files "traces"; they take the run of the files already in
-    # the lake from their directory, and are skipped there
+    # jobA given itself names its files "traces"; their bytes are already in the lake (in run
+    # jobA/traces), so they are skipped, and the note says where they are
     res = ingest_paths([root / "jobA"], lake, jobs=1)
     assert [(r.status, r.run_id) for r in res] == [("skipped", a)] * 2
-    assert res[0].notes == ["already in the lake (same content); --force re-ingests"]
+    assert res[0].notes == [f"already in the lake (same content, in run {a}); --force re-ingests"]
     # a copy of them in another directory: the same bytes are the same trace, skipped too
     shutil.copytree(root / "jobA" / "traces", tmp_path / "copyA")
     res = ingest_paths([tmp_path / "copyA"], lake, jobs=1)
@@ -307,9 +307,12 @@ def test_the_same_bytes_are_one_trace_whichever_directory_is_given(tmp_path):
     # --force re-ingests them where they are
     assert [r.run_id for r in ingest_paths([root / "jobA"], lake, force=True, jobs=1)] == [a, a]
     assert _listing(lake) == before
-    # a new rank file, given by name, joins the run of the files beside it
+    # a new rank file given by name is named by its directory, whatever the lake holds (rule 1,
+    # pipeline/ingest/runs.py); --run puts it in the run of the files beside it
     new = shutil.copy(_dlrm(2), root / "jobB" / "traces")
-    (r,) = ingest_paths([new], lake, jobs=1)
+    (r,) = ingest_paths([new], Lake(tmp_path / "lake2"), jobs=1)
+    assert (r.status, r.run_id, r.rank) == ("ok", "traces", 2)
+    (r,) = ingest_paths([new], lake, run="jobB/traces", jobs=1)
     assert (r.status, r.run_id, r.rank) == ("ok", b, 2)
     # --run says where a file goes: the same bytes are stored again there, with a note
     (r,) = ingest_paths([root / "jobA" / "traces" / HTA[0].name], lake, run="copy", jobs=1)
@@ -322,7 +325,8 @@ def test_the_same_bytes_are_one_trace_whichever_directory_is_given(tmp_path):
 
 def test_reaching_the_same_directory_another_way_keeps_its_run(tmp_path):
     # the directory through a symlink and through '..', a name past 100 characters, and --force
-    # from a copy: a new rank file still joins its run, and forcing keeps the stored path and name
+    # from a copy: forcing keeps the stored path and name; a new rank file joins the run with
+    # --run, and without it is named by its directory's own name, links and '..' resolved
     long = "llama70b_fsdp_tp8_pp4_seq4096_bs512_lr3e-4_warmup2000_zero3_activation_checkpointing_selective_node03_profiler_traces"
     root = tmp_path / "arch"
     d = root / "jobA" / long
@@ -339,10 +343,11 @@ def test_reaching_the_same_directory_another_way_keeps_its_run(tmp_path):
     shutil.copytree(d, tmp_path / "copy")
     assert [r.run_id for r in ingest_paths([tmp_path / "copy"], lake, force=True, jobs=1)] == [run, run]
     assert _listing(lake) == before  # in place: path and named_run_id as they were stored
-    for k, via in ((2, tmp_path / "cur"), (3, root / "jobA" / ".." / "jobA" / long)):
+    for k, via, named, want in ((2, tmp_path / "cur", run, run),
+                                (3, root / "jobA" / ".." / "jobA" / long, None, safe_run_id(long))):
         new = shutil.copy(_dlrm(k), d)
-        (r,) = ingest_paths([via / Path(new).name], lake, jobs=1)
-        assert (r.status, r.run_id, r.rank) == ("ok", run, k)
+        (r,) = ingest_paths([via / Path(new).name], lake, run=named, jobs=1)
+        assert (r.status, r.run_id, r.rank) == ("ok", want, k)
     # the same bytes twice in one forced batch are ingested once
     twice = ingest_paths([d, tmp_path / "copy"], lake, force=True, jobs=1)
     assert sorted(r.status for r in twice) == ["ok"] * 4 + ["skipped"] * 2

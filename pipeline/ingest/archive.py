@@ -29,15 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import TraceError
+from .formats import ARCHIVE_SUFFIXES, GZIP_MAGIC, LOG_SUFFIXES, TRACE_SUFFIXES, ZIP_MAGIC
 
 try:  # isal's inflate is ~2x faster than zlib's and gives the same bytes
     from isal import isal_zlib as _zlib
 except ImportError:  # pragma: no cover
     import zlib as _zlib
 
-GZIP_MAGIC = b"\x1f\x8b"
-ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
-ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
 RATIO_FLOOR = 64 << 20
 READ_BLOCK = 1 << 20
 
@@ -168,10 +166,12 @@ class FileInput:
     """A plain file on disk. run: its run name as planned, else None (the name of the directory it
     is in): found by searching a directory given, in a subdirectory, that subdirectory's path
     below it ('job1/traces'), as TensorBoard names the runs of a log directory, so archives of
-    many jobs with the same inner layout (<job>/traces/rank*.json) keep one run per job; or the
-    run of the files beside it already in the lake (ingest._join_siblings)."""
+    many jobs with the same inner layout (<job>/traces/rank*.json) keep one run per job
+    (pipeline/ingest/runs.py). fmt: its format when discover.sniff_path() knows it from the
+    file's first bytes (Nsight Systems exports, nsys-jax), else None (a stream: Kineto or log)."""
     path: str
     run: str | None = None
+    fmt: str | None = None
 
     @property
     def display(self) -> str:
@@ -342,41 +342,7 @@ def unsafe_name(name: str) -> str | None:
     return None
 
 
-def archive_kind(path: Path, nsys_jax_marker=None) -> str | None:
-    """zip, tar or tar.gz for an archive of traces, else None. A zip that looks like an nsys-jax
-    archive (a member ending in .parquet, .nsys-analysis or .hlo.pb.xz), or holds no member with a
-    trace or log suffix, or cannot be opened, is not one (pipeline/ingest/nsys_jax.py reads it)."""
-    try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
-            head = f.read(512)
-    except OSError:
-        return None
-    if head[:4] in ZIP_MAGIC:
-        from . import LOG_SUFFIXES, TRACE_SUFFIXES
-
-        try:
-            with zipfile.ZipFile(path) as z:
-                names = [i.filename.lower() for i in z.infolist() if not i.is_dir()]
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-            return None
-        if any(n.endswith((".parquet", ".nsys-analysis", ".hlo.pb.xz")) for n in names):
-            return None
-        return "zip" if any(n.endswith(TRACE_SUFFIXES + LOG_SUFFIXES) for n in names) else None
-    if head[:2] == GZIP_MAGIC:
-        try:
-            with open(path, "rb") as f:
-                block = Inflate(f, limit=1 << 20).read(512)
-        except (TraceError, OSError):
-            return None
-        return "tar.gz" if len(block) == 512 and _is_tar_header(block) else None
-    if len(head) == 512 and _is_tar_header(head):
-        return "tar"
-    return None
-
-
-def _is_tar_header(block: bytes) -> bool:
+def is_tar_header(block: bytes) -> bool:
     if block[257:262] != b"ustar":
         return False
     try:
@@ -404,8 +370,6 @@ class Refused:
 
 
 def wanted(name: str) -> bool:
-    from . import LOG_SUFFIXES, TRACE_SUFFIXES
-
     return name.lower().endswith(TRACE_SUFFIXES + LOG_SUFFIXES + ARCHIVE_SUFFIXES)
 
 

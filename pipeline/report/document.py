@@ -14,8 +14,8 @@ and findings:
 from __future__ import annotations
 
 from .. import __version__
-from .compare import compare_run, pick_baseline_run
-from .verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
+from ..diagnosis.compare import compare_run, pick_baseline_run
+from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
 
 SCHEMA = "tracelake.report/2"
 

@@ -36,7 +36,7 @@ import altair as alt
 import polars as pl
 
 from .document import basis_text, build, gpus_text, timing_text, versions_text
-from .verdict import CAUSES, kept_rows
+from ..diagnosis.verdict import CAUSES, kept_rows
 
 MAX_BARS = 64
 MAX_STEP_COLS = 60

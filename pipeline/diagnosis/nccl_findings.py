@@ -1,5 +1,5 @@
 """Findings from NCCL logs and nccl-tests output (issue 5 part 5), in the shape of
-pipeline/report/findings.py: title, recoverable_ns (None: the logs say what is wrong, not how
+pipeline/diagnosis/findings.py: title, recoverable_ns (None: the logs say what is wrong, not how
 much time it costs), evidence, recommendation, sql, plus severity ('high' | 'moderate').
 
 Rules are the SQL of queries/nccl_checks.sql and queries/nccl_tests_bandwidth.sql; this module

@@ -167,7 +167,7 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                     **timing(xfer), "evidence": ev, "recommendation": COMM_ADVICE.get(main_op, COMM_ADVICE[None]),
                     "sql": basis_sql + " ORDER BY exposed_comm_transfer_ns DESC"})
 
-    # waiting for peers: the rank the others wait for in collectives (pipeline/report/straggler.py)
+    # waiting for peers: the rank the others wait for in collectives (pipeline/diagnosis/straggler.py)
     if split_known and share(wait) >= MODERATE_PCT and n_ranks > 1:
         st = v.get("straggler") or {}
         ev = [f"exposed waiting for peers {share(wait):.1f}% {of}: {_ms(wait / n_ranks)} per rank {over} ({split}): "
@@ -191,7 +191,7 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     # GPU idle waiting for the host (everything idle except data loading)
     idle, inp = total("idle"), total("input")
     hw, kw, oth, unr = total("host_wait"), total("kernel_wait"), total("other"), total("unreliable")
-    host = hw + kw  # as the verdict counts it (pipeline/report/verdict.py): launched late or in small gaps
+    host = hw + kw  # as the verdict counts it (pipeline/diagnosis/verdict.py): launched late or in small gaps
     order_idle = f" ORDER BY {get['idle']} DESC"
     if share(host) >= MODERATE_PCT:
         ev = [f"GPU idle waiting for the host to launch work {share(host):.1f}% {of}: {_ms(host / n_ranks)} per rank {over}",

@@ -51,7 +51,7 @@ Rules, in order:
   2. else compute_pct >= 80 -> "compute-bound", high;
   3. else the causes at or above their moderate bar: the largest wins, confidence moderate;
   4. else "balanced", moderate.
-"straggler-bound" carries `straggler` (pipeline/report/straggler.py): the rank the others waited
+"straggler-bound" carries `straggler` (pipeline/diagnosis/straggler.py): the rank the others waited
 for, or none when the waiting is spread over ranks (load imbalance), and its own cause where the
 data shows one.
 Confidence drops to "low" when the evidence is thin: less than 1 ms of analysed time per rank on
@@ -200,7 +200,7 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     gpu_idle_ns, idle_*_ns, comm_ns, overlap_ns); step_time: the run's rows of
     queries/step_time.sql, or None / empty when the run has no steps. straggler_of: called with
     the set of analysed steps (None on the trace basis), returns the straggler profile
-    (pipeline/report/straggler.py) or None; caveats: caveats_for_run's list (None: none);
+    (pipeline/diagnosis/straggler.py) or None; caveats: caveats_for_run's list (None: none);
     split_known: whether any collective was matched consistently on two or more ranks (else the
     split of exposed communication into waiting and transfer is unknown: both shares are None and
     the network cause reads all exposed communication).
@@ -362,7 +362,7 @@ def _f(x) -> str:
 
 
 def _who(st: dict | None) -> str:
-    """Who the others waited for, in words (straggler profile of pipeline/report/straggler.py)."""
+    """Who the others waited for, in words (straggler profile of pipeline/diagnosis/straggler.py)."""
     if not st:
         return "no matched collectives to name the late rank"
     if st.get("rank") is not None:

@@ -1,0 +1,313 @@
+"""Finding the inputs: which files a batch holds, which `--exclude` leaves out, what format each
+is (sniffed here, in one place, from its first bytes), and the units of work they make.
+
+- discover(): the files named by the paths given; directories are searched recursively for the
+  suffixes of pipeline/ingest/formats.py (text logs only when their head looks like NCCL-family
+  output); an nsys parquetdir export (`*_pqtdir/`) is one input.
+- sniff_path() / needs_file() / log_format(): the format of a file (Nsight Systems exports and
+  archives by magic number and, for a zip, its member list), of an archive member from its first
+  bytes, and of a text stream (pipeline/ingest/nccl sniff). Everything else is read as Kineto
+  JSON, which says itself when it is not one.
+- plan(): the units of work in input order: a file, an archive member (a zip or plain tar is
+  listed here), or a whole compressed tar (read front to back by one worker).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Iterable
+
+from . import archive as arc
+from . import nccl
+from .errors import TraceError
+from .formats import (
+    GZIP_MAGIC,
+    LOG_SUFFIXES,
+    NSYS_JAX_MEMBER_SUFFIXES,
+    NSYS_SUFFIXES,
+    REPORT_MAGIC,
+    SQLITE_MAGIC,
+    TRACE_SUFFIXES,
+    ZIP_MAGIC,
+)
+
+SNIFF_BYTES = 65536  # how much of a text file sniffing reads
+
+
+@dataclass
+class Problem:
+    """A path that could not even be opened as a file (missing, unreadable directory, FIFO)."""
+
+    path: Path
+    error: str
+
+
+@dataclass
+class Unit:
+    """One unit of work for a worker (pipeline/ingest/prepare.py work())."""
+
+    kind: str  # input (a FileInput/MemberInput), targz (a whole compressed tar), refused, problem
+    item: object
+    size: int = 0
+    below: str | None = None  # targz: the archive's directory below the directory given (member_run_name)
+
+
+# ------------------------------------------------------------------ excluding
+
+
+def exclude_patterns(exclude: Iterable[str] | None) -> list[str]:
+    """--exclude patterns as matched: a leading './' and trailing '/' dropped. Raises ValueError
+    for a pattern that is empty or only slashes."""
+    out = []
+    for pat in exclude or ():
+        p = pat[2:] if pat.startswith("./") else pat
+        p = p.rstrip("/")
+        if not p:
+            raise ValueError(f"--exclude {pat!r}: empty pattern")
+        out.append(p)
+    return out
+
+
+def excluded(relpath: str, patterns: list[str] | None) -> bool:
+    """True when a file, directory or archive member is left out by --exclude: the name or the
+    path (relative to the directory searched, or inside the archive; '/'-separated) of it or of
+    one of its directories matches one of the glob patterns (fnmatch: `*` also matches `/`), so
+    `checkpoints` leaves out every checkpoints directory at any depth."""
+    if not patterns:
+        return False
+    parts = PurePosixPath(relpath).parts
+    for i, name in enumerate(parts):
+        prefix = "/".join(parts[: i + 1])
+        if any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(prefix, p) for p in patterns):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------ sniffing
+
+
+def is_parquetdir(path: Path) -> bool:
+    """An Nsight Systems parquetdir export (`nsys export --type parquetdir`): a directory named
+    `*_pqtdir` or holding its kernel or string table."""
+    return path.is_dir() and (
+        path.name.endswith("_pqtdir")
+        or (path / "CUPTI_ACTIVITY_KIND_KERNEL.parquet").is_file()
+        or (path / "StringIds.parquet").is_file()
+    )
+
+
+def sniff_path(path: Path) -> str | None:
+    """The format of a path that must be read as a file, not a stream: nsys_parquetdir,
+    nsys_sqlite, nsys_rep, nsys_jax (pipeline/ingest/nsys), or an archive: zip, tar, tar.gz
+    (pipeline/ingest/archive.py). None for everything else (a Kineto trace or an NCCL-family
+    log, told apart by log_format()), for special files and for paths that cannot be read.
+
+    A zip is an archive of traces when it holds a member with a trace or log suffix and none that
+    marks an nsys-jax archive; any other zip (also one that cannot be listed) goes to the nsys-jax
+    reader, which names what is wrong with it. A gzip stream is a tar.gz when it inflates to a tar
+    header, else a compressed trace or log."""
+    if path.is_dir():
+        return "nsys_parquetdir" if is_parquetdir(path) else None
+    try:
+        with open(path, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            head = f.read(512)
+    except OSError:
+        return None
+    if head.startswith(SQLITE_MAGIC):
+        return "nsys_sqlite"
+    if head[:4] in ZIP_MAGIC:
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = [i.filename.lower() for i in z.infolist() if not i.is_dir()]
+        except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+            return "nsys_jax"
+        if any(n.endswith(NSYS_JAX_MEMBER_SUFFIXES) for n in names):
+            return "nsys_jax"
+        return "zip" if any(n.endswith(TRACE_SUFFIXES + LOG_SUFFIXES) for n in names) else "nsys_jax"
+    if head[:2] == GZIP_MAGIC:
+        try:
+            with open(path, "rb") as f:
+                block = arc.Inflate(f, limit=1 << 20).read(512)
+        except (TraceError, OSError):
+            return None
+        return "tar.gz" if len(block) == 512 and arc.is_tar_header(block) else None
+    if len(head) == 512 and arc.is_tar_header(head):
+        return "tar"
+    if head.startswith(REPORT_MAGIC) or path.suffix.lower() in NSYS_SUFFIXES[:2]:
+        return "nsys_rep"
+    return None
+
+
+def needs_file(head: bytes, name: str) -> bool:
+    """Whether an archive member (its first bytes and name) is in a format that must be copied to
+    a real file first (Nsight Systems exports and reports, nsys-jax zips)."""
+    return head.startswith(SQLITE_MAGIC) or head[:4] in ZIP_MAGIC or name.lower().endswith(NSYS_SUFFIXES)
+
+
+def log_format(head: bytes, name: str) -> str | None:
+    """The NCCL-family format of a text stream from its first bytes (pipeline/ingest/nccl sniff),
+    else None (then it is read as Kineto JSON)."""
+    return nccl.sniff(head, name)
+
+
+def _looks_like_log(f: Path) -> bool:
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return True  # let ingest report why it cannot be read
+    return log_format(head, f.name) is not None
+
+
+def _member_looks_like_log(m) -> bool:
+    try:
+        with m.open() as raw:
+            head = arc.Peek(arc.Inflate(raw).read).head
+    except Exception:
+        return True  # let ingest say why it cannot be read
+    return log_format(head, m.name) is not None
+
+
+# ------------------------------------------------------------------ finding
+
+
+def discover(
+    paths: Iterable[str | Path],
+    problems: list | None = None,
+    exclude: Iterable[str] | None = None,
+    left_out: list | None = None,
+    roots: dict | None = None,
+) -> list[Path]:
+    """Files named by `paths`, minus those `exclude` leaves out (see excluded(): files and
+    directories found below a directory given, and files given by their name; a directory given
+    is always searched), appended to `left_out` when given: files as given, directories searched
+    recursively for the TRACE_SUFFIXES of pipeline/ingest/formats.py, and LOG_SUFFIXES files
+    that look like NCCL-family output (symlinks to directories are not followed); an nsys
+    parquetdir export (`*_pqtdir/`) is one input, given or found. Archives are listed as files
+    (plan() opens them). Paths that do not exist, are not regular files or directories, or
+    cannot be listed go to `problems` (a list of Problem) when given; otherwise the first raises
+    FileNotFoundError. roots, when given, maps each file found by searching a directory given (by
+    its resolved path) to (that directory, resolved; the path of the file's directory below it:
+    its run name, archive.FileInput); of two directories given that both hold it, the outer one,
+    whatever their order."""
+    out: list[Path] = []
+
+    def problem(p: Path, msg: str):
+        if problems is None:
+            raise FileNotFoundError(f"{p}: {msg}")
+        problems.append(Problem(p, msg))
+
+    exclude = exclude_patterns(exclude)
+
+    def root_of(f: Path, top: Path, rel: Path) -> None:
+        if roots is not None:
+            key = f.resolve()
+            old = roots.get(key)
+            if old is None or old[0].is_relative_to(top):
+                roots[key] = (top, rel.as_posix())
+
+    def leave(f: Path, rel: str) -> bool:
+        if excluded(rel, exclude):
+            if left_out is not None:
+                left_out.append(f)
+            return True
+        return False
+
+    def walk(p: Path) -> None:
+        top = p.resolve()
+        onerror = lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")  # noqa: E731
+        for root, dirs, files in os.walk(p, onerror=onerror):
+            rel = Path(root).relative_to(p)
+            dirs[:] = sorted(d for d in dirs if not leave(Path(root) / d, (rel / d).as_posix()))
+            for d in [d for d in dirs if d.endswith("_pqtdir")]:
+                dirs.remove(d)
+                out.append(Path(root) / d)
+                root_of(out[-1], top, rel)
+            for name in sorted(files):
+                f = Path(root) / name
+                if leave(f, (rel / name).as_posix()):
+                    continue
+                root_of(f, top, rel)
+                low = name.lower()
+                if low.endswith(TRACE_SUFFIXES) and f.is_file():
+                    out.append(f)
+                elif low.endswith(TRACE_SUFFIXES) and f.is_symlink() and not f.exists():
+                    problem(f, "broken symbolic link")
+                elif low.endswith(LOG_SUFFIXES) and f.is_file() and _looks_like_log(f):
+                    out.append(f)
+
+    for p in paths:
+        p = Path(p)
+        if not p.is_dir() and leave(p, p.name):
+            continue
+        if is_parquetdir(p):
+            out.append(p)
+        elif p.is_dir():
+            walk(p)
+        elif p.is_file():
+            out.append(p)
+        elif p.exists() or p.is_symlink():
+            problem(p, "not a regular file or directory" if p.exists() else "broken symbolic link")
+        else:
+            problem(p, "no such file or directory")
+    seen, uniq = set(), []
+    for f in out:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            uniq.append(f)
+    return uniq
+
+
+# ------------------------------------------------------------------ planning
+
+
+def _size(path: Path) -> int:
+    try:
+        if path.is_dir():
+            return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple[list[Unit], list[Problem]]:
+    """The units of work for `paths` in input order (archives opened into their members), minus
+    the files and members `exclude` (patterns as exclude_patterns() returns them) leaves out."""
+    problems: list[Problem] = []
+    roots: dict = {}
+    files = discover(paths, problems, exclude, roots=roots)
+    units: list[Unit] = [Unit("problem", p) for p in problems]
+    for f in files:
+        kind = sniff_path(f)
+        found = roots.get(f.resolve())
+        below = found[1] if found else None
+        if kind in ("zip", "tar"):
+            try:
+                members = arc.list_members(f, kind)
+            except TraceError as e:
+                units.append(Unit("problem", Problem(f, str(e))))
+                continue
+            for m in members:
+                if excluded(m.member, exclude):
+                    continue
+                m.below = below
+                if isinstance(m, arc.Refused):
+                    units.append(Unit("refused", m))
+                elif m.name.lower().endswith(LOG_SUFFIXES) and not _member_looks_like_log(m):
+                    continue
+                else:
+                    units.append(Unit("input", m, m.length))
+        elif kind == "tar.gz":
+            units.append(Unit("targz", str(f), _size(f), below))
+        else:
+            below = below if below not in (None, "", ".") else None
+            units.append(Unit("input", arc.FileInput(str(f), below, fmt=kind), _size(f)))
+    return units, problems

@@ -1,0 +1,93 @@
+"""Executors: where the units of work run — in this process (jobs=1), in a process pool of the
+standard library (jobs>1), or on an existing Dask cluster (scheduler=ADDRESS; the lake and the
+inputs must then be on a file system the workers share). Each yields (unit, [Prepared]) in input
+order, so the lake is the same whatever the parallelism (pipeline/ingest/commit.py commits them).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+
+from ..lake import one_line
+from .discover import Unit
+from .prepare import Options, Prepared, unit_failure, work
+
+
+def init_worker() -> None:
+    """Pool worker set-up: die with the ingesting process (Linux), so a killed ingest leaves no
+    worker writing into the lake's staging area."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover  (not Linux)
+        pass
+
+
+def run_serial(units, opts, done):
+    for u in units:
+        yield u, work(u, opts, done)
+
+
+def run_pool(units, opts, done, jobs: int):
+    """Results in input order from a process pool (at most 2*jobs units in flight). A worker that
+    dies (out of memory, killed) breaks the pool: the units in flight then run again one at a time,
+    so only the one that kills its worker fails."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["pipeline.ingest.prepare"])
+    frozen = dict(done)
+    i = 0
+    while i < len(units):
+        window: list = []
+        broken = False
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=init_worker) as pool:
+            while i < len(units) or window:
+                try:
+                    while len(window) < 2 * jobs and i < len(units):
+                        window.append((units[i], pool.submit(work, units[i], opts, frozen)))
+                        i += 1
+                    u, fut = window[0]
+                    res = fut.result()
+                except cf.process.BrokenProcessPool:
+                    broken = True
+                    break
+                window.pop(0)
+                yield u, res
+        if broken:  # keep what finished; run the rest again, one at a time
+            for u, fut in window:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    yield u, fut.result()
+                else:
+                    yield u, retry_alone(u, opts, frozen, ctx)
+
+
+def retry_alone(u: Unit, opts: Options, done, ctx) -> list[Prepared]:
+    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker) as pool:
+        try:
+            return pool.submit(work, u, opts, done).result()
+        except cf.process.BrokenProcessPool:
+            return unit_failure(u, opts, "the worker process died while ingesting this file (out of memory?)")
+
+
+def run_dask(units, opts, done, scheduler: str):
+    from ..cluster import client as dask_client
+
+    with dask_client(scheduler) as client:  # SchedulerError (one line) when it cannot be reached
+        nthreads = max(1, sum(client.nthreads().values()))
+        [frozen] = client.scatter([dict(done)], broadcast=True)  # once to every worker, not per task
+        window: list = []
+        i = 0
+        while i < len(units) or window:
+            while len(window) < 2 * nthreads and i < len(units):
+                window.append((units[i], client.submit(work, units[i], opts, frozen, pure=False)))
+                i += 1
+            u, fut = window.pop(0)
+            try:
+                res = fut.result()
+            except Exception as e:  # a worker died or the task could not run
+                res = unit_failure(u, opts, f"the Dask task failed ({type(e).__name__}: {one_line(str(e))[:200]})")
+            yield u, res
+
+

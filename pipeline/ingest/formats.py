@@ -1,0 +1,27 @@
+"""The facts that tell input formats apart, in one place: file-name suffixes and magic numbers.
+
+pipeline/ingest/discover.py sniffs with them; the format modules and archive.py import them from
+here rather than from each other. Sources: SQLite's file header (sqlite.org/fileformat.html,
+section 1.3), the zip local-file and end-of-central-directory signatures (PKWARE APPNOTE 4.3.7,
+4.3.16), gzip's ID1 ID2 (RFC 1952 section 2.3.1), the first line of an Nsight Systems report
+(../shared/reference/nsys.md, section 0).
+"""
+
+from __future__ import annotations
+
+# files a directory search picks up by suffix (Kineto JSON, Nsight Systems, archives, pickles)
+TRACE_SUFFIXES = (
+    ".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".zip", ".pkl", ".pickle", ".tar", ".tgz",
+)
+# text outputs (NCCL_DEBUG logs, nccl-tests, watchdog messages, RAS): picked up by a directory
+# search only when their first 64 KiB look like one (pipeline/ingest/nccl sniff); named files always
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
+NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+SQLITE_MAGIC = b"SQLite format 3\x00"
+REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"  # first line of .nsys-rep / .qdrep
+# members that mark a zip as an nsys-jax archive rather than an archive of traces
+NSYS_JAX_MEMBER_SUFFIXES = (".parquet", ".nsys-analysis", ".hlo.pb.xz")

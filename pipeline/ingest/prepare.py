@@ -1,0 +1,422 @@
+"""One unit of work, in a worker: read an input with its format's module, stage its tables in
+the lake (pipeline/lake.py Lake.stage) and build its `sources` row, not yet committed.
+
+Formats: Kineto JSON, streamed (pipeline/ingest/kineto); NCCL-family text and dumps
+(pipeline/ingest/nccl: they hold no rank's trace and claim no rank); Nsight Systems exports and
+nsys-jax archives, which need a real file (pipeline/ingest/nsys); members of a compressed tar,
+read front to back. A bad input never raises: it gives a Prepared with status failed and a
+one-line error. Which run the result lands in is decided when it is committed
+(pipeline/ingest/runs.py, commit.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from .. import __version__
+from .. import schema as sch
+from ..lake import Lake, Staged, one_line
+from . import archive as arc
+from . import kineto, nccl, nsys
+from .discover import Unit, excluded, log_format, needs_file, sniff_path
+from .errors import TraceError
+from .formats import GZIP_MAGIC, LOG_SUFFIXES
+from .runs import is_done, run_for, skip_note, stored_run
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+MAX_RANK = 2**31 - 1
+IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family logs)
+
+
+def rank_from_name(name: str) -> int | None:
+    m = _RANK_IN_NAME.search(name)
+    return int(m.group(1)) if m else None
+
+
+def read_bytes(path: Path, limit: int | None = None) -> tuple[bytes, bytes]:
+    """(raw bytes as stored, decompressed bytes), read whole. gzip is detected by its magic
+    number. Raises TraceError for corrupt gzip or output beyond `limit` bytes, OSError if
+    unreadable. (Ingest itself streams; this is for callers that want the bytes.)"""
+    with open(path, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise TraceError("not a regular file")
+        raw = f.read()
+    if raw[:2] != GZIP_MAGIC:
+        return raw, raw
+    import io
+
+    s = arc.Inflate(io.BytesIO(raw), limit=limit)
+    data = s.read()
+    if s.truncated:
+        raise TraceError("corrupt or truncated gzip (the stream ends before its end marker)")
+    return raw, data
+
+
+def content_sha256(path: Path) -> str | None:
+    """SHA-256 of a file's bytes (archive.sha256_of); of a directory (nsys parquetdir): of its
+    sorted member names and their bytes. None for special files. Raises OSError."""
+    h = hashlib.sha256()
+    if path.is_dir():
+        for f in sorted(path.rglob("*")):
+            if f.is_file():
+                h.update(str(f.relative_to(path)).encode("utf-8", "surrogateescape") + b"\x00")
+                h.update(bytes.fromhex(content_sha256(f) or ""))
+        return h.hexdigest()
+    try:
+        return arc.sha256_of(arc.FileInput(str(path)))
+    except TraceError:  # not a regular file
+        return None
+
+
+def _size(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+
+
+@dataclass
+class Options:
+    lake: str
+    run: str | None = None
+    rank: int | None = None
+    force: bool = False
+    comm_patterns: list[str] | None = None
+    step_regex: str | None = None
+    exclude: list[str] | None = None  # glob patterns of files and archive members to leave out
+    # the ingesting process's TRACELAKE_* settings (limits, test hooks), applied in each worker:
+    # a pool's or a cluster's workers do not share this process's environment
+    env: dict = field(default_factory=lambda: {k: v for k, v in os.environ.items() if k.startswith("TRACELAKE_")})
+
+
+@dataclass
+class Prepared:
+    """A unit's outcome from a worker: the sources row and the staged parts, not yet committed.
+    row['run_id'] is the natural run; the committing process may move the source (rank claims)."""
+    path: str
+    run_id: str
+    status: str  # ok | partial | failed | skipped
+    row: dict | None = None
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    source_id: str | None = None
+    sha: str | None = None
+    rank: int | None = None
+    rank_list: list[int] | None = None  # ranks this source claims (None: claims none)
+    staged: Staged | None = None
+    uncompressed_bytes: int = 0
+    unreadable_bytes: int = 0
+    oserror: bool = False  # failed with OSError (the committer checks that the lake is writable)
+
+
+def apply_env(env: dict) -> None:
+    """Make this process's TRACELAKE_* settings those of the ingesting process (Options.env)."""
+    for k in [k for k in os.environ if k.startswith("TRACELAKE_") and k not in env]:
+        del os.environ[k]
+    os.environ.update(env)
+
+
+def base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) -> dict:
+    return {"source_id": sha[:16], "run_id": run_id, "path": display, "format": fmt, "content_sha256": sha,
+            "size_bytes": size, "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__,
+            "ingested_at_ns": t0}
+
+
+def failed(display: str, run_id: str, error: str, sha: str | None = None, size: int = 0, fmt: str = "unknown",
+            base: dict | None = None, oserror: bool = False, uncompressed: int = 0) -> Prepared:
+    sha = sha or hashlib.sha256(("unreadable:" + display).encode("utf-8", "surrogateescape")).hexdigest()
+    error = one_line(error)
+    row = {**(base or base_row(display, run_id, sha, size, fmt, time.time_ns())), "status": "failed", "error": error}
+    row["run_id"] = run_id
+    # a failed file's id also hashes its path: two bad files with the same bytes keep a row each
+    sid = hashlib.sha256(f"{sha}\x00{display}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    row["source_id"] = sid
+    return Prepared(display, run_id, "failed", row, error, [], sid, sha, oserror=oserror, uncompressed_bytes=uncompressed)
+
+
+def _sha_or_none(inp) -> str | None:
+    try:
+        return arc.sha256_of(inp)
+    except (OSError, MemoryError, TraceError, Exception):
+        return None
+
+
+def work(unit: Unit, opts: Options, done) -> list[Prepared]:
+    """Parse and stage one unit (in a worker). Never raises for a bad input."""
+    apply_env(opts.env)
+    lake = Lake(opts.lake)
+    if unit.kind == "targz":
+        return work_targz(unit.item, opts, done, lake, unit.below)
+    inp = unit.item
+    if os.environ.get("TRACELAKE_CRASH_ON") == inp.name:  # test hook: this worker dies (tests/test_parallel.py)
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        return [prepare(inp, opts, done, lake)]
+    except MemoryError:
+        err, ose = "out of memory while ingesting this file", False
+    except OSError as e:
+        err, ose = f"cannot read: {e.strerror or e}", True
+    except Exception as e:  # never let one file stop the batch; say what happened
+        err, ose = f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file", False
+    sha = _sha_or_none(inp)
+    try:
+        size = inp.size()
+    except OSError:
+        size = 0
+    return [failed(inp.display, run_for(inp.run_name, opts.run), err, sha, size, oserror=ose)]
+
+
+def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Prepared:
+    run_id = run_for(inp.run_name, opts.run)
+    if isinstance(inp, arc.FileInput):
+        path = Path(inp.path)
+        fmt = inp.fmt or sniff_path(path)
+        if fmt is not None and fmt.startswith("nsys_"):
+            return prepare_nsys(path, inp.display, fmt, run_id, opts, done, lake)
+    t0 = time.time_ns()
+    size = inp.size()
+    if sha is None:
+        sha = arc.sha256_of(inp)
+    source_id = sha[:16]
+    if not opts.force and is_done(done, sha, run_id, opts.run is None):
+        return Prepared(inp.display, stored_run(done, sha, run_id, opts.run is None), "skipped",
+                        notes=[skip_note(done, sha, run_id, opts.run is None)], source_id=source_id, sha=sha)
+    base = base_row(inp.display, run_id, sha, size, "kineto_json", t0)
+    with inp.open() as raw:
+        try:
+            stream = arc.Inflate(raw)
+            peek = arc.Peek(stream.read)
+        except TraceError as e:
+            return failed(inp.display, run_id, str(e), sha, size, base={**base, "uncompressed_bytes": None})
+        head = peek.head
+        if not isinstance(inp, arc.FileInput) and needs_file(head, inp.name):
+            return prepare_extracted(inp, peek, sha, size, run_id, opts, done, lake)
+        log_fmt = log_format(head, inp.name)
+        if log_fmt is not None:
+            data = peek.read(IN_MEMORY_LIMIT + 1)
+            rest = b""
+            while len(data) <= IN_MEMORY_LIMIT and (rest := peek.read(IN_MEMORY_LIMIT + 1 - len(data))):
+                data += rest
+            if len(data) > IN_MEMORY_LIMIT:
+                return failed(inp.display, run_id, f"log larger than {IN_MEMORY_LIMIT >> 20} MB", sha, size, base=base)
+            return prepare_log(inp.name, data, log_fmt, lake, {**base, "uncompressed_bytes": len(data)})
+        return prepare_kineto(inp, peek, stream, base, run_id, opts, lake)
+
+
+def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, lake: Lake) -> Prepared:
+    display, source_id = inp.display, base["source_id"]
+    scratch = lake.scratch()
+    parsed = None
+    try:
+        err = None
+        try:
+            parsed = kineto.parse_stream(peek.read, comm_patterns=opts.comm_patterns, spool_dir=scratch)
+        except kineto.NotKinetoError as e:
+            err = str(e)
+            base["format"] = "unknown"
+        except TraceError as e:
+            err = str(e)
+            head = peek.head
+            if (err.startswith(("not valid JSON", "not a Kineto trace: wrong JSON shape", "empty file")) and head.lstrip()[:1] not in (b"{", b"[")
+                    and not inp.name.lower().endswith((".json", ".json.gz"))) and head.strip():
+                err = ("not a Kineto trace, Nsight Systems export or NCCL-family log: "
+                       "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines")
+                base["format"] = "unknown"
+            if inp.name.lower().endswith(".gz") and not stream.gzip and err.startswith(("not valid JSON", "not a Kineto trace", "empty file")):
+                err = f"named .gz but not gzip (no gzip header); {err}"
+        except RecursionError:
+            err = "JSON nested too deeply"
+        if stream.truncated and stream.out_bytes == 0:
+            err = "corrupt or truncated gzip: nothing could be decompressed"
+        elif stream.truncated and (err is not None or parsed is None or parsed.event_count == 0):
+            err = f"corrupt or truncated gzip (the stream ends early){': ' + err if err else ''}"
+        base["uncompressed_bytes"] = stream.out_bytes if err is None else None
+        if parsed is not None and parsed.event_count == 0:
+            err = "trace has no events"
+        elif parsed is not None and parsed.trace_start_ns is None and err is None:
+            err = f"none of its {parsed.event_count} events has a readable time: nothing to store"
+        r = None
+        if err is None:
+            if parsed.rank is not None:
+                r, rsrc = parsed.rank, "distributed_info"
+            elif rank_from_name(inp.name) is not None:
+                r, rsrc = rank_from_name(inp.name), "file_name"
+            elif opts.rank is not None:
+                r, rsrc = opts.rank, "cli"
+            else:
+                r, rsrc = 0, "default"
+            if not 0 <= r <= MAX_RANK:
+                err = f"rank {r} ({rsrc}) is outside 0..{MAX_RANK}"
+        if err is not None:
+            return failed(display, run_id, err, base["content_sha256"], base["size_bytes"], base=base)
+        notes = list(parsed.notes)
+        if stream.truncated:
+            notes.append(f"the gzip stream ends early (after {stream.in_bytes} compressed bytes): the file was cut while written")
+        partial = parsed.partial or stream.truncated
+        p = parsed
+        try:
+            staged = lake.stage(run_id, source_id, p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True))
+        except sch.SchemaError as e:
+            return failed(display, run_id, f"schema violation: {e}", base["content_sha256"], base["size_bytes"], base=base)
+        row = {**base, "rank": r, "rank_source": rsrc, "ranks": [r], "host": p.host,
+               "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
+               "backend": p.backend, "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None,
+               "status": "partial" if partial else "ok", "unreadable_bytes": p.unreadable_bytes,
+               "event_count": p.event_count, "base_time_ns": p.base_time_ns,
+               "trace_start_ns": p.trace_start_ns, "trace_end_ns": p.trace_end_ns}
+        return Prepared(display, run_id, row["status"], row, None, notes, source_id, base["content_sha256"], r, [r], staged,
+                        stream.out_bytes, p.unreadable_bytes)
+    finally:
+        if parsed is not None:
+            parsed.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def prepare_log(name: str, data: bytes, fmt: str, lake: Lake, base: dict) -> Prepared:
+    """An NCCL-family file (pipeline/ingest/nccl.py): its nccl_* / flight_recorder* tables. Such a
+    file holds no rank's trace rows, so it never claims a rank of its run."""
+    run_id, source_id, display = base["run_id"], base["source_id"], base["path"]
+    base = {**base, "format": fmt}
+    try:
+        p = nccl.parse(data, name, fmt)
+    except TraceError as e:
+        return failed(display, run_id, str(e), base["content_sha256"], base["size_bytes"], base=base)
+    ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
+    tables = {t: df.with_columns(ids).to_arrow() for t, df in p.tables.items() if df.height}
+    row = {**base, "status": "ok", "host": p.host, "event_count": p.event_count,
+           "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
+           "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None}
+    try:
+        staged = lake.stage(run_id, source_id, tables)
+    except sch.SchemaError as e:
+        return failed(display, run_id, f"schema violation: {e}", base["content_sha256"], base["size_bytes"], base=base)
+    return Prepared(display, run_id, "ok", row, None, list(p.notes), source_id, base["content_sha256"], None, None,
+                    staged, len(data))
+
+
+def prepare_nsys(path: Path, display: str, fmt: str, run_id: str, opts: Options, done, lake: Lake,
+                  name: str | None = None, sha: str | None = None) -> Prepared:
+    t0 = time.time_ns()
+    sha = sha or content_sha256(path) or hashlib.sha256(("unreadable:" + display).encode()).hexdigest()
+    source_id = sha[:16]
+    size = _size(path)
+    if not opts.force and is_done(done, sha, run_id, opts.run is None):
+        return Prepared(display, stored_run(done, sha, run_id, opts.run is None), "skipped",
+                        notes=[skip_note(done, sha, run_id, opts.run is None)], source_id=source_id, sha=sha)
+    base = base_row(display, run_id, sha, size, fmt, t0)
+    scratch = lake.scratch()
+    try:
+        with nsys.open_export(path, fmt, scratch, file_rank=rank_from_name(name or path.name), cli_rank=opts.rank,
+                              step_regex=opts.step_regex, comm_patterns=opts.comm_patterns) as ex:
+            notes = list(ex.notes)
+            rank_list = ex.rank_list
+            bad = [r for r in rank_list if not 0 <= r <= MAX_RANK]
+            if bad:
+                raise nsys.NsysError(f"rank {bad[0]} ({ex.rank_source}) is outside 0..{MAX_RANK}")
+            row = {**base, "format": ex.format, "rank": rank_list[0] if len(rank_list) == 1 else None,
+                   "rank_source": ex.rank_source, "ranks": rank_list, "host": ex.host,
+                   "tool_versions": json.dumps(ex.tool_versions, sort_keys=True) if ex.tool_versions else None,
+                   "status": "ok", "event_count": ex.event_count,
+                   "base_time_ns": ex.base_time_ns, "trace_start_ns": ex.trace_start_ns, "trace_end_ns": ex.trace_end_ns,
+                   "world_size": len(rank_list) if ex.rank_source == "process_order" else None}
+            staged = lake.stage(run_id, source_id, ex.tables(run_id, source_id))
+    except (TraceError, duckdb.Error, sch.SchemaError) as e:
+        err = one_line(str(e) if isinstance(e, TraceError) else f"{type(e).__name__}: {e}")[:500]
+        return failed(display, run_id, err, sha, size, base=base)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Prepared(display, run_id, "ok", row, None, notes, source_id, sha, rank_list[0] if len(rank_list) == 1 else None,
+                    list(rank_list), staged, size)
+
+
+def prepare_extracted(inp, peek, sha: str, size: int, run_id: str, opts: Options, done, lake: Lake) -> Prepared:
+    """A member in a format that needs a real file (Nsight Systems): copied to scratch first."""
+    scratch = lake.scratch()
+    try:
+        f = scratch / inp.name
+        with open(f, "wb") as out:
+            while block := peek.read(1 << 20):
+                out.write(block)
+        fmt = sniff_path(f)
+        if fmt is None or not fmt.startswith("nsys_"):
+            return failed(inp.display, run_id, "not a Kineto trace, Nsight Systems export or NCCL-family log", sha, size)
+        return prepare_nsys(f, inp.display, fmt, run_id, opts, done, lake, name=inp.name, sha=sha)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = None) -> list[Prepared]:
+    """A compressed tar, front to back: pass 1 hashes every wanted member; pass 2 (only when some
+    member is new, or force) parses the new ones. Members that sniff as nothing of ours are left
+    out, as a directory search would."""
+    display = str(Path(path).absolute())
+    out: list[Prepared] = []
+    try:
+        shas = {}
+        for m, f, why in arc.stream_members(Path(path)):
+            if f is not None and not excluded(m.name, opts.exclude):
+                h = hashlib.sha256()
+                while block := f.read(1 << 20):
+                    h.update(block)
+                shas[m.name] = h.hexdigest()
+        todo = {n for n, s in shas.items()
+                if opts.force or not is_done(done, s, run_for(arc.member_run_name(display, n, below), opts.run), opts.run is None)}
+        for m, f, why in arc.stream_members(Path(path)):
+            if excluded(m.name, opts.exclude):
+                continue
+            run_id = run_for(arc.member_run_name(display, m.name, below), opts.run)
+            disp = f"{display}!{m.name}"
+            if why is not None:
+                out.append(failed(disp, run_id, why))
+                continue
+            if m.name not in todo:
+                out.append(Prepared(disp, stored_run(done, shas[m.name], run_id, opts.run is None), "skipped",
+                                    notes=[skip_note(done, shas[m.name], run_id, opts.run is None)],
+                                    source_id=shas[m.name][:16], sha=shas[m.name]))
+                continue
+            inp = arc.StreamMember(display, m.name, m.size, f, below)
+            try:
+                p = prepare(inp, opts, done, lake, sha=shas[m.name])
+            except TraceError:
+                raise  # the archive itself (its gzip stream) failed
+            except MemoryError:
+                p = failed(disp, run_id, "out of memory while ingesting this member", shas[m.name], m.size)
+            except Exception as e:
+                p = failed(disp, run_id, f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
+                            shas[m.name], m.size)
+            if p is not None and not (p.status == "failed" and p.error and p.error.startswith("not a Kineto trace, Nsight")
+                                      and m.name.lower().endswith(LOG_SUFFIXES)):
+                out.append(p)
+    except (TraceError, OSError, tarfile.TarError, EOFError, zlib.error) as e:
+        # a member's data cut short raises from its read, not from the tar header walk
+        err = (str(e) if isinstance(e, TraceError) else f"cannot read: {e.strerror or e}" if isinstance(e, OSError)
+               else f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})")
+        for p in out:
+            if p.staged is not None:
+                Lake(opts.lake).discard(p.staged)
+        sha = content_sha256(Path(path)) if Path(path).is_file() else None
+        return [failed(display, run_for(Path(path).resolve().parent.name, opts.run), err, sha,
+                        Path(path).stat().st_size if Path(path).exists() else 0)]
+    return out
+
+
+def unit_failure(u: Unit, opts: Options, error: str) -> list[Prepared]:
+    if u.kind == "targz":
+        p = Path(u.item)
+        return [failed(str(p.absolute()), run_for(p.resolve().parent.name, opts.run), error, _sha_or_none(arc.FileInput(str(p))))]
+    inp = u.item
+    return [failed(inp.display, run_for(inp.run_name, opts.run), error, _sha_or_none(inp))]
+
+
