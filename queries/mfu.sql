@@ -5,7 +5,7 @@
 --   model_flops = sum of cpu_ops.flops for ops starting inside the step's host window (the
 --                 trace's own flops args, else pipeline/flops.py formulas from input shapes);
 --                 or the user's FLOPs per step and rank (DuckDB variable model_flops_per_step,
---                 `--model-flops-per-step` or PaLM's 6N + 12LHQT per token, pipeline/cli.py).
+--                 `--model-flops-per-step` or PaLM's 6N + 12LHQT per token, pipeline/cli/options.py).
 --   step_ns     = the step's wall-clock window (views/25_step_window.sql: the host ProfilerStep
 --                 window stretched to the end of the GPU work launched in it), the window the
 --                 verdict and step_time use; a host that runs ahead of its GPU (host step shorter

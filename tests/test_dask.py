@@ -1,7 +1,7 @@
 """Ingest and analysis on an existing Dask cluster (`--scheduler ADDRESS`): a dask.distributed
 LocalCluster (in-process workers, so the test stays fast) parses and stages the files, this process
 commits them: the lake equals the serial one, table by table. Analysis runs one task per run
-(pipeline/cluster.py) and the merged document equals analyze(lake) on one machine."""
+(pipeline/analyze_cluster.py) and the merged document equals analyze(lake) on one machine."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from conftest import REPO, corpus, lake_rows
 from pipeline import query
 from pipeline.analyze import analyze
 from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
-from pipeline.cluster import analyze_on_cluster, merge
+from pipeline.analyze_cluster import analyze_on_cluster, merge
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 

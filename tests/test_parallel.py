@@ -10,7 +10,7 @@ import tarfile
 
 import pytest
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
 import pipeline.ingest as ingest_mod
 from conftest import corpus, lake_rows
@@ -93,10 +93,8 @@ def test_a_worker_that_dies_fails_only_its_file(inputs, tmp_path, monkeypatch):
 def test_progress_shows_files_rate_and_errors():
     buf = io.StringIO()
     con = Console(file=buf, force_terminal=True, width=200)
-    from pipeline import cli
-
-    with Progress(*[c for c in (cli.MofNCompleteColumn(), cli.TextColumn("files"), _RateColumn(),
-                                cli.TextColumn("{task.fields[errors]} error(s)"))], console=con) as prog:
+    with Progress(*[c for c in (MofNCompleteColumn(), TextColumn("files"), _RateColumn(),
+                                TextColumn("{task.fields[errors]} error(s)"))], console=con) as prog:
         t = prog.add_task("ingest", total=10, mb=0.0, errors=0)
         prog.update(t, advance=3, mb=120.0, errors=1)
         task = prog.tasks[t]

@@ -9,6 +9,11 @@ and the known limits: docs/nccl.md. Format notes with sources: ../shared/referen
 Bad input (empty, binary, a Kineto trace, truncated JSON or pickle, a refused pickle class, a
 text file without any of our lines) raises pipeline.ingest.kineto.TraceError with one line.
 A text log is read in one pass; a line that cannot be parsed is kept, never fatal.
+
+Modules: common.py (enums, row builder, LogParsed, infer_test), decode.py (lenient JSON, restricted
+unpickler), log.py (the text-log parser; its line grammars in log_state.py, log_info.py,
+log_comm.py, log_topo.py, log_torch.py, log_nccl_tests.py), flightrec.py (Flight Recorder dumps,
+torchfrtrace reports), ras.py (RAS reports), struct.py (nccl-tests JSON, profiler plugin output).
 """
 
 from __future__ import annotations
@@ -17,22 +22,42 @@ import re
 
 import msgspec
 
-from .errors import TraceError
-from .nccl_common import LogParsed, lenient_json, safe_unpickle
-from . import nccl_log, nccl_struct
+from ..errors import TraceError
+from . import flightrec, log, ras, struct
+from .common import LogParsed
+from .decode import lenient_json, safe_unpickle
 
 __all__ = ["FORMATS", "LogParsed", "TraceError", "sniff", "parse"]
 
-FORMATS = ("nccl_log", "nccl_tests", "torch_watchdog", "flight_recorder", "nccl_ras", "nccl_profiler", "torchfrtrace")
+FORMATS = (
+    "nccl_log",
+    "nccl_tests",
+    "torch_watchdog",
+    "flight_recorder",
+    "nccl_ras",
+    "nccl_profiler",
+    "torchfrtrace",
+)
 
 _SNIFF_BYTES = 65536
-_NCCL_LINE = re.compile(rb"(?:^|[\s:>\])])[^\s:\[\]]*:\d+:\d+ (?:\[\d+\] )?(?:\S+ )*?NCCL (?:INFO|WARN|TRACE|CALL) ", re.M)
+_NCCL_LINE = re.compile(
+    rb"(?:^|[\s:>\])])[^\s:\[\]]*:\d+:\d+ (?:\[\d+\] )?(?:\S+ )*?NCCL (?:INFO|WARN|TRACE|CALL) ", re.M
+)
 _BARE_VERSION = re.compile(rb"NCCL version \d+\.\d+\.\d+\S*\+cuda", re.M)
-_TESTS = re.compile(rb"^(?:\S+ ?)?#\s+(?:size\s+count\s+type|nThread \d+ nGpus|\(B\)\s+\(elements\))|# nccl-tests version", re.M)
-_WATCHDOG = re.compile(rb"ProcessGroupNCCL|WorkNCCL\(|Watchdog caught collective operation timeout|NCCL error in:")
-_RAS_TEXT = re.compile(rb"^NCCL version \S+ compiled with CUDA|^Job summary\s*\n=+|^Communicators\.\.\.", re.M)
+_TESTS = re.compile(
+    rb"^(?:\S+ ?)?#\s+(?:size\s+count\s+type|nThread \d+ nGpus|\(B\)\s+\(elements\))|# nccl-tests version",
+    re.M,
+)
+_WATCHDOG = re.compile(
+    rb"ProcessGroupNCCL|WorkNCCL\(|Watchdog caught collective operation timeout|NCCL error in:"
+)
+_RAS_TEXT = re.compile(
+    rb"^NCCL version \S+ compiled with CUDA|^Job summary\s*\n=+|^Communicators\.\.\.", re.M
+)
 _FRTRACE = re.compile(rb"^\s*Not all ranks joining collective|^\s*(?:\$\s*)?torchfrtrace\b", re.M)
-_TESTS_JSON_START = re.compile(rb'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:\s*"[^"]*"\s*,\s*"args"\s*:')
+_TESTS_JSON_START = re.compile(
+    rb'\s*\{\s*"version"\s*:\s*\d+\s*,\s*"start_time"\s*:\s*"[^"]*"\s*,\s*"args"\s*:'
+)
 _KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
 
 
@@ -73,7 +98,12 @@ def _json_kind(head: bytes) -> str | None:
         return "nccl_tests"
     if _TESTS_JSON_START.match(head):  # the environment list can push 'results' past the sniffed head
         return "nccl_tests"
-    if s[:1] == b"[" and (b'"CommHash"' in head or re.search(rb'"cat"\s*:\s*"(?:GROUP|COLL|P2P|PROXY|NET|GPU|KERNEL_LAUNCH|COLL_API|GROUP_API|P2P_API)"', head)):
+    if s[:1] == b"[" and (
+        b'"CommHash"' in head
+        or re.search(
+            rb'"cat"\s*:\s*"(?:GROUP|COLL|P2P|PROXY|NET|GPU|KERNEL_LAUNCH|COLL_API|GROUP_API|P2P_API)"', head
+        )
+    ):
         return "nccl_profiler"
     return None
 
@@ -167,24 +197,24 @@ def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> LogParsed:
             if _is_binary(data[:_SNIFF_BYTES]):
                 raise TraceError("binary data, not a Flight Recorder pickle or JSON")
             obj = lenient_json(_decode(data, notes), notes)
-        return nccl_struct.flight_recorder(obj, name, notes)
+        return flightrec.flight_recorder(obj, name, notes)
     if _is_binary(data[:_SNIFF_BYTES]):
         raise TraceError("binary data, not a text log")
     text = _decode(data, notes)
     is_json = _looks_json(data[:_SNIFF_BYTES])
     if fmt == "nccl_profiler":
-        return nccl_struct.profiler_events(lenient_json(text, notes), notes)
+        return struct.profiler_events(lenient_json(text, notes), notes)
     if fmt == "nccl_ras":
         if is_json:
-            return nccl_struct.ras_json(_json_or_lines(text, notes), notes)
-        return nccl_struct.ras_text(text, notes)
+            return ras.ras_json(_json_or_lines(text, notes), notes)
+        return ras.ras_text(text, notes)
     if fmt == "torchfrtrace":
-        return nccl_struct.torchfrtrace_report(text, notes)
+        return flightrec.torchfrtrace_report(text, notes)
     if fmt == "nccl_tests" and is_json:
-        return nccl_struct.nccl_tests_json(lenient_json(text, notes), notes)
+        return struct.nccl_tests_json(lenient_json(text, notes), notes)
     if is_json:
         raise TraceError(f"JSON, not a {fmt} text log")
-    parsed, recognized = nccl_log.parse_text(text, name, fmt)
+    parsed, recognized = log.parse_text(text, name, fmt)
     parsed.notes[:0] = notes
     if not recognized:
         raise TraceError("no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found")

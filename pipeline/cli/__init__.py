@@ -1,0 +1,18 @@
+"""The `tracelake` command.
+
+Exit codes (all commands):
+  0  everything worked
+  2  usage error (bad option or argument; typer/click's code)
+  3  some input files failed, the others were ingested (ingest, run); with --scheduler, some runs'
+     analysis failed on the cluster, the others are in the output (analyze, report, run)
+  4  total failure: nothing could be ingested, or the lake/query could not be read, or (--scheduler)
+     the scheduler could not be reached or no run could be analysed
+"""
+
+from __future__ import annotations
+
+from . import analysis_cmd, ingest_cmd, lake_cmd  # noqa: F401  (each registers its commands on app)
+from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app
+from .ingest_cmd import _RateColumn
+
+__all__ = ["EXIT_FAILED", "EXIT_HELP", "EXIT_OK", "EXIT_PARTIAL", "app", "_RateColumn"]

@@ -1,0 +1,5 @@
+"""`python -m pipeline.cli`: the `tracelake` command."""
+
+from . import app
+
+app()

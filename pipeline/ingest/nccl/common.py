@@ -1,0 +1,319 @@
+"""Shared pieces of the NCCL-family parsers (pipeline/ingest/nccl/): enum tables with their
+sources, number and hash helpers, the column builder that shapes rows into schema-v1 frames (Rows,
+LogParsed, finish), and infer_test, which names the nccl-tests binary of a results table for both
+the text tables (log_nccl_tests.py) and the -J JSON (struct.py). The lenient JSON reader and the
+restricted unpickler are in decode.py.
+
+Format notes and sources: ../shared/reference/nccl.md (sections cited per table below).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from ... import catalog
+from ... import schema as sch
+
+# --- enums ---------------------------------------------------------------------------------------
+
+#: ncclDataType_t id -> (name, bytes per element). Source: nccl.h(.in) `ncclDataType_t`, stable since
+#: NCCL 2.0; bfloat16 (9) since 2.10, the two FP8 types (10, 11) since 2.24 (nccl.md section 1.7).
+#: Sizes from pipeline/catalog/dtypes.toml, the one table of element sizes.
+NCCL_DTYPES: dict[int, tuple[str, int]] = {
+    i: (n, catalog.dtype_bytes(n))
+    for i, n in enumerate(
+        (
+            "int8",
+            "uint8",
+            "int32",
+            "uint32",
+            "int64",
+            "uint64",
+            "float16",
+            "float32",
+            "float64",
+            "bfloat16",
+            "float8e4m3",
+            "float8e5m2",
+        )
+    )
+}
+
+#: ncclRedOp_t id -> name (nccl.h `ncclRedOp_t`; avg since 2.10). Ids >= 5 are user-created
+#: operators (ncclRedOpCreatePreMulSum, e.g. PyTorch's premul_sum): reported as "user".
+NCCL_REDOPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+
+#: ncclResult_t (nccl.h.in; `-> N` in error chains). nccl.md section 1.2.
+NCCL_RESULTS = {
+    0: "ncclSuccess",
+    1: "ncclUnhandledCudaError",
+    2: "ncclSystemError",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError",
+    7: "ncclInProgress",
+    8: "ncclTimeout",
+}
+
+#: enum ibv_wc_status (rdma-core libibverbs/verbs.h), the `status=` of NET/IB completion errors.
+IBV_WC_STATUS = {
+    0: "SUCCESS",
+    1: "LOC_LEN_ERR",
+    2: "LOC_QP_OP_ERR",
+    3: "LOC_EEC_OP_ERR",
+    4: "LOC_PROT_ERR",
+    5: "WR_FLUSH_ERR",
+    6: "MW_BIND_ERR",
+    7: "BAD_RESP_ERR",
+    8: "LOC_ACCESS_ERR",
+    9: "REM_INV_REQ_ERR",
+    10: "REM_ACCESS_ERR",
+    11: "REM_OP_ERR",
+    12: "RETRY_EXC_ERR",
+    13: "RNR_RETRY_EXC_ERR",
+    14: "LOC_RDD_VIOL_ERR",
+    15: "REM_INV_RD_REQ_ERR",
+    16: "REM_ABORT_ERR",
+    17: "INV_EECN_ERR",
+    18: "INV_EEC_STATE_ERR",
+    19: "FATAL_ERR",
+    20: "RESP_TIMEOUT_ERR",
+    21: "GENERAL_ERR",
+}
+
+#: Numeric algorithm / protocol ids of the 2.20-2.25 TUNING lines (nccl.md section 1.7).
+NCCL_ALGOS = {
+    0: "TREE",
+    1: "RING",
+    2: "COLLNET_DIRECT",
+    3: "COLLNET_CHAIN",
+    4: "NVLS",
+    5: "NVLS_TREE",
+    6: "PAT",
+}
+NCCL_PROTOS = {0: "LL", 1: "LL128", 2: "SIMPLE"}
+
+#: Count multiplier from the API `count` to nccl-tests' message size S (nccl-tests doc/PERFORMANCE.md,
+#: nccl.md sections 1.7 and 2.2): AllGather counts the send elements per rank, ReduceScatter the
+#: receive elements per rank, AlltoAll the elements per peer; S is the whole buffer (x nranks).
+TIMES_NRANKS_OPS = {"AllGather", "ReduceScatter", "AlltoAll", "Gather", "Scatter"}
+
+INT32 = (-(2**31), 2**31 - 1)
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def version_from_code(code: int) -> str:
+    """NCCL_VERSION_CODE -> 'X.Y.Z' (nccl.h: major*10000+minor*100+patch since 2.9,
+    major*1000+minor*100+patch before)."""
+    if code >= 20900:
+        return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
+    return f"{code // 1000}.{code // 100 % 10}.{code % 100}"
+
+
+def norm_hash(text) -> str | None:
+    """A communicator hash (NCCL commId `0x49bb...`, RAS `fa93da...`, profiler CommHash decimal, int)
+    as '0x' + lowercase hex without leading zeros; text that is not a number (masked '0x...') as given."""
+    if text is None:
+        return None
+    if isinstance(text, int):
+        return hex(text & (2**64 - 1))
+    s = str(text).strip()
+    try:
+        if s.lower().startswith("0x"):
+            return hex(int(s, 16))
+        if s.isdigit():
+            return hex(int(s))
+        if re.fullmatch(r"[0-9a-fA-F]{8,16}", s):
+            return hex(int(s, 16))
+    except ValueError:
+        pass
+    return s
+
+
+def pci_from_busid(text: str | None) -> str | None:
+    """NCCL busId (int64 printed %lx, e.g. 'c8000' = domain 0, bus 0xc8, device 0, function 0; nccl
+    src/misc/utils.cc busIdToInt64) -> 'dddd:bb:dd.f'. None when it is not hex (masked 'XXXX')."""
+    if not text or not re.fullmatch(r"[0-9a-fA-F]+", text):
+        return None
+    v = int(text, 16)
+    return f"{v >> 20:04x}:{(v >> 12) & 0xFF:02x}:{(v >> 4) & 0xFF:02x}.{v & 0xF:x}"
+
+
+def to_int(s, lo_hi=INT64):
+    """int(s) when it is an integer inside the range, else None."""
+    try:
+        v = int(s)
+    except (TypeError, ValueError):
+        return None
+    return v if lo_hi[0] <= v <= lo_hi[1] else None
+
+
+def to_float(s):
+    """float(s), or None when it is not a number."""
+    try:
+        return float(s)
+    except (TypeError, ValueError):
+        return None
+
+
+def dumps(obj) -> str:
+    """Compact JSON text (detail columns)."""
+    return json.dumps(obj, separators=(",", ":"), default=str)
+
+
+# --- rows -> frames --------------------------------------------------------------------------------
+
+_POLARS = {
+    "int32": pl.Int32,
+    "int64": pl.Int64,
+    "uint64": pl.UInt64,
+    "float64": pl.Float64,
+    "string": pl.String,
+    "bool": pl.Boolean,
+    "list<int32>": pl.List(pl.Int32),
+    "list<string>": pl.List(pl.String),
+}
+_RANGES = {"int32": INT32, "int64": INT64, "uint64": (0, 2**64 - 1)}
+
+
+class Rows:
+    """Rows of one lake table (dicts keyed by the table's schema-v1 columns, without run_id/source_id).
+    Missing keys are nulls; a key that is not a column raises KeyError when the frame is built."""
+
+    def __init__(self, table: str):
+        self.table = table
+        cols = [c for c in sch.tables()[table].columns if c.name not in ("run_id", "source_id")]
+        self.types = {c.name: c.type for c in cols}
+        self.rows: list[dict] = []
+
+    @property
+    def n(self) -> int:
+        return len(self.rows)
+
+    def add(self, **kw) -> int:
+        """Append one row; returns its index."""
+        self.rows.append(kw)
+        return len(self.rows) - 1
+
+    def get(self, i: int, col: str):
+        return self.rows[i].get(col)
+
+    def set(self, i: int, **kw) -> None:
+        self.rows[i].update(kw)
+
+    def fill(self, i: int, **kw) -> None:
+        """Set the columns that are still null."""
+        row = self.rows[i]
+        for k, v in kw.items():
+            if v is not None and row.get(k) is None:
+                row[k] = v
+
+    def column(self, col: str) -> list:
+        return [r.get(col) for r in self.rows]
+
+    def frame(self, notes: list[str] | None = None) -> pl.DataFrame:
+        """The rows as a polars frame typed like the schema. Integers outside their column's range
+        become null (one note per column)."""
+        extra = set().union(*self.rows) - set(self.types) if self.rows else set()
+        if extra:
+            raise KeyError(f"{self.table} has no column(s) {sorted(extra)}")
+        schema = {c: _POLARS[t] for c, t in self.types.items()}
+        try:
+            return (
+                pl.from_dicts(self.rows, schema=schema, strict=True)
+                if self.rows
+                else pl.DataFrame(schema=schema)
+            )
+        except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+            pass
+        series = []
+        for c, t in self.types.items():
+            lst = self.column(c)
+            lo, hi = _RANGES.get(t, (None, None))
+            bad = 0
+            if lo is not None:
+                for k, v in enumerate(lst):
+                    if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
+                        lst[k], bad = None, bad + 1
+            if notes is not None and bad:
+                notes.append(f"{self.table}.{c}: {bad} values outside {t} stored as null")
+            series.append(pl.Series(c, lst, dtype=_POLARS[t], strict=False))
+        return pl.DataFrame(series)
+
+
+@dataclass
+class LogParsed:
+    """Result of pipeline.ingest.nccl.parse: lake tables (without run_id/source_id), file facts, notes."""
+
+    format: str
+    tables: dict[str, pl.DataFrame]
+    host: str | None = None
+    world_size: int | None = None
+    tool_versions: dict = field(default_factory=dict)
+    event_count: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def finish(
+    fmt: str,
+    rows: dict[str, Rows],
+    notes: list[str],
+    tool_versions: dict,
+    event_count: int,
+    hosts: set | None = None,
+    world_size: int | None = None,
+) -> LogParsed:
+    """Frames of the non-empty tables, and the single host when exactly one was seen."""
+    tables = {name: r.frame(notes) for name, r in rows.items() if r.n}
+    hs = {h for h in (hosts or ()) if h}
+    ws = world_size if world_size is not None and 0 < world_size < 2**31 else None
+    return LogParsed(
+        fmt,
+        tables,
+        next(iter(hs)) if len(hs) == 1 else None,
+        ws,
+        {k: v for k, v in tool_versions.items() if v is not None},
+        event_count,
+        notes,
+    )
+
+
+# --- nccl-tests --------------------------------------------------------------------------------------
+
+REDUCTIONS = {"sum", "prod", "max", "min", "avg", "premulsum", "mulsum"}
+
+
+def infer_test(rows: list[tuple], n: int | None, has_redop: bool, has_root: bool) -> str | None:
+    """nccl-tests binary from a table without a 'Collective test starting' line, by the size
+    definitions of doc/PERFORMANCE.md (nccl.md 2.2): S = count x typesize for all_reduce, broadcast,
+    reduce and sendrecv; S = count x typesize x n for reduce_scatter (and for all_gather/alltoall/
+    gather/scatter, which this cannot tell apart: None). rows: (size, count, dtype_bytes, redop, root)."""
+    ratios = {size / (count * tb) for size, count, tb, _, _ in rows if count and tb}
+    if len(ratios) != 1:
+        return None
+    ratio = ratios.pop()
+    redops = {r for _, _, _, r, _ in rows}
+    roots = {r for _, _, _, _, r in rows}
+    reduces = bool(redops) and all(r in REDUCTIONS for r in redops)
+    if ratio == 1:
+        if reduces and has_redop:
+            return (
+                "reduce_perf"
+                if has_root and all(r is not None and r >= 0 for r in roots)
+                else "all_reduce_perf"
+            )
+        if has_root and roots and all(r is not None and r >= 0 for r in roots):
+            return "broadcast_perf"
+        if has_root and roots == {-1} and not has_redop:
+            return None
+        if redops <= {"none", None} and roots <= {-1, None} and has_redop:
+            return "sendrecv_perf"
+        return None
+    if n and n > 1 and ratio == n and reduces and has_redop:
+        return "reduce_scatter_perf"
+    return None

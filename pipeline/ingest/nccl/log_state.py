@@ -1,0 +1,226 @@
+"""State of the NCCL_DEBUG text-log parser (log.py), shared by its line grammars: the LOG_TABLES
+rows, the per-thread records (Thread: the communicator being initialized, attributes and rows
+printed before it, the open error chain), process-level attributes, the nccl-tests run and table
+records (TestRun, Table), the launcher-wrapper helpers (nccl.md 1.3), and LogState: the base
+class of every grammar mixin, with the row helpers and close_processes(), which finishes
+nccl_processes at end of file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from .common import Rows
+
+LOG_TABLES = (
+    "nccl_processes",
+    "nccl_net_devices",
+    "nccl_channels",
+    "nccl_rings",
+    "nccl_coll_calls",
+    "nccl_events",
+    "nccl_watchdog",
+    "nccl_tests_results",
+)
+
+WRAPPER = re.compile(
+    r"(?:\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:|\[rank(?P<tr>\d+)\]:|\(\w+ pid=\d+(?:, ip=[^)]*)?\) "
+    r"|(?P<srun>\d+): |\[\d+\] |[\w.-]+: )+"
+)
+
+
+@dataclass
+class Thread:
+    open: int | None = None  # processes row of the communicator being initialized on this thread
+    last: int | None = None  # last communicator row identified on this thread
+    pending: dict = field(default_factory=dict)
+    pending_rows: list = field(default_factory=list)  # (table, row) printed before the comm was known
+    chain: int | None = None  # error chain start line
+    pending_dev: int | None = None
+
+
+@dataclass
+class TestRun:
+    version: str | None = None
+    test: str | None = None
+    devices: list = field(default_factory=list)
+    used: bool = False
+
+
+@dataclass
+class Table:
+    index: int
+    run: TestRun
+    lead: list
+    groups: list  # [(placement, [col names])]
+    extra: int  # trailing timestamp tokens
+    cpu: bool
+    rows: list = field(default_factory=list)
+
+
+def split_wrapper(line: str) -> tuple[str, str, int | None]:
+    """(wrapper, rest, rank named by the wrapper) for known launcher prefixes."""
+    m = WRAPPER.match(line)
+    if not m:
+        return "", line, None
+    r = m.group("mpi") or m.group("tr") or m.group("srun")
+    return m.group(0), line[m.end() :], int(r) if r is not None else None
+
+
+def wrapper_rank(wrapper: str) -> int | None:
+    m = WRAPPER.fullmatch(wrapper) if wrapper else None
+    if not m:
+        return None
+    r = m.group("mpi") or m.group("tr") or m.group("srun")
+    return int(r) if r is not None else None
+
+
+class LogState:
+    """One pass's tables and state (see the module docstring); LogParser (log.py) adds the line
+    grammars."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.t = {n: Rows(n) for n in LOG_TABLES}
+        self.notes: list[str] = []
+        self.versions: dict = {}
+        self.comm_rows: dict[tuple, int] = {}
+        self.threads: dict[tuple, Thread] = {}
+        self.proc_attrs: dict[tuple, dict] = {}
+        self.seen_devs: dict[tuple, int] = {}  # (host, pid, cuda_dev) -> first line
+        self.loose: dict[tuple, dict] = {}  # (host, pid, cuda_dev) -> attrs never tied to a comm
+        self.bare_versions: list[tuple[str, str | None]] = []
+        self.runs: list[TestRun] = []
+        self.run: TestRun | None = None
+        self.table: Table | None = None
+        self.tables: list[Table] = []
+        self.spliced = 0
+        self.failed_lines = 0
+        self.recognized = 0
+
+    # --- helpers ------------------------------------------------------------------------------------
+    def event(self, li: dict, kind: str, **kw) -> None:
+        self.t["nccl_events"].add(
+            line_no=li["line_no"],
+            kind=kind,
+            text=li["text"],
+            host=li.get("host"),
+            pid=li.get("pid"),
+            tid=li.get("tid"),
+            cuda_dev=li.get("cuda_dev"),
+            level=li.get("level"),
+            src_file=li.get("src_file"),
+            src_line=li.get("src_line"),
+            func=li.get("func"),
+            wrapper=li.get("wrapper") or None,
+            wrapper_rank=li.get("wrapper_rank"),
+            log_time=li.get("log_time"),
+            local_time_ns=li.get("local_time_ns"),
+            message=li.get("message"),
+            **kw,
+        )
+
+    def thread(self, li: dict) -> Thread:
+        key = (li["host"], li["pid"], li["tid"])
+        t = self.threads.get(key)
+        if t is None:
+            t = self.threads[key] = Thread()
+        return t
+
+    def attr(self, li: dict, **kw) -> None:
+        """A communicator attribute printed without the communicator (channel counts, affinity, ...):
+        onto the comm being initialized on this thread, else kept pending for the next one."""
+        th = self.thread(li)
+        if th.open is not None:
+            self.t["nccl_processes"].fill(th.open, **kw)
+        else:
+            th.pending.update({k: v for k, v in kw.items() if v is not None})
+            th.pending_dev = li.get("cuda_dev")
+
+    def proc(self, li: dict, **kw) -> None:
+        """A process-level attribute (version, driver, network)."""
+        d = self.proc_attrs.setdefault((li["host"], li["pid"]), {})
+        for k, v in kw.items():
+            if v is not None and k not in d:
+                d[k] = v
+
+    def comm_of(self, li: dict, table: str, row: int) -> None:
+        """Tie a channel/ring row to the communicator initializing on its thread (or later)."""
+        th = self.thread(li)
+        if th.open is not None:
+            p = self.t["nccl_processes"]
+            self.t[table].set(row, comm_ptr=p.get(th.open, "comm_ptr"), comm_id=p.get(th.open, "comm_id"))
+        else:
+            th.pending_rows.append((table, row))
+
+    def comm_row(self, li: dict, comm: str, fields: dict, what: str) -> int:
+        p = self.t["nccl_processes"]
+        key = (li["host"], li["pid"], comm)
+        r = self.comm_rows.get(key)
+        if r is None or (what == "Init START" and p.get(r, "status") in ("destroyed", "aborted")):
+            r = p.add(
+                host=li["host"],
+                pid=li["pid"],
+                tid=li["tid"],
+                cuda_dev=li.get("cuda_dev"),
+                comm_ptr=comm,
+                first_line_no=li["line_no"],
+            )
+            self.comm_rows[key] = r
+        p.fill(r, **fields)
+        th = self.thread(li)
+        if what in ("Init START", "topology", "Init COMPLETE"):
+            if th.pending:
+                p.fill(r, **th.pending)
+                th.pending = {}
+            if th.pending_rows and what != "Init START":
+                for table, row in th.pending_rows:
+                    self.t[table].set(row, comm_ptr=comm, comm_id=p.get(r, "comm_id"))
+            th.pending_rows = []
+            th.open = None if what == "Init COMPLETE" else r
+            th.last = r
+        elif th.open == r:
+            th.open = None
+        return r
+
+    # --- end of file ----------------------------------------------------------------------------------
+    def close_processes(self) -> None:
+        """nccl_processes at end of file: rows for devices seen in NCCL lines without any
+        communicator row, attributes never tied to a communicator, process-level attributes and
+        the file's bare version line."""
+        p = self.t["nccl_processes"]
+        # rows for (host, pid, cudaDev) seen in NCCL lines without any communicator row
+        covered = {(p.get(i, "host"), p.get(i, "pid"), p.get(i, "cuda_dev")) for i in range(p.n)}
+        covered_procs = {(h, pid) for h, pid, _ in covered}
+        for th_key, th in self.threads.items():
+            if th.pending:
+                key = (th_key[0], th_key[1], th.pending_dev)
+                self.loose.setdefault(key, {}).update(th.pending)
+        for (host, pid, dev), line in sorted(self.seen_devs.items(), key=lambda kv: kv[1]):
+            if (host, pid, dev) in covered or (dev is None and (host, pid) in covered_procs):
+                continue
+            p.add(host=host, pid=pid, cuda_dev=dev, first_line_no=line)
+            covered.add((host, pid, dev))
+            covered_procs.add((host, pid))
+        for (host, pid, dev), attrs in self.loose.items():
+            for i in range(p.n):
+                if (
+                    p.get(i, "host") == host
+                    and p.get(i, "pid") == pid
+                    and p.get(i, "cuda_dev") == dev
+                    and p.get(i, "comm_ptr") is None
+                ):
+                    p.fill(i, **attrs)
+        # process-level attributes, then the file's bare version line for processes without their own
+        bare = {v for v, _ in self.bare_versions}
+        bare_cuda = {c for _, c in self.bare_versions if c}
+        for i in range(p.n):
+            attrs = self.proc_attrs.get((p.get(i, "host"), p.get(i, "pid")), {})
+            p.fill(i, **attrs)
+            if len(bare) == 1:
+                p.fill(
+                    i,
+                    nccl_version=next(iter(bare)),
+                    cuda_version=next(iter(bare_cuda)) if len(bare_cuda) == 1 else None,
+                )
