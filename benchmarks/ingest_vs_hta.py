@@ -17,7 +17,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,7 +83,10 @@ def largest_trace() -> Path:
         for f in (CORPUS / d).rglob("*.json*"):
             raw = f.read_bytes()
             n = len(gzip.decompress(raw)) if raw[:2] == b"\x1f\x8b" else len(raw)
-            if n > size and b"traceEvents" in (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)[:400_000]:
+            if (
+                n > size
+                and b"traceEvents" in (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)[:400_000]
+            ):
                 best, size = f, n
     return best
 
@@ -106,7 +108,11 @@ def main():
         for name, code, args in (
             ("parse floor (gunzip + typed decode)", PARSE_FLOOR, lambda i: [str(trace)]),
             ("tracelake parse (tables in memory)", TRACELAKE_PARSE, lambda i: [str(trace)]),
-            ("tracelake ingest (parse + Parquet lake)", TRACELAKE, lambda i: [str(trace), str(Path(tmp) / f"lake{i}")]),
+            (
+                "tracelake ingest (parse + Parquet lake)",
+                TRACELAKE,
+                lambda i: [str(trace), str(Path(tmp) / f"lake{i}")],
+            ),
             ("HTA TraceAnalysis load", HTA, lambda i: [str(hta_dir)]),
         ):
             runs = [child(code, *args(i)) for i in range(a.repeat)]
@@ -114,10 +120,18 @@ def main():
     print(f"{'':42s} {'wall s':>8s} {'MB/s':>8s} {'peak RSS MB':>12s}")
     for name, (w, r) in rows.items():
         print(f"{name:42s} {w:8.2f} {mb / w:8.1f} {r:12.0f}")
-    ours, hta, floor = rows["tracelake ingest (parse + Parquet lake)"], rows["HTA TraceAnalysis load"], rows["parse floor (gunzip + typed decode)"]
+    ours, hta, floor = (
+        rows["tracelake ingest (parse + Parquet lake)"],
+        rows["HTA TraceAnalysis load"],
+        rows["parse floor (gunzip + typed decode)"],
+    )
     parse_only = rows["tracelake parse (tables in memory)"]
-    print(f"\ningest speed-up vs HTA load: {hta[0] / ours[0]:.1f}x   parse-only speed-up vs HTA load: {hta[0] / parse_only[0]:.1f}x")
-    print(f"ingest peak RSS vs HTA: {ours[1] / hta[1]:.2f}x   ingest time vs parse floor: {ours[0] / floor[0]:.2f}x")
+    print(
+        f"\ningest speed-up vs HTA load: {hta[0] / ours[0]:.1f}x   parse-only speed-up vs HTA load: {hta[0] / parse_only[0]:.1f}x"
+    )
+    print(
+        f"ingest peak RSS vs HTA: {ours[1] / hta[1]:.2f}x   ingest time vs parse floor: {ours[0] / floor[0]:.2f}x"
+    )
     print("(times exclude interpreter start-up and imports; peak RSS is each child's whole life)")
 
 

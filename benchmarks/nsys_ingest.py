@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from ingest_vs_hta import REPO, child  # one child-process runner for every benchmark
+
 CORPUS = REPO.parent / "shared" / "corpus" / "nsys"
 
 INGEST = """
@@ -62,8 +63,14 @@ def scaled_copy(src: Path, dest: Path, k: int) -> None:
     span = con.execute('SELECT max("end") - min(start) + 1 FROM CUPTI_ACTIVITY_KIND_KERNEL').fetchone()[0]
     corr = con.execute("SELECT max(correlationId) + 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
     tabs = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-              "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS"):
+    for t in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        "NVTX_EVENTS",
+    ):
         if t not in tabs:
             continue
         cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')]
@@ -77,7 +84,7 @@ def scaled_copy(src: Path, dest: Path, k: int) -> None:
                     sel.append(f'"{c}" + {i * corr}')
                 else:
                     sel.append(f'"{c}"')
-            con.execute(f'INSERT INTO {t} SELECT {", ".join(sel)} FROM base')
+            con.execute(f"INSERT INTO {t} SELECT {', '.join(sel)} FROM base")
         con.execute("DROP TABLE base")
     con.commit()
     con.close()
@@ -97,16 +104,26 @@ def main():
             export = big
         con = sqlite3.connect(f"file:{export}?mode=ro&immutable=1", uri=True)
         kernels = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-        rows = sum(con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0] for (t,) in con.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('CUPTI_ACTIVITY_KIND_KERNEL', "
-            "'CUPTI_ACTIVITY_KIND_MEMCPY', 'CUPTI_ACTIVITY_KIND_MEMSET', 'CUPTI_ACTIVITY_KIND_RUNTIME', "
-            "'CUPTI_ACTIVITY_KIND_SYNCHRONIZATION', 'NVTX_EVENTS')").fetchall())
+        rows = sum(
+            con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
+            for (t,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('CUPTI_ACTIVITY_KIND_KERNEL', "
+                "'CUPTI_ACTIVITY_KIND_MEMCPY', 'CUPTI_ACTIVITY_KIND_MEMSET', 'CUPTI_ACTIVITY_KIND_RUNTIME', "
+                "'CUPTI_ACTIVITY_KIND_SYNCHRONIZATION', 'NVTX_EVENTS')"
+            ).fetchall()
+        )
         con.close()
-        print(f"export: {export.name} ({export.stat().st_size / 1e6:.1f} MB, {kernels} kernels, {rows} event rows)")
+        print(
+            f"export: {export.name} ({export.stat().st_size / 1e6:.1f} MB, {kernels} kernels, {rows} event rows)"
+        )
         res = {}
         for name, code, args in (
             ("read floor (sqlite3, same columns)", READ_FLOOR, lambda i: [str(export)]),
-            ("tracelake ingest (stage + map + Parquet)", INGEST, lambda i: [str(export), str(Path(tmp) / f"lake{i}")]),
+            (
+                "tracelake ingest (stage + map + Parquet)",
+                INGEST,
+                lambda i: [str(export), str(Path(tmp) / f"lake{i}")],
+            ),
         ):
             runs = [child(code, *args(i)) for i in range(a.repeat)]
             res[name] = (min(w for w, _ in runs), max(r for _, r in runs))
@@ -114,7 +131,9 @@ def main():
     for name, (w, r) in res.items():
         print(f"{name:42s} {w:8.2f} {kernels / w:14,.0f} {rows / w:13,.0f} {r:12.0f}")
     floor, ours = res["read floor (sqlite3, same columns)"], res["tracelake ingest (stage + map + Parquet)"]
-    print(f"\ningest time vs read floor: {ours[0] / floor[0]:.2f}x   ingest peak RSS vs read floor: {ours[1] / floor[1]:.2f}x")
+    print(
+        f"\ningest time vs read floor: {ours[0] / floor[0]:.2f}x   ingest peak RSS vs read floor: {ours[1] / floor[1]:.2f}x"
+    )
     print("(times exclude interpreter start-up and imports; peak RSS is each child's whole life)")
 
 

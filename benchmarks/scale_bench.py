@@ -142,7 +142,7 @@ def child(code: str, *args: str, timeout: float | None = None):
     if status != 0:
         raise SystemExit(f"child failed ({status}): {code.strip().splitlines()[0]} ...")
     text = b"".join(chunks).decode(errors="replace")
-    last = text[text.rindex("RESULT ") + 7:].splitlines()[0].split()
+    last = text[text.rindex("RESULT ") + 7 :].splitlines()[0].split()
     return float(last[0]), " ".join(last[1:]), ru.ru_maxrss / 1024
 
 
@@ -174,7 +174,9 @@ def main():
     ap.add_argument("--skip-ingest", action="store_true", help="only the analysis part (3.)")
     ap.add_argument("--skip-analysis", action="store_true", help="only the ingest parts (1. and 2.)")
     ap.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
-    ap.add_argument("--timeout", type=float, default=900, help="seconds an analysis may take before it is stopped")
+    ap.add_argument(
+        "--timeout", type=float, default=900, help="seconds an analysis may take before it is stopped"
+    )
     a = ap.parse_args()
     cores = os.cpu_count() or 1
     work = Path(tempfile.mkdtemp(dir=a.work))
@@ -185,11 +187,17 @@ def main():
             a.skip_big = True
         traces = work / "traces"
         t = time.perf_counter()
-        files = [] if a.skip_ingest else scale_trace.write_traces(a.source, traces, a.ranks, None, a.mb_per_rank, gz=True)
+        files = (
+            []
+            if a.skip_ingest
+            else scale_trace.write_traces(a.source, traces, a.ranks, None, a.mb_per_rank, gz=True)
+        )
         if not a.skip_ingest:
             mb = uncompressed_mb(files)
-            print(f"1. ingest {len(files)} rank files, {mb:.0f} MB of JSON ({sum(f.stat().st_size for f in files) / 1e6:.0f} MB gzip'd; "
-                  f"generated in {time.perf_counter() - t:.0f} s)")
+            print(
+                f"1. ingest {len(files)} rank files, {mb:.0f} MB of JSON ({sum(f.stat().st_size for f in files) / 1e6:.0f} MB gzip'd; "
+                f"generated in {time.perf_counter() - t:.0f} s)"
+            )
             print(f"{'':52s} {'wall s':>8s} {'MB/s':>8s} {'peak RSS MB':>10s}")
             fs = [str(f) for f in files]
             floor1, n_ev, floor1_rss = child(FLOOR, "1", *fs)
@@ -206,15 +214,21 @@ def main():
                 line("HTA 0.5.0 TraceAnalysis load (its own process pool)", hta, mb, hta_rss, "(parent only)")
             print()
             if hta:
-                print(f"ingest vs HTA load: {hta / ingn:.1f}x faster (all cores; --jobs 1: {hta / ing1:.1f}x)   target >= 10x")
-            print(f"ingest vs parse floor: {ing1 / floor1:.2f}x the floor's time on 1 core, {ingn / floorn:.2f}x on {cores}   target <= 2.5x")
+                print(
+                    f"ingest vs HTA load: {hta / ingn:.1f}x faster (all cores; --jobs 1: {hta / ing1:.1f}x)   target >= 10x"
+                )
+            print(
+                f"ingest vs parse floor: {ing1 / floor1:.2f}x the floor's time on 1 core, {ingn / floorn:.2f}x on {cores}   target <= 2.5x"
+            )
         # ---------------------------------------------------------------- 2. one big trace
         if not a.skip_big:
             big = work / "big"
             t = time.perf_counter()
             (bf,) = scale_trace.write_traces(a.source, big, 1, None, a.big_mb, gz=False)
             bmb = bf.stat().st_size / 1e6
-            print(f"\n2. one uncompressed trace of {bmb:.0f} MB (generated in {time.perf_counter() - t:.0f} s)")
+            print(
+                f"\n2. one uncompressed trace of {bmb:.0f} MB (generated in {time.perf_counter() - t:.0f} s)"
+            )
             secs, _, rss = child(INGEST, "1", str(work / "lakebig"), str(bf))
             line("tracelake ingest (streamed)", secs, bmb, rss)
             print(f"peak RSS {rss / 1024:.2f} GB for {bmb / 1024:.2f} GB of JSON   target < 3 GB for 2 GB")
@@ -224,7 +238,9 @@ def main():
         if a.skip_analysis:
             return
         print("\n3. analysis (every metric) and report (HTML) of lakes of N ranks x K kernels")
-        print(f"{'':30s} {'rows':>12s} {'write s':>8s} {'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}")
+        print(
+            f"{'':30s} {'rows':>12s} {'write s':>8s} {'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}"
+        )
         times = {}
         for ranks, kernels in ((8, a.kernels), (64, a.kernels), (512, a.kernels), (64, a.big_kernels)):
             d = work / f"lake_{ranks}x{kernels}"
@@ -235,21 +251,31 @@ def main():
             label = f"{ranks} ranks x {info['kernels_per_rank']} kernels"
             if r is None:
                 times[(ranks, kernels)] = float("inf")
-                print(f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f}  not finished in {a.timeout:.0f} s (stopped)")
+                print(
+                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f}  not finished in {a.timeout:.0f} s (stopped)"
+                )
             else:
                 an, rep, rss = r
                 rep = float(rep)
                 times[(ranks, kernels)] = an + rep
-                print(f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f} "
-                      f"{an:11.2f} {rep:9.2f} {rss:12.0f}")
+                print(
+                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f} "
+                    f"{an:11.2f} {rep:9.2f} {rss:12.0f}"
+                )
             shutil.rmtree(d)
         k = a.kernels
         growth = times[(512, k)] / times[(8, k)]
-        print(f"\ncost 8 -> 512 ranks (analysis + report): {growth:.1f}x for 64x the ranks = {growth / 64:.2f}x linear   target <= 1.2x")
+        print(
+            f"\ncost 8 -> 512 ranks (analysis + report): {growth:.1f}x for 64x the ranks = {growth / 64:.2f}x linear   target <= 1.2x"
+        )
         g2 = times[(512, k)] / times[(64, k)]
-        print(f"cost 64 -> 512 ranks: {g2:.1f}x for 8x the ranks = {g2 / 8:.2f}x linear (less fixed cost in the ratio)")
+        print(
+            f"cost 64 -> 512 ranks: {g2:.1f}x for 8x the ranks = {g2 / 8:.2f}x linear (less fixed cost in the ratio)"
+        )
         big = times[(64, a.big_kernels)]
-        print(f"64 ranks x {a.big_kernels} kernels, all metrics + report: {big:.1f} s   target < 10 s on 2 cores")
+        print(
+            f"64 ranks x {a.big_kernels} kernels, all metrics + report: {big:.1f} s   target < 10 s on 2 cores"
+        )
         print("(times exclude interpreter start-up and imports; peak RSS is each child's own)")
     finally:
         shutil.rmtree(work, ignore_errors=True)

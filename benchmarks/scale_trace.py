@@ -63,12 +63,20 @@ class Shape:
             if isinstance(e.get("id"), int):
                 ids.append(e["id"])
         self.id_step = max(ids) + 1
-        steps = [int(m.group(2)) for e in ev if isinstance(e.get("name"), str) and (m := _STEP.match(e["name"]))]
+        steps = [
+            int(m.group(2)) for e in ev if isinstance(e.get("name"), str) and (m := _STEP.match(e["name"]))
+        ]
         self.step_step = (max(steps) - min(steps) + 1) if steps else 0
         self.kernels = sum(1 for e in ev if e.get("ph") == "X" and e.get("cat") in GPU_CATS)
         self.events = len(ev)
-        self.seq_step = 1 + max([int(a["Seq"]) for e in ev if isinstance(a := e.get("args") or {}, dict)
-                                 and isinstance(a.get("Seq"), int)] or [0])
+        self.seq_step = 1 + max(
+            [
+                int(a["Seq"])
+                for e in ev
+                if isinstance(a := e.get("args") or {}, dict) and isinstance(a.get("Seq"), int)
+            ]
+            or [0]
+        )
 
 
 def shifted(ev: dict, k: int, shape: Shape) -> dict:
@@ -104,7 +112,11 @@ def write_json(doc: dict, shape: Shape, path: Path, rank: int, world: int, copie
     di.update(rank=rank, world_size=world)
     top["distributedInfo"] = di
     enc = msgspec.json.Encoder()
-    opener = (lambda p: __import__("isal.igzip", fromlist=["open"]).open(p, "wb", compresslevel=1)) if gz else (lambda p: open(p, "wb"))
+    opener = (
+        (lambda p: __import__("isal.igzip", fromlist=["open"]).open(p, "wb", compresslevel=1))
+        if gz
+        else (lambda p: open(p, "wb"))
+    )
     n = 0
     with opener(path) as f:
         head = enc.encode(top)[:-1] + b', "traceEvents": [\n'
@@ -124,7 +136,9 @@ def write_json(doc: dict, shape: Shape, path: Path, rank: int, world: int, copie
     return n
 
 
-def write_traces(source: Path, out: Path, ranks: int, kernels: int | None, mb: float | None, gz: bool) -> list[Path]:
+def write_traces(
+    source: Path, out: Path, ranks: int, kernels: int | None, mb: float | None, gz: bool
+) -> list[Path]:
     doc = load(source)
     shape = Shape(doc)
     if mb is not None:
@@ -142,6 +156,7 @@ def write_traces(source: Path, out: Path, ranks: int, kernels: int | None, mb: f
 
 
 # ------------------------------------------------------------------ lake
+
 
 def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str = "scaled") -> dict:
     """The source ingested once and its tables repeated (as write_json would) for `ranks` ranks.
@@ -169,8 +184,11 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
     src_row = tables.pop("sources").to_dicts()[0]
     for c in ("input_dims", "input_types"):  # JSON text as the JSON writer re-encodes it (compact)
         if "cpu_ops" in tables and c in tables["cpu_ops"].columns:
-            tables["cpu_ops"] = tables["cpu_ops"].with_columns(pl.col(c).map_elements(
-                lambda x: msgspec.json.encode(msgspec.json.decode(x)).decode(), return_dtype=pl.String))
+            tables["cpu_ops"] = tables["cpu_ops"].with_columns(
+                pl.col(c).map_elements(
+                    lambda x: msgspec.json.encode(msgspec.json.decode(x)).decode(), return_dtype=pl.String
+                )
+            )
     span_ns, ids, nev = shape.span_us * 1000, shape.id_step, shape.events
     rep = {}
     for t, df in tables.items():
@@ -192,10 +210,15 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
                 elif c == "step" and t == "steps":
                     cols.append(pl.col(c) + k * shape.step_step)
             d = df.with_columns(cols) if cols else df
-            if shape.step_step and "name" in d.columns:  # ProfilerStep#n -> #(n + k*steps), wherever it is a name
+            if (
+                shape.step_step and "name" in d.columns
+            ):  # ProfilerStep#n -> #(n + k*steps), wherever it is a name
                 n = pl.col("name").str.extract(r"^ProfilerStep\s*#\s*(\d+)$").cast(pl.Int64)
-                d = d.with_columns(name=pl.when(n.is_not_null()).then(
-                    pl.col("name").str.replace(r"\d+$", "") + (n + k * shape.step_step).cast(pl.String)).otherwise(pl.col("name")))
+                d = d.with_columns(
+                    name=pl.when(n.is_not_null())
+                    .then(pl.col("name").str.replace(r"\d+$", "") + (n + k * shape.step_step).cast(pl.String))
+                    .otherwise(pl.col("name"))
+                )
             parts.append(d)
         rep[t] = pl.concat(parts)
     lake = Lake(lake_dir)
@@ -211,10 +234,19 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
                     d = d.with_columns(rank=pl.lit(r, dtype=pl.Int32))
                 out[t] = d.to_arrow()
                 rows += d.height if r == 0 else 0
-            row = {**src_row, "source_id": sid, "run_id": run, "rank": r, "ranks": [r], "world_size": ranks,
-                   "rank_source": "distributed_info", "content_sha256": f"{r:064x}", "path": f"{source}#rank{r}",
-                   "event_count": src_row["event_count"] * copies,
-                   "trace_end_ns": src_row["trace_end_ns"] + (copies - 1) * span_ns}
+            row = {
+                **src_row,
+                "source_id": sid,
+                "run_id": run,
+                "rank": r,
+                "ranks": [r],
+                "world_size": ranks,
+                "rank_source": "distributed_info",
+                "content_sha256": f"{r:064x}",
+                "path": f"{source}#rank{r}",
+                "event_count": src_row["event_count"] * copies,
+                "trace_end_ns": src_row["trace_end_ns"] + (copies - 1) * span_ns,
+            }
             lake.write_source(run, sid, out, row)
     return {"copies": copies, "kernels_per_rank": shape.kernels * copies, "rows_per_rank": rows}
 
@@ -262,7 +294,9 @@ def main():
     ap.add_argument("--kernels", type=int)
     ap.add_argument("--mb", type=float)
     ap.add_argument("--gz", action="store_true")
-    ap.add_argument("--check", type=Path, help="a scratch directory: compare the lake writer with ingested JSON")
+    ap.add_argument(
+        "--check", type=Path, help="a scratch directory: compare the lake writer with ingested JSON"
+    )
     a = ap.parse_args()
     if a.check:
         d = check(a.source, a.check)

@@ -19,11 +19,11 @@ from typing import Any
 import polars as pl
 
 from . import query
-from .lake import Lake
 from .diagnosis import nccl_findings
 from .diagnosis.findings import findings_for_run, rank_findings
 from .diagnosis.straggler import straggler_profile
 from .diagnosis.verdict import OUTLIER_FACTOR, caveats_for_run, verdict_for_run
+from .lake import Lake
 
 SCHEMA = "tracelake.analyze/3"
 
@@ -31,17 +31,59 @@ SCHEMA = "tracelake.analyze/3"
 # MFU, tokens/s and the verdict divide by; gpu_span_ns (first to last GPU work launched in the
 # step) is a named extra, never a denominator
 STEP_FIELDS = [
-    "run_id", "rank", "step", "step_ns", "host_step_ns", "gpu_span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns",
-    "memcpy_ns", "overlap_ns", "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_comm_wait_ns", "exposed_comm_transfer_ns",
-    "exposed_memcpy_ns", "exposed_unknown_ns", "idle_input_ns", "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns",
-    "idle_unreliable_ns", "mfu_pct", "flop_coverage_pct", "peak_tflops", "tokens_per_s", "complete",
+    "run_id",
+    "rank",
+    "step",
+    "step_ns",
+    "host_step_ns",
+    "gpu_span_ns",
+    "gpu_busy_ns",
+    "gpu_idle_ns",
+    "compute_ns",
+    "comm_ns",
+    "memcpy_ns",
+    "overlap_ns",
+    "comm_comp_overlap_pct",
+    "exposed_comm_ns",
+    "exposed_comm_wait_ns",
+    "exposed_comm_transfer_ns",
+    "exposed_memcpy_ns",
+    "exposed_unknown_ns",
+    "idle_input_ns",
+    "idle_host_wait_ns",
+    "idle_kernel_wait_ns",
+    "idle_other_ns",
+    "idle_unreliable_ns",
+    "mfu_pct",
+    "flop_coverage_pct",
+    "peak_tflops",
+    "tokens_per_s",
+    "complete",
 ]
 # per rank over the whole trace window (queries/breakdown.sql level 'rank': first to last GPU work)
 RANK_FIELDS = [
-    "run_id", "rank", "span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns", "overlap_ns",
-    "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_comm_wait_ns", "exposed_comm_transfer_ns", "exposed_memcpy_ns",
-    "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns", "idle_unreliable_ns", "mfu_pct", "flop_coverage_pct",
-    "peak_tflops", "tokens_per_s",
+    "run_id",
+    "rank",
+    "span_ns",
+    "gpu_busy_ns",
+    "gpu_idle_ns",
+    "compute_ns",
+    "comm_ns",
+    "memcpy_ns",
+    "overlap_ns",
+    "comm_comp_overlap_pct",
+    "exposed_comm_ns",
+    "exposed_comm_wait_ns",
+    "exposed_comm_transfer_ns",
+    "exposed_memcpy_ns",
+    "idle_host_wait_ns",
+    "idle_kernel_wait_ns",
+    "idle_other_ns",
+    "idle_unreliable_ns",
+    "mfu_pct",
+    "flop_coverage_pct",
+    "peak_tflops",
+    "tokens_per_s",
 ]
 
 
@@ -69,8 +111,17 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
                 if v is not None and not isinstance(v, (dict, list)):
                     versions.setdefault(str(k), set()).add(str(v))
     used = devices.filter(pl.col("used")) if devices.height else devices
-    gpus = (used.with_columns(name=pl.col("name").fill_null("(unnamed)")).group_by("name")
-            .agg(ranks=pl.col("rank").n_unique()).sort("name").to_dicts()) if used.height else []
+    gpus = (
+        (
+            used.with_columns(name=pl.col("name").fill_null("(unnamed)"))
+            .group_by("name")
+            .agg(ranks=pl.col("rank").n_unique())
+            .sort("name")
+            .to_dicts()
+        )
+        if used.height
+        else []
+    )
     return {
         "hosts": sorted({str(h) for h in s["host"].drop_nulls().to_list() if h}),
         "gpus": [{"name": g["name"], "ranks": int(g["ranks"])} for g in gpus],
@@ -79,9 +130,16 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
     }
 
 
-def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, top_n: int | None = 20,
-            peak_tflops: float | None = None, model_flops_per_step: float | None = None,
-            runs: list[str] | None = None, tokens_per_step: float | None = None) -> dict:
+def analyze(
+    lake: Lake,
+    window: str = "all",
+    kernel_wait_threshold_ns: int = 30_000,
+    top_n: int | None = 20,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    runs: list[str] | None = None,
+    tokens_per_step: float | None = None,
+) -> dict:
     """Analysis of every run in the lake (the `tracelake.analyze/3` document, docs/analyze-json.md).
 
     window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
@@ -92,9 +150,16 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
-    con = query.connect(lake, window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, peak_tflops=peak_tflops,
-                        model_flops_per_step=model_flops_per_step, materialize=True, runs=runs,
-                        tokens_per_step=tokens_per_step)
+    con = query.connect(
+        lake,
+        window=window,
+        kernel_wait_threshold_ns=kernel_wait_threshold_ns,
+        peak_tflops=peak_tflops,
+        model_flops_per_step=model_flops_per_step,
+        materialize=True,
+        runs=runs,
+        tokens_per_step=tokens_per_step,
+    )
     bd = query.run(con, "breakdown")
     idle = query.run(con, "idle_breakdown")  # per stream, HTA's exact rule
     mfu = query.run(con, "mfu")
@@ -105,44 +170,81 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     stragglers = query.run(con, "stragglers")
     mem = query.run(con, "memcpy_bandwidth")
     top = query.run(con, "top_kernels")
-    step_time = query.run(con, "step_time").join(status.select("run_id", "rank", "step", "complete"),
-                                                on=["run_id", "rank", "step"], how="left")
+    step_time = query.run(con, "step_time").join(
+        status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
+    )
     idle_gaps = query.run(con, "idle_gaps")
     step_kernels = query.run(con, "step_kernels")
     devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
-    collectives_notes = pl.from_arrow(con.sql(
-        "SELECT run_id, msg_bytes_note, count(*) AS n FROM collectives WHERE msg_bytes IS NULL "
-        "GROUP BY ALL ORDER BY run_id, n DESC, msg_bytes_note").to_arrow_table())
+    collectives_notes = pl.from_arrow(
+        con.sql(
+            "SELECT run_id, msg_bytes_note, count(*) AS n FROM collectives WHERE msg_bytes IS NULL "
+            "GROUP BY ALL ORDER BY run_id, n DESC, msg_bytes_note"
+        ).to_arrow_table()
+    )
     src = lake.sources(runs)
     notes: list[str] = []
 
     base = bd.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns"})
     keys = ["run_id", "rank", "step"]
     steps = (
-        step_time.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns", "idle_ns": "gpu_idle_ns"})
-        .with_columns(comm_comp_overlap_pct=pl.when(pl.col("comm_ns") > 0).then(100.0 * pl.col("overlap_ns") / pl.col("comm_ns")))
-        .join(mfu.select(*keys, "mfu_pct", "flop_coverage_pct", "peak_tflops", "tokens_per_s"), on=keys, how="left")
-        .select(STEP_FIELDS).sort(keys)
+        step_time.rename(
+            {"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns", "idle_ns": "gpu_idle_ns"}
+        )
+        .with_columns(
+            comm_comp_overlap_pct=pl.when(pl.col("comm_ns") > 0).then(
+                100.0 * pl.col("overlap_ns") / pl.col("comm_ns")
+            )
+        )
+        .join(
+            mfu.select(*keys, "mfu_pct", "flop_coverage_pct", "peak_tflops", "tokens_per_s"),
+            on=keys,
+            how="left",
+        )
+        .select(STEP_FIELDS)
+        .sort(keys)
     )
     # whole-run MFU and tokens/s per rank: FLOPs, tokens and step time summed over the rank's steps
     mfu_rank = (
         mfu.filter(pl.col("mfu_pct").is_not_null() | pl.col("tokens_per_s").is_not_null())
         .group_by("run_id", "rank")
-        .agg(model_flops=pl.col("model_flops").sum(), step_ns=pl.col("step_ns").sum(), peak=pl.col("peak_tflops").first(),
-             tokens=(pl.col("tokens_per_s") * pl.col("step_ns") * 1e-9).sum(),
-             has_mfu=pl.col("mfu_pct").is_not_null().any(), has_tok=pl.col("tokens_per_s").is_not_null().any(),
-             cov_num=(pl.col("flop_coverage_pct") * pl.col("compute_kernel_ns")).sum(), cov_den=pl.col("compute_kernel_ns").sum())
-        .with_columns(mfu_pct=pl.when(pl.col("has_mfu")).then(100 * pl.col("model_flops") / (pl.col("step_ns") * 1e-9 * pl.col("peak") * 1e12)),
-                      tokens_per_s=pl.when(pl.col("has_tok")).then(pl.col("tokens") / (pl.col("step_ns") * 1e-9)),
-                      flop_coverage_pct=pl.when(pl.col("cov_den") > 0).then(pl.col("cov_num") / pl.col("cov_den")))
-        .select("run_id", "rank", "mfu_pct", "flop_coverage_pct", pl.col("peak").alias("peak_tflops"), "tokens_per_s")
+        .agg(
+            model_flops=pl.col("model_flops").sum(),
+            step_ns=pl.col("step_ns").sum(),
+            peak=pl.col("peak_tflops").first(),
+            tokens=(pl.col("tokens_per_s") * pl.col("step_ns") * 1e-9).sum(),
+            has_mfu=pl.col("mfu_pct").is_not_null().any(),
+            has_tok=pl.col("tokens_per_s").is_not_null().any(),
+            cov_num=(pl.col("flop_coverage_pct") * pl.col("compute_kernel_ns")).sum(),
+            cov_den=pl.col("compute_kernel_ns").sum(),
+        )
+        .with_columns(
+            mfu_pct=pl.when(pl.col("has_mfu")).then(
+                100 * pl.col("model_flops") / (pl.col("step_ns") * 1e-9 * pl.col("peak") * 1e12)
+            ),
+            tokens_per_s=pl.when(pl.col("has_tok")).then(pl.col("tokens") / (pl.col("step_ns") * 1e-9)),
+            flop_coverage_pct=pl.when(pl.col("cov_den") > 0).then(pl.col("cov_num") / pl.col("cov_den")),
+        )
+        .select(
+            "run_id",
+            "rank",
+            "mfu_pct",
+            "flop_coverage_pct",
+            pl.col("peak").alias("peak_tflops"),
+            "tokens_per_s",
+        )
     )
     ranks = (
-        base.filter(pl.col("level") == "rank").drop("step")
+        base.filter(pl.col("level") == "rank")
+        .drop("step")
         .join(mfu_rank, on=["run_id", "rank"], how="left")
-        .select(RANK_FIELDS).sort("run_id", "rank")
+        .select(RANK_FIELDS)
+        .sort("run_id", "rank")
     )
-    calls_json = [{**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}} for r in _records(matched.drop("pg_key"))]
+    calls_json = [
+        {**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}}
+        for r in _records(matched.drop("pg_key"))
+    ]
 
     runs = []
     mfu_why: dict[str, str] = {}  # run -> why MFU is unavailable (the note's text)
@@ -154,40 +256,66 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         world = s["world_size"].drop_nulls()
         run = {
             "run_id": run_id,
-            "ranks": sorted({int(x) for x in s["rank"].drop_nulls().to_list()}
-                            | {int(x) for lst in (s["ranks"].drop_nulls().to_list() if "ranks" in s.columns else []) for x in lst}),
+            "ranks": sorted(
+                {int(x) for x in s["rank"].drop_nulls().to_list()}
+                | {
+                    int(x)
+                    for lst in (s["ranks"].drop_nulls().to_list() if "ranks" in s.columns else [])
+                    for x in lst
+                }
+            ),
             "world_size": int(world.max()) if len(world) else None,
             "sources": s.height,
-            "steps": sorted(int(x) for x in status.filter(pl.col("run_id") == run_id)["step"].unique().to_list()),
+            "steps": sorted(
+                int(x) for x in status.filter(pl.col("run_id") == run_id)["step"].unique().to_list()
+            ),
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
             **_summary(s, devices.filter(pl.col("run_id") == run_id)),
         }
         runs.append(run)
         for row in s.filter(pl.col("status") == "partial").sort("path").iter_rows(named=True):
-            cut = f"{row['unreadable_bytes']:,} bytes at its end unreadable" if row.get("unreadable_bytes") is not None else "cut short"
-            notes.append(f"run {run_id}: {row['path']} is partial ({cut}: the job was killed while the profiler wrote?): "
-                         "its complete events are analysed; events after the cut are missing, from any of its steps (Kineto does "
-                         "not write in time order), so its steps are marked incomplete")
+            cut = (
+                f"{row['unreadable_bytes']:,} bytes at its end unreadable"
+                if row.get("unreadable_bytes") is not None
+                else "cut short"
+            )
+            notes.append(
+                f"run {run_id}: {row['path']} is partial ({cut}: the job was killed while the profiler wrote?): "
+                "its complete events are analysed; events after the cut are missing, from any of its steps (Kineto does "
+                "not write in time order), so its steps are marked incomplete"
+            )
         if r_ranks.height == 0:
-            notes.append(f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not available")
+            notes.append(
+                f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not available"
+            )
             continue
         if r_steps.height == 0:
-            mfu_why[run_id] = "the run has no steps (MFU is FLOPs per step; for Nsight Systems exports give --step-range)"
-            notes.append(f"run {run_id}: no ProfilerStep in the trace (for Nsight Systems exports: no NVTX step range; see --step-range): "
-                         "per-step rows are absent, per-rank rows cover the whole trace, and MFU (FLOPs per step) is not computed")
+            mfu_why[run_id] = (
+                "the run has no steps (MFU is FLOPs per step; for Nsight Systems exports give --step-range)"
+            )
+            notes.append(
+                f"run {run_id}: no ProfilerStep in the trace (for Nsight Systems exports: no NVTX step range; see --step-range): "
+                "per-step rows are absent, per-rank rows cover the whole trace, and MFU (FLOPs per step) is not computed"
+            )
         if r_ranks["comm_ns"].sum() == 0:
-            notes.append(f"run {run_id}: no communication kernels: comm_comp_overlap_pct is null (nothing to overlap)")
+            notes.append(
+                f"run {run_id}: no communication kernels: comm_comp_overlap_pct is null (nothing to overlap)"
+            )
         if r_steps.height and r_steps["mfu_pct"].is_null().all():
             m = mfu.filter(pl.col("run_id") == run_id)
             if m["model_flops"].is_null().all():
-                why = ("no op with modelled FLOPs (record_shapes off, or no matmul, attention or convolution ops with usable shapes); "
-                       "give --model-flops-per-step or the PaLM shape options")
+                why = (
+                    "no op with modelled FLOPs (record_shapes off, or no matmul, attention or convolution ops with usable shapes); "
+                    "give --model-flops-per-step or the PaLM shape options"
+                )
             else:
                 names = sorted({str(x) for x in m["device_name"].to_list() if x})
                 if names:
-                    why = (f"no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); "
-                           "give it with --peak-tflops")
+                    why = (
+                        f"no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); "
+                        "give it with --peak-tflops"
+                    )
                 else:
                     why = "the trace does not name its device (no deviceProperties), so no peak is known; give it with --peak-tflops"
             mfu_why[run_id] = why
@@ -195,40 +323,70 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         c = coll.filter(pl.col("run_id") == run_id)
         if c.height and c["msg_bytes"].is_null().any():
             why = collectives_notes.filter(pl.col("run_id") == run_id)
-            reasons = "; ".join(f"{r['msg_bytes_note'] or 'no reason recorded'} ({r['n']} kernel(s))" for r in why.iter_rows(named=True))
-            which = "not available" if c["msg_bytes"].is_null().all() else f"not available for {c['msg_bytes'].is_null().sum()} of {c.height} calls"
+            reasons = "; ".join(
+                f"{r['msg_bytes_note'] or 'no reason recorded'} ({r['n']} kernel(s))"
+                for r in why.iter_rows(named=True)
+            )
+            which = (
+                "not available"
+                if c["msg_bytes"].is_null().all()
+                else f"not available for {c['msg_bytes'].is_null().sum()} of {c.height} calls"
+            )
             notes.append(f"run {run_id}: collective bandwidth {which}: no message size: {reasons}")
         mc = matched.filter(pl.col("run_id") == run_id)
         if mc.height and not mc["complete"].all():
             n_inc = mc.filter(~pl.col("complete")).height
             exp = mc["expected_ranks"].max()
             seen = mc["ranks_seen"].max()
-            notes.append(f"run {run_id}: {n_inc} of {mc.height} collective calls were not seen on every rank of their group "
-                         f"(expected {exp}, at most {seen} ingested): transfer time, wait and straggler cover the ingested ranks only")
-        gw = query.sql_count(con, f"SELECT count(*) FROM gpu_work WHERE graph_replay AND run_id = '{run_id.replace(chr(39), chr(39) * 2)}'")
+            notes.append(
+                f"run {run_id}: {n_inc} of {mc.height} collective calls were not seen on every rank of their group "
+                f"(expected {exp}, at most {seen} ingested): transfer time, wait and straggler cover the ingested ranks only"
+            )
+        gw = query.sql_count(
+            con,
+            f"SELECT count(*) FROM gpu_work WHERE graph_replay AND run_id = '{run_id.replace(chr(39), chr(39) * 2)}'",
+        )
         if gw:
-            notes.append(f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, but their idle cause "
-                         "(idle_unreliable_ns) and per-op attribution (FLOP coverage) are unreliable")
+            notes.append(
+                f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, but their idle cause "
+                "(idle_unreliable_ns) and per-op attribution (FLOP coverage) are unreliable"
+            )
     verdicts = []
     for r in runs:
         rid = r["run_id"]
         r_st = step_time.filter(pl.col("run_id") == rid)
         r_calls = [c for c in calls_json if c["run_id"] == rid]
-        partial = sorted(str(p) for p in ok.filter((pl.col("run_id") == rid) & (pl.col("status") == "partial"))["path"].to_list())
+        partial = sorted(
+            str(p)
+            for p in ok.filter((pl.col("run_id") == rid) & (pl.col("status") == "partial"))["path"].to_list()
+        )
         caveats = caveats_for_run(r, partial, mfu_why.get(rid), r_calls, has_steps=bool(r_st.height))
         # straggler_profile reads only the rows of the steps it is given (or the rank rows on the trace basis)
         rows = r_st.to_dicts() if r_st.height else ranks.filter(pl.col("run_id") == rid).to_dicts()
-        verdicts.append(verdict_for_run(rid, ranks.filter(pl.col("run_id") == rid), r_st,
-                                        straggler_of=lambda analysed, calls=r_calls, rows=rows: straggler_profile(calls, rows, analysed),
-                                        caveats=caveats, split_known=any(c["consistent"] for c in r_calls)))
+        verdicts.append(
+            verdict_for_run(
+                rid,
+                ranks.filter(pl.col("run_id") == rid),
+                r_st,
+                straggler_of=lambda analysed, calls=r_calls, rows=rows: straggler_profile(
+                    calls, rows, analysed
+                ),
+                caveats=caveats,
+                split_known=any(c["consistent"] for c in r_calls),
+            )
+        )
     for v in verdicts:
         out = [e for e in v["excluded_steps"] if e["why"] == "outlier"]
         if out:
             ex = ", ".join(f"{e['step']} (rank {e['rank']}: {e['step_ns'] / 1e6:.1f} ms)" for e in out[:5])
-            notes.append(f"run {v['run_id']}: step(s) {ex}{' ...' if len(out) > 5 else ''} took more than "
-                         f"{OUTLIER_FACTOR:g}x the median step ({v['median_step_ns'] / 1e6:.1f} ms) and are left out of the verdict")
+            notes.append(
+                f"run {v['run_id']}: step(s) {ex}{' ...' if len(out) > 5 else ''} took more than "
+                f"{OUTLIER_FACTOR:g}x the median step ({v['median_step_ns'] / 1e6:.1f} ms) and are left out of the verdict"
+            )
     if top_n is not None:
-        top = top.with_columns(rn=pl.int_range(pl.len()).over("run_id")).filter(pl.col("rn") < top_n).drop("rn")
+        top = (
+            top.with_columns(rn=pl.int_range(pl.len()).over("run_id")).filter(pl.col("rn") < top_n).drop("rn")
+        )
     for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
         notes.append(f"{row['path']}: not ingested: {row['error']}")
     doc = {
@@ -238,8 +396,11 @@ def analyze(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
         "model_flops_per_step_override": model_flops_per_step,
         "kernel_wait_threshold_ns": kernel_wait_threshold_ns,
         "runs": runs,
-        "idle_streams": _records(idle.group_by("run_id", "rank", "device", "stream").agg(
-            pl.col("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps").sum()).sort("run_id", "rank", "device", "stream")),
+        "idle_streams": _records(
+            idle.group_by("run_id", "rank", "device", "stream")
+            .agg(pl.col("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps").sum())
+            .sort("run_id", "rank", "device", "stream")
+        ),
         "steps": _records(steps),
         "ranks": _records(ranks),
         "collectives": calls_json,

@@ -46,11 +46,18 @@ def _failed_sources(src) -> list[tuple[str, str, str]]:
 def _outlier_notes(doc: dict) -> int:
     """How many notes analyze() wrote after the per-run loop for this document's verdicts (one per
     verdict with an outlier step left out; pipeline/analyze.py)."""
-    return sum(1 for v in doc["verdicts"] if any(e["why"] == "outlier" for e in v.get("excluded_steps") or []))
+    return sum(
+        1 for v in doc["verdicts"] if any(e["why"] == "outlier" for e in v.get("excluded_steps") or [])
+    )
 
 
-def merge(skeleton: dict, run_ids: list[str], docs: dict[str, dict], failures: dict[str, str],
-          failed_sources: list[tuple[str, str, str]]) -> dict:
+def merge(
+    skeleton: dict,
+    run_ids: list[str],
+    docs: dict[str, dict],
+    failures: dict[str, str],
+    failed_sources: list[tuple[str, str, str]],
+) -> dict:
     """One document from per-run documents, equal to analyze() over all of them.
 
     skeleton: a document of the same options (its scalar keys are kept, its lists replaced);
@@ -72,10 +79,10 @@ def merge(skeleton: dict, run_ids: list[str], docs: dict[str, dict], failures: d
                 out.setdefault(k, []).extend(v)
         notes = list(doc["notes"])
         k_failed, k_outlier = n_failed[run_id], _outlier_notes(doc)
-        tails[run_id] = notes[len(notes) - k_failed:] if k_failed else []
-        body = notes[:len(notes) - k_failed] if k_failed else notes
-        loop_notes += body[:len(body) - k_outlier] if k_outlier else body
-        outlier_notes += body[len(body) - k_outlier:] if k_outlier else []
+        tails[run_id] = notes[len(notes) - k_failed :] if k_failed else []
+        body = notes[: len(notes) - k_failed] if k_failed else notes
+        loop_notes += body[: len(body) - k_outlier] if k_outlier else body
+        outlier_notes += body[len(body) - k_outlier :] if k_outlier else []
     source_notes = []
     for run_id, path, error in failed_sources:
         tail = tails.get(run_id)
@@ -85,10 +92,17 @@ def merge(skeleton: dict, run_ids: list[str], docs: dict[str, dict], failures: d
     return out
 
 
-def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_wait_threshold_ns: int = 30_000,
-                       top_n: int | None = 20, peak_tflops: float | None = None,
-                       model_flops_per_step: float | None = None, runs: list[str] | None = None,
-                       tokens_per_step: float | None = None) -> tuple[dict, list[RunFailure]]:
+def analyze_on_cluster(
+    lake: Lake,
+    scheduler: str,
+    window: str = "all",
+    kernel_wait_threshold_ns: int = 30_000,
+    top_n: int | None = 20,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    runs: list[str] | None = None,
+    tokens_per_step: float | None = None,
+) -> tuple[dict, list[RunFailure]]:
     """analyze(lake, ...) computed one run per Dask task on the cluster at `scheduler`.
 
     Returns (document, failures): the document equals analyze(lake, ...) when failures is empty;
@@ -97,8 +111,14 @@ def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_w
     reached. runs: only these runs (None: every run of the lake)."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
-    options = dict(window=window, kernel_wait_threshold_ns=kernel_wait_threshold_ns, top_n=top_n,
-                   peak_tflops=peak_tflops, model_flops_per_step=model_flops_per_step, tokens_per_step=tokens_per_step)
+    options = dict(
+        window=window,
+        kernel_wait_threshold_ns=kernel_wait_threshold_ns,
+        top_n=top_n,
+        peak_tflops=peak_tflops,
+        model_flops_per_step=model_flops_per_step,
+        tokens_per_step=tokens_per_step,
+    )
     src = lake.sources(runs)
     # every run with a sources row, failed-only runs too: their document holds their failed notes
     run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))
@@ -112,8 +132,12 @@ def analyze_on_cluster(lake: Lake, scheduler: str, window: str = "all", kernel_w
                 try:
                     docs[r] = fut.result()
                 except Exception as e:  # the analysis raised, or the worker died (KilledWorker)
-                    first = next((ln.strip() for ln in str(e).splitlines() if ln.strip()), "")  # DuckDB adds the SQL below
-                    failures[r] = one_line(f"{type(e).__name__}: {first}" if first else type(e).__name__)[:300]
+                    first = next(
+                        (ln.strip() for ln in str(e).splitlines() if ln.strip()), ""
+                    )  # DuckDB adds the SQL below
+                    failures[r] = one_line(f"{type(e).__name__}: {first}" if first else type(e).__name__)[
+                        :300
+                    ]
                 finally:
                     fut.release()
     # scalar keys and the full key list from a run's own document, else from an empty analysis

@@ -26,7 +26,9 @@ def comm_host_op_regex() -> str:
     return _any_regex(catalog.classification()["comm_host_ops"])
 
 
-def classify(gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: list[str] | None = None) -> pl.DataFrame:
+def classify(
+    gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: list[str] | None = None
+) -> pl.DataFrame:
     """Add `category` and `classified_by` to a frame with columns kind, name, external_id and
     has_comm_args (bool: the event's args carry collective metadata).
 
@@ -47,20 +49,31 @@ def classify(gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: l
         by_corr = by_corr.fill_null(False) | pl.col("comm_launch").fill_null(False)
     by_user = pl.col("name").str.contains(user_re) if user_re else pl.lit(False)
     expr_by = (
-        pl.when(pl.col("kind").is_in(["memcpy", "memset", "sync"])).then(pl.lit("kind"))
-        .when(pl.col("kind") == "unknown").then(pl.lit("kind"))
-        .when(is_kernel & pl.col("has_comm_args")).then(pl.lit("args"))
-        .when(is_kernel & by_corr.fill_null(False)).then(pl.lit("correlation"))
-        .when(is_kernel & by_user).then(pl.lit("user_pattern"))
-        .when(is_kernel & pl.col("name").str.contains(name_re)).then(pl.lit("name"))
-        .when(is_kernel & pl.col("name").str.contains(mem_re)).then(pl.lit("memory_name"))
+        pl.when(pl.col("kind").is_in(["memcpy", "memset", "sync"]))
+        .then(pl.lit("kind"))
+        .when(pl.col("kind") == "unknown")
+        .then(pl.lit("kind"))
+        .when(is_kernel & pl.col("has_comm_args"))
+        .then(pl.lit("args"))
+        .when(is_kernel & by_corr.fill_null(False))
+        .then(pl.lit("correlation"))
+        .when(is_kernel & by_user)
+        .then(pl.lit("user_pattern"))
+        .when(is_kernel & pl.col("name").str.contains(name_re))
+        .then(pl.lit("name"))
+        .when(is_kernel & pl.col("name").str.contains(mem_re))
+        .then(pl.lit("memory_name"))
         .otherwise(pl.lit("default"))
     )
     expr_cat = (
-        pl.when(pl.col("kind").is_in(["memcpy", "memset"]) | (pl.col("classified_by") == "memory_name")).then(pl.lit("memory"))
-        .when(pl.col("kind") == "sync").then(pl.lit("sync"))
-        .when(pl.col("kind") == "unknown").then(pl.lit("unknown"))
-        .when(pl.col("classified_by").is_in(["args", "correlation", "user_pattern", "name"])).then(pl.lit("communication"))
+        pl.when(pl.col("kind").is_in(["memcpy", "memset"]) | (pl.col("classified_by") == "memory_name"))
+        .then(pl.lit("memory"))
+        .when(pl.col("kind") == "sync")
+        .then(pl.lit("sync"))
+        .when(pl.col("kind") == "unknown")
+        .then(pl.lit("unknown"))
+        .when(pl.col("classified_by").is_in(["args", "correlation", "user_pattern", "name"]))
+        .then(pl.lit("communication"))
         .otherwise(pl.lit("compute"))
     )
     return gpu.with_columns(classified_by=expr_by).with_columns(category=expr_cat)

@@ -35,4 +35,6 @@ def client(scheduler: str):
         return Client(scheduler, set_as_default=False, timeout="20s")
     except Exception as e:  # refused, timed out, not an address, or not a Dask scheduler answering
         why = str(e) or ("no Dask scheduler answered within 15 s" if isinstance(e, TimeoutError) else "")
-        raise SchedulerError(one_line(f"cannot reach the Dask scheduler at {scheduler}: {type(e).__name__}: {why}")) from None
+        raise SchedulerError(
+            one_line(f"cannot reach the Dask scheduler at {scheduler}: {type(e).__name__}: {why}")
+        ) from None

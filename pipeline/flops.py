@@ -36,8 +36,12 @@ import json
 from math import prod
 
 _DTYPES = {
-    "float": "fp32", "c10::Half": "fp16", "c10::BFloat16": "bf16",
-    "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+    "float": "fp32",
+    "c10::Half": "fp16",
+    "c10::BFloat16": "bf16",
+    "c10::Float8_e4m3fn": "fp8",
+    "c10::Float8_e5m2": "fp8",
+    "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8",
 }
 
@@ -77,7 +81,10 @@ def _conv(d, concrete):
     else:
         if not all(isinstance(v, list) and len(v) == len(kernel) for v in (stride, padding, dilation)):
             return None
-        out = [(s + 2 * p - dl * (k - 1) - 1) // st + 1 for s, p, dl, k, st in zip(spatial_in, padding, dilation, kernel, stride)]
+        out = [
+            (s + 2 * p - dl * (k - 1) - 1) // st + 1
+            for s, p, dl, k, st in zip(spatial_in, padding, dilation, kernel, stride)
+        ]
     return 2 * x[0] * prod(w) * prod(out)
 
 
@@ -91,7 +98,14 @@ def _conv_bwd(d, concrete):
 
 
 def _sdpa(q, k, v):
-    if len(q) == 4 and len(k) == 4 and len(v) == 4 and q[:2] == k[:2] == v[:2] and q[3] == k[3] and k[2] == v[2]:
+    if (
+        len(q) == 4
+        and len(k) == 4
+        and len(v) == 4
+        and q[:2] == k[:2] == v[:2]
+        and q[3] == k[3]
+        and k[2] == v[2]
+    ):
         b, h, s_q, d = q
         return 2 * b * h * s_q * k[2] * d + 2 * b * h * s_q * k[2] * v[3]
     return None
@@ -108,9 +122,14 @@ _FORMULAS = {
     "aten::addmm": lambda d: _mm(d[1], d[2]),
     "aten::bmm": lambda d: _bmm(d[0], d[1]),
     "aten::baddbmm": lambda d: _bmm(d[1], d[2]),
-    **{f"aten::_scaled_dot_product_{k}_attention": (lambda d: _sdpa(d[0], d[1], d[2])) for k in ("flash", "efficient", "cudnn")},
-    **{f"aten::_scaled_dot_product_{k}_attention_backward": (lambda d: _sdpa_bwd(d[1], d[2], d[3]))
-       for k in ("flash", "efficient", "cudnn")},
+    **{
+        f"aten::_scaled_dot_product_{k}_attention": (lambda d: _sdpa(d[0], d[1], d[2]))
+        for k in ("flash", "efficient", "cudnn")
+    },
+    **{
+        f"aten::_scaled_dot_product_{k}_attention_backward": (lambda d: _sdpa_bwd(d[1], d[2], d[3]))
+        for k in ("flash", "efficient", "cudnn")
+    },
 }
 _WITH_CONCRETE = {"aten::convolution": _conv, "aten::convolution_backward": _conv_bwd}
 
@@ -149,13 +168,22 @@ def op_flops(name: str, input_dims, input_types, concrete_inputs=None) -> tuple[
     return float(v), dtype
 
 
-def palm_flops_per_step(params: float, layers: int, heads: int, head_dim: int, seq_len: int, tokens_per_step: float) -> float:
+def palm_flops_per_step(
+    params: float, layers: int, heads: int, head_dim: int, seq_len: int, tokens_per_step: float
+) -> float:
     """Model FLOPs of one training step (forward + backward) from the model's shape, PaLM's
     formula (Chowdhery et al. 2022, arXiv 2204.02311, appendix B): per token 6N + 12*L*H*Q*T,
     N = parameters in matmuls, L layers, H heads, Q head dim, T sequence length; times the tokens
     this rank processes per step. Causal masking is not discounted (PaLM, torchtitan, nanoGPT).
     Raises ValueError for non-positive inputs."""
-    vals = dict(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len, tokens_per_step=tokens_per_step)
+    vals = dict(
+        params=params,
+        layers=layers,
+        heads=heads,
+        head_dim=head_dim,
+        seq_len=seq_len,
+        tokens_per_step=tokens_per_step,
+    )
     bad = [k for k, v in vals.items() if not v or v <= 0]
     if bad:
         raise ValueError(f"PaLM FLOPs need positive values for: {', '.join(bad)}")

@@ -44,8 +44,8 @@ import shutil
 import signal
 import socket
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +66,11 @@ def safe_run_id(name: str) -> str:
     A name that had to change gets '-' and 6 hex digits of its SHA-1, so two different names never
     map to one run id. Idempotent: a run id given back (a stored id, even one shortened to 100
     characters plus its hash) is returned as it is."""
-    if _SAFE.sub("_", name) == name and name.strip("._") == name and (len(name) <= 100 or _SHORTENED.fullmatch(name)):
+    if (
+        _SAFE.sub("_", name) == name
+        and name.strip("._") == name
+        and (len(name) <= 100 or _SHORTENED.fullmatch(name))
+    ):
         return name
     s = _SAFE.sub("_", name).strip("._")[:100] or "run"
     if s != name:
@@ -131,13 +135,18 @@ def _crash_point(point: str) -> None:
 class Staged:
     """A source's parts written under <lake>/.tmp/<id>/, not yet in the lake (picklable: a worker
     process stages, the ingesting process commits)."""
+
     dir: str
     run_id: str
     source_id: str
     tables: list[str] = field(default_factory=list)  # tables with a staged part (sources excluded)
 
 
-class Lake:
+class LakeFiles:
+    """The lake's layout and its reading side: where each part lives, which parts are committed
+    (a part counts only once its source's `sources` row exists), the manifest. Lake adds the one
+    writer: the lock, staging, commits, recovery and forgetting."""
+
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
 
@@ -150,8 +159,10 @@ class Lake:
                 raise LakeError(f"{self.root}: exists and is not a directory")
             marker = self.root / "TRACELAKE"
             if self.root.is_dir() and not marker.exists() and any(self.root.iterdir()):
-                raise LakeError(f"{self.root}: a non-empty directory that is not a tracelake lake (no TRACELAKE file); "
-                                "give a new or empty directory as --lake")
+                raise LakeError(
+                    f"{self.root}: a non-empty directory that is not a tracelake lake (no TRACELAKE file); "
+                    "give a new or empty directory as --lake"
+                )
             self.root.mkdir(parents=True, exist_ok=True)
             if not marker.exists():
                 tmp = self.root / f".TRACELAKE.{uuid.uuid4().hex}"
@@ -203,9 +214,13 @@ class Lake:
             return pl.from_arrow(sch.empty("sources"))
         # diagonal, from the empty v1 frame: every v1 column in schema order, null in parts written
         # before the column was added (an old lake's sources lack unreadable_bytes)
-        return pl.concat([pl.from_arrow(sch.empty("sources")), *map(_read_sources_part, parts)], how="diagonal_relaxed")
+        return pl.concat(
+            [pl.from_arrow(sch.empty("sources")), *map(_read_sources_part, parts)], how="diagonal_relaxed"
+        )
 
-    # ------------------------------------------------------------------ one writer
+
+class Lake(LakeFiles):
+    """A lake: LakeFiles plus the crash-safe writing protocol of this module's docstring."""
 
     @contextmanager
     def lock(self):
@@ -227,12 +242,22 @@ class Lake:
                     holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
                 except ValueError:
                     holder = {}
-                who = (f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
-                       if holder.get("pid") else "")
-                raise LakeBusy(f"{self.root}: another tracelake command (ingest or forget) is writing to this lake{who}; "
-                               "wait for it to finish, then run this one again") from None
-            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                               "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}).encode()
+                who = (
+                    f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
+                    if holder.get("pid")
+                    else ""
+                )
+                raise LakeBusy(
+                    f"{self.root}: another tracelake command (ingest or forget) is writing to this lake{who}; "
+                    "wait for it to finish, then run this one again"
+                ) from None
+            info = json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                }
+            ).encode()
             os.ftruncate(fd, 0)
             os.pwrite(fd, info, 0)
             yield self
@@ -284,7 +309,9 @@ class Lake:
                 for i in range(pf.num_row_groups):
                     tbl = pf.read_row_group(i)
                     j = tbl.schema.get_field_index("run_id")
-                    tbl = tbl.set_column(j, tbl.schema.field(j), pa.array([run_id] * tbl.num_rows, tbl.schema.field(j).type))
+                    tbl = tbl.set_column(
+                        j, tbl.schema.field(j), pa.array([run_id] * tbl.num_rows, tbl.schema.field(j).type)
+                    )
                     w.write_table(tbl)
             pf.close()
             os.replace(out, f)
@@ -297,7 +324,10 @@ class Lake:
         d = Path(staged.dir)
         try:
             src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
-            if src.column("run_id")[0].as_py() != staged.run_id or src.column("source_id")[0].as_py() != staged.source_id:
+            if (
+                src.column("run_id")[0].as_py() != staged.run_id
+                or src.column("source_id")[0].as_py() != staged.source_id
+            ):
                 raise ValueError("sources row does not match the staged source")
             _write_parquet(src, d / "sources.parquet")
             journal = {"run_id": staged.run_id, "source_id": staged.source_id, "tables": staged.tables}
@@ -331,8 +361,9 @@ class Lake:
             _crash_point("rename")
         shutil.rmtree(d, ignore_errors=True)
 
-    def write_source(self, run_id: str, source_id: str, tables: dict[str, object], source_row: dict,
-                     replace: bool = True) -> None:
+    def write_source(
+        self, run_id: str, source_id: str, tables: dict[str, object], source_row: dict, replace: bool = True
+    ) -> None:
         """stage() then commit(): one source's tables and its sources row, replacing an earlier
         version of the same source in the same run (`replace` is kept for callers; a source is
         always replaced whole)."""
@@ -399,10 +430,16 @@ def _read_sources_part(path: str) -> pl.DataFrame:
     try:
         return pl.from_arrow(pq.read_table(path))
     except FileNotFoundError:
-        raise LakeError(f"{path}: removed while read (an ingest or forget is writing to the lake); run the command again") from None
+        raise LakeError(
+            f"{path}: removed while read (an ingest or forget is writing to the lake); run the command again"
+        ) from None
     except (OSError, pa.ArrowException) as e:
-        raise LakeError(one_line(f"{path}: unreadable sources part ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
-                                 "move it out of the lake to drop that source")) from None
+        raise LakeError(
+            one_line(
+                f"{path}: unreadable sources part ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                "move it out of the lake to drop that source"
+            )
+        ) from None
 
 
 def _write_stream(table: str, chunks, path: Path) -> bool:

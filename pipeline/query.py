@@ -34,30 +34,67 @@ from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
 
-
 AUTO_MATERIALIZE_BYTES = 64 * 2**20
 # derived views computed once into tables by connect(materialize=True), in dependency order
 MATERIALIZED = ("gpu_launch", "scope", "step_window", "collective_ranks", "collective_calls")
 # the columns of scope that the metric queries read: a materialized scope keeps only these (the
 # kernel launch geometry, registers, contexts... are not needed for metrics and would double the
 # time and memory of materializing it); a query reading another column fails to bind in tests
-SCOPE_COLUMNS = ("run_id", "source_id", "rank", "device", "stream", "kind", "category", "name", "start_ns", "end_ns",
-                 "dur_ns", "correlation", "external_id", "bytes", "copy_kind", "src_kind", "dst_kind", "event_index",
-                 "launch_ns", "launch_pid", "launch_tid", "graph_replay", "step")
+SCOPE_COLUMNS = (
+    "run_id",
+    "source_id",
+    "rank",
+    "device",
+    "stream",
+    "kind",
+    "category",
+    "name",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "correlation",
+    "external_id",
+    "bytes",
+    "copy_kind",
+    "src_kind",
+    "dst_kind",
+    "event_index",
+    "launch_ns",
+    "launch_pid",
+    "launch_tid",
+    "graph_replay",
+    "step",
+)
 
 
-def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_000, threads: int | None = None,
-            peak_tflops: float | None = None, model_flops_per_step: float | None = None,
-            materialize: bool | None = None, runs: list[str] | None = None,
-            tokens_per_step: float | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    lake: Lake,
+    window: str = "all",
+    kernel_wait_threshold_ns: int = 30_000,
+    threads: int | None = None,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    materialize: bool | None = None,
+    runs: list[str] | None = None,
+    tokens_per_step: float | None = None,
+) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
     listed again, up to 10 times. Raises ValueError for a bad window or override, duckdb.Error for
     an unreadable lake."""
     for attempt in range(10):
         try:
-            return _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs,
-                            tokens_per_step)
+            return _connect(
+                lake,
+                window,
+                kernel_wait_threshold_ns,
+                threads,
+                peak_tflops,
+                model_flops_per_step,
+                materialize,
+                runs,
+                tokens_per_step,
+            )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
                 raise
@@ -65,12 +102,23 @@ def connect(lake: Lake, window: str = "all", kernel_wait_threshold_ns: int = 30_
     raise AssertionError("unreachable")
 
 
-def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model_flops_per_step, materialize, runs,
-             tokens_per_step=None):
+def _connect(
+    lake,
+    window,
+    kernel_wait_threshold_ns,
+    threads,
+    peak_tflops,
+    model_flops_per_step,
+    materialize,
+    runs,
+    tokens_per_step=None,
+):
     all_columns = materialize is None  # auto: a small lake, every column of scope kept for `tracelake sql`
     if materialize is None:
         try:
-            size = sum(os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in lake.table_files(t, runs))
+            size = sum(
+                os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in lake.table_files(t, runs)
+            )
         except OSError:  # a part removed meanwhile (forget, ingest --force): decide as for a large lake
             size = AUTO_MATERIALIZE_BYTES + 1
         materialize = size <= AUTO_MATERIALIZE_BYTES
@@ -102,8 +150,11 @@ def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model
     con.execute("CREATE TABLE collective_catalog AS SELECT * FROM _collective_catalog")
     con.execute(f"SET VARIABLE analysis_window = '{window}'")
     con.execute(f"SET VARIABLE kernel_wait_threshold_ns = {int(kernel_wait_threshold_ns)}")
-    for name, v in (("peak_tflops", peak_tflops), ("model_flops_per_step", model_flops_per_step),
-                    ("tokens_per_step", tokens_per_step)):
+    for name, v in (
+        ("peak_tflops", peak_tflops),
+        ("model_flops_per_step", model_flops_per_step),
+        ("tokens_per_step", tokens_per_step),
+    ):
         if v is not None:
             if not v > 0:
                 raise ValueError(f"{name} must be positive, not {v}")
@@ -120,7 +171,9 @@ def _connect(lake, window, kernel_wait_threshold_ns, threads, peak_tflops, model
         con.execute(f.read_text())
         if not materialize:
             continue
-        defined = {r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        defined = {
+            r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+        }
         todo = [n for n in MATERIALIZED if n in defined and n not in done]
         if todo:
             con.execute("SET preserve_insertion_order = false")

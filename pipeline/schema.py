@@ -30,8 +30,14 @@ _TYPES = {
 
 
 _POLARS = {
-    "int32": pl.Int32, "int64": pl.Int64, "uint64": pl.UInt64, "float64": pl.Float64, "string": pl.String,
-    "bool": pl.Boolean, "list<int32>": pl.List(pl.Int32), "list<string>": pl.List(pl.String),
+    "int32": pl.Int32,
+    "int64": pl.Int64,
+    "uint64": pl.UInt64,
+    "float64": pl.Float64,
+    "string": pl.String,
+    "bool": pl.Boolean,
+    "list<int32>": pl.List(pl.Int32),
+    "list<string>": pl.List(pl.String),
 }
 
 
@@ -64,7 +70,10 @@ class Table:
     def arrow(self) -> pa.Schema:
         return pa.schema(
             [pa.field(c.name, _TYPES[c.type], nullable=c.nullable) for c in self.columns],
-            metadata={b"tracelake.schema_version": str(SCHEMA_VERSION).encode(), b"tracelake.table": self.name.encode()},
+            metadata={
+                b"tracelake.schema_version": str(SCHEMA_VERSION).encode(),
+                b"tracelake.table": self.name.encode(),
+            },
         )
 
 
@@ -115,7 +124,13 @@ def conform(table: str, data: pa.Table | dict) -> pa.Table:
                     arr = v.cast(field.type, safe=True) if v.type != field.type else v
                 else:
                     arr = _from_python(list(v), field)
-            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError, pl.exceptions.PolarsError) as e:
+            except (
+                pa.ArrowInvalid,
+                pa.ArrowTypeError,
+                OverflowError,
+                TypeError,
+                pl.exceptions.PolarsError,
+            ) as e:
                 raise SchemaError(f"{table}.{field.name}: cannot store as {field.type}: {e}") from e
         else:
             arr = pa.nulls(n, type=field.type)
@@ -147,7 +162,9 @@ def render_page(t: Table) -> str:
         "|---|---|---|---|---|",
     ]
     for c in t.columns:
-        lines.append(f"| `{c.name}` | {c.type} | {c.unit or '—'} | {'yes' if c.nullable else 'no'} | {c.doc} |")
+        lines.append(
+            f"| `{c.name}` | {c.type} | {c.unit or '—'} | {'yes' if c.nullable else 'no'} | {c.doc} |"
+        )
     return "\n".join(lines) + "\n"
 
 

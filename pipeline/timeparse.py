@@ -59,12 +59,20 @@ def us_series_to_ns(s: pl.Series):
     k = t.str.len_bytes() - t.str.find(".", literal=True)  # fraction digits + 1; null without a '.'
     iv = t.cast(pl.Int64, strict=False)
     dv = t.str.replace(".", "", literal=True).cast(pl.Int64, strict=False)
-    fast = s.rename("t").to_frame().select(
-        ns=pl.when(k.is_null()).then(pl.when(iv.is_between(-9223372036854775, 9223372036854775)).then(iv * 1000))
-        .when(k == 4).then(pl.when(t.str.len_bytes() <= 20).then(dv))
-        .when(k == 3).then(pl.when(t.str.len_bytes() <= 18).then(dv * 10))
-        .when(k == 2).then(pl.when(t.str.len_bytes() <= 17).then(dv * 100))
-    )["ns"]
+    fast = (
+        s.rename("t")
+        .to_frame()
+        .select(
+            ns=pl.when(k.is_null())
+            .then(pl.when(iv.is_between(-9223372036854775, 9223372036854775)).then(iv * 1000))
+            .when(k == 4)
+            .then(pl.when(t.str.len_bytes() <= 20).then(dv))
+            .when(k == 3)
+            .then(pl.when(t.str.len_bytes() <= 18).then(dv * 10))
+            .when(k == 2)
+            .then(pl.when(t.str.len_bytes() <= 17).then(dv * 100))
+        )["ns"]
+    )
     nulls = fast.null_count()
     if nulls == 0:
         return fast.to_numpy().astype(np.int64, copy=False), np.ones(n, dtype=bool)
@@ -82,21 +90,28 @@ def us_series_to_ns(s: pl.Series):
 def _slow(s: pl.Series):
     """Digit by digit (and Decimal for the rest): every text of s."""
     s = s.str.strip_chars('" ')
-    df = pl.DataFrame({"t": s}).with_columns(
-        neg=pl.col("t").str.starts_with("-"),
-        body=pl.col("t").str.strip_chars_start("+-"),
-    ).with_columns(
-        ip=pl.col("body").str.split_exact(".", 1).struct.field("field_0"),
-        fp=pl.col("body").str.split_exact(".", 1).struct.field("field_1").fill_null(""),
-    ).with_columns(
-        ok=pl.col("ip").str.contains(r"^\d{1,15}$") & pl.col("fp").str.contains(r"^\d*$"),
-    ).with_columns(
-        ns=(
-            pl.col("ip").cast(pl.Int64, strict=False) * 1000
-            + (pl.col("fp") + "000").str.slice(0, 3).cast(pl.Int64, strict=False)
-            + (pl.col("fp").str.slice(3, 1).cast(pl.Int64, strict=False).fill_null(0) >= 5).cast(pl.Int64)
+    df = (
+        pl.DataFrame({"t": s})
+        .with_columns(
+            neg=pl.col("t").str.starts_with("-"),
+            body=pl.col("t").str.strip_chars_start("+-"),
         )
-    ).with_columns(ns=pl.when(pl.col("neg")).then(-pl.col("ns")).otherwise(pl.col("ns")))
+        .with_columns(
+            ip=pl.col("body").str.split_exact(".", 1).struct.field("field_0"),
+            fp=pl.col("body").str.split_exact(".", 1).struct.field("field_1").fill_null(""),
+        )
+        .with_columns(
+            ok=pl.col("ip").str.contains(r"^\d{1,15}$") & pl.col("fp").str.contains(r"^\d*$"),
+        )
+        .with_columns(
+            ns=(
+                pl.col("ip").cast(pl.Int64, strict=False) * 1000
+                + (pl.col("fp") + "000").str.slice(0, 3).cast(pl.Int64, strict=False)
+                + (pl.col("fp").str.slice(3, 1).cast(pl.Int64, strict=False).fill_null(0) >= 5).cast(pl.Int64)
+            )
+        )
+        .with_columns(ns=pl.when(pl.col("neg")).then(-pl.col("ns")).otherwise(pl.col("ns")))
+    )
     ok = df["ok"].fill_null(False).to_numpy().copy()
     ns = df["ns"].fill_null(0).to_numpy().astype(np.int64, copy=True)
     ok &= df["ns"].is_not_null().to_numpy()

@@ -18,7 +18,9 @@ KINETO_DIRS = [CORPUS / d for d in ("hta", "param", "tracelens", "kineto")]
 def corpus(*parts: str) -> Path:
     p = CORPUS.joinpath(*parts)
     if not p.exists():
-        pytest.fail(f"corpus file missing: {p} (tests need ../shared/corpus beside the repo, or TRACELAKE_CORPUS)")
+        pytest.fail(
+            f"corpus file missing: {p} (tests need ../shared/corpus beside the repo, or TRACELAKE_CORPUS)"
+        )
     return p
 
 
@@ -66,7 +68,16 @@ def lake_rows(lake) -> dict[str, list[str]]:
 
 
 LAUNCH_CALL = re.compile(r"(LaunchKernel|MemcpyAsync|MemsetAsync|GraphLaunch|ModuleLaunch|runFunction)")
-GPU_RECORD_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "mtia_ccp_events", "cuda_sync"}
+GPU_RECORD_CATS = {
+    "kernel",
+    "Kernel",
+    "gpu_memcpy",
+    "Memcpy",
+    "gpu_memset",
+    "Memset",
+    "mtia_ccp_events",
+    "cuda_sync",
+}
 
 
 def raw_step_counts(source) -> dict[int, tuple[int, int, set, int]]:
@@ -80,19 +91,36 @@ def raw_step_counts(source) -> dict[int, tuple[int, int, set, int]]:
         raw = Path(source).read_bytes()
         doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     ev = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
-    steps = {int(m.group(1)): (e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") in ("user_annotation", "cpu_op")
-             for m in [re.fullmatch(r"ProfilerStep#(\d+)", e.get("name", ""))] if m}
-    with_gpu = {e["args"]["correlation"] for e in ev if e.get("cat") in GPU_RECORD_CATS and "correlation" in e.get("args", {})}
-    launches = [(e["ts"], e["name"], e["args"]["correlation"]) for e in ev
-                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
-                and LAUNCH_CALL.search(e["name"])]
+    steps = {
+        int(m.group(1)): (e["ts"], e["ts"] + e["dur"])
+        for e in ev
+        if e.get("cat") in ("user_annotation", "cpu_op")
+        for m in [re.fullmatch(r"ProfilerStep#(\d+)", e.get("name", ""))]
+        if m
+    }
+    with_gpu = {
+        e["args"]["correlation"]
+        for e in ev
+        if e.get("cat") in GPU_RECORD_CATS and "correlation" in e.get("args", {})
+    }
+    launches = [
+        (e["ts"], e["name"], e["args"]["correlation"])
+        for e in ev
+        if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and "correlation" in e.get("args", {})
+        and LAUNCH_CALL.search(e["name"])
+    ]
     last_good = max((t for t, _, c in launches if c in with_gpu), default=None)
     out = {}
     for n, (s, e) in steps.items():
         inside = [(t, name, c) for t, name, c in launches if s <= t < e]
         missing = [(t, name) for t, name, c in inside if c not in with_gpu]
-        out[n] = (len(inside), len(missing), {name for _, name in missing},
-                  sum(1 for t, _ in missing if last_good is None or t > last_good))
+        out[n] = (
+            len(inside),
+            len(missing),
+            {name for _, name in missing},
+            sum(1 for t, _ in missing if last_good is None or t > last_good),
+        )
     return out
 
 
@@ -106,7 +134,11 @@ def assert_recoverable_within_step_time(res: dict) -> int:
     checked = 0
     for v in res["verdicts"]:
         rid = v["run_id"]
-        timed = [f["recoverable_ns"] for f in res["findings"] if f["run_id"] == rid and f["recoverable_ns"] is not None]
+        timed = [
+            f["recoverable_ns"]
+            for f in res["findings"]
+            if f["run_id"] == rid and f["recoverable_ns"] is not None
+        ]
         if v["basis"] == "steps":
             rows = [s for s in res["step_time"] if s["run_id"] == rid]
             cut = {(e["rank"], e["step"]) for e in v["excluded_steps"] if e["why"] == "incomplete"}
@@ -119,6 +151,11 @@ def assert_recoverable_within_step_time(res: dict) -> int:
             per_rank = {r["rank"]: r["span_ns"] for r in res["ranks"] if r["run_id"] == rid}
         bound = sum(per_rank.values()) / len(per_rank) if per_rank else 0
         assert all(t >= 0 for t in timed), (rid, timed)
-        assert sum(timed) <= bound + len(timed), (rid, sum(timed), bound, [f["kind"] for f in res["findings"] if f["run_id"] == rid])
+        assert sum(timed) <= bound + len(timed), (
+            rid,
+            sum(timed),
+            bound,
+            [f["kind"] for f in res["findings"] if f["run_id"] == rid],
+        )
         checked += bool(timed)
     return checked

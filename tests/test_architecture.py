@@ -76,8 +76,12 @@ def _room(mod: str) -> str:
 
 
 def _forbidden(graph: dict[str, set[str]]) -> list[str]:
-    return [f"{m} imports {d}" for m, deps in graph.items() for d in sorted(deps)
-            if _room(d) in FORBIDDEN.get(_room(m), ())]
+    return [
+        f"{m} imports {d}"
+        for m, deps in graph.items()
+        for d in sorted(deps)
+        if _room(d) in FORBIDDEN.get(_room(m), ())
+    ]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[str]:
@@ -91,7 +95,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[str]:
         state[m] = 1
         for d in sorted(edges[m]):
             if state.get(d) == 1:
-                cycles.append(" -> ".join(stack[stack.index(d):] + [d]))
+                cycles.append(" -> ".join(stack[stack.index(d) :] + [d]))
             elif d not in state:
                 visit(d, stack + [d])
         state[m] = 2
@@ -132,5 +136,7 @@ def test_no_module_or_class_past_its_size():
             big.append(f"{p.relative_to(REPO)}: {n} lines")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ClassDef) and node.end_lineno - node.lineno + 1 > MAX_CLASS_LINES:
-                big.append(f"{p.relative_to(REPO)}: class {node.name} {node.end_lineno - node.lineno + 1} lines")
+                big.append(
+                    f"{p.relative_to(REPO)}: class {node.name} {node.end_lineno - node.lineno + 1} lines"
+                )
     assert big == []

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import corpus
+
 from pipeline import schema as sch
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -27,7 +27,14 @@ MEMBERS = {
     "job/sampled_rank-0.json.gz": ("hta", "tests", "data", "trace_filter", "sampled_rank-0.json.gz"),
     "job/sampled_rank-1.json.gz": ("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"),
     "job/worker5.json.gz": ("hta", "tests", "data", "rank_unavailable", "rank_not_found.json.gz"),
-    "job/worker2.json": ("param", "et_replay", "tests", "inputs", "dlrm_kineto", "worker2_step_12.1694128201554.pt.trace.json"),
+    "job/worker2.json": (
+        "param",
+        "et_replay",
+        "tests",
+        "inputs",
+        "dlrm_kineto",
+        "worker2_step_12.1694128201554.pt.trace.json",
+    ),
     "job/nccl.log": ("nccl", "aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"),
     "job/notes.txt": None,  # not a log: left out, as a directory search would
 }
@@ -79,7 +86,8 @@ def test_members_ingest_like_the_same_files(suffix, direct, tmp_path):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([a], lake)
     assert sorted((r.path, r.status) for r in res) == sorted(
-        (f"{a.absolute()}!{n}", "ok") for n in MEMBERS if MEMBERS[n] is not None)
+        (f"{a.absolute()}!{n}", "ok") for n in MEMBERS if MEMBERS[n] is not None
+    )
     for t in sch.tables():
         assert rows(lake, t) == rows(direct, t), t
     con = connect(lake)
@@ -88,7 +96,11 @@ def test_members_ingest_like_the_same_files(suffix, direct, tmp_path):
     assert con.execute("SELECT rank_source FROM sources WHERE rank = 5").fetchone()[0] == "file_name"
     # the two HTA ranks are one profiling window, run "job"; worker5 and worker2 come from other
     # jobs (their time spans overlap neither it nor each other), so each is a run of its own
-    runs = dict(con.execute("SELECT regexp_extract(path, '[^/!]*$'), run_id FROM sources WHERE rank IS NOT NULL").fetchall())
+    runs = dict(
+        con.execute(
+            "SELECT regexp_extract(path, '[^/!]*$'), run_id FROM sources WHERE rank IS NOT NULL"
+        ).fetchall()
+    )
     assert runs["sampled_rank-0.json.gz"] == runs["sampled_rank-1.json.gz"] == "job"
     assert len({runs["worker5.json.gz"], runs["worker2.json"], "job"}) == 3
     # a second run reads each member once to hash it and skips it
@@ -118,8 +130,10 @@ def test_an_nsys_export_inside_a_zip(tmp_path):
 def test_unsafe_members_are_refused_and_nothing_is_written_outside(tmp_path):
     good = member_bytes("job/sampled_rank-1.json.gz")
     for suffix in (".tar", ".zip"):
-        a = make_archive(tmp_path / f"evil{suffix}", {"../escape.json": good, "/abs/escape.json": good,
-                                                      "ok/sampled_rank-1.json.gz": good})
+        a = make_archive(
+            tmp_path / f"evil{suffix}",
+            {"../escape.json": good, "/abs/escape.json": good, "ok/sampled_rank-1.json.gz": good},
+        )
         res = {r.path.split("!", 1)[1]: r for r in ingest_paths([a], Lake(tmp_path / f"lake{suffix}"))}
         assert res["ok/sampled_rank-1.json.gz"].status == "ok"
         for bad in ("../escape.json", "/abs/escape.json"):
@@ -139,7 +153,9 @@ def test_bombs_fail_cleanly_and_alone(tmp_path, monkeypatch):
     monkeypatch.setenv("TRACELAKE_MAX_UNCOMPRESSED_BYTES", str(10_000_000))
     z = make_archive(tmp_path / "b.zip", {"x/big.json": b" " * 20_000_000, "x/sampled_rank-1.json.gz": good})
     res = {r.path.split("!", 1)[1]: r for r in ingest_paths([z], Lake(tmp_path / "l2"))}
-    assert res["x/big.json"].status == "failed" and "TRACELAKE_MAX_UNCOMPRESSED_BYTES" in res["x/big.json"].error
+    assert (
+        res["x/big.json"].status == "failed" and "TRACELAKE_MAX_UNCOMPRESSED_BYTES" in res["x/big.json"].error
+    )
     assert res["x/sampled_rank-1.json.gz"].status == "ok"
     # a tar.gz whose own stream expands beyond the limit: the archive fails, other inputs go on
     (tmp_path / "in").mkdir()
@@ -164,7 +180,10 @@ def test_a_tar_gz_cut_inside_a_member_fails_alone(tmp_path, jobs):
     (tmp_path / "in" / "sampled_rank-1.json.gz").write_bytes(good)
     res = {Path(r.path).name: r for r in ingest_paths([tmp_path / "in"], Lake(tmp_path / "l"), jobs=jobs)}
     assert res["cut.tar.gz"].status == "failed"
-    assert res["cut.tar.gz"].error.startswith("corrupt or truncated tar.gz") and "\n" not in res["cut.tar.gz"].error
+    assert (
+        res["cut.tar.gz"].error.startswith("corrupt or truncated tar.gz")
+        and "\n" not in res["cut.tar.gz"].error
+    )
     assert res["sampled_rank-1.json.gz"].status == "ok"
 
 
@@ -201,17 +220,23 @@ def test_exclude_leaves_out_files_directories_and_members(suffix, direct, tmp_pa
     # the checkpoint traces are found (not left out); they are copies of job's ranks 0 and 1, and
     # the same bytes are the same trace: of each pair, the one read first is ingested, the other
     # skipped as already ingested in this batch
-    assert got["sampled_rank-9.json.gz"][0] in ("ok", "skipped") and got["sampled_rank-8.json.gz"][0] in ("ok", "skipped")
+    assert got["sampled_rank-9.json.gz"][0] in ("ok", "skipped") and got["sampled_rank-8.json.gz"][0] in (
+        "ok",
+        "skipped",
+    )
     assert sorted(r.status for r in plain) == ["failed"] * 2 + ["ok"] * 5 + ["skipped"] * 2
     # on disk the inner tar.gz is read as an archive (its config-like member fails); inside an
     # archive it is refused
     assert (got["x.json"] if not suffix else got["old.tar.gz"])[0] == "failed"
     assert len(plain) == 9
     # a path pattern leaves out only that directory
-    some = ingest_paths([src], Lake(tmp_path / "some"), exclude=["config.json", "old.tar*", "job/checkpoints"])
+    some = ingest_paths(
+        [src], Lake(tmp_path / "some"), exclude=["config.json", "old.tar*", "job/checkpoints"]
+    )
     # (sampled_rank-8 is a copy of sampled_rank-1: whichever is read first is ingested)
     assert sorted(Path(r.path.split("!")[-1]).name for r in some if r.status in ("ok", "skipped")) == sorted(
-        [Path(n).name for n in MEMBERS if MEMBERS[n] is not None] + ["sampled_rank-8.json.gz"])
+        [Path(n).name for n in MEMBERS if MEMBERS[n] is not None] + ["sampled_rank-8.json.gz"]
+    )
     assert sorted(r.status for r in some) == ["ok"] * 5 + ["skipped"]
 
 
@@ -226,12 +251,17 @@ def test_exclude_on_the_command_line(tmp_path):
     (d / "config.json").write_bytes(CONFIG)
     r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "a")])
     assert r.exit_code == EXIT_PARTIAL
-    assert "hint: 1 file(s) are not traces (e.g. config.json); leave such files out with --exclude PATTERN" in r.output
+    assert (
+        "hint: 1 file(s) are not traces (e.g. config.json); leave such files out with --exclude PATTERN"
+        in r.output
+    )
     r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "b"), "--exclude", "config.json"])
     assert r.exit_code == EXIT_OK, r.output
     assert "ingested 1, failed 0, skipped 0" in r.output and "hint" not in r.output
     # the directory given is searched even when its own name matches
-    r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "c"), "--exclude", "job", "-x", "config.json"])
+    r = CliRunner().invoke(
+        app, ["ingest", str(d), "--lake", str(tmp_path / "c"), "--exclude", "job", "-x", "config.json"]
+    )
     assert r.exit_code == EXIT_OK and "ingested 1, failed 0" in r.output, r.output
     r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "d"), "--exclude", "*.json*"])
     assert r.exit_code == EXIT_FAILED and "(2 left out by --exclude)" in r.output, r.output

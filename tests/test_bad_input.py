@@ -9,16 +9,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import X, corpus, write_trace
 from typer.testing import CliRunner
 
-from conftest import X, corpus, write_trace
-from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
+from pipeline.cli import EXIT_FAILED, EXIT_PARTIAL, app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect
 
-GOOD = [X("kernel", "gemm", 10, 5, pid=0, tid=7, stream=7, device=0, correlation=1),
-        X("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1)]
+GOOD = [
+    X("kernel", "gemm", 10, 5, pid=0, tid=7, stream=7, device=0, correlation=1),
+    X("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+]
 
 BAD = {
     "empty.json": (b"", "empty file"),
@@ -39,7 +41,9 @@ def batch(tmp_path):
     for name, (data, _) in BAD.items():
         (d / name).write_bytes(data)
     write_trace(d / "rank0.json", GOOD)
-    shutil.copy(corpus("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"), d / "sampled_rank-1.json.gz")
+    shutil.copy(
+        corpus("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"), d / "sampled_rank-1.json.gz"
+    )
     # complete events before the cut are kept (tests/test_truncated.py checks real traces)
     (d / "cut.json").write_bytes(json.dumps({"traceEvents": [{"ph": "X", "ts": 1}] * 20}).encode()[:-25])
     return d
@@ -57,7 +61,9 @@ def test_batch_continues_and_errors_are_one_line(batch, tmp_path):
     assert res["cut.json"].status == "partial" and res["cut.json"].error is None
     con = connect(lake)
     assert con.execute("SELECT count(*) FROM gpu_activities WHERE rank = 0").fetchone()[0] == 1
-    failed = con.execute("SELECT count(*) FROM sources WHERE status = 'failed' AND error IS NOT NULL").fetchone()[0]
+    failed = con.execute(
+        "SELECT count(*) FROM sources WHERE status = 'failed' AND error IS NOT NULL"
+    ).fetchone()[0]
     assert failed == len(BAD)
 
 
@@ -144,7 +150,10 @@ def test_markup_control_characters_and_overflow(tmp_path):
     write_trace(d / "[red]c.json", GOOD)
     (d / "bad\nname.json").write_bytes(b"{")
     (d / "markup.json").write_text(json.dumps({"traceEvents": GOOD, "baseTimeNanoseconds": "[/bold]"}))
-    huge = [X("kernel", "k", 9999999999999999, 2, pid=0, tid=7, stream=7), X("kernel", "k2", 5, 99999999999999999, pid=0, tid=7, stream=7)]
+    huge = [
+        X("kernel", "k", 9999999999999999, 2, pid=0, tid=7, stream=7),
+        X("kernel", "k2", 5, 99999999999999999, pid=0, tid=7, stream=7),
+    ]
     write_trace(d / "huge.json", huge)
     write_trace(d / "all_unreadable.json", [X("kernel", "k", 9999999999999999, 2, pid=0, tid=7, stream=7)])
     runner = CliRunner()
@@ -154,13 +163,16 @@ def test_markup_control_characters_and_overflow(tmp_path):
     assert "markup.json: baseTimeNanoseconds is not an integer" in r.output
     con = connect(Lake(tmp_path / "lake"))
     assert con.execute("SELECT status FROM sources WHERE path LIKE '%[red]c.json'").fetchall() == [("ok",)]
-    rows = con.execute("SELECT name, start_ns, dur_ns FROM gpu_activities WHERE source_id IN "
-                       "(SELECT source_id FROM sources WHERE path LIKE '%huge.json') ORDER BY name").fetchall()
+    rows = con.execute(
+        "SELECT name, start_ns, dur_ns FROM gpu_activities WHERE source_id IN "
+        "(SELECT source_id FROM sources WHERE path LIKE '%huge.json') ORDER BY name"
+    ).fetchall()
     # 9999999999999999 µs does not fit in int64 ns: dropped, not wrapped; the huge dur becomes 0 (noted)
     assert rows == [("k2", 5000, 0)]
     # a trace whose only event is dropped that way has nothing left: failed, not an empty ok
-    assert con.execute("SELECT status, error FROM sources WHERE path LIKE '%all_unreadable.json'").fetchall() == [
-        ("failed", "none of its 1 events has a readable time: nothing to store")]
+    assert con.execute(
+        "SELECT status, error FROM sources WHERE path LIKE '%all_unreadable.json'"
+    ).fetchall() == [("failed", "none of its 1 events has a readable time: nothing to store")]
 
 
 def test_lake_path_with_glob_characters(tmp_path):
@@ -186,12 +198,23 @@ def test_gzip_bomb_is_refused(tmp_path, monkeypatch):
 def test_missing_paths_and_bad_lake_do_not_crash(tmp_path):
     write_trace(tmp_path / "rank0.json", GOOD)
     runner = CliRunner()
-    r = runner.invoke(app, ["ingest", str(tmp_path / "rank0.json"), str(tmp_path / "nope.json"), "--lake", str(tmp_path / "lake")])
+    r = runner.invoke(
+        app,
+        [
+            "ingest",
+            str(tmp_path / "rank0.json"),
+            str(tmp_path / "nope.json"),
+            "--lake",
+            str(tmp_path / "lake"),
+        ],
+    )
     assert r.exit_code == EXIT_PARTIAL and "nope.json: no such file or directory" in r.output
     assert connect(Lake(tmp_path / "lake")).execute("SELECT count(*) FROM gpu_activities").fetchone()[0] == 1
     (tmp_path / "afile").write_text("x")
     r = runner.invoke(app, ["ingest", str(tmp_path / "rank0.json"), "--lake", str(tmp_path / "afile")])
-    assert r.exit_code == EXIT_FAILED and "not a directory" in r.output and isinstance(r.exception, SystemExit)
+    assert (
+        r.exit_code == EXIT_FAILED and "not a directory" in r.output and isinstance(r.exception, SystemExit)
+    )
     r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), ""])
     assert r.exit_code == EXIT_FAILED and "empty query" in r.output
     r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), "@" + str(tmp_path / "missing.sql")])
@@ -214,7 +237,11 @@ def test_identical_bad_files_keep_a_row_each(tmp_path):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([d], lake)
     assert [r.status for r in res] == ["failed", "failed"]
-    rows = connect(lake).execute("SELECT regexp_extract(path, '[^/]+$'), status, error FROM sources ORDER BY 1").fetchall()
+    rows = (
+        connect(lake)
+        .execute("SELECT regexp_extract(path, '[^/]+$'), status, error FROM sources ORDER BY 1")
+        .fetchall()
+    )
     assert rows == [("rank-3.json", "failed", "empty file"), ("rank-5.json", "failed", "empty file")]
     ingest_paths([d], lake)  # again: each file's row is replaced, not duplicated
     assert connect(lake).execute("SELECT count(*) FROM sources").fetchone()[0] == 2
@@ -225,11 +252,15 @@ def test_a_gz_that_is_not_gzip_says_so(tmp_path):
     bad.parent.mkdir()
     bad.write_bytes(b"hello, this is not gzip")
     (r,) = ingest_paths([bad], Lake(tmp_path / "lake"))
-    assert r.status == "failed" and r.error.startswith("named .gz but not gzip (no gzip header); not valid JSON")
+    assert r.status == "failed" and r.error.startswith(
+        "named .gz but not gzip (no gzip header); not valid JSON"
+    )
     text = bad.parent / "notes.gz"  # *.gz is also a trace suffix
     text.write_bytes(b"hello, this is not gzip\n")
     (r,) = ingest_paths([text], Lake(tmp_path / "lake1"))
-    assert r.status == "failed" and r.error.startswith("named .gz but not gzip (no gzip header); not a Kineto trace")
+    assert r.status == "failed" and r.error.startswith(
+        "named .gz but not gzip (no gzip header); not a Kineto trace"
+    )
     # gzip is told from the bytes, not the name: a plain JSON trace named .gz ingests
     plain = write_trace(tmp_path / "job2" / "rank0.json.gz", GOOD)
     (r,) = ingest_paths([plain], Lake(tmp_path / "lake2"))

@@ -7,9 +7,9 @@ import io
 import json
 import re
 
+from conftest import REPO, X, write_trace
 from typer.testing import CliRunner
 
-from conftest import REPO, X, write_trace
 from pipeline.cli import EXIT_OK, app
 
 runner = CliRunner()
@@ -31,16 +31,34 @@ def test_run_analyze_sql_report(tmp_path):
     assert res["schema"] == "tracelake.analyze/3" and res["window"] == "hta"
     ranks = {x["rank"]: x for x in res["ranks"]}
     # HTA's figures for these files (../shared/reference/hta.md 4.2): overlap rank0 11.81 %, rank1 20.05 %
-    assert round(ranks[0]["comm_comp_overlap_pct"], 2) == 11.81 and round(ranks[1]["comm_comp_overlap_pct"], 2) == 20.05
-    r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "csv",
-                            "SELECT rank, count(*) AS n FROM gpu_activities GROUP BY rank ORDER BY rank"])
+    assert (
+        round(ranks[0]["comm_comp_overlap_pct"], 2) == 11.81
+        and round(ranks[1]["comm_comp_overlap_pct"], 2) == 20.05
+    )
+    r = runner.invoke(
+        app,
+        [
+            "sql",
+            "--lake",
+            str(lake),
+            "--format",
+            "csv",
+            "SELECT rank, count(*) AS n FROM gpu_activities GROUP BY rank ORDER BY rank",
+        ],
+    )
     assert r.exit_code == EXIT_OK
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     # kernels + memcpy + memset per rank: sampled_rank-0 1154 + 40 + 10, sampled_rank-1 1104 + 40 + 10 (hta.md section 2)
     assert rows == [{"rank": "0", "n": "1204"}, {"rank": "1", "n": "1154"}]
-    r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "csv", "SELECT [1, 2] AS l, {'a': 'x'} AS s"])
-    assert r.exit_code == EXIT_OK and list(csv.DictReader(io.StringIO(r.stdout))) == [{"l": "[1, 2]", "s": '{"a": "x"}'}]
-    r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", "SELECT count(*) AS n FROM steps"])
+    r = runner.invoke(
+        app, ["sql", "--lake", str(lake), "--format", "csv", "SELECT [1, 2] AS l, {'a': 'x'} AS s"]
+    )
+    assert r.exit_code == EXIT_OK and list(csv.DictReader(io.StringIO(r.stdout))) == [
+        {"l": "[1, 2]", "s": '{"a": "x"}'}
+    ]
+    r = runner.invoke(
+        app, ["sql", "--lake", str(lake), "--format", "json", "SELECT count(*) AS n FROM steps"]
+    )
     assert json.loads(r.stdout) == [{"n": 4}]
     r = runner.invoke(app, ["sql", "--lake", str(lake), "SELEC nonsense"])
     assert r.exit_code == 4 and "error" in r.output
@@ -56,8 +74,10 @@ def test_report_escapes_input_strings(tmp_path):
     evil = ["<img src=x onerror=alert(1)>", "</script><script>alert(1)</script>"]
     ev = [X("user_annotation", "ProfilerStep#1", 0, 1000)]
     for i, name in enumerate(evil):
-        ev += [X("cuda_runtime", "cudaLaunchKernel", 1 + i, 1, correlation=i + 1),
-               X("kernel", name, 10 + 100 * i, 50, pid=0, tid=7, stream=7, device=0, correlation=i + 1)]
+        ev += [
+            X("cuda_runtime", "cudaLaunchKernel", 1 + i, 1, correlation=i + 1),
+            X("kernel", name, 10 + 100 * i, 50, pid=0, tid=7, stream=7, device=0, correlation=i + 1),
+        ]
     write_trace(tmp_path / "t" / "rank0.json", ev)
     out = tmp_path / "r.html"
     r = runner.invoke(app, ["run", str(tmp_path / "t"), "--lake", str(tmp_path / "lake"), "-o", str(out)])
@@ -98,7 +118,9 @@ def test_run_writes_the_format_its_output_names(tmp_path):
     lake = tmp_path / "lake"
     md, js, forced = tmp_path / "r.md", tmp_path / "r.json", tmp_path / "r.txt"
     for out, extra in ((md, []), (js, []), (forced, ["--format", "md"])):
-        r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(out), *extra])
+        r = runner.invoke(
+            app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(out), *extra]
+        )
         assert r.exit_code == EXIT_OK, r.output
     r = runner.invoke(app, ["report", "--lake", str(lake), "--format", "md"])
     assert r.exit_code == EXIT_OK
@@ -107,7 +129,9 @@ def test_run_writes_the_format_its_output_names(tmp_path):
     doc = json.loads(js.read_text())
     r = runner.invoke(app, ["report", "--lake", str(lake), "--format", "json"])
     assert doc == json.loads(r.stdout) and doc["schema"] == "tracelake.report/2"
-    r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(md), "--format", "pdf"])
+    r = runner.invoke(
+        app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(md), "--format", "pdf"]
+    )
     assert r.exit_code == 2 and "--format must be html, json or md" in r.output
 
 
@@ -116,16 +140,28 @@ def test_report_output_suffix_stdout_and_bad_paths(tmp_path):
     standard output; an output that is a directory, or in a missing one, is a usage error before
     any analysis."""
     lake = tmp_path / "lake"
-    assert runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(lake)]).exit_code == EXIT_OK
+    assert (
+        runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(lake)]).exit_code == EXIT_OK
+    )
     want = runner.invoke(app, ["report", "--lake", str(lake), "--format", "md"]).stdout
-    assert runner.invoke(app, ["report", "--lake", str(lake), "-o", str(tmp_path / "r.md")]).exit_code == EXIT_OK
+    assert (
+        runner.invoke(app, ["report", "--lake", str(lake), "-o", str(tmp_path / "r.md")]).exit_code == EXIT_OK
+    )
     assert (tmp_path / "r.md").read_text() == want
-    assert runner.invoke(app, ["report", "--lake", str(lake), "-o", str(tmp_path / "r.txt"), "--format", "MD"]).exit_code == EXIT_OK
+    assert (
+        runner.invoke(
+            app, ["report", "--lake", str(lake), "-o", str(tmp_path / "r.txt"), "--format", "MD"]
+        ).exit_code
+        == EXIT_OK
+    )
     assert (tmp_path / "r.txt").read_text() == want
     r = runner.invoke(app, ["report", "--lake", str(lake), "-o", "-", "-f", "json"])
     assert r.exit_code == EXIT_OK and json.loads(r.stdout)["schema"] == "tracelake.report/2"
     for bad, why in ((tmp_path, "is a directory"), (tmp_path / "nope" / "r.html", "does not exist")):
-        for cmd in (["report", "--lake", str(lake)], ["run", str(REPO / "sample_traces"), "--lake", str(tmp_path / "l2")]):
+        for cmd in (
+            ["report", "--lake", str(lake)],
+            ["run", str(REPO / "sample_traces"), "--lake", str(tmp_path / "l2")],
+        ):
             r = runner.invoke(app, [*cmd, "-o", str(bad)])
             assert r.exit_code == 2 and why in re.sub(r"[\s│╭╮╰╯─]+", " ", r.output), r.output
     assert not (tmp_path / "l2").exists()  # run stopped before ingesting
@@ -139,9 +175,23 @@ def test_run_reports_the_runs_of_its_inputs(tmp_path):
     lake = tmp_path / "lake"
     other = tmp_path / "other_job"
     other.mkdir()
-    write_trace(other / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    write_trace(
+        other / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)]
+    )
     assert runner.invoke(app, ["ingest", str(other), "--lake", str(lake)]).exit_code == EXIT_OK
-    r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(lake), "-o", str(tmp_path / "r.json"), "--jobs", "1"])
+    r = runner.invoke(
+        app,
+        [
+            "run",
+            str(REPO / "sample_traces"),
+            "--lake",
+            str(lake),
+            "-o",
+            str(tmp_path / "r.json"),
+            "--jobs",
+            "1",
+        ],
+    )
     assert r.exit_code == EXIT_OK, r.output
     runs = {x["run_id"] for x in json.loads((tmp_path / "r.json").read_text())["runs"]}
     assert runs == {"hta_trace_filter"}
@@ -158,7 +208,9 @@ def test_a_non_empty_directory_that_is_not_a_lake_is_refused(tmp_path):
     assert sorted(p.name for p in traces.iterdir()) == ["notes.txt"]
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(empty)]).exit_code == EXIT_OK
+    assert (
+        runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(empty)]).exit_code == EXIT_OK
+    )
 
 
 def test_a_broken_symlink_found_in_a_directory_fails_with_one_line(tmp_path):
@@ -179,13 +231,20 @@ def test_run_reports_the_run_a_skipped_file_is_stored_in(tmp_path):
     d = tmp_path / "job"
     d.mkdir()
     write_trace(d / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
-    write_trace(d / "worker0.json", [X("kernel", "k2", 10, 9, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    write_trace(
+        d / "worker0.json", [X("kernel", "k2", 10, 9, pid=0, tid=7, device=0, stream=7, correlation=1)]
+    )
     lake = tmp_path / "lake"
     assert runner.invoke(app, ["ingest", str(d), "--lake", str(lake)]).exit_code == EXIT_OK
-    moved = {r for r in json.loads(runner.invoke(app, ["analyze", "--lake", str(lake), "--json"]).stdout)["runs"]
-             for r in [r["run_id"]]} - {"job"}
+    moved = {
+        r
+        for r in json.loads(runner.invoke(app, ["analyze", "--lake", str(lake), "--json"]).stdout)["runs"]
+        for r in [r["run_id"]]
+    } - {"job"}
     assert len(moved) == 1 and next(iter(moved)).startswith("job_")
-    r = runner.invoke(app, ["run", str(d / "worker0.json"), "--lake", str(lake), "-o", str(tmp_path / "r.json")])
+    r = runner.invoke(
+        app, ["run", str(d / "worker0.json"), "--lake", str(lake), "-o", str(tmp_path / "r.json")]
+    )
     assert r.exit_code == EXIT_OK, r.output
     assert {x["run_id"] for x in json.loads((tmp_path / "r.json").read_text())["runs"]} == moved
 
@@ -195,8 +254,14 @@ def test_an_archive_with_every_member_excluded_is_nothing_to_ingest(tmp_path):
 
     src = tmp_path / "job"
     src.mkdir()
-    write_trace(src / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    write_trace(
+        src / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)]
+    )
     with tarfile.open(tmp_path / "a.tar", "w") as t:
         t.add(src / "rank0.json", arcname="job/rank0.json")
-    r = runner.invoke(app, ["ingest", str(tmp_path / "a.tar"), "--lake", str(tmp_path / "lake"), "--exclude", "job"])
-    assert r.exit_code == 4 and "nothing to ingest" in r.output and "left out by --exclude" in r.output, r.output
+    r = runner.invoke(
+        app, ["ingest", str(tmp_path / "a.tar"), "--lake", str(tmp_path / "lake"), "--exclude", "job"]
+    )
+    assert r.exit_code == 4 and "nothing to ingest" in r.output and "left out by --exclude" in r.output, (
+        r.output
+    )

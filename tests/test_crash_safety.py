@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import REPO, corpus
+
 from pipeline import schema as sch
 from pipeline.cli import EXIT_FAILED
 from pipeline.lake import Lake
@@ -35,15 +35,29 @@ def inputs(tmp_path_factory):
     for f in sorted(DLRM.glob("worker*.json")):
         shutil.copy(f, d / f.name)
     w3 = next(DLRM.glob("worker3_*.json")).read_bytes()
-    (d / "zz_worker3_again.json").write_bytes(w3.replace(b'"schemaVersion": 1', b'"schemaVersion": 1, "copy": 1', 1))
+    (d / "zz_worker3_again.json").write_bytes(
+        w3.replace(b'"schemaVersion": 1', b'"schemaVersion": 1, "copy": 1', 1)
+    )
     (d / "broken.json").write_bytes(b'{"schemaVersion": 1, "deviceProperties": [')
     return d
 
 
 def ingest(inputs: Path, lake: Path, env: dict | None = None, wait: bool = True, jobs: int = 1):
-    cmd = [sys.executable, "-m", "pipeline.cli", "ingest", str(inputs), "--lake", str(lake), "--jobs", str(jobs)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipeline.cli",
+        "ingest",
+        str(inputs),
+        "--lake",
+        str(lake),
+        "--jobs",
+        str(jobs),
+    ]
     e = {k: v for k, v in os.environ.items() if k != "TRACELAKE_CRASH_AT"}
-    p = subprocess.Popen(cmd, cwd=REPO, env={**e, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    p = subprocess.Popen(
+        cmd, cwd=REPO, env={**e, **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     if not wait:
         return p
     out, _ = p.communicate(timeout=300)
@@ -129,7 +143,9 @@ def test_a_second_ingest_is_refused_while_one_holds_the_lake(inputs, reference, 
     a, b = ingest(inputs, lake, wait=False), ingest(inputs, lake, wait=False)
     outs = [(p.wait(timeout=300), p.stdout.read().decode()) for p in (a, b)]
     for code, out in outs:
-        assert code in (0, 3) or (code == EXIT_FAILED and "another tracelake command (ingest or forget) is writing" in out), out
+        assert code in (0, 3) or (
+            code == EXIT_FAILED and "another tracelake command (ingest or forget) is writing" in out
+        ), out
     assert any(code == 3 for code, _ in outs)
     assert_clean(lake)
     assert snapshot(lake) == reference

@@ -13,21 +13,22 @@ import tarfile
 
 import distributed  # the `dask` extra, part of the test extra
 import pytest
-
+from conftest import REPO, corpus, lake_rows
 from typer.testing import CliRunner
 
-from conftest import REPO, corpus, lake_rows
 from pipeline import query
 from pipeline.analyze import analyze
-from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
 from pipeline.analyze_cluster import analyze_on_cluster, merge
+from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    with distributed.LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as c:
+    with distributed.LocalCluster(
+        processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None
+    ) as c:
         yield c
 
 
@@ -47,12 +48,13 @@ def inputs(tmp_path_factory):
     return [job, d / "more.tar"]
 
 
-
 def test_cluster_ingest_equals_serial(cluster, inputs, tmp_path):
     serial, remote = Lake(tmp_path / "serial"), Lake(tmp_path / "remote")
     a = ingest_paths(inputs, serial)
     b = ingest_paths(inputs, remote, scheduler=cluster.scheduler_address)
-    assert [(r.path, r.status, r.run_id, r.rank, r.error) for r in a] == [(r.path, r.status, r.run_id, r.rank, r.error) for r in b]
+    assert [(r.path, r.status, r.run_id, r.rank, r.error) for r in a] == [
+        (r.path, r.status, r.run_id, r.rank, r.error) for r in b
+    ]
     assert sorted(r.status for r in b) == ["failed"] + ["ok"] * 5
     assert lake_rows(serial) == lake_rows(remote)
     # again: everything is skipped, on the cluster too
@@ -64,7 +66,17 @@ def test_cluster_ingest_equals_serial(cluster, inputs, tmp_path):
 def test_cli_scheduler_option(cluster, inputs, tmp_path):
     from typer.testing import CliRunner
 
-    r = CliRunner().invoke(app, ["ingest", str(inputs[0]), "--lake", str(tmp_path / "lake"), "--scheduler", cluster.scheduler_address])
+    r = CliRunner().invoke(
+        app,
+        [
+            "ingest",
+            str(inputs[0]),
+            "--lake",
+            str(tmp_path / "lake"),
+            "--scheduler",
+            cluster.scheduler_address,
+        ],
+    )
     assert r.exit_code == EXIT_PARTIAL, r.output
     assert "ingested 4, failed 1" in r.output and "bad.json: truncated JSON" in r.output
 
@@ -153,8 +165,19 @@ def test_cli_run_scheduler(cluster, tmp_path, one_thread):
     runner = CliRunner()
     src = REPO / "sample_traces" / "hta_trace_filter"
     a = runner.invoke(app, ["run", str(src), "--lake", str(tmp_path / "a"), "-o", str(tmp_path / "a.html")])
-    b = runner.invoke(app, ["run", str(src), "--lake", str(tmp_path / "b"), "-o", str(tmp_path / "b.html"),
-                            "--scheduler", cluster.scheduler_address])
+    b = runner.invoke(
+        app,
+        [
+            "run",
+            str(src),
+            "--lake",
+            str(tmp_path / "b"),
+            "-o",
+            str(tmp_path / "b.html"),
+            "--scheduler",
+            cluster.scheduler_address,
+        ],
+    )
     assert a.exit_code == b.exit_code == EXIT_OK, b.output
     assert lake_rows(Lake(tmp_path / "a")) == lake_rows(Lake(tmp_path / "b"))
     assert (tmp_path / "a.html").read_text() == (tmp_path / "b.html").read_text()
@@ -170,7 +193,10 @@ def test_failed_run_task_keeps_the_others(cluster, runs_lake, local_doc, tmp_pat
     assert parts
     for f in parts:
         f.write_bytes(b"not parquet")
-    r = CliRunner().invoke(app, ["analyze", "--json", "--lake", str(lake.root), "--scheduler", cluster.scheduler_address, *OPT_ARGS])
+    r = CliRunner().invoke(
+        app,
+        ["analyze", "--json", "--lake", str(lake.root), "--scheduler", cluster.scheduler_address, *OPT_ARGS],
+    )
     assert r.exit_code == EXIT_PARTIAL, r.output
     assert "warning: run job: not analysed: the Dask task failed (" in r.stderr
     doc = json.loads(r.stdout)
@@ -179,22 +205,35 @@ def test_failed_run_task_keeps_the_others(cluster, runs_lake, local_doc, tmp_pat
         if k != "notes" and isinstance(v, list):
             assert _dump({k: doc[k]}) == _dump({k: [x for x in v if x["run_id"] != "job"]}), k
     failed = [n for n in doc["notes"] if n.startswith("run job:")]
-    assert len(failed) == 1 and failed[0].startswith("run job: not analysed: the Dask task failed (") and "\n" not in failed[0]
+    assert (
+        len(failed) == 1
+        and failed[0].startswith("run job: not analysed: the Dask task failed (")
+        and "\n" not in failed[0]
+    )
     # the job run's failed file keeps its note (written here, as analyze writes it), and only once
-    assert [n for n in doc["notes"] if ": not ingested: " in n] == [n for n in full["notes"] if ": not ingested: " in n]
-    assert [n for n in doc["notes"] if not n.startswith("run job:")] == [n for n in full["notes"] if not n.startswith("run job:")]
+    assert [n for n in doc["notes"] if ": not ingested: " in n] == [
+        n for n in full["notes"] if ": not ingested: " in n
+    ]
+    assert [n for n in doc["notes"] if not n.startswith("run job:")] == [
+        n for n in full["notes"] if not n.startswith("run job:")
+    ]
 
 
 def test_unreachable_scheduler(runs_lake):
     import dask
 
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
-        r = CliRunner().invoke(app, ["analyze", "--lake", str(runs_lake.root), "--scheduler", "tcp://127.0.0.1:9"])
+        r = CliRunner().invoke(
+            app, ["analyze", "--lake", str(runs_lake.root), "--scheduler", "tcp://127.0.0.1:9"]
+        )
     assert r.exit_code == EXIT_FAILED
     assert "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.stderr
     r = CliRunner().invoke(app, ["report", "--lake", str(runs_lake.root), "--scheduler", "nonsense://x"])
     assert r.exit_code == EXIT_FAILED
-    assert "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme" in r.stderr
+    assert (
+        "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme"
+        in r.stderr
+    )
 
 
 def test_ingest_unreachable_scheduler(tmp_path):
@@ -203,12 +242,17 @@ def test_ingest_unreachable_scheduler(tmp_path):
 
     src = str(REPO / "sample_traces" / "hta_trace_filter")
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
-        r = CliRunner().invoke(app, ["ingest", src, "--lake", str(tmp_path / "l"), "--scheduler", "tcp://127.0.0.1:9"])
+        r = CliRunner().invoke(
+            app, ["ingest", src, "--lake", str(tmp_path / "l"), "--scheduler", "tcp://127.0.0.1:9"]
+        )
     assert r.exit_code == EXIT_FAILED
     assert "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.stderr
     r = CliRunner().invoke(app, ["ingest", src, "--lake", str(tmp_path / "l"), "--scheduler", "nonsense://x"])
     assert r.exit_code == EXIT_FAILED
-    assert "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme" in r.stderr
+    assert (
+        "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme"
+        in r.stderr
+    )
     assert Lake(tmp_path / "l").sources().height == 0
 
 
@@ -216,22 +260,41 @@ def test_merge_puts_each_note_where_analyze_does():
     """analyze() writes its notes in three groups (per run; the verdicts' outlier steps, per run;
     sources that failed to ingest, in the lake's order): the merge keeps the groups, whatever the
     runs' own documents hold, and a failed task's run gets one note in its place."""
+
     def doc(run_id, notes, outlier):
         excluded = [{"step": 3, "rank": 0, "step_ns": 9, "why": "outlier"}] if outlier else []
-        return {"schema": "s", "window": "all", "runs": [{"run_id": run_id}] if run_id != "d" else [],
-                "verdicts": [{"run_id": run_id, "excluded_steps": excluded}] if run_id != "d" else [],
-                "notes": notes}
+        return {
+            "schema": "s",
+            "window": "all",
+            "runs": [{"run_id": run_id}] if run_id != "d" else [],
+            "verdicts": [{"run_id": run_id, "excluded_steps": excluded}] if run_id != "d" else [],
+            "notes": notes,
+        }
 
-    docs = {"a": doc("a", ["run a: x", "run a: outlier", "/p/a1: not ingested: e1"], True),
-            "b": doc("b", ["run b: y", "/p/b1: not ingested: e2", "/p/b2: not ingested: e3"], False),
-            "d": doc("d", ["/p/d1: not ingested: e5"], False)}
+    docs = {
+        "a": doc("a", ["run a: x", "run a: outlier", "/p/a1: not ingested: e1"], True),
+        "b": doc("b", ["run b: y", "/p/b1: not ingested: e2", "/p/b2: not ingested: e3"], False),
+        "d": doc("d", ["/p/d1: not ingested: e5"], False),
+    }
     # a run's own document lists its failed sources in the lake's order too
-    failed_sources = [("b", "/p/b1", "e2"), ("a", "/p/a1", "e1"), ("c", "/p/c1", "e4"), ("d", "/p/d1", "e5"), ("b", "/p/b2", "e3")]
+    failed_sources = [
+        ("b", "/p/b1", "e2"),
+        ("a", "/p/a1", "e1"),
+        ("c", "/p/c1", "e4"),
+        ("d", "/p/d1", "e5"),
+        ("b", "/p/b2", "e3"),
+    ]
     m = merge(docs["a"], ["a", "b", "c", "d"], docs, {"c": "ValueError: boom"}, failed_sources)
     assert m["runs"] == [{"run_id": "a"}, {"run_id": "b"}]
     assert [v["run_id"] for v in m["verdicts"]] == ["a", "b"]
     assert m["notes"] == [
-        "run a: x", "run b: y", "run c: not analysed: the Dask task failed (ValueError: boom)",
+        "run a: x",
+        "run b: y",
+        "run c: not analysed: the Dask task failed (ValueError: boom)",
         "run a: outlier",
-        "/p/b1: not ingested: e2", "/p/a1: not ingested: e1", "/p/c1: not ingested: e4", "/p/d1: not ingested: e5",
-        "/p/b2: not ingested: e3"]
+        "/p/b1: not ingested: e2",
+        "/p/a1: not ingested: e1",
+        "/p/c1: not ingested: e4",
+        "/p/d1: not ingested: e5",
+        "/p/b2: not ingested: e3",
+    ]

@@ -18,8 +18,8 @@ import json
 import statistics
 
 import pytest
-
 from conftest import corpus
+
 from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -34,7 +34,11 @@ def _raw():
         doc = json.loads(f.read_text())
         ev = doc["traceEvents"]
         rank = doc["distributedInfo"]["rank"]
-        nccl = sorted((e["ts"], e["dur"], e["name"]) for e in ev if e.get("cat") == "kernel" and e["name"].startswith("nccl"))
+        nccl = sorted(
+            (e["ts"], e["dur"], e["name"])
+            for e in ev
+            if e.get("cat") == "kernel" and e["name"].startswith("nccl")
+        )
         (step,) = [e for e in ev if e.get("name") == "ProfilerStep#10"]
         out[rank] = {"nccl": nccl, "step_ts": step["ts"]}
     return out
@@ -43,7 +47,10 @@ def _raw():
 @pytest.fixture(scope="module")
 def dlrm(tmp_path_factory):
     lk = Lake(tmp_path_factory.mktemp("dlrm"))
-    assert all(r.status == "ok" for r in ingest_paths([corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")], lk))
+    assert all(
+        r.status == "ok"
+        for r in ingest_paths([corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")], lk)
+    )
     return analyze(lk), _raw()
 
 
@@ -52,10 +59,15 @@ def test_raw_transfer_and_spread(dlrm):
     n = len(raw[0]["nccl"])
     assert n == 8 and all(len(r["nccl"]) == n for r in raw.values())
     transfer = sum(min(raw[r]["nccl"][i][1] for r in raw) for i in range(n))
-    spread = sum(max(raw[r]["nccl"][i][0] for r in raw) - min(raw[r]["nccl"][i][0] for r in raw) for i in range(n))
+    spread = sum(
+        max(raw[r]["nccl"][i][0] for r in raw) - min(raw[r]["nccl"][i][0] for r in raw) for i in range(n)
+    )
     assert (transfer, spread) == (217, 11244)  # µs
     calls = [c for c in res["collectives"]]
-    assert sum(c["transfer_ns"] for c in calls) == transfer * US and sum(c["arrival_spread_ns"] for c in calls) == spread * US
+    assert (
+        sum(c["transfer_ns"] for c in calls) == transfer * US
+        and sum(c["arrival_spread_ns"] for c in calls) == spread * US
+    )
 
 
 def test_verdict_says_waiting_not_network(dlrm):
@@ -65,10 +77,15 @@ def test_verdict_says_waiting_not_network(dlrm):
     # upper bound of the exposed transfer from the raw kernels: each rank's kernel transfers at
     # most from the call's last start to its own end
     last = [max(raw[r]["nccl"][i][0] for r in raw) for i in range(n)]
-    xfer_bound = sum(max(0, raw[r]["nccl"][i][0] + raw[r]["nccl"][i][1] - max(last[i], raw[r]["nccl"][i][0]))
-                     for r in raw for i in range(n))
+    xfer_bound = sum(
+        max(0, raw[r]["nccl"][i][0] + raw[r]["nccl"][i][1] - max(last[i], raw[r]["nccl"][i][0]))
+        for r in raw
+        for i in range(n)
+    )
     basis_us = v["analysed_ns"] / US
-    assert v["numbers"]["exposed_comm_transfer_pct"] <= 100 * xfer_bound / basis_us < 5  # below the moderate bar
+    assert (
+        v["numbers"]["exposed_comm_transfer_pct"] <= 100 * xfer_bound / basis_us < 5
+    )  # below the moderate bar
     assert v["numbers"]["exposed_comm_wait_pct"] >= 15 > v["numbers"]["exposed_comm_transfer_pct"]
     assert v["verdict"] != "network-bound"
     assert any(a["verdict"] == "straggler-bound" for a in v["also"]) or v["verdict"] == "straggler-bound"

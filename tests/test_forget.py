@@ -14,13 +14,13 @@ import subprocess
 import sys
 
 import pytest
+from conftest import REPO, corpus
+from test_crash_safety import assert_clean, snapshot
 from typer.testing import CliRunner
 
-from conftest import REPO, corpus
 from pipeline.cli import EXIT_OK, app
 from pipeline.lake import Lake
 from pipeline.query import connect
-from test_crash_safety import assert_clean, snapshot
 
 runner = CliRunner()
 HTA = corpus("hta", "tests", "data", "trace_filter")
@@ -34,7 +34,9 @@ def _dirs(root):
     b.mkdir()
     for f in sorted(HTA.glob("sampled_rank-*.json.gz")):
         shutil.copy(f, a / f.name)
-    shutil.copy(corpus("hta", "tests", "data", "rank_unavailable", "rank_not_found.json.gz"), b / "rank1.json.gz")
+    shutil.copy(
+        corpus("hta", "tests", "data", "rank_unavailable", "rank_not_found.json.gz"), b / "rank1.json.gz"
+    )
     (a / "config.json").write_text('{"lr": 0.1}')
     return a, b
 
@@ -59,7 +61,11 @@ def test_forget_failed_run_and_source_leave_the_lake_of_the_other_files(dirs, tm
     clean = tmp_path / "clean"
     assert _ingest(clean, a.parent, exclude=["config.json"]).exit_code == EXIT_OK
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--failed", "--dry-run"])
-    assert r.exit_code == EXIT_OK and "would remove 1 source(s)" in r.output and "config.json (failed)" in r.output
+    assert (
+        r.exit_code == EXIT_OK
+        and "would remove 1 source(s)" in r.output
+        and "config.json (failed)" in r.output
+    )
     assert snapshot(lake) != snapshot(clean)  # the dry run changed nothing
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--failed"])
     assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output, r.output
@@ -77,9 +83,18 @@ def test_forget_failed_run_and_source_leave_the_lake_of_the_other_files(dirs, tm
     assert snapshot(lake) == snapshot(clean)
     # --source narrowed by --run: the same bytes stored again with --run are one source id in both runs
     one = a / "sampled_rank-0.json.gz"
-    assert runner.invoke(app, ["ingest", str(one), "--lake", str(lake), "--run", "job_b"]).exit_code == EXIT_OK
-    sid = connect(Lake(lake)).execute("SELECT source_id FROM sources WHERE run_id = 'job_b' AND rank = 0").fetchone()[0]
-    assert connect(Lake(lake)).execute(f"SELECT count(*) FROM sources WHERE source_id = '{sid}'").fetchone()[0] == 2
+    assert (
+        runner.invoke(app, ["ingest", str(one), "--lake", str(lake), "--run", "job_b"]).exit_code == EXIT_OK
+    )
+    sid = (
+        connect(Lake(lake))
+        .execute("SELECT source_id FROM sources WHERE run_id = 'job_b' AND rank = 0")
+        .fetchone()[0]
+    )
+    assert (
+        connect(Lake(lake)).execute(f"SELECT count(*) FROM sources WHERE source_id = '{sid}'").fetchone()[0]
+        == 2
+    )
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--source", sid, "--run", "job_b"])
     assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output
     assert snapshot(lake) == snapshot(clean)
@@ -90,8 +105,11 @@ def test_forget_usage_errors(dirs, tmp_path):
     lake = tmp_path / "lake"
     _ingest(lake, a)
     before = snapshot(lake)
-    for args, why in ((["forget"], "give --run, --source or --failed"), (["forget", "--run", "nope"], "--run nope: not in the lake (runs: job_a)"),
-                      (["forget", "--source", "0123"], "--source 0123: not in the lake")):
+    for args, why in (
+        (["forget"], "give --run, --source or --failed"),
+        (["forget", "--run", "nope"], "--run nope: not in the lake (runs: job_a)"),
+        (["forget", "--source", "0123"], "--source 0123: not in the lake"),
+    ):
         r = runner.invoke(app, [*args, "--lake", str(lake)])
         assert r.exit_code == 2 and why in r.output, r.output
     r = runner.invoke(app, ["forget", "--lake", str(tmp_path / "none"), "--failed"])
@@ -104,19 +122,34 @@ def test_forget_killed_after_a_sources_row_then_finished(dirs, tmp_path):
     lake, only_b = tmp_path / "lake", tmp_path / "only_b"
     assert _ingest(lake, a, b, exclude=["config.json"]).exit_code == EXIT_OK
     assert _ingest(only_b, b).exit_code == EXIT_OK
-    env = {**{k: v for k, v in os.environ.items() if k != "TRACELAKE_CRASH_AT"}, "TRACELAKE_CRASH_AT": "forget:1"}
-    p = subprocess.run([sys.executable, "-m", "pipeline.cli", "forget", "--lake", str(lake), "--run", "job_a"],
-                       cwd=REPO, env=env, capture_output=True, timeout=120)
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "TRACELAKE_CRASH_AT"},
+        "TRACELAKE_CRASH_AT": "forget:1",
+    }
+    p = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "forget", "--lake", str(lake), "--run", "job_a"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     assert p.returncode == -signal.SIGKILL, p.stderr
     # one sources row is gone, its parts are still there: readers no longer see that source
     assert snapshot(lake) != snapshot(only_b)
     con = connect(Lake(lake))
     n_sources = con.execute("SELECT count(*) FROM sources WHERE run_id = 'job_a'").fetchone()[0]
     assert n_sources == 1
-    assert con.execute("SELECT count(DISTINCT source_id) FROM gpu_activities WHERE run_id = 'job_a'").fetchone()[0] == 1
+    assert (
+        con.execute("SELECT count(DISTINCT source_id) FROM gpu_activities WHERE run_id = 'job_a'").fetchone()[
+            0
+        ]
+        == 1
+    )
     # the next command under the lock repairs, then removes the rest
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a"])
-    assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output and "no sources row" in r.output, r.output
+    assert r.exit_code == EXIT_OK and "removed 1 source(s)" in r.output and "no sources row" in r.output, (
+        r.output
+    )
     assert_clean(lake)
     assert snapshot(lake) == snapshot(only_b)
 
@@ -140,7 +173,12 @@ def test_an_unreadable_sources_part_gives_one_line(dirs, tmp_path):
     _ingest(lake, a, exclude=["config.json"])
     bad = next((lake / "sources" / "run=job_a").glob("*.parquet"))
     bad.write_bytes(b"garbage")
-    for args in (["analyze"], ["sql", "SELECT count(*) FROM sources"], ["forget", "--failed"], ["report", "-o", str(tmp_path / "r.html")]):
+    for args in (
+        ["analyze"],
+        ["sql", "SELECT count(*) FROM sources"],
+        ["forget", "--failed"],
+        ["report", "-o", str(tmp_path / "r.html")],
+    ):
         r = runner.invoke(app, [*args, "--lake", str(lake)])
         assert r.exit_code == 4, (args, r.output)
         assert str(bad.name) in r.output and len(r.output.strip().splitlines()) == 1, (args, r.output)
@@ -156,7 +194,9 @@ def test_dry_run_repairs_nothing(dirs, tmp_path):
     orphan = lake / "gpu_activities" / "run=job_a" / row.name
     row.unlink()  # as a forget killed after removing the sources row leaves it
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a", "--dry-run"])
-    assert r.exit_code == EXIT_OK and "would remove 1 source(s)" in r.output and "no sources row" not in r.output
+    assert (
+        r.exit_code == EXIT_OK and "would remove 1 source(s)" in r.output and "no sources row" not in r.output
+    )
     assert orphan.exists()
     r = runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_a"])
     assert r.exit_code == EXIT_OK and "no sources row" in r.output and not orphan.exists()

@@ -58,42 +58,104 @@ Verdict, on step time (both ranks have steps; pipeline/diagnosis/verdict.py, que
 import json
 
 import pytest
-
 from conftest import X, write_trace
+
 from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
 
 US = 1000  # ns per µs
-H100 = [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 85e9, "numSms": 132},
-        {"id": 1, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 85e9, "numSms": 132}]
-COMM_ARGS = {"Collective name": "allreduce", "In msg nelems": 1000000, "Out msg nelems": 1000000, "Group size": 2,
-             "dtype": "Float", "Process Group Name": "0", "Process Group Description": "default_pg",
-             "Process Group Ranks": "[0, 1]"}
+H100 = [
+    {
+        "id": 0,
+        "name": "NVIDIA H100 80GB HBM3",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "totalGlobalMem": 85e9,
+        "numSms": 132,
+    },
+    {
+        "id": 1,
+        "name": "NVIDIA H100 80GB HBM3",
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "totalGlobalMem": 85e9,
+        "numSms": 132,
+    },
+]
+COMM_ARGS = {
+    "Collective name": "allreduce",
+    "In msg nelems": 1000000,
+    "Out msg nelems": 1000000,
+    "Group size": 2,
+    "dtype": "Float",
+    "Process Group Name": "0",
+    "Process Group Description": "default_pg",
+    "Process Group Ranks": "[0, 1]",
+}
 
 
 def gpu(cat, name, ts, dur, stream, corr, ext=None, **extra):
-    return X(cat, name, ts, dur, pid=0, tid=stream, device=0, stream=stream, correlation=corr,
-             **({"External id": ext} if ext is not None else {}), **extra)
+    return X(
+        cat,
+        name,
+        ts,
+        dur,
+        pid=0,
+        tid=stream,
+        device=0,
+        stream=stream,
+        correlation=corr,
+        **({"External id": ext} if ext is not None else {}),
+        **extra,
+    )
 
 
 def launch(name, ts, corr, ext=None):
-    return X("cuda_runtime", name, ts, 5, pid=10, tid=10, correlation=corr, **({"External id": ext} if ext is not None else {}))
+    return X(
+        "cuda_runtime",
+        name,
+        ts,
+        5,
+        pid=10,
+        tid=10,
+        correlation=corr,
+        **({"External id": ext} if ext is not None else {}),
+    )
 
 
 def rank0_events():
     return [
         X("user_annotation", "ProfilerStep#1", 1000, 1000, pid=10, tid=10),
-        X("cpu_op", "aten::mm", 1005, 20, pid=10, tid=10, **{"External id": 5, "Input Dims": [[1024, 1024], [1024, 1024]],
-                                                             "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
+        X(
+            "cpu_op",
+            "aten::mm",
+            1005,
+            20,
+            pid=10,
+            tid=10,
+            **{
+                "External id": 5,
+                "Input Dims": [[1024, 1024], [1024, 1024]],
+                "Input type": ["c10::BFloat16", "c10::BFloat16"],
+            },
+        ),
         launch("cudaLaunchKernel", 1010, 1, ext=5),
         launch("cudaLaunchKernel", 1020, 2),
         launch("cudaLaunchKernel", 1030, 3),
         launch("cudaMemcpyAsync", 1040, 4),
         launch("cudaLaunchKernel", 1700, 5),
         gpu("kernel", "sm90_xmma_gemm_bf16", 1100, 200, 7, 1, ext=5),
-        gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1200, 300, 20, 2, **COMM_ARGS),
+        gpu(
+            "kernel",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            1200,
+            300,
+            20,
+            2,
+            **COMM_ARGS,
+        ),
         gpu("kernel", "vectorized_elementwise_kernel", 1310, 90, 7, 3),
         gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 1550, 50, 7, 4, bytes=1000000),
         gpu("kernel", "vectorized_elementwise_kernel", 1750, 50, 7, 5),
@@ -104,10 +166,20 @@ def rank1_events():
     return [
         X("user_annotation", "ProfilerStep#1", 1000, 1000, pid=10, tid=10),
         X("user_annotation", "ProfilerStep#2", 2000, 1000, pid=10, tid=10),
-        launch("cudaLaunchKernel", 1010, 11), launch("cudaLaunchKernel", 1011, 12), launch("cudaLaunchKernel", 1012, 13),
+        launch("cudaLaunchKernel", 1010, 11),
+        launch("cudaLaunchKernel", 1011, 12),
+        launch("cudaLaunchKernel", 1012, 13),
         launch("cudaLaunchKernel", 2010, 99),
         gpu("kernel", "gemm", 1100, 100, 7, 11),
-        gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 1150, 350, 20, 12, **COMM_ARGS),
+        gpu(
+            "kernel",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+            1150,
+            350,
+            20,
+            12,
+            **COMM_ARGS,
+        ),
         gpu("kernel", "gemm_small", 1120, 60, 7, 13),
     ]
 
@@ -115,10 +187,19 @@ def rank1_events():
 @pytest.fixture(scope="module")
 def lake(tmp_path_factory):
     d = tmp_path_factory.mktemp("hand")
-    write_trace(d / "job" / "r0.json", rank0_events(), distributedInfo={"backend": "nccl", "rank": 0, "world_size": 2},
-                deviceProperties=H100)
-    write_trace(d / "job" / "r1.json.gz", rank1_events(), gz=True,
-                distributedInfo={"backend": "nccl", "rank": 1, "world_size": 2}, deviceProperties=H100)
+    write_trace(
+        d / "job" / "r0.json",
+        rank0_events(),
+        distributedInfo={"backend": "nccl", "rank": 0, "world_size": 2},
+        deviceProperties=H100,
+    )
+    write_trace(
+        d / "job" / "r1.json.gz",
+        rank1_events(),
+        gz=True,
+        distributedInfo={"backend": "nccl", "rank": 1, "world_size": 2},
+        deviceProperties=H100,
+    )
     lk = Lake(d / "lake")
     res = ingest_paths([d / "job"], lk)
     assert [r.status for r in res] == ["ok", "ok"]
@@ -136,13 +217,30 @@ def test_breakdown_by_hand(lake):
     (r0,) = rows(bd, rank=0, level="step", step=1)
     assert r0["span_ns"] == 700 * US and r0["gpu_busy_ns"] == 500 * US and r0["gpu_idle_ns"] == 200 * US
     assert r0["compute_ns"] == 340 * US and r0["comm_ns"] == 300 * US and r0["memory_ns"] == 50 * US
-    assert r0["overlap_ns"] == 190 * US and r0["exposed_comm_ns"] == 110 * US and r0["exposed_memory_ns"] == 50 * US
+    assert (
+        r0["overlap_ns"] == 190 * US
+        and r0["exposed_comm_ns"] == 110 * US
+        and r0["exposed_memory_ns"] == 50 * US
+    )
     assert r0["comm_comp_overlap_pct"] == pytest.approx(100 * 190 / 300)
-    assert r0["compute_ns"] + r0["exposed_comm_ns"] + r0["exposed_memory_ns"] + r0["exposed_unknown_ns"] + r0["gpu_idle_ns"] == r0["span_ns"]
+    assert (
+        r0["compute_ns"]
+        + r0["exposed_comm_ns"]
+        + r0["exposed_memory_ns"]
+        + r0["exposed_unknown_ns"]
+        + r0["gpu_idle_ns"]
+        == r0["span_ns"]
+    )
     assert (r0["idle_host_wait_ns"], r0["idle_kernel_wait_ns"], r0["idle_other_ns"]) == (150 * US, 0, 50 * US)
     (r1,) = rows(bd, rank=1, level="rank")
-    assert (r1["span_ns"], r1["gpu_idle_ns"], r1["compute_ns"], r1["comm_ns"], r1["overlap_ns"], r1["exposed_comm_ns"]) == \
-        (400 * US, 0, 100 * US, 350 * US, 50 * US, 300 * US)
+    assert (
+        r1["span_ns"],
+        r1["gpu_idle_ns"],
+        r1["compute_ns"],
+        r1["comm_ns"],
+        r1["overlap_ns"],
+        r1["exposed_comm_ns"],
+    ) == (400 * US, 0, 100 * US, 350 * US, 50 * US, 300 * US)
     assert r1["comm_comp_overlap_pct"] == pytest.approx(100 * 50 / 350)
 
 
@@ -155,7 +253,12 @@ def test_overlapping_kernels_on_one_stream_are_kept(lake):
 def test_stream_idle_by_hand(lake):
     idle = run(connect(lake), "idle_breakdown")
     (s7,) = rows(idle, rank=0, stream=7)
-    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"], s7["gaps"]) == (150 * US, 10 * US, 150 * US, 3)
+    assert (s7["host_wait_ns"], s7["kernel_wait_ns"], s7["other_ns"], s7["gaps"]) == (
+        150 * US,
+        10 * US,
+        150 * US,
+        3,
+    )
 
 
 def test_collective_bandwidth_by_hand(lake):
@@ -174,7 +277,13 @@ def test_collective_bandwidth_by_hand(lake):
 def test_collective_matching_by_hand(lake):
     con = connect(lake)
     (m,) = run(con, "collective_matching").to_dicts()
-    assert (m["op"], m["process_group"], m["expected_ranks"], m["ranks_seen"], m["complete"]) == ("all_reduce", "0", 2, 2, True)
+    assert (m["op"], m["process_group"], m["expected_ranks"], m["ranks_seen"], m["complete"]) == (
+        "all_reduce",
+        "0",
+        2,
+        2,
+        True,
+    )
     assert m["transfer_ns"] == 300 * US and m["straggler_rank"] == 0 and m["arrival_spread_ns"] == 50 * US
     assert m["algbw_gbps"] == pytest.approx(4e6 / 300_000) and m["busbw_gbps"] == pytest.approx(4e6 / 300_000)
     assert m["wait_ns"] == {0: 0, 1: 50 * US}
@@ -203,33 +312,79 @@ def test_analyze_contract(lake):
     res = analyze(lake)
     assert res["schema"] == "tracelake.analyze/3"
     step = [s for s in res["steps"] if s["rank"] == 0 and s["step"] == 1][0]
-    for k in ("rank", "step", "step_ns", "gpu_span_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_ns", "memcpy_ns",
-              "overlap_ns", "comm_comp_overlap_pct", "exposed_comm_ns", "exposed_comm_wait_ns", "exposed_comm_transfer_ns",
-              "idle_host_wait_ns", "idle_kernel_wait_ns", "idle_other_ns", "mfu_pct", "flop_coverage_pct", "tokens_per_s"):
+    for k in (
+        "rank",
+        "step",
+        "step_ns",
+        "gpu_span_ns",
+        "gpu_busy_ns",
+        "gpu_idle_ns",
+        "compute_ns",
+        "comm_ns",
+        "memcpy_ns",
+        "overlap_ns",
+        "comm_comp_overlap_pct",
+        "exposed_comm_ns",
+        "exposed_comm_wait_ns",
+        "exposed_comm_transfer_ns",
+        "idle_host_wait_ns",
+        "idle_kernel_wait_ns",
+        "idle_other_ns",
+        "mfu_pct",
+        "flop_coverage_pct",
+        "tokens_per_s",
+    ):
         assert k in step
     # the step window (module docstring): 1000 µs, host wait 100 + 150 + 200; the GPU span 700 is an extra
     assert (step["step_ns"], step["gpu_span_ns"], step["host_step_ns"]) == (1000 * US, 700 * US, 1000 * US)
-    assert step["memcpy_ns"] == 50 * US and step["idle_host_wait_ns"] == 450 * US and step["gpu_idle_ns"] == 500 * US
+    assert (
+        step["memcpy_ns"] == 50 * US
+        and step["idle_host_wait_ns"] == 450 * US
+        and step["gpu_idle_ns"] == 500 * US
+    )
     # rank 0 started the all-reduce last: no wait, its exposed comm (110 µs) is all transfer
-    assert (step["exposed_comm_ns"], step["exposed_comm_wait_ns"], step["exposed_comm_transfer_ns"]) == (110 * US, 0, 110 * US)
+    assert (step["exposed_comm_ns"], step["exposed_comm_wait_ns"], step["exposed_comm_transfer_ns"]) == (
+        110 * US,
+        0,
+        110 * US,
+    )
     json.dumps(res, allow_nan=False)  # no NaN anywhere
     (v,) = res["verdicts"]
     # step basis (module docstring): host 52.5 % and network 20.5 % are both >= 15 %; host is larger -> host-bound;
     # 2000 µs over 2 ranks = 1 ms per rank, not below the 1 ms bar -> high, but one step analysed
     # (rank 1's step 2 is incomplete) lowers it to moderate
-    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == ("host-bound", "moderate", "steps", 1)
+    assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == (
+        "host-bound",
+        "moderate",
+        "steps",
+        1,
+    )
     assert [c["kind"] for c in v["caveats"]] == ["single_step"]
-    assert v["also"] == [{"verdict": "network-bound", "key": "exposed_comm_transfer_pct", "pct": pytest.approx(100 * 410 / 2000)}]
+    assert v["also"] == [
+        {
+            "verdict": "network-bound",
+            "key": "exposed_comm_transfer_pct",
+            "pct": pytest.approx(100 * 410 / 2000),
+        }
+    ]
     assert v["excluded_steps"] == [{"step": 2, "rank": 1, "step_ns": 1000 * US, "why": "incomplete"}]
     assert v["analysed_ns"] == 2000 * US
     n = v["numbers"]
-    assert n["compute_pct"] == pytest.approx(100 * 440 / 2000) and n["exposed_comm_pct"] == pytest.approx(100 * 410 / 2000)
-    assert n["exposed_memcpy_pct"] == pytest.approx(100 * 50 / 2000) and n["gpu_idle_pct"] == pytest.approx(100 * 1100 / 2000)
-    assert n["host_wait_pct"] == pytest.approx(100 * 1050 / 2000) and n["idle_other_pct"] == pytest.approx(100 * 50 / 2000)
+    assert n["compute_pct"] == pytest.approx(100 * 440 / 2000) and n["exposed_comm_pct"] == pytest.approx(
+        100 * 410 / 2000
+    )
+    assert n["exposed_memcpy_pct"] == pytest.approx(100 * 50 / 2000) and n["gpu_idle_pct"] == pytest.approx(
+        100 * 1100 / 2000
+    )
+    assert n["host_wait_pct"] == pytest.approx(100 * 1050 / 2000) and n["idle_other_pct"] == pytest.approx(
+        100 * 50 / 2000
+    )
     assert n["idle_input_pct"] == 0 and n["host_bound_pct"] == pytest.approx(100 * 1050 / 2000)
     assert n["comm_comp_overlap_pct"] == pytest.approx(100 * 240 / 650)
     (c,) = res["collectives"]
-    assert c["transfer_ns"] == 300 * US and c["straggler_rank"] == 0 and c["wait_ns"] == {"0": 0, "1": 50 * US}
+    assert (
+        c["transfer_ns"] == 300 * US and c["straggler_rank"] == 0 and c["wait_ns"] == {"0": 0, "1": 50 * US}
+    )
 
 
 def test_mfu_user_overrides(lake):
@@ -237,5 +392,9 @@ def test_mfu_user_overrides(lake):
     res = analyze(lake, peak_tflops=100.0, model_flops_per_step=1e9)
     for s in res["steps"]:
         if s["step"] == 1:
-            assert s["mfu_pct"] == pytest.approx(1.0) and s["flop_coverage_pct"] == 100.0 and s["peak_tflops"] == 100.0
+            assert (
+                s["mfu_pct"] == pytest.approx(1.0)
+                and s["flop_coverage_pct"] == 100.0
+                and s["peak_tflops"] == 100.0
+            )
     assert res["peak_tflops_override"] == 100.0

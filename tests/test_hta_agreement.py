@@ -19,13 +19,15 @@ import warnings
 
 import polars as pl
 import pytest
-
 from conftest import corpus
+
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
 
-hta_trace_analysis = pytest.importorskip("hta.trace_analysis", reason="install the test extra: pip install -e '.[test]'")
+hta_trace_analysis = pytest.importorskip(
+    "hta.trace_analysis", reason="install the test extra: pip install -e '.[test]'"
+)
 
 DIRS = {
     "dlrm_kineto": ("param", "et_replay", "tests", "inputs", "dlrm_kineto"),
@@ -46,8 +48,13 @@ def _hta(path):
 
     parse = Trace.parse_traces
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(Trace, "parse_traces", lambda self, max_ranks=-1, use_multiprocessing=True, use_memory_profiling=True:
-                  parse(self, max_ranks, False, use_memory_profiling))
+        m.setattr(
+            Trace,
+            "parse_traces",
+            lambda self, max_ranks=-1, use_multiprocessing=True, use_memory_profiling=True: parse(
+                self, max_ranks, False, use_memory_profiling
+            ),
+        )
         ta = hta_trace_analysis.TraceAnalysis(trace_dir=str(path))
     overlap = ta.get_comm_comp_overlap(visualize=False)
     temporal = ta.get_temporal_breakdown(visualize=False)
@@ -62,7 +69,13 @@ def both(request, tmp_path_factory):
     res = ingest_paths([d], lake, run=request.param)
     assert all(r.status == "ok" for r in res)
     con = connect(lake, window="hta")
-    return request.param, _hta(d), run(con, "breakdown").filter(pl.col("level") == "rank"), run(con, "idle_breakdown"), con
+    return (
+        request.param,
+        _hta(d),
+        run(con, "breakdown").filter(pl.col("level") == "rank"),
+        run(con, "idle_breakdown"),
+        con,
+    )
 
 
 def test_overlap_equals_hta(both):
@@ -74,10 +87,24 @@ def test_overlap_equals_hta(both):
 
 def test_temporal_breakdown_equals_hta(both):
     _, (_, temporal, _), bd, _, _ = both
-    ours = {r["rank"]: (r["gpu_idle_ns"] / 1000, r["compute_ns"] / 1000, (r["span_ns"] - r["compute_ns"] - r["gpu_idle_ns"]) / 1000,
-                        r["span_ns"] / 1000) for r in bd.to_dicts()}
-    theirs = {int(r["rank"]): (r["idle_time(us)"], r["compute_time(us)"], r["non_compute_time(us)"], r["kernel_time(us)"])
-              for _, r in temporal.iterrows()}
+    ours = {
+        r["rank"]: (
+            r["gpu_idle_ns"] / 1000,
+            r["compute_ns"] / 1000,
+            (r["span_ns"] - r["compute_ns"] - r["gpu_idle_ns"]) / 1000,
+            r["span_ns"] / 1000,
+        )
+        for r in bd.to_dicts()
+    }
+    theirs = {
+        int(r["rank"]): (
+            r["idle_time(us)"],
+            r["compute_time(us)"],
+            r["non_compute_time(us)"],
+            r["kernel_time(us)"],
+        )
+        for _, r in temporal.iterrows()
+    }
     assert ours == theirs
 
 
@@ -92,7 +119,13 @@ def _brute_idle(rows, hta_rule: bool, threshold_ns: int = 30_000):
         if k in prev:
             gap = s - prev[k]
             if hta_rule or gap > 0:
-                cause = "host_wait" if launch is not None and launch > prev[k] else "kernel_wait" if gap < threshold_ns else "other"
+                cause = (
+                    "host_wait"
+                    if launch is not None and launch > prev[k]
+                    else "kernel_wait"
+                    if gap < threshold_ns
+                    else "other"
+                )
                 d[cause] += gap
         prev[k] = e if hta_rule else max(e, prev.get(k, e))
     return out
@@ -102,9 +135,12 @@ def test_idle_breakdown_equals_hta(both):
     name, (_, _, idle), _, ours_df, con = both
     theirs = {}
     for _, r in idle.iterrows():
-        theirs.setdefault((int(r["rank"]), int(r["stream"])), {"host_wait": 0, "kernel_wait": 0, "other": 0})[r["idle_category"]] = \
-            int(r["idle_time"]) * 1000
-    rows = con.execute("SELECT rank, stream, start_ns, end_ns, launch_ns FROM scope ORDER BY rank, stream, start_ns, event_index").fetchall()
+        theirs.setdefault((int(r["rank"]), int(r["stream"])), {"host_wait": 0, "kernel_wait": 0, "other": 0})[
+            r["idle_category"]
+        ] = int(r["idle_time"]) * 1000
+    rows = con.execute(
+        "SELECT rank, stream, start_ns, end_ns, launch_ns FROM scope ORDER BY rank, stream, start_ns, event_index"
+    ).fetchall()
     # 1. the lake holds HTA's data: HTA's own rule over our rows gives HTA's numbers exactly on
     #    every stream whose activities all have their launch call in the trace. For an activity
     #    without one, HTA joins index_correlation 0 (its "partner missing" marker) to row 0 of
@@ -119,8 +155,16 @@ def test_idle_breakdown_equals_hta(both):
         else:
             assert hta_rule[k] == t, (name, k)
     # 2. our SQL implements our rule (positive gaps after the latest end)
-    ours = {(r["rank"], r["stream"]): {"host_wait": r["host_wait_ns"], "kernel_wait": r["kernel_wait_ns"], "other": r["other_ns"]}
-            for r in ours_df.group_by("rank", "stream").agg(pl.col("host_wait_ns", "kernel_wait_ns", "other_ns").sum()).to_dicts()}
+    ours = {
+        (r["rank"], r["stream"]): {
+            "host_wait": r["host_wait_ns"],
+            "kernel_wait": r["kernel_wait_ns"],
+            "other": r["other_ns"],
+        }
+        for r in ours_df.group_by("rank", "stream")
+        .agg(pl.col("host_wait_ns", "kernel_wait_ns", "other_ns").sum())
+        .to_dicts()
+    }
     brute = {k: v for k, v in _brute_idle(rows, hta_rule=False).items() if any(v.values()) or k in ours}
     assert {k: v for k, v in ours.items()} == {k: brute[k] for k in ours}
     # 3. elsewhere the two rules differ only on streams where activities overlap (negative HTA gaps)

@@ -30,8 +30,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-
 from conftest import corpus, union_ns
+
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
@@ -45,7 +45,14 @@ FILES = [
     ("hta", "tests", "data", "critical_path", "alexnet", "benchmark_result_2869224_1695835535_trace.json.gz"),
     ("hta", "tests", "data", "critical_path", "cuda_event_sync", "event_sync_trace.json.gz"),
     ("hta", "tests", "data", "critical_path", "cuda_event_sync_multi_stream", "event_sync_trace.json.gz"),
-    ("hta", "tests", "data", "critical_path", "simple_add", "benchmark_result_493459_1694039959_trace.json.gz"),
+    (
+        "hta",
+        "tests",
+        "data",
+        "critical_path",
+        "simple_add",
+        "benchmark_result_493459_1694039959_trace.json.gz",
+    ),
     ("hta", "tests", "data", "df_index_resolver", "df_index_resolver.json.gz"),
     ("hta", "tests", "data", "execution_trace", "benchmark_simple_add_trace.json.gz"),
     ("hta", "tests", "data", "mtia_inference_trace", "mtia_inference_rank_0.json.gz"),
@@ -66,14 +73,22 @@ FILES = [
     ("tracelens", "tests", "traces", "mi300", "ddp_resnet18_no_pool", "train_resnet18.json.gz"),
     ("kineto", "tb_plugin", "samples", "resnet50_num_workers_0", "worker0.1623143089861.pt.trace.json.gz"),
 ]
-GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "mtia_ccp_events", "cuda_sync"}
+GPU_CATS = {
+    "kernel",
+    "Kernel",
+    "gpu_memcpy",
+    "Memcpy",
+    "gpu_memset",
+    "Memset",
+    "mtia_ccp_events",
+    "cuda_sync",
+}
 
 
 def _events(path: Path) -> list[dict]:
     raw = path.read_bytes()
     d = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
     return d["traceEvents"]
-
 
 
 def _hta_merged(ivs):
@@ -97,9 +112,16 @@ def brute(events: list[dict], quirks: bool) -> dict:
     steps = sorted(float(e["ts"]) for e in step_evs if e["cat"] != "gpu_user_annotation")
     args = lambda e: e.get("args") or {}  # noqa: E731
     has_stream = lambda e: isinstance(args(e).get("stream"), int) and args(e)["stream"] >= 0  # noqa: E731
-    gpu = [e for e in x if (e["cat"] in GPU_CATS or (quirks and has_stream(e))) and has_stream(e)
-           and (quirks or e["cat"] != "cuda_sync")]
-    if len({e["name"] for e in step_evs}) >= 2:  # HTA's load-time window (2+ distinct ProfilerStep names): CPU events before the last step, GPU events they launched
+    gpu = [
+        e
+        for e in x
+        if (e["cat"] in GPU_CATS or (quirks and has_stream(e)))
+        and has_stream(e)
+        and (quirks or e["cat"] != "cuda_sync")
+    ]
+    if (
+        len({e["name"] for e in step_evs}) >= 2
+    ):  # HTA's load-time window (2+ distinct ProfilerStep names): CPU events before the last step, GPU events they launched
         kept = {args(e).get("correlation") for e in x if not has_stream(e) and float(e["ts"]) < steps[-1]}
         gpu = [e for e in gpu if args(e).get("correlation") in kept]
     rows = []
@@ -122,8 +144,13 @@ def brute(events: list[dict], quirks: bool) -> dict:
         busy = union_ns([(s, en) for s, en, _ in rows if en > s])
         compute = union_ns(comp)
     both = union_ns(comp) + union_ns(comm) - union_ns(comp + comm)
-    return {"idle": span - busy, "compute": compute, "non_compute": span - compute - (span - busy), "span": span,
-            "overlap_pct": round(100 * both / union_ns(comm), 2) if comm and union_ns(comm) else None}
+    return {
+        "idle": span - busy,
+        "compute": compute,
+        "non_compute": span - compute - (span - busy),
+        "span": span,
+        "overlap_pct": round(100 * both / union_ns(comm), 2) if comm and union_ns(comm) else None,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +169,12 @@ def test_matches_hta_with_quirks_explained(parts, tmp_path, hta_quiet):
     os.symlink(path, d / path.name)
     ta = hta_ta.TraceAnalysis(trace_dir=str(d))
     t = ta.get_temporal_breakdown(visualize=False).iloc[0]
-    theirs = {"idle": int(t["idle_time(us)"]) * 1000, "compute": int(t["compute_time(us)"]) * 1000,
-              "non_compute": int(t["non_compute_time(us)"]) * 1000, "span": int(t["kernel_time(us)"]) * 1000}
+    theirs = {
+        "idle": int(t["idle_time(us)"]) * 1000,
+        "compute": int(t["compute_time(us)"]) * 1000,
+        "non_compute": int(t["non_compute_time(us)"]) * 1000,
+        "span": int(t["kernel_time(us)"]) * 1000,
+    }
     events = _events(path)
     hta_like, exact = brute(events, quirks=True), brute(events, quirks=False)
     # 1. HTA's quirks reproduce HTA's numbers exactly
@@ -156,7 +187,13 @@ def test_matches_hta_with_quirks_explained(parts, tmp_path, hta_quiet):
     (r,) = ingest_paths([path], lake, run="x")
     assert r.status == "ok"
     (o,) = run(connect(lake, window="hta"), "breakdown").filter(pl.col("level") == "rank").to_dicts()
-    ours = {"idle": o["gpu_idle_ns"], "compute": o["compute_ns"], "non_compute": o["span_ns"] - o["compute_ns"] - o["gpu_idle_ns"],
-            "span": o["span_ns"]}
+    ours = {
+        "idle": o["gpu_idle_ns"],
+        "compute": o["compute_ns"],
+        "non_compute": o["span_ns"] - o["compute_ns"] - o["gpu_idle_ns"],
+        "span": o["span_ns"],
+    }
     assert ours == {k: exact[k] for k in ours}
-    assert (round(o["comm_comp_overlap_pct"], 2) if o["comm_comp_overlap_pct"] is not None else None) == exact["overlap_pct"]
+    assert (
+        round(o["comm_comp_overlap_pct"], 2) if o["comm_comp_overlap_pct"] is not None else None
+    ) == exact["overlap_pct"]

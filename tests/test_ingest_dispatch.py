@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 from conftest import CORPUS
+
 from pipeline.ingest import discover, ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect
@@ -40,8 +41,10 @@ def test_mixed_batch_and_text_discovery(tmp_path):
     shutil.copy(NCCL / "nccl-issue-1189-channels-net-ib-gdrdma-and-p2p-cumem-2node.log", d)
     (d / "README.txt").write_text("notes about this job\n")
     (d / "stdout.log").write_text("epoch 1 loss 0.3\nepoch 2 loss 0.2\n")
-    assert sorted(p.name for p in discover([d])) == ["nccl-issue-1189-channels-net-ib-gdrdma-and-p2p-cumem-2node.log",
-                                                      "saxpy-mpi-cuda_nsys_perlmutter0.sqlite"]
+    assert sorted(p.name for p in discover([d])) == [
+        "nccl-issue-1189-channels-net-ib-gdrdma-and-p2p-cumem-2node.log",
+        "saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
+    ]
     lake = Lake(tmp_path / "lake")
     res = {Path(r.path).name: r for r in ingest_paths([d, d / "README.txt"], lake)}
     assert res["saxpy-mpi-cuda_nsys_perlmutter0.sqlite"].status == "ok"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import tempfile
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from pipeline.lake import Lake
 from pipeline.query import connect, run
@@ -43,13 +44,39 @@ def test_breakdown_matches_brute_force(ivs, shift, materialize):
         n = len(ivs)
         for rank, dt in ((0, 0), (1, shift)):
             sid = f"s{rank}"
-            lake.write_source("r", sid, {"gpu_activities": {
-                "run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n,
-                "stream": [st_ for _, _, _, st_ in ivs], "kind": [KIND[c] for _, _, c, _ in ivs], "category": [c for _, _, c, _ in ivs],
-                "classified_by": ["default"] * n, "name": ["k"] * n, "start_ns": [s + dt for s, _, _, _ in ivs],
-                "end_ns": [s + du + dt for s, du, _, _ in ivs], "dur_ns": [du for _, du, _, _ in ivs], "event_index": list(range(n)),
-            }}, {"source_id": sid, "run_id": "r", "path": f"/x{rank}", "format": "kineto_json", "content_sha256": "0", "size_bytes": 0,
-                 "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0})
+            lake.write_source(
+                "r",
+                sid,
+                {
+                    "gpu_activities": {
+                        "run_id": ["r"] * n,
+                        "source_id": [sid] * n,
+                        "rank": [rank] * n,
+                        "device": [0] * n,
+                        "stream": [st_ for _, _, _, st_ in ivs],
+                        "kind": [KIND[c] for _, _, c, _ in ivs],
+                        "category": [c for _, _, c, _ in ivs],
+                        "classified_by": ["default"] * n,
+                        "name": ["k"] * n,
+                        "start_ns": [s + dt for s, _, _, _ in ivs],
+                        "end_ns": [s + du + dt for s, du, _, _ in ivs],
+                        "dur_ns": [du for _, du, _, _ in ivs],
+                        "event_index": list(range(n)),
+                    }
+                },
+                {
+                    "source_id": sid,
+                    "run_id": "r",
+                    "path": f"/x{rank}",
+                    "format": "kineto_json",
+                    "content_sha256": "0",
+                    "size_bytes": 0,
+                    "status": "ok",
+                    "schema_version": 1,
+                    "tracelake_version": "t",
+                    "ingested_at_ns": 0,
+                },
+            )
         rows = run(connect(lake, materialize=materialize), "breakdown").to_dicts()
     assert [r["rank"] for r in rows] == [0, 1]
     b = brute(ivs)
@@ -61,15 +88,37 @@ def _check(row, b):
     assert row["span_ns"] == b["span"]
     assert row["gpu_busy_ns"] == b["busy"] and row["gpu_idle_ns"] == b["span"] - b["busy"]
     assert (row["compute_ns"], row["comm_ns"], row["memory_ns"]) == (b["compute"], b["comm"], b["memory"])
-    assert (row["overlap_ns"], row["exposed_comm_ns"], row["exposed_memory_ns"]) == (b["overlap"], b["exposed_comm"], b["exposed_memory"])
-    assert row["compute_ns"] + row["exposed_comm_ns"] + row["exposed_memory_ns"] + row["exposed_unknown_ns"] + row["gpu_idle_ns"] == row["span_ns"]
-    assert row["idle_host_wait_ns"] + row["idle_kernel_wait_ns"] + row["idle_other_ns"] + row["idle_unreliable_ns"] == row["gpu_idle_ns"]
+    assert (row["overlap_ns"], row["exposed_comm_ns"], row["exposed_memory_ns"]) == (
+        b["overlap"],
+        b["exposed_comm"],
+        b["exposed_memory"],
+    )
+    assert (
+        row["compute_ns"]
+        + row["exposed_comm_ns"]
+        + row["exposed_memory_ns"]
+        + row["exposed_unknown_ns"]
+        + row["gpu_idle_ns"]
+        == row["span_ns"]
+    )
+    assert (
+        row["idle_host_wait_ns"]
+        + row["idle_kernel_wait_ns"]
+        + row["idle_other_ns"]
+        + row["idle_unreliable_ns"]
+        == row["gpu_idle_ns"]
+    )
 
 
 # (start, duration, stream, launch offset before start (None: no launch in the trace), shares the
 # previous activity's correlation (a graph replay))
-activity = st.tuples(st.integers(0, 60), st.integers(0, 15), st.integers(0, 2),
-                     st.one_of(st.none(), st.integers(-20, 10)), st.booleans())
+activity = st.tuples(
+    st.integers(0, 60),
+    st.integers(0, 15),
+    st.integers(0, 2),
+    st.one_of(st.none(), st.integers(-20, 10)),
+    st.booleans(),
+)
 THRESHOLD = 30_000
 
 
@@ -89,19 +138,52 @@ def _write_rank_lake(d, acts, shift):
             if off is not None and k not in launches:
                 launches[k] = s + dt - off
         m = len(launches)
-        lake.write_source("r", sid, {
-            "gpu_activities": {
-                "run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n,
-                "stream": [a[2] for a in acts], "kind": ["kernel"] * n, "category": ["compute"] * n,
-                "classified_by": ["default"] * n, "name": ["k"] * n, "start_ns": [a[0] + dt for a in acts],
-                "end_ns": [a[0] + a[1] + dt for a in acts], "dur_ns": [a[1] for a in acts], "event_index": list(range(n)),
-                "correlation": corr},
-            "cpu_ops": {
-                "run_id": ["r"] * m, "source_id": [sid] * m, "rank": [rank] * m, "kind": ["runtime"] * m,
-                "name": ["cudaLaunchKernel"] * m, "start_ns": list(launches.values()), "end_ns": list(launches.values()),
-                "dur_ns": [0] * m, "event_index": list(range(n, n + m)), "correlation": list(launches)}},
-            {"source_id": sid, "run_id": "r", "path": f"/x{rank}", "format": "kineto_json", "content_sha256": "0", "size_bytes": 0,
-             "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0})
+        lake.write_source(
+            "r",
+            sid,
+            {
+                "gpu_activities": {
+                    "run_id": ["r"] * n,
+                    "source_id": [sid] * n,
+                    "rank": [rank] * n,
+                    "device": [0] * n,
+                    "stream": [a[2] for a in acts],
+                    "kind": ["kernel"] * n,
+                    "category": ["compute"] * n,
+                    "classified_by": ["default"] * n,
+                    "name": ["k"] * n,
+                    "start_ns": [a[0] + dt for a in acts],
+                    "end_ns": [a[0] + a[1] + dt for a in acts],
+                    "dur_ns": [a[1] for a in acts],
+                    "event_index": list(range(n)),
+                    "correlation": corr,
+                },
+                "cpu_ops": {
+                    "run_id": ["r"] * m,
+                    "source_id": [sid] * m,
+                    "rank": [rank] * m,
+                    "kind": ["runtime"] * m,
+                    "name": ["cudaLaunchKernel"] * m,
+                    "start_ns": list(launches.values()),
+                    "end_ns": list(launches.values()),
+                    "dur_ns": [0] * m,
+                    "event_index": list(range(n, n + m)),
+                    "correlation": list(launches),
+                },
+            },
+            {
+                "source_id": sid,
+                "run_id": "r",
+                "path": f"/x{rank}",
+                "format": "kineto_json",
+                "content_sha256": "0",
+                "size_bytes": 0,
+                "status": "ok",
+                "schema_version": 1,
+                "tracelake_version": "t",
+                "ingested_at_ns": 0,
+            },
+        )
     return lake, corr
 
 
@@ -130,9 +212,17 @@ def test_idle_breakdown_and_gaps_match_brute_force(acts, shift, materialize):
         first_launch.setdefault(k, None if off is None else s - off)
     want_idle, want_gaps = {}, {}
     for rank, dt in ((0, 0), (1, shift)):
-        rows = [dict(start=s + dt, end=s + du + dt, stream=sm, i=i, graph=share[k] > 1,
-                     launch=None if first_launch[k] is None else first_launch[k] + dt)
-                for i, ((s, du, sm, _, _), k) in enumerate(zip(acts, corr))]
+        rows = [
+            dict(
+                start=s + dt,
+                end=s + du + dt,
+                stream=sm,
+                i=i,
+                graph=share[k] > 1,
+                launch=None if first_launch[k] is None else first_launch[k] + dt,
+            )
+            for i, ((s, du, sm, _, _), k) in enumerate(zip(acts, corr))
+        ]
         # per stream: sorted by (start, end, event_index); the gap before an activity starts at
         # the max end of every activity before it on the stream
         for sm in {r["stream"] for r in rows}:
@@ -143,7 +233,10 @@ def test_idle_breakdown_and_gaps_match_brute_force(acts, shift, materialize):
                 prev_end = max(x["end"] for x in on[:j])
                 if r["start"] > prev_end:
                     gap = r["start"] - prev_end
-                    w = want_idle.setdefault((rank, sm), dict(host_wait_ns=0, kernel_wait_ns=0, other_ns=0, unreliable_ns=0, gaps=0))
+                    w = want_idle.setdefault(
+                        (rank, sm),
+                        dict(host_wait_ns=0, kernel_wait_ns=0, other_ns=0, unreliable_ns=0, gaps=0),
+                    )
                     w[_cause(r["graph"], [r["launch"]], prev_end, gap) + "_ns"] += gap
                     w["gaps"] += 1
         # per rank: activities starting at one instant end the gap before it together
@@ -157,12 +250,17 @@ def test_idle_breakdown_and_gaps_match_brute_force(acts, shift, materialize):
                 g[0] += 1
                 g[1] += gap
                 g[2].add(rank)
-    got_idle = {(r["rank"], r["stream"]): {k: r[k] for k in ("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps")}
-                for r in idle}
+    got_idle = {
+        (r["rank"], r["stream"]): {
+            k: r[k] for k in ("host_wait_ns", "kernel_wait_ns", "other_ns", "unreliable_ns", "gaps")
+        }
+        for r in idle
+    }
     assert all(r["step"] is None and r["device"] == 0 for r in idle)
     assert got_idle == want_idle
-    assert {(r["bucket_lo_ns"], r["cause"]): [r["gaps"], r["total_ns"], r["ranks"]] for r in gaps} == \
-        {k: [v[0], v[1], len(v[2])] for k, v in want_gaps.items()}
+    assert {(r["bucket_lo_ns"], r["cause"]): [r["gaps"], r["total_ns"], r["ranks"]] for r in gaps} == {
+        k: [v[0], v[1], len(v[2])] for k, v in want_gaps.items()
+    }
 
 
 # (start, duration, is a collective (else compute), unused) per rank; a rank's collectives are
@@ -183,12 +281,17 @@ def _brute_split(ranks: dict[int, list]) -> dict[int, dict]:
             calls.setdefault(c, {})[r] = (s, d)
     shortest = {}
     for c, kernels in calls.items():
-        ok = len(kernels) >= 2 and max(s for s, _ in kernels.values()) <= min(s + d for s, d in kernels.values())
+        ok = len(kernels) >= 2 and max(s for s, _ in kernels.values()) <= min(
+            s + d for s, d in kernels.values()
+        )
         shortest[c] = min(d for _, d in kernels.values()) if ok else None
     out = {}
     for r, acts in ranks.items():
         # (start, end, end of its wait)
-        colls = [(s, s + d, s if shortest[c] is None else s + d - shortest[c]) for s, d, _, c in _collectives_in_order(acts)]
+        colls = [
+            (s, s + d, s if shortest[c] is None else s + d - shortest[c])
+            for s, d, _, c in _collectives_in_order(acts)
+        ]
         comps = [(s, d) for s, d, coll, _ in acts if not coll]
         t0 = min(s for s, _, _, _ in acts)
         t1 = max(s + d for s, d, _, _ in acts)
@@ -227,21 +330,56 @@ def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
             sid, n = f"s{rank}", len(acts)
             colls = [(i, s, du) for i, (s, du, coll, _) in enumerate(acts) if coll]
             m = len(colls)
-            lake.write_source("r", sid, {
-                "gpu_activities": {
-                    "run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n,
-                    "stream": [1 if a[2] else 0 for a in acts], "kind": ["kernel"] * n,
-                    "category": ["communication" if a[2] else "compute" for a in acts], "classified_by": ["default"] * n,
-                    "name": ["k"] * n, "start_ns": [a[0] for a in acts], "end_ns": [a[0] + a[1] for a in acts],
-                    "dur_ns": [a[1] for a in acts], "event_index": list(range(n)), "correlation": list(range(1, n + 1))},
-                "collectives": {
-                    "run_id": ["r"] * m, "source_id": [sid] * m, "rank": [rank] * m, "op": ["all_reduce"] * m, "op_raw": ["allreduce"] * m,
-                    "start_ns": [s for _, s, _ in colls], "end_ns": [s + du for _, s, du in colls], "dur_ns": [du for _, _, du in colls],
-                    "correlation": [i + 1 for i, _, _ in colls], "process_group": ["0"] * m, "group_size": [2] * m,
-                    "timing_source": ["gpu_kernel"] * m}},
-                {"source_id": sid, "run_id": "r", "path": f"/x{rank}", "format": "kineto_json", "content_sha256": "0",
-                 "size_bytes": 0, "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0,
-                 "rank": rank, "world_size": 2})
+            lake.write_source(
+                "r",
+                sid,
+                {
+                    "gpu_activities": {
+                        "run_id": ["r"] * n,
+                        "source_id": [sid] * n,
+                        "rank": [rank] * n,
+                        "device": [0] * n,
+                        "stream": [1 if a[2] else 0 for a in acts],
+                        "kind": ["kernel"] * n,
+                        "category": ["communication" if a[2] else "compute" for a in acts],
+                        "classified_by": ["default"] * n,
+                        "name": ["k"] * n,
+                        "start_ns": [a[0] for a in acts],
+                        "end_ns": [a[0] + a[1] for a in acts],
+                        "dur_ns": [a[1] for a in acts],
+                        "event_index": list(range(n)),
+                        "correlation": list(range(1, n + 1)),
+                    },
+                    "collectives": {
+                        "run_id": ["r"] * m,
+                        "source_id": [sid] * m,
+                        "rank": [rank] * m,
+                        "op": ["all_reduce"] * m,
+                        "op_raw": ["allreduce"] * m,
+                        "start_ns": [s for _, s, _ in colls],
+                        "end_ns": [s + du for _, s, du in colls],
+                        "dur_ns": [du for _, _, du in colls],
+                        "correlation": [i + 1 for i, _, _ in colls],
+                        "process_group": ["0"] * m,
+                        "group_size": [2] * m,
+                        "timing_source": ["gpu_kernel"] * m,
+                    },
+                },
+                {
+                    "source_id": sid,
+                    "run_id": "r",
+                    "path": f"/x{rank}",
+                    "format": "kineto_json",
+                    "content_sha256": "0",
+                    "size_bytes": 0,
+                    "status": "ok",
+                    "schema_version": 1,
+                    "tracelake_version": "t",
+                    "ingested_at_ns": 0,
+                    "rank": rank,
+                    "world_size": 2,
+                },
+            )
         rows = run(connect(lake, materialize=materialize), "breakdown").to_dicts()
         rows = [r for r in rows if r["level"] == "rank"]
     b = _brute_split(ranks)

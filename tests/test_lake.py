@@ -7,20 +7,40 @@ import math
 import polars as pl
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-
 from conftest import REPO
+
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 
-GPU_CATS = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_sync", "cuda_profiler_range"}
-SKIP_CATS = {"Trace", "ac2g", "async_cpu_to_gpu", "async", "fwdbwd", "critical_path", "cpu_instant_event", "gpu_user_annotation"}
+GPU_CATS = {
+    "kernel",
+    "Kernel",
+    "gpu_memcpy",
+    "Memcpy",
+    "gpu_memset",
+    "Memset",
+    "cuda_sync",
+    "cuda_profiler_range",
+}
+SKIP_CATS = {
+    "Trace",
+    "ac2g",
+    "async_cpu_to_gpu",
+    "async",
+    "fwdbwd",
+    "critical_path",
+    "cpu_instant_event",
+    "gpu_user_annotation",
+}
 
 
 def test_other_readers(tmp_path):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([REPO / "sample_traces"], lake, run="demo")
     assert [r.status for r in res] == ["ok", "ok"]
-    df = pl.scan_parquet(str(lake.root / "gpu_activities" / "**" / "*.parquet"), hive_partitioning=True).collect()
+    df = pl.scan_parquet(
+        str(lake.root / "gpu_activities" / "**" / "*.parquet"), hive_partitioning=True
+    ).collect()
     assert set(df["run"].unique()) == {"demo"} and set(df["run_id"].unique()) == {"demo"}
     # sampled_rank-0: 1154 kernels + 40 memcpy + 10 memset; sampled_rank-1: 1104 + 40 + 10 (hta.md section 2)
     assert df.height == 1204 + 1154
@@ -34,6 +54,7 @@ def test_incremental_skip_force_and_a_new_rank_joins_its_run(tmp_path):
     import shutil
 
     from conftest import corpus
+
     from pipeline.query import connect
 
     dlrm = sorted(corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto").glob("worker*.json"))
@@ -54,7 +75,9 @@ def test_incremental_skip_force_and_a_new_rank_joins_its_run(tmp_path):
     (r,) = [r for r in ingest_paths([job], lake) if r.path.endswith("renamed_copy.json")]
     assert r.status == "skipped"
     con = connect(lake)
-    assert con.execute("SELECT count(*), count(DISTINCT rank) FROM sources WHERE run_id = 'job'").fetchone() == (8, 8)
+    assert con.execute(
+        "SELECT count(*), count(DISTINCT rank) FROM sources WHERE run_id = 'job'"
+    ).fetchone() == (8, 8)
     n_ops = con.execute("SELECT count(*) FROM cpu_ops").fetchone()[0]
     # --force re-ingests and replaces: nothing doubles
     res = ingest_paths([job], lake, force=True)
@@ -63,8 +86,12 @@ def test_incremental_skip_force_and_a_new_rank_joins_its_run(tmp_path):
     con = connect(lake)
     assert con.execute("SELECT count(*) FROM sources").fetchone()[0] == 8
     assert con.execute("SELECT count(*) FROM cpu_ops").fetchone()[0] == n_ops
-    expected = sum(1 for f in dlrm for e in json.loads(f.read_bytes())["traceEvents"]
-                   if e.get("ph") == "X" and e.get("cat") not in GPU_CATS | SKIP_CATS)
+    expected = sum(
+        1
+        for f in dlrm
+        for e in json.loads(f.read_bytes())["traceEvents"]
+        if e.get("ph") == "X" and e.get("cat") not in GPU_CATS | SKIP_CATS
+    )
     assert n_ops == expected
 
 
@@ -74,6 +101,7 @@ def test_the_benchmark_generator_keeps_the_shape(tmp_path):
     import sys
 
     from conftest import REPO, corpus
+
     from pipeline.query import connect
 
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -87,10 +115,16 @@ def test_the_benchmark_generator_keeps_the_shape(tmp_path):
     c1, c3 = connect(one), connect(scaled)
     for t in ("gpu_activities", "cpu_ops", "steps", "collectives"):
         n1 = c1.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-        assert c3.execute(f"SELECT count(*) FROM {t} GROUP BY rank ORDER BY rank").fetchall() == [(3 * n1,), (3 * n1,)], t
+        assert c3.execute(f"SELECT count(*) FROM {t} GROUP BY rank ORDER BY rank").fetchall() == [
+            (3 * n1,),
+            (3 * n1,),
+        ], t
     # copies follow one another, each shifted by the profiler's window (its "Trace" span) + 1 ms
-    window_us = max(e["ts"] + e.get("dur", 0) for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
-                    if "ts" in e) - min(e["ts"] for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"] if "ts" in e)
+    window_us = max(
+        e["ts"] + e.get("dur", 0)
+        for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"]
+        if "ts" in e
+    ) - min(e["ts"] for e in json.loads(gzip.decompress(src.read_bytes()))["traceEvents"] if "ts" in e)
     (s1,) = c1.execute("SELECT trace_end_ns - trace_start_ns FROM sources").fetchone()
     (s3,) = c3.execute("SELECT trace_end_ns - trace_start_ns FROM sources WHERE rank = 0").fetchone()
     assert s3 == s1 + 2 * (math.ceil(window_us) + 1000) * 1000

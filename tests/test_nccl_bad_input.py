@@ -11,8 +11,8 @@ import zipfile
 
 import polars as pl
 import pytest
-
 from conftest import corpus, write_trace
+
 from pipeline import schema as sch
 from pipeline.ingest import nccl
 from pipeline.ingest.kineto import TraceError
@@ -47,15 +47,31 @@ BAD = {
     "random.bin": (_random_bytes(4096), "binary data, not a text log"),
     "nul.log": (b"node01:1:2 [0] NCCL INFO x\x00\x00\x00\x00" * 10, "binary data, not a text log"),
     "gzip.gz": (gzip.compress(GOOD_LOG), "binary data (SQLite, zip or gzip), not an NCCL log"),
-    "kineto.json": (json.dumps({"schemaVersion": 1, "deviceProperties": [], "traceEvents": [{"ph": "X"}]}).encode(),
-                    "a Kineto trace (traceEvents), not an NCCL log"),
-    "plain.txt": (b"epoch 1 loss 0.3\nepoch 2 loss 0.2\n", "no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found"),
-    "other.json": (b'{"foo": [1, 2, 3]}', "no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found"),
-    "trunc_profiler.json": (b'[\n{"name": "Group", "cat": "GROUP", "ph": "b", "id": 0, "ts": 1.0, "args": {"gr',
-                            "truncated JSON: no complete element"),
-    "trunc_fr.json": (b'{"version": "2.5", "pg_config": {"0": {"name": "0", "desc"', "truncated JSON: no complete Flight Recorder entry"),
+    "kineto.json": (
+        json.dumps({"schemaVersion": 1, "deviceProperties": [], "traceEvents": [{"ph": "X"}]}).encode(),
+        "a Kineto trace (traceEvents), not an NCCL log",
+    ),
+    "plain.txt": (
+        b"epoch 1 loss 0.3\nepoch 2 loss 0.2\n",
+        "no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found",
+    ),
+    "other.json": (
+        b'{"foo": [1, 2, 3]}',
+        "no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found",
+    ),
+    "trunc_profiler.json": (
+        b'[\n{"name": "Group", "cat": "GROUP", "ph": "b", "id": 0, "ts": 1.0, "args": {"gr',
+        "truncated JSON: no complete element",
+    ),
+    "trunc_fr.json": (
+        b'{"version": "2.5", "pg_config": {"0": {"name": "0", "desc"',
+        "truncated JSON: no complete Flight Recorder entry",
+    ),
     "trunc.pkl": (b"\x80\x02}q\x00(X\x07\x00\x00\x00version", "truncated pickle"),
-    "ras_garbage.txt": (b"NCCL version 2.26.2 compiled with CUDA 12.6\n", None),  # versions only: parses, no rows
+    "ras_garbage.txt": (
+        b"NCCL version 2.26.2 compiled with CUDA 12.6\n",
+        None,
+    ),  # versions only: parses, no rows
 }
 
 
@@ -80,8 +96,12 @@ def test_sqlite_and_zip_are_not_ours(tmp_path):
 
 
 def test_sniff_refuses_kineto_traces(tmp_path):
-    for path in (write_trace(tmp_path / "k.json", [{"ph": "X", "cat": "kernel", "name": "nccl:all_reduce", "ts": 1, "dur": 1}]),
-                 corpus("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz")):
+    for path in (
+        write_trace(
+            tmp_path / "k.json", [{"ph": "X", "cat": "kernel", "name": "nccl:all_reduce", "ts": 1, "dur": 1}]
+        ),
+        corpus("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"),
+    ):
         raw = path.read_bytes()
         data = gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
         assert nccl.sniff(data[:65536], path.name) is None
@@ -93,7 +113,12 @@ def test_sniff_needs_real_markers():
     assert nccl.sniff(b"[rank0]: training started, using NCCL backend\n", "a.log") is None
     assert nccl.sniff(b"[0] node01:1:2 [0] NCCL INFO Using network IB\n", "a.log") == "nccl_log"
     assert nccl.sniff(b"NCCL version 2.18.1+cuda12.1\n", "a.log") == "nccl_log"
-    assert nccl.sniff(b"0: #       size         count      type   redop    root     time   algbw   busbw #wrong\n", "a") == "nccl_tests"
+    assert (
+        nccl.sniff(
+            b"0: #       size         count      type   redop    root     time   algbw   busbw #wrong\n", "a"
+        )
+        == "nccl_tests"
+    )
 
 
 def test_explicit_format_on_wrong_content():
@@ -106,8 +131,10 @@ def test_explicit_format_on_wrong_content():
 
 
 def test_garbage_lines_inside_a_log_are_kept():
-    junk = "".join(chr(c) for c in range(0x21, 0x7e))
-    data = (GOOD_LOG.decode() + junk + "\n" + "node01:1:2 [0] NCCL INFO Channel 99/0 : garbage -> via\n").encode()
+    junk = "".join(chr(c) for c in range(0x21, 0x7E))
+    data = (
+        GOOD_LOG.decode() + junk + "\n" + "node01:1:2 [0] NCCL INFO Channel 99/0 : garbage -> via\n"
+    ).encode()
     p = nccl.parse(data, "x.log")
     ev = p.tables["nccl_events"].to_dicts()
     assert [(e["line_no"], e["kind"]) for e in ev] == [(1, "net"), (2, "other"), (3, "info")]
@@ -135,9 +162,32 @@ def test_batch_never_stops(tmp_path):
 
 def test_random_text_fuzz_never_raises_anything_but_traceerror():
     rnd = random.Random(11)
-    pieces = ["node01:1:2 [0] NCCL INFO ", "NCCL WARN ", "Channel 00/0 : ", "0[0] -> 1[1] ", "via NET/IB/0 ", "opCount ",
-              "comm 0x1 ", "rank 1 nranks 2 ", "- Init COMPLETE", "# size count type time ", "WorkNCCL(SeqNum=1, ",
-              "[rank0]:", "\n", " ", "-1", "999999999999999999999999", "(", ")", "[", "]", "{", "}", ":", "\r"]
+    pieces = [
+        "node01:1:2 [0] NCCL INFO ",
+        "NCCL WARN ",
+        "Channel 00/0 : ",
+        "0[0] -> 1[1] ",
+        "via NET/IB/0 ",
+        "opCount ",
+        "comm 0x1 ",
+        "rank 1 nranks 2 ",
+        "- Init COMPLETE",
+        "# size count type time ",
+        "WorkNCCL(SeqNum=1, ",
+        "[rank0]:",
+        "\n",
+        " ",
+        "-1",
+        "999999999999999999999999",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        ":",
+        "\r",
+    ]
     for _ in range(300):
         text = "".join(rnd.choice(pieces) for _ in range(rnd.randrange(1, 60)))
         try:
@@ -150,13 +200,15 @@ def test_random_text_fuzz_never_raises_anything_but_traceerror():
 
 def test_numbers_too_large_for_their_columns():
     big = "9" * 30
-    log = (f"n:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count {big} datatype 7 op 0 root 0 "
-           f"comm 0x1 [nranks=2] stream 0x2\n"
-           f"n:1:2 [0] NCCL INFO Channel {big}/0 : 0[0] -> 1[1] via P2P/IPC\n"
-           f"n:{big}:2 [0] NCCL INFO Using network IB\n"
-           f"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-           f"{big} 2 float sum -1 1.0 0.0 0.0 0 1.0 0.0 0.0 0\n"
-           f"8 2 float sum -1 1e300 0.0 0.0 0 1.0 0.0 0.0 0\n")
+    log = (
+        f"n:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count {big} datatype 7 op 0 root 0 "
+        f"comm 0x1 [nranks=2] stream 0x2\n"
+        f"n:1:2 [0] NCCL INFO Channel {big}/0 : 0[0] -> 1[1] via P2P/IPC\n"
+        f"n:{big}:2 [0] NCCL INFO Using network IB\n"
+        f"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        f"{big} 2 float sum -1 1.0 0.0 0.0 0 1.0 0.0 0.0 0\n"
+        f"8 2 float sum -1 1e300 0.0 0.0 0 1.0 0.0 0.0 0\n"
+    )
     p = nccl.parse(log.encode(), "big.log")
     assert set(p.tables) == {"nccl_events", "nccl_processes"}
     kinds = {r["line_no"]: r["kind"] for r in p.tables["nccl_events"].to_dicts()}

@@ -9,8 +9,8 @@ import time
 
 import polars as pl
 import pytest
-
 from conftest import CORPUS, corpus
+
 from pipeline import __version__
 from pipeline import schema as sch
 from pipeline.ingest import nccl
@@ -20,41 +20,115 @@ from pipeline.lake import Lake
 # e.g. the aws-eks log has NCCL init lines (processes, net devices, channels, rings), a results
 # table and a bare version line; 1405 has only WARN and error-chain lines (events).
 EXPECTED = {
-    "aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log":
-        ("nccl_tests", {"nccl_processes", "nccl_net_devices", "nccl_channels", "nccl_rings", "nccl_events", "nccl_tests_results"}),
+    "aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log": (
+        "nccl_tests",
+        {
+            "nccl_processes",
+            "nccl_net_devices",
+            "nccl_channels",
+            "nccl_rings",
+            "nccl_events",
+            "nccl_tests_results",
+        },
+    ),
     "basicsr-issue-737-torch-watchdog-timeout-allreduce.log": ("torch_watchdog", {"nccl_watchdog"}),
-    "llamafactory-issue-6269-torch-watchdog-timeout-reduce-scatter-base.log": ("torch_watchdog", {"nccl_watchdog"}),
-    "nccl-issue-1189-channels-net-ib-gdrdma-and-p2p-cumem-2node.log": ("nccl_log", {"nccl_processes", "nccl_channels"}),
-    "nccl-issue-1193-coll-allreduce-ray-prefix-128rank.log": ("nccl_log", {"nccl_processes", "nccl_coll_calls"}),
-    "nccl-issue-1405-warn-net-ib-completion-status12-error-chain.log": ("nccl_log", {"nccl_processes", "nccl_events"}),
-    "nccl-issue-1412-init-complete-and-init-timings-16rank.log": ("nccl_log", {"nccl_processes", "nccl_events"}),
-    "nccl-issue-1453-init-h100-3node-nvls-heads-rings-truncated.log": ("nccl_log", {"nccl_processes", "nccl_rings", "nccl_events"}),
-    "nccl-issue-1657-torch-processgroupnccl-init-env-and-nccl-bootstrap.log":
-        ("nccl_log", {"nccl_processes", "nccl_net_devices", "nccl_events", "nccl_watchdog"}),
-    "nccl-issue-1765-profiler-example-plugin-trace-truncated.json.txt": ("nccl_profiler", {"nccl_profiler_events"}),
-    "nccl-issue-1814-init-complete-nvls-64rank-then-ib-status12.log": ("nccl_log", {"nccl_processes", "nccl_events"}),
+    "llamafactory-issue-6269-torch-watchdog-timeout-reduce-scatter-base.log": (
+        "torch_watchdog",
+        {"nccl_watchdog"},
+    ),
+    "nccl-issue-1189-channels-net-ib-gdrdma-and-p2p-cumem-2node.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_channels"},
+    ),
+    "nccl-issue-1193-coll-allreduce-ray-prefix-128rank.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_coll_calls"},
+    ),
+    "nccl-issue-1405-warn-net-ib-completion-status12-error-chain.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_events"},
+    ),
+    "nccl-issue-1412-init-complete-and-init-timings-16rank.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_events"},
+    ),
+    "nccl-issue-1453-init-h100-3node-nvls-heads-rings-truncated.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_rings", "nccl_events"},
+    ),
+    "nccl-issue-1657-torch-processgroupnccl-init-env-and-nccl-bootstrap.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_net_devices", "nccl_events", "nccl_watchdog"},
+    ),
+    "nccl-issue-1765-profiler-example-plugin-trace-truncated.json.txt": (
+        "nccl_profiler",
+        {"nccl_profiler_events"},
+    ),
+    "nccl-issue-1814-init-complete-nvls-64rank-then-ib-status12.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_events"},
+    ),
     "nccl-issue-1911-ncclras-text-mismatch-32gpu.txt": ("nccl_ras", {"nccl_ras"}),
-    "nccl-issue-584-coll-send-recv-nil-buffers.log": ("nccl_log", {"nccl_processes", "nccl_coll_calls", "nccl_events"}),
-    "nccl-issue-892-single-node-h800-p2p-direct-pointer-channels.log": ("nccl_log", {"nccl_processes", "nccl_channels", "nccl_events"}),
-    "nccl-tests-issue-228-net-ib-using-hca-env-echo.log": ("nccl_log", {"nccl_processes", "nccl_net_devices", "nccl_events"}),
-    "nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log":
-        ("nccl_tests", {"nccl_processes", "nccl_channels", "nccl_events"}),
-    "nccl-tests-issue-82-legacy-broadcast-header-error-column-socket.txt":
-        ("nccl_tests", {"nccl_processes", "nccl_events", "nccl_tests_results"}),
+    "nccl-issue-584-coll-send-recv-nil-buffers.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_coll_calls", "nccl_events"},
+    ),
+    "nccl-issue-892-single-node-h800-p2p-direct-pointer-channels.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_channels", "nccl_events"},
+    ),
+    "nccl-tests-issue-228-net-ib-using-hca-env-echo.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_net_devices", "nccl_events"},
+    ),
+    "nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log": (
+        "nccl_tests",
+        {"nccl_processes", "nccl_channels", "nccl_events"},
+    ),
+    "nccl-tests-issue-82-legacy-broadcast-header-error-column-socket.txt": (
+        "nccl_tests",
+        {"nccl_processes", "nccl_events", "nccl_tests_results"},
+    ),
     "ncclTests-aws-p5-h100-16rank-efa-srun-prefix.txt": ("nccl_tests", {"nccl_events", "nccl_tests_results"}),
-    "ncclTests-gcp-a3mega-h100-16rank-allreduce.txt": ("nccl_tests", {"nccl_processes", "nccl_events", "nccl_tests_results"}),
-    "ncclTests-oci-a100-16rank-roce-allreduce.txt": ("nccl_tests", {"nccl_processes", "nccl_events", "nccl_tests_results"}),
-    "nvidia-nccl-docs-2.30-logging-examples-by-subsystem.log":
-        ("nccl_log", {"nccl_processes", "nccl_channels", "nccl_rings", "nccl_coll_calls", "nccl_events"}),
+    "ncclTests-gcp-a3mega-h100-16rank-allreduce.txt": (
+        "nccl_tests",
+        {"nccl_processes", "nccl_events", "nccl_tests_results"},
+    ),
+    "ncclTests-oci-a100-16rank-roce-allreduce.txt": (
+        "nccl_tests",
+        {"nccl_processes", "nccl_events", "nccl_tests_results"},
+    ),
+    "nvidia-nccl-docs-2.30-logging-examples-by-subsystem.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_channels", "nccl_rings", "nccl_coll_calls", "nccl_events"},
+    ),
     "ofa-issue-271-torch-watchdog-timeout-legacy-format.log": ("torch_watchdog", {"nccl_watchdog"}),
-    "pytorch-tutorial-flight-recorder-unpickled-dump-repr.txt": ("flight_recorder", {"flight_recorder", "flight_recorder_groups"}),
+    "pytorch-tutorial-flight-recorder-unpickled-dump-repr.txt": (
+        "flight_recorder",
+        {"flight_recorder", "flight_recorder_groups"},
+    ),
     "pytorch-tutorial-torchfrtrace-output-missing-rank.txt": ("torchfrtrace", {"flight_recorder_mismatches"}),
-    "tensorflow-issue-34375-nccl-2.4.7-legacy-ring-format-empty-hostname.log":
-        ("nccl_log", {"nccl_processes", "nccl_channels", "nccl_rings", "nccl_events"}),
-    "torchtitan-issue-1369-coll-allgather-reducescatter-tp2.log": ("nccl_log", {"nccl_processes", "nccl_coll_calls"}),
-    "vllm-issue-8447-init-start-2node-ib-ray-prefix-nccl2.20.5.log": ("nccl_log", {"nccl_processes", "nccl_rings", "nccl_events"}),
+    "tensorflow-issue-34375-nccl-2.4.7-legacy-ring-format-empty-hostname.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_channels", "nccl_rings", "nccl_events"},
+    ),
+    "torchtitan-issue-1369-coll-allgather-reducescatter-tp2.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_coll_calls"},
+    ),
+    "vllm-issue-8447-init-start-2node-ib-ray-prefix-nccl2.20.5.log": (
+        "nccl_log",
+        {"nccl_processes", "nccl_rings", "nccl_events"},
+    ),
 }
-LINE_TABLES = ("nccl_events", "nccl_coll_calls", "nccl_channels", "nccl_rings", "nccl_tests_results", "nccl_watchdog")
+LINE_TABLES = (
+    "nccl_events",
+    "nccl_coll_calls",
+    "nccl_channels",
+    "nccl_rings",
+    "nccl_tests_results",
+    "nccl_watchdog",
+)
 TEXT_FORMATS = {"nccl_log", "nccl_tests", "torch_watchdog"}
 
 
@@ -98,15 +172,32 @@ def test_corpus_writes_a_conforming_lake(tmp_path):
         p = nccl.parse(data, name)
         sha = hashlib.sha256(data).hexdigest()
         sid = sha[:16]
-        tables = {t: df.with_columns(run_id=pl.lit("nccl"), source_id=pl.lit(sid)).to_arrow() for t, df in p.tables.items()}
-        row = {"source_id": sid, "run_id": "nccl", "path": str(path), "format": p.format, "content_sha256": sha,
-               "size_bytes": len(data), "status": "ok", "schema_version": sch.SCHEMA_VERSION,
-               "tracelake_version": __version__, "ingested_at_ns": time.time_ns(), "host": p.host,
-               "world_size": p.world_size, "notes": p.notes or None, "event_count": p.event_count}
+        tables = {
+            t: df.with_columns(run_id=pl.lit("nccl"), source_id=pl.lit(sid)).to_arrow()
+            for t, df in p.tables.items()
+        }
+        row = {
+            "source_id": sid,
+            "run_id": "nccl",
+            "path": str(path),
+            "format": p.format,
+            "content_sha256": sha,
+            "size_bytes": len(data),
+            "status": "ok",
+            "schema_version": sch.SCHEMA_VERSION,
+            "tracelake_version": __version__,
+            "ingested_at_ns": time.time_ns(),
+            "host": p.host,
+            "world_size": p.world_size,
+            "notes": p.notes or None,
+            "event_count": p.event_count,
+        }
         lake.write_source("nccl", sid, tables, row)
     src = lake.sources()
     assert src.height == len(EXPECTED) and set(src["status"]) == {"ok"}
-    res = pl.scan_parquet(str(lake.root / "nccl_tests_results" / "**" / "*.parquet"), hive_partitioning=True).collect()
+    res = pl.scan_parquet(
+        str(lake.root / "nccl_tests_results" / "**" / "*.parquet"), hive_partitioning=True
+    ).collect()
     # OCI 31 sizes, GCP 31 sizes, AWS p5 32 sizes, aws-eks 31 rows, legacy broadcast 1 row: x2 placements
     assert res.height == 2 * (31 + 31 + 32 + 31 + 1)
     # ncclTests-aws-p5 line 34: "0:  17179869184 4294967296 float sum -1 66132 259.78 487.09 0 66109 259.87 487.26 0"

@@ -8,6 +8,7 @@ import json
 from functools import lru_cache
 
 from conftest import corpus
+
 from pipeline.ingest import nccl
 
 
@@ -36,22 +37,48 @@ def test_oci_a100_full_table():
     assert len(rs) == 62  # lines 27-57: 31 sizes x 2 placements
     # line 27: "           8             2     float     sum      -1    36.47    0.00    0.00      0    34.74    0.00    0.00      0"
     r = row(p, 27, "out_of_place")
-    assert (r["size_bytes"], r["count"], r["type"], r["dtype_bytes"], r["redop"], r["root"]) == (8, 2, "float", 4, "sum", -1)
-    assert (r["time_ns"], r["algbw_gbps"], r["busbw_gbps"], r["wrong"], r["cpu_time"]) == (36470, 0.0, 0.0, 0, False)
+    assert (r["size_bytes"], r["count"], r["type"], r["dtype_bytes"], r["redop"], r["root"]) == (
+        8,
+        2,
+        "float",
+        4,
+        "sum",
+        -1,
+    )
+    assert (r["time_ns"], r["algbw_gbps"], r["busbw_gbps"], r["wrong"], r["cpu_time"]) == (
+        36470,
+        0.0,
+        0.0,
+        0,
+        False,
+    )
     assert row(p, 27, "in_place")["time_ns"] == 34740
     # line 57: "  8589934592    2147483648     float     sum      -1    67689  126.90  237.94      0    67811  126.68  237.52      0"
     r = row(p, 57, "out_of_place")
-    assert (r["size_bytes"], r["count"], r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (8589934592, 2147483648, 67689000, 126.90, 237.94)
+    assert (r["size_bytes"], r["count"], r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (
+        8589934592,
+        2147483648,
+        67689000,
+        126.90,
+        237.94,
+    )
     r = row(p, 57, "in_place")
     assert (r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (67811000, 126.68, 237.52)
     # lines 7-22: 16 device lines on node01 and node02; no "Collective test starting" line
-    assert {(r["n_ranks"], r["n_nodes"], r["test"], r["test_source"]) for r in rs} == {(16, 2, "all_reduce_perf", "inferred")}
+    assert {(r["n_ranks"], r["n_nodes"], r["test"], r["test_source"]) for r in rs} == {
+        (16, 2, "all_reduce_perf", "inferred")
+    }
     # line 59: "# Avg bus bandwidth    : 66.4834"
     assert json.loads(event(p, 59)["detail"])["avg_busbw_gbps"] == 66.4834
     # line 7: "#  Rank  0 Group  0 Pid     43 on node01 device  0 [0x0f] NVIDIA A100-SXM4-40GB"
     procs = {r["rank"]: r for r in p.tables["nccl_processes"].to_dicts()}
-    assert (procs[0]["host"], procs[0]["pid"], procs[0]["cuda_dev"], procs[0]["bus_id"], procs[0]["gpu_name"]) == \
-        ("node01", 43, 0, "[0x0f]", "NVIDIA A100-SXM4-40GB")
+    assert (
+        procs[0]["host"],
+        procs[0]["pid"],
+        procs[0]["cuda_dev"],
+        procs[0]["bus_id"],
+        procs[0]["gpu_name"],
+    ) == ("node01", 43, 0, "[0x0f]", "NVIDIA A100-SXM4-40GB")
     # line 15: "#  Rank  8 Group  0 Pid     43 on node02 device  0 [0x0f] ..." (same pid, other host)
     assert (procs[8]["host"], procs[8]["pid"]) == ("node02", 43)
     assert event(p, 1)["kind"] == "other"  # 'Defaulted container "mpimaster" ...'
@@ -67,12 +94,24 @@ def test_gcp_a3mega_new_device_format():
     assert (row(p, 31, "out_of_place")["time_ns"], row(p, 31, "in_place")["busbw_gbps"]) == (147100, 0.02)
     # line 19: "#  Rank 15 Group  0 Pid   6740 on node02 device  7 [0000:8c:00] NVIDIA H100 80GB HBM3"
     (r15,) = [r for r in p.tables["nccl_processes"].to_dicts() if r["rank"] == 15]
-    assert (r15["host"], r15["pid"], r15["cuda_dev"], r15["bus_id"], r15["pci_bus_id"]) == ("node02", 6740, 7, "[0000:8c:00]", "0000:8c:00.0")
+    assert (r15["host"], r15["pid"], r15["cuda_dev"], r15["bus_id"], r15["pci_bus_id"]) == (
+        "node02",
+        6740,
+        7,
+        "[0000:8c:00]",
+        "0000:8c:00.0",
+    )
     # line 56: "# Avg bus bandwidth    : 70.742 " (trailing space)
     assert json.loads(event(p, 56)["detail"])["avg_busbw_gbps"] == 70.742
     # line 1: "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 ..."
     d = json.loads(event(p, 1)["detail"])
-    assert (d["n_threads"], d["n_gpus"], d["max_bytes"], d["warmup_iters"], d["iters"]) == (1, 1, 8589934592, 5, 20)
+    assert (d["n_threads"], d["n_gpus"], d["max_bytes"], d["warmup_iters"], d["iters"]) == (
+        1,
+        1,
+        8589934592,
+        5,
+        20,
+    )
     assert {(r["n_ranks"], r["n_nodes"]) for r in results(p)} == {(16, 2)}
 
 
@@ -83,7 +122,13 @@ def test_aws_p5_srun_prefix_without_banner():
     assert (row(p, 3, "out_of_place")["time_ns"], row(p, 3, "in_place")["time_ns"]) == (69120, 72430)
     # line 34: "0:  17179869184    4294967296     float     sum      -1    66132  259.78  487.09      0    66109  259.87  487.26      0"
     r = row(p, 34, "out_of_place")
-    assert (r["size_bytes"], r["count"], r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (17179869184, 4294967296, 66132000, 259.78, 487.09)
+    assert (r["size_bytes"], r["count"], r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (
+        17179869184,
+        4294967296,
+        66132000,
+        259.78,
+        487.09,
+    )
     assert row(p, 34, "in_place")["busbw_gbps"] == 487.26
     # no device lines in the excerpt: GPUs and nodes unknown
     assert {(r["n_ranks"], r["n_nodes"], r["test"]) for r in results(p)} == {(None, None, "all_reduce_perf")}
@@ -110,14 +155,25 @@ def test_legacy_broadcast_header_with_error_column():
     # line 13: "#       size         count    type    root     time   algbw   busbw  error     time   algbw   busbw  error"
     # line 15: "           8             2   float       0    45.82    0.00    0.00    N/A    38.17    0.00    0.00    N/A"
     r = row(p, 15, "out_of_place")
-    assert (r["size_bytes"], r["count"], r["type"], r["redop"], r["root"], r["time_ns"]) == (8, 2, "float", None, 0, 45820)
+    assert (r["size_bytes"], r["count"], r["type"], r["redop"], r["root"], r["time_ns"]) == (
+        8,
+        2,
+        "float",
+        None,
+        0,
+        45820,
+    )
     assert (r["wrong"], r["max_error"]) == (None, None)
     assert row(p, 15, "in_place")["time_ns"] == 38170
     # size = count x 4 with a root column and no redop column: broadcast (doc/PERFORMANCE.md sizes)
     assert (r["test"], r["test_source"], r["n_ranks"], r["n_nodes"]) == ("broadcast_perf", "inferred", 2, 2)
     # line 4: "#   Rank  0 Pid  14926 on node01 device  0 [0x00] Tesla V100-PCIE-16GB" (no Group column)
     procs = {r["rank"]: r for r in p.tables["nccl_processes"].to_dicts()}
-    assert (procs[0]["pid"], procs[0]["gpu_name"], procs[1]["host"]) == (14926, "Tesla V100-PCIE-16GB", "node02")
+    assert (procs[0]["pid"], procs[0]["gpu_name"], procs[1]["host"]) == (
+        14926,
+        "Tesla V100-PCIE-16GB",
+        "node02",
+    )
     # line 8: "NCCL version 2.9.6+cuda11.2"
     assert p.tool_versions["nccl_version"] == "2.9.6" and procs[0]["nccl_version"] == "2.9.6"
 
@@ -154,55 +210,117 @@ def test_stated_test_cputime_timestamps_trace_replay_and_per_iteration():
     assert p.format == "nccl_tests" and p.tool_versions["nccl_tests_version"] == "2.17.9"
     # line 12: -C 1 (cputime) and -S 1 (timestamp) columns; N/A #wrong in the in-place block
     r = row(p, 12, "out_of_place")
-    assert (r["test"], r["test_source"], r["cpu_time"], r["time_ns"], r["wrong"], r["table_index"]) == \
-        ("reduce_scatter_perf", "stated", True, 10500, 0, 0)
+    assert (r["test"], r["test_source"], r["cpu_time"], r["time_ns"], r["wrong"], r["table_index"]) == (
+        "reduce_scatter_perf",
+        "stated",
+        True,
+        10500,
+        0,
+        0,
+    )
     assert (row(p, 12, "in_place")["time_ns"], row(p, 12, "in_place")["wrong"]) == (11250, None)
     # line 13: trace replay prints blanks instead of the out-of-place block
     assert [r["placement"] for r in results(p) if r["line_no"] == 13] == ["in_place"]
     assert row(p, 13, "in_place")["time_ns"] == 12000
-    assert {(r["n_ranks"], r["n_nodes"], r["nccl_tests_version"]) for r in results(p) if r["table_index"] == 0} == {(2, 1, "2.17.9")}
+    assert {
+        (r["n_ranks"], r["n_nodes"], r["nccl_tests_version"]) for r in results(p) if r["table_index"] == 0
+    } == {(2, 1, "2.17.9")}
     # line 24: -I 1 per-iteration columns; second run of the capture with its own devices and name
     r = row(p, 24, "in_place")
-    assert (r["test"], r["table_index"], r["time_ns"], r["wrong"], r["n_ranks"], r["n_nodes"]) == ("all_gather_perf", 1, 5500, 1, 2, 2)
+    assert (r["test"], r["table_index"], r["time_ns"], r["wrong"], r["n_ranks"], r["n_nodes"]) == (
+        "all_gather_perf",
+        1,
+        5500,
+        1,
+        2,
+        2,
+    )
     assert row(p, 24, "out_of_place")["redop"] == "none"
 
 
 def test_legacy_reduce_and_inferred_reduce_scatter():
-    legacy = ("#   Rank  0 Pid 1 on a device  0 [0x00] Tesla V100\n#   Rank  1 Pid 2 on a device  1 [0x01] Tesla V100\n"
-              "#       size         count    type   redop    root     time   algbw   busbw  error     time   algbw   busbw  error\n"
-              "        1024           256   float     sum       1    10.00    0.10    0.10  0e+00    11.00    0.09    0.09  2e-07\n")
+    legacy = (
+        "#   Rank  0 Pid 1 on a device  0 [0x00] Tesla V100\n#   Rank  1 Pid 2 on a device  1 [0x01] Tesla V100\n"
+        "#       size         count    type   redop    root     time   algbw   busbw  error     time   algbw   busbw  error\n"
+        "        1024           256   float     sum       1    10.00    0.10    0.10  0e+00    11.00    0.09    0.09  2e-07\n"
+    )
     p = nccl.parse(legacy.encode(), "reduce.txt")
     r = row(p, 4, "in_place")
     assert (r["test"], r["root"], r["max_error"], r["wrong"]) == ("reduce_perf", 1, 2e-07, None)
-    rs = ("#  Rank  0 Group  0 Pid 1 on a device  0 [0x00] X\n#  Rank  1 Group  0 Pid 2 on a device  1 [0x01] X\n"
-          "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-          "        2048           256     float     sum      -1    10.00    0.20    0.10      0    10.00    0.20    0.10      0\n")
+    rs = (
+        "#  Rank  0 Group  0 Pid 1 on a device  0 [0x00] X\n#  Rank  1 Group  0 Pid 2 on a device  1 [0x01] X\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "        2048           256     float     sum      -1    10.00    0.20    0.10      0    10.00    0.20    0.10      0\n"
+    )
     p = nccl.parse(rs.encode(), "rs.txt")
     # size = count x 4 bytes x 2 ranks with a reduction: reduce_scatter
     assert row(p, 4, "out_of_place")["test"] == "reduce_scatter_perf"
 
 
 def test_json_output():
-    doc = {"version": 2, "start_time": "2025-01-02 03:04:05", "args": ["./build/all_gather_perf", "-b", "8"],
-           "env": [], "nccl_version": 22903,
-           "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": 8, "maximum_bytes": 16},
-           "devices": [{"rank": 0, "group": 0, "pid": 10, "hostname": "node01", "device": 0, "device_hex": "0000:04:00",
-                        "device_info": "NVIDIA H100"},
-                       {"rank": 1, "group": 0, "pid": 11, "hostname": "node02", "device": 0, "device_hex": "0000:04:00",
-                        "device_info": "NVIDIA H100"}],
-           "results": [{"size": 16, "count": 2, "type": "float", "redop": "none", "root": "    -1",
-                        "out_of_place": {"time": 12.5, "alg_bw": 0.0013, "bus_bw": 0.00065, "nwrong": 0.0},
-                        "in_place": {"time": 11.0, "alg_bw": 0.0015, "bus_bw": 0.0007, "nwrong": None},
-                        "actual_iterations": 20, "experiment_name": "all_gather_perf"}],
-           "out_of_bounds": {"count": 0, "okay": "true"}, "average_bus_bandwidth": {"bandwidth": 0.0007, "okay": "unchecked"}}
+    doc = {
+        "version": 2,
+        "start_time": "2025-01-02 03:04:05",
+        "args": ["./build/all_gather_perf", "-b", "8"],
+        "env": [],
+        "nccl_version": 22903,
+        "config": {"nthreads": 1, "ngpus": 1, "minimum_bytes": 8, "maximum_bytes": 16},
+        "devices": [
+            {
+                "rank": 0,
+                "group": 0,
+                "pid": 10,
+                "hostname": "node01",
+                "device": 0,
+                "device_hex": "0000:04:00",
+                "device_info": "NVIDIA H100",
+            },
+            {
+                "rank": 1,
+                "group": 0,
+                "pid": 11,
+                "hostname": "node02",
+                "device": 0,
+                "device_hex": "0000:04:00",
+                "device_info": "NVIDIA H100",
+            },
+        ],
+        "results": [
+            {
+                "size": 16,
+                "count": 2,
+                "type": "float",
+                "redop": "none",
+                "root": "    -1",
+                "out_of_place": {"time": 12.5, "alg_bw": 0.0013, "bus_bw": 0.00065, "nwrong": 0.0},
+                "in_place": {"time": 11.0, "alg_bw": 0.0015, "bus_bw": 0.0007, "nwrong": None},
+                "actual_iterations": 20,
+                "experiment_name": "all_gather_perf",
+            }
+        ],
+        "out_of_bounds": {"count": 0, "okay": "true"},
+        "average_bus_bandwidth": {"bandwidth": 0.0007, "okay": "unchecked"},
+    }
     data = json.dumps(doc).encode()
     assert nccl.sniff(data, "r.json") == "nccl_tests"
     p = nccl.parse(data, "r.json")
     assert p.tool_versions["nccl_version"] == "2.29.3" and p.world_size == 2
     out, inp = sorted(results(p), key=lambda r: r["placement"] != "out_of_place")
-    assert (out["test"], out["test_source"], out["root"], out["time_ns"], out["busbw_gbps"], out["wrong"]) == \
-        ("all_gather_perf", "stated", -1, 12500, 0.00065, 0)
-    assert (inp["time_ns"], inp["wrong"], inp["n_ranks"], inp["n_nodes"], inp["line_no"]) == (11000, None, 2, 2, None)
+    assert (
+        out["test"],
+        out["test_source"],
+        out["root"],
+        out["time_ns"],
+        out["busbw_gbps"],
+        out["wrong"],
+    ) == ("all_gather_perf", "stated", -1, 12500, 0.00065, 0)
+    assert (inp["time_ns"], inp["wrong"], inp["n_ranks"], inp["n_nodes"], inp["line_no"]) == (
+        11000,
+        None,
+        2,
+        2,
+        None,
+    )
     # nccl-tests writes the whole environment before the results: recognized from its first keys
     big = json.dumps({**doc, "env": ["K=" + "v" * 100] * 1000}).encode()
     assert b'"results"' not in big[:65536] and nccl.sniff(big[:65536], "r.json") == "nccl_tests"

@@ -9,11 +9,11 @@ import shutil
 import tarfile
 
 import pytest
+from conftest import corpus, lake_rows
 from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
 import pipeline.ingest as ingest_mod
-from conftest import corpus, lake_rows
 from pipeline.cli import _RateColumn
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -41,7 +41,6 @@ def inputs(tmp_path_factory):
             info.size = len(data)
             t.addfile(info, io.BytesIO(data))
     return [job, d / "more.tar"]
-
 
 
 def summary(res):
@@ -93,8 +92,18 @@ def test_a_worker_that_dies_fails_only_its_file(inputs, tmp_path, monkeypatch):
 def test_progress_shows_files_rate_and_errors():
     buf = io.StringIO()
     con = Console(file=buf, force_terminal=True, width=200)
-    with Progress(*[c for c in (MofNCompleteColumn(), TextColumn("files"), _RateColumn(),
-                                TextColumn("{task.fields[errors]} error(s)"))], console=con) as prog:
+    with Progress(
+        *[
+            c
+            for c in (
+                MofNCompleteColumn(),
+                TextColumn("files"),
+                _RateColumn(),
+                TextColumn("{task.fields[errors]} error(s)"),
+            )
+        ],
+        console=con,
+    ) as prog:
         t = prog.add_task("ingest", total=10, mb=0.0, errors=0)
         prog.update(t, advance=3, mb=120.0, errors=1)
         task = prog.tasks[t]

@@ -12,14 +12,14 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import REPO, corpus
 from playwright.sync_api import sync_playwright
+from test_report import DLRM, EVIL, injection_lake, synthetic_lake
 from typer.testing import CliRunner
 
-from conftest import REPO, corpus
 from pipeline.cli import EXIT_OK, app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
-from test_report import DLRM, EVIL, injection_lake, synthetic_lake
 
 CHROMIUM = os.environ.get("TRACELAKE_CHROMIUM", "/usr/bin/chromium")
 runner = CliRunner()
@@ -54,18 +54,29 @@ def _report(lake: Lake, out: Path, *extra: str) -> Path:
 def build_report(name: str, d: Path) -> Path:
     """Make the report `name` (a key of EXPECTED) under d."""
     out = d / f"{name}.html"
-    if name == "kineto_2_ranks":  # `tracelake run` end to end on the sample traces (2 ranks of a 128-rank job)
-        r = runner.invoke(app, ["run", str(REPO / "sample_traces"), "--lake", str(d / "sample"), "-o", str(out)])
+    if (
+        name == "kineto_2_ranks"
+    ):  # `tracelake run` end to end on the sample traces (2 ranks of a 128-rank job)
+        r = runner.invoke(
+            app, ["run", str(REPO / "sample_traces"), "--lake", str(d / "sample"), "-o", str(out)]
+        )
         assert r.exit_code == EXIT_OK, r.output
         return out
     if name == "one_rank_with_bandwidth":
-        return _report(_ingest(corpus("hta", "tests", "data", "nccl_parser_config"), Lake(d / "nccl"), "nccl_parser"), out)
+        return _report(
+            _ingest(corpus("hta", "tests", "data", "nccl_parser_config"), Lake(d / "nccl"), "nccl_parser"),
+            out,
+        )
     if name == "nsys_no_steps":
-        return _report(_ingest(corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite"), Lake(d / "nsys"), "mfu_2gpu"), out)
+        return _report(
+            _ingest(corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite"), Lake(d / "nsys"), "mfu_2gpu"), out
+        )
     if name == "dlrm_64_ranks":
         return _report(synthetic_lake(corpus(*DLRM), d / "dlrm64", 64), out)
     if name == "comparison":
-        base = _ingest(corpus("hta", "tests", "data", "trace_diff", "control"), Lake(d / "control"), "control")
+        base = _ingest(
+            corpus("hta", "tests", "data", "trace_diff", "control"), Lake(d / "control"), "control"
+        )
         cur = _ingest(corpus("hta", "tests", "data", "trace_diff", "test"), Lake(d / "test"), "test")
         return _report(cur, out, "--baseline", str(base.root))
     assert name == "injection"
@@ -78,21 +89,27 @@ _BUILT: dict[str, Path] = {}
 @pytest.fixture(scope="session")
 def report_of(tmp_path_factory):
     """name -> report path, each built once per test process (so xdist workers split the work)."""
+
     def get(name: str) -> Path:
         if name not in _BUILT:
             _BUILT[name] = build_report(name, tmp_path_factory.mktemp(name))
         return _BUILT[name]
+
     return get
 
 
 @pytest.fixture(scope="session")
 def browser():
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} not found: run `bash scripts/install-browser.sh` (Debian's chromium package), "
-                    "or set TRACELAKE_CHROMIUM")
+        pytest.fail(
+            f"{CHROMIUM} not found: run `bash scripts/install-browser.sh` (Debian's chromium package), "
+            "or set TRACELAKE_CHROMIUM"
+        )
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM,
-                              args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         yield b
         b.close()
 
@@ -114,12 +131,17 @@ def open_report(browser, path: Path):
     ctx.route("**/*", route)
     page = ctx.new_page()
     page.on("request", lambda req: log["requests"].append(req.url))
-    page.on("console", lambda m: log["console"].append((m.type, m.text)) if m.type in ("error", "warning") else None)
+    page.on(
+        "console",
+        lambda m: log["console"].append((m.type, m.text)) if m.type in ("error", "warning") else None,
+    )
     page.on("pageerror", lambda e: log["pageerror"].append(str(e)))
     page.on("dialog", lambda dlg: (log["dialog"].append(dlg.message), dlg.dismiss()))
     page.goto(path.as_uri())
-    page.wait_for_function("() => [...document.querySelectorAll('.chart')].every(e => e.dataset.rendered || e.dataset.error)",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.chart')].every(e => e.dataset.rendered || e.dataset.error)",
+        timeout=30_000,
+    )
     return page, ctx, log
 
 
@@ -141,7 +163,9 @@ def test_report_renders_offline(browser, report_of, name):
         hidden = page.locator(".hidden-chart").all_inner_texts()
         assert all(t.startswith("Chart hidden: ") and len(t) > 20 for t in hidden)
         assert len(charts) + len(hidden) >= 7
-        assert log["blocked"] == [] and log["console"] == [] and log["pageerror"] == [] and log["dialog"] == []
+        assert (
+            log["blocked"] == [] and log["console"] == [] and log["pageerror"] == [] and log["dialog"] == []
+        )
         assert log["requests"] == [report_of(name).as_uri()]
         # the first screen holds the run summary and the verdict with its numbers
         box = page.locator(".verdict").first.bounding_box()
@@ -175,7 +199,9 @@ def test_injection_stays_inert(browser, report_of):
         assert page.evaluate("() => document.querySelectorAll('img').length") == 0
         assert page.evaluate("() => document.querySelectorAll('script').length") == 3  # the report's own
         # kernel names are chart text: SVG text nodes, not markup
-        labels = page.evaluate("() => [...document.querySelectorAll('[data-chart=kernels] svg text')].map(t => t.textContent)")
+        labels = page.evaluate(
+            "() => [...document.querySelectorAll('[data-chart=kernels] svg text')].map(t => t.textContent)"
+        )
         assert EVIL[0] in labels and EVIL[1] in labels
         # their tooltip shows them as text too
         bar = page.locator("[data-chart=kernels] svg .mark-rect path").first
@@ -184,6 +210,8 @@ def test_injection_stays_inert(browser, report_of):
         tip = page.locator("#vg-tooltip-element")
         assert any(e in tip.inner_text() for e in EVIL + ["ncclDevKernel_AllReduce_Sum_f32_RING_LL"])
         assert page.evaluate("() => document.querySelectorAll('img').length") == 0
-        assert log["dialog"] == [] and log["pageerror"] == [] and log["blocked"] == [] and log["console"] == []
+        assert (
+            log["dialog"] == [] and log["pageerror"] == [] and log["blocked"] == [] and log["console"] == []
+        )
     finally:
         ctx.close()

@@ -14,9 +14,10 @@ import tempfile
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
-
 from conftest import REPO, corpus
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
@@ -26,8 +27,13 @@ KIND = {"compute": "kernel", "communication": "kernel", "memory": "memcpy", "unk
 LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
 THRESHOLD = 5  # kernel-wait threshold (ns) for the random traces
 
-activity = st.tuples(st.integers(0, 100), st.integers(1, 15), st.sampled_from(CATS),
-                     st.one_of(st.none(), st.integers(0, 100)), st.booleans())
+activity = st.tuples(
+    st.integers(0, 100),
+    st.integers(1, 15),
+    st.sampled_from(CATS),
+    st.one_of(st.none(), st.integers(0, 100)),
+    st.booleans(),
+)
 step = st.tuples(st.integers(0, 10), st.integers(1, 40))
 
 
@@ -46,6 +52,7 @@ def tb_windows(steps, act_end_by_step):
 
 def brute(steps, acts, loaders, threshold):
     """steps: [(num, host_start, host_end)]; acts: [dict(start, end, cat, launch, graph)]."""
+
     def step_of(launch):
         if launch is None:
             return None
@@ -65,8 +72,24 @@ def brute(steps, acts, loaders, threshold):
     kept = [a for a in acts if a["end"] > r0 and a["start"] < r1]
     rows = {}
     for num, ws, we in wins:
-        r = dict.fromkeys(["compute", "comm", "overlap", "exposed_comm", "memory", "exposed_memory", "exposed_unknown",
-                           "idle", "input", "host_wait", "kernel_wait", "other", "unreliable"], 0)
+        r = dict.fromkeys(
+            [
+                "compute",
+                "comm",
+                "overlap",
+                "exposed_comm",
+                "memory",
+                "exposed_memory",
+                "exposed_unknown",
+                "idle",
+                "input",
+                "host_wait",
+                "kernel_wait",
+                "other",
+                "unreliable",
+            ],
+            0,
+        )
         for t in range(ws, we):
             active = {a["cat"] for a in kept if a["start"] <= t < a["end"]}
             r["comm"] += "communication" in active
@@ -94,7 +117,9 @@ def brute(steps, acts, loaders, threshold):
                 starting = [a for a in kept if a["start"] == g1]
                 if any(a["graph"] for a in starting):
                     r["unreliable"] += 1
-                elif all(a["launch"] is not None for a in starting) and min(a["launch"] for a in starting) > g0:
+                elif (
+                    all(a["launch"] is not None for a in starting) and min(a["launch"] for a in starting) > g0
+                ):
                     r["host_wait"] += 1
                 elif g1 - g0 < threshold:
                     r["kernel_wait"] += 1
@@ -125,8 +150,18 @@ def make_acts(raw):
 
 
 def _source_row(sid="s"):
-    return {"source_id": sid, "run_id": "r", "path": "/x", "format": "kineto_json", "content_sha256": "0", "size_bytes": 0,
-            "status": "ok", "schema_version": 1, "tracelake_version": "t", "ingested_at_ns": 0}
+    return {
+        "source_id": sid,
+        "run_id": "r",
+        "path": "/x",
+        "format": "kineto_json",
+        "content_sha256": "0",
+        "size_bytes": 0,
+        "status": "ok",
+        "schema_version": 1,
+        "tracelake_version": "t",
+        "ingested_at_ns": 0,
+    }
 
 
 def write_lake(root, steps, acts, loaders, shifts=(0,)) -> Lake:
@@ -140,30 +175,72 @@ def write_lake(root, steps, acts, loaders, shifts=(0,)) -> Lake:
 
 
 def _write_rank(lake, rank, sid, steps, acts, loaders, dt):
-    acts = [{**a, "start": a["start"] + dt, "end": a["end"] + dt, "launch": None if a["launch"] is None else a["launch"] + dt}
-            for a in acts]
+    acts = [
+        {
+            **a,
+            "start": a["start"] + dt,
+            "end": a["end"] + dt,
+            "launch": None if a["launch"] is None else a["launch"] + dt,
+        }
+        for a in acts
+    ]
     steps = [(k, a + dt, b + dt) for k, a, b in steps]
     loaders = [(a + dt, b + dt) for a, b in loaders]
     n = len(acts)
-    gpu = {"run_id": ["r"] * n, "source_id": [sid] * n, "rank": [rank] * n, "device": [0] * n, "stream": [7] * n,
-           "kind": [KIND[a["cat"]] for a in acts], "category": [a["cat"] for a in acts], "classified_by": ["default"] * n,
-           "name": ["k"] * n, "start_ns": [a["start"] for a in acts], "end_ns": [a["end"] for a in acts],
-           "dur_ns": [a["end"] - a["start"] for a in acts], "event_index": list(range(n)), "correlation": [a["corr"] for a in acts]}
+    gpu = {
+        "run_id": ["r"] * n,
+        "source_id": [sid] * n,
+        "rank": [rank] * n,
+        "device": [0] * n,
+        "stream": [7] * n,
+        "kind": [KIND[a["cat"]] for a in acts],
+        "category": [a["cat"] for a in acts],
+        "classified_by": ["default"] * n,
+        "name": ["k"] * n,
+        "start_ns": [a["start"] for a in acts],
+        "end_ns": [a["end"] for a in acts],
+        "dur_ns": [a["end"] - a["start"] for a in acts],
+        "event_index": list(range(n)),
+        "correlation": [a["corr"] for a in acts],
+    }
     launches = {a["corr"]: a["launch"] for a in acts if a["launch"] is not None}
-    ops = [("runtime", "cudaLaunchKernel", t, t + 1, c) for c, t in launches.items()] + \
-          [("op", LOADER, a, b, None) for a, b in loaders]
-    cpu = {"run_id": ["r"] * len(ops), "source_id": [sid] * len(ops), "rank": [rank] * len(ops), "kind": [o[0] for o in ops],
-           "name": [o[1] for o in ops], "start_ns": [o[2] for o in ops], "end_ns": [o[3] for o in ops],
-           "dur_ns": [o[3] - o[2] for o in ops], "correlation": [o[4] for o in ops], "event_index": list(range(len(ops)))}
-    stp = {"run_id": ["r"] * len(steps), "source_id": [sid] * len(steps), "rank": [rank] * len(steps),
-           "step": [s[0] for s in steps], "name": [f"ProfilerStep#{s[0]}" for s in steps], "start_ns": [s[1] for s in steps],
-           "end_ns": [s[2] for s in steps], "dur_ns": [s[2] - s[1] for s in steps], "source": ["profiler_step"] * len(steps)}
+    ops = [("runtime", "cudaLaunchKernel", t, t + 1, c) for c, t in launches.items()] + [
+        ("op", LOADER, a, b, None) for a, b in loaders
+    ]
+    cpu = {
+        "run_id": ["r"] * len(ops),
+        "source_id": [sid] * len(ops),
+        "rank": [rank] * len(ops),
+        "kind": [o[0] for o in ops],
+        "name": [o[1] for o in ops],
+        "start_ns": [o[2] for o in ops],
+        "end_ns": [o[3] for o in ops],
+        "dur_ns": [o[3] - o[2] for o in ops],
+        "correlation": [o[4] for o in ops],
+        "event_index": list(range(len(ops))),
+    }
+    stp = {
+        "run_id": ["r"] * len(steps),
+        "source_id": [sid] * len(steps),
+        "rank": [rank] * len(steps),
+        "step": [s[0] for s in steps],
+        "name": [f"ProfilerStep#{s[0]}" for s in steps],
+        "start_ns": [s[1] for s in steps],
+        "end_ns": [s[2] for s in steps],
+        "dur_ns": [s[2] - s[1] for s in steps],
+        "source": ["profiler_step"] * len(steps),
+    }
     lake.write_source("r", sid, {"gpu_activities": gpu, "cpu_ops": cpu, "steps": stp}, _source_row(sid))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(activity, min_size=1, max_size=10), st.lists(step, min_size=1, max_size=3),
-       st.lists(st.tuples(st.integers(0, 100), st.integers(1, 30)), max_size=2), st.integers(-150, 150), st.booleans())
+@given(
+    st.lists(activity, min_size=1, max_size=10),
+    st.lists(step, min_size=1, max_size=3),
+    st.lists(st.tuples(st.integers(0, 100), st.integers(1, 30)), max_size=2),
+    st.integers(-150, 150),
+    st.booleans(),
+)
 def test_step_time_matches_brute_force(raw_acts, raw_steps, raw_loaders, shift, materialize):
     """Two ranks with the same trace, the second shifted in time (before, overlapping or after
     the first: the sweep runs over all ranks in one sort), on plain and materialized views."""
@@ -183,11 +260,25 @@ def test_step_time_matches_brute_force(raw_acts, raw_steps, raw_loaders, shift, 
         ws, we, w = want[num]
         dt = shift if rank else 0
         assert (g["step_start_ns"] - dt, g["step_end_ns"] - dt, g["step_ns"]) == (ws, we, we - ws)
-        assert (g["compute_ns"], g["comm_ns"], g["overlap_ns"], g["exposed_comm_ns"]) == (w["compute"], w["comm"], w["overlap"], w["exposed_comm"])
-        assert (g["memory_ns"], g["exposed_memory_ns"], g["exposed_unknown_ns"], g["idle_ns"]) == \
-            (w["memory"], w["exposed_memory"], w["exposed_unknown"], w["idle"])
-        assert (g["idle_input_ns"], g["idle_host_wait_ns"], g["idle_kernel_wait_ns"], g["idle_other_ns"], g["idle_unreliable_ns"]) == \
-            (w["input"], w["host_wait"], w["kernel_wait"], w["other"], w["unreliable"])
+        assert (g["compute_ns"], g["comm_ns"], g["overlap_ns"], g["exposed_comm_ns"]) == (
+            w["compute"],
+            w["comm"],
+            w["overlap"],
+            w["exposed_comm"],
+        )
+        assert (g["memory_ns"], g["exposed_memory_ns"], g["exposed_unknown_ns"], g["idle_ns"]) == (
+            w["memory"],
+            w["exposed_memory"],
+            w["exposed_unknown"],
+            w["idle"],
+        )
+        assert (
+            g["idle_input_ns"],
+            g["idle_host_wait_ns"],
+            g["idle_kernel_wait_ns"],
+            g["idle_other_ns"],
+            g["idle_unreliable_ns"],
+        ) == (w["input"], w["host_wait"], w["kernel_wait"], w["other"], w["unreliable"])
 
 
 def test_no_rows_without_gpu_work(tmp_path):
@@ -196,6 +287,7 @@ def test_no_rows_without_gpu_work(tmp_path):
 
 
 # ---- corpus traces, by interval arithmetic ----
+
 
 def _union(ivs):
     out = []
@@ -215,20 +307,39 @@ def _reference(lake: Lake) -> dict:
     """(rank, step) -> (window, busy, idle, idle during DataLoader) from the lake's rows."""
     con = connect(lake)
     work = pl.from_arrow(con.sql("SELECT rank, start_ns, end_ns, step FROM scope").to_arrow_table())
-    steps = pl.from_arrow(con.sql("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, start_ns").to_arrow_table())
-    loaders = pl.from_arrow(con.sql("SELECT rank, start_ns, end_ns FROM cpu_ops WHERE name LIKE 'enumerate(DataLoader)#%'").to_arrow_table())
+    steps = pl.from_arrow(
+        con.sql("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, start_ns").to_arrow_table()
+    )
+    loaders = pl.from_arrow(
+        con.sql(
+            "SELECT rank, start_ns, end_ns FROM cpu_ops WHERE name LIKE 'enumerate(DataLoader)#%'"
+        ).to_arrow_table()
+    )
     out = {}
     for rank in work["rank"].unique().to_list():
         w = work.filter(pl.col("rank") == rank)
-        ends = {r["step"]: r["end_ns"] for r in w.filter(pl.col("step").is_not_null()).group_by("step").agg(pl.col("end_ns").max()).to_dicts()}
-        st_rows = [(r["step"], r["start_ns"], r["end_ns"]) for r in steps.filter(pl.col("rank") == rank).to_dicts()]
+        ends = {
+            r["step"]: r["end_ns"]
+            for r in w.filter(pl.col("step").is_not_null())
+            .group_by("step")
+            .agg(pl.col("end_ns").max())
+            .to_dicts()
+        }
+        st_rows = [
+            (r["step"], r["start_ns"], r["end_ns"]) for r in steps.filter(pl.col("rank") == rank).to_dicts()
+        ]
         busy = _union(list(zip(w["start_ns"].to_list(), w["end_ns"].to_list())))
         dl = _union([(r["start_ns"], r["end_ns"]) for r in loaders.filter(pl.col("rank") == rank).to_dicts()])
         for num, ws, we in tb_windows(st_rows, ends):
             b = _measure_within(busy, ws, we)
             # idle during loading = |window ∩ loader| - |window ∩ loader ∩ busy|
             inter = [(max(a, c), min(bb, d)) for a, bb in dl for c, d in busy if max(a, c) < min(bb, d)]
-            out[(rank, num)] = ((ws, we), b, (we - ws) - b, _measure_within(dl, ws, we) - _measure_within(inter, ws, we))
+            out[(rank, num)] = (
+                (ws, we),
+                b,
+                (we - ws) - b,
+                _measure_within(dl, ws, we) - _measure_within(inter, ws, we),
+            )
     return out
 
 
@@ -236,8 +347,13 @@ def _reference(lake: Lake) -> dict:
 def corpus_lakes(tmp_path_factory):
     d = tmp_path_factory.mktemp("st")
     lakes = {}
-    for name, path in (("resnet", corpus("kineto", "tb_plugin", "samples", "resnet50_num_workers_0", "worker0.pt.trace.json.gz")),
-                       ("sample", REPO / "sample_traces")):
+    for name, path in (
+        (
+            "resnet",
+            corpus("kineto", "tb_plugin", "samples", "resnet50_num_workers_0", "worker0.pt.trace.json.gz"),
+        ),
+        ("sample", REPO / "sample_traces"),
+    ):
         lk = Lake(d / name)
         assert all(r.status == "ok" for r in ingest_paths([path], lk, run=name))
         lakes[name] = lk
@@ -254,8 +370,22 @@ def test_step_time_on_corpus_equals_interval_arithmetic(corpus_lakes, name):
         g = got[k]
         assert (g["step_start_ns"], g["step_end_ns"]) == (ws, we)
         assert g["gpu_busy_ns"] == busy and g["idle_ns"] == idle and g["idle_input_ns"] == inp
-        assert g["compute_ns"] + g["exposed_comm_ns"] + g["exposed_memory_ns"] + g["exposed_unknown_ns"] + g["idle_ns"] == g["step_ns"]
-        assert g["idle_input_ns"] + g["idle_host_wait_ns"] + g["idle_kernel_wait_ns"] + g["idle_other_ns"] + g["idle_unreliable_ns"] == g["idle_ns"]
+        assert (
+            g["compute_ns"]
+            + g["exposed_comm_ns"]
+            + g["exposed_memory_ns"]
+            + g["exposed_unknown_ns"]
+            + g["idle_ns"]
+            == g["step_ns"]
+        )
+        assert (
+            g["idle_input_ns"]
+            + g["idle_host_wait_ns"]
+            + g["idle_kernel_wait_ns"]
+            + g["idle_other_ns"]
+            + g["idle_unreliable_ns"]
+            == g["idle_ns"]
+        )
     if name == "resnet":
         # num_workers=0: the DataLoader runs on the training thread inside every step
         assert all(g["idle_input_ns"] > 0 for g in got.values())
@@ -263,7 +393,11 @@ def test_step_time_on_corpus_equals_interval_arithmetic(corpus_lakes, name):
 
 def _brute_gaps(lake: Lake, threshold: int) -> dict:
     con = connect(lake)
-    w = pl.from_arrow(con.sql("SELECT rank, start_ns, end_ns, launch_ns, graph_replay FROM scope ORDER BY rank, start_ns").to_arrow_table())
+    w = pl.from_arrow(
+        con.sql(
+            "SELECT rank, start_ns, end_ns, launch_ns, graph_replay FROM scope ORDER BY rank, start_ns"
+        ).to_arrow_table()
+    )
     out: dict = {}
     for rank in w["rank"].unique().to_list():
         rows = w.filter(pl.col("rank") == rank).to_dicts()
@@ -294,6 +428,12 @@ def _brute_gaps(lake: Lake, threshold: int) -> dict:
 
 @pytest.mark.parametrize("name", ["resnet", "sample"])
 def test_idle_gap_histogram_matches_brute_force(corpus_lakes, name):
-    got = {(r["bucket_lo_ns"], r["cause"]): [r["gaps"], r["total_ns"]] for r in run(connect(corpus_lakes[name]), "idle_gaps").to_dicts()}
+    got = {
+        (r["bucket_lo_ns"], r["cause"]): [r["gaps"], r["total_ns"]]
+        for r in run(connect(corpus_lakes[name]), "idle_gaps").to_dicts()
+    }
     assert got == _brute_gaps(corpus_lakes[name], 30_000)
-    assert all(r["bucket_hi_ns"] == 2 * r["bucket_lo_ns"] for r in run(connect(corpus_lakes[name]), "idle_gaps").to_dicts())
+    assert all(
+        r["bucket_hi_ns"] == 2 * r["bucket_lo_ns"]
+        for r in run(connect(corpus_lakes[name]), "idle_gaps").to_dicts()
+    )

@@ -24,9 +24,9 @@ import tarfile
 from pathlib import Path
 
 import polars as pl
+from conftest import REPO, corpus
 from typer.testing import CliRunner
 
-from conftest import REPO, corpus
 from pipeline.cli import app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake, safe_run_id
@@ -103,8 +103,14 @@ def test_a_directory_given_names_its_own_files(tmp_path):
     ingest_paths([root / "jobB"], lake, jobs=1)  # jobB/traces is one level down: its path, "traces"
     ingest_paths([_dlrm(2)], lake, jobs=1)  # a file given: the name of its directory
     runs = _runs(lake)
-    assert sorted(runs) == ["dlrm_kineto", "traces", "traces_" + lake.sources().filter(
-        pl.col("path").str.contains("jobB") & (pl.col("rank") == 0))["source_id"][0][:8]]
+    assert sorted(runs) == [
+        "dlrm_kineto",
+        "traces",
+        "traces_"
+        + lake.sources().filter(pl.col("path").str.contains("jobB") & (pl.col("rank") == 0))["source_id"][0][
+            :8
+        ],
+    ]
     # jobB's ranks 0 and 1 are held by jobA's files in "traces": they were moved, together
     moved = [k for k in runs if k.startswith("traces_")][0]
     assert runs[moved] == [(_dlrm(0).name, 0), (_dlrm(1).name, 1)]
@@ -124,8 +130,10 @@ def test_a_second_profiling_cycle_is_one_run(tmp_path):
     res = ingest_paths([d], lake, jobs=1)
     assert [r.status for r in res] == ["ok"] * 4
     second = safe_run_id(f"prof_{res[1].source_id[:8]}")  # host_0's second cycle was the first to collide
-    assert _runs(lake) == {"prof": [(names[0][0], 0), (names[1][0], 1)],
-                           second: [(names[0][1], 0), (names[1][1], 1)]}
+    assert _runs(lake) == {
+        "prof": [(names[0][0], 0), (names[1][0], 1)],
+        second: [(names[0][1], 0), (names[1][1], 1)],
+    }
     assert "with the files of the same time window" in res[3].notes[0]
     # ingest again: every file is already in the lake, in the run it was put in
     again = ingest_paths([d], lake, jobs=1)
@@ -146,7 +154,9 @@ def test_a_second_profiling_cycle_is_one_run(tmp_path):
 def _cycles(d: Path, n: int = 2) -> dict[tuple[int, int], Path]:
     """(cycle, rank) -> file in d: cycle c is HTA's ranks 0 and 1 moved c * 60 s later."""
     d.mkdir(parents=True, exist_ok=True)
-    return {(c, r): _shifted(HTA[r], d / f"c{c}_rank-{r}.json", c * 60_000_000) for c in range(n) for r in (0, 1)}
+    return {
+        (c, r): _shifted(HTA[r], d / f"c{c}_rank-{r}.json", c * 60_000_000) for c in range(n) for r in (0, 1)
+    }
 
 
 def _partition(lake: Lake, files: dict) -> set[frozenset]:
@@ -163,8 +173,12 @@ CYCLES = {frozenset({(0, 0), (0, 1)}), frozenset({(1, 0), (1, 1)})}
 
 def test_cycles_are_grouped_whatever_the_order(tmp_path):
     files = _cycles(tmp_path / "prof")
-    orders = [[(0, 0), (0, 1), (1, 0), (1, 1)], [(1, 0), (0, 0), (0, 1), (1, 1)], [(0, 0), (1, 1), (1, 0), (0, 1)],
-              [(1, 1), (1, 0), (0, 1), (0, 0)]]
+    orders = [
+        [(0, 0), (0, 1), (1, 0), (1, 1)],
+        [(1, 0), (0, 0), (0, 1), (1, 1)],
+        [(0, 0), (1, 1), (1, 0), (0, 1)],
+        [(1, 1), (1, 0), (0, 1), (0, 0)],
+    ]
     for i, order in enumerate(orders):
         lake = Lake(tmp_path / f"lake{i}")
         res = ingest_paths([files[k] for k in order], lake, jobs=1)
@@ -189,7 +203,11 @@ def test_moved_runs_are_known_by_their_name_not_a_pattern(tmp_path):
     (r,) = ingest_paths([a / "job"], lake, jobs=1)
     assert (r.status, r.run_id, r.notes) == ("ok", "job", [])
     # a long run name (safe_run_id shortens the moved run's id): cycles still group, re-ingest skips
-    deep = tmp_path / "b" / ("outputs/2024-06-01/12-30-45/llama3_70b_fsdp_tp8_pp4_seq8192/tensorboard/plugins/profile/x" * 2)
+    deep = (
+        tmp_path
+        / "b"
+        / ("outputs/2024-06-01/12-30-45/llama3_70b_fsdp_tp8_pp4_seq8192/tensorboard/plugins/profile/x" * 2)
+    )
     files = _cycles(deep)
     lake = Lake(tmp_path / "lake2")
     res = ingest_paths([tmp_path / "b"], lake, jobs=1)
@@ -235,7 +253,9 @@ def _variant(src: Path, dst: Path, by_us: int, rank: int) -> Path:
 
 def _listing(lake: Lake) -> list[tuple]:
     s = lake.sources().sort("path")
-    return list(zip(*(s[c].to_list() for c in ("path", "run_id", "named_run_id", "rank", "notes", "source_id"))))
+    return list(
+        zip(*(s[c].to_list() for c in ("path", "run_id", "named_run_id", "rank", "notes", "source_id")))
+    )
 
 
 def test_force_reingests_in_place(tmp_path):
@@ -267,7 +287,9 @@ def test_run_given_keeps_free_ranks_together(tmp_path):
     res = ingest_paths([files[(0, 0)], files[(1, 1)], files[(1, 0)]], lake, run="X", jobs=1)
     # --run: rank 1 of cycle 1 is free in X, so it joins X although it is another window;
     # rank 0 of cycle 1 is taken there and goes to a run of its own
-    assert [r.run_id for r in res[:2]] == ["X", "X"] and res[2].run_id == safe_run_id(f"X_{res[2].source_id[:8]}")
+    assert [r.run_id for r in res[:2]] == ["X", "X"] and res[2].run_id == safe_run_id(
+        f"X_{res[2].source_id[:8]}"
+    )
 
 
 def test_archives_in_job_directories_keep_the_job(tmp_path):
@@ -276,13 +298,18 @@ def test_archives_in_job_directories_keep_the_job(tmp_path):
         (root / job).mkdir(parents=True)
         with tarfile.open(root / job / "a.tar.gz", "w:gz") as t:
             for f in HTA:
-                t.add(_shifted(f, tmp_path / f"{job}_{f.name}.json", k * 600_000_000), arcname=f"traces/{f.name}")
+                t.add(
+                    _shifted(f, tmp_path / f"{job}_{f.name}.json", k * 600_000_000),
+                    arcname=f"traces/{f.name}",
+                )
         with tarfile.open(root / job / "flat.tar", "w") as t:
             t.add(_shifted(_dlrm(0), tmp_path / f"{job}_dlrm.json", k * 600_000_000), arcname=_dlrm(0).name)
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([root], lake, jobs=1)
     assert [r.status for r in res] == ["ok"] * 6
-    assert sorted(_runs(lake)) == sorted(safe_run_id(n) for n in ("job1/traces", "job2/traces", "job1/flat", "job2/flat"))
+    assert sorted(_runs(lake)) == sorted(
+        safe_run_id(n) for n in ("job1/traces", "job2/traces", "job1/flat", "job2/flat")
+    )
     # given by name, an archive is named by itself, as before
     (r,) = ingest_paths([root / "job1" / "flat.tar"], Lake(tmp_path / "lake2"), jobs=1)
     assert r.run_id == "flat"
@@ -343,8 +370,10 @@ def test_reaching_the_same_directory_another_way_keeps_its_run(tmp_path):
     shutil.copytree(d, tmp_path / "copy")
     assert [r.run_id for r in ingest_paths([tmp_path / "copy"], lake, force=True, jobs=1)] == [run, run]
     assert _listing(lake) == before  # in place: path and named_run_id as they were stored
-    for k, via, named, want in ((2, tmp_path / "cur", run, run),
-                                (3, root / "jobA" / ".." / "jobA" / long, None, safe_run_id(long))):
+    for k, via, named, want in (
+        (2, tmp_path / "cur", run, run),
+        (3, root / "jobA" / ".." / "jobA" / long, None, safe_run_id(long)),
+    ):
         new = shutil.copy(_dlrm(k), d)
         (r,) = ingest_paths([via / Path(new).name], lake, run=named, jobs=1)
         assert (r.status, r.run_id, r.rank) == ("ok", want, k)

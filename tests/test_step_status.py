@@ -36,8 +36,8 @@ in each of its 5 steps, is not in ../shared/corpus.)
 from __future__ import annotations
 
 import pytest
-
 from conftest import X, corpus, raw_step_counts, write_trace
+
 from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -58,18 +58,27 @@ def rank0_events():
     return [
         X("user_annotation", "ProfilerStep#1", 1000, 1000, pid=10, tid=10),
         X("user_annotation", "ProfilerStep#2", 2000, 1000, pid=10, tid=10),
-        rt("cudaLaunchKernel", 1010, 1), rt("cudaMemsetAsync", 1020, 2), rt("cudaLaunchKernel", 1030, 3),
-        rt("cudaMemcpyAsync", 1040, 4), rt("cudaDeviceSynchronize", 1050, 9),
-        gpu("kernel", "k1", 1100, 100, 1), gpu("kernel", "k3", 1200, 100, 3),
+        rt("cudaLaunchKernel", 1010, 1),
+        rt("cudaMemsetAsync", 1020, 2),
+        rt("cudaLaunchKernel", 1030, 3),
+        rt("cudaMemcpyAsync", 1040, 4),
+        rt("cudaDeviceSynchronize", 1050, 9),
+        gpu("kernel", "k1", 1100, 100, 1),
+        gpu("kernel", "k3", 1200, 100, 3),
         gpu("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 1300, 50, 4),
-        rt("cudaMemsetAsync", 2005, 6), rt("cudaLaunchKernel", 2010, 5), rt("cudaLaunchKernel", 2030, 7),
+        rt("cudaMemsetAsync", 2005, 6),
+        rt("cudaLaunchKernel", 2010, 5),
+        rt("cudaLaunchKernel", 2030, 7),
         rt("cudaLaunchKernel", 2040, 8),
         gpu("kernel", "k5", 2100, 100, 5),
     ]
 
 
 def rank1_events():
-    return [X("user_annotation", "ProfilerStep#1", 1000, 1000, pid=10, tid=10), rt("cudaLaunchKernel", 1010, 1)]
+    return [
+        X("user_annotation", "ProfilerStep#1", 1000, 1000, pid=10, tid=10),
+        rt("cudaLaunchKernel", 1010, 1),
+    ]
 
 
 @pytest.fixture(scope="module")

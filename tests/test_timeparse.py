@@ -2,13 +2,23 @@
 
 from decimal import Decimal
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.timeparse import us_text_to_ns
 
 
 def test_known_values():
-    raws = [b"1694128201429795", b"4458677009853.422", b"30669.0", b'"1.5"', b"1.5e3", None, b"12.3456", b"abc"]
+    raws = [
+        b"1694128201429795",
+        b"4458677009853.422",
+        b"30669.0",
+        b'"1.5"',
+        b"1.5e3",
+        None,
+        b"12.3456",
+        b"abc",
+    ]
     ns, ok = us_text_to_ns(raws)
     assert ns[0] == 1694128201429795000
     assert ns[1] == 4458677009853422

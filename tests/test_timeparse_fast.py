@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
 
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipeline.timeparse import us_text_to_ns
 
@@ -36,8 +37,23 @@ NUMBER = st.builds(
     st.integers(min_value=0, max_value=10**19),
     st.none() | st.text(alphabet="0123456789", min_size=1, max_size=5),
 )
-ODD = st.sampled_from(["", "1.5e3", '"12.5"', "abc", "9223372036854775", "9223372036854776", "-9223372036854775.808",
-                       "9999999999999999.999", "1711964646123456.789", "30669.0", "0.0005", "-0.0005", "12.3456"])
+ODD = st.sampled_from(
+    [
+        "",
+        "1.5e3",
+        '"12.5"',
+        "abc",
+        "9223372036854775",
+        "9223372036854776",
+        "-9223372036854775.808",
+        "9999999999999999.999",
+        "1711964646123456.789",
+        "30669.0",
+        "0.0005",
+        "-0.0005",
+        "12.3456",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -47,7 +63,25 @@ def test_every_value_as_the_decimal_reference_says(texts):
 
 
 def test_edges_of_each_fast_path():
-    check(["9223372036854775", "-9223372036854775", "9223372036854776", "99999999999999999999",  # integers
-           "999999999999999.9", "999999999999999.99", "9999999999999999.9",  # one / two decimals
-           "9223372036854775.807", "9223372036854775.808", "-9223372036854775.808",  # three decimals near int64
-           "68.0", "0.5", "-0.5", "1.25", "1.", ".5", "-.5", "+1.5"])
+    check(
+        [
+            "9223372036854775",
+            "-9223372036854775",
+            "9223372036854776",
+            "99999999999999999999",  # integers
+            "999999999999999.9",
+            "999999999999999.99",
+            "9999999999999999.9",  # one / two decimals
+            "9223372036854775.807",
+            "9223372036854775.808",
+            "-9223372036854775.808",  # three decimals near int64
+            "68.0",
+            "0.5",
+            "-0.5",
+            "1.25",
+            "1.",
+            ".5",
+            "-.5",
+            "+1.5",
+        ]
+    )

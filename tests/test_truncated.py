@@ -12,20 +12,46 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from conftest import corpus
+
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
 
-GPU_CATS = {"kernel", "Kernel", "mtia_ccp_events", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset", "cuda_sync", "cuda_profiler_range"}
-SKIP = {"Trace", "ac2g", "async_cpu_to_gpu", "async", "fwdbwd", "critical_path", "cpu_instant_event", "gpu_user_annotation"}
+GPU_CATS = {
+    "kernel",
+    "Kernel",
+    "mtia_ccp_events",
+    "gpu_memcpy",
+    "Memcpy",
+    "gpu_memset",
+    "Memset",
+    "cuda_sync",
+    "cuda_profiler_range",
+}
+SKIP = {
+    "Trace",
+    "ac2g",
+    "async_cpu_to_gpu",
+    "async",
+    "fwdbwd",
+    "critical_path",
+    "cpu_instant_event",
+    "gpu_user_annotation",
+}
 
 TRACES = {
     # compact one-line JSON, distributedInfo before the events
     "sampled": ("hta", "tests", "data", "trace_filter", "sampled_rank-1.json.gz"),
     # Kineto's own layout (one key per line), deviceProperties first
-    "dlrm": ("param", "et_replay", "tests", "inputs", "dlrm_kineto", "worker2_step_12.1694128201554.pt.trace.json"),
+    "dlrm": (
+        "param",
+        "et_replay",
+        "tests",
+        "inputs",
+        "dlrm_kineto",
+        "worker2_step_12.1694128201554.pt.trace.json",
+    ),
     # relative timestamps with baseTimeNanoseconds written after the events
     "bert": ("tracelens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz"),
 }
@@ -57,8 +83,10 @@ def complete_events(prefix: bytes) -> tuple[list[dict], int]:
 
 def expected(events: list[dict]) -> tuple[int, int]:
     x = [e for e in events if e.get("ph") == "X"]
-    return (sum(1 for e in x if e.get("cat") in GPU_CATS),
-            sum(1 for e in x if e.get("cat") not in GPU_CATS and e.get("cat") not in SKIP))
+    return (
+        sum(1 for e in x if e.get("cat") in GPU_CATS),
+        sum(1 for e in x if e.get("cat") not in GPU_CATS and e.get("cat") not in SKIP),
+    )
 
 
 def ingest_one(path: Path, tmp_path: Path):
@@ -68,7 +96,9 @@ def ingest_one(path: Path, tmp_path: Path):
     n = lambda t: con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]  # noqa: E731
     src = con.execute("SELECT status, event_count, notes, error FROM sources").fetchone()
     (unreadable,) = con.execute("SELECT unreadable_bytes FROM sources").fetchone()
-    assert unreadable == (r.unreadable_bytes if r.status != "failed" else None)  # the column says what the result says
+    assert unreadable == (
+        r.unreadable_bytes if r.status != "failed" else None
+    )  # the column says what the result says
     return r, n("gpu_activities"), n("cpu_ops"), src
 
 
@@ -87,7 +117,10 @@ def test_cut_inside_the_events_keeps_every_complete_one(key, frac, gz, tmp_path)
     assert (n_gpu, n_cpu) == expected(events)
     assert n_events == len(events)
     assert r.unreadable_bytes == len(prefix) - end  # (and the sources column: ingest_one)
-    assert any(f"{len(events)} complete events kept, {len(prefix) - end} bytes (of {len(prefix)}) unreadable" in n for n in notes), notes
+    assert any(
+        f"{len(events)} complete events kept, {len(prefix) - end} bytes (of {len(prefix)}) unreadable" in n
+        for n in notes
+    ), notes
 
 
 def test_cut_right_after_an_event_and_after_its_comma(tmp_path):
@@ -120,7 +153,11 @@ def test_cut_after_the_events_loses_only_the_trailing_keys(tmp_path):
     lake = Lake(tmp_path / "lake_whole")
     ingest_paths([whole], lake, run="whole")
     lo = connect(lake).execute("SELECT min(start_ns) FROM gpu_activities").fetchone()[0]
-    lo_cut = connect(Lake(tmp_path / ("lake_" + f.parent.name + "_" + f.name))).execute("SELECT min(start_ns) FROM gpu_activities").fetchone()[0]
+    lo_cut = (
+        connect(Lake(tmp_path / ("lake_" + f.parent.name + "_" + f.name)))
+        .execute("SELECT min(start_ns) FROM gpu_activities")
+        .fetchone()[0]
+    )
     assert lo - lo_cut == base
 
 
@@ -162,7 +199,10 @@ def test_small_batches_and_spilled_tables_give_the_same_rows(key, tmp_path):
     def frames(**kw):
         s = kineto.parse_stream(io.BytesIO(data).read, **kw)
         try:
-            out = {t: pl.concat(list(v() if callable(v) else v), how="vertical_relaxed") for t, v in s.tables().items()}
+            out = {
+                t: pl.concat(list(v() if callable(v) else v), how="vertical_relaxed")
+                for t, v in s.tables().items()
+            }
             return out, s.event_count, s.acc.spools["cpu"].path is not None
         finally:
             s.close()
@@ -201,7 +241,9 @@ def test_unreadable_bytes_is_null_for_failed_files_and_old_lakes(tmp_path):
     for p in lake.table_files("sources"):
         pl.read_parquet(p).drop("unreadable_bytes").write_parquet(p)
     src = lake.sources()
-    assert src.height == 1 and src["unreadable_bytes"].to_list() == [None] and src["status"].to_list() == ["ok"]
+    assert (
+        src.height == 1 and src["unreadable_bytes"].to_list() == [None] and src["status"].to_list() == ["ok"]
+    )
     # only old parts: the DuckDB view still has the column (NULL), in v1's column order
     con = connect(lake)
     assert con.execute("SELECT status, unreadable_bytes FROM sources").fetchall() == [("ok", None)]
@@ -211,7 +253,9 @@ def test_unreadable_bytes_is_null_for_failed_files_and_old_lakes(tmp_path):
     h.write_bytes(text_of("bert"))
     ingest_paths([h], lake, run="old")
     con = connect(lake)
-    assert con.execute("SELECT unreadable_bytes FROM sources ORDER BY unreadable_bytes NULLS FIRST").fetchall() == [(None,), (0,)]
+    assert con.execute(
+        "SELECT unreadable_bytes FROM sources ORDER BY unreadable_bytes NULLS FIRST"
+    ).fetchall() == [(None,), (0,)]
     assert sorted(lake.sources()["unreadable_bytes"].to_list(), key=str) == [0, None]
 
 
@@ -232,7 +276,11 @@ def test_analysis_and_report_name_a_partial_trace(tmp_path):
     assert sorted(r.status for r in ingest_paths([job], lake, run="job")) == ["ok", "partial"]
     doc = analyze(lake)
     cut = [n for n in doc["notes"] if "is partial" in n]
-    assert len(cut) == 1 and "dlrm_rank-1.json" in cut[0] and f"{len(prefix) - end:,} bytes at its end unreadable" in cut[0]
+    assert (
+        len(cut) == 1
+        and "dlrm_rank-1.json" in cut[0]
+        and f"{len(prefix) - end:,} bytes at its end unreadable" in cut[0]
+    )
     assert cut[0] in markdown.render(document.build(doc, None)).replace("\\_", "_")  # markdown escapes _
     # the cut file's steps (its one step, ProfilerStep#10, is at byte 188,866 of 899,599, inside the
     # half kept) is cut off with it (queries/step_status.sql): incomplete; the complete file's
@@ -240,7 +288,11 @@ def test_analysis_and_report_name_a_partial_trace(tmp_path):
     # say rank 2 in distributedInfo, so the cut one went to a run of its own.)
     src = {r["status"]: r["run_id"] for r in lake.sources().to_dicts()}
     st = {r["run_id"]: r for r in run(connect(lake), "step_status").to_dicts()}
-    assert (st[src["partial"]]["step"], st[src["partial"]]["in_truncated_source"], st[src["partial"]]["complete"]) == (10, True, False)
+    assert (
+        st[src["partial"]]["step"],
+        st[src["partial"]]["in_truncated_source"],
+        st[src["partial"]]["complete"],
+    ) == (10, True, False)
     assert (st[src["ok"]]["in_truncated_source"], st[src["ok"]]["complete"]) == (False, True)
     v = next(x for x in doc["verdicts"] if x["run_id"] == src["partial"])
     assert any(c["kind"] == "truncated_input" and "dlrm_rank-1.json" in c["text"] for c in v["caveats"])
@@ -254,26 +306,60 @@ def test_profiler_stopped_mid_step_leaves_the_last_step_incomplete(tmp_path):
     record, leaves steps 4 and 5 complete. Expected counts: conftest.raw_step_counts over the
     modified JSON (the standard json module)."""
     from conftest import GPU_RECORD_CATS, raw_step_counts
+
     from pipeline.query import run
 
-    doc = json.loads(gzip.decompress(corpus("hta", "tests", "data", "nccl_parser_config", "nccl_data.json.gz").read_bytes()))
-    (s6,) = [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation" and e.get("name") == "ProfilerStep#6"]
+    doc = json.loads(
+        gzip.decompress(
+            corpus("hta", "tests", "data", "nccl_parser_config", "nccl_data.json.gz").read_bytes()
+        )
+    )
+    (s6,) = [
+        e
+        for e in doc["traceEvents"]
+        if e.get("cat") == "user_annotation" and e.get("name") == "ProfilerStep#6"
+    ]
     t_stop = s6["ts"] + s6["dur"] / 2
-    late = {e["args"]["correlation"] for e in doc["traceEvents"]
-            if e.get("cat") in ("cuda_runtime", "cuda_driver") and e["ts"] > t_stop and "correlation" in e.get("args", {})}
-    doc["traceEvents"] = [e for e in doc["traceEvents"]
-                          if not (e.get("cat") in GPU_RECORD_CATS and e.get("args", {}).get("correlation") in late)
-                          and not (e.get("cat") == "ac2g" and e.get("id") in late)]
+    late = {
+        e["args"]["correlation"]
+        for e in doc["traceEvents"]
+        if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        and e["ts"] > t_stop
+        and "correlation" in e.get("args", {})
+    }
+    doc["traceEvents"] = [
+        e
+        for e in doc["traceEvents"]
+        if not (e.get("cat") in GPU_RECORD_CATS and e.get("args", {}).get("correlation") in late)
+        and not (e.get("cat") == "ac2g" and e.get("id") in late)
+    ]
     raw = raw_step_counts(doc)
     assert raw[4] == raw[5] == (1259, 1, {"cudaMemsetAsync"}, 0)
     # step 6: 746 launches after the last one with GPU work (1259 - 513 before T), and the step's
     # memset, which lies before T, without GPU work but not cut off
-    assert raw[6] == (1259, 747, {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync"}, 746)
+    assert raw[6] == (
+        1259,
+        747,
+        {"cudaLaunchKernel", "cudaLaunchKernelExC", "cudaMemcpyAsync", "cudaMemsetAsync"},
+        746,
+    )
     f = tmp_path / "stopped" / "nccl_data_rank-0.json"
     f.parent.mkdir()
     f.write_text(json.dumps(doc))
     lake = Lake(tmp_path / "lake_stopped")
     assert [r.status for r in ingest_paths([f], lake, run="stopped")] == ["ok"]
-    got = {r["step"]: (r["launches"], r["launches_without_gpu_work"], r["launches_cut_off"], r["complete"], r["is_last"])
-           for r in run(connect(lake), "step_status").to_dicts()}
-    assert got == {4: (1259, 1, 0, True, False), 5: (1259, 1, 0, True, False), 6: (1259, raw[6][1], raw[6][3], False, True)}
+    got = {
+        r["step"]: (
+            r["launches"],
+            r["launches_without_gpu_work"],
+            r["launches_cut_off"],
+            r["complete"],
+            r["is_last"],
+        )
+        for r in run(connect(lake), "step_status").to_dicts()
+    }
+    assert got == {
+        4: (1259, 1, 0, True, False),
+        5: (1259, 1, 0, True, False),
+        6: (1259, raw[6][1], raw[6][3], False, True),
+    }

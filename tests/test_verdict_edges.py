@@ -5,16 +5,16 @@ trial of issue 14's changes)."""
 from __future__ import annotations
 
 import pytest
+from conftest import X, corpus, write_trace
+from test_handmade import COMM_ARGS, H100, gpu, launch
 from typer.testing import CliRunner
 
-from conftest import X, corpus, write_trace
 from pipeline.analyze import analyze
 from pipeline.catalog import normalize_op
 from pipeline.cli import app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
-from test_handmade import COMM_ARGS, H100, gpu, launch
 
 US = 1000
 runner = CliRunner()
@@ -23,8 +23,12 @@ AR = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)"
 
 def _lake(tmp_path, per_rank: dict[int, list]) -> Lake:
     for r, ev in per_rank.items():
-        write_trace(tmp_path / "job" / f"r{r}.json", ev, deviceProperties=H100,
-                    distributedInfo={"backend": "nccl", "rank": r, "world_size": len(per_rank)})
+        write_trace(
+            tmp_path / "job" / f"r{r}.json",
+            ev,
+            deviceProperties=H100,
+            distributedInfo={"backend": "nccl", "rank": r, "world_size": len(per_rank)},
+        )
     lk = Lake(tmp_path / "lake")
     assert all(x.status == "ok" for x in ingest_paths([tmp_path / "job"], lk)), "ingest"
     return lk
@@ -35,9 +39,13 @@ def _steps(shift: int) -> list[dict]:
     ev = []
     for k, off in enumerate((0, 1000)):
         o = off + shift
-        ev += [X("user_annotation", f"ProfilerStep#{k + 1}", o, 1000, pid=10, tid=10),
-               launch("cudaLaunchKernel", o + 5, 10 * k + 1), launch("cudaLaunchKernel", o + 6, 10 * k + 2),
-               gpu("kernel", "gemm", o + 20, 580, 7, 10 * k + 1), gpu("kernel", AR, o + 600, 300, 20, 10 * k + 2, **COMM_ARGS)]
+        ev += [
+            X("user_annotation", f"ProfilerStep#{k + 1}", o, 1000, pid=10, tid=10),
+            launch("cudaLaunchKernel", o + 5, 10 * k + 1),
+            launch("cudaLaunchKernel", o + 6, 10 * k + 2),
+            gpu("kernel", "gemm", o + 20, 580, 7, 10 * k + 1),
+            gpu("kernel", AR, o + 600, 300, 20, 10 * k + 2, **COMM_ARGS),
+        ]
     return ev
 
 
@@ -81,12 +89,24 @@ def test_calls_that_do_not_overlap_are_not_matched(tmp_path):
 def test_repeated_seq_does_not_break_the_analysis(tmp_path):
     """An all-reduce and a send/recv of one process group both with Seq 1 on two ranks (PyTorch
     numbers collectives and P2P apart): matched apart, and the analysis runs."""
+
     def ev():
-        return [X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
-                launch("cudaLaunchKernel", 5, 1), launch("cudaLaunchKernel", 6, 2),
-                gpu("kernel", AR, 100, 100, 20, 1, **{**COMM_ARGS, "Seq": 1}),
-                gpu("kernel", "ncclDevKernel_SendRecv(x)", 300, 100, 21, 2,
-                    **{**COMM_ARGS, "Collective name": "send", "Seq": 1})]
+        return [
+            X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+            launch("cudaLaunchKernel", 5, 1),
+            launch("cudaLaunchKernel", 6, 2),
+            gpu("kernel", AR, 100, 100, 20, 1, **{**COMM_ARGS, "Seq": 1}),
+            gpu(
+                "kernel",
+                "ncclDevKernel_SendRecv(x)",
+                300,
+                100,
+                21,
+                2,
+                **{**COMM_ARGS, "Collective name": "send", "Seq": 1},
+            ),
+        ]
+
     lk = _lake(tmp_path, {0: ev(), 1: ev()})
     calls = run(connect(lk), "collective_matching").to_dicts()
     assert sorted(c["op"] for c in calls) == ["all_reduce", "send"]
@@ -101,7 +121,14 @@ def test_duplicate_profiler_step_rows_count_once(tmp_path):
     st = run(connect(lk), "step_time").to_dicts()
     assert [r["step"] for r in st] == [1, 2]
     for r in st:
-        assert r["compute_ns"] + r["exposed_comm_ns"] + r["exposed_memory_ns"] + r["exposed_unknown_ns"] + r["idle_ns"] == r["step_ns"]
+        assert (
+            r["compute_ns"]
+            + r["exposed_comm_ns"]
+            + r["exposed_memory_ns"]
+            + r["exposed_unknown_ns"]
+            + r["idle_ns"]
+            == r["step_ns"]
+        )
 
 
 def test_mfu_over_a_squeezed_window_stays_below_the_peak(tmp_path):
@@ -109,14 +136,27 @@ def test_mfu_over_a_squeezed_window_stays_below_the_peak(tmp_path):
     bf16) runs [1010, 3010) on another: step 2's window starts at step 1's end (3000), 10 µs long.
     MFU divides by the longer of the window and the step's own GPU span (2000 µs):
     100 * 2 * 1024^3 / (2e-3 * 989.4e12) = 0.1085 %, not 100x that."""
-    ev = [X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
-          X("user_annotation", "ProfilerStep#2", 1000, 10, pid=10, tid=10),
-          launch("cudaLaunchKernel", 5, 1),
-          X("cpu_op", "aten::mm", 1001, 5, pid=10, tid=10, **{"External id": 7, "Input Dims": [[1024, 1024], [1024, 1024]],
-                                                             "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
-          launch("cudaLaunchKernel", 1002, 2, ext=7),
-          gpu("kernel", AR, 950, 2050, 20, 1, **COMM_ARGS),
-          gpu("kernel", "sm90_gemm_bf16", 1010, 2000, 7, 2, ext=7)]
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+        X("user_annotation", "ProfilerStep#2", 1000, 10, pid=10, tid=10),
+        launch("cudaLaunchKernel", 5, 1),
+        X(
+            "cpu_op",
+            "aten::mm",
+            1001,
+            5,
+            pid=10,
+            tid=10,
+            **{
+                "External id": 7,
+                "Input Dims": [[1024, 1024], [1024, 1024]],
+                "Input type": ["c10::BFloat16", "c10::BFloat16"],
+            },
+        ),
+        launch("cudaLaunchKernel", 1002, 2, ext=7),
+        gpu("kernel", AR, 950, 2050, 20, 1, **COMM_ARGS),
+        gpu("kernel", "sm90_gemm_bf16", 1010, 2000, 7, 2, ext=7),
+    ]
     lk = _lake(tmp_path, {0: ev})
     m = {r["step"]: r for r in run(connect(lk), "mfu").to_dicts()}
     assert m[2]["step_ns"] == 10 * US
@@ -126,20 +166,42 @@ def test_mfu_over_a_squeezed_window_stays_below_the_peak(tmp_path):
 def test_implausible_sizes_are_unknown(tmp_path):
     """'In msg nelems' -1,000,000 and 'Group size' 0 on one rank, 2^62 on another: sizes and
     groups unknown (null, with a note), never negative bandwidths, and the files ingest."""
+
     def ev(n, g):
-        return [X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10), launch("cudaLaunchKernel", 5, 1),
-                gpu("kernel", AR, 100, 100, 20, 1, **{**COMM_ARGS, "In msg nelems": n, "Out msg nelems": n, "Group size": g})]
+        return [
+            X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+            launch("cudaLaunchKernel", 5, 1),
+            gpu(
+                "kernel",
+                AR,
+                100,
+                100,
+                20,
+                1,
+                **{**COMM_ARGS, "In msg nelems": n, "Out msg nelems": n, "Group size": g},
+            ),
+        ]
+
     lk = _lake(tmp_path, {0: ev(-1000000, 0), 1: ev(2**62, 2)})
     rows = run(connect(lk), "collective_bandwidth").to_dicts()
     assert all(r["msg_bytes"] is None and r["busbw_gbps"] is None for r in rows)
-    notes = [r[0] for r in connect(lk).execute("SELECT msg_bytes_note FROM collectives ORDER BY rank").fetchall()]
+    notes = [
+        r[0] for r in connect(lk).execute("SELECT msg_bytes_note FROM collectives ORDER BY rank").fetchall()
+    ]
     assert all("implausible" in n for n in notes), notes
 
 
 def test_op_names_with_suffixes():
     # PyTorch's barrier title (pytorch#140785), a tagged title, reduce_scatter_v
-    assert [normalize_op(x) for x in ("all_reduce_barrier", "all_reduce:tag", "reduce_scatter_v", "allgather_into_tensor_coalesced")] \
-        == ["all_reduce", "all_reduce", "reduce_scatter", "all_gather"]
+    assert [
+        normalize_op(x)
+        for x in (
+            "all_reduce_barrier",
+            "all_reduce:tag",
+            "reduce_scatter_v",
+            "allgather_into_tensor_coalesced",
+        )
+    ] == ["all_reduce", "all_reduce", "reduce_scatter", "all_gather"]
 
 
 def test_infinite_options_are_usage_errors(tmp_path):

@@ -35,15 +35,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import X, corpus, write_trace
+from test_handmade import COMM_ARGS, H100, gpu, launch
 from typer.testing import CliRunner
 
-from conftest import X, corpus, write_trace
 from pipeline.analyze import analyze
 from pipeline.cli import app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
-from test_handmade import COMM_ARGS, H100, gpu, launch
 
 US = 1000
 runner = CliRunner()
@@ -52,11 +52,21 @@ runner = CliRunner()
 def skew_events(compute_end: int) -> list[dict]:
     ev = []
     for k, off in enumerate((0, 1500)):
-        ev += [X("user_annotation", f"ProfilerStep#{k + 1}", off, 1500, pid=10, tid=10),
-               launch("cudaLaunchKernel", off + 5, 10 * k + 1), launch("cudaLaunchKernel", off + 6, 10 * k + 2),
-               gpu("kernel", "gemm", off + 20, compute_end - 20, 7, 10 * k + 1),
-               gpu("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)", off + compute_end, 1500 - compute_end, 20,
-                   10 * k + 2, **COMM_ARGS)]
+        ev += [
+            X("user_annotation", f"ProfilerStep#{k + 1}", off, 1500, pid=10, tid=10),
+            launch("cudaLaunchKernel", off + 5, 10 * k + 1),
+            launch("cudaLaunchKernel", off + 6, 10 * k + 2),
+            gpu("kernel", "gemm", off + 20, compute_end - 20, 7, 10 * k + 1),
+            gpu(
+                "kernel",
+                "ncclDevKernel_AllReduce_Sum_f32_RING_LL(x)",
+                off + compute_end,
+                1500 - compute_end,
+                20,
+                10 * k + 2,
+                **COMM_ARGS,
+            ),
+        ]
     return ev
 
 
@@ -64,8 +74,12 @@ def skew_events(compute_end: int) -> list[dict]:
 def skew(tmp_path_factory):
     d = tmp_path_factory.mktemp("skew")
     for r, end in ((0, 1000), (1, 1400)):
-        write_trace(d / "job" / f"r{r}.json", skew_events(end), deviceProperties=H100,
-                    distributedInfo={"backend": "nccl", "rank": r, "world_size": 2})
+        write_trace(
+            d / "job" / f"r{r}.json",
+            skew_events(end),
+            deviceProperties=H100,
+            distributedInfo={"backend": "nccl", "rank": r, "world_size": 2},
+        )
     lk = Lake(d / "lake")
     assert [x.status for x in ingest_paths([d / "job"], lk)] == ["ok", "ok"]
     return lk, analyze(lk)
@@ -77,14 +91,30 @@ def test_step_time_splits_exposed_comm(skew):
     for step in (1, 2):
         r0, r1 = st[(0, step)], st[(1, step)]
         assert (r0["step_ns"], r0["compute_ns"], r0["exposed_comm_ns"]) == (1500 * US, 980 * US, 500 * US)
-        assert (r0["exposed_comm_wait_ns"], r0["exposed_comm_transfer_ns"], r0["idle_ns"]) == (400 * US, 100 * US, 20 * US)
-        assert (r1["compute_ns"], r1["exposed_comm_wait_ns"], r1["exposed_comm_transfer_ns"]) == (1380 * US, 0, 100 * US)
+        assert (r0["exposed_comm_wait_ns"], r0["exposed_comm_transfer_ns"], r0["idle_ns"]) == (
+            400 * US,
+            100 * US,
+            20 * US,
+        )
+        assert (r1["compute_ns"], r1["exposed_comm_wait_ns"], r1["exposed_comm_transfer_ns"]) == (
+            1380 * US,
+            0,
+            100 * US,
+        )
     bd = {(r["rank"], r["level"]): r for r in run(connect(lk), "breakdown").to_dicts()}
-    assert (bd[(0, "rank")]["exposed_comm_wait_ns"], bd[(0, "rank")]["exposed_comm_transfer_ns"]) == (800 * US, 200 * US)
+    assert (bd[(0, "rank")]["exposed_comm_wait_ns"], bd[(0, "rank")]["exposed_comm_transfer_ns"]) == (
+        800 * US,
+        200 * US,
+    )
     assert bd[(0, "rank")]["kernels"] == 4  # a split kernel counts once
     (ex,) = run(connect(lk), "collective_exposure").filter(step=1).to_dicts()
     assert (ex["op"], ex["kernels"], ex["kernel_ns"], ex["exposed_wait_ns"], ex["exposed_transfer_ns"]) == (
-        "all_reduce", 2, 600 * US, 400 * US, 200 * US)  # per step: rank 0 waits 400, both ranks transfer 100
+        "all_reduce",
+        2,
+        600 * US,
+        400 * US,
+        200 * US,
+    )  # per step: rank 0 waits 400, both ranks transfer 100
 
 
 def test_waiting_for_a_late_rank_is_not_network_bound(skew):
@@ -92,10 +122,18 @@ def test_waiting_for_a_late_rank_is_not_network_bound(skew):
     (v,) = res["verdicts"]
     n = v["numbers"]
     assert n["exposed_comm_pct"] == pytest.approx(100 * 1200 / 6000)
-    assert n["exposed_comm_wait_pct"] == pytest.approx(100 * 800 / 6000) and n["exposed_comm_transfer_pct"] == pytest.approx(100 * 400 / 6000)
+    assert n["exposed_comm_wait_pct"] == pytest.approx(100 * 800 / 6000) and n[
+        "exposed_comm_transfer_pct"
+    ] == pytest.approx(100 * 400 / 6000)
     assert (v["verdict"], v["confidence"], v["steps_used"]) == ("straggler-bound", "moderate", 2)
     st = v["straggler"]
-    assert (st["rank"], st["times_last"], st["calls"], st["caused_wait_ns"], st["lateness_ns"]) == (1, 2, 2, 800 * US, 800 * US)
+    assert (st["rank"], st["times_last"], st["calls"], st["caused_wait_ns"], st["lateness_ns"]) == (
+        1,
+        2,
+        2,
+        800 * US,
+        800 * US,
+    )
     assert (st["cause"], st["cause_ns"]) == ("longer_compute", 800 * US)
     assert "rank 1 arrived last in 2 of 2" in v["reason"] and "compute took longer" in v["reason"]
 
@@ -116,14 +154,28 @@ def test_findings_split_and_never_count_twice(skew):
 
 # ---------------------------------------------------------------- one step window (MFU, tokens/s)
 
+
 def _host_ahead_events():
     """ProfilerStep#1 [0, 100) µs on the host (the host runs ahead); the mm it launches runs on
     the GPU [50, 1000): the step's window is [0, 1000) = 1000 µs (views/25_step_window.sql)."""
-    return [X("user_annotation", "ProfilerStep#1", 0, 100, pid=10, tid=10),
-            X("cpu_op", "aten::mm", 5, 20, pid=10, tid=10, **{"External id": 5, "Input Dims": [[1024, 1024], [1024, 1024]],
-                                                           "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
-            launch("cudaLaunchKernel", 10, 1, ext=5),
-            gpu("kernel", "sm90_xmma_gemm_bf16", 50, 950, 7, 1, ext=5)]
+    return [
+        X("user_annotation", "ProfilerStep#1", 0, 100, pid=10, tid=10),
+        X(
+            "cpu_op",
+            "aten::mm",
+            5,
+            20,
+            pid=10,
+            tid=10,
+            **{
+                "External id": 5,
+                "Input Dims": [[1024, 1024], [1024, 1024]],
+                "Input type": ["c10::BFloat16", "c10::BFloat16"],
+            },
+        ),
+        launch("cudaLaunchKernel", 10, 1, ext=5),
+        gpu("kernel", "sm90_xmma_gemm_bf16", 50, 950, 7, 1, ext=5),
+    ]
 
 
 def test_mfu_divides_by_the_step_window_not_the_host_step(tmp_path):
@@ -161,10 +213,13 @@ def test_tokens_per_step_alone_gives_tokens_per_second(tmp_path):
 
 # ---------------------------------------------------------------- caveats beside the verdict
 
+
 def test_caveats_missing_ranks_and_single_step(tmp_path):
     """PARAM's DLRM worker0 alone: 1 of 8 ranks (distributedInfo world_size 8), one ProfilerStep
     (#10): two caveats, each lowering the confidence one level."""
-    src = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto", "worker0_step_12.1694128201545.pt.trace.json")
+    src = corpus(
+        "param", "et_replay", "tests", "inputs", "dlrm_kineto", "worker0_step_12.1694128201545.pt.trace.json"
+    )
     lk = Lake(tmp_path / "lake")
     ingest_paths([src], lk)
     (v,) = analyze(lk)["verdicts"]

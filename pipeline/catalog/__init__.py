@@ -87,8 +87,11 @@ def normalize_op(raw: str | None) -> str:
     # an alias with a suffix: PyTorch's 'all_reduce_barrier' (nccl:all_reduce_barrier, pytorch#140785),
     # tagged titles ('all_reduce:tag'), 'reduce_scatter_v': the longest alias the name starts with,
     # followed by '_' or a non-alphanumeric character
-    pre = max((a for a in _alias_map() if key.startswith(a) and len(key) > len(a) and not key[len(a)].isalnum()),
-              key=len, default=None)
+    pre = max(
+        (a for a in _alias_map() if key.startswith(a) and len(key) > len(a) and not key[len(a)].isalnum()),
+        key=len,
+        default=None,
+    )
     if pre:
         return _alias_map()[pre]
     k = _KERNEL_OP.search(raw)
@@ -99,8 +102,18 @@ def normalize_op(raw: str | None) -> str:
 
 def device_catalog_arrow() -> pa.Table:
     """devices.toml as a table for DuckDB (`device_catalog`); missing peaks are null."""
-    keys = ["key", "match", "fp32_tflops", "tf32_tflops", "bf16_tflops", "fp16_tflops", "fp8_tflops",
-            "memory_gbps", "nvlink_gbps", "source"]
+    keys = [
+        "key",
+        "match",
+        "fp32_tflops",
+        "tf32_tflops",
+        "bf16_tflops",
+        "fp16_tflops",
+        "fp8_tflops",
+        "memory_gbps",
+        "nvlink_gbps",
+        "source",
+    ]
     rows = devices()
     cols = {k: [r.get(k) for r in rows] for k in keys}
     cols["priority"] = list(range(len(rows)))
@@ -112,5 +125,10 @@ def device_catalog_arrow() -> pa.Table:
 def collective_catalog_arrow() -> pa.Table:
     """collectives.toml as a table for DuckDB (`collective_catalog`: op, busbw_factor_kind)."""
     ops = collectives()
-    return pa.table({"op": list(ops), "busbw_factor": [ops[o]["factor"] for o in ops],
-                     "msg": [ops[o]["msg"] for o in ops]})
+    return pa.table(
+        {
+            "op": list(ops),
+            "busbw_factor": [ops[o]["factor"] for o in ops],
+            "msg": [ops[o]["msg"] for o in ops],
+        }
+    )

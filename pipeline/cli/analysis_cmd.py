@@ -15,13 +15,44 @@ from rich.markup import escape
 from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, _write, app, err, out
 from .ingest_cmd import _ingest
 from .options import (
-    COMM, EXCLUDE, FORCE, HEAD_DIM, HEADS, JOBS, KWAIT, LAKE, LAYERS, MFLOPS, ONLY_RUNS, PARAMS, PATHS, PEAK, RANK, RUN,
-    SCHEDULER, SEQ, STEPS, TOKENS, WINDOW, _format, _model_flops, _resolve_runs,
+    COMM,
+    EXCLUDE,
+    FORCE,
+    HEAD_DIM,
+    HEADS,
+    JOBS,
+    KWAIT,
+    LAKE,
+    LAYERS,
+    MFLOPS,
+    ONLY_RUNS,
+    PARAMS,
+    PATHS,
+    PEAK,
+    RANK,
+    RUN,
+    SCHEDULER,
+    SEQ,
+    STEPS,
+    TOKENS,
+    WINDOW,
+    _format,
+    _model_flops,
+    _resolve_runs,
 )
 
-def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: float | None,
-              model_flops_per_step: float | None, *palm_shape, top_n: int | None = 20,
-              scheduler: str | None = None, runs: list[str] | None = None) -> tuple[dict, int]:
+
+def _analysis(
+    lake_dir: Path,
+    window: str,
+    kernel_wait_us: float,
+    peak_tflops: float | None,
+    model_flops_per_step: float | None,
+    *palm_shape,
+    top_n: int | None = 20,
+    scheduler: str | None = None,
+    runs: list[str] | None = None,
+) -> tuple[dict, int]:
     """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
     layers, heads, head_dim, seq_len, tokens_per_step), all None when not given; top_n: kernels
     kept per run; scheduler: a Dask scheduler's address to analyse on, one task per run (each run
@@ -33,14 +64,25 @@ def _analysis(lake_dir: Path, window: str, kernel_wait_us: float, peak_tflops: f
     from ..lake import LakeError
 
     try:
-        return _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n=top_n,
-                            scheduler=scheduler, runs=runs)
+        return _analysis_of(
+            lake_dir,
+            window,
+            kernel_wait_us,
+            peak_tflops,
+            model_flops_per_step,
+            *palm_shape,
+            top_n=top_n,
+            scheduler=scheduler,
+            runs=runs,
+        )
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
         err.print(_lake_read_error(lake_dir, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
 
 
-def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n, scheduler, runs):
+def _analysis_of(
+    lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n, scheduler, runs
+):
     from ..analyze import analyze
     from ..lake import Lake, one_line
 
@@ -49,8 +91,11 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
     model_flops_per_step = _model_flops(model_flops_per_step, *palm_shape)
     lake = Lake(lake_dir)
     if not lake.exists():
-        hint = ("no TRACELAKE file" if lake.root.is_dir() and any(lake.root.iterdir())
-                else f"run `tracelake ingest PATH --lake {lake_dir}` first")
+        hint = (
+            "no TRACELAKE file"
+            if lake.root.is_dir() and any(lake.root.iterdir())
+            else f"run `tracelake ingest PATH --lake {lake_dir}` first"
+        )
         err.print(one_line(f"error: {lake_dir}: not a tracelake lake ({hint})"), markup=False)
         raise typer.Exit(EXIT_FAILED)
     for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
@@ -63,9 +108,15 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
     tokens_per_step = palm_shape[5] if len(palm_shape) > 5 else None
     if tokens_per_step is not None and not (tokens_per_step > 0 and math.isfinite(tokens_per_step)):
         raise typer.BadParameter("--tokens-per-step must be a positive finite number")
-    options = dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops,
-                   model_flops_per_step=model_flops_per_step, top_n=top_n, runs=sorted(set(runs)) if runs else None,
-                   tokens_per_step=tokens_per_step)
+    options = dict(
+        window=window,
+        kernel_wait_threshold_ns=int(kernel_wait_us * 1000),
+        peak_tflops=peak_tflops,
+        model_flops_per_step=model_flops_per_step,
+        top_n=top_n,
+        runs=sorted(set(runs)) if runs else None,
+        tokens_per_step=tokens_per_step,
+    )
     if not scheduler:
         return analyze(lake, **options), EXIT_OK
     from ..analyze_cluster import analyze_on_cluster
@@ -77,22 +128,49 @@ def _analysis_of(lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)
     for f in failures:
-        err.print(one_line(f"warning: run {f.run_id}: not analysed: the Dask task failed ({f.error})"), markup=False, style="yellow")
+        err.print(
+            one_line(f"warning: run {f.run_id}: not analysed: the Dask task failed ({f.error})"),
+            markup=False,
+            style="yellow",
+        )
     if not failures:
         return res, EXIT_OK
     return res, EXIT_PARTIAL if res["runs"] else EXIT_FAILED
 
 
 @app.command(epilog=EXIT_HELP)
-def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/3 JSON document."),
-            window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
-            model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
-            heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-            tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER,
-            runs: Optional[List[str]] = ONLY_RUNS):
+def analyze(
+    lake: Path = LAKE,
+    as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/3 JSON document."),
+    window: str = WINDOW,
+    kernel_wait_us: float = KWAIT,
+    peak_tflops: Optional[float] = PEAK,
+    model_flops_per_step: Optional[float] = MFLOPS,
+    params: Optional[float] = PARAMS,
+    layers: Optional[int] = LAYERS,
+    heads: Optional[int] = HEADS,
+    head_dim: Optional[int] = HEAD_DIM,
+    seq_len: Optional[int] = SEQ,
+    tokens_per_step: Optional[float] = TOKENS,
+    scheduler: Optional[str] = SCHEDULER,
+    runs: Optional[List[str]] = ONLY_RUNS,
+):
     """Compute the metrics (queries/*.sql) and the verdict for every run in the lake (or the --run ones)."""
-    res, code = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, params, layers, heads, head_dim,
-                          seq_len, tokens_per_step, scheduler=scheduler, runs=runs)
+    res, code = _analysis(
+        lake,
+        window,
+        kernel_wait_us,
+        peak_tflops,
+        model_flops_per_step,
+        params,
+        layers,
+        heads,
+        head_dim,
+        seq_len,
+        tokens_per_step,
+        scheduler=scheduler,
+        runs=runs,
+    )
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
         raise typer.Exit(code)
@@ -102,24 +180,52 @@ def analyze(lake: Path = LAKE, as_json: bool = typer.Option(False, "--json", hel
     from ..report.document import timing_text
 
     for v in res["verdicts"]:
-        out.print(f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}" + (f" ({v['confidence']})" if v["confidence"] else "")
-                  + f" — {escape(v['reason'])}", markup=True)
+        out.print(
+            f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}"
+            + (f" ({v['confidence']})" if v["confidence"] else "")
+            + f" — {escape(v['reason'])}",
+            markup=True,
+        )
         for i, f in enumerate((f for f in res["findings"] if f["run_id"] == v["run_id"]), 1):
             out.print(f"  {i}. {f['title']} — {timing_text(f)}", markup=False)
         rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
         if rows:
-            t = Table("rank", "span ms", "compute ms", "comm ms", "exposed comm ms", "overlap %", "idle ms", "host wait ms",
-                      "MFU %", "FLOP cov. %")
+            t = Table(
+                "rank",
+                "span ms",
+                "compute ms",
+                "comm ms",
+                "exposed comm ms",
+                "overlap %",
+                "idle ms",
+                "host wait ms",
+                "MFU %",
+                "FLOP cov. %",
+            )
             f = lambda x, d=1e6: "—" if x is None else f"{x / d:,.3f}"  # noqa: E731
             for r in rows[:64]:
-                t.add_row(str(r["rank"]), f(r["span_ns"]), f(r["compute_ns"]), f(r["comm_ns"]), f(r["exposed_comm_ns"]),
-                          f(r["comm_comp_overlap_pct"], 1), f(r["gpu_idle_ns"]), f(r["idle_host_wait_ns"]), f(r["mfu_pct"], 1),
-                          f(r["flop_coverage_pct"], 1))
+                t.add_row(
+                    str(r["rank"]),
+                    f(r["span_ns"]),
+                    f(r["compute_ns"]),
+                    f(r["comm_ns"]),
+                    f(r["exposed_comm_ns"]),
+                    f(r["comm_comp_overlap_pct"], 1),
+                    f(r["gpu_idle_ns"]),
+                    f(r["idle_host_wait_ns"]),
+                    f(r["mfu_pct"], 1),
+                    f(r["flop_coverage_pct"], 1),
+                )
             out.print(t)
     for n in res["notes"]:
         out.print(f"note: {n}", markup=False)
     if not res["verdicts"]:
-        err.print(one_line(f"note: {lake}: the lake holds no runs (nothing ingested yet, or every source forgotten)"), markup=False)
+        err.print(
+            one_line(
+                f"note: {lake}: the lake holds no runs (nothing ingested yet, or every source forgotten)"
+            ),
+            markup=False,
+        )
     raise typer.Exit(code)
 
 
@@ -132,8 +238,10 @@ def _lake_read_error(lake_dir: Path, e: Exception) -> str:
     if isinstance(e, LakeError):
         return one_line(f"error: {first}")
     if "No files found" in first or "No such file" in first:
-        return one_line(f"error: {lake_dir}: the lake changed while it was read (an ingest or forget is writing); "
-                        f"run the command again ({first})")
+        return one_line(
+            f"error: {lake_dir}: the lake changed while it was read (an ingest or forget is writing); "
+            f"run the command again ({first})"
+        )
     return one_line(f"error: {lake_dir}: cannot read the lake ({first})")
 
 
@@ -151,29 +259,67 @@ def _render(res: dict, fmt: str, base: dict | None = None) -> str:
 
 
 @app.command(epilog=EXIT_HELP)
-def report(lake: Path = LAKE,
-           output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                                 help="File to write ('-': standard output; default: report.html for html, standard output for json and md)."),
-           fmt: Optional[str] = typer.Option(None, "--format", "-f", help="html (self-contained, offline), json "
-                                             "(tracelake.report/2) or md (default: from the output's suffix, .json or .md, else html)."),
-           baseline: Optional[Path] = typer.Option(None, "--baseline", help="Lake of a baseline run: say which step-time "
-                                                   "components and kernels moved against it."),
-           window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
-           model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
-           heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-           tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER,
-           runs: Optional[List[str]] = ONLY_RUNS):
+def report(
+    lake: Path = LAKE,
+    output: Optional[Path] = typer.Option(
+        None,
+        "-o",
+        "--output",
+        help="File to write ('-': standard output; default: report.html for html, standard output for json and md).",
+    ),
+    fmt: Optional[str] = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="html (self-contained, offline), json "
+        "(tracelake.report/2) or md (default: from the output's suffix, .json or .md, else html).",
+    ),
+    baseline: Optional[Path] = typer.Option(
+        None,
+        "--baseline",
+        help="Lake of a baseline run: say which step-time components and kernels moved against it.",
+    ),
+    window: str = WINDOW,
+    kernel_wait_us: float = KWAIT,
+    peak_tflops: Optional[float] = PEAK,
+    model_flops_per_step: Optional[float] = MFLOPS,
+    params: Optional[float] = PARAMS,
+    layers: Optional[int] = LAYERS,
+    heads: Optional[int] = HEADS,
+    head_dim: Optional[int] = HEAD_DIM,
+    seq_len: Optional[int] = SEQ,
+    tokens_per_step: Optional[float] = TOKENS,
+    scheduler: Optional[str] = SCHEDULER,
+    runs: Optional[List[str]] = ONLY_RUNS,
+):
     """Write the report: verdict, ranked findings and charts (html), or the same verdict and findings as json or md."""
     fmt = _format(fmt, output)
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
     top_n = None if baseline is not None else 20
-    res, code = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=top_n, scheduler=scheduler,
-                          runs=runs)
+    res, code = _analysis(
+        lake,
+        window,
+        kernel_wait_us,
+        peak_tflops,
+        model_flops_per_step,
+        *shape,
+        top_n=top_n,
+        scheduler=scheduler,
+        runs=runs,
+    )
     base = None
     if baseline:
-        base, base_code = _analysis(baseline, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, top_n=None,
-                                    scheduler=scheduler)
+        base, base_code = _analysis(
+            baseline,
+            window,
+            kernel_wait_us,
+            peak_tflops,
+            model_flops_per_step,
+            *shape,
+            top_n=None,
+            scheduler=scheduler,
+        )
         code = max(code, base_code)
     text = _render(res, fmt, base)
     if output is None and fmt != "html" or str(output) == "-":
@@ -186,27 +332,67 @@ def report(lake: Path = LAKE,
 
 
 @app.command(epilog=EXIT_HELP)
-def run(paths: List[Path] = PATHS, output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Report file to write."),
-        fmt: Optional[str] = typer.Option(None, "--format", "-f", help="html, json or md (default: from the output's "
-                                          "suffix, .json or .md, else html)."),
-        lake: Path = typer.Option(Path(".tracelake"), "--lake", "-l", help="Lake directory (default .tracelake/)."),
-        run_id: Optional[str] = RUN, rank: Optional[int] = RANK, force: bool = FORCE, comm_pattern: List[str] = COMM,
-        step_range: Optional[str] = STEPS, window: str = WINDOW, kernel_wait_us: float = KWAIT, peak_tflops: Optional[float] = PEAK,
-        model_flops_per_step: Optional[float] = MFLOPS, params: Optional[float] = PARAMS, layers: Optional[int] = LAYERS,
-        heads: Optional[int] = HEADS, head_dim: Optional[int] = HEAD_DIM, seq_len: Optional[int] = SEQ,
-        tokens_per_step: Optional[float] = TOKENS, scheduler: Optional[str] = SCHEDULER, exclude: List[str] = EXCLUDE,
-        jobs: int = JOBS):
+def run(
+    paths: List[Path] = PATHS,
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Report file to write."),
+    fmt: Optional[str] = typer.Option(
+        None,
+        "--format",
+        "-f",
+        help="html, json or md (default: from the output's suffix, .json or .md, else html).",
+    ),
+    lake: Path = typer.Option(
+        Path(".tracelake"), "--lake", "-l", help="Lake directory (default .tracelake/)."
+    ),
+    run_id: Optional[str] = RUN,
+    rank: Optional[int] = RANK,
+    force: bool = FORCE,
+    comm_pattern: List[str] = COMM,
+    step_range: Optional[str] = STEPS,
+    window: str = WINDOW,
+    kernel_wait_us: float = KWAIT,
+    peak_tflops: Optional[float] = PEAK,
+    model_flops_per_step: Optional[float] = MFLOPS,
+    params: Optional[float] = PARAMS,
+    layers: Optional[int] = LAYERS,
+    heads: Optional[int] = HEADS,
+    head_dim: Optional[int] = HEAD_DIM,
+    seq_len: Optional[int] = SEQ,
+    tokens_per_step: Optional[float] = TOKENS,
+    scheduler: Optional[str] = SCHEDULER,
+    exclude: List[str] = EXCLUDE,
+    jobs: int = JOBS,
+):
     """Ingest, analyze and report in one go: the report covers the runs of the files given (ingested now or already in the lake)."""
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
     fmt = _format(fmt, output)
     runs: set = set()
-    code = _ingest(paths, lake, run_id, rank, force, comm_pattern, step_range, jobs=jobs, scheduler=scheduler, exclude=exclude,
-                   runs=runs)
+    code = _ingest(
+        paths,
+        lake,
+        run_id,
+        rank,
+        force,
+        comm_pattern,
+        step_range,
+        jobs=jobs,
+        scheduler=scheduler,
+        exclude=exclude,
+        runs=runs,
+    )
     if code == EXIT_FAILED or not runs:
         raise typer.Exit(EXIT_FAILED)
-    res, acode = _analysis(lake, window, kernel_wait_us, peak_tflops, model_flops_per_step, *shape, scheduler=scheduler,
-                           runs=sorted(runs))
+    res, acode = _analysis(
+        lake,
+        window,
+        kernel_wait_us,
+        peak_tflops,
+        model_flops_per_step,
+        *shape,
+        scheduler=scheduler,
+        runs=sorted(runs),
+    )
     code = max(code, acode)
     if str(output) == "-":
         sys.stdout.write(_render(res, fmt))

@@ -13,15 +13,17 @@ from rich.console import Console
 from .. import __version__
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 3, 4
-EXIT_HELP = ("Exit codes: 0 all good; 2 usage error; 3 some files (or, with --scheduler, some runs' analyses) failed, "
-             "the rest done; 4 total failure.")
+EXIT_HELP = (
+    "Exit codes: 0 all good; 2 usage error; 3 some files (or, with --scheduler, some runs' analyses) failed, "
+    "the rest done; 4 total failure."
+)
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True,
+    add_completion=False,
+    no_args_is_help=True,
     help="tracelake: is a distributed training run network-bound or compute-bound? "
-         "Ingest PyTorch profiler traces, Nsight Systems exports and NCCL logs into a Parquet lake, query it with DuckDB, "
-         "write an offline HTML report. "
-         + EXIT_HELP,
+    "Ingest PyTorch profiler traces, Nsight Systems exports and NCCL logs into a Parquet lake, query it with DuckDB, "
+    "write an offline HTML report. " + EXIT_HELP,
 )
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
@@ -34,7 +36,11 @@ def _version(v: bool):
 
 
 @app.callback()
-def main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")):
+def main(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
+):
     pass
 
 

@@ -7,15 +7,33 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app, err
 from .options import COMM, EXCLUDE, FORCE, JOBS, LAKE, PATHS, RANK, RUN, SCHEDULER, STEPS, _check_patterns
 
-def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None, force: bool, comm_pattern: list[str],
-            step_range: str | None = None, jobs: int = 0, scheduler: str | None = None, exclude: list[str] | None = None,
-            runs: set | None = None) -> int:
+
+def _ingest(
+    paths: list[Path],
+    lake_dir: Path,
+    run: str | None,
+    rank: int | None,
+    force: bool,
+    comm_pattern: list[str],
+    step_range: str | None = None,
+    jobs: int = 0,
+    scheduler: str | None = None,
+    exclude: list[str] | None = None,
+    runs: set | None = None,
+) -> int:
     """Ingest with the command's options; returns the exit code. runs: filled with the run ids
     of the files ingested or skipped as already in the lake."""
     from ..cluster import SchedulerError
@@ -40,16 +58,30 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
     left_out: list = []
     files = discover(paths, problems, exclude, left_out)
     if not files and not problems:
-        err.print(one_line("error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/, "
-                           "*.tar, *.tar.gz, *.zip; NCCL logs *.log, *.txt, *.out, *.err, *.jsonl) in "
-                           + ", ".join(str(p) for p in paths)
-                           + (f" ({len(left_out)} left out by --exclude)" if left_out else "")), markup=False)
+        err.print(
+            one_line(
+                "error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/, "
+                "*.tar, *.tar.gz, *.zip; NCCL logs *.log, *.txt, *.out, *.err, *.jsonl) in "
+                + ", ".join(str(p) for p in paths)
+                + (f" ({len(left_out)} left out by --exclude)" if left_out else "")
+            ),
+            markup=False,
+        )
         return EXIT_FAILED
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
     not_traces = []
-    with Progress(TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("files"), _RateColumn(),
-                  TextColumn("{task.fields[errors]} error(s)"), TimeElapsedColumn(), console=err, transient=True) as prog:
+    with Progress(
+        TextColumn("[bold]ingest"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("files"),
+        _RateColumn(),
+        TextColumn("{task.fields[errors]} error(s)"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    ) as prog:
         task = prog.add_task("ingest", total=None, mb=0.0, errors=0)
 
         def on_file(res):
@@ -59,7 +91,9 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
             t = prog.tasks[task]
             if t.total is not None and t.completed + 1 > t.total:  # a compressed tar's members
                 prog.update(task, total=t.completed + 1)
-            prog.update(task, advance=1, mb=t.fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"])
+            prog.update(
+                task, advance=1, mb=t.fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"]
+            )
             if res.status == "failed":
                 prog.console.print(one_line(f"failed {res.path}: {res.error}"), markup=False, style="red")
                 if (res.error or "").startswith("not a Kineto trace"):
@@ -69,23 +103,51 @@ def _ingest(paths: list[Path], lake_dir: Path, run: str | None, rank: int | None
                     prog.console.print(one_line(f"note {res.path}: {n}"), markup=False)
 
         try:
-            ingest_paths(paths, lake, run=run, rank=rank, force=force, comm_patterns=comm_pattern, on_file=on_file,
-                         step_regex=step_range, jobs=jobs, scheduler=scheduler, exclude=exclude,
-                         on_plan=lambda n: prog.update(task, total=n))
+            ingest_paths(
+                paths,
+                lake,
+                run=run,
+                rank=rank,
+                force=force,
+                comm_patterns=comm_pattern,
+                on_file=on_file,
+                step_regex=step_range,
+                jobs=jobs,
+                scheduler=scheduler,
+                exclude=exclude,
+                on_plan=lambda n: prog.update(task, total=n),
+            )
         except (LakeError, SchedulerError) as e:
             err.print(one_line(f"error: {e}"), markup=False)
             return EXIT_FAILED
         except OSError as e:
-            err.print(one_line(f"error: {lake_dir}: cannot write to the lake: {e.strerror or e}"), markup=False)
+            err.print(
+                one_line(f"error: {lake_dir}: cannot write to the lake: {e.strerror or e}"), markup=False
+            )
             return EXIT_FAILED
-    err.print(one_line(f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in the lake) -> {lake_dir}"),
-              markup=False)
+    err.print(
+        one_line(
+            f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in the lake) -> {lake_dir}"
+        ),
+        markup=False,
+    )
     if not_traces:
-        err.print(one_line(f"hint: {len(not_traces)} file(s) are not traces (e.g. {Path(not_traces[0]).name}); "
-                           "leave such files out with --exclude PATTERN"), markup=False)
+        err.print(
+            one_line(
+                f"hint: {len(not_traces)} file(s) are not traces (e.g. {Path(not_traces[0]).name}); "
+                "leave such files out with --exclude PATTERN"
+            ),
+            markup=False,
+        )
     if not sum(counts.values()):  # archives whose every member was left out or is not ours
-        err.print(one_line("error: nothing to ingest in " + ", ".join(str(p) for p in paths)
-                           + (": every archive member was left out by --exclude or is not a trace" if exclude else "")), markup=False)
+        err.print(
+            one_line(
+                "error: nothing to ingest in "
+                + ", ".join(str(p) for p in paths)
+                + (": every archive member was left out by --exclude or is not a trace" if exclude else "")
+            ),
+            markup=False,
+        )
         return EXIT_FAILED
     if counts["failed"] and counts["ok"] + counts["skipped"] == 0:
         return EXIT_FAILED
@@ -101,9 +163,20 @@ class _RateColumn(ProgressColumn):
 
 
 @app.command(epilog=EXIT_HELP)
-def ingest(paths: List[Path] = PATHS, lake: Path = LAKE, run: Optional[str] = RUN, rank: Optional[int] = RANK,
-           force: bool = FORCE, comm_pattern: List[str] = COMM, step_range: Optional[str] = STEPS, jobs: int = JOBS,
-           scheduler: Optional[str] = SCHEDULER, exclude: List[str] = EXCLUDE):
+def ingest(
+    paths: List[Path] = PATHS,
+    lake: Path = LAKE,
+    run: Optional[str] = RUN,
+    rank: Optional[int] = RANK,
+    force: bool = FORCE,
+    comm_pattern: List[str] = COMM,
+    step_range: Optional[str] = STEPS,
+    jobs: int = JOBS,
+    scheduler: Optional[str] = SCHEDULER,
+    exclude: List[str] = EXCLUDE,
+):
     """Ingest traces and archives of them (.tar, .tar.gz, .zip) into the lake: in parallel, skipping files
     already there, crash-safe (one bad file never stops the batch)."""
-    raise typer.Exit(_ingest(paths, lake, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude))
+    raise typer.Exit(
+        _ingest(paths, lake, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude)
+    )

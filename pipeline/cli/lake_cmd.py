@@ -13,13 +13,17 @@ from .analysis_cmd import _lake_read_error
 from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, app, err, out
 from .options import LAKE, WINDOW, _clip, _resolve_runs
 
+
 @app.command(epilog=EXIT_HELP)
-def forget(lake: Path = LAKE,
-           runs: Optional[List[str]] = typer.Option(None, "--run", help="Only sources of this run (repeatable)."),
-           source_ids: Optional[List[str]] = typer.Option(None, "--source", help="Only this source id (sources.source_id; "
-                                                          "repeatable)."),
-           failed: bool = typer.Option(False, "--failed", help="Only sources whose ingest failed."),
-           dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; change nothing.")):
+def forget(
+    lake: Path = LAKE,
+    runs: Optional[List[str]] = typer.Option(None, "--run", help="Only sources of this run (repeatable)."),
+    source_ids: Optional[List[str]] = typer.Option(
+        None, "--source", help="Only this source id (sources.source_id; repeatable)."
+    ),
+    failed: bool = typer.Option(False, "--failed", help="Only sources whose ingest failed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; change nothing."),
+):
     """Remove sources from the lake with all their rows: those matching every filter given (whole runs, single
     sources, failed ingests). Crash-safe; a removed file is ingested again by the next ingest."""
     import polars as pl
@@ -32,6 +36,7 @@ def forget(lake: Path = LAKE,
     if not lk.exists():
         err.print(f"error: {lake}: not a tracelake lake", markup=False)
         raise typer.Exit(EXIT_FAILED)
+
     def select():
         src = lk.sources()
         want_runs = _resolve_runs(runs, set(src["run_id"].drop_nulls().to_list())) if runs else []
@@ -59,15 +64,28 @@ def forget(lake: Path = LAKE,
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)
     for run_id, source_id, path, status in rows:
-        err.print(one_line(f"{'would remove' if dry_run else 'removed'} {run_id}/{source_id} {path} ({status})"), markup=False)
-    err.print(one_line(f"{'would remove' if dry_run else 'removed'} {len(rows)} source(s) from {lake}"), markup=False)
+        err.print(
+            one_line(f"{'would remove' if dry_run else 'removed'} {run_id}/{source_id} {path} ({status})"),
+            markup=False,
+        )
+    err.print(
+        one_line(f"{'would remove' if dry_run else 'removed'} {len(rows)} source(s) from {lake}"),
+        markup=False,
+    )
     raise typer.Exit(EXIT_OK)
 
 
-@app.command(epilog=EXIT_HELP + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
-             "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, collective_catalog.")
-def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it from a file."), lake: Path = LAKE,
-        fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."), window: str = WINDOW):
+@app.command(
+    epilog=EXIT_HELP
+    + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
+    "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, collective_catalog."
+)
+def sql(
+    query: str = typer.Argument(..., help="SQL text, or @FILE to read it from a file."),
+    lake: Path = LAKE,
+    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    window: str = WINDOW,
+):
     """Run ad-hoc DuckDB SQL over the lake (one view per schema table)."""
     import duckdb
 
@@ -106,14 +124,26 @@ def sql(query: str = typer.Argument(..., help="SQL text, or @FILE to read it fro
         raise typer.Exit(EXIT_FAILED)
     if fmt == "csv":  # CSV has no nested values: lists, structs and maps are written as JSON text
         nested = [c for c, t in df.schema.items() if t.is_nested()]
-        df = df.with_columns(pl.Series(c, [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()], dtype=pl.String)
-                             for c in nested)
+        df = df.with_columns(
+            pl.Series(
+                c,
+                [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
+                dtype=pl.String,
+            )
+            for c in nested
+        )
         sys.stdout.write(df.write_csv())
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")
     else:
         import polars as pl
 
-        with pl.Config(tbl_rows=200, tbl_cols=50, fmt_str_lengths=80, tbl_width_chars=240,
-                       tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        with pl.Config(
+            tbl_rows=200,
+            tbl_cols=50,
+            fmt_str_lengths=80,
+            tbl_width_chars=240,
+            tbl_hide_dataframe_shape=True,
+            tbl_hide_column_data_types=True,
+        ):
             out.print(str(df), markup=False)

@@ -9,33 +9,80 @@ import typer
 
 from .app import _clip
 
-PATHS = typer.Argument(..., help="Traces, exports and logs (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
-                       ".nsys-rep/.qdrep; NCCL logs; .tar, .tar.gz and .zip archives of them) or directories, searched recursively.")
+PATHS = typer.Argument(
+    ...,
+    help="Traces, exports and logs (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
+    ".nsys-rep/.qdrep; NCCL logs; .tar, .tar.gz and .zip archives of them) or directories, searched recursively.",
+)
 LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
-RUN = typer.Option(None, "--run", help="Run id for all files (default: the path of the file's directory below the directory given, else its directory's name; README, Runs).")
-ONLY_RUNS = typer.Option(None, "--run", help="Analyse only this run of the lake (repeat for several; default: every run).")
-RANK = typer.Option(None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win).")
+RUN = typer.Option(
+    None,
+    "--run",
+    help="Run id for all files (default: the path of the file's directory below the directory given, else its directory's name; README, Runs).",
+)
+ONLY_RUNS = typer.Option(
+    None, "--run", help="Analyse only this run of the lake (repeat for several; default: every run)."
+)
+RANK = typer.Option(
+    None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win)."
+)
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
 JOBS = typer.Option(0, "--jobs", "-j", help="Worker processes for ingest (0: one per core; 1: no pool).")
-SCHEDULER = typer.Option(None, "--scheduler", help="Address of an existing Dask scheduler (tcp://host:8786) to work on: "
-                         "ingest parses the files there, analysis runs one task per run (same output as without); "
-                         "the lake and the traces must be on a file system its workers share.")
-STEPS = typer.Option(None, "--step-range", help="Regex of NVTX range names that mark steps in Nsight Systems exports "
-                     "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.")
-EXCLUDE = typer.Option([], "--exclude", "-x", help="Glob of files, directories or archive members to leave out, matched "
-                       "against the name and path below the directory given of it and of its directories (e.g. 'config.json', 'checkpoints'). "
-                       "Repeatable.")
-COMM = typer.Option([], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.")
-WINDOW = typer.Option("all", "--window", help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).")
-KWAIT = typer.Option(30.0, "--kernel-wait-us", min=0.0, help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).")
-PEAK = typer.Option(None, "--peak-tflops", help="Device peak for MFU (TFLOP/s), instead of the catalog's (pipeline/catalog/devices.toml).")
-MFLOPS = typer.Option(None, "--model-flops-per-step", help="Model FLOPs per step and rank, instead of those derived from op shapes.")
+SCHEDULER = typer.Option(
+    None,
+    "--scheduler",
+    help="Address of an existing Dask scheduler (tcp://host:8786) to work on: "
+    "ingest parses the files there, analysis runs one task per run (same output as without); "
+    "the lake and the traces must be on a file system its workers share.",
+)
+STEPS = typer.Option(
+    None,
+    "--step-range",
+    help="Regex of NVTX range names that mark steps in Nsight Systems exports "
+    "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.",
+)
+EXCLUDE = typer.Option(
+    [],
+    "--exclude",
+    "-x",
+    help="Glob of files, directories or archive members to leave out, matched "
+    "against the name and path below the directory given of it and of its directories (e.g. 'config.json', 'checkpoints'). "
+    "Repeatable.",
+)
+COMM = typer.Option(
+    [], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable."
+)
+WINDOW = typer.Option(
+    "all",
+    "--window",
+    help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).",
+)
+KWAIT = typer.Option(
+    30.0,
+    "--kernel-wait-us",
+    min=0.0,
+    help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).",
+)
+PEAK = typer.Option(
+    None,
+    "--peak-tflops",
+    help="Device peak for MFU (TFLOP/s), instead of the catalog's (pipeline/catalog/devices.toml).",
+)
+MFLOPS = typer.Option(
+    None,
+    "--model-flops-per-step",
+    help="Model FLOPs per step and rank, instead of those derived from op shapes.",
+)
 PARAMS = typer.Option(None, "--params", help="PaLM MFU: parameters in matmuls (N).")
 LAYERS = typer.Option(None, "--layers", help="PaLM MFU: layers (L).")
 HEADS = typer.Option(None, "--heads", help="PaLM MFU: attention heads (H).")
 HEAD_DIM = typer.Option(None, "--head-dim", help="PaLM MFU: head dimension (Q).")
 SEQ = typer.Option(None, "--seq-len", help="PaLM MFU: sequence length (T).")
-TOKENS = typer.Option(None, "--tokens-per-step", help="Tokens this rank processes per step: tokens/s, and with the PaLM shape options MFU.")
+TOKENS = typer.Option(
+    None,
+    "--tokens-per-step",
+    help="Tokens this rank processes per step: tokens/s, and with the PaLM shape options MFU.",
+)
 
 
 def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step):
@@ -48,7 +95,9 @@ def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len,
         try:
             return palm_flops_per_step(*shape)
         except (TypeError, ValueError) as e:
-            raise typer.BadParameter(f"PaLM MFU needs --params --layers --heads --head-dim --seq-len --tokens-per-step: {e}")
+            raise typer.BadParameter(
+                f"PaLM MFU needs --params --layers --heads --head-dim --seq-len --tokens-per-step: {e}"
+            )
     return model_flops_per_step
 
 
@@ -80,7 +129,13 @@ def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
     out = [resolve(r) for r in runs]
     missing = [r for r in out if r not in known]
     if missing:
-        raise typer.BadParameter(one_line(_clip(f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})")))
+        raise typer.BadParameter(
+            one_line(
+                _clip(
+                    f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})"
+                )
+            )
+        )
     return out
 
 
@@ -89,7 +144,11 @@ def _format(fmt: str | None, output: Path | None) -> str:
     Raises BadParameter (exit 2) for another format, or an output that is a directory or lies in
     a directory that does not exist (checked before any work; '-' is standard output)."""
     if fmt is None:
-        fmt = {".json": "json", ".md": "md"}.get(output.suffix.lower(), "html") if output is not None else "html"
+        fmt = (
+            {".json": "json", ".md": "md"}.get(output.suffix.lower(), "html")
+            if output is not None
+            else "html"
+        )
     fmt = fmt.lower()
     if fmt not in FORMATS:
         raise typer.BadParameter("--format must be html, json or md")

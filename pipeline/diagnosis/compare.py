@@ -21,20 +21,38 @@ MOVED_PCT = 1.0
 TOP_KERNELS = 15
 
 STEP_PARTS = [
-    ("step_ns", "step time"), ("compute_ns", "compute"), ("exposed_comm_ns", "exposed communication"),
-    ("exposed_memory_ns", "exposed memory copies"), ("exposed_unknown_ns", "exposed unknown GPU work"),
-    ("idle_ns", "GPU idle"), ("idle_input_ns", "idle: data loading"), ("idle_host_wait_ns", "idle: host launched late"),
-    ("idle_kernel_wait_ns", "idle: launch gaps"), ("idle_other_ns", "idle: other waits"),
+    ("step_ns", "step time"),
+    ("compute_ns", "compute"),
+    ("exposed_comm_ns", "exposed communication"),
+    ("exposed_memory_ns", "exposed memory copies"),
+    ("exposed_unknown_ns", "exposed unknown GPU work"),
+    ("idle_ns", "GPU idle"),
+    ("idle_input_ns", "idle: data loading"),
+    ("idle_host_wait_ns", "idle: host launched late"),
+    ("idle_kernel_wait_ns", "idle: launch gaps"),
+    ("idle_other_ns", "idle: other waits"),
     ("idle_unreliable_ns", "idle: before graph replays"),
 ]
 # the parts that sum to the step (or span) time; the idle_* causes split idle
-TOP_LEVEL = {"compute_ns", "exposed_comm_ns", "exposed_memory_ns", "exposed_memcpy_ns", "exposed_unknown_ns", "idle_ns",
-             "gpu_idle_ns"}
+TOP_LEVEL = {
+    "compute_ns",
+    "exposed_comm_ns",
+    "exposed_memory_ns",
+    "exposed_memcpy_ns",
+    "exposed_unknown_ns",
+    "idle_ns",
+    "gpu_idle_ns",
+}
 TRACE_PARTS = [
-    ("span_ns", "GPU span"), ("compute_ns", "compute"), ("exposed_comm_ns", "exposed communication"),
-    ("exposed_memcpy_ns", "exposed memory copies"), ("gpu_idle_ns", "GPU idle"),
-    ("idle_host_wait_ns", "idle: host launched late"), ("idle_kernel_wait_ns", "idle: launch gaps"),
-    ("idle_other_ns", "idle: other waits"), ("idle_unreliable_ns", "idle: before graph replays"),
+    ("span_ns", "GPU span"),
+    ("compute_ns", "compute"),
+    ("exposed_comm_ns", "exposed communication"),
+    ("exposed_memcpy_ns", "exposed memory copies"),
+    ("gpu_idle_ns", "GPU idle"),
+    ("idle_host_wait_ns", "idle: host launched late"),
+    ("idle_kernel_wait_ns", "idle: launch gaps"),
+    ("idle_other_ns", "idle: other waits"),
+    ("idle_unreliable_ns", "idle: before graph replays"),
 ]
 
 
@@ -79,8 +97,15 @@ def compare_run(current: dict, run_id: str, baseline: dict, base_run_id: str) ->
     baseline_ns, current_ns, delta_ns, delta_pct (of the baseline component; None when it is 0),
     moved}], kernels [{name, category, baseline_ns, current_ns, delta_ns}] (the TOP_KERNELS largest
     changes), summary (one sentence), reason (why not comparable, when basis is None)}."""
-    out = {"baseline_run_id": base_run_id, "basis": None, "per": None, "components": [], "kernels": [], "summary": "",
-           "reason": None}
+    out = {
+        "baseline_run_id": base_run_id,
+        "basis": None,
+        "per": None,
+        "components": [],
+        "kernels": [],
+        "summary": "",
+        "reason": None,
+    }
     vc, vb = _verdict(current, run_id), _verdict(baseline, base_run_id)
     if not vc or not vb or vc["basis"] is None or vb["basis"] is None:
         out["reason"] = "one of the runs has no GPU work to compare"
@@ -102,23 +127,46 @@ def compare_run(current: dict, run_id: str, baseline: dict, base_run_id: str) ->
     for key, label in parts:
         b, c = mean(rb, key), mean(rc, key)
         d = c - b
-        comps.append({"key": key, "label": label, "baseline_ns": b, "current_ns": c, "delta_ns": d,
-                      "delta_pct": 100 * d / b if b else None,
-                      "moved": total_b > 0 and abs(d) >= MOVED_PCT / 100 * total_b})
+        comps.append(
+            {
+                "key": key,
+                "label": label,
+                "baseline_ns": b,
+                "current_ns": c,
+                "delta_ns": d,
+                "delta_pct": 100 * d / b if b else None,
+                "moved": total_b > 0 and abs(d) >= MOVED_PCT / 100 * total_b,
+            }
+        )
     kb, kc = _kernels(baseline, base_run_id, basis), _kernels(current, run_id, basis)
-    ks = [{"name": k[0], "category": k[1], "baseline_ns": kb.get(k, 0.0), "current_ns": kc.get(k, 0.0),
-           "delta_ns": kc.get(k, 0.0) - kb.get(k, 0.0)} for k in set(kb) | set(kc)]
+    ks = [
+        {
+            "name": k[0],
+            "category": k[1],
+            "baseline_ns": kb.get(k, 0.0),
+            "current_ns": kc.get(k, 0.0),
+            "delta_ns": kc.get(k, 0.0) - kb.get(k, 0.0),
+        }
+        for k in set(kb) | set(kc)
+    ]
     ks.sort(key=lambda x: (-abs(x["delta_ns"]), x["name"]))
     per = "per step and rank" if basis == "steps" else "per rank over the trace"
     head = comps[0]
-    moved = sorted((x for x in comps[1:] if x["moved"] and x["key"] in TOP_LEVEL), key=lambda x: -abs(x["delta_ns"]))
+    moved = sorted(
+        (x for x in comps[1:] if x["moved"] and x["key"] in TOP_LEVEL), key=lambda x: -abs(x["delta_ns"])
+    )
     sign = "+" if head["delta_ns"] >= 0 else "−"
-    summary = (f"{head['label']} {head['baseline_ns'] / 1e6:,.3f} → {head['current_ns'] / 1e6:,.3f} ms {per} "
-               f"({sign}{abs(head['delta_ns']) / 1e6:,.3f} ms"
-               + (f", {head['delta_pct']:+.1f}%" if head["delta_pct"] is not None else "") + ")")
+    summary = (
+        f"{head['label']} {head['baseline_ns'] / 1e6:,.3f} → {head['current_ns'] / 1e6:,.3f} ms {per} "
+        f"({sign}{abs(head['delta_ns']) / 1e6:,.3f} ms"
+        + (f", {head['delta_pct']:+.1f}%" if head["delta_pct"] is not None else "")
+        + ")"
+    )
     if moved:
-        summary += "; moved: " + ", ".join(f"{x['label']} {'+' if x['delta_ns'] >= 0 else '−'}{abs(x['delta_ns']) / 1e6:,.3f} ms"
-                                           for x in moved)
+        summary += "; moved: " + ", ".join(
+            f"{x['label']} {'+' if x['delta_ns'] >= 0 else '−'}{abs(x['delta_ns']) / 1e6:,.3f} ms"
+            for x in moved
+        )
     else:
         summary += f"; no component moved by {MOVED_PCT:g}% of the baseline {head['label']} or more"
     out.update(basis=basis, per=per, components=comps, kernels=ks[:TOP_KERNELS], summary=summary)

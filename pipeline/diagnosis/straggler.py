@@ -69,8 +69,18 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
         if r is not None:
             caused[r] = caused.get(r, 0) + w - waits.get(r, 0)
             times[r] = times.get(r, 0) + 1
-    out = {"rank": None, "times_last": 0, "calls": len(sel), "caused_wait_ns": 0, "total_wait_ns": int(total),
-           "share_pct": None, "lateness_ns": None, "cause": "imbalance", "cause_ns": None, "cause_text": None}
+    out = {
+        "rank": None,
+        "times_last": 0,
+        "calls": len(sel),
+        "caused_wait_ns": 0,
+        "total_wait_ns": int(total),
+        "share_pct": None,
+        "lateness_ns": None,
+        "cause": "imbalance",
+        "cause_ns": None,
+        "cause_text": None,
+    }
     if not caused or total <= 0:
         out["cause_text"] = "no rank arrives last on its own (ties or no wait)"
         return out
@@ -78,8 +88,10 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
     share = caused[top] / total
     out.update(share_pct=100 * share)
     if share < NAMED_SHARE:
-        out["cause_text"] = (f"no single straggler: the rank causing the most wait, rank {top}, causes "
-                             f"{100 * share:.0f}% of it; ranks arrive last in turn (load imbalance across ranks)")
+        out["cause_text"] = (
+            f"no single straggler: the rank causing the most wait, rank {top}, causes "
+            f"{100 * share:.0f}% of it; ranks arrive last in turn (load imbalance across ranks)"
+        )
         return out
     out.update(rank=top, times_last=times[top], caused_wait_ns=int(caused[top]), cause="unknown")
     # its lateness per step: the median wait of the other ranks at each call it was last in
@@ -111,7 +123,9 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
             d = me["step_start_ns"] - statistics.median(p["step_start_ns"] for p in peers)
             excess["entered_step_late"] += min(max(d, 0), L)
         for cause, fields in CAUSE_FIELDS.items():
-            d = sum(me.get(f) or 0 for f in fields) - statistics.median(sum(p.get(f) or 0 for f in fields) for p in peers)
+            d = sum(me.get(f) or 0 for f in fields) - statistics.median(
+                sum(p.get(f) or 0 for f in fields) for p in peers
+            )
             excess[cause] += min(max(d, 0), L)
     cause = max(excess, key=lambda k: excess[k])
     if excess[cause] >= CAUSE_SHARE * lateness:
@@ -124,12 +138,12 @@ def _cause_text(cause: str, ns: float, lateness: float) -> str:
     of = f"{_ms(ns)} of its {_ms(lateness)} lateness"
     return {
         "entered_step_late": f"it began the step later than the others ({of}): the delay lies before the step's first "
-                             "kernel (work before the profiled step, or clock skew between hosts), not inside the step",
+        "kernel (work before the profiled step, or clock skew between hosts), not inside the step",
         "longer_compute": f"its compute took longer than the other ranks' ({of}): load imbalance (a larger shard, uneven "
-                          "sequence lengths, expert routing)",
+        "sequence lengths, expert routing)",
         "data_loading": f"its GPU idled longer in data loading than the others' ({of})",
         "host": f"its GPU idled longer waiting for its host to launch work ({of}): CPU contention, Python overhead, "
-                "garbage collection on that rank",
+        "garbage collection on that rank",
         "unknown": f"nothing in its trace explains its {_ms(lateness)} lateness (compare its host and GPU: clocks, "
-                   "thermals; or host clock skew)",
+        "thermals; or host clock skew)",
     }[cause]

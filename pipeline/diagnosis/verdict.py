@@ -76,8 +76,16 @@ UNKNOWN_PCT = 50.0
 THIN_NS = 1_000_000
 OUTLIER_FACTOR = 3.0
 
-VERDICTS = ("network-bound", "straggler-bound", "compute-bound", "copy-bound", "host-bound", "input-bound", "balanced",
-            "unknown")
+VERDICTS = (
+    "network-bound",
+    "straggler-bound",
+    "compute-bound",
+    "copy-bound",
+    "host-bound",
+    "input-bound",
+    "balanced",
+    "unknown",
+)
 CONFIDENCE = ("high", "moderate", "low")
 
 # cause -> (verdict, number key, moderate bar, high bar)
@@ -139,8 +147,15 @@ def steady_steps(step_time: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], int
     if "complete" in rows.columns:
         inc = rows.filter(pl.col("complete") == False)  # noqa: E712 (null = unknown, kept)
         if 0 < inc.height < rows.height:
-            excluded += [{"step": int(r["step"]), "rank": int(r["rank"]), "step_ns": int(r["step_ns"]), "why": "incomplete"}
-                         for r in inc.sort("rank", "step").iter_rows(named=True)]
+            excluded += [
+                {
+                    "step": int(r["step"]),
+                    "rank": int(r["rank"]),
+                    "step_ns": int(r["step_ns"]),
+                    "why": "incomplete",
+                }
+                for r in inc.sort("rank", "step").iter_rows(named=True)
+            ]
             rows = rows.filter(pl.col("complete").is_null() | pl.col("complete"))
     median = int(statistics.median(rows["step_ns"].to_list()))
     bad = rows.filter(pl.col("step_ns") > OUTLIER_FACTOR * median)
@@ -148,8 +163,15 @@ def steady_steps(step_time: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], int
         kept = rows.filter(~pl.col("step").is_in(bad["step"].unique().to_list()))
         if kept.height:
             worst = bad.sort("step_ns", descending=True).unique("step", keep="first").sort("step")
-            excluded += [{"step": int(r["step"]), "rank": int(r["rank"]), "step_ns": int(r["step_ns"]), "why": "outlier"}
-                         for r in worst.iter_rows(named=True)]
+            excluded += [
+                {
+                    "step": int(r["step"]),
+                    "rank": int(r["rank"]),
+                    "step_ns": int(r["step_ns"]),
+                    "why": "outlier",
+                }
+                for r in worst.iter_rows(named=True)
+            ]
             rows = kept
     return rows, excluded, median
 
@@ -188,11 +210,21 @@ def _numbers(total: float, sums: dict[str, float | None], comm: float, overlap: 
 def network_key(numbers: dict) -> str:
     """The share the network cause reads: exposed transfer, or all exposed communication when the
     split is unknown (no collective matched consistently on two or more ranks)."""
-    return "exposed_comm_transfer_pct" if numbers.get("exposed_comm_transfer_pct") is not None else "exposed_comm_pct"
+    return (
+        "exposed_comm_transfer_pct"
+        if numbers.get("exposed_comm_transfer_pct") is not None
+        else "exposed_comm_pct"
+    )
 
 
-def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | None = None,
-                    straggler_of=None, caveats: list[dict] | None = None, split_known: bool = True) -> dict:
+def verdict_for_run(
+    run_id: str,
+    ranks: pl.DataFrame,
+    step_time: pl.DataFrame | None = None,
+    straggler_of=None,
+    caveats: list[dict] | None = None,
+    split_known: bool = True,
+) -> dict:
     """The verdict for one run.
 
     ranks: the run's `ranks` rows of the analysis (pipeline.analyze: span_ns, compute_ns,
@@ -212,30 +244,69 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     ([{step, rank, step_ns, why}]), median_step_ns (int | None)}. Never raises on empty input:
     abstains with "unknown".
     """
-    out = {"run_id": run_id, "verdict": "unknown", "confidence": None, "basis": None, "numbers": {}, "headline": [],
-           "also": [], "straggler": None, "caveats": list(caveats or []),
-           "ranks": 0, "steps_used": 0, "analysed_ns": 0, "excluded_steps": [], "median_step_ns": None}
+    out = {
+        "run_id": run_id,
+        "verdict": "unknown",
+        "confidence": None,
+        "basis": None,
+        "numbers": {},
+        "headline": [],
+        "also": [],
+        "straggler": None,
+        "caveats": list(caveats or []),
+        "ranks": 0,
+        "steps_used": 0,
+        "analysed_ns": 0,
+        "excluded_steps": [],
+        "median_step_ns": None,
+    }
     analysed_steps = None
     if step_time is not None and step_time.height and step_time["step_ns"].sum() > 0:
         kept, excluded, median = steady_steps(step_time)
         total = float(kept["step_ns"].sum())
-        s = {k: float(kept[c].sum()) for k, c in (
-            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_wait", "exposed_comm_wait_ns"),
-            ("exposed_transfer", "exposed_comm_transfer_ns"), ("exposed_memory", "exposed_memory_ns"),
-            ("unknown", "exposed_unknown_ns"), ("idle", "idle_ns"), ("input", "idle_input_ns"),
-            ("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns"), ("other", "idle_other_ns"))}
+        s = {
+            k: float(kept[c].sum())
+            for k, c in (
+                ("compute", "compute_ns"),
+                ("exposed_comm", "exposed_comm_ns"),
+                ("exposed_wait", "exposed_comm_wait_ns"),
+                ("exposed_transfer", "exposed_comm_transfer_ns"),
+                ("exposed_memory", "exposed_memory_ns"),
+                ("unknown", "exposed_unknown_ns"),
+                ("idle", "idle_ns"),
+                ("input", "idle_input_ns"),
+                ("host_wait", "idle_host_wait_ns"),
+                ("kernel_wait", "idle_kernel_wait_ns"),
+                ("other", "idle_other_ns"),
+            )
+        }
         n_ranks = kept["rank"].n_unique()
         analysed_steps = set(kept["step"].to_list())
-        out.update(basis="steps", ranks=n_ranks, steps_used=len(analysed_steps), analysed_ns=int(total),
-                   excluded_steps=excluded, median_step_ns=median)
+        out.update(
+            basis="steps",
+            ranks=n_ranks,
+            steps_used=len(analysed_steps),
+            analysed_ns=int(total),
+            excluded_steps=excluded,
+            median_step_ns=median,
+        )
         numbers = _numbers(total, s, float(kept["comm_ns"].sum()), float(kept["overlap_ns"].sum()))
     elif ranks.height and ranks["span_ns"].sum() > 0:
         total = float(ranks["span_ns"].sum())
-        s = {k: float(ranks[c].sum()) for k, c in (
-            ("compute", "compute_ns"), ("exposed_comm", "exposed_comm_ns"), ("exposed_wait", "exposed_comm_wait_ns"),
-            ("exposed_transfer", "exposed_comm_transfer_ns"), ("exposed_memory", "exposed_memcpy_ns"),
-            ("idle", "gpu_idle_ns"), ("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns"),
-            ("other", "idle_other_ns"))}
+        s = {
+            k: float(ranks[c].sum())
+            for k, c in (
+                ("compute", "compute_ns"),
+                ("exposed_comm", "exposed_comm_ns"),
+                ("exposed_wait", "exposed_comm_wait_ns"),
+                ("exposed_transfer", "exposed_comm_transfer_ns"),
+                ("exposed_memory", "exposed_memcpy_ns"),
+                ("idle", "gpu_idle_ns"),
+                ("host_wait", "idle_host_wait_ns"),
+                ("kernel_wait", "idle_kernel_wait_ns"),
+                ("other", "idle_other_ns"),
+            )
+        }
         s["unknown"] = total - s["compute"] - s["exposed_comm"] - s["exposed_memory"] - s["idle"]
         s["input"] = None
         n_ranks = ranks.height
@@ -282,19 +353,31 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     for _ in lowered:
         if conf in ("high", "moderate"):
             conf = CONFIDENCE[CONFIDENCE.index(conf) + 1]
-    headline = HEADLINE[v] if split_known or v != "network-bound" else ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"]
+    headline = (
+        HEADLINE[v]
+        if split_known or v != "network-bound"
+        else ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"]
+    )
     out.update(verdict=v, confidence=conf, headline=headline, reason=_reason(v, numbers, out))
     if out["also"]:
         out["reason"] += "; also above the high bar: " + ", ".join(
             f"{LABELS[a['key']]} {_f(a['pct'])}"
-            + (f" (not the network: transfer is {_f(numbers['exposed_comm_transfer_pct'])}; {_who(out['straggler'])})"
-               if a["verdict"] == "straggler-bound" else "")
-            for a in out["also"])
+            + (
+                f" (not the network: transfer is {_f(numbers['exposed_comm_transfer_pct'])}; {_who(out['straggler'])})"
+                if a["verdict"] == "straggler-bound"
+                else ""
+            )
+            for a in out["also"]
+        )
     if v == "network-bound" and (numbers["exposed_comm_wait_pct"] or 0) >= MODERATE_PCT:
-        out["reason"] += f"; a further {_f(numbers['exposed_comm_wait_pct'])} is waiting for late peers, not transfer"
+        out["reason"] += (
+            f"; a further {_f(numbers['exposed_comm_wait_pct'])} is waiting for late peers, not transfer"
+        )
     if capped:
-        out["reason"] += (f"; confidence at most moderate: the GPU also idled {_f(other)} with work already queued "
-                          "(waiting on events, synchronizations or other streams), which no cause explains")
+        out["reason"] += (
+            f"; confidence at most moderate: the GPU also idled {_f(other)} with work already queued "
+            "(waiting on events, synchronizations or other streams), which no cause explains"
+        )
     if conf == "low" and per_rank_ns < THIN_NS:
         out["reason"] += f"; low confidence: only {per_rank_ns / 1e6:.3f} ms of GPU time per rank"
     if lowered:
@@ -302,8 +385,13 @@ def verdict_for_run(run_id: str, ranks: pl.DataFrame, step_time: pl.DataFrame | 
     return out
 
 
-def caveats_for_run(run: dict, partial_paths: list[str], mfu_why: str | None, calls: list[dict] | None = None,
-                    has_steps: bool = True) -> list[dict]:
+def caveats_for_run(
+    run: dict,
+    partial_paths: list[str],
+    mfu_why: str | None,
+    calls: list[dict] | None = None,
+    has_steps: bool = True,
+) -> list[dict]:
     """What limits a run's verdict, shown beside it (docs/report.md, Caveats).
 
     run: the analysis's `runs` entry (ranks, world_size); partial_paths: its sources with status
@@ -318,31 +406,55 @@ def caveats_for_run(run: dict, partial_paths: list[str], mfu_why: str | None, ca
     if world and len(ranks) < world:
         missing = sorted(set(range(world)) - set(ranks))
         shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        out.append({"kind": "missing_ranks", "lowers": "all",
-                    "text": f"{len(ranks)} of {world} ranks ingested (a sample of the job; missing: {shown}): "
-                            "a collective waiting for a rank that was not ingested counts as transfer, and that "
-                            "rank's own behaviour is not seen"})
+        out.append(
+            {
+                "kind": "missing_ranks",
+                "lowers": "all",
+                "text": f"{len(ranks)} of {world} ranks ingested (a sample of the job; missing: {shown}): "
+                "a collective waiting for a rank that was not ingested counts as transfer, and that "
+                "rank's own behaviour is not seen",
+            }
+        )
     if partial_paths:
-        out.append({"kind": "truncated_input", "lowers": "all",
-                    "text": f"{len(partial_paths)} input(s) truncated ({', '.join(partial_paths[:3])}"
-                            f"{' ...' if len(partial_paths) > 3 else ''}): events after the cut are missing, from any "
-                            "step (Kineto does not write in time order), so those steps are left out when others remain"})
+        out.append(
+            {
+                "kind": "truncated_input",
+                "lowers": "all",
+                "text": f"{len(partial_paths)} input(s) truncated ({', '.join(partial_paths[:3])}"
+                f"{' ...' if len(partial_paths) > 3 else ''}): events after the cut are missing, from any "
+                "step (Kineto does not write in time order), so those steps are left out when others remain",
+            }
+        )
     if not has_steps:
-        out.append({"kind": "no_steps", "lowers": "all",
-                    "text": "no steps in the trace: the verdict is on the whole trace, start-up and idle time between "
-                            "steps included (Nsight Systems exports: give --step-range)"})
+        out.append(
+            {
+                "kind": "no_steps",
+                "lowers": "all",
+                "text": "no steps in the trace: the verdict is on the whole trace, start-up and idle time between "
+                "steps included (Nsight Systems exports: give --step-range)",
+            }
+        )
     multi = [c for c in (calls or []) if (c.get("ranks_seen") or 0) >= 2]
     bad = [c for c in multi if not c.get("consistent")]
     if bad:
-        out.append({"kind": "inconsistent_collectives",
-                    "lowers": ["network-bound", "straggler-bound"] if len(bad) >= 0.1 * len(multi) else [],
-                    "text": f"{len(bad)} of {len(multi)} collective calls seen on several ranks do not line up (their "
-                            "kernels do not overlap in time, or the ranks disagree on op or size: sampled traces, "
-                            "different calls matched by order, or host clocks far apart): no wait or straggler is "
-                            "derived from them, and their time counts as transfer"})
+        out.append(
+            {
+                "kind": "inconsistent_collectives",
+                "lowers": ["network-bound", "straggler-bound"] if len(bad) >= 0.1 * len(multi) else [],
+                "text": f"{len(bad)} of {len(multi)} collective calls seen on several ranks do not line up (their "
+                "kernels do not overlap in time, or the ranks disagree on op or size: sampled traces, "
+                "different calls matched by order, or host clocks far apart): no wait or straggler is "
+                "derived from them, and their time counts as transfer",
+            }
+        )
     if mfu_why:
-        out.append({"kind": "mfu_unavailable", "lowers": ["compute-bound", "balanced"],
-                    "text": f"MFU not available: {mfu_why}"})
+        out.append(
+            {
+                "kind": "mfu_unavailable",
+                "lowers": ["compute-bound", "balanced"],
+                "text": f"MFU not available: {mfu_why}",
+            }
+        )
     return out
 
 
@@ -353,8 +465,11 @@ def lowers_confidence(caveat: dict, verdict: str) -> bool:
 
 
 # the caveat of a verdict that rests on one analysed step (verdict_for_run adds it)
-SINGLE_STEP_CAVEAT = {"kind": "single_step", "lowers": "all",
-                      "text": "one step analysed: step-to-step variation (and whether this step is typical) is unknown"}
+SINGLE_STEP_CAVEAT = {
+    "kind": "single_step",
+    "lowers": "all",
+    "text": "one step analysed: step-to-step variation (and whether this step is typical) is unknown",
+}
 
 
 def _f(x) -> str:
@@ -366,31 +481,40 @@ def _who(st: dict | None) -> str:
     if not st:
         return "no matched collectives to name the late rank"
     if st.get("rank") is not None:
-        return (f"rank {st['rank']} arrived last in {st['times_last']} of {st['calls']} matched collectives"
-                + (f"; {st['cause_text']}" if st.get("cause_text") else ""))
+        return (
+            f"rank {st['rank']} arrived last in {st['times_last']} of {st['calls']} matched collectives"
+            + (f"; {st['cause_text']}" if st.get("cause_text") else "")
+        )
     return st.get("cause_text") or "no single rank is last (load imbalance)"
 
 
 def _reason(v: str, n: dict, out: dict) -> str:
     of = "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
-    split = (f"host launched late {_f(n['host_wait_pct'])}, launch gaps {_f(n['kernel_wait_pct'])}; not counted: "
-             f"idle with the next work already queued {_f(n['idle_other_pct'])}")
+    split = (
+        f"host launched late {_f(n['host_wait_pct'])}, launch gaps {_f(n['kernel_wait_pct'])}; not counted: "
+        f"idle with the next work already queued {_f(n['idle_other_pct'])}"
+    )
     who = _who(out.get("straggler"))
     return {
-        "network-bound": (f"{_f(n['exposed_comm_transfer_pct'])} {of} is collectives transferring data not hidden under compute"
-                          if n["exposed_comm_transfer_pct"] is not None else
-                          f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute (whether it is "
-                          "transfer or waiting for peers is unknown: no collective was matched consistently on two or "
-                          "more ranks)")
-                         + (f" (only {_f(n['comm_comp_overlap_pct'])} of communication overlaps compute)"
-                            if n["comm_comp_overlap_pct"] is not None else ""),
+        "network-bound": (
+            f"{_f(n['exposed_comm_transfer_pct'])} {of} is collectives transferring data not hidden under compute"
+            if n["exposed_comm_transfer_pct"] is not None
+            else f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute (whether it is "
+            "transfer or waiting for peers is unknown: no collective was matched consistently on two or "
+            "more ranks)"
+        )
+        + (
+            f" (only {_f(n['comm_comp_overlap_pct'])} of communication overlaps compute)"
+            if n["comm_comp_overlap_pct"] is not None
+            else ""
+        ),
         "straggler-bound": f"{_f(n['exposed_comm_wait_pct'])} {of} is collectives waiting for late peers, not the network "
-                           f"(transfer {_f(n['exposed_comm_transfer_pct'])}): {who}",
+        f"(transfer {_f(n['exposed_comm_transfer_pct'])}): {who}",
         "host-bound": f"the GPU is idle waiting for the host to launch work {_f(n['host_bound_pct'])} {of} ({split})",
         "input-bound": f"the GPU is idle while the host loads data (DataLoader) {_f(n['idle_input_pct'])} {of}",
         "copy-bound": f"{_f(n['exposed_memcpy_pct'])} {of} is memory copies hidden by neither compute nor communication",
         "compute-bound": f"compute kernels cover {_f(n['compute_pct'])} {of}",
         "balanced": f"no single cause reaches {MODERATE_PCT:.0f}% {of} (exposed communication {_f(n['exposed_comm_pct'])}, "
-                    f"GPU idle {_f(n['gpu_idle_pct'])}, exposed copies {_f(n['exposed_memcpy_pct'])})",
+        f"GPU idle {_f(n['gpu_idle_pct'])}, exposed copies {_f(n['exposed_memcpy_pct'])})",
         "unknown": f"{_f(n['unknown_pct'])} {of} is GPU work of a kind tracelake cannot classify (e.g. CUPTI range-profiler events)",
     }[v]

@@ -27,17 +27,28 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..lake import Lake, LakeError
+from .archive import max_uncompressed_bytes  # noqa: F401  (nsys_jax until it imports archive)
 from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial
-from .archive import max_uncompressed_bytes  # noqa: F401  (nsys_jax until it imports archive)
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
 from .prepare import MAX_RANK, Options, content_sha256, failed, rank_from_name, read_bytes
 from .runs import Runs, done_index, run_for, stored_sources
 
 __all__ = [
-    "FileResult", "Problem", "LOG_SUFFIXES", "TRACE_SUFFIXES", "MAX_RANK", "content_sha256", "discover",
-    "exclude_patterns", "excluded", "ingest_paths", "plan", "rank_from_name", "read_bytes",
+    "FileResult",
+    "Problem",
+    "LOG_SUFFIXES",
+    "TRACE_SUFFIXES",
+    "MAX_RANK",
+    "content_sha256",
+    "discover",
+    "exclude_patterns",
+    "excluded",
+    "ingest_paths",
+    "plan",
+    "rank_from_name",
+    "read_bytes",
 ]
 
 PARALLEL_MIN_BYTES = 16 << 20  # below this much input a process pool costs more than it saves
@@ -75,7 +86,15 @@ def ingest_paths(
         on_plan(len(units))
     lake.ensure()
     results: list[FileResult] = []
-    opts = Options(str(lake.root.absolute()), run, rank, force, list(comm_patterns or []) or None, step_regex, exclude or None)
+    opts = Options(
+        str(lake.root.absolute()),
+        run,
+        rank,
+        force,
+        list(comm_patterns or []) or None,
+        step_regex,
+        exclude or None,
+    )
     with lake.lock():
         lake.recover()
         stored = stored_sources(lake.sources())
@@ -90,10 +109,28 @@ def ingest_paths(
         work = []
         for u in units:
             if u.kind == "problem":
-                emit(commit(problem_failure(lake, u.item.path, run, u.item.error), lake, done, runs, force, run is None))
+                emit(
+                    commit(
+                        problem_failure(lake, u.item.path, run, u.item.error),
+                        lake,
+                        done,
+                        runs,
+                        force,
+                        run is None,
+                    )
+                )
             elif u.kind == "refused":
                 m = u.item
-                emit(commit(failed(m.display, run_for(m.run_name, run), m.error), lake, done, runs, force, run is None))
+                emit(
+                    commit(
+                        failed(m.display, run_for(m.run_name, run), m.error),
+                        lake,
+                        done,
+                        runs,
+                        force,
+                        run is None,
+                    )
+                )
             else:
                 work.append(u)
         jobs = jobs or os.cpu_count() or 1
@@ -113,10 +150,18 @@ def ingest_paths(
                     except OSError:
                         if not lake.writable():
                             raise
-                        emit(commit(failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha), lake, done, runs, force, run is None))
+                        emit(
+                            commit(
+                                failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha),
+                                lake,
+                                done,
+                                runs,
+                                force,
+                                run is None,
+                            )
+                        )
         finally:
             close = getattr(stream, "close", None)
             if close:
                 close()
     return results
-

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import TraceError
-from .formats import ARCHIVE_SUFFIXES, GZIP_MAGIC, LOG_SUFFIXES, TRACE_SUFFIXES, ZIP_MAGIC
+from .formats import ARCHIVE_SUFFIXES, GZIP_MAGIC, LOG_SUFFIXES, TRACE_SUFFIXES
 
 try:  # isal's inflate is ~2x faster than zlib's and gives the same bytes
     from isal import isal_zlib as _zlib
@@ -74,7 +74,7 @@ class Inflate(io.RawIOBase):
 
     def readinto(self, b) -> int:
         data = self.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
 
     def read(self, n: int = -1) -> bytes:
@@ -113,7 +113,9 @@ class Inflate(io.RawIOBase):
             try:
                 out = self._d.decompress(data, n)
             except Exception as e:  # zlib/isal raise their own error types
-                raise TraceError(f"corrupt or truncated gzip ({str(e).strip() or type(e).__name__})") from None
+                raise TraceError(
+                    f"corrupt or truncated gzip ({str(e).strip() or type(e).__name__})"
+                ) from None
             self._started = True
             if self._d.eof:  # end of a member: another may follow
                 rest = self._d.unused_data
@@ -123,11 +125,15 @@ class Inflate(io.RawIOBase):
                     self._pending = rest
             self.out_bytes += len(out)
             if self.out_bytes > self.limit:
-                raise TraceError(f"gzip expands beyond {self.limit} bytes (TRACELAKE_MAX_UNCOMPRESSED_BYTES); "
-                                 "refusing a possible gzip bomb")
+                raise TraceError(
+                    f"gzip expands beyond {self.limit} bytes (TRACELAKE_MAX_UNCOMPRESSED_BYTES); "
+                    "refusing a possible gzip bomb"
+                )
             if self.out_bytes > RATIO_FLOOR and self.out_bytes > self.ratio * max(self.in_bytes, 1):
-                raise TraceError(f"gzip expands more than {self.ratio:g}:1 (TRACELAKE_MAX_COMPRESSION_RATIO); "
-                                 "refusing a possible gzip bomb")
+                raise TraceError(
+                    f"gzip expands more than {self.ratio:g}:1 (TRACELAKE_MAX_COMPRESSION_RATIO); "
+                    "refusing a possible gzip bomb"
+                )
             if out:
                 return out
             if self._eof:
@@ -161,6 +167,7 @@ class Peek:
 
 # ------------------------------------------------------------------ inputs
 
+
 @dataclass
 class FileInput:
     """A plain file on disk. run: its run name as planned, else None (the name of the directory it
@@ -169,6 +176,7 @@ class FileInput:
     many jobs with the same inner layout (<job>/traces/rank*.json) keep one run per job
     (pipeline/ingest/runs.py). fmt: its format when discover.sniff_path() knows it from the
     file's first bytes (Nsight Systems exports, nsys-jax), else None (a stream: Kineto or log)."""
+
     path: str
     run: str | None = None
     fmt: str | None = None
@@ -218,12 +226,13 @@ class _Member:
 @dataclass
 class MemberInput(_Member):
     """A member of a .zip or uncompressed .tar, read in place (random access)."""
-    archive: str          # absolute path of the archive
-    kind: str             # zip | tar
-    member: str           # name inside the archive
-    stored: int           # bytes as stored in the archive (compressed size for zip)
-    length: int           # bytes of the member itself
-    offset: int = 0       # tar: offset of the member's data
+
+    archive: str  # absolute path of the archive
+    kind: str  # zip | tar
+    member: str  # name inside the archive
+    stored: int  # bytes as stored in the archive (compressed size for zip)
+    length: int  # bytes of the member itself
+    offset: int = 0  # tar: offset of the member's data
     below: str | None = None  # the archive's directory below the directory given (member_run_name)
 
     def open(self):
@@ -243,6 +252,7 @@ class MemberInput(_Member):
 @dataclass
 class StreamMember(_Member):
     """A member of a compressed tar being read front to back (only inside that one pass)."""
+
     archive: str
     member: str
     length: int
@@ -287,7 +297,7 @@ class _Window(io.RawIOBase):
 
     def readinto(self, b) -> int:
         data = self.read(len(b))
-        b[:len(data)] = data
+        b[: len(data)] = data
         return len(data)
 
 
@@ -323,14 +333,19 @@ def sha256_of(inp) -> str:
 def check_member_size(member: str, length: int, stored: int) -> None:
     limit = max_uncompressed_bytes()
     if length > limit:
-        raise TraceError(f"archive member expands to {length} bytes, beyond {limit} (TRACELAKE_MAX_UNCOMPRESSED_BYTES); "
-                         "refusing a possible zip bomb")
+        raise TraceError(
+            f"archive member expands to {length} bytes, beyond {limit} (TRACELAKE_MAX_UNCOMPRESSED_BYTES); "
+            "refusing a possible zip bomb"
+        )
     if length > RATIO_FLOOR and length > max_ratio() * max(stored, 1):
-        raise TraceError(f"archive member expands more than {max_ratio():g}:1 (TRACELAKE_MAX_COMPRESSION_RATIO); "
-                         "refusing a possible zip bomb")
+        raise TraceError(
+            f"archive member expands more than {max_ratio():g}:1 (TRACELAKE_MAX_COMPRESSION_RATIO); "
+            "refusing a possible zip bomb"
+        )
 
 
 # ------------------------------------------------------------------ archives
+
 
 def unsafe_name(name: str) -> str | None:
     """Why a member name is refused, or None."""
@@ -355,6 +370,7 @@ def is_tar_header(block: bytes) -> bool:
 @dataclass
 class Refused:
     """A member that is not read, with the reason (a failed sources row)."""
+
     archive: str
     member: str
     error: str
@@ -398,9 +414,14 @@ def list_members(path: Path, kind: str) -> list:
             if i.is_dir() or not wanted(i.filename):
                 continue
             mode = (i.external_attr >> 16) & 0o170000
-            why = classify_member(i.filename) or ("a link member; refused" if mode and stat.S_ISLNK(mode) else None)
-            out.append(Refused(archive, i.filename, why) if why else
-                       MemberInput(archive, "zip", i.filename, i.compress_size, i.file_size))
+            why = classify_member(i.filename) or (
+                "a link member; refused" if mode and stat.S_ISLNK(mode) else None
+            )
+            out.append(
+                Refused(archive, i.filename, why)
+                if why
+                else MemberInput(archive, "zip", i.filename, i.compress_size, i.file_size)
+            )
         return out
     try:
         with tarfile.open(path, mode="r:") as t:
@@ -412,8 +433,11 @@ def list_members(path: Path, kind: str) -> list:
                     why = "a link or special member; refused"
                 if why is None and m.sparse is not None:
                     why = "a sparse member; refused"
-                out.append(Refused(archive, m.name, why) if why else
-                           MemberInput(archive, "tar", m.name, m.size, m.size, m.offset_data))
+                out.append(
+                    Refused(archive, m.name, why)
+                    if why
+                    else MemberInput(archive, "tar", m.name, m.size, m.size, m.offset_data)
+                )
     except (tarfile.TarError, OSError, EOFError) as e:
         raise TraceError(f"corrupt or truncated tar ({e})") from None
     return out

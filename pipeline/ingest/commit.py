@@ -7,7 +7,6 @@ that breaks the schema is stored as a failed source instead; nothing already in 
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,9 +46,13 @@ def commit(p: Prepared, lake: Lake, done: Done, runs: Runs, force: bool, by_time
         lake.commit(lake.stage(p.run_id, p.source_id, {}), {**p.row, "named_run_id": p.run_id})
         return FileResult(p.path, p.run_id, None, "failed", p.error, [], p.source_id, p.uncompressed_bytes)
     stored = done_entry(done, p.sha, p.run_id, by_time)
-    if stored is not None and (not force or stored[1]):  # the same content earlier in this batch (even with --force)
+    if stored is not None and (
+        not force or stored[1]
+    ):  # the same content earlier in this batch (even with --force)
         lake.discard(p.staged)
-        return FileResult(p.path, stored[0], None, "skipped", None, [skip_note(done, p.sha, p.run_id, by_time)], p.source_id)
+        return FileResult(
+            p.path, stored[0], None, "skipped", None, [skip_note(done, p.sha, p.run_id, by_time)], p.source_id
+        )
     notes = list(p.notes)
     run_id = p.run_id
     t0, t1 = p.row.get("trace_start_ns"), p.row.get("trace_end_ns")
@@ -67,8 +70,10 @@ def commit(p: Prepared, lake: Lake, done: Done, runs: Runs, force: bool, by_time
     others = [r for r in runs.by_content.get(p.sha, []) if r != run_id]
     if others:  # e.g. ingested before under another --run, or by a tracelake that named runs differently;
         # printed, not stored: the row must not depend on what else is in the lake (forget)
-        notes = notes + [f"the same content is already in run {others[0]}{' and others' if len(others) > 1 else ''}; "
-                         f"`tracelake forget --run {others[0]}` removes that copy if it is not wanted"]
+        notes = notes + [
+            f"the same content is already in run {others[0]}{' and others' if len(others) > 1 else ''}; "
+            f"`tracelake forget --run {others[0]}` removes that copy if it is not wanted"
+        ]
     try:
         lake.commit(p.staged, row)
     except sch.SchemaError as e:
@@ -80,7 +85,9 @@ def commit(p: Prepared, lake: Lake, done: Done, runs: Runs, force: bool, by_time
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
     runs.add(run_id, named, p.source_id, p.sha, p.rank_list or [], t0, t1, row["notes"] or [], path)
     done[(p.sha, p.run_id)] = done[(p.sha, None)] = (run_id, True)
-    return FileResult(p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes)
+    return FileResult(
+        p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes
+    )
 
 
 def problem_failure(lake: Lake, path: Path, run: str | None, error: str) -> Prepared:
@@ -94,5 +101,3 @@ def problem_failure(lake: Lake, path: Path, run: str | None, error: str) -> Prep
     except OSError:
         size = 0
     return failed(display, run_for(Path(path).resolve().parent.name, run), error, sha, size)
-
-

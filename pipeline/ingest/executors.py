@@ -87,7 +87,7 @@ def run_dask(units, opts, done, scheduler: str):
             try:
                 res = fut.result()
             except Exception as e:  # a worker died or the task could not run
-                res = unit_failure(u, opts, f"the Dask task failed ({type(e).__name__}: {one_line(str(e))[:200]})")
+                res = unit_failure(
+                    u, opts, f"the Dask task failed ({type(e).__name__}: {one_line(str(e))[:200]})"
+                )
             yield u, res
-
-

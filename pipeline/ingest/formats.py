@@ -11,7 +11,17 @@ from __future__ import annotations
 
 # files a directory search picks up by suffix (Kineto JSON, Nsight Systems, archives, pickles)
 TRACE_SUFFIXES = (
-    ".json", ".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".zip", ".pkl", ".pickle", ".tar", ".tgz",
+    ".json",
+    ".json.gz",
+    ".gz",
+    ".sqlite",
+    ".nsys-rep",
+    ".qdrep",
+    ".zip",
+    ".pkl",
+    ".pickle",
+    ".tar",
+    ".tgz",
 )
 # text outputs (NCCL_DEBUG logs, nccl-tests, watchdog messages, RAS): picked up by a directory
 # search only when their first 64 KiB look like one (pipeline/ingest/nccl sniff); named files always

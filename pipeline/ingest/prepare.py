@@ -82,7 +82,11 @@ def content_sha256(path: Path) -> str | None:
 
 
 def _size(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else path.stat().st_size
+    return (
+        sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+        if path.is_dir()
+        else path.stat().st_size
+    )
 
 
 @dataclass
@@ -96,13 +100,16 @@ class Options:
     exclude: list[str] | None = None  # glob patterns of files and archive members to leave out
     # the ingesting process's TRACELAKE_* settings (limits, test hooks), applied in each worker:
     # a pool's or a cluster's workers do not share this process's environment
-    env: dict = field(default_factory=lambda: {k: v for k, v in os.environ.items() if k.startswith("TRACELAKE_")})
+    env: dict = field(
+        default_factory=lambda: {k: v for k, v in os.environ.items() if k.startswith("TRACELAKE_")}
+    )
 
 
 @dataclass
 class Prepared:
     """A unit's outcome from a worker: the sources row and the staged parts, not yet committed.
     row['run_id'] is the natural run; the committing process may move the source (rank claims)."""
+
     path: str
     run_id: str
     status: str  # ok | partial | failed | skipped
@@ -127,21 +134,44 @@ def apply_env(env: dict) -> None:
 
 
 def base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) -> dict:
-    return {"source_id": sha[:16], "run_id": run_id, "path": display, "format": fmt, "content_sha256": sha,
-            "size_bytes": size, "schema_version": sch.SCHEMA_VERSION, "tracelake_version": __version__,
-            "ingested_at_ns": t0}
+    return {
+        "source_id": sha[:16],
+        "run_id": run_id,
+        "path": display,
+        "format": fmt,
+        "content_sha256": sha,
+        "size_bytes": size,
+        "schema_version": sch.SCHEMA_VERSION,
+        "tracelake_version": __version__,
+        "ingested_at_ns": t0,
+    }
 
 
-def failed(display: str, run_id: str, error: str, sha: str | None = None, size: int = 0, fmt: str = "unknown",
-            base: dict | None = None, oserror: bool = False, uncompressed: int = 0) -> Prepared:
+def failed(
+    display: str,
+    run_id: str,
+    error: str,
+    sha: str | None = None,
+    size: int = 0,
+    fmt: str = "unknown",
+    base: dict | None = None,
+    oserror: bool = False,
+    uncompressed: int = 0,
+) -> Prepared:
     sha = sha or hashlib.sha256(("unreadable:" + display).encode("utf-8", "surrogateescape")).hexdigest()
     error = one_line(error)
-    row = {**(base or base_row(display, run_id, sha, size, fmt, time.time_ns())), "status": "failed", "error": error}
+    row = {
+        **(base or base_row(display, run_id, sha, size, fmt, time.time_ns())),
+        "status": "failed",
+        "error": error,
+    }
     row["run_id"] = run_id
     # a failed file's id also hashes its path: two bad files with the same bytes keep a row each
     sid = hashlib.sha256(f"{sha}\x00{display}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
     row["source_id"] = sid
-    return Prepared(display, run_id, "failed", row, error, [], sid, sha, oserror=oserror, uncompressed_bytes=uncompressed)
+    return Prepared(
+        display, run_id, "failed", row, error, [], sid, sha, oserror=oserror, uncompressed_bytes=uncompressed
+    )
 
 
 def _sha_or_none(inp) -> str | None:
@@ -158,7 +188,9 @@ def work(unit: Unit, opts: Options, done) -> list[Prepared]:
     if unit.kind == "targz":
         return work_targz(unit.item, opts, done, lake, unit.below)
     inp = unit.item
-    if os.environ.get("TRACELAKE_CRASH_ON") == inp.name:  # test hook: this worker dies (tests/test_parallel.py)
+    if (
+        os.environ.get("TRACELAKE_CRASH_ON") == inp.name
+    ):  # test hook: this worker dies (tests/test_parallel.py)
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
@@ -169,7 +201,10 @@ def work(unit: Unit, opts: Options, done) -> list[Prepared]:
     except OSError as e:
         err, ose = f"cannot read: {e.strerror or e}", True
     except Exception as e:  # never let one file stop the batch; say what happened
-        err, ose = f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file", False
+        err, ose = (
+            f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
+            False,
+        )
     sha = _sha_or_none(inp)
     try:
         size = inp.size()
@@ -191,8 +226,14 @@ def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pre
         sha = arc.sha256_of(inp)
     source_id = sha[:16]
     if not opts.force and is_done(done, sha, run_id, opts.run is None):
-        return Prepared(inp.display, stored_run(done, sha, run_id, opts.run is None), "skipped",
-                        notes=[skip_note(done, sha, run_id, opts.run is None)], source_id=source_id, sha=sha)
+        return Prepared(
+            inp.display,
+            stored_run(done, sha, run_id, opts.run is None),
+            "skipped",
+            notes=[skip_note(done, sha, run_id, opts.run is None)],
+            source_id=source_id,
+            sha=sha,
+        )
     base = base_row(inp.display, run_id, sha, size, "kineto_json", t0)
     with inp.open() as raw:
         try:
@@ -210,7 +251,9 @@ def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pre
             while len(data) <= IN_MEMORY_LIMIT and (rest := peek.read(IN_MEMORY_LIMIT + 1 - len(data))):
                 data += rest
             if len(data) > IN_MEMORY_LIMIT:
-                return failed(inp.display, run_id, f"log larger than {IN_MEMORY_LIMIT >> 20} MB", sha, size, base=base)
+                return failed(
+                    inp.display, run_id, f"log larger than {IN_MEMORY_LIMIT >> 20} MB", sha, size, base=base
+                )
             return prepare_log(inp.name, data, log_fmt, lake, {**base, "uncompressed_bytes": len(data)})
         return prepare_kineto(inp, peek, stream, base, run_id, opts, lake)
 
@@ -229,12 +272,21 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         except TraceError as e:
             err = str(e)
             head = peek.head
-            if (err.startswith(("not valid JSON", "not a Kineto trace: wrong JSON shape", "empty file")) and head.lstrip()[:1] not in (b"{", b"[")
-                    and not inp.name.lower().endswith((".json", ".json.gz"))) and head.strip():
-                err = ("not a Kineto trace, Nsight Systems export or NCCL-family log: "
-                       "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines")
+            if (
+                err.startswith(("not valid JSON", "not a Kineto trace: wrong JSON shape", "empty file"))
+                and head.lstrip()[:1] not in (b"{", b"[")
+                and not inp.name.lower().endswith((".json", ".json.gz"))
+            ) and head.strip():
+                err = (
+                    "not a Kineto trace, Nsight Systems export or NCCL-family log: "
+                    "neither JSON nor NCCL_DEBUG / nccl-tests / PyTorch NCCL lines"
+                )
                 base["format"] = "unknown"
-            if inp.name.lower().endswith(".gz") and not stream.gzip and err.startswith(("not valid JSON", "not a Kineto trace", "empty file")):
+            if (
+                inp.name.lower().endswith(".gz")
+                and not stream.gzip
+                and err.startswith(("not valid JSON", "not a Kineto trace", "empty file"))
+            ):
                 err = f"named .gz but not gzip (no gzip header); {err}"
         except RecursionError:
             err = "JSON nested too deeply"
@@ -263,21 +315,57 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             return failed(display, run_id, err, base["content_sha256"], base["size_bytes"], base=base)
         notes = list(parsed.notes)
         if stream.truncated:
-            notes.append(f"the gzip stream ends early (after {stream.in_bytes} compressed bytes): the file was cut while written")
+            notes.append(
+                f"the gzip stream ends early (after {stream.in_bytes} compressed bytes): the file was cut while written"
+            )
         partial = parsed.partial or stream.truncated
         p = parsed
         try:
-            staged = lake.stage(run_id, source_id, p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True))
+            staged = lake.stage(
+                run_id, source_id, p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True)
+            )
         except sch.SchemaError as e:
-            return failed(display, run_id, f"schema violation: {e}", base["content_sha256"], base["size_bytes"], base=base)
-        row = {**base, "rank": r, "rank_source": rsrc, "ranks": [r], "host": p.host,
-               "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
-               "backend": p.backend, "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None,
-               "status": "partial" if partial else "ok", "unreadable_bytes": p.unreadable_bytes,
-               "event_count": p.event_count, "base_time_ns": p.base_time_ns,
-               "trace_start_ns": p.trace_start_ns, "trace_end_ns": p.trace_end_ns}
-        return Prepared(display, run_id, row["status"], row, None, notes, source_id, base["content_sha256"], r, [r], staged,
-                        stream.out_bytes, p.unreadable_bytes)
+            return failed(
+                display,
+                run_id,
+                f"schema violation: {e}",
+                base["content_sha256"],
+                base["size_bytes"],
+                base=base,
+            )
+        row = {
+            **base,
+            "rank": r,
+            "rank_source": rsrc,
+            "ranks": [r],
+            "host": p.host,
+            "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
+            "backend": p.backend,
+            "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str)
+            if p.tool_versions
+            else None,
+            "status": "partial" if partial else "ok",
+            "unreadable_bytes": p.unreadable_bytes,
+            "event_count": p.event_count,
+            "base_time_ns": p.base_time_ns,
+            "trace_start_ns": p.trace_start_ns,
+            "trace_end_ns": p.trace_end_ns,
+        }
+        return Prepared(
+            display,
+            run_id,
+            row["status"],
+            row,
+            None,
+            notes,
+            source_id,
+            base["content_sha256"],
+            r,
+            [r],
+            staged,
+            stream.out_bytes,
+            p.unreadable_bytes,
+        )
     finally:
         if parsed is not None:
             parsed.close()
@@ -295,53 +383,119 @@ def prepare_log(name: str, data: bytes, fmt: str, lake: Lake, base: dict) -> Pre
         return failed(display, run_id, str(e), base["content_sha256"], base["size_bytes"], base=base)
     ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
     tables = {t: df.with_columns(ids).to_arrow() for t, df in p.tables.items() if df.height}
-    row = {**base, "status": "ok", "host": p.host, "event_count": p.event_count,
-           "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
-           "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str) if p.tool_versions else None}
+    row = {
+        **base,
+        "status": "ok",
+        "host": p.host,
+        "event_count": p.event_count,
+        "world_size": p.world_size if p.world_size is not None and 0 < p.world_size <= MAX_RANK else None,
+        "tool_versions": json.dumps(p.tool_versions, sort_keys=True, default=str)
+        if p.tool_versions
+        else None,
+    }
     try:
         staged = lake.stage(run_id, source_id, tables)
     except sch.SchemaError as e:
-        return failed(display, run_id, f"schema violation: {e}", base["content_sha256"], base["size_bytes"], base=base)
-    return Prepared(display, run_id, "ok", row, None, list(p.notes), source_id, base["content_sha256"], None, None,
-                    staged, len(data))
+        return failed(
+            display, run_id, f"schema violation: {e}", base["content_sha256"], base["size_bytes"], base=base
+        )
+    return Prepared(
+        display,
+        run_id,
+        "ok",
+        row,
+        None,
+        list(p.notes),
+        source_id,
+        base["content_sha256"],
+        None,
+        None,
+        staged,
+        len(data),
+    )
 
 
-def prepare_nsys(path: Path, display: str, fmt: str, run_id: str, opts: Options, done, lake: Lake,
-                  name: str | None = None, sha: str | None = None) -> Prepared:
+def prepare_nsys(
+    path: Path,
+    display: str,
+    fmt: str,
+    run_id: str,
+    opts: Options,
+    done,
+    lake: Lake,
+    name: str | None = None,
+    sha: str | None = None,
+) -> Prepared:
     t0 = time.time_ns()
     sha = sha or content_sha256(path) or hashlib.sha256(("unreadable:" + display).encode()).hexdigest()
     source_id = sha[:16]
     size = _size(path)
     if not opts.force and is_done(done, sha, run_id, opts.run is None):
-        return Prepared(display, stored_run(done, sha, run_id, opts.run is None), "skipped",
-                        notes=[skip_note(done, sha, run_id, opts.run is None)], source_id=source_id, sha=sha)
+        return Prepared(
+            display,
+            stored_run(done, sha, run_id, opts.run is None),
+            "skipped",
+            notes=[skip_note(done, sha, run_id, opts.run is None)],
+            source_id=source_id,
+            sha=sha,
+        )
     base = base_row(display, run_id, sha, size, fmt, t0)
     scratch = lake.scratch()
     try:
-        with nsys.open_export(path, fmt, scratch, file_rank=rank_from_name(name or path.name), cli_rank=opts.rank,
-                              step_regex=opts.step_regex, comm_patterns=opts.comm_patterns) as ex:
+        with nsys.open_export(
+            path,
+            fmt,
+            scratch,
+            file_rank=rank_from_name(name or path.name),
+            cli_rank=opts.rank,
+            step_regex=opts.step_regex,
+            comm_patterns=opts.comm_patterns,
+        ) as ex:
             notes = list(ex.notes)
             rank_list = ex.rank_list
             bad = [r for r in rank_list if not 0 <= r <= MAX_RANK]
             if bad:
                 raise nsys.NsysError(f"rank {bad[0]} ({ex.rank_source}) is outside 0..{MAX_RANK}")
-            row = {**base, "format": ex.format, "rank": rank_list[0] if len(rank_list) == 1 else None,
-                   "rank_source": ex.rank_source, "ranks": rank_list, "host": ex.host,
-                   "tool_versions": json.dumps(ex.tool_versions, sort_keys=True) if ex.tool_versions else None,
-                   "status": "ok", "event_count": ex.event_count,
-                   "base_time_ns": ex.base_time_ns, "trace_start_ns": ex.trace_start_ns, "trace_end_ns": ex.trace_end_ns,
-                   "world_size": len(rank_list) if ex.rank_source == "process_order" else None}
+            row = {
+                **base,
+                "format": ex.format,
+                "rank": rank_list[0] if len(rank_list) == 1 else None,
+                "rank_source": ex.rank_source,
+                "ranks": rank_list,
+                "host": ex.host,
+                "tool_versions": json.dumps(ex.tool_versions, sort_keys=True) if ex.tool_versions else None,
+                "status": "ok",
+                "event_count": ex.event_count,
+                "base_time_ns": ex.base_time_ns,
+                "trace_start_ns": ex.trace_start_ns,
+                "trace_end_ns": ex.trace_end_ns,
+                "world_size": len(rank_list) if ex.rank_source == "process_order" else None,
+            }
             staged = lake.stage(run_id, source_id, ex.tables(run_id, source_id))
     except (TraceError, duckdb.Error, sch.SchemaError) as e:
         err = one_line(str(e) if isinstance(e, TraceError) else f"{type(e).__name__}: {e}")[:500]
         return failed(display, run_id, err, sha, size, base=base)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return Prepared(display, run_id, "ok", row, None, notes, source_id, sha, rank_list[0] if len(rank_list) == 1 else None,
-                    list(rank_list), staged, size)
+    return Prepared(
+        display,
+        run_id,
+        "ok",
+        row,
+        None,
+        notes,
+        source_id,
+        sha,
+        rank_list[0] if len(rank_list) == 1 else None,
+        list(rank_list),
+        staged,
+        size,
+    )
 
 
-def prepare_extracted(inp, peek, sha: str, size: int, run_id: str, opts: Options, done, lake: Lake) -> Prepared:
+def prepare_extracted(
+    inp, peek, sha: str, size: int, run_id: str, opts: Options, done, lake: Lake
+) -> Prepared:
     """A member in a format that needs a real file (Nsight Systems): copied to scratch first."""
     scratch = lake.scratch()
     try:
@@ -351,7 +505,9 @@ def prepare_extracted(inp, peek, sha: str, size: int, run_id: str, opts: Options
                 out.write(block)
         fmt = sniff_path(f)
         if fmt is None or not fmt.startswith("nsys_"):
-            return failed(inp.display, run_id, "not a Kineto trace, Nsight Systems export or NCCL-family log", sha, size)
+            return failed(
+                inp.display, run_id, "not a Kineto trace, Nsight Systems export or NCCL-family log", sha, size
+            )
         return prepare_nsys(f, inp.display, fmt, run_id, opts, done, lake, name=inp.name, sha=sha)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -371,8 +527,14 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                 while block := f.read(1 << 20):
                     h.update(block)
                 shas[m.name] = h.hexdigest()
-        todo = {n for n, s in shas.items()
-                if opts.force or not is_done(done, s, run_for(arc.member_run_name(display, n, below), opts.run), opts.run is None)}
+        todo = {
+            n
+            for n, s in shas.items()
+            if opts.force
+            or not is_done(
+                done, s, run_for(arc.member_run_name(display, n, below), opts.run), opts.run is None
+            )
+        }
         for m, f, why in arc.stream_members(Path(path)):
             if excluded(m.name, opts.exclude):
                 continue
@@ -382,9 +544,16 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                 out.append(failed(disp, run_id, why))
                 continue
             if m.name not in todo:
-                out.append(Prepared(disp, stored_run(done, shas[m.name], run_id, opts.run is None), "skipped",
-                                    notes=[skip_note(done, shas[m.name], run_id, opts.run is None)],
-                                    source_id=shas[m.name][:16], sha=shas[m.name]))
+                out.append(
+                    Prepared(
+                        disp,
+                        stored_run(done, shas[m.name], run_id, opts.run is None),
+                        "skipped",
+                        notes=[skip_note(done, shas[m.name], run_id, opts.run is None)],
+                        source_id=shas[m.name][:16],
+                        sha=shas[m.name],
+                    )
+                )
                 continue
             inp = arc.StreamMember(display, m.name, m.size, f, below)
             try:
@@ -394,29 +563,55 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
             except MemoryError:
                 p = failed(disp, run_id, "out of memory while ingesting this member", shas[m.name], m.size)
             except Exception as e:
-                p = failed(disp, run_id, f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
-                            shas[m.name], m.size)
-            if p is not None and not (p.status == "failed" and p.error and p.error.startswith("not a Kineto trace, Nsight")
-                                      and m.name.lower().endswith(LOG_SUFFIXES)):
+                p = failed(
+                    disp,
+                    run_id,
+                    f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
+                    shas[m.name],
+                    m.size,
+                )
+            if p is not None and not (
+                p.status == "failed"
+                and p.error
+                and p.error.startswith("not a Kineto trace, Nsight")
+                and m.name.lower().endswith(LOG_SUFFIXES)
+            ):
                 out.append(p)
     except (TraceError, OSError, tarfile.TarError, EOFError, zlib.error) as e:
         # a member's data cut short raises from its read, not from the tar header walk
-        err = (str(e) if isinstance(e, TraceError) else f"cannot read: {e.strerror or e}" if isinstance(e, OSError)
-               else f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})")
+        err = (
+            str(e)
+            if isinstance(e, TraceError)
+            else f"cannot read: {e.strerror or e}"
+            if isinstance(e, OSError)
+            else f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})"
+        )
         for p in out:
             if p.staged is not None:
                 Lake(opts.lake).discard(p.staged)
         sha = content_sha256(Path(path)) if Path(path).is_file() else None
-        return [failed(display, run_for(Path(path).resolve().parent.name, opts.run), err, sha,
-                        Path(path).stat().st_size if Path(path).exists() else 0)]
+        return [
+            failed(
+                display,
+                run_for(Path(path).resolve().parent.name, opts.run),
+                err,
+                sha,
+                Path(path).stat().st_size if Path(path).exists() else 0,
+            )
+        ]
     return out
 
 
 def unit_failure(u: Unit, opts: Options, error: str) -> list[Prepared]:
     if u.kind == "targz":
         p = Path(u.item)
-        return [failed(str(p.absolute()), run_for(p.resolve().parent.name, opts.run), error, _sha_or_none(arc.FileInput(str(p))))]
+        return [
+            failed(
+                str(p.absolute()),
+                run_for(p.resolve().parent.name, opts.run),
+                error,
+                _sha_or_none(arc.FileInput(str(p))),
+            )
+        ]
     inp = u.item
     return [failed(inp.display, run_for(inp.run_name, opts.run), error, _sha_or_none(inp))]
-
-

@@ -103,14 +103,34 @@ class Runs:
         self.by_content: dict[str, list[str]] = {}
         # (run, source_id) -> (path, named run, notes saying where it was put): kept by --force
         self.rows: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
-        names = ("run_id", "named", "source_id", "content_sha256", "rank", "ranks", "trace_start_ns",
-                 "trace_end_ns", "notes", "path")
+        names = (
+            "run_id",
+            "named",
+            "source_id",
+            "content_sha256",
+            "rank",
+            "ranks",
+            "trace_start_ns",
+            "trace_end_ns",
+            "notes",
+            "path",
+        )
         for r, n, s, h, k, ks, t0, t1, notes, path in zip(*[stored[c].to_list() for c in names]):
             rank_list = [k for k in (ks if ks is not None else [k]) if k is not None]
             self.add(r, n, s, h, rank_list, t0, t1, notes or [], path)
 
-    def add(self, run_id: str, named: str, source_id: str, sha: str, rank_list: list[int],
-            t0: int | None, t1: int | None, notes: list[str], path: str) -> None:
+    def add(
+        self,
+        run_id: str,
+        named: str,
+        source_id: str,
+        sha: str,
+        rank_list: list[int],
+        t0: int | None,
+        t1: int | None,
+        notes: list[str],
+        path: str,
+    ) -> None:
         """A committed source, with its sources path and notes."""
         self.rows[(run_id, source_id)] = (path, named, [n for n in notes if PLACED in n])
         for r in rank_list:
@@ -127,8 +147,16 @@ class Runs:
         """The ranks of rank_list another source already holds in run_id."""
         return [r for r in rank_list if self.ranks.get((run_id, r), source_id) != source_id]
 
-    def claim(self, run_id: str, source_id: str, rank_list: list[int], t0: int | None, t1: int | None,
-              notes: list[str], by_time: bool = True) -> str:
+    def claim(
+        self,
+        run_id: str,
+        source_id: str,
+        rank_list: list[int],
+        t0: int | None,
+        t1: int | None,
+        notes: list[str],
+        by_time: bool = True,
+    ) -> str:
         """The run a source named run_id goes to (rule 2). by_time=False (--run named it): run_id
         when no other source holds one of its ranks there. Otherwise the candidates are run_id and
         the runs files named run_id were moved to, those where no other source holds one of its
@@ -145,8 +173,10 @@ class Runs:
             what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
             why = f"{what} of run {run_id} is already held by source {self.ranks[(run_id, taken[0])]}"
         else:
-            why = (f"its time span does not overlap run {run_id}'s "
-                   "(another profiling cycle or job in the same directory)")
+            why = (
+                f"its time span does not overlap run {run_id}'s "
+                "(another profiling cycle or job in the same directory)"
+            )
         if t0 is not None and t1 is not None:
             for c in free:
                 span = self.spans.get(c)

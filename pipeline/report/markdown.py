@@ -37,9 +37,13 @@ def _pct(x) -> str:
 
 def render(doc: dict) -> str:
     """Markdown text of a report document (document.build)."""
-    out = ["# tracelake report", "",
-           f"tracelake {esc(doc['tracelake_version'])} · analysis window {esc(doc['window'])} · "
-           f"kernel-wait threshold {doc['kernel_wait_threshold_ns'] / 1000:g} µs", ""]
+    out = [
+        "# tracelake report",
+        "",
+        f"tracelake {esc(doc['tracelake_version'])} · analysis window {esc(doc['window'])} · "
+        f"kernel-wait threshold {doc['kernel_wait_threshold_ns'] / 1000:g} µs",
+        "",
+    ]
     for run in doc["runs"]:
         s, v = run["summary"], run["verdict"]
         conf = f" ({esc(v['confidence'])} confidence)" if v["confidence"] else ""
@@ -47,31 +51,51 @@ def render(doc: dict) -> str:
         for h in v["headline"]:
             out.append(f"- **{_pct(h['pct'])}** {esc(h['label'])}")
         if v.get("caveats"):
-            out += ["", "**Caveats**", ""] + [f"- {esc(c['text'])}" + (" *(lowers the confidence)*" if c["lowers_confidence"] else "")
-                                             for c in v["caveats"]]
-        out += ["", basis_text(s, v), "", "| | |", "|---|---|",
-                f"| ranks | {s['ranks']}" + (f" of world size {s['world_size']}" if s["world_size"] else "")
-                + f" ({s['ranks_with_gpu_work']} with GPU work) |",
-                f"| hosts | {esc(', '.join(s['hosts'])) or 'not recorded in the inputs'} |",
-                f"| GPUs | {esc(gpus_text(s['gpus']))} |",
-                f"| steps analysed | {s['steps_analysed']} of {s['steps']} |",
-                f"| inputs | {s['sources']} file(s): {esc(', '.join(s['formats']))} |",
-                f"| software | {esc(versions_text(s['tool_versions']))} |", ""]
+            out += ["", "**Caveats**", ""] + [
+                f"- {esc(c['text'])}" + (" *(lowers the confidence)*" if c["lowers_confidence"] else "")
+                for c in v["caveats"]
+            ]
+        out += [
+            "",
+            basis_text(s, v),
+            "",
+            "| | |",
+            "|---|---|",
+            f"| ranks | {s['ranks']}"
+            + (f" of world size {s['world_size']}" if s["world_size"] else "")
+            + f" ({s['ranks_with_gpu_work']} with GPU work) |",
+            f"| hosts | {esc(', '.join(s['hosts'])) or 'not recorded in the inputs'} |",
+            f"| GPUs | {esc(gpus_text(s['gpus']))} |",
+            f"| steps analysed | {s['steps_analysed']} of {s['steps']} |",
+            f"| inputs | {s['sources']} file(s): {esc(', '.join(s['formats']))} |",
+            f"| software | {esc(versions_text(s['tool_versions']))} |",
+            "",
+        ]
         c = run["comparison"]
         if c is not None:
             out += [f"### Against baseline run {esc(c['baseline_run_id'])}", "", esc(c["summary"]), ""]
             if c["components"]:
-                out += [f"| component ({esc(c['per'])}) | baseline ms | this run ms | change ms | change |", "|---|---:|---:|---:|---:|"]
+                out += [
+                    f"| component ({esc(c['per'])}) | baseline ms | this run ms | change ms | change |",
+                    "|---|---:|---:|---:|---:|",
+                ]
                 for x in c["components"]:
-                    out.append(f"| {'**' if x['moved'] else ''}{esc(x['label'])}{'**' if x['moved'] else ''} | "
-                               f"{x['baseline_ns'] / 1e6:,.3f} | {x['current_ns'] / 1e6:,.3f} | {x['delta_ns'] / 1e6:+,.3f} | "
-                               f"{'n/a' if x['delta_pct'] is None else format(x['delta_pct'], '+.1f') + '%'} |")
+                    out.append(
+                        f"| {'**' if x['moved'] else ''}{esc(x['label'])}{'**' if x['moved'] else ''} | "
+                        f"{x['baseline_ns'] / 1e6:,.3f} | {x['current_ns'] / 1e6:,.3f} | {x['delta_ns'] / 1e6:+,.3f} | "
+                        f"{'n/a' if x['delta_pct'] is None else format(x['delta_pct'], '+.1f') + '%'} |"
+                    )
                 out.append("")
             if c["kernels"]:
-                out += ["| kernel | category | baseline ms | this run ms | change ms |", "|---|---|---:|---:|---:|"]
+                out += [
+                    "| kernel | category | baseline ms | this run ms | change ms |",
+                    "|---|---|---:|---:|---:|",
+                ]
                 for k in c["kernels"][:10]:
-                    out.append(f"| {esc(k['name'][:120])} | {esc(k['category'])} | {k['baseline_ns'] / 1e6:,.3f} | "
-                               f"{k['current_ns'] / 1e6:,.3f} | {k['delta_ns'] / 1e6:+,.3f} |")
+                    out.append(
+                        f"| {esc(k['name'][:120])} | {esc(k['category'])} | {k['baseline_ns'] / 1e6:,.3f} | "
+                        f"{k['current_ns'] / 1e6:,.3f} | {k['delta_ns'] / 1e6:+,.3f} |"
+                    )
                 out.append("")
         out += ["### Findings (ranked by estimated recoverable time)", ""]
         if not run["findings"]:
@@ -79,9 +103,16 @@ def render(doc: dict) -> str:
         for i, f in enumerate(run["findings"], 1):
             out += [f"{i}. **{esc(f['title'])}** — {esc(timing_text(f))}"]
             out += [f"   - {esc(e)}" for e in f["evidence"]]
-            out += [f"   - *Recommendation:* {esc(f['recommendation'])}", "",
-                    "   <details><summary>SQL (tracelake sql)</summary>", "",
-                    "\n".join("   " + line for line in _fence(f["sql"]).splitlines()), "", "   </details>", ""]
+            out += [
+                f"   - *Recommendation:* {esc(f['recommendation'])}",
+                "",
+                "   <details><summary>SQL (tracelake sql)</summary>",
+                "",
+                "\n".join("   " + line for line in _fence(f["sql"]).splitlines()),
+                "",
+                "   </details>",
+                "",
+            ]
         if run["notes"]:
             out += ["### Notes", ""] + [f"- {esc(n)}" for n in run["notes"]] + [""]
     if doc["notes"]:
