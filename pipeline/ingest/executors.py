@@ -8,10 +8,46 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing
+import os
 
-from ..lake import one_line
+from ..lake import Lake, one_line
 from .discover import Unit
-from .prepare import Options, Prepared, unit_failure, work
+from .prepare import prepare
+from .rows import Options, Prepared, apply_env, failed, sha_or_none, unit_failure
+from .runs import run_for
+from .targz import work_targz
+
+
+def work(unit: Unit, opts: Options, done) -> list[Prepared]:
+    """Parse and stage one unit (in a worker). Never raises for a bad input."""
+    apply_env(opts.env)
+    lake = Lake(opts.lake)
+    if unit.kind == "targz":
+        return work_targz(unit.item, opts, done, lake, unit.below)
+    inp = unit.item
+    if (
+        os.environ.get("TRACELAKE_CRASH_ON") == inp.name
+    ):  # test hook: this worker dies (tests/test_parallel.py)
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        return [prepare(inp, opts, done, lake)]
+    except MemoryError:
+        err, ose = "out of memory while ingesting this file", False
+    except OSError as e:
+        err, ose = f"cannot read: {e.strerror or e}", True
+    except Exception as e:  # never let one file stop the batch; say what happened
+        err, ose = (
+            f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
+            False,
+        )
+    sha = sha_or_none(inp)
+    try:
+        size = inp.size()
+    except OSError:
+        size = 0
+    return [failed(inp.display, run_for(inp.run_name, opts.run), err, sha, size, oserror=ose)]
 
 
 def init_worker() -> None:
@@ -36,7 +72,7 @@ def run_pool(units, opts, done, jobs: int):
     dies (out of memory, killed) breaks the pool: the units in flight then run again one at a time,
     so only the one that kills its worker fails."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["pipeline.ingest.prepare"])
+    ctx.set_forkserver_preload(["pipeline.ingest.executors"])
     frozen = dict(done)
     i = 0
     while i < len(units):

@@ -13,204 +13,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import re
 import shutil
-import stat
-import tarfile
 import time
-import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
-from .. import __version__
 from .. import schema as sch
-from ..lake import Lake, Staged, one_line
+from ..lake import Lake, one_line
 from . import archive as arc
 from . import kineto, nccl, nsys
-from .discover import Unit, excluded, log_format, needs_file, sniff_path
+from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
-from .formats import GZIP_MAGIC, LOG_SUFFIXES
+from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
 from .runs import is_done, run_for, skip_note, stored_run
 
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
-MAX_RANK = 2**31 - 1
 IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family logs)
-
-
-def rank_from_name(name: str) -> int | None:
-    m = _RANK_IN_NAME.search(name)
-    return int(m.group(1)) if m else None
-
-
-def read_bytes(path: Path, limit: int | None = None) -> tuple[bytes, bytes]:
-    """(raw bytes as stored, decompressed bytes), read whole. gzip is detected by its magic
-    number. Raises TraceError for corrupt gzip or output beyond `limit` bytes, OSError if
-    unreadable. (Ingest itself streams; this is for callers that want the bytes.)"""
-    with open(path, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise TraceError("not a regular file")
-        raw = f.read()
-    if raw[:2] != GZIP_MAGIC:
-        return raw, raw
-    import io
-
-    s = arc.Inflate(io.BytesIO(raw), limit=limit)
-    data = s.read()
-    if s.truncated:
-        raise TraceError("corrupt or truncated gzip (the stream ends before its end marker)")
-    return raw, data
-
-
-def content_sha256(path: Path) -> str | None:
-    """SHA-256 of a file's bytes (archive.sha256_of); of a directory (nsys parquetdir): of its
-    sorted member names and their bytes. None for special files. Raises OSError."""
-    h = hashlib.sha256()
-    if path.is_dir():
-        for f in sorted(path.rglob("*")):
-            if f.is_file():
-                h.update(str(f.relative_to(path)).encode("utf-8", "surrogateescape") + b"\x00")
-                h.update(bytes.fromhex(content_sha256(f) or ""))
-        return h.hexdigest()
-    try:
-        return arc.sha256_of(arc.FileInput(str(path)))
-    except TraceError:  # not a regular file
-        return None
-
-
-def _size(path: Path) -> int:
-    return (
-        sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-        if path.is_dir()
-        else path.stat().st_size
-    )
-
-
-@dataclass
-class Options:
-    lake: str
-    run: str | None = None
-    rank: int | None = None
-    force: bool = False
-    comm_patterns: list[str] | None = None
-    step_regex: str | None = None
-    exclude: list[str] | None = None  # glob patterns of files and archive members to leave out
-    # the ingesting process's TRACELAKE_* settings (limits, test hooks), applied in each worker:
-    # a pool's or a cluster's workers do not share this process's environment
-    env: dict = field(
-        default_factory=lambda: {k: v for k, v in os.environ.items() if k.startswith("TRACELAKE_")}
-    )
-
-
-@dataclass
-class Prepared:
-    """A unit's outcome from a worker: the sources row and the staged parts, not yet committed.
-    row['run_id'] is the natural run; the committing process may move the source (rank claims)."""
-
-    path: str
-    run_id: str
-    status: str  # ok | partial | failed | skipped
-    row: dict | None = None
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)
-    source_id: str | None = None
-    sha: str | None = None
-    rank: int | None = None
-    rank_list: list[int] | None = None  # ranks this source claims (None: claims none)
-    staged: Staged | None = None
-    uncompressed_bytes: int = 0
-    unreadable_bytes: int = 0
-    oserror: bool = False  # failed with OSError (the committer checks that the lake is writable)
-
-
-def apply_env(env: dict) -> None:
-    """Make this process's TRACELAKE_* settings those of the ingesting process (Options.env)."""
-    for k in [k for k in os.environ if k.startswith("TRACELAKE_") and k not in env]:
-        del os.environ[k]
-    os.environ.update(env)
-
-
-def base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) -> dict:
-    return {
-        "source_id": sha[:16],
-        "run_id": run_id,
-        "path": display,
-        "format": fmt,
-        "content_sha256": sha,
-        "size_bytes": size,
-        "schema_version": sch.SCHEMA_VERSION,
-        "tracelake_version": __version__,
-        "ingested_at_ns": t0,
-    }
-
-
-def failed(
-    display: str,
-    run_id: str,
-    error: str,
-    sha: str | None = None,
-    size: int = 0,
-    fmt: str = "unknown",
-    base: dict | None = None,
-    oserror: bool = False,
-    uncompressed: int = 0,
-) -> Prepared:
-    sha = sha or hashlib.sha256(("unreadable:" + display).encode("utf-8", "surrogateescape")).hexdigest()
-    error = one_line(error)
-    row = {
-        **(base or base_row(display, run_id, sha, size, fmt, time.time_ns())),
-        "status": "failed",
-        "error": error,
-    }
-    row["run_id"] = run_id
-    # a failed file's id also hashes its path: two bad files with the same bytes keep a row each
-    sid = hashlib.sha256(f"{sha}\x00{display}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    row["source_id"] = sid
-    return Prepared(
-        display, run_id, "failed", row, error, [], sid, sha, oserror=oserror, uncompressed_bytes=uncompressed
-    )
-
-
-def _sha_or_none(inp) -> str | None:
-    try:
-        return arc.sha256_of(inp)
-    except (OSError, MemoryError, TraceError, Exception):
-        return None
-
-
-def work(unit: Unit, opts: Options, done) -> list[Prepared]:
-    """Parse and stage one unit (in a worker). Never raises for a bad input."""
-    apply_env(opts.env)
-    lake = Lake(opts.lake)
-    if unit.kind == "targz":
-        return work_targz(unit.item, opts, done, lake, unit.below)
-    inp = unit.item
-    if (
-        os.environ.get("TRACELAKE_CRASH_ON") == inp.name
-    ):  # test hook: this worker dies (tests/test_parallel.py)
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
-    try:
-        return [prepare(inp, opts, done, lake)]
-    except MemoryError:
-        err, ose = "out of memory while ingesting this file", False
-    except OSError as e:
-        err, ose = f"cannot read: {e.strerror or e}", True
-    except Exception as e:  # never let one file stop the batch; say what happened
-        err, ose = (
-            f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
-            False,
-        )
-    sha = _sha_or_none(inp)
-    try:
-        size = inp.size()
-    except OSError:
-        size = 0
-    return [failed(inp.display, run_for(inp.run_name, opts.run), err, sha, size, oserror=ose)]
 
 
 def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Prepared:
@@ -316,7 +135,8 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         notes = list(parsed.notes)
         if stream.truncated:
             notes.append(
-                f"the gzip stream ends early (after {stream.in_bytes} compressed bytes): the file was cut while written"
+                f"the gzip stream ends early (after {stream.in_bytes} compressed bytes): "
+                "the file was cut while written"
             )
         partial = parsed.partial or stream.truncated
         p = parsed
@@ -511,107 +331,3 @@ def prepare_extracted(
         return prepare_nsys(f, inp.display, fmt, run_id, opts, done, lake, name=inp.name, sha=sha)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = None) -> list[Prepared]:
-    """A compressed tar, front to back: pass 1 hashes every wanted member; pass 2 (only when some
-    member is new, or force) parses the new ones. Members that sniff as nothing of ours are left
-    out, as a directory search would."""
-    display = str(Path(path).absolute())
-    out: list[Prepared] = []
-    try:
-        shas = {}
-        for m, f, why in arc.stream_members(Path(path)):
-            if f is not None and not excluded(m.name, opts.exclude):
-                h = hashlib.sha256()
-                while block := f.read(1 << 20):
-                    h.update(block)
-                shas[m.name] = h.hexdigest()
-        todo = {
-            n
-            for n, s in shas.items()
-            if opts.force
-            or not is_done(
-                done, s, run_for(arc.member_run_name(display, n, below), opts.run), opts.run is None
-            )
-        }
-        for m, f, why in arc.stream_members(Path(path)):
-            if excluded(m.name, opts.exclude):
-                continue
-            run_id = run_for(arc.member_run_name(display, m.name, below), opts.run)
-            disp = f"{display}!{m.name}"
-            if why is not None:
-                out.append(failed(disp, run_id, why))
-                continue
-            if m.name not in todo:
-                out.append(
-                    Prepared(
-                        disp,
-                        stored_run(done, shas[m.name], run_id, opts.run is None),
-                        "skipped",
-                        notes=[skip_note(done, shas[m.name], run_id, opts.run is None)],
-                        source_id=shas[m.name][:16],
-                        sha=shas[m.name],
-                    )
-                )
-                continue
-            inp = arc.StreamMember(display, m.name, m.size, f, below)
-            try:
-                p = prepare(inp, opts, done, lake, sha=shas[m.name])
-            except TraceError:
-                raise  # the archive itself (its gzip stream) failed
-            except MemoryError:
-                p = failed(disp, run_id, "out of memory while ingesting this member", shas[m.name], m.size)
-            except Exception as e:
-                p = failed(
-                    disp,
-                    run_id,
-                    f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
-                    shas[m.name],
-                    m.size,
-                )
-            if p is not None and not (
-                p.status == "failed"
-                and p.error
-                and p.error.startswith("not a Kineto trace, Nsight")
-                and m.name.lower().endswith(LOG_SUFFIXES)
-            ):
-                out.append(p)
-    except (TraceError, OSError, tarfile.TarError, EOFError, zlib.error) as e:
-        # a member's data cut short raises from its read, not from the tar header walk
-        err = (
-            str(e)
-            if isinstance(e, TraceError)
-            else f"cannot read: {e.strerror or e}"
-            if isinstance(e, OSError)
-            else f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})"
-        )
-        for p in out:
-            if p.staged is not None:
-                Lake(opts.lake).discard(p.staged)
-        sha = content_sha256(Path(path)) if Path(path).is_file() else None
-        return [
-            failed(
-                display,
-                run_for(Path(path).resolve().parent.name, opts.run),
-                err,
-                sha,
-                Path(path).stat().st_size if Path(path).exists() else 0,
-            )
-        ]
-    return out
-
-
-def unit_failure(u: Unit, opts: Options, error: str) -> list[Prepared]:
-    if u.kind == "targz":
-        p = Path(u.item)
-        return [
-            failed(
-                str(p.absolute()),
-                run_for(p.resolve().parent.name, opts.run),
-                error,
-                _sha_or_none(arc.FileInput(str(p))),
-            )
-        ]
-    inp = u.item
-    return [failed(inp.display, run_for(inp.run_name, opts.run), error, _sha_or_none(inp))]

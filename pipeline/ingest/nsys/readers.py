@@ -1,0 +1,156 @@
+"""Export readers: table, column and record-batch access to an SQLite export (_Sqlite, opened
+read-only and immutable) or a parquetdir export (_ParquetDir), plus the small-table helper
+_small. Both readers give the same interface: kind, bad_utf8, tables(), columns(table),
+batches(table, cols, where), payload_rows(), close()."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .export import CHUNK_ROWS, NsysError
+from .stage import I64, STR
+
+
+class _Sqlite:
+    kind = "nsys_sqlite"
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.bad_utf8 = 0
+        try:
+            uri = (
+                "file:"
+                + str(path.absolute()).replace("?", "%3f").replace("#", "%23")
+                + "?mode=ro&immutable=1"
+            )
+            self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self.con.text_factory = self._text
+            self._tables = {
+                r[0]
+                for r in self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+            }
+        except sqlite3.DatabaseError as e:
+            raise NsysError(f"not a readable SQLite database ({e})") from None
+
+    def _text(self, b: bytes) -> str:
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            self.bad_utf8 += 1
+            return b.decode("utf-8", "replace")
+
+    def tables(self) -> set[str]:
+        return self._tables
+
+    def columns(self, table: str) -> list[str]:
+        return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+
+    def batches(self, table: str, cols: dict[str, pa.DataType], where: str = "") -> Iterator[pa.Table]:
+        have = set(self.columns(table))
+        sel = ", ".join(f'"{c}"' if c in have else "NULL" for c in cols)
+        try:
+            cur = self.con.execute(f'SELECT {sel} FROM "{table}" {where}')
+            while True:
+                rows = cur.fetchmany(CHUNK_ROWS)
+                if not rows:
+                    return
+                yield pa.Table.from_arrays(
+                    [_array(v, t) for v, t in zip(zip(*rows), cols.values())], names=list(cols)
+                )
+        except sqlite3.DatabaseError as e:
+            raise NsysError(f"SQLite table {table} cannot be read ({e})") from None
+
+    def payload_rows(self) -> list[tuple]:
+        """(globalTid, start, end, text, textId, blob) of NVTX events that carry a binary payload."""
+        if "NVTX_EVENTS" not in self._tables or "binaryData" not in self.columns("NVTX_EVENTS"):
+            return []
+        return self.con.execute(
+            'SELECT globalTid, start, "end", text, textId, binaryData FROM NVTX_EVENTS '
+            'WHERE binaryData IS NOT NULL AND "end" IS NOT NULL'
+        ).fetchall()
+
+    def close(self):
+        self.con.close()
+
+
+class _ParquetDir:
+    kind = "nsys_parquetdir"
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.bad_utf8 = 0
+        self._files = {p.stem: p for p in path.glob("*.parquet")}
+        if not self._files:
+            raise NsysError("parquetdir export without any .parquet table")
+
+    def tables(self) -> set[str]:
+        return set(self._files)
+
+    def columns(self, table: str) -> list[str]:
+        try:
+            return pq.read_schema(self._files[table]).names
+        except (OSError, pa.ArrowInvalid) as e:
+            raise NsysError(f"{self._files[table].name} is not readable Parquet ({e})") from None
+
+    def batches(self, table: str, cols: dict[str, pa.DataType], where: str = "") -> Iterator[pa.Table]:
+        have = set(self.columns(table))
+        try:
+            pf = pq.ParquetFile(self._files[table])
+            for b in pf.iter_batches(batch_size=CHUNK_ROWS, columns=[c for c in cols if c in have]):
+                arrays = []
+                for c, t in cols.items():
+                    if c in have:
+                        a = b.column(c)
+                        arrays.append(a.cast(t) if a.type != t else a)
+                    else:
+                        arrays.append(pa.nulls(b.num_rows, t))
+                yield pa.Table.from_arrays(arrays, names=list(cols))
+        except (OSError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise NsysError(f"{self._files[table].name} cannot be read ({e})") from None
+
+    def payload_rows(self) -> list[tuple]:
+        if "NVTX_EVENTS" not in self._files or "binaryData" not in self.columns("NVTX_EVENTS"):
+            return []
+        cols = ["globalTid", "start", "end", "text", "textId", "binaryData"]
+        t = pq.read_table(self._files["NVTX_EVENTS"], columns=cols)
+        return [
+            tuple(r[c] for c in cols)
+            for r in t.to_pylist()
+            if r["binaryData"] is not None and r["end"] is not None
+        ]
+
+    def close(self):
+        pass
+
+
+def _array(values, t: pa.DataType) -> pa.Array:
+    if t == STR:
+        return pa.array(values, type=STR)
+    try:
+        return pa.array(values, type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a TEXT/BLOB in an INTEGER column
+        return pa.array(
+            [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in values], type=t
+        )
+
+
+def _small(ex, table: str, cols: list[str], where: str = "") -> list[dict]:
+    if table not in ex.tables():
+        return []
+    out = []
+    for b in ex.batches(table, {c: _guess(c) for c in cols}, where):
+        out.extend(b.to_pylist())
+    return out
+
+
+def _guess(col: str) -> pa.DataType:
+    return (
+        STR
+        if col in ("name", "value", "utcTime", "busLocation", "uuid", "chipName", "metricName", "text")
+        else I64
+    )

@@ -1,0 +1,106 @@
+"""Devices and steps of a staged export: every GPU of the report's host once per rank
+(_devices, from TARGET_INFO_GPU else TARGET_INFO_CUDA_DEVICE else the device ids seen) and the
+step ranges (_steps: ProfilerStep#N NVTX ranges or a --step-range regex)."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from .export import _STEP_SCHEMA
+from .readers import _small
+
+
+def _devices(ex, con, ranks: dict[int, int], host) -> list[dict]:
+    """Every GPU of the report's host, listed once per rank (used = the rank ran work on it)."""
+    used = {}
+    for gp, dev in con.execute("""SELECT DISTINCT gp, deviceId FROM (
+            SELECT coalesce(globalPid, getvariable('single_gp')) AS gp, deviceId FROM kernel
+            UNION ALL SELECT coalesce(globalPid, getvariable('single_gp')), deviceId FROM memcpy
+            UNION ALL SELECT coalesce(globalPid, getvariable('single_gp')), deviceId FROM memset)
+            WHERE deviceId IS NOT NULL""").fetchall():
+        if gp in ranks:
+            used.setdefault(ranks[gp], set()).add(int(dev))
+    gpus = {}
+    for r in _small(
+        ex,
+        "TARGET_INFO_GPU",
+        ["id", "name", "busLocation", "totalMemory", "smCount", "computeMajor", "computeMinor"],
+    ):
+        if r["id"] is not None:
+            gpus[int(r["id"])] = {
+                "name": r["name"],
+                "bus_id": r["busLocation"],
+                "total_memory_bytes": r["totalMemory"],
+                "num_sms": r["smCount"],
+                "compute_major": r["computeMajor"],
+                "compute_minor": r["computeMinor"],
+            }
+    if not gpus:
+        for r in _small(ex, "TARGET_INFO_CUDA_DEVICE", ["gpuId", "cudaId", "numMultiprocessors"]):
+            if r["cudaId"] is not None:
+                gpus[int(r["cudaId"])] = {"num_sms": r["numMultiprocessors"]}
+    all_devs = set(gpus) | {d for s in used.values() for d in s}
+    rows = []
+    for rank in sorted(set(ranks.values())):
+        for d in sorted(all_devs):
+            g = gpus.get(d, {})
+            rows.append(
+                {
+                    "rank": rank,
+                    "host": host,
+                    "device": d,
+                    "name": g.get("name"),
+                    "vendor": "nvidia",
+                    "compute_major": g.get("compute_major"),
+                    "compute_minor": g.get("compute_minor"),
+                    "total_memory_bytes": g.get("total_memory_bytes"),
+                    "num_sms": g.get("num_sms"),
+                    "bus_id": g.get("bus_id"),
+                    "used": d in used.get(rank, set()),
+                }
+            )
+    return rows
+
+
+_STEP_RE = r"^ProfilerStep\s*#\s*\d+$"
+
+
+def _steps(con, step_regex: str | None) -> pl.DataFrame:
+    """Steps: NVTX ranges of rank processes named ProfilerStep#N, or matching step_regex; step
+    number = the last integer in the name, else the range's order; ranges nested inside another
+    matching range of the same rank are dropped (outermost wins)."""
+    rx = step_regex or _STEP_RE
+    con.execute("SET VARIABLE step_regex = ?", [rx])
+    df = pl.from_arrow(
+        con.sql("""
+        SELECT m.rank, coalesce(n.text, s.value) AS name, n.start + getvariable('base_ns') AS start_ns,
+               n."end" + getvariable('base_ns') AS end_ns, (n.globalTid >> 24) & 16777215 AS pid,
+               n.globalTid & 16777215 AS tid
+        FROM nvtx n JOIN rank_map m ON m.gp = n.globalTid & ~16777215 LEFT JOIN strings s ON s.id = n.textId
+        WHERE n.eventType IN (SELECT unnest(getvariable('nvtx_range_only'))) AND n."end" IS NOT NULL
+          AND regexp_matches(coalesce(n.text, s.value), getvariable('step_regex'))
+        ORDER BY m.rank, start_ns, end_ns DESC""").to_arrow_table()
+    )
+    if df.height == 0:
+        return pl.DataFrame(schema=_STEP_SCHEMA)
+    rows = []
+    for (rank,), g in df.group_by(["rank"], maintain_order=True):
+        outer_end = None
+        order = 0
+        for r in g.iter_rows(named=True):
+            if outer_end is not None and r["end_ns"] <= outer_end:
+                continue
+            outer_end = r["end_ns"]
+            m = re.findall(r"\d+", r["name"])
+            rows.append(
+                {
+                    **r,
+                    "step": int(m[-1]) if m and len(m[-1]) < 18 else order,
+                    "dur_ns": max(r["end_ns"] - r["start_ns"], 0),
+                    "source": "nvtx",
+                }
+            )
+            order += 1
+    return pl.DataFrame(rows, schema=_STEP_SCHEMA)
