@@ -1,7 +1,7 @@
 """nsys-jax archives (NVIDIA JAX-Toolbox test data: a 4-process PAXML FSDP run, one A100 each).
 
 Expected numbers are computed here straight from each archive's members with zipfile, pyarrow
-and DuckDB (never through pipeline.ingest.nsys_jax), then compared with what the ingest put in
+and DuckDB (never through pipeline.ingest.nsys.jax), then compared with what the ingest put in
 the lake and with the metric queries.
 """
 

@@ -193,7 +193,7 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
 
 
 def prepare_log(name: str, data: bytes, fmt: str, lake: Lake, base: dict) -> Prepared:
-    """An NCCL-family file (pipeline/ingest/nccl.py): its nccl_* / flight_recorder* tables. Such a
+    """An NCCL-family file (pipeline/ingest/nccl/): its nccl_* / flight_recorder* tables. Such a
     file holds no rank's trace rows, so it never claims a rank of its run."""
     run_id, source_id, display = base["run_id"], base["source_id"], base["path"]
     base = {**base, "format": fmt}
