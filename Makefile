@@ -14,13 +14,22 @@ $(VENV)/.test: $(VENV)/.base
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $@
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint format bench clean
 demo: $(VENV)/.base
 	$(BIN)/tracelake run sample_traces/ --lake .tracelake --force -o report.html
 
-test: $(VENV)/.test
+test: $(VENV)/.test lint
 	bash scripts/install-browser.sh
 	$(BIN)/python -m pytest -n 2 tests
+
+# ruff (configured in pyproject.toml): lint and formatting, checked; `make format` applies them
+lint: $(VENV)/.test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.test
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 bench: $(VENV)/.test
 	$(BIN)/python benchmarks/ingest_vs_hta.py
