@@ -1,7 +1,7 @@
 """Collectives named by what they are: a kernel's op and message size come from the trace's own
 host records (its Collective name args; the record_param_comms with its External id; the
 nccl:<op> / record_param_comms / c10d:: ops around the runtime event that launched it), the
-kernel name only last (pipeline/ingest/kineto_comm.py).
+kernel name only last (pipeline/ingest/kineto/comm.py).
 
 Hand-built 4-rank job (times in µs; world_size 4 from distributedInfo, no process group named),
 on every rank r, host thread pid 10 / tid 10:
@@ -34,7 +34,8 @@ import pytest
 
 from conftest import X, corpus, write_trace
 from pipeline import catalog
-from pipeline.ingest import ingest_paths, kineto, kineto_comm
+from pipeline.ingest import ingest_paths, kineto
+from pipeline.ingest.kineto import comm as kineto_comm
 from pipeline.lake import Lake
 from pipeline.query import connect, run
 

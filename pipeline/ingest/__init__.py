@@ -32,7 +32,7 @@ from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
-from .prepare import MAX_RANK, Options, content_sha256, failed, rank_from_name, read_bytes
+from .rows import MAX_RANK, Options, content_sha256, failed, rank_from_name, read_bytes
 from .runs import Runs, done_index, run_for, stored_sources
 
 __all__ = [

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from .. import catalog
+from ... import catalog
 
 # "Input type" values that are not a tensor's element type (torch/csrc/profiler/collection.cpp
 # and older Kineto): scalars, lists, None/strings ("").
@@ -48,7 +48,9 @@ def launch_chains(launches: pl.DataFrame, hosts: pl.DataFrame) -> dict[int, list
         return out
     hs = hosts.sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
     by_thread = hs.partition_by(["pid", "tid"], as_dict=True)
-    for key, lg in launches.sort(["pid", "tid", "start_ns"]).partition_by(["pid", "tid"], as_dict=True).items():
+    for key, lg in (
+        launches.sort(["pid", "tid", "start_ns"]).partition_by(["pid", "tid"], as_dict=True).items()
+    ):
         hg = by_thread.get(key)
         if hg is None:
             continue
@@ -62,22 +64,25 @@ def launch_chains(launches: pl.DataFrame, hosts: pl.DataFrame) -> dict[int, list
                 j += 1
             while stack and ends[stack[-1]] < t:
                 stack.pop()
-            out[corr] = [idx[k] for k in reversed(stack) if ends[k] >= t]  # the filter: ranges that overlap without nesting
+            out[corr] = [
+                idx[k] for k in reversed(stack) if ends[k] >= t
+            ]  # the filter: ranges that overlap without nesting
     return out
 
 
 @dataclass
 class HostRec:
     """What one comm host op says about its collective."""
-    name: str                 # as recorded, up to the first space ("nccl:send 0->1" -> "nccl:send")
-    op: str | None            # the catalog op it names (None: it names none)
+
+    name: str  # as recorded, up to the first space ("nccl:send 0->1" -> "nccl:send")
+    op: str | None  # the catalog op it names (None: it names none)
     op_raw: str | None
-    in_n: int | None = None   # element counts
+    in_n: int | None = None  # element counts
     out_n: int | None = None
     dtype: str | None = None  # element type as recorded ("float", "long int", "Float")
-    meta: dict | None = None  # its Collective name args (kineto._meta_row), when it has them
-    has_dims: bool = False    # Input Dims recorded at all
-    mixed: bool = False       # its input tensors have different element types
+    meta: dict | None = None  # its Collective name args (kineto.collectives._meta_row), when it has them
+    has_dims: bool = False  # Input Dims recorded at all
+    mixed: bool = False  # its input tensors have different element types
 
 
 def _json(text):
@@ -159,18 +164,33 @@ def chain_meta(recs: list[HostRec]) -> tuple[dict, str | None]:
     The op is the innermost record's that names one; counts and element type come from the
     innermost records of that op, or of none (record_param_comms without Collective name)."""
     if not recs:
-        return {}, "no collective metadata: no Collective name args, no record_param_comms / nccl: op around the launch (kernel name only)"
+        return (
+            {},
+            "no collective metadata: no Collective name args, no record_param_comms / nccl: op "
+            "around the launch (kernel name only)",
+        )
     named = next((r for r in recs if r.op), None)
     op = named.op if named else None
     use = [r for r in recs if r.op is None or r.op == op]
     with_meta = next((r.meta for r in use if r.meta), None)
-    meta = {k: v for k, v in (with_meta or {}).items() if k not in ("op", "op_raw", "in_nelems", "out_nelems", "dtype", "dtype_bytes")}
+    meta = {
+        k: v
+        for k, v in (with_meta or {}).items()
+        if k not in ("op", "op_raw", "in_nelems", "out_nelems", "dtype", "dtype_bytes")
+    }
     in_r = next((r for r in use if r.in_n is not None), None)
     out_r = next((r for r in use if r.out_n is not None), None)
-    dtype = next((r.dtype for r in (in_r, out_r) if r is not None and r.dtype), None) \
-        or next((r.dtype for r in use if r.dtype), None)
-    meta.update(op=op, op_raw=named.op_raw if named else recs[0].name, in_nelems=in_r.in_n if in_r else None,
-                out_nelems=out_r.out_n if out_r else None, dtype=dtype, dtype_bytes=catalog.dtype_bytes(dtype))
+    dtype = next((r.dtype for r in (in_r, out_r) if r is not None and r.dtype), None) or next(
+        (r.dtype for r in use if r.dtype), None
+    )
+    meta.update(
+        op=op,
+        op_raw=named.op_raw if named else recs[0].name,
+        in_nelems=in_r.in_n if in_r else None,
+        out_nelems=out_r.out_n if out_r else None,
+        dtype=dtype,
+        dtype_bytes=catalog.dtype_bytes(dtype),
+    )
     # all_gather's output is its input times the group's size, reduce_scatter's input its output
     # times it (torch.distributed all_gather_into_tensor / reduce_scatter_tensor): the group size
     # when no record states it (HTA's trace_filter: [16777216] gathered into [1073741824], 64 ranks)
