@@ -281,9 +281,9 @@ def analyze(
                 else "cut short"
             )
             notes.append(
-                f"run {run_id}: {row['path']} is partial ({cut}: the job was killed while the profiler wrote?): "
-                "its complete events are analysed; events after the cut are missing, from any of its steps (Kineto does "
-                "not write in time order), so its steps are marked incomplete"
+                f"run {run_id}: {row['path']} is partial ({cut}: the job was killed while the profiler "
+                "wrote?): its complete events are analysed; events after the cut are missing, from any of "
+                "its steps (Kineto does not write in time order), so its steps are marked incomplete"
             )
         if r_ranks.height == 0:
             notes.append(
@@ -295,8 +295,9 @@ def analyze(
                 "the run has no steps (MFU is FLOPs per step; for Nsight Systems exports give --step-range)"
             )
             notes.append(
-                f"run {run_id}: no ProfilerStep in the trace (for Nsight Systems exports: no NVTX step range; see --step-range): "
-                "per-step rows are absent, per-rank rows cover the whole trace, and MFU (FLOPs per step) is not computed"
+                f"run {run_id}: no ProfilerStep in the trace (for Nsight Systems exports: no NVTX step "
+                "range; see --step-range): per-step rows are absent, per-rank rows cover the whole trace, "
+                "and MFU (FLOPs per step) is not computed"
             )
         if r_ranks["comm_ns"].sum() == 0:
             notes.append(
@@ -306,18 +307,21 @@ def analyze(
             m = mfu.filter(pl.col("run_id") == run_id)
             if m["model_flops"].is_null().all():
                 why = (
-                    "no op with modelled FLOPs (record_shapes off, or no matmul, attention or convolution ops with usable shapes); "
-                    "give --model-flops-per-step or the PaLM shape options"
+                    "no op with modelled FLOPs (record_shapes off, or no matmul, attention or convolution "
+                    "ops with usable shapes); give --model-flops-per-step or the PaLM shape options"
                 )
             else:
                 names = sorted({str(x) for x in m["device_name"].to_list() if x})
                 if names:
                     why = (
-                        f"no catalog peak for device {', '.join(names)} in the FLOPs' precision (pipeline/catalog/devices.toml); "
-                        "give it with --peak-tflops"
+                        f"no catalog peak for device {', '.join(names)} in the FLOPs' precision "
+                        "(pipeline/catalog/devices.toml); give it with --peak-tflops"
                     )
                 else:
-                    why = "the trace does not name its device (no deviceProperties), so no peak is known; give it with --peak-tflops"
+                    why = (
+                        "the trace does not name its device (no deviceProperties), so no peak is "
+                        "known; give it with --peak-tflops"
+                    )
             mfu_why[run_id] = why
             notes.append(f"run {run_id}: MFU not available: {why}")
         c = coll.filter(pl.col("run_id") == run_id)
@@ -339,17 +343,20 @@ def analyze(
             exp = mc["expected_ranks"].max()
             seen = mc["ranks_seen"].max()
             notes.append(
-                f"run {run_id}: {n_inc} of {mc.height} collective calls were not seen on every rank of their group "
-                f"(expected {exp}, at most {seen} ingested): transfer time, wait and straggler cover the ingested ranks only"
+                f"run {run_id}: {n_inc} of {mc.height} collective calls were not seen on every rank of "
+                f"their group (expected {exp}, at most {seen} ingested): transfer time, wait and straggler "
+                "cover the ingested ranks only"
             )
         gw = query.sql_count(
             con,
-            f"SELECT count(*) FROM gpu_work WHERE graph_replay AND run_id = '{run_id.replace(chr(39), chr(39) * 2)}'",
+            "SELECT count(*) FROM gpu_work WHERE graph_replay AND run_id = "
+            f"'{run_id.replace(chr(39), chr(39) * 2)}'",
         )
         if gw:
             notes.append(
-                f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, but their idle cause "
-                "(idle_unreliable_ns) and per-op attribution (FLOP coverage) are unreliable"
+                f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, "
+                "but their idle cause (idle_unreliable_ns) and per-op attribution (FLOP coverage) are "
+                "unreliable"
             )
     verdicts = []
     for r in runs:
@@ -381,7 +388,8 @@ def analyze(
             ex = ", ".join(f"{e['step']} (rank {e['rank']}: {e['step_ns'] / 1e6:.1f} ms)" for e in out[:5])
             notes.append(
                 f"run {v['run_id']}: step(s) {ex}{' ...' if len(out) > 5 else ''} took more than "
-                f"{OUTLIER_FACTOR:g}x the median step ({v['median_step_ns'] / 1e6:.1f} ms) and are left out of the verdict"
+                f"{OUTLIER_FACTOR:g}x the median step ({v['median_step_ns'] / 1e6:.1f} ms) and are left "
+                "out of the verdict"
             )
     if top_n is not None:
         top = (

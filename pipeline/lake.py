@@ -115,7 +115,8 @@ def _write_parquet(tbl: pa.Table, path: Path) -> None:
 # ------------------------------------------------------------------ test hook
 # TRACELAKE_CRASH_AT="<point>:<n>" sends SIGKILL to this process the n-th time it passes <point>
 # (journal: a COMMIT journal was written; rename: a part was renamed into the lake; commit: a
-# source was committed; forget: a source's `sources` row was removed by forget()). Used by tests/test_crash_safety.py to kill a real ingest at exact moments.
+# source was committed; forget: a source's `sources` row was removed by forget()). Used by
+# tests/test_crash_safety.py to kill a real ingest at exact moments.
 _crash_counts: dict[str, int] = {}
 
 
@@ -248,8 +249,8 @@ class Lake(LakeFiles):
                     else ""
                 )
                 raise LakeBusy(
-                    f"{self.root}: another tracelake command (ingest or forget) is writing to this lake{who}; "
-                    "wait for it to finish, then run this one again"
+                    f"{self.root}: another tracelake command (ingest or forget) is writing to this "
+                    f"lake{who}; wait for it to finish, then run this one again"
                 ) from None
             info = json.dumps(
                 {
@@ -436,8 +437,9 @@ def _read_sources_part(path: str) -> pl.DataFrame:
     except (OSError, pa.ArrowException) as e:
         raise LakeError(
             one_line(
-                f"{path}: unreadable sources part ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
-                "move it out of the lake to drop that source"
+                f"{path}: unreadable sources part "
+                f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); move it out of the lake to "
+                "drop that source"
             )
         ) from None
 

@@ -19,15 +19,15 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import CORPUS, union_ns
+
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect, run
 
 NSYS = CORPUS / "nsys"
 FILES = {
-    "mfu": NSYS / "nsys-ai" / "mfu_2gpu_before.sqlite",          # 2026.2.1, schema 3.25.0, 2 processes
+    "mfu": NSYS / "nsys-ai" / "mfu_2gpu_before.sqlite",  # 2026.2.1, schema 3.25.0, 2 processes
     "power": NSYS / "nsightful" / "power_iteration__baseline.sqlite",  # 2025.3.1, schema 3.20.2
     "saxpy": NSYS / "pipit" / "saxpy-mpi-cuda_nsys_perlmutter0.sqlite",  # 2022.2.1, schema 2.9.1
     "clover": NSYS / "pipit" / "perlmutter-cloverleaf-cuda.sqlite",  # 2024.5.1, schema 3.13.2
@@ -46,11 +46,11 @@ def tables_of(c) -> set[str]:
     return {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
 
-
 def process_order(c) -> dict[int, int]:
     """pid -> rank as the documented rule says: processes with GPU work ordered by lowest device, then pid."""
     rows = c.execute("""SELECT globalPid / 16777216 % 16777216 AS pid, min(deviceId) FROM (
-        SELECT globalPid, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL UNION ALL SELECT globalPid, deviceId FROM CUPTI_ACTIVITY_KIND_MEMCPY)
+        SELECT globalPid, deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL
+        UNION ALL SELECT globalPid, deviceId FROM CUPTI_ACTIVITY_KIND_MEMCPY)
         GROUP BY 1 ORDER BY 2, 1""").fetchall()
     return {pid: i for i, (pid, _) in enumerate(rows)}
 
@@ -77,17 +77,31 @@ def test_kernels_per_device_and_busy_time(lakes, key):
     intervals, computed here from the SQLite rows; the lake and the breakdown query must agree."""
     c = ro(FILES[key])
     tabs = tables_of(c)
-    gpu_tabs = [t for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET") if t in tabs]
+    gpu_tabs = [
+        t
+        for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+        if t in tabs
+    ]
     ranks = process_order(c)
     if len(ranks) == 1:
         ranks = {p: 0 for p in ranks}
-    want_count = {(ranks[pid], dev): n for pid, dev, n in c.execute(
-        "SELECT globalPid / 16777216 % 16777216, deviceId, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1, 2")}
-    got_count = {(r, d): n for r, d, n in lake_sql(lakes[key], "SELECT rank, device, count(*) FROM gpu_activities WHERE kind = 'kernel' GROUP BY ALL")}
+    want_count = {
+        (ranks[pid], dev): n
+        for pid, dev, n in c.execute(
+            "SELECT globalPid / 16777216 % 16777216, deviceId, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+            "GROUP BY 1, 2"
+        )
+    }
+    got_count = {
+        (r, d): n
+        for r, d, n in lake_sql(
+            lakes[key], "SELECT rank, device, count(*) FROM gpu_activities WHERE kind = 'kernel' GROUP BY ALL"
+        )
+    }
     assert got_count == want_count
     busy = {}
     for t in gpu_tabs:
-        for pid, s, e in c.execute(f"SELECT globalPid / 16777216 % 16777216, start, \"end\" FROM {t}"):
+        for pid, s, e in c.execute(f'SELECT globalPid / 16777216 % 16777216, start, "end" FROM {t}'):
             busy.setdefault(ranks[pid], []).append((s, e))
     con = connect(lakes[key])
     bd = run(con, "breakdown").filter(pl.col("level") == "rank")
@@ -99,10 +113,21 @@ def test_absolute_time_and_row_counts(lakes, key):
     c = ro(FILES[key])
     utc = c.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0]
     k0 = c.execute("SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    assert lake_sql(lakes[key], "SELECT min(start_ns) FROM gpu_activities WHERE kind = 'kernel'")[0][0] == utc + k0
+    assert (
+        lake_sql(lakes[key], "SELECT min(start_ns) FROM gpu_activities WHERE kind = 'kernel'")[0][0]
+        == utc + k0
+    )
     n_rt = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
-    n_sync = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION").fetchone()[0] if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables_of(c) else 0
-    got = dict(lake_sql(lakes[key], "SELECT kind, count(*) FROM cpu_ops WHERE kind IN ('runtime', 'driver') GROUP BY ALL"))
+    n_sync = (
+        c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION").fetchone()[0]
+        if "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION" in tables_of(c)
+        else 0
+    )
+    got = dict(
+        lake_sql(
+            lakes[key], "SELECT kind, count(*) FROM cpu_ops WHERE kind IN ('runtime', 'driver') GROUP BY ALL"
+        )
+    )
     assert sum(got.values()) == n_rt
     assert lake_sql(lakes[key], "SELECT count(*) FROM gpu_activities WHERE kind = 'sync'")[0][0] == n_sync
     src = lake_sql(lakes[key], "SELECT base_time_ns, status, format FROM sources")[0]
@@ -113,13 +138,22 @@ def test_absolute_time_and_row_counts(lakes, key):
 def test_memcpy_bytes_by_kind(lakes, key):
     c = ro(FILES[key])
     want = {}
-    for kind, src, dst, b in c.execute("SELECT copyKind, srcKind, dstKind, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2, 3"):
+    for kind, src, dst, b in c.execute(
+        "SELECT copyKind, srcKind, dstKind, sum(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY GROUP BY 1, 2, 3"
+    ):
         want[COPY_KIND[kind]] = want.get(COPY_KIND[kind], 0) + b
-    got = dict(lake_sql(lakes[key], "SELECT copy_kind, sum(bytes) FROM gpu_activities WHERE kind = 'memcpy' GROUP BY ALL"))
+    got = dict(
+        lake_sql(
+            lakes[key], "SELECT copy_kind, sum(bytes) FROM gpu_activities WHERE kind = 'memcpy' GROUP BY ALL"
+        )
+    )
     assert got == want
     # pageable vs pinned is kept: srcKind 0 = Pageable, 1 = Pinned (ENUM_CUDA_MEM_KIND)
     pageable = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE srcKind = 0").fetchone()[0]
-    assert lake_sql(lakes[key], "SELECT count(*) FROM gpu_activities WHERE src_kind = 'Pageable'")[0][0] == pageable
+    assert (
+        lake_sql(lakes[key], "SELECT count(*) FROM gpu_activities WHERE src_kind = 'Pageable'")[0][0]
+        == pageable
+    )
 
 
 def test_nccl_kernels_become_collectives_and_match_across_ranks(lakes):
@@ -127,29 +161,62 @@ def test_nccl_kernels_become_collectives_and_match_across_ranks(lakes):
     different stream ids in the two processes; their time per rank equals the SQLite sum."""
     c = ro(FILES["mfu"])
     ranks = process_order(c)
-    want = {ranks[pid]: (n, t) for pid, n, t in c.execute("""
-        SELECT k.globalPid / 16777216 % 16777216, count(*), sum(k."end" - k.start) FROM CUPTI_ACTIVITY_KIND_KERNEL k
-        JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%' GROUP BY 1""")}
+    want = {
+        ranks[pid]: (n, t)
+        for pid, n, t in c.execute("""
+        SELECT k.globalPid / 16777216 % 16777216, count(*), sum(k."end" - k.start)
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%' GROUP BY 1""")
+    }
     assert sorted(n for n, _ in want.values()) == [33, 33]
-    got = {r: (n, t) for r, n, t in lake_sql(lakes["mfu"], "SELECT rank, count(*), sum(dur_ns) FROM collectives GROUP BY ALL")}
+    got = {
+        r: (n, t)
+        for r, n, t in lake_sql(
+            lakes["mfu"], "SELECT rank, count(*), sum(dur_ns) FROM collectives GROUP BY ALL"
+        )
+    }
     assert got == want
-    rows = lake_sql(lakes["mfu"], "SELECT DISTINCT op, algorithm, protocol, msg_bytes, msg_bytes_note FROM collectives")
+    rows = lake_sql(
+        lakes["mfu"], "SELECT DISTINCT op, algorithm, protocol, msg_bytes, msg_bytes_note FROM collectives"
+    )
     # the export was written without --include-blobs (META_DATA_EXPORT EXPORT_PARAM_INCLUDE_BLOBS false)
-    assert rows == [("send_recv", None, None, None, "message size not in the export: NCCL NVTX ranges without payload blobs "
-                                                     "(export with --include-blobs=true)")]
+    assert rows == [
+        (
+            "send_recv",
+            None,
+            None,
+            None,
+            "message size not in the export: NCCL NVTX ranges without payload blobs "
+            "(export with --include-blobs=true)",
+        )
+    ]
     # classified from the data too: kernels whose launching call (same process, same correlationId)
     # lies inside an NVTX range of the NCCL domain (domainId 1) on the same thread
     by_nvtx = c.execute("""SELECT count(DISTINCT k.rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL k
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId AND r.globalTid / 16777216 = k.globalPid / 16777216
-        JOIN NVTX_EVENTS n ON n.globalTid = r.globalTid AND r.start >= n.start AND r.start < n."end" AND n.domainId = 1""").fetchone()[0]
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+            AND r.globalTid / 16777216 = k.globalPid / 16777216
+        JOIN NVTX_EVENTS n ON n.globalTid = r.globalTid AND r.start >= n.start AND r.start < n."end"
+            AND n.domainId = 1""").fetchone()[0]
     assert by_nvtx == 64  # the other 2 were launched before the exported window
-    assert lake_sql(lakes["mfu"], "SELECT count(*), count(*) FILTER (WHERE classified_by = 'correlation') FROM gpu_activities WHERE category = 'communication'")[0] == (66, by_nvtx)
-    calls = lake_sql(lakes["mfu"], "SELECT count(*), count(*) FILTER (WHERE complete AND ranks_seen = 2) FROM collective_calls")[0]
+    assert lake_sql(
+        lakes["mfu"],
+        "SELECT count(*), count(*) FILTER (WHERE classified_by = 'correlation') FROM gpu_activities WHERE "
+        "category = 'communication'",
+    )[0] == (66, by_nvtx)
+    calls = lake_sql(
+        lakes["mfu"],
+        "SELECT count(*), count(*) FILTER (WHERE complete AND ranks_seen = 2) FROM collective_calls",
+    )[0]
     assert calls == (33, 33)
     con = connect(lakes["mfu"])
     bd = run(con, "breakdown").filter(pl.col("level") == "rank").sort("rank")
     comm = {}
-    for pid, s, e in c.execute("""SELECT k.globalPid / 16777216 % 16777216, k.start, k."end" FROM CUPTI_ACTIVITY_KIND_KERNEL k
+    for (
+        pid,
+        s,
+        e,
+    ) in c.execute("""SELECT k.globalPid / 16777216 % 16777216, k.start, k."end"
+        FROM CUPTI_ACTIVITY_KIND_KERNEL k
             JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%'"""):
         comm.setdefault(ranks[pid], []).append((s, e))
     assert bd["comm_ns"].to_list() == [union_ns(comm[0]), union_ns(comm[1])]
@@ -164,7 +231,12 @@ def test_launch_join_is_per_process(lakes):
         SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId
         AND r.globalTid / 16777216 = k.globalPid / 16777216)""").fetchone()[0]
     assert want == 24
-    assert lake_sql(lakes["mfu"], "SELECT count(*) FROM gpu_work WHERE kind = 'kernel' AND launch_ns IS NULL")[0][0] == 24
+    assert (
+        lake_sql(lakes["mfu"], "SELECT count(*) FROM gpu_work WHERE kind = 'kernel' AND launch_ns IS NULL")[
+            0
+        ][0]
+        == 24
+    )
 
 
 def test_ranks_hosts_devices_and_versions(lakes):
@@ -175,7 +247,9 @@ def test_ranks_hosts_devices_and_versions(lakes):
     assert lake_sql(lakes["saxpy"], "SELECT rank, rank_source FROM sources")[0] == (0, "mpi")
     # cloverleaf: TARGET_INFO_GPU lists 4 A100-SXM4-80GB, kernels ran on device 0 only
     devs = lake_sql(lakes["clover"], "SELECT device, name, used, num_sms FROM devices ORDER BY device")
-    assert devs == [(0, "NVIDIA A100-SXM4-80GB", True, 108)] + [(d, "NVIDIA A100-SXM4-80GB", False, 108) for d in (1, 2, 3)]
+    assert devs == [(0, "NVIDIA A100-SXM4-80GB", True, 108)] + [
+        (d, "NVIDIA A100-SXM4-80GB", False, 108) for d in (1, 2, 3)
+    ]
     assert lake_sql(lakes["clover"], "SELECT catalog_key FROM rank_device")[0][0] is not None
     assert lake_sql(lakes["power"], "SELECT name, total_memory_bytes FROM devices")[0][0] == "Tesla T4"
 
@@ -185,18 +259,31 @@ def test_nvtx_annotations_and_pytorch_ops(lakes):
     n = c.execute("SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)").fetchone()[0]
     assert lake_sql(lakes["mfu"], "SELECT count(*) FROM annotations")[0][0] == n
     assert lake_sql(lakes["mfu"], "SELECT count(*) FROM annotations WHERE domain = 'NCCL'")[0][0] == 462
-    ops = c.execute(r"SELECT count(*) FROM NVTX_EVENTS WHERE domainId = 0 AND eventType = 59 AND text LIKE 'aten::%'").fetchone()[0]
-    assert lake_sql(lakes["mfu"], "SELECT count(*) FROM cpu_ops WHERE kind = 'op' AND name LIKE 'aten::%'")[0][0] == ops
+    ops = c.execute(
+        r"SELECT count(*) FROM NVTX_EVENTS WHERE domainId = 0 AND eventType = 59 AND text LIKE 'aten::%'"
+    ).fetchone()[0]
+    assert (
+        lake_sql(lakes["mfu"], "SELECT count(*) FROM cpu_ops WHERE kind = 'op' AND name LIKE 'aten::%'")[0][0]
+        == ops
+    )
     # the first range in the file, read by hand: 'aten::empty, op_id = 990346' on pid 145
-    first = lake_sql(lakes["mfu"], "SELECT name, pid FROM cpu_ops WHERE kind = 'op' ORDER BY start_ns LIMIT 1")[0]
+    first = lake_sql(
+        lakes["mfu"], "SELECT name, pid FROM cpu_ops WHERE kind = 'op' ORDER BY start_ns LIMIT 1"
+    )[0]
     assert first == ("aten::empty", 145)
 
 
 def test_step_range(tmp_path):
-    """power_iteration has NVTX ranges 'Compute & Residual 0', '... 10', ...: --step-range makes them steps."""
+    """power_iteration has NVTX ranges 'Compute & Residual 0', '... 10', ...: --step-range makes
+    them steps."""
     c = ro(FILES["power"])
-    want = sorted(int(t.rsplit(" ", 1)[1]) for (t,) in c.execute(
-        "SELECT coalesce(n.text, s.value) AS t FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE t LIKE 'Compute & Residual %'"))
+    want = sorted(
+        int(t.rsplit(" ", 1)[1])
+        for (t,) in c.execute(
+            "SELECT coalesce(n.text, s.value) AS t FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = "
+            "n.textId WHERE t LIKE 'Compute & Residual %'"
+        )
+    )
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([FILES["power"]], lake, step_regex=r"^Compute & Residual \d+$")
     assert res[0].status == "ok"
@@ -219,7 +306,11 @@ def to_parquetdir(src: Path, dest: Path) -> Path:
             vals = [r[i] for r in rows]
             kinds = {type(v) for v in vals if v is not None}
             typ = pa.string() if kinds & {str, bytes} else pa.float64() if float in kinds else pa.int64()
-            arrays.append(pa.array([v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in vals], type=typ))
+            arrays.append(
+                pa.array(
+                    [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in vals], type=typ
+                )
+            )
         pq.write_table(pa.Table.from_arrays(arrays, names=cols), dest / f"{t}.parquet")
     return dest
 
@@ -243,10 +334,14 @@ def test_gpu_metrics_become_counters(tmp_path):
     os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
     c = sqlite3.connect(f)
     c.executescript("""
-        CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER, sourceId INTEGER, typeName TEXT, metricId INTEGER, metricName TEXT);
-        CREATE TABLE GPU_METRICS (rawTimestamp INTEGER, timestamp INTEGER, typeId INTEGER, metricId INTEGER, value INTEGER);
-        INSERT INTO TARGET_INFO_GPU_METRICS VALUES (65536, 0, 'GPU', 1, 'SM Active [Throughput %]'), (65536, 0, 'GPU', 2, 'Tensor Active [Throughput %]');
-        INSERT INTO GPU_METRICS VALUES (0, 1000, 65536, 1, 40), (0, 2000, 65536, 1, 60), (0, 1000, 65536, 2, 7);
+        CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER, sourceId INTEGER, typeName TEXT,
+            metricId INTEGER, metricName TEXT);
+        CREATE TABLE GPU_METRICS (rawTimestamp INTEGER, timestamp INTEGER, typeId INTEGER,
+            metricId INTEGER, value INTEGER);
+        INSERT INTO TARGET_INFO_GPU_METRICS VALUES (65536, 0, 'GPU', 1, 'SM Active [Throughput %]'),
+            (65536, 0, 'GPU', 2, 'Tensor Active [Throughput %]');
+        INSERT INTO GPU_METRICS VALUES (0, 1000, 65536, 1, 40), (0, 2000, 65536, 1, 60),
+            (0, 1000, 65536, 2, 7);
     """)
     c.commit()
     c.close()
@@ -254,8 +349,11 @@ def test_gpu_metrics_become_counters(tmp_path):
     lake = Lake(tmp_path / "lake")
     assert ingest_paths([f], lake)[0].status == "ok"
     rows = lake_sql(lake, "SELECT rank, device, name, unit, ts_ns, value FROM counters ORDER BY name, ts_ns")
-    assert rows == [(0, 0, "SM Active [Throughput %]", "%", utc + 1000, 40.0), (0, 0, "SM Active [Throughput %]", "%", utc + 2000, 60.0),
-                    (0, 0, "Tensor Active [Throughput %]", "%", utc + 1000, 7.0)]
+    assert rows == [
+        (0, 0, "SM Active [Throughput %]", "%", utc + 1000, 40.0),
+        (0, 0, "SM Active [Throughput %]", "%", utc + 2000, 60.0),
+        (0, 0, "Tensor Active [Throughput %]", "%", utc + 1000, 7.0),
+    ]
 
 
 def _all_strings(lake: Lake) -> list[str]:
@@ -275,10 +373,17 @@ def test_privacy_only_allow_listed_environment(lakes, key, tmp_path):
     """No capture-environment value other than the allow-listed ones reaches the lake or the report."""
     c = ro(FILES[key])
     secrets = []
-    for name, value in c.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name NOT IN ('Hostname', 'NvDriverVersion', 'CudaDriverVersion')"):
+    for name, value in c.execute(
+        "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name NOT IN ('Hostname', 'NvDriverVersion', "
+        "'CudaDriverVersion')"
+    ):
         secrets += [v for v in str(value).split(";") if "=" in v and len(v) >= 12]
     if "META_DATA_CAPTURE" in tables_of(c):
-        secrets += [v for (v,) in c.execute("SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT%'") if v and "=" in v and len(v) >= 12]
+        secrets += [
+            v
+            for (v,) in c.execute("SELECT value FROM META_DATA_CAPTURE WHERE name LIKE '%ENVIRONMENT%'")
+            if v and "=" in v and len(v) >= 12
+        ]
     assert secrets, "the file carries an environment to protect"
     if key == "clover":
         assert any(s.startswith("PMI_SHARED_SECRET=") for s in secrets)
@@ -286,7 +391,10 @@ def test_privacy_only_allow_listed_environment(lakes, key, tmp_path):
     leaked = [s for s in secrets if s in strings]
     assert not leaked
     out = tmp_path / "r.html"
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "report", "--lake", str(lakes[key].root), "-o", str(out)], capture_output=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "report", "--lake", str(lakes[key].root), "-o", str(out)],
+        capture_output=True,
+    )
     assert r.returncode == 0, r.stderr
     html = out.read_text()
     assert not [s for s in secrets if s in html]
@@ -294,13 +402,41 @@ def test_privacy_only_allow_listed_environment(lakes, key, tmp_path):
 
 def test_report_end_to_end_on_mfu_2gpu(tmp_path):
     out = tmp_path / "report.html"
-    r = subprocess.run([sys.executable, "-m", "pipeline.cli", "run", str(FILES["mfu"]), "--lake", str(tmp_path / "lake"),
-                        "-o", str(out), "--peak-tflops", "989"], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "run",
+            str(FILES["mfu"]),
+            "--lake",
+            str(tmp_path / "lake"),
+            "-o",
+            str(out),
+            "--peak-tflops",
+            "989",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     html = out.read_text()
     assert "2 rank(s) ingested" in html and "nsys-ai" in html
-    js = subprocess.run([sys.executable, "-m", "pipeline.cli", "analyze", "--lake", str(tmp_path / "lake"), "--json",
-                         "--peak-tflops", "989"], capture_output=True, text=True)
+    js = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "analyze",
+            "--lake",
+            str(tmp_path / "lake"),
+            "--json",
+            "--peak-tflops",
+            "989",
+        ],
+        capture_output=True,
+        text=True,
+    )
     import json
 
     doc = json.loads(js.stdout)
@@ -316,7 +452,9 @@ def test_nsys_rep_needs_nsys(tmp_path, monkeypatch):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([rep], lake)
     assert res[0].status == "failed"
-    assert "nsys export --type sqlite" in res[0].error and str(rep) in res[0].error and "\n" not in res[0].error
+    assert (
+        "nsys export --type sqlite" in res[0].error and str(rep) in res[0].error and "\n" not in res[0].error
+    )
 
 
 def test_nsys_rep_converted_with_nsys_on_path(tmp_path, monkeypatch):
@@ -325,8 +463,10 @@ def test_nsys_rep_converted_with_nsys_on_path(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "nsys"
-    fake.write_text("#!/bin/sh\nwhile [ $# -gt 1 ]; do if [ \"$1\" = --output ]; then out=$2; fi; shift; done\n"
-                    f"cp '{FILES['saxpy']}' \"$out\"\n")
+    fake.write_text(
+        '#!/bin/sh\nwhile [ $# -gt 1 ]; do if [ "$1" = --output ]; then out=$2; fi; shift; done\n'
+        f"cp '{FILES['saxpy']}' \"$out\"\n"
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     rep = tmp_path / "saxpy.nsys-rep"
@@ -335,7 +475,9 @@ def test_nsys_rep_converted_with_nsys_on_path(tmp_path, monkeypatch):
     res = ingest_paths([rep], lake)
     assert res[0].status == "ok", res[0].error
     assert any(n.startswith("converted with: nsys export --type sqlite") for n in res[0].notes)
-    assert lake_sql(lake, "SELECT count(*) FROM gpu_activities WHERE kind = 'kernel'")[0][0] == 5  # saxpy x5 (PROVENANCE.md)
+    assert (
+        lake_sql(lake, "SELECT count(*) FROM gpu_activities WHERE kind = 'kernel'")[0][0] == 5
+    )  # saxpy x5 (PROVENANCE.md)
 
 
 def test_bad_exports_fail_cleanly_and_never_stop_a_batch(tmp_path):
@@ -372,14 +514,26 @@ def test_pytorch_nvtx_op_with_sizes_gets_flops(tmp_path):
     shutil.copy(FILES["power"], f)
     os.chmod(f, stat.S_IRUSR | stat.S_IWUSR)
     c = sqlite3.connect(f)
-    tid, s = c.execute("SELECT globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start LIMIT 1").fetchone()
-    c.execute("INSERT INTO NVTX_EVENTS (start, \"end\", eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, ?, 0)",
-              (s, s + 1000, "aten::mm, seq = 12, op_id = 7, sizes = [[64, 128], [128, 32]], input_op_ids = [5, 6]", tid))
+    tid, s = c.execute(
+        "SELECT globalTid, start FROM CUPTI_ACTIVITY_KIND_RUNTIME ORDER BY start LIMIT 1"
+    ).fetchone()
+    c.execute(
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, domainId) VALUES (?, ?, 59, ?, '
+        "?, 0)",
+        (
+            s,
+            s + 1000,
+            "aten::mm, seq = 12, op_id = 7, sizes = [[64, 128], [128, 32]], input_op_ids = [5, 6]",
+            tid,
+        ),
+    )
     c.commit()
     c.close()
     lake = Lake(tmp_path / "lake")
     assert ingest_paths([f], lake)[0].status == "ok"
-    rows = lake_sql(lake, "SELECT name, sequence_number, input_dims, flops, flops_source FROM cpu_ops WHERE kind = 'op'")
+    rows = lake_sql(
+        lake, "SELECT name, sequence_number, input_dims, flops, flops_source FROM cpu_ops WHERE kind = 'op'"
+    )
     assert rows == [("aten::mm", 12, "[[64, 128], [128, 32]]", 2.0 * 64 * 128 * 32, "shapes")]
 
 
@@ -399,20 +553,32 @@ def test_nccl_payload_gives_message_size(tmp_path):
     tid, rs, re_, corr = c.execute("""
         SELECT r.globalTid, r.start, r."end", r.correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL k
         JOIN StringIds s ON s.id = k.shortName
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId AND r.globalTid / 16777216 = k.globalPid / 16777216
-        WHERE s.value LIKE 'nccl%' AND k.globalPid / 16777216 % 16777216 = 144 ORDER BY k.start LIMIT 1""").fetchone()
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+            AND r.globalTid / 16777216 = k.globalPid / 16777216
+        WHERE s.value LIKE 'nccl%' AND k.globalPid / 16777216 % 16777216 = 144
+        ORDER BY k.start LIMIT 1""").fetchone()
     sid = c.execute("SELECT max(id) + 1 FROM StringIds").fetchone()[0]
     c.execute("INSERT INTO StringIds VALUES (?, 'ncclSend')", (sid,))
     payload = struct.pack("<QQ", 0xDEADBEEF, 1 << 20)
     blob = struct.pack("<QQQQ", 1, 16777220, len(payload), 32) + payload
-    c.execute('INSERT INTO NVTX_EVENTS (start, "end", eventType, textId, globalTid, domainId, binaryData) VALUES (?, ?, 59, ?, ?, 1, ?)',
-              (rs - 100, re_ + 100, sid, tid, blob))
+    c.execute(
+        'INSERT INTO NVTX_EVENTS (start, "end", eventType, textId, globalTid, domainId, binaryData) VALUES '
+        "(?, ?, 59, ?, ?, 1, ?)",
+        (rs - 100, re_ + 100, sid, tid, blob),
+    )
     c.commit()
     c.close()
     lake = Lake(tmp_path / "lake")
     assert ingest_paths([f], lake)[0].status == "ok"
-    sized = lake_sql(lake, "SELECT rank, correlation, op, msg_bytes, comm_id FROM collectives WHERE msg_bytes IS NOT NULL")
+    sized = lake_sql(
+        lake, "SELECT rank, correlation, op, msg_bytes, comm_id FROM collectives WHERE msg_bytes IS NOT NULL"
+    )
     assert sized == [(0, corr, "send_recv", 1 << 20, "0x00000000deadbeef")]
     notes = lake_sql(lake, "SELECT DISTINCT msg_bytes_note FROM collectives WHERE msg_bytes IS NULL")
-    assert notes == [("message size not in the export: the kernel was not launched inside an NCCL API range with a payload "
-                      "(grouped calls launch in ncclGroupEnd)",)]
+    assert notes == [
+        (
+            "message size not in the export: the kernel was not launched inside an NCCL API range with a "
+            "payload "
+            "(grouped calls launch in ncclGroupEnd)",
+        )
+    ]

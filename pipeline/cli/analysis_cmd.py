@@ -258,14 +258,19 @@ def _render(res: dict, fmt: str, base: dict | None = None) -> str:
     return markdown.render(doc)
 
 
-@app.command(epilog=EXIT_HELP)
+@app.command(
+    epilog=EXIT_HELP,
+    help="Write the report: verdict, ranked findings and charts (html), or the same verdict and findings "
+    "as json or md.",
+)
 def report(
     lake: Path = LAKE,
     output: Optional[Path] = typer.Option(
         None,
         "-o",
         "--output",
-        help="File to write ('-': standard output; default: report.html for html, standard output for json and md).",
+        help="File to write ('-': standard output; default: report.html for html, standard output for "
+        "json and md).",
     ),
     fmt: Optional[str] = typer.Option(
         None,
@@ -292,7 +297,6 @@ def report(
     scheduler: Optional[str] = SCHEDULER,
     runs: Optional[List[str]] = ONLY_RUNS,
 ):
-    """Write the report: verdict, ranked findings and charts (html), or the same verdict and findings as json or md."""
     fmt = _format(fmt, output)
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
@@ -331,7 +335,11 @@ def report(
     raise typer.Exit(code)
 
 
-@app.command(epilog=EXIT_HELP)
+@app.command(
+    epilog=EXIT_HELP,
+    help="Ingest, analyze and report in one go: the report covers the runs of the files given (ingested "
+    "now or already in the lake).",
+)
 def run(
     paths: List[Path] = PATHS,
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Report file to write."),
@@ -363,7 +371,6 @@ def run(
     exclude: List[str] = EXCLUDE,
     jobs: int = JOBS,
 ):
-    """Ingest, analyze and report in one go: the report covers the runs of the files given (ingested now or already in the lake)."""
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
     _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
     fmt = _format(fmt, output)

@@ -21,8 +21,8 @@ EXIT_HELP = (
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    help="tracelake: is a distributed training run network-bound or compute-bound? "
-    "Ingest PyTorch profiler traces, Nsight Systems exports and NCCL logs into a Parquet lake, query it with DuckDB, "
+    help="tracelake: is a distributed training run network-bound or compute-bound? Ingest PyTorch "
+    "profiler traces, Nsight Systems exports and NCCL logs into a Parquet lake, query it with DuckDB, "
     "write an offline HTML report. " + EXIT_HELP,
 )
 err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -127,7 +127,8 @@ def _ingest(
             return EXIT_FAILED
     err.print(
         one_line(
-            f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in the lake) -> {lake_dir}"
+            f"ingested {counts['ok']}, failed {counts['failed']}, skipped {counts['skipped']} (already in "
+            f"the lake) -> {lake_dir}"
         ),
         markup=False,
     )

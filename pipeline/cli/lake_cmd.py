@@ -78,7 +78,8 @@ def forget(
 @app.command(
     epilog=EXIT_HELP
     + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
-    "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, collective_catalog."
+    "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, "
+    "collective_catalog."
 )
 def sql(
     query: str = typer.Argument(..., help="SQL text, or @FILE to read it from a file."),

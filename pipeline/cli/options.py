@@ -12,13 +12,15 @@ from .app import _clip
 PATHS = typer.Argument(
     ...,
     help="Traces, exports and logs (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
-    ".nsys-rep/.qdrep; NCCL logs; .tar, .tar.gz and .zip archives of them) or directories, searched recursively.",
+    ".nsys-rep/.qdrep; NCCL logs; .tar, .tar.gz and .zip archives of them) or directories, searched "
+    "recursively.",
 )
 LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
 RUN = typer.Option(
     None,
     "--run",
-    help="Run id for all files (default: the path of the file's directory below the directory given, else its directory's name; README, Runs).",
+    help="Run id for all files (default: the path of the file's directory below the directory given, else "
+    "its directory's name; README, Runs).",
 )
 ONLY_RUNS = typer.Option(
     None, "--run", help="Analyse only this run of the lake (repeat for several; default: every run)."
@@ -45,8 +47,8 @@ EXCLUDE = typer.Option(
     [],
     "--exclude",
     "-x",
-    help="Glob of files, directories or archive members to leave out, matched "
-    "against the name and path below the directory given of it and of its directories (e.g. 'config.json', 'checkpoints'). "
+    help="Glob of files, directories or archive members to leave out, matched against the name and path "
+    "below the directory given of it and of its directories (e.g. 'config.json', 'checkpoints'). "
     "Repeatable.",
 )
 COMM = typer.Option(
@@ -132,7 +134,8 @@ def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
         raise typer.BadParameter(
             one_line(
                 _clip(
-                    f"--run {', '.join(missing)}: not in the lake (runs: {', '.join(sorted(known)) or 'none'})"
+                    f"--run {', '.join(missing)}: not in the lake (runs: "
+                    f"{', '.join(sorted(known)) or 'none'})"
                 )
             )
         )

@@ -76,9 +76,9 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
         rows = kept_rows([s for s in result["step_time"] if s["run_id"] == run_id], v)
         analysed = {s["step"] for s in rows}
         basis_sql = (
-            f"SELECT rank, step, step_ns, compute_ns, exposed_comm_ns, exposed_comm_wait_ns, exposed_comm_transfer_ns, "
-            f"exposed_memory_ns, idle_ns, idle_input_ns, "
-            f"idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns FROM step_time WHERE run_id = '{q}'"
+            "SELECT rank, step, step_ns, compute_ns, exposed_comm_ns, exposed_comm_wait_ns, "
+            "exposed_comm_transfer_ns, exposed_memory_ns, idle_ns, idle_input_ns, idle_host_wait_ns, "
+            f"idle_kernel_wait_ns, idle_other_ns FROM step_time WHERE run_id = '{q}'"
         )
         get = {
             "total": "step_ns",
@@ -99,8 +99,8 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
         rows = [r for r in result["ranks"] if r["run_id"] == run_id]
         analysed = None
         basis_sql = (
-            f"SELECT rank, span_ns, compute_ns, exposed_comm_ns, exposed_comm_wait_ns, exposed_comm_transfer_ns, "
-            f"exposed_memory_ns, gpu_idle_ns, idle_host_wait_ns, "
+            "SELECT rank, span_ns, compute_ns, exposed_comm_ns, exposed_comm_wait_ns, "
+            "exposed_comm_transfer_ns, exposed_memory_ns, gpu_idle_ns, idle_host_wait_ns, "
             f"idle_kernel_wait_ns, idle_other_ns FROM breakdown WHERE level = 'rank' AND run_id = '{q}'"
         )
         get = {
@@ -157,8 +157,8 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     else:  # no collective matched consistently on two ranks: the split is unknown (verdict.network_key)
         xfer, wait, xfer_key = exp, 0, "exposed_comm"
         split = (
-            f"exposed communication {share(exp):.1f}% {of}; transfer vs waiting for peers unknown: no collective "
-            "was matched consistently on two or more ranks"
+            f"exposed communication {share(exp):.1f}% {of}; transfer vs waiting for peers unknown: no "
+            "collective was matched consistently on two or more ranks"
         )
     if share(xfer) >= MODERATE_PCT:
         by_rank: dict[int, int] = {}
@@ -177,7 +177,8 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
             f"communication hidden under compute: {100 * ovl / comm:.1f}% of communication time"
             if comm
             else "overlap unknown",
-            f"worst rank {worst}: {_ms(by_rank[worst])} exposed {'transfer' if split_known else 'communication'}",
+            f"worst rank {worst}: {_ms(by_rank[worst])} exposed "
+            f"{'transfer' if split_known else 'communication'}",
         ]
         ev += _op_evidence(ranked, op_key, "exposed transfer" if split_known else "exposed communication")
         if main_op:
@@ -228,14 +229,15 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     if split_known and share(wait) >= MODERATE_PCT and n_ranks > 1:
         st = v.get("straggler") or {}
         ev = [
-            f"exposed waiting for peers {share(wait):.1f}% {of}: {_ms(wait / n_ranks)} per rank {over} ({split}): "
-            "the ranks' collectives had started but the last rank of the group had not arrived"
+            f"exposed waiting for peers {share(wait):.1f}% {of}: {_ms(wait / n_ranks)} per rank {over} "
+            f"({split}): the ranks' collectives had started but the last rank of the group had not arrived"
         ]
         if st.get("rank") is not None:
             title = f"Waiting for a straggler: rank {st['rank']} arrives last"
             ev.append(
-                f"rank {st['rank']} started last in {st['times_last']} of {st['calls']} matched collectives; the others "
-                f"waited {_ms(st['caused_wait_ns'])} for it in total ({st['share_pct']:.0f}% of all waiting)"
+                f"rank {st['rank']} started last in {st['times_last']} of {st['calls']} matched "
+                f"collectives; the others waited {_ms(st['caused_wait_ns'])} for it in total "
+                f"({st['share_pct']:.0f}% of all waiting)"
             )
             ev.append(f"its cause: {st['cause_text']}")
             rec = STRAGGLER_ADVICE.get(st["cause"], STRAGGLER_ADVICE["unknown"]).format(rank=st["rank"])
@@ -264,14 +266,15 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     order_idle = f" ORDER BY {get['idle']} DESC"
     if share(host) >= MODERATE_PCT:
         ev = [
-            f"GPU idle waiting for the host to launch work {share(host):.1f}% {of}: {_ms(host / n_ranks)} per rank {over}",
-            f"of which: host launched late {share(hw):.1f}%, launch gaps under the kernel-wait threshold {share(kw):.1f}% "
-            f"(all GPU idle {share(idle):.1f}%)",
+            f"GPU idle waiting for the host to launch work {share(host):.1f}% {of}: {_ms(host / n_ranks)} "
+            f"per rank {over}",
+            f"of which: host launched late {share(hw):.1f}%, launch gaps under the kernel-wait threshold "
+            f"{share(kw):.1f}% (all GPU idle {share(idle):.1f}%)",
         ]
         rec = (
             "The host launches work too late: capture the step with CUDA graphs (torch.compile "
-            "mode='reduce-overhead' or torch.cuda.graphs), raise the batch size per GPU so each kernel does more "
-            "work, fuse small kernels, and remove host syncs (.item(), .cpu()) from the step."
+            "mode='reduce-overhead' or torch.cuda.graphs), raise the batch size per GPU so each kernel "
+            "does more work, fuse small kernels, and remove host syncs (.item(), .cpu()) from the step."
         )
         out.append(
             {
@@ -285,15 +288,17 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
         )
     if share(oth) >= MODERATE_PCT:
         ev = [
-            f"GPU idle with its next work already queued {share(oth):.1f}% {of}: {_ms(oth / n_ranks)} per rank {over}",
+            f"GPU idle with its next work already queued {share(oth):.1f}% {of}: {_ms(oth / n_ranks)} per "
+            f"rank {over}",
             "the work was launched before the GPU went idle, so it waited on a dependency (an event, a "
             "synchronization, another stream or device), not on the host"
             + (f"; before graph replays {share(unr):.1f}%" if unr else ""),
         ]
         rec = (
-            "Look for cudaStreamWaitEvent / cudaEventSynchronize chains and cross-stream or cross-device dependencies "
-            "around the gaps (the idle-gap histogram gives their lengths): a compute stream waiting on a collective "
-            "or copy stream, or a host synchronization (.item(), .cpu(), torch.cuda.synchronize()) that drains the queue."
+            "Look for cudaStreamWaitEvent / cudaEventSynchronize chains and cross-stream or cross-device "
+            "dependencies around the gaps (the idle-gap histogram gives their lengths): a compute stream "
+            "waiting on a collective or copy stream, or a host synchronization (.item(), .cpu(), "
+            "torch.cuda.synchronize()) that drains the queue."
         )
         out.append(
             {
@@ -314,14 +319,16 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                 "title": "GPU idle while the host loads data (DataLoader)",
                 **timing(inp),
                 "evidence": [
-                    f"GPU idle during DataLoader fetches {share(inp):.1f}% {of}: {_ms(inp / n_ranks)} per rank {over}"
+                    f"GPU idle during DataLoader fetches {share(inp):.1f}% {of}: {_ms(inp / n_ranks)} per "
+                    f"rank {over}"
                 ],
-                "recommendation": "Load data off the training thread: DataLoader(num_workers>0, pin_memory=True, "
-                "persistent_workers=True, prefetch_factor>=2); move decoding and augmentation to the GPU "
-                "(e.g. NVIDIA DALI) or pre-process the data set offline.",
+                "recommendation": "Load data off the training thread: DataLoader(num_workers>0, "
+                "pin_memory=True, persistent_workers=True, prefetch_factor>=2); move decoding and "
+                "augmentation to the GPU (e.g. NVIDIA DALI) or pre-process the data set offline.",
                 "sql": (
-                    f"SELECT rank, name, count(*) AS fetches, sum(dur_ns) / 1e6 AS total_ms FROM cpu_ops "
-                    f"WHERE run_id = '{q}' AND name LIKE 'enumerate(Data%' GROUP BY ALL ORDER BY total_ms DESC"
+                    "SELECT rank, name, count(*) AS fetches, sum(dur_ns) / 1e6 AS total_ms FROM cpu_ops "
+                    f"WHERE run_id = '{q}' AND name LIKE 'enumerate(Data%' GROUP BY ALL ORDER BY total_ms "
+                    "DESC"
                 ),
             }
         )
@@ -340,7 +347,8 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
             )
         main = max(by_kind, key=by_kind.get) if by_kind else None
         ev = [
-            f"copies hidden by neither compute nor communication {share(mem):.1f}% {of}: {_ms(mem / n_ranks)} per rank {over}"
+            f"copies hidden by neither compute nor communication {share(mem):.1f}% {of}: "
+            f"{_ms(mem / n_ranks)} per rank {over}"
         ]
         if main:
             ev.append(
@@ -354,15 +362,15 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
             )
         if main == "DtoD":
             rec = (
-                "Device-to-device copies dominate: they come from .contiguous(), .clone(), torch.cat/stack, dtype "
-                "casts and non-fused optimizers; use in-place or fused ops (fused AdamW, foreach) and "
-                "preallocated buffers."
+                "Device-to-device copies dominate: they come from .contiguous(), .clone(), "
+                "torch.cat/stack, dtype casts and non-fused optimizers; use in-place or fused ops (fused "
+                "AdamW, foreach) and preallocated buffers."
             )
         else:
             rec = (
-                "Use pinned host buffers (DataLoader pin_memory=True, tensor.pin_memory()) with non_blocking=True "
-                "copies on a side stream so they overlap compute, and avoid device-to-host copies (.item(), .cpu()) "
-                "inside the step."
+                "Use pinned host buffers (DataLoader pin_memory=True, tensor.pin_memory()) with "
+                "non_blocking=True copies on a side stream so they overlap compute, and avoid "
+                "device-to-host copies (.item(), .cpu()) inside the step."
             )
         out.append(
             {
@@ -393,10 +401,11 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                     for e in ex[:5]
                 ]
                 + ([f"... and {len(ex) - 5} more"] if len(ex) > 5 else []),
-                "recommendation": "Warm-up (JIT compilation, autotuning, NCCL communicator set-up, first allocations) "
-                "belongs outside the profiled window: profile with torch.profiler.schedule(wait=1, "
-                "warmup=2, active=N). If slow steps recur in steady state, inspect the rank named "
-                "(checkpointing, evaluation, garbage collection, a peer's late arrival).",
+                "recommendation": "Warm-up (JIT compilation, autotuning, NCCL communicator set-up, first "
+                "allocations) belongs outside the profiled window: profile with "
+                "torch.profiler.schedule(wait=1, warmup=2, active=N). If slow steps recur in steady "
+                "state, inspect the rank named (checkpointing, evaluation, garbage collection, a peer's "
+                "late arrival).",
                 "sql": f"SELECT rank, step, step_ns, host_step_ns, exposed_comm_ns, idle_ns FROM step_time "
                 f"WHERE run_id = '{q}' ORDER BY step_ns DESC",
             }
@@ -420,14 +429,15 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                     "recoverable_ns": None,
                     "per_step_ns": None,
                     "evidence": [
-                        f"median MFU per step {mfu:.1f}% of a {peak:g} TFLOP/s peak (below {LOW_MFU_PCT:.0f}%: "
-                        "nsys-ai's 'problem' band)",
+                        f"median MFU per step {mfu:.1f}% of a {peak:g} TFLOP/s peak (below "
+                        f"{LOW_MFU_PCT:.0f}%: nsys-ai's 'problem' band)",
                         f"FLOP coverage {cov:.0f}% of compute-kernel time (the share the MFU describes)",
                     ],
-                    "recommendation": "Give the tensor cores bigger, denser work: larger micro-batch or sequence per GPU, "
-                    "bf16/fp8 matmuls, fused attention (FlashAttention / SDPA), fused optimizers and "
-                    "torch.compile for elementwise chains.",
-                    "sql": f"SELECT rank, step, mfu_pct, flop_coverage_pct, model_flops, peak_tflops FROM mfu WHERE run_id = '{q}'",
+                    "recommendation": "Give the tensor cores bigger, denser work: larger micro-batch or "
+                    "sequence per GPU, bf16/fp8 matmuls, fused attention (FlashAttention / SDPA), fused "
+                    "optimizers and torch.compile for elementwise chains.",
+                    "sql": "SELECT rank, step, mfu_pct, flop_coverage_pct, model_flops, peak_tflops FROM "
+                    f"mfu WHERE run_id = '{q}'",
                 }
             )
     return rank_findings(out)
@@ -468,36 +478,40 @@ def _op_evidence(ranked: list, key: str, label: str) -> list[str]:
 
 
 STRAGGLER_ADVICE = {
-    "entered_step_late": "Rank {rank} starts its steps late: look at what it does between steps (checkpointing, logging, "
-    "evaluation, a slower data shard, garbage collection) and profile a window that includes the previous "
-    "step; if the ranks run on several hosts, check their clocks are synchronized (chrony/PTP), since "
-    "skew shifts arrival order.",
-    "longer_compute": "Rank {rank} computes longer than its peers: balance the work per rank (equal shards, sequence-length "
-    "bucketing or packing, expert-capacity limits in MoE routing) and compare its GPU (clocks, thermals, "
-    "ECC errors: nvidia-smi -q) with the others.",
-    "data_loading": "Rank {rank} waits for data longer than its peers: give its DataLoader more workers, pin memory and "
-    "prefetch, and check its shard's storage and decode cost.",
-    "host": "Rank {rank}'s host launches work late: look for CPU contention on its host (other processes, too few cores per "
-    "rank, NUMA placement), Python overhead or GC pauses, and host syncs (.item(), .cpu()) on that rank.",
-    "unknown": "Inspect rank {rank}: its host (CPU contention, data loading, GC pauses), its GPU (clocks, thermals, ECC "
-    "errors), and load imbalance in its shard of the data or model; if ranks span hosts, check clock sync.",
-    "imbalance": "Ranks take turns arriving last: the work per rank varies from step to step. Balance it (sequence-length "
-    "bucketing or packing, equal shards, MoE capacity limits) or make the collective asynchronous so the wait "
-    "overlaps compute.",
+    "entered_step_late": "Rank {rank} starts its steps late: look at what it does between steps "
+    "(checkpointing, logging, evaluation, a slower data shard, garbage collection) and profile a window "
+    "that includes the previous step; if the ranks run on several hosts, check their clocks are "
+    "synchronized (chrony/PTP), since skew shifts arrival order.",
+    "longer_compute": "Rank {rank} computes longer than its peers: balance the work per rank (equal "
+    "shards, sequence-length bucketing or packing, expert-capacity limits in MoE routing) and compare its "
+    "GPU (clocks, thermals, ECC errors: nvidia-smi -q) with the others.",
+    "data_loading": "Rank {rank} waits for data longer than its peers: give its DataLoader more workers, "
+    "pin memory and prefetch, and check its shard's storage and decode cost.",
+    "host": "Rank {rank}'s host launches work late: look for CPU contention on its host (other processes, "
+    "too few cores per rank, NUMA placement), Python overhead or GC pauses, and host syncs (.item(), "
+    ".cpu()) on that rank.",
+    "unknown": "Inspect rank {rank}: its host (CPU contention, data loading, GC pauses), its GPU (clocks, "
+    "thermals, ECC errors), and load imbalance in its shard of the data or model; if ranks span hosts, "
+    "check clock sync.",
+    "imbalance": "Ranks take turns arriving last: the work per rank varies from step to step. Balance it "
+    "(sequence-length bucketing or packing, equal shards, MoE capacity limits) or make the collective "
+    "asynchronous so the wait overlaps compute.",
 }
 
 
 COMM_ADVICE = {
-    "all_reduce": "Overlap gradient all-reduces with backward: with DDP, tune bucket_cap_mb (default 25) so the first "
-    "buckets fill and launch early while backward still runs, keep gradient_as_bucket_view=True, and "
-    "consider a larger micro-batch per rank (more compute to hide behind) or gradient accumulation with "
-    "no_sync(); check busbw against the link peak and the NCCL transport (NCCL_DEBUG=INFO).",
-    "all_gather": "With FSDP, enable forward/backward prefetch and limit_all_gathers so parameter all-gathers overlap "
-    "compute; larger wrapping units mean fewer, larger all-gathers; check busbw against the link peak.",
-    "reduce_scatter": "With FSDP, overlap gradient reduce-scatters with backward (backward_prefetch=BACKWARD_PRE) and "
-    "use larger wrapping units; check busbw against the link peak.",
-    "all_to_all": "All-to-all (expert or embedding sharding) is latency- and balance-bound: pipeline it with compute "
-    "(split the batch into chunks), balance the splits across ranks, and prefer hierarchical "
+    "all_reduce": "Overlap gradient all-reduces with backward: with DDP, tune bucket_cap_mb (default 25) "
+    "so the first buckets fill and launch early while backward still runs, keep "
+    "gradient_as_bucket_view=True, and consider a larger micro-batch per rank (more compute to hide "
+    "behind) or gradient accumulation with no_sync(); check busbw against the link peak and the NCCL "
+    "transport (NCCL_DEBUG=INFO).",
+    "all_gather": "With FSDP, enable forward/backward prefetch and limit_all_gathers so parameter "
+    "all-gathers overlap compute; larger wrapping units mean fewer, larger all-gathers; check busbw "
+    "against the link peak.",
+    "reduce_scatter": "With FSDP, overlap gradient reduce-scatters with backward "
+    "(backward_prefetch=BACKWARD_PRE) and use larger wrapping units; check busbw against the link peak.",
+    "all_to_all": "All-to-all (expert or embedding sharding) is latency- and balance-bound: pipeline it "
+    "with compute (split the batch into chunks), balance the splits across ranks, and prefer hierarchical "
     "all-to-all across hosts.",
     "send_recv": "Point-to-point / all-to-all traffic (SendRecv kernels) is exposed: overlap it with compute "
     "(pipeline micro-batches, chunked all-to-all), balance what each rank sends, and check the "

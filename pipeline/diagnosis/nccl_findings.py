@@ -28,30 +28,35 @@ TITLES = {
     "channels_asymmetric": "Ranks of one communicator chose different channel counts",
 }
 ADVICE = {
-    "watchdog_timeout": "A collective never completed. Inspect the rank(s) that never enqueued it (they stopped first): "
-    "their stacks (py-spy dump, or PyTorch's Flight Recorder with TORCH_NCCL_TRACE_BUFFER_SIZE>0 read by "
-    "torchfrtrace) show where they are stuck - usually a rank-dependent code path, a crashed or stalled "
-    "data loader, or a dead process; NCCL WARN lines of the same time point to network failures.",
-    "coll_mismatch": "Ranks called different collectives (or sizes) at the same sequence number: find the rank-dependent code "
-    "path (uneven last batch, a metric all-reduce on some ranks only, different parameter sets) and make every "
-    "rank issue the same collectives in the same order.",
-    "socket_transport": "NCCL fell back to TCP sockets between nodes. Make the RDMA network visible to NCCL: IB/RoCE devices "
-    "and libibverbs inside the container (a 'Failed to open libibverbs' WARN means they are not), "
-    "NCCL_IB_DISABLE unset, NCCL_IB_HCA naming the right HCAs; on AWS the aws-ofi-nccl plugin with EFA. "
-    "NCCL_SOCKET_IFNAME only chooses the bootstrap/socket interface.",
-    "nccl_warn": "Read the WARN lines and their error chain: an IB completion with status=12 (retry exceeded) means the "
-    "peer or the fabric stopped answering - check the link (ibstat, port error counters), the peer process, "
-    "and NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT; plugin or library failures mean NCCL runs on a fallback transport.",
-    "gdr_off": "NIC traffic is staged through host memory. Enable GPUDirect RDMA: load nvidia-peermem (or use DMA-BUF), "
-    "check NCCL_NET_GDR_LEVEL, and that GPU and NIC share a PCIe switch (nvidia-smi topo -m).",
-    "shm_transport": "Peers on one node exchange data through host shared memory. Check nvidia-smi topo -m for NVLink/PCIe "
-    "peer access, remove NCCL_P2P_DISABLE / NCCL_P2P_LEVEL limits, and allow peer-to-peer in the container "
-    "or VM (ACS / IOMMU settings).",
-    "p2p_disabled": "Unset NCCL_P2P_DISABLE unless a known hardware problem requires it: intra-node traffic then leaves NVLink.",
-    "channels_limited": "Unset NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS / NCCL_MAX_CTAS unless a measurement showed the forced "
-    "count is faster: NCCL chooses the channel count from the topology.",
-    "channels_asymmetric": "Ranks detected the topology differently: compare `nvidia-smi topo -m` and NCCL_TOPO_DUMP_FILE output "
-    "across the nodes - a missing NIC or NVLink on one node limits the whole communicator.",
+    "watchdog_timeout": "A collective never completed. Inspect the rank(s) that never enqueued it (they "
+    "stopped first): their stacks (py-spy dump, or PyTorch's Flight Recorder with "
+    "TORCH_NCCL_TRACE_BUFFER_SIZE>0 read by torchfrtrace) show where they are stuck - usually a "
+    "rank-dependent code path, a crashed or stalled data loader, or a dead process; NCCL WARN lines of "
+    "the same time point to network failures.",
+    "coll_mismatch": "Ranks called different collectives (or sizes) at the same sequence number: find the "
+    "rank-dependent code path (uneven last batch, a metric all-reduce on some ranks only, different "
+    "parameter sets) and make every rank issue the same collectives in the same order.",
+    "socket_transport": "NCCL fell back to TCP sockets between nodes. Make the RDMA network visible to "
+    "NCCL: IB/RoCE devices and libibverbs inside the container (a 'Failed to open libibverbs' WARN means "
+    "they are not), NCCL_IB_DISABLE unset, NCCL_IB_HCA naming the right HCAs; on AWS the aws-ofi-nccl "
+    "plugin with EFA. NCCL_SOCKET_IFNAME only chooses the bootstrap/socket interface.",
+    "nccl_warn": "Read the WARN lines and their error chain: an IB completion with status=12 (retry "
+    "exceeded) means the peer or the fabric stopped answering - check the link (ibstat, port error "
+    "counters), the peer process, and NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT; plugin or library failures "
+    "mean NCCL runs on a fallback transport.",
+    "gdr_off": "NIC traffic is staged through host memory. Enable GPUDirect RDMA: load nvidia-peermem (or "
+    "use DMA-BUF), check NCCL_NET_GDR_LEVEL, and that GPU and NIC share a PCIe switch (nvidia-smi topo "
+    "-m).",
+    "shm_transport": "Peers on one node exchange data through host shared memory. Check nvidia-smi topo "
+    "-m for NVLink/PCIe peer access, remove NCCL_P2P_DISABLE / NCCL_P2P_LEVEL limits, and allow "
+    "peer-to-peer in the container or VM (ACS / IOMMU settings).",
+    "p2p_disabled": "Unset NCCL_P2P_DISABLE unless a known hardware problem requires it: intra-node "
+    "traffic then leaves NVLink.",
+    "channels_limited": "Unset NCCL_MAX_NCHANNELS / NCCL_MIN_NCHANNELS / NCCL_MAX_CTAS unless a "
+    "measurement showed the forced count is faster: NCCL chooses the channel count from the topology.",
+    "channels_asymmetric": "Ranks detected the topology differently: compare `nvidia-smi topo -m` and "
+    "NCCL_TOPO_DUMP_FILE output across the nodes - a missing NIC or NVLink on one node limits the whole "
+    "communicator.",
 }
 ORDER = list(TITLES)
 
@@ -94,11 +99,15 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
                 "source": "nccl_log",
             }
         )
-    low = con.execute(f"""
-        SELECT b.test, b.placement, b.peak_busbw_gbps, b.link_peak_gbps, b.busbw_pct_of_link, b.size_at_peak_bytes,
+    sql = (
+        """
+        SELECT b.test, b.placement, b.peak_busbw_gbps, b.link_peak_gbps, b.busbw_pct_of_link,"""
+        f""" b.size_at_peak_bytes,
                b.gpu_name, regexp_extract(s.path, '[^/!]+$') AS file
         FROM nccl_tests_bandwidth b LEFT JOIN sources s ON s.run_id = b.run_id AND s.source_id = b.source_id
-        WHERE b.run_id = '{rid}' AND b.busbw_pct_of_link < {LOW_BUSBW_PCT} ORDER BY b.busbw_pct_of_link""").fetchall()
+        WHERE b.run_id = '{rid}' AND b.busbw_pct_of_link < {LOW_BUSBW_PCT} ORDER BY b.busbw_pct_of_link"""
+    )
+    low = con.execute(sql).fetchall()
     if low:
         out.append(
             {
@@ -106,13 +115,14 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
                 "severity": "moderate",
                 "recoverable_ns": None,
                 "evidence": [
-                    f"{t} ({p}): best busbw {bw:.1f} GB/s at {size} B = {pct:.0f}% of {peak:.0f} GB/s per direction "
-                    f"({gpu}; {f})"
+                    f"{t} ({p}): best busbw {bw:.1f} GB/s at {size} B = {pct:.0f}% of {peak:.0f} GB/s per "
+                    f"direction ({gpu}; {f})"
                     for t, p, bw, peak, pct, size, gpu, f in low[:5]
                 ],
-                "recommendation": "Healthy NVLink nodes reach ~77-82% of the per-direction line rate in nccl-tests (nccl.md section 5). "
-                "Check the transport lines of an NCCL_DEBUG=INFO run (SHM or Socket instead of P2P/NET/IB), "
-                "NVLink health (nvidia-smi nvlink -s), and test node by node to find the slow link.",
+                "recommendation": "Healthy NVLink nodes reach ~77-82% of the per-direction line rate in "
+                "nccl-tests (nccl.md section 5). Check the transport lines of an NCCL_DEBUG=INFO run (SHM "
+                "or Socket instead of P2P/NET/IB), NVLink health (nvidia-smi nvlink -s), and test node by "
+                "node to find the slow link.",
                 "sql": f"SELECT * FROM nccl_tests_bandwidth WHERE run_id = '{rid}'",
                 "source": "nccl_tests",
             }

@@ -137,13 +137,14 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
 def _cause_text(cause: str, ns: float, lateness: float) -> str:
     of = f"{_ms(ns)} of its {_ms(lateness)} lateness"
     return {
-        "entered_step_late": f"it began the step later than the others ({of}): the delay lies before the step's first "
-        "kernel (work before the profiled step, or clock skew between hosts), not inside the step",
-        "longer_compute": f"its compute took longer than the other ranks' ({of}): load imbalance (a larger shard, uneven "
-        "sequence lengths, expert routing)",
+        "entered_step_late": f"it began the step later than the others ({of}): the delay lies before the "
+        "step's first kernel (work before the profiled step, or clock skew between hosts), not inside the "
+        "step",
+        "longer_compute": f"its compute took longer than the other ranks' ({of}): load imbalance (a larger "
+        "shard, uneven sequence lengths, expert routing)",
         "data_loading": f"its GPU idled longer in data loading than the others' ({of})",
-        "host": f"its GPU idled longer waiting for its host to launch work ({of}): CPU contention, Python overhead, "
-        "garbage collection on that rank",
-        "unknown": f"nothing in its trace explains its {_ms(lateness)} lateness (compare its host and GPU: clocks, "
-        "thermals; or host clock skew)",
+        "host": f"its GPU idled longer waiting for its host to launch work ({of}): CPU contention, Python "
+        "overhead, garbage collection on that rank",
+        "unknown": f"nothing in its trace explains its {_ms(lateness)} lateness (compare its host and GPU: "
+        "clocks, thermals; or host clock skew)",
     }[cause]

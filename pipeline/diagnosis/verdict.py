@@ -363,7 +363,8 @@ def verdict_for_run(
         out["reason"] += "; also above the high bar: " + ", ".join(
             f"{LABELS[a['key']]} {_f(a['pct'])}"
             + (
-                f" (not the network: transfer is {_f(numbers['exposed_comm_transfer_pct'])}; {_who(out['straggler'])})"
+                f" (not the network: transfer is {_f(numbers['exposed_comm_transfer_pct'])}; "
+                f"{_who(out['straggler'])})"
                 if a["verdict"] == "straggler-bound"
                 else ""
             )
@@ -430,8 +431,8 @@ def caveats_for_run(
             {
                 "kind": "no_steps",
                 "lowers": "all",
-                "text": "no steps in the trace: the verdict is on the whole trace, start-up and idle time between "
-                "steps included (Nsight Systems exports: give --step-range)",
+                "text": "no steps in the trace: the verdict is on the whole trace, start-up and idle time "
+                "between steps included (Nsight Systems exports: give --step-range)",
             }
         )
     multi = [c for c in (calls or []) if (c.get("ranks_seen") or 0) >= 2]
@@ -441,10 +442,10 @@ def caveats_for_run(
             {
                 "kind": "inconsistent_collectives",
                 "lowers": ["network-bound", "straggler-bound"] if len(bad) >= 0.1 * len(multi) else [],
-                "text": f"{len(bad)} of {len(multi)} collective calls seen on several ranks do not line up (their "
-                "kernels do not overlap in time, or the ranks disagree on op or size: sampled traces, "
-                "different calls matched by order, or host clocks far apart): no wait or straggler is "
-                "derived from them, and their time counts as transfer",
+                "text": f"{len(bad)} of {len(multi)} collective calls seen on several ranks do not line up "
+                "(their kernels do not overlap in time, or the ranks disagree on op or size: sampled "
+                "traces, different calls matched by order, or host clocks far apart): no wait or "
+                "straggler is derived from them, and their time counts as transfer",
             }
         )
     if mfu_why:
@@ -497,7 +498,8 @@ def _reason(v: str, n: dict, out: dict) -> str:
     who = _who(out.get("straggler"))
     return {
         "network-bound": (
-            f"{_f(n['exposed_comm_transfer_pct'])} {of} is collectives transferring data not hidden under compute"
+            f"{_f(n['exposed_comm_transfer_pct'])} {of} is collectives transferring data not hidden under "
+            "compute"
             if n["exposed_comm_transfer_pct"] is not None
             else f"{_f(n['exposed_comm_pct'])} {of} is communication not hidden under compute (whether it is "
             "transfer or waiting for peers is unknown: no collective was matched consistently on two or "
@@ -508,13 +510,18 @@ def _reason(v: str, n: dict, out: dict) -> str:
             if n["comm_comp_overlap_pct"] is not None
             else ""
         ),
-        "straggler-bound": f"{_f(n['exposed_comm_wait_pct'])} {of} is collectives waiting for late peers, not the network "
-        f"(transfer {_f(n['exposed_comm_transfer_pct'])}): {who}",
-        "host-bound": f"the GPU is idle waiting for the host to launch work {_f(n['host_bound_pct'])} {of} ({split})",
-        "input-bound": f"the GPU is idle while the host loads data (DataLoader) {_f(n['idle_input_pct'])} {of}",
-        "copy-bound": f"{_f(n['exposed_memcpy_pct'])} {of} is memory copies hidden by neither compute nor communication",
+        "straggler-bound": f"{_f(n['exposed_comm_wait_pct'])} {of} is collectives waiting for late peers, "
+        f"not the network (transfer {_f(n['exposed_comm_transfer_pct'])}): {who}",
+        "host-bound": f"the GPU is idle waiting for the host to launch work {_f(n['host_bound_pct'])} {of} "
+        f"({split})",
+        "input-bound": f"the GPU is idle while the host loads data (DataLoader) {_f(n['idle_input_pct'])} "
+        f"{of}",
+        "copy-bound": f"{_f(n['exposed_memcpy_pct'])} {of} is memory copies hidden by neither compute nor "
+        "communication",
         "compute-bound": f"compute kernels cover {_f(n['compute_pct'])} {of}",
-        "balanced": f"no single cause reaches {MODERATE_PCT:.0f}% {of} (exposed communication {_f(n['exposed_comm_pct'])}, "
-        f"GPU idle {_f(n['gpu_idle_pct'])}, exposed copies {_f(n['exposed_memcpy_pct'])})",
-        "unknown": f"{_f(n['unknown_pct'])} {of} is GPU work of a kind tracelake cannot classify (e.g. CUPTI range-profiler events)",
+        "balanced": f"no single cause reaches {MODERATE_PCT:.0f}% {of} (exposed communication "
+        f"{_f(n['exposed_comm_pct'])}, GPU idle {_f(n['gpu_idle_pct'])}, exposed copies "
+        f"{_f(n['exposed_memcpy_pct'])})",
+        "unknown": f"{_f(n['unknown_pct'])} {of} is GPU work of a kind tracelake cannot classify (e.g. "
+        "CUPTI range-profiler events)",
     }[v]

@@ -77,8 +77,8 @@ def build(result: dict, baseline: dict | None = None) -> dict:
             base_id = pick_baseline_run(rid, baseline)
             if base_id is None:
                 notes.append(
-                    f"run {rid}: no baseline run to compare with (the baseline lake has no run of that id and "
-                    "not exactly one run with GPU work)"
+                    f"run {rid}: no baseline run to compare with (the baseline lake has no run of that id "
+                    "and not exactly one run with GPU work)"
                 )
             else:
                 comparison = compare_run(result, rid, baseline, base_id)
@@ -112,15 +112,18 @@ def basis_text(summary: dict, verdict: dict) -> str:
     """One sentence saying what the verdict's shares divide (shared by the HTML and markdown)."""
     if verdict["basis"] == "steps":
         s = (
-            f"Basis: step time — {summary['steps_analysed']} step(s) on {summary['ranks_with_gpu_work']} rank(s), "
-            f"{summary['analysed_ns'] / 1e6:,.3f} ms in all (each step from the start of its host step range, ProfilerStep or "
-            "NVTX, to the end of the GPU work it launched)"
+            f"Basis: step time — {summary['steps_analysed']} step(s) on {summary['ranks_with_gpu_work']} "
+            f"rank(s), {summary['analysed_ns'] / 1e6:,.3f} ms in all (each step from the start of its host "
+            "step range, ProfilerStep or NVTX, to the end of the GPU work it launched)"
         )
         out = [e for e in verdict["excluded_steps"] if e["why"] == "outlier"]
         inc = [e for e in verdict["excluded_steps"] if e["why"] == "incomplete"]
         if out:
             ex = ", ".join(str(e["step"]) for e in out[:10]) + (" ..." if len(out) > 10 else "")
-            s += f"; step(s) {ex} left out: more than {OUTLIER_FACTOR:g}x the median step of {verdict['median_step_ns'] / 1e6:,.3f} ms"
+            s += (
+                f"; step(s) {ex} left out: more than {OUTLIER_FACTOR:g}x the median step of "
+                f"{verdict['median_step_ns'] / 1e6:,.3f} ms"
+            )
         if inc:
             ex = ", ".join(f"{e['step']} on rank {e['rank']}" for e in inc[:10]) + (
                 " ..." if len(inc) > 10 else ""
@@ -129,9 +132,9 @@ def basis_text(summary: dict, verdict: dict) -> str:
         return s + "."
     if verdict["basis"] == "trace":
         return (
-            f"Basis: the whole trace — the run has no steps, so shares are of each rank's GPU span (first to last GPU "
-            f"activity), {summary['analysed_ns'] / 1e6:,.3f} ms over {summary['ranks_with_gpu_work']} rank(s); "
-            "input-bound cannot be told without steps."
+            "Basis: the whole trace — the run has no steps, so shares are of each rank's GPU span (first "
+            f"to last GPU activity), {summary['analysed_ns'] / 1e6:,.3f} ms over "
+            f"{summary['ranks_with_gpu_work']} rank(s); input-bound cannot be told without steps."
         )
     return "Basis: none — the run has no GPU activity."
 

@@ -82,7 +82,8 @@ def render(doc: dict) -> str:
                 for x in c["components"]:
                     out.append(
                         f"| {'**' if x['moved'] else ''}{esc(x['label'])}{'**' if x['moved'] else ''} | "
-                        f"{x['baseline_ns'] / 1e6:,.3f} | {x['current_ns'] / 1e6:,.3f} | {x['delta_ns'] / 1e6:+,.3f} | "
+                        f"{x['baseline_ns'] / 1e6:,.3f} | {x['current_ns'] / 1e6:,.3f} | "
+                        f"{x['delta_ns'] / 1e6:+,.3f} | "
                         f"{'n/a' if x['delta_pct'] is None else format(x['delta_pct'], '+.1f') + '%'} |"
                     )
                 out.append("")
