@@ -15,7 +15,7 @@ from conftest import REPO
 
 PKG = REPO / "pipeline"
 
-# room -> rooms it must never import (docs/architecture.md, "Who imports whom")
+# room -> rooms it must never import (docs/architecture.md, "The rooms", column "never imports")
 FORBIDDEN = {
     "ingest": {"query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     "lake": {"ingest", "query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
