@@ -127,10 +127,12 @@ def main():
     )
     parse_only = rows["tracelake parse (tables in memory)"]
     print(
-        f"\ningest speed-up vs HTA load: {hta[0] / ours[0]:.1f}x   parse-only speed-up vs HTA load: {hta[0] / parse_only[0]:.1f}x"
+        f"\ningest speed-up vs HTA load: {hta[0] / ours[0]:.1f}x   "
+        f"parse-only speed-up vs HTA load: {hta[0] / parse_only[0]:.1f}x"
     )
     print(
-        f"ingest peak RSS vs HTA: {ours[1] / hta[1]:.2f}x   ingest time vs parse floor: {ours[0] / floor[0]:.2f}x"
+        f"ingest peak RSS vs HTA: {ours[1] / hta[1]:.2f}x   "
+        f"ingest time vs parse floor: {ours[0] / floor[0]:.2f}x"
     )
     print("(times exclude interpreter start-up and imports; peak RSS is each child's whole life)")
 

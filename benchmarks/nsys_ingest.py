@@ -48,7 +48,8 @@ tabs = {r[0] for r in con.execute("SELECT name FROM sqlite_master")}
 for src, cols in STAGE.values():
     if src in tabs:
         have = {r[1] for r in con.execute(f'PRAGMA table_info("{src}")')}
-        cur = con.execute("SELECT " + ", ".join(f'"{c}"' if c in have else "NULL" for c in cols) + f' FROM "{src}"')
+        cur = con.execute("SELECT " + ", ".join(f'"{c}"' if c in have else "NULL" for c in cols) \
++ f' FROM "{src}"')
         while cur.fetchmany(CHUNK_ROWS):
             pass
 print(time.perf_counter() - t)
@@ -107,14 +108,16 @@ def main():
         rows = sum(
             con.execute(f'SELECT count(*) FROM "{t}"').fetchone()[0]
             for (t,) in con.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('CUPTI_ACTIVITY_KIND_KERNEL', "
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ("
+                "'CUPTI_ACTIVITY_KIND_KERNEL', "
                 "'CUPTI_ACTIVITY_KIND_MEMCPY', 'CUPTI_ACTIVITY_KIND_MEMSET', 'CUPTI_ACTIVITY_KIND_RUNTIME', "
                 "'CUPTI_ACTIVITY_KIND_SYNCHRONIZATION', 'NVTX_EVENTS')"
             ).fetchall()
         )
         con.close()
         print(
-            f"export: {export.name} ({export.stat().st_size / 1e6:.1f} MB, {kernels} kernels, {rows} event rows)"
+            f"export: {export.name} ({export.stat().st_size / 1e6:.1f} MB, "
+            f"{kernels} kernels, {rows} event rows)"
         )
         res = {}
         for name, code, args in (
@@ -132,7 +135,8 @@ def main():
         print(f"{name:42s} {w:8.2f} {kernels / w:14,.0f} {rows / w:13,.0f} {r:12.0f}")
     floor, ours = res["read floor (sqlite3, same columns)"], res["tracelake ingest (stage + map + Parquet)"]
     print(
-        f"\ningest time vs read floor: {ours[0] / floor[0]:.2f}x   ingest peak RSS vs read floor: {ours[1] / floor[1]:.2f}x"
+        f"\ningest time vs read floor: {ours[0] / floor[0]:.2f}x   "
+        f"ingest peak RSS vs read floor: {ours[1] / floor[1]:.2f}x"
     )
     print("(times exclude interpreter start-up and imports; peak RSS is each child's whole life)")
 

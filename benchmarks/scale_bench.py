@@ -2,7 +2,8 @@
 512 ranks, printed in one run with ratios against HTA and the parse floor.
 
   python benchmarks/scale_bench.py [--source TRACE] [--ranks 8] [--mb-per-rank 50] [--big-mb 2048]
-                                   [--kernels 10000] [--big-kernels 100000] [--skip-hta] [--skip-big] [--skip-ingest] [--skip-analysis] [--work DIR]
+                                   [--kernels 10000] [--big-kernels 100000] [--skip-hta] [--skip-big]
+                                   [--skip-ingest] [--skip-analysis] [--work DIR]
 
 Inputs come from benchmarks/scale_trace.py (default source: HTA's sampled_rank-0, a real rank of
 a 128-rank NCCL job, scaled keeping its shape):
@@ -195,7 +196,8 @@ def main():
         if not a.skip_ingest:
             mb = uncompressed_mb(files)
             print(
-                f"1. ingest {len(files)} rank files, {mb:.0f} MB of JSON ({sum(f.stat().st_size for f in files) / 1e6:.0f} MB gzip'd; "
+                f"1. ingest {len(files)} rank files, {mb:.0f} MB of JSON "
+                f"({sum(f.stat().st_size for f in files) / 1e6:.0f} MB gzip'd; "
                 f"generated in {time.perf_counter() - t:.0f} s)"
             )
             print(f"{'':52s} {'wall s':>8s} {'MB/s':>8s} {'peak RSS MB':>10s}")
@@ -215,10 +217,12 @@ def main():
             print()
             if hta:
                 print(
-                    f"ingest vs HTA load: {hta / ingn:.1f}x faster (all cores; --jobs 1: {hta / ing1:.1f}x)   target >= 10x"
+                    f"ingest vs HTA load: {hta / ingn:.1f}x faster "
+                    f"(all cores; --jobs 1: {hta / ing1:.1f}x)   target >= 10x"
                 )
             print(
-                f"ingest vs parse floor: {ing1 / floor1:.2f}x the floor's time on 1 core, {ingn / floorn:.2f}x on {cores}   target <= 2.5x"
+                f"ingest vs parse floor: {ing1 / floor1:.2f}x the floor's time on 1 core, "
+                f"{ingn / floorn:.2f}x on {cores}   target <= 2.5x"
             )
         # ---------------------------------------------------------------- 2. one big trace
         if not a.skip_big:
@@ -239,7 +243,8 @@ def main():
             return
         print("\n3. analysis (every metric) and report (HTML) of lakes of N ranks x K kernels")
         print(
-            f"{'':30s} {'rows':>12s} {'write s':>8s} {'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}"
+            f"{'':30s} {'rows':>12s} {'write s':>8s} "
+            f"{'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}"
         )
         times = {}
         for ranks, kernels in ((8, a.kernels), (64, a.kernels), (512, a.kernels), (64, a.big_kernels)):
@@ -252,7 +257,8 @@ def main():
             if r is None:
                 times[(ranks, kernels)] = float("inf")
                 print(
-                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f}  not finished in {a.timeout:.0f} s (stopped)"
+                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f}  "
+                    f"not finished in {a.timeout:.0f} s (stopped)"
                 )
             else:
                 an, rep, rss = r
@@ -266,15 +272,18 @@ def main():
         k = a.kernels
         growth = times[(512, k)] / times[(8, k)]
         print(
-            f"\ncost 8 -> 512 ranks (analysis + report): {growth:.1f}x for 64x the ranks = {growth / 64:.2f}x linear   target <= 1.2x"
+            f"\ncost 8 -> 512 ranks (analysis + report): {growth:.1f}x for 64x the ranks = "
+            f"{growth / 64:.2f}x linear   target <= 1.2x"
         )
         g2 = times[(512, k)] / times[(64, k)]
         print(
-            f"cost 64 -> 512 ranks: {g2:.1f}x for 8x the ranks = {g2 / 8:.2f}x linear (less fixed cost in the ratio)"
+            f"cost 64 -> 512 ranks: {g2:.1f}x for 8x the ranks = {g2 / 8:.2f}x linear "
+            "(less fixed cost in the ratio)"
         )
         big = times[(64, a.big_kernels)]
         print(
-            f"64 ranks x {a.big_kernels} kernels, all metrics + report: {big:.1f} s   target < 10 s on 2 cores"
+            f"64 ranks x {a.big_kernels} kernels, all metrics + report: {big:.1f} s   "
+            "target < 10 s on 2 cores"
         )
         print("(times exclude interpreter start-up and imports; peak RSS is each child's own)")
     finally:

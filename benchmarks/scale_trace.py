@@ -16,7 +16,8 @@ Two outputs:
   benchmarks at sizes whose JSON would take hours to write and ingest (64 ranks x 100k kernels is
   ~10 GB of JSON). `--check` compares that lake with an ingest of the JSON traces at a small size.
 
-  python benchmarks/scale_trace.py [--source TRACE] (--out DIR | --lake DIR) --ranks N (--kernels M | --mb X) [--gz]
+  python benchmarks/scale_trace.py [--source TRACE] (--out DIR | --lake DIR) --ranks N
+                                   (--kernels M | --mb X) [--gz]
 """
 
 from __future__ import annotations

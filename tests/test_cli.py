@@ -48,7 +48,8 @@ def test_run_analyze_sql_report(tmp_path):
     )
     assert r.exit_code == EXIT_OK
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    # kernels + memcpy + memset per rank: sampled_rank-0 1154 + 40 + 10, sampled_rank-1 1104 + 40 + 10 (hta.md section 2)
+    # kernels + memcpy + memset per rank: sampled_rank-0 1154 + 40 + 10, sampled_rank-1 1104 + 40 + 10
+    # (hta.md section 2)
     assert rows == [{"rank": "0", "n": "1204"}, {"rank": "1", "n": "1154"}]
     r = runner.invoke(
         app, ["sql", "--lake", str(lake), "--format", "csv", "SELECT [1, 2] AS l, {'a': 'x'} AS s"]

@@ -142,9 +142,10 @@ def test_relative_timestamps_with_base_are_exact(lake):
 
 
 def test_integer_epoch_us_and_kernel_args(lake):
-    # dlrm worker0: {"cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(...)", "ts": 1694128201429795,
-    #  "dur": 2146, "args": {"stream": 84, "correlation": 41246, "registers per thread": 96, "shared memory": 41760,
-    #  "grid": [8, 1, 1], "block": [640, 1, 1]}} and {"name": "Memcpy HtoD (Pinned -> Device)", "ts": 1694128201428006,
+    # dlrm worker0: {"cat": "kernel", "name": "ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(...)",
+    #  "ts": 1694128201429795, "dur": 2146, "args": {"stream": 84, "correlation": 41246,
+    #  "registers per thread": 96, "shared memory": 41760, "grid": [8, 1, 1], "block": [640, 1, 1]}}
+    #  and {"name": "Memcpy HtoD (Pinned -> Device)", "ts": 1694128201428006,
     #  "dur": 1, "args": {"stream": 22, "bytes": 832}}
     con = connect(lake[0])
     (k,) = q(
@@ -167,7 +168,8 @@ def test_integer_epoch_us_and_kernel_args(lake):
     ) == (8, 1, 1, 640, 96, 41760)
     (m,) = q(
         con,
-        "SELECT * FROM gpu_activities WHERE run_id LIKE '%dlrm_kineto_worker0%' AND start_ns = 1694128201428006000 AND kind = 'memcpy'",
+        "SELECT * FROM gpu_activities WHERE run_id LIKE '%dlrm_kineto_worker0%' "
+        "AND start_ns = 1694128201428006000 AND kind = 'memcpy'",
     )
     assert (m["bytes"], m["copy_kind"], m["src_kind"], m["dst_kind"], m["stream"]) == (
         832,
@@ -177,8 +179,9 @@ def test_integer_epoch_us_and_kernel_args(lake):
         22,
     )
     # The kernel has no Collective name args; its cudaLaunchKernel (correlation 41246, ts 1694128201429782,
-    # tid 59811) lies inside {"cat": "user_annotation", "name": "nccl:all_to_all", "ts": 1694128201429757, "dur": 62,
-    # "args": {"Input Dims": [[6144]], "Input type": ["float"]}}: all_to_all, S = 6144 x 4 B (tests/test_collective_naming.py)
+    # tid 59811) lies inside {"cat": "user_annotation", "name": "nccl:all_to_all", "ts": 1694128201429757,
+    # "dur": 62, "args": {"Input Dims": [[6144]], "Input type": ["float"]}}: all_to_all, S = 6144 x 4 B
+    # (tests/test_collective_naming.py)
     (c,) = q(
         con, "SELECT * FROM collectives WHERE run_id LIKE '%dlrm_kineto_worker0%' AND correlation = 41246"
     )
@@ -193,8 +196,9 @@ def test_integer_epoch_us_and_kernel_args(lake):
 
 def test_2021_bare_array_trace(lake):
     # kineto worker0.pt.trace.json.gz is a bare JSON array; first Kernel event:
-    # {"cat": "Kernel", "name": "void cudnn::cnn::wgrad_alg0_engine<...>", "tid": "stream 7", "ts": 1606910596288085,
-    #  "dur": 379, "args": {"stream": 7, "correlation": 60032, "grid": [4, 8, 32], "block": [8, 32, 1]}}
+    # {"cat": "Kernel", "name": "void cudnn::cnn::wgrad_alg0_engine<...>", "tid": "stream 7",
+    #  "ts": 1606910596288085, "dur": 379, "args": {"stream": 7, "correlation": 60032, "grid": [4, 8, 32],
+    #  "block": [8, 32, 1]}}
     con = connect(lake[0])
     (k,) = q(
         con,
@@ -208,10 +212,12 @@ def test_2021_bare_array_trace(lake):
         32,
         32,
     )
-    # {"cat": "Memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "ts": 1606910596350714, "dur": 2353, "args": {"bytes": 19267584, "external id": 862}}
+    # {"cat": "Memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "ts": 1606910596350714, "dur": 2353,
+    #  "args": {"bytes": 19267584, "external id": 862}}
     (m,) = q(
         con,
-        "SELECT * FROM gpu_activities WHERE run_id LIKE 'kineto%worker0_pt_trace%' AND start_ns = 1606910596350714000",
+        "SELECT * FROM gpu_activities WHERE run_id LIKE 'kineto%worker0_pt_trace%' "
+        "AND start_ns = 1606910596350714000",
     )
     assert (m["bytes"], m["src_kind"], m["external_id"]) == (19267584, "Pageable", 862)
     (s,) = q(con, "SELECT * FROM sources WHERE run_id LIKE 'kineto%worker0_pt_trace%'")
@@ -219,8 +225,8 @@ def test_2021_bare_array_trace(lake):
 
 
 def test_comms_id_beyond_int64_and_no_args(lake):
-    # large_integer_trace: {"cat": "kernel", "name": "ncclKernel_AllReduce", "pid": 0, "tid": 0, "ts": 100, "dur": 50} and
-    # record_param_comms with "Comms Id": 10159970886766084423 (> 2**63 - 1)
+    # large_integer_trace: {"cat": "kernel", "name": "ncclKernel_AllReduce", "pid": 0, "tid": 0, "ts": 100,
+    # "dur": 50} and record_param_comms with "Comms Id": 10159970886766084423 (> 2**63 - 1)
     con = connect(lake[0])
     (k,) = q(con, "SELECT * FROM gpu_activities WHERE run_id LIKE '%large_integer%'")
     assert (k["start_ns"], k["dur_ns"], k["device"], k["stream"], k["category"]) == (
@@ -248,7 +254,8 @@ def test_cpu_only_rocm_mtia_and_misc(lake):
     assert (
         q(
             con,
-            "SELECT count(*) n FROM gpu_activities WHERE run_id LIKE '%cupti_profiler%' AND category = 'unknown'",
+            "SELECT count(*) n FROM gpu_activities WHERE run_id LIKE '%cupti_profiler%' "
+            "AND category = 'unknown'",
         )[0]["n"]
         == 77
     )

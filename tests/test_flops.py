@@ -48,7 +48,8 @@ def test_palm():
 
 
 def test_convolution_with_concrete_inputs():
-    # tracelens mi300/resnet_act_checkpoint: aten::convolution Input Dims [[10, 256, 14, 14], [512, 256, 3, 3], ...],
+    # tracelens mi300/resnet_act_checkpoint: aten::convolution Input Dims
+    # [[10, 256, 14, 14], [512, 256, 3, 3], ...],
     # Concrete Inputs ['', '', '', '[2, 2]', '[1, 1]', '[1, 1]', 'False', '[0, 0]', '1']:
     # out = (14 + 2*1 - 1*(3-1) - 1) // 2 + 1 = 7 -> 2 * 10 * (512*256*3*3) * 7*7
     dims = [[10, 256, 14, 14], [512, 256, 3, 3], [], [], [], [], [], [], []]
@@ -61,7 +62,8 @@ def test_convolution_with_concrete_inputs():
         None,
         None,
     )  # no stride/padding: not modelled
-    # convolution_backward: grad_out [10, 512, 7, 7], weight [512, 512, 3, 3]; both grads: 2 x (2 * 10 * prod(w) * 49)
+    # convolution_backward: grad_out [10, 512, 7, 7], weight [512, 512, 3, 3];
+    # both grads: 2 x (2 * 10 * prod(w) * 49)
     bdims = [[10, 512, 7, 7], [10, 512, 7, 7], [512, 512, 3, 3], [], [], [], [], [], [], [], []]
     assert op_flops("aten::convolution_backward", bdims, ["float"] * 3) == (
         2 * 2 * 10 * 512 * 512 * 9 * 49,

@@ -350,8 +350,8 @@ def test_analyze_contract(lake):
     )
     json.dumps(res, allow_nan=False)  # no NaN anywhere
     (v,) = res["verdicts"]
-    # step basis (module docstring): host 52.5 % and network 20.5 % are both >= 15 %; host is larger -> host-bound;
-    # 2000 µs over 2 ranks = 1 ms per rank, not below the 1 ms bar -> high, but one step analysed
+    # step basis (module docstring): host 52.5 % and network 20.5 % are both >= 15 %; host is larger ->
+    # host-bound; 2000 µs over 2 ranks = 1 ms per rank, not below the 1 ms bar -> high, but one step analysed
     # (rank 1's step 2 is incomplete) lowers it to moderate
     assert (v["verdict"], v["confidence"], v["basis"], v["steps_used"]) == (
         "host-bound",

@@ -139,7 +139,8 @@ def test_idle_breakdown_equals_hta(both):
             r["idle_category"]
         ] = int(r["idle_time"]) * 1000
     rows = con.execute(
-        "SELECT rank, stream, start_ns, end_ns, launch_ns FROM scope ORDER BY rank, stream, start_ns, event_index"
+        "SELECT rank, stream, start_ns, end_ns, launch_ns FROM scope "
+        "ORDER BY rank, stream, start_ns, event_index"
     ).fetchall()
     # 1. the lake holds HTA's data: HTA's own rule over our rows gives HTA's numbers exactly on
     #    every stream whose activities all have their launch call in the trace. For an activity

@@ -119,9 +119,9 @@ def brute(events: list[dict], quirks: bool) -> dict:
         and has_stream(e)
         and (quirks or e["cat"] != "cuda_sync")
     ]
-    if (
-        len({e["name"] for e in step_evs}) >= 2
-    ):  # HTA's load-time window (2+ distinct ProfilerStep names): CPU events before the last step, GPU events they launched
+    # HTA's load-time window (2+ distinct ProfilerStep names): CPU events before the last step, GPU events
+    # they launched
+    if len({e["name"] for e in step_evs}) >= 2:
         kept = {args(e).get("correlation") for e in x if not has_stream(e) and float(e["ts"]) < steps[-1]}
         gpu = [e for e in gpu if args(e).get("correlation") in kept]
     rows = []

@@ -201,11 +201,13 @@ def test_random_text_fuzz_never_raises_anything_but_traceerror():
 def test_numbers_too_large_for_their_columns():
     big = "9" * 30
     log = (
-        f"n:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count {big} datatype 7 op 0 root 0 "
+        f"n:1:2 [0] NCCL INFO AllReduce: opCount 1 sendbuff 0x1 recvbuff 0x1 count {big} "
+        f"datatype 7 op 0 root 0 "
         f"comm 0x1 [nranks=2] stream 0x2\n"
         f"n:1:2 [0] NCCL INFO Channel {big}/0 : 0[0] -> 1[1] via P2P/IPC\n"
         f"n:{big}:2 [0] NCCL INFO Using network IB\n"
-        f"#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        f"#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        f"     time   algbw   busbw #wrong\n"
         f"{big} 2 float sum -1 1.0 0.0 0.0 0 1.0 0.0 0.0 0\n"
         f"8 2 float sum -1 1e300 0.0 0.0 0 1.0 0.0 0.0 0\n"
     )

@@ -200,7 +200,8 @@ def test_corpus_writes_a_conforming_lake(tmp_path):
     ).collect()
     # OCI 31 sizes, GCP 31 sizes, AWS p5 32 sizes, aws-eks 31 rows, legacy broadcast 1 row: x2 placements
     assert res.height == 2 * (31 + 31 + 32 + 31 + 1)
-    # ncclTests-aws-p5 line 34: "0:  17179869184 4294967296 float sum -1 66132 259.78 487.09 0 66109 259.87 487.26 0"
+    # ncclTests-aws-p5 line 34:
+    # "0:  17179869184 4294967296 float sum -1 66132 259.78 487.09 0 66109 259.87 487.26 0"
     assert res["busbw_gbps"].max() == 487.26
     wd = pl.read_parquet(lake.table_files("nccl_watchdog"))
     # basicsr 5 lines, llamafactory 5, ofa 5, nccl-1657 lines 1-3

@@ -58,7 +58,8 @@ def test_socket_transport(tmp_path):
 def test_gdr_off_on_nccl_2_4_ib(tmp_path):
     f = "tensorflow-issue-34375-nccl-2.4.7-legacy-ring-format-empty-hostname.log"
     con = connect(lake_of(tmp_path, f))
-    # lines 7-8: ":5202:5683 [0] NCCL INFO Ring 00 : 1 -> 0 [receive] via NET/IB/0" and "... [send] via NET/IB/0"
+    # lines 7-8: ":5202:5683 [0] NCCL INFO Ring 00 : 1 -> 0 [receive] via NET/IB/0" and
+    # "... [send] via NET/IB/0"
     assert [(k, p, ln, n) for k, _, _, p, _, ln, n, _ in checks(con, Path(f).stem[:60])] == [
         ("gdr_off", 5202, 7, 2)
     ]
@@ -96,8 +97,9 @@ def test_ib_completion_error(tmp_path):
 @pytest.mark.parametrize(
     "name,want",
     [
-        # line 1/3/5: "[Rank N] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, ...
-        #  Timeout(ms)=600000) ran for 600020/600030/600061 milliseconds" on ranks 1, 0, 2
+        # line 1/3/5: "[Rank N] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=808,
+        #  OpType=ALLREDUCE, ... Timeout(ms)=600000) ran for 600020/600030/600061 milliseconds"
+        #  on ranks 1, 0, 2
         (
             "basicsr-issue-737-torch-watchdog-timeout-allreduce.log",
             "ALLREDUCE SeqNum 808 of process group ? timed out after 600.1 s on rank(s) 0, 1, 2",
@@ -107,7 +109,8 @@ def test_ib_completion_error(tmp_path):
             "llamafactory-issue-6269-torch-watchdog-timeout-reduce-scatter-base.log",
             "_REDUCE_SCATTER_BASE SeqNum 7753 of process group ? timed out after 600.1 s on rank(s) 0, 3, 4",
         ),
-        # lines 1-5: SeqNum=469508 ALLREDUCE, Timeout(ms)=1800000, ranks 1, 3, 2, 6, 7; longest ran for 1802222 ms
+        # lines 1-5: SeqNum=469508 ALLREDUCE, Timeout(ms)=1800000, ranks 1, 3, 2, 6, 7;
+        # longest ran for 1802222 ms
         (
             "ofa-issue-271-torch-watchdog-timeout-legacy-format.log",
             "ALLREDUCE SeqNum 469508 of process group ? timed out after 1802.2 s on rank(s) 1, 2, 3, 6, 7",
@@ -128,12 +131,18 @@ def test_hang_names_the_rank_that_stopped_first(tmp_path):
     log = tmp_path / "job" / "stderr.log"
     log.parent.mkdir()
     log.write_text(
-        "[rank0]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught collective operation timeout: "
-        "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600030 milliseconds before timing out.\n"
-        "[rank1]:[E626 06:24:44.903881999 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
-        "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) ran for 600020 milliseconds before timing out.\n"
-        "[rank2]:[E626 06:24:45.001000000 ProcessGroupNCCL.cpp:1664] [PG ID 0 PG GUID 0(default_pg) Rank 2] Exception (either an error "
-        "or timeout) detected by watchdog at work: 11, last enqueued NCCL work: 11, last completed NCCL work: 11.\n"
+        "[rank0]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 0] "
+        "Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) "
+        "ran for 600030 milliseconds before timing out.\n"
+        "[rank1]:[E626 06:24:44.903881999 ProcessGroupNCCL.cpp:616] [Rank 1] "
+        "Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) "
+        "ran for 600020 milliseconds before timing out.\n"
+        "[rank2]:[E626 06:24:45.001000000 ProcessGroupNCCL.cpp:1664] [PG ID 0 PG GUID 0(default_pg) Rank 2] "
+        "Exception (either an error "
+        "or timeout) detected by watchdog at work: 11, last enqueued NCCL work: 11, "
+        "last completed NCCL work: 11.\n"
     )
     lake = Lake(tmp_path / "lake")
     assert ingest_paths([log], lake)[0].status == "ok"
@@ -163,11 +172,13 @@ def test_coll_lines_that_disagree(tmp_path):
     log = tmp_path / "job" / "nccl.log"
     log.parent.mkdir()
     init = (
-        "node01:{pid}:{pid} [{r}] NCCL INFO ncclCommInitRank comm 0x{c} rank {r} nranks 2 cudaDev {r} nvmlDev {r} "
+        "node01:{pid}:{pid} [{r}] NCCL INFO ncclCommInitRank comm 0x{c} rank {r} nranks 2 "
+        "cudaDev {r} nvmlDev {r} "
         "busId {r}000 commId 0xabc - Init COMPLETE\n"
     )
     coll = (
-        "node01:{pid}:{pid} [{r}] NCCL INFO AllReduce: opCount {op} sendbuff 0x1 recvbuff 0x1 count {n} datatype 7 op 0 "
+        "node01:{pid}:{pid} [{r}] NCCL INFO AllReduce: opCount {op} sendbuff 0x1 recvbuff 0x1 count {n} "
+        "datatype 7 op 0 "
         "root 0 comm 0x{c} [nranks=2] stream 0x9\n"
     )
     log.write_text(
@@ -192,10 +203,12 @@ def test_nccl_tests_bandwidth_against_link_peak(tmp_path):
     f = "ncclTests-gcp-a3mega-h100-16rank-allreduce.txt"
     con = connect(lake_of(tmp_path, f))
     rows = con.execute(
-        "SELECT placement, n_ranks, n_nodes, gpu_name, peak_busbw_gbps, size_at_peak_bytes, link_peak_gbps, link_note "
+        "SELECT placement, n_ranks, n_nodes, gpu_name, peak_busbw_gbps, size_at_peak_bytes, "
+        "link_peak_gbps, link_note "
         "FROM nccl_tests_bandwidth ORDER BY placement"
     ).fetchall()
-    # line 54: "8589934592 2147483648 float sum -1 47535 180.71 338.82 0 47743 179.92 337.35 0"; 16 ranks on node01/node02
+    # line 54: "8589934592 2147483648 float sum -1 47535 180.71 338.82 0 47743 179.92 337.35 0";
+    # 16 ranks on node01/node02
     assert rows == [
         (
             "in_place",
@@ -227,7 +240,8 @@ def test_nccl_tests_bandwidth_against_link_peak(tmp_path):
     r = (
         connect(lake)
         .execute(
-            "SELECT link_peak_gbps, busbw_pct_of_link FROM nccl_tests_bandwidth WHERE placement = 'out_of_place'"
+            "SELECT link_peak_gbps, busbw_pct_of_link FROM nccl_tests_bandwidth "
+            "WHERE placement = 'out_of_place'"
         )
         .fetchone()
     )
@@ -244,7 +258,8 @@ def test_low_busbw_finding(tmp_path):
         .splitlines()[:23]
     )
     lines.append(
-        "  8589934592    2147483648     float     sum      -1   161061   53.33  100.00      0   161061   53.33  100.00      0"
+        "  8589934592    2147483648     float     sum      -1   161061   53.33  100.00      0"
+        "   161061   53.33  100.00      0"
     )
     p = tmp_path / "j" / "slow.txt"
     p.parent.mkdir()
@@ -286,7 +301,8 @@ def test_join_log_to_trace(tmp_path):
         distributedInfo={"rank": 0, "world_size": 2},
     )
     (job / "nccl_rank0.log").write_text(
-        "node01:4242:4250 [0] NCCL INFO ncclCommInitRank comm 0x55 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 7000 commId 0xfeed - Init COMPLETE\n"
+        "node01:4242:4250 [0] NCCL INFO ncclCommInitRank comm 0x55 rank 0 nranks 2 cudaDev 0 nvmlDev 0 "
+        "busId 7000 commId 0xfeed - Init COMPLETE\n"
         "node01:4242:4260 [0] NCCL INFO Channel 00/0 : 1[1] -> 0[0] [receive] via NET/IB/0/GDRDMA\n"
         "node01:4242:4260 [0] NCCL INFO Channel 00/1 : 0[0] -> 1[1] via P2P/CUMEM\n"
     )

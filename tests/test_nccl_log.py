@@ -54,7 +54,8 @@ def test_aws_eks_mpirun_log():
     procs = {r["host"]: r for r in rows(p, "nccl_processes")}
     assert set(procs) == {"node01", "node02"}
     n1 = procs["node01"]
-    # line 52: "node01:21:27 [0] NCCL INFO comm 0x7fde98000f60 rank 0 nranks 2 cudaDev 0 busId 35000 - Init COMPLETE"
+    # line 52: "node01:21:27 [0] NCCL INFO comm 0x7fde98000f60 rank 0 nranks 2 cudaDev 0 busId 35000
+    #           - Init COMPLETE"
     assert (n1["pid"], n1["tid"], n1["comm_ptr"], n1["rank"], n1["nranks"], n1["cuda_dev"], n1["bus_id"]) == (
         21,
         27,
@@ -73,11 +74,13 @@ def test_aws_eks_mpirun_log():
     assert n1["n_nvls_channels"] is None
     # line 27: "Setting affinity for GPU 0 to ff,ffff0000,00ffffff"; line 30: "Channel 00/02 :    0   1"
     assert n1["cpu_affinity"] == "ff,ffff0000,00ffffff" and n1["n_ring_channels"] == 2
-    # line 16: "Using network AWS Libfabric"; line 6: "#  Rank  0 Group  0 Pid     21 on node01 device  0 [0x35] Tesla T4"
+    # line 16: "Using network AWS Libfabric";
+    # line 6: "#  Rank  0 Group  0 Pid     21 on node01 device  0 [0x35] Tesla T4"
     assert n1["net_name"] == "AWS Libfabric" and n1["gpu_name"] == "Tesla T4"
     assert n1["nccl_version"] == "2.12.7"
     n2 = procs["node02"]
-    # line 51: "node02:21:26 [0] ... comm 0x7f9c0c000f60 rank 1 nranks 2 cudaDev 0 busId f5000 - Init COMPLETE"
+    # line 51: "node02:21:26 [0] ... comm 0x7f9c0c000f60 rank 1 nranks 2 cudaDev 0 busId f5000
+    #           - Init COMPLETE"
     assert (n2["comm_ptr"], n2["rank"], n2["bus_id"], n2["pci_bus_id"]) == (
         "0x7f9c0c000f60",
         1,
@@ -86,7 +89,8 @@ def test_aws_eks_mpirun_log():
     )
     assert n2["cpu_affinity"] == "ffffff00,0000ffff,ff000000"  # line 28
     assert n2["n_ring_channels"] is None  # only rank 0 prints ring orders
-    # line 35: "node02:21:26 [0] NCCL INFO Channel 00/0 : 0[35000] -> 1[f5000] [receive] via NET/AWS Libfabric/0"
+    # line 35: "node02:21:26 [0] NCCL INFO Channel 00/0 : 0[35000] -> 1[f5000] [receive]
+    #           via NET/AWS Libfabric/0"
     c = one(p, "nccl_channels", 35)
     assert (c["channel"], c["conn_index"], c["src_rank"], c["dst_rank"], c["direction"], c["rank"]) == (
         0,
@@ -114,7 +118,8 @@ def test_aws_eks_mpirun_log():
         [0, 1],
         False,
     )
-    # line 15: "NET/OFI Selected Provider is efa (found 1 nics)"; line 8: "Bootstrap : Using eth0:192.0.2.2<0>"
+    # line 15: "NET/OFI Selected Provider is efa (found 1 nics)";
+    # line 8: "Bootstrap : Using eth0:192.0.2.2<0>"
     o = one(p, "nccl_net_devices", 15)
     assert (o["kind"], o["provider"], o["n_nics"], o["host"]) == ("ofi", "efa", 1, "node01")
     b = one(p, "nccl_net_devices", 8)
@@ -202,8 +207,9 @@ def test_1193_coll_behind_ray_prefix():
 
 def test_1405_warn_and_error_chains():
     p = parsed("nccl-issue-1405-warn-net-ib-completion-status12-error-chain.log")
-    # line 1: "node01:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 192.0.2.1<54862>
-    #          with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid 2001:db8::3:ff22 remoteGids2001:db8::3:ff1f"
+    # line 1: "node01:3468:3905 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer
+    #          192.0.2.1<54862> with status=12 opcode=0 len=0 vendor err 129 (Recv)
+    #          localGid 2001:db8::3:ff22 remoteGids2001:db8::3:ff1f"
     w = one(p, "nccl_events", 1)
     assert (w["kind"], w["level"], w["src_file"], w["src_line"], w["error_chain"]) == (
         "warn",
@@ -283,7 +289,8 @@ def test_1412_init_complete_and_timings():
 def test_1453_nvls_heads_and_truncated_rings():
     p = parsed("nccl-issue-1453-init-h100-3node-nvls-heads-rings-truncated.log")
     (proc,) = rows(p, "nccl_processes")
-    # line 4: "[0] node01:227602:227667 [0] NCCL INFO comm 0x5639e9f0e8c0 rank 0 nRanks 24 nNodes 3 localRanks 8 localRank 0 MNNVL 0"
+    # line 4: "[0] node01:227602:227667 [0] NCCL INFO comm 0x5639e9f0e8c0 rank 0 nRanks 24 nNodes 3
+    #          localRanks 8 localRank 0 MNNVL 0"
     assert (
         proc["comm_ptr"],
         proc["rank"],
@@ -334,7 +341,8 @@ def test_1814_nvls_comm_then_ib_errors():
     # line 8: "node05:982:1255 [2] ... comm 0x560dfc7a10e0 rank 34 nranks 64 cudaDev 2 nvmlDev 2 busId 49000
     #          commId 0x5ae77eb5ea4ec1ee - Init COMPLETE"; lines 5-6 on the same thread:
     #          "threadThresholds 8/8/64 | 512/8/64 | 512 | 512",
-    #          "16 coll channels, 0 collnet channels, 16 nvls channels, 16 p2p channels, 1 p2p channels per peer"
+    #          "16 coll channels, 0 collnet channels, 16 nvls channels, 16 p2p channels,
+    #          1 p2p channels per peer"
     r = procs[34]
     assert (r["comm_ptr"], r["nranks"], r["bus_id"], r["comm_id"]) == (
         "0x560dfc7a10e0",
@@ -351,8 +359,9 @@ def test_1814_nvls_comm_then_ib_errors():
     ) == (16, 0, 16, 16, 1)
     assert r["thread_thresholds"] == "8/8/64 | 512/8/64 | 512 | 512"
     assert procs[36]["n_coll_channels"] is None  # pid 984 printed no counts in the excerpt
-    # line 11: "node05:984:1357 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer 192.0.2.1<44206>
-    #           with status=12 opcode=129 len=65536 vendor err 129 (Recv) localGid ::ffff:192.0.2.2 remoteGids::ffff:192.0.2.3"
+    # line 11: "node05:984:1357 [4] ib_plugin.c:1615 NCCL WARN NET/IB : Got completion from peer
+    #           192.0.2.1<44206> with status=12 opcode=129 len=65536 vendor err 129 (Recv)
+    #           localGid ::ffff:192.0.2.2 remoteGids::ffff:192.0.2.3"
     d = detail(one(p, "nccl_events", 11))
     assert (d["ib_status"], d["opcode"], d["len"], d["local_gid"], d["remote_gid"]) == (
         12,
@@ -371,8 +380,8 @@ def test_1814_nvls_comm_then_ib_errors():
 
 def test_584_send_recv_nil_buffers():
     p = parsed("nccl-issue-584-coll-send-recv-nil-buffers.log")
-    # line 1: "node01:199574:201142 [1] NCCL INFO Send: opCount 12 sendbuff 0x7f505e93c000 recvbuff (nil) count 2420736
-    #          datatype 7 op 0 root 1 comm 0x7f5128002e10 [nranks=2] stream 0x55f1de727ae0"
+    # line 1: "node01:199574:201142 [1] NCCL INFO Send: opCount 12 sendbuff 0x7f505e93c000 recvbuff (nil)
+    #          count 2420736 datatype 7 op 0 root 1 comm 0x7f5128002e10 [nranks=2] stream 0x55f1de727ae0"
     c = one(p, "nccl_coll_calls", 1)
     assert (c["op"], c["op_count"], c["sendbuff"], c["recvbuff"], c["peer"], c["root"], c["redop"]) == (
         "Send",
@@ -431,7 +440,8 @@ def test_892_single_process_p2p_direct_pointer():
 
 def test_228_net_ib_devices_and_env():
     p = parsed("nccl-tests-issue-228-net-ib-using-hca-env-echo.log")
-    # line 3: "node01:5181:5232 [2] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_2:1/IB [RO]; OOB ibs85f0:192.0.2.1<0>"
+    # line 3: "node01:5181:5232 [2] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_2:1/IB [RO];
+    #          OOB ibs85f0:192.0.2.1<0>"
     d0, d1 = sorted(at(p, "nccl_net_devices", 3), key=lambda r: r["dev_index"])
     assert (d0["kind"], d0["dev_index"], d0["dev_name"], d0["port"], d0["link_layer"]) == (
         "ib",
@@ -480,7 +490,8 @@ def test_nvidia_doc_examples_2_30():
     p = parsed("nvidia-nccl-docs-2.30-logging-examples-by-subsystem.log")
     # line 1: "NCCL version 2.30.3+cuda13.0"
     assert (p.tool_versions["nccl_version"], p.tool_versions["cuda_version"]) == ("2.30.3", "13.0")
-    # line 2: "[2026-05-05 06:16:47] node-01:189884:189884 [3] plugin/net.cc:334 NCCL WARN Failed to initialize any NET plugin"
+    # line 2: "[2026-05-05 06:16:47] node-01:189884:189884 [3] plugin/net.cc:334 NCCL WARN
+    #          Failed to initialize any NET plugin"
     w = one(p, "nccl_events", 2)
     assert (w["kind"], w["host"], w["pid"], w["cuda_dev"], w["src_file"], w["src_line"]) == (
         "warn",
@@ -492,7 +503,8 @@ def test_nvidia_doc_examples_2_30():
     )
     assert w["log_time"] == "2026-05-05 06:16:47"
     assert w["local_time_ns"] == calendar.timegm((2026, 5, 5, 6, 16, 47, 0, 0, 0)) * 10**9
-    # line 19: "[Rank 0] ncclCommInitRankConfig comm 0x... rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId XXXX commId 0x... - Init START"
+    # line 19: "[Rank 0] ncclCommInitRankConfig comm 0x... rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId XXXX
+    #           commId 0x... - Init START"
     (r,) = [x for x in rows(p, "nccl_processes") if x["pid"] == 1895902]
     assert (r["init_func"], r["status"], r["init_start_line_no"], r["bus_id"], r["pci_bus_id"]) == (
         "ncclCommInitRankConfig",
@@ -516,10 +528,12 @@ def test_nvidia_doc_examples_2_30():
     # line 28: "Channel 00 : 0[0] -> 1[1] via SHM/direct/direct" (SHM has no /connIndex)
     c = one(p, "nccl_channels", 28)
     assert (c["transport"], c["conn_index"], c["via"]) == ("SHM", None, "SHM/direct/direct")
-    # line 25: "AllReduce: opCount 0 sendbuff 0x... recvbuff 0x... count 2 datatype 7 op 0 root 0 comm 0x... [nranks=2] stream 0x..."
+    # line 25: "AllReduce: opCount 0 sendbuff 0x... recvbuff 0x... count 2 datatype 7 op 0 root 0 comm 0x...
+    #           [nranks=2] stream 0x..."
     c = one(p, "nccl_coll_calls", 25)
     assert (c["op_count"], c["count"], c["bytes"], c["comm_ptr"]) == (0, 2, 8, "0x...")
-    # line 66: "Bootstrap timings total 0.001447 (create 0.000081, send 0.000255, recv 0.000268, ring 0.000068, delay 0.000000)"
+    # line 66: "Bootstrap timings total 0.001447 (create 0.000081, send 0.000255, recv 0.000268,
+    #           ring 0.000068, delay 0.000000)"
     assert detail(one(p, "nccl_events", 66)) == {
         "total_ns": 1_447_000,
         "create_ns": 81_000,
@@ -528,7 +542,8 @@ def test_nvidia_doc_examples_2_30():
         "ring_ns": 68_000,
         "delay_ns": 0,
     }
-    # line 68: "Init timings - ncclCommInitRankConfig: rank 0 nranks 2 total 0.37 (kernels 0.28, alloc 0.05, ...)"
+    # line 68: "Init timings - ncclCommInitRankConfig: rank 0 nranks 2 total 0.37
+    #           (kernels 0.28, alloc 0.05, ...)"
     (r,) = [x for x in rows(p, "nccl_processes") if x["pid"] == 1897505]
     assert (r["init_total_ns"], r["init_func"], r["nranks"]) == (370_000_000, "ncclCommInitRankConfig", 2)
     assert detail(one(p, "nccl_events", 68))["alloc_ns"] == 50_000_000
@@ -541,7 +556,8 @@ def test_nvidia_doc_examples_2_30():
         "channel_lo": 0,
         "channel_hi": 31,
     }
-    # line 34: "node-01:2056033:2056033 [1] NCCL INFO comm 0x... rank 1 nranks 4 cudaDev 1 busId XXXX - Destroy COMPLETE"
+    # line 34: "node-01:2056033:2056033 [1] NCCL INFO comm 0x... rank 1 nranks 4 cudaDev 1 busId XXXX
+    #           - Destroy COMPLETE"
     (r,) = [x for x in rows(p, "nccl_processes") if x["pid"] == 2056033]
     assert (r["status"], r["rank"], r["nranks"], r["end_line_no"]) == ("destroyed", 1, 4, 34)
     assert one(p, "nccl_events", 31)["kind"] == "ras"  # "RAS thread started"
@@ -552,7 +568,8 @@ def test_tensorflow_nccl_2_4_legacy_grammar():
     # line 2: "NCCL version 2.4.7+cudaCUDA_MAJOR.CUDA_MINOR" (broken build: no CUDA version)
     assert p.tool_versions["nccl_version"] == "2.4.7" and "cuda_version" not in p.tool_versions
     (proc,) = rows(p, "nccl_processes")
-    # line 12: ":5202:5683 [0] NCCL INFO comm 0x7f94740025b0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 - Init COMPLETE"
+    # line 12: ":5202:5683 [0] NCCL INFO comm 0x7f94740025b0 rank 0 nranks 2 cudaDev 0 nvmlDev 0
+    #           - Init COMPLETE"
     assert (proc["host"], proc["pid"], proc["comm_ptr"], proc["nvml_dev"], proc["bus_id"]) == (
         "",
         5202,
@@ -582,7 +599,8 @@ def test_tensorflow_nccl_2_4_legacy_grammar():
 
 def test_torchtitan_allgather_reducescatter_sizes():
     p = parsed("torchtitan-issue-1369-coll-allgather-reducescatter-tp2.log")
-    # line 1: "AllGather: opCount d ... count 2097152 datatype 7 op 0 root 0 comm 0x55fca23fc0f0 [nranks=2] ..."
+    # line 1: "AllGather: opCount d ... count 2097152 datatype 7 op 0 root 0 comm 0x55fca23fc0f0
+    #          [nranks=2] ..."
     c = one(p, "nccl_coll_calls", 1)
     assert (c["op"], c["op_count"], c["bytes"], c["msg_bytes"], c["redop"]) == (
         "AllGather",
@@ -608,7 +626,8 @@ def test_vllm_init_start_and_rings():
     p = parsed("vllm-issue-8447-init-start-2node-ib-ray-prefix-nccl2.20.5.log")
     (proc,) = rows(p, "nccl_processes")
     # line 5: "node01:561:561 [0] NCCL INFO comm 0x1476dca0 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 23000
-    #          commId 0xa015ae7e0a50005d - Init START"; line 9: "... nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0"
+    #          commId 0xa015ae7e0a50005d - Init START";
+    # line 9: "... nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0"
     assert (proc["comm_ptr"], proc["comm_id"], proc["status"], proc["pci_bus_id"]) == (
         "0x1476dca0",
         "0xa015ae7e0a50005d",
@@ -672,7 +691,8 @@ def test_wrappers_and_crlf():
 
 def test_timestamp_with_fraction_and_2_30_7_func_forms():
     p = text(
-        "[2026-05-05 06:16:47.123] node-01:1:2 [0] transport.cc:10 (ncclTransportP2pSetup) NCCL WARN Cuda failure 'out of memory'\n"
+        "[2026-05-05 06:16:47.123] node-01:1:2 [0] transport.cc:10 (ncclTransportP2pSetup) "
+        "NCCL WARN Cuda failure 'out of memory'\n"
         "node-01:1:2 [0] NCCL INFO init.cc:20 (ncclCommInitRank) -> 1\n"
         "node-01:1:2 [0] 12.345 ncclEnqueueCheck:99 NCCL TRACE trace text\n"
     )
@@ -745,9 +765,11 @@ def test_net_device_lists():
 
 def test_split_init_abort_and_numeric_tuning():
     p = text(
-        "n:1:2 [0] NCCL INFO ncclCommSplit comm 0xaa rank 1 nranks 4 cudaDev 0 nvmlDev 0 busId 1b000 commId 0x1 "
+        "n:1:2 [0] NCCL INFO ncclCommSplit comm 0xaa rank 1 nranks 4 cudaDev 0 nvmlDev 0 busId 1b000 "
+        "commId 0x1 "
         "parent 0xbb color 7 key 3 - Init START\n"
-        "n:1:2 [0] NCCL INFO 4 coll channels, 4 collnet channels, 0 nvls channels, 4 p2p channels, 2 p2p channels per peer\n"
+        "n:1:2 [0] NCCL INFO 4 coll channels, 4 collnet channels, 0 nvls channels, 4 p2p channels, "
+        "2 p2p channels per peer\n"
         "n:1:2 [0] NCCL INFO comm 0xaa rank 1 nranks 4 cudaDev 0 busId 1b000 - Abort COMPLETE\n"
         "n:1:2 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo 1 proto 2 time 35.5\n"
     )
@@ -777,10 +799,13 @@ def test_split_init_abort_and_numeric_tuning():
 
 def test_coll_line_joined_to_its_communicator():
     p = text(
-        "n:1:2 [3] NCCL INFO comm 0xab rank 5 nranks 8 cudaDev 3 nvmlDev 3 busId 3b000 commId 0xdeadbeef - Init COMPLETE\n"
-        "n:1:9 [3] NCCL INFO ReduceScatter: opCount 1f sendbuff 0x1 recvbuff 0x2 count 100 datatype 6 op 4 root 0 "
+        "n:1:2 [3] NCCL INFO comm 0xab rank 5 nranks 8 cudaDev 3 nvmlDev 3 busId 3b000 commId 0xdeadbeef "
+        "- Init COMPLETE\n"
+        "n:1:9 [3] NCCL INFO ReduceScatter: opCount 1f sendbuff 0x1 recvbuff 0x2 count 100 datatype 6 op 4 "
+        "root 0 "
         "comm 0xab [nranks=8] stream 0x3\n"
-        "n:1:9 [3] NCCL INFO Reduce: opCount 20 sendbuff 0x1 recvbuff 0x2 count 100 datatype 11 op 7 root 2 comm 0xab [nranks=8] stream 0x3\n"
+        "n:1:9 [3] NCCL INFO Reduce: opCount 20 sendbuff 0x1 recvbuff 0x2 count 100 datatype 11 op 7 root 2 "
+        "comm 0xab [nranks=8] stream 0x3\n"
     )
     c = one(p, "nccl_coll_calls", 2)
     assert (c["comm_id"], c["rank"], c["datatype"], c["bytes"], c["msg_bytes"], c["redop"]) == (

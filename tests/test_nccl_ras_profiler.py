@@ -14,7 +14,8 @@ def test_ras_text_report():
     name = "nccl-issue-1911-ncclras-text-mismatch-32gpu.txt"
     p = nccl.parse(corpus("nccl", name).read_bytes(), name)
     assert p.format == "nccl_ras"
-    # line 1: "NCCL version 2.26.2 compiled with CUDA 12.6"; line 2: "CUDA runtime version 12060, driver version 12060"
+    # line 1: "NCCL version 2.26.2 compiled with CUDA 12.6";
+    # line 2: "CUDA runtime version 12060, driver version 12060"
     assert p.tool_versions == {
         "nccl_version": "2.26.2",
         "cuda_version": "12.6",
@@ -22,7 +23,8 @@ def test_ras_text_report():
         "cuda_driver_version": 12060,
     }
     rs = {r["line_no"]: r for r in p.tables["nccl_ras"].to_dicts()}
-    # line 9: "      4          8            1         32       32" under "Nodes Processes GPUs Processes GPUs"
+    # line 9: "      4          8            1         32       32"
+    # under "Nodes Processes GPUs Processes GPUs"
     j = rs[9]
     assert (
         j["kind"],
@@ -80,7 +82,8 @@ def test_ras_text_dead_process_and_monitor_lines():
         "Errors\n======\n\nDEAD\n  1 job process is considered dead (unreachable via the RAS network)\n"
         "  Process 3487984 on node 172.16.64.213 managing GPU 5\n\n"
         "Warnings\n========\n\n#0-0 (78db921d1c117b4a) MISMATCH\n"
-        "  Communicator ranks have different AllReduce operation counts\n  7 ranks have launched up to operation 64\n"
+        "  Communicator ranks have different AllReduce operation counts\n"
+        "  7 ranks have launched up to operation 64\n"
         "  Rank 7 has launched up to operation 60 -- GPU 3 managed by process 1650386 on node node1\n"
         "[2025-12-19 13:07:07] PEER_DEAD: Process 1 on node node1 managing GPU 1\n"
     )
@@ -189,7 +192,10 @@ def test_ras_json_report():
     (m,) = by_kind["missing_rank"]
     assert (m["rank"], m["host"], m["unresponsive"], m["considered_dead"]) == (1, "node02", True, False)
     # monitor events, one JSON object per line
-    ev = b'{"timestamp": "2025-12-19 13:07:07", "group": "LIFECYCLE", "event": "PEER_DEAD", "peer": {"host": "node1", "pid": 5, "cuda_devs": [1], "nvml_devs": [1]}, "details": "x"}\n'
+    ev = (
+        b'{"timestamp": "2025-12-19 13:07:07", "group": "LIFECYCLE", "event": "PEER_DEAD", '
+        b'"peer": {"host": "node1", "pid": 5, "cuda_devs": [1], "nvml_devs": [1]}, "details": "x"}\n'
+    )
     assert nccl.sniff(ev, "mon.json") == "nccl_ras"
     (e,) = nccl.parse(ev * 1, "mon.json").tables["nccl_ras"].to_dicts()
     assert (e["kind"], e["status"], e["host"], e["pid"], e["cuda_dev"]) == (
@@ -206,7 +212,8 @@ def test_profiler_plugin_truncated_excerpt():
     p = nccl.parse(corpus("nccl", name).read_bytes(), name)
     assert p.format == "nccl_profiler"
     g, c = sorted(p.tables["nccl_profiler_events"].to_dicts(), key=lambda r: r["event_index"])
-    # line 2: {"name": "Group", "cat": "GROUP", "ph": "b", "id": 0, "pid": 12079, "tid": 1, "ts": 201606.441406, ...}
+    # line 2: {"name": "Group", "cat": "GROUP", "ph": "b", "id": 0, "pid": 12079, "tid": 1,
+    #          "ts": 201606.441406, ...}
     # line 5: {"name": "Group", "cat": "GROUP", "ph": "e", ..., "ts": 201607.501953}
     assert (g["name"], g["cat"], g["pid"], g["tid"], g["start_rel_ns"], g["end_rel_ns"], g["dur_ns"]) == (
         "Group",
@@ -217,8 +224,9 @@ def test_profiler_plugin_truncated_excerpt():
         201607502,
         201607502 - 201606441,
     )
-    # line 3: "AllReduce" COLL b at 201607.300781 with {"SeqNum": 0, "CommHash": 6479621443159067765, "Rank": 0,
-    #         "Count": 2097152, "Datatype": "ncclFloat32", "Algorithm": "RING", "Protocol": "LL128", "nChannels": 24}
+    # line 3: "AllReduce" COLL b at 201607.300781 with {"SeqNum": 0, "CommHash": 6479621443159067765,
+    #         "Rank": 0, "Count": 2097152, "Datatype": "ncclFloat32", "Algorithm": "RING",
+    #         "Protocol": "LL128", "nChannels": 24}
     # line 4: its e at 201607.453125
     assert (c["name"], c["cat"], c["start_rel_ns"], c["end_rel_ns"], c["seq_num"], c["rank"], c["count"]) == (
         "AllReduce",
@@ -245,7 +253,8 @@ def test_profiler_plugin_bare_tokens_and_missing_end():
     text = (
         '[\n{"name": "AllReduce", "cat": "COLL_API", "ph": "b", "id": 3, "pid": 7, "tid": 1, "ts": 10.5, '
         '"args": {"count": 8, "datatype": ncclFloat32, "Stream": 0x5020000567d0}},\n'
-        '{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 4, "pid": 7, "tid": 1, "ts": 11.0, "args": {"SeqNum": 2}},\n'
+        '{"name": "AllReduce", "cat": "COLL", "ph": "b", "id": 4, "pid": 7, "tid": 1, "ts": 11.0, '
+        '"args": {"SeqNum": 2}},\n'
         "{}]\n"
     )
     p = nccl.parse(text.encode(), "prof-node01-1.txt")

@@ -35,7 +35,8 @@ def test_oci_a100_full_table():
     p = parsed("ncclTests-oci-a100-16rank-roce-allreduce.txt")
     rs = results(p)
     assert len(rs) == 62  # lines 27-57: 31 sizes x 2 placements
-    # line 27: "           8             2     float     sum      -1    36.47    0.00    0.00      0    34.74    0.00    0.00      0"
+    # line 27: "           8             2     float     sum      -1    36.47    0.00    0.00      0
+    #           34.74    0.00    0.00      0"
     r = row(p, 27, "out_of_place")
     assert (r["size_bytes"], r["count"], r["type"], r["dtype_bytes"], r["redop"], r["root"]) == (
         8,
@@ -53,7 +54,8 @@ def test_oci_a100_full_table():
         False,
     )
     assert row(p, 27, "in_place")["time_ns"] == 34740
-    # line 57: "  8589934592    2147483648     float     sum      -1    67689  126.90  237.94      0    67811  126.68  237.52      0"
+    # line 57: "  8589934592    2147483648     float     sum      -1    67689  126.90  237.94      0
+    #           67811  126.68  237.52      0"
     r = row(p, 57, "out_of_place")
     assert (r["size_bytes"], r["count"], r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (
         8589934592,
@@ -86,11 +88,13 @@ def test_oci_a100_full_table():
 
 def test_gcp_a3mega_new_device_format():
     p = parsed("ncclTests-gcp-a3mega-h100-16rank-allreduce.txt")
-    # line 54: "  8589934592    2147483648     float     sum      -1    47535  180.71  338.82      0    47743  179.92  337.35      0"
+    # line 54: "  8589934592    2147483648     float     sum      -1    47535  180.71  338.82      0
+    #           47743  179.92  337.35      0"
     r = row(p, 54, "out_of_place")
     assert (r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (47535000, 180.71, 338.82)
     assert row(p, 54, "in_place")["busbw_gbps"] == 337.35
-    # line 31: "        1024           256     float     sum      -1    147.1    0.01    0.01      0    123.1    0.01    0.02      0"
+    # line 31: "        1024           256     float     sum      -1    147.1    0.01    0.01      0
+    #           123.1    0.01    0.02      0"
     assert (row(p, 31, "out_of_place")["time_ns"], row(p, 31, "in_place")["busbw_gbps"]) == (147100, 0.02)
     # line 19: "#  Rank 15 Group  0 Pid   6740 on node02 device  7 [0000:8c:00] NVIDIA H100 80GB HBM3"
     (r15,) = [r for r in p.tables["nccl_processes"].to_dicts() if r["rank"] == 15]
@@ -103,7 +107,8 @@ def test_gcp_a3mega_new_device_format():
     )
     # line 56: "# Avg bus bandwidth    : 70.742 " (trailing space)
     assert json.loads(event(p, 56)["detail"])["avg_busbw_gbps"] == 70.742
-    # line 1: "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 ..."
+    # line 1: "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20
+    #          agg iters: 1 ..."
     d = json.loads(event(p, 1)["detail"])
     assert (d["n_threads"], d["n_gpus"], d["max_bytes"], d["warmup_iters"], d["iters"]) == (
         1,
@@ -118,9 +123,11 @@ def test_gcp_a3mega_new_device_format():
 def test_aws_p5_srun_prefix_without_banner():
     p = parsed("ncclTests-aws-p5-h100-16rank-efa-srun-prefix.txt")
     assert len(results(p)) == 64  # lines 3-34
-    # line 3: "0:            8             2     float     sum      -1    69.12    0.00    0.00      0    72.43    0.00    0.00      0"
+    # line 3: "0:            8             2     float     sum      -1    69.12    0.00    0.00      0
+    #          72.43    0.00    0.00      0"
     assert (row(p, 3, "out_of_place")["time_ns"], row(p, 3, "in_place")["time_ns"]) == (69120, 72430)
-    # line 34: "0:  17179869184    4294967296     float     sum      -1    66132  259.78  487.09      0    66109  259.87  487.26      0"
+    # line 34: "0:  17179869184    4294967296     float     sum      -1    66132  259.78  487.09      0
+    #           66109  259.87  487.26      0"
     r = row(p, 34, "out_of_place")
     assert (r["size_bytes"], r["count"], r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (
         17179869184,
@@ -138,10 +145,12 @@ def test_aws_p5_srun_prefix_without_banner():
 def test_aws_eks_table_with_info_line_inside():
     p = parsed("aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log")
     assert len(results(p)) == 62  # lines 58-88; line 57 is an NCCL INFO line inside the table
-    # line 58: "[1,0]<stdout>:           0             0     float     sum      -1     6.36    0.00    0.00      0     6.40 ..."
+    # line 58: "[1,0]<stdout>:           0             0     float     sum      -1     6.36    0.00    0.00
+    #                0     6.40 ..."
     r = row(p, 58, "out_of_place")
     assert (r["size_bytes"], r["count"], r["time_ns"]) == (0, 0, 6360)
-    # line 88: "  1073741824     268435456     float     sum      -1   344981    3.11    3.11      0   344454    3.12    3.12      0"
+    # line 88: "  1073741824     268435456     float     sum      -1   344981    3.11    3.11      0
+    #          344454    3.12    3.12      0"
     r = row(p, 88, "in_place")
     assert (r["time_ns"], r["algbw_gbps"], r["busbw_gbps"]) == (344454000, 3.12, 3.12)
     # lines 6-7: 2 ranks on node01 and node02
@@ -152,8 +161,10 @@ def test_aws_eks_table_with_info_line_inside():
 
 def test_legacy_broadcast_header_with_error_column():
     p = parsed("nccl-tests-issue-82-legacy-broadcast-header-error-column-socket.txt")
-    # line 13: "#       size         count    type    root     time   algbw   busbw  error     time   algbw   busbw  error"
-    # line 15: "           8             2   float       0    45.82    0.00    0.00    N/A    38.17    0.00    0.00    N/A"
+    # line 13: "#       size         count    type    root     time   algbw   busbw  error
+    #               time   algbw   busbw  error"
+    # line 15: "           8             2   float       0    45.82    0.00    0.00    N/A
+    #              38.17    0.00    0.00    N/A"
     r = row(p, 15, "out_of_place")
     assert (r["size_bytes"], r["count"], r["type"], r["redop"], r["root"], r["time_ns"]) == (
         8,
@@ -178,30 +189,39 @@ def test_legacy_broadcast_header_with_error_column():
     assert p.tool_versions["nccl_version"] == "2.9.6" and procs[0]["nccl_version"] == "2.9.6"
 
 
+# A backslash at the end of a line joins it to the next: each joined pair is one line of the output.
 MODERN = """# nccl-tests version 2.17.9 nccl-headers=22903 nccl-library=22903
 # Collective test starting: reduce_scatter_perf
-# nThread 1 nGpus 2 minBytes 16 maxBytes 32 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+# nThread 1 nGpus 2 minBytes 16 maxBytes 32 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1\
+ validation: 1 graph: 0 unalign: 0
 #
 # Using devices
 #  Rank  0 Group  0 Pid   6899 on     node01 device  0 [0000:04:00] NVIDIA H100 80GB HBM3
 #  Rank  1 Group  0 Pid   6899 on     node01 device  1 [0000:05:00] NVIDIA H100 80GB HBM3
 #
 #                                                              out-of-place                       in-place
-#       size         count      type   redop    root  cputime   algbw   busbw #wrong  cputime   algbw   busbw #wrong            timestamp
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)         %Y-%m-%d %H:%M:%S
-          16             2     float     sum      -1    10.50    0.00    0.00      0    11.25    0.00    0.00    N/A  2025-01-02 03:04:05
-          32             4     float     sum      -1                                     12.00    0.00    0.00      0  2025-01-02 03:04:06
+#       size         count      type   redop    root  cputime   algbw   busbw #wrong\
+  cputime   algbw   busbw #wrong            timestamp
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)\
+            (us)  (GB/s)  (GB/s)         %Y-%m-%d %H:%M:%S
+          16             2     float     sum      -1    10.50    0.00    0.00      0\
+    11.25    0.00    0.00    N/A  2025-01-02 03:04:05
+          32             4     float     sum      -1\
+                                     12.00    0.00    0.00      0  2025-01-02 03:04:06
 # Out of bounds values : 0 OK
 # Avg bus bandwidth    : 0.001
 #
 # Collective test concluded: reduce_scatter_perf
 # nccl-tests version 2.17.9 nccl-headers=22903 nccl-library=22903
 # Collective test starting: all_gather_perf
-# nThread 1 nGpus 2 minBytes 16 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0
+# nThread 1 nGpus 2 minBytes 16 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1\
+ validation: 1 graph: 0 unalign: 0
 #  Rank  0 Group  0 Pid   7000 on     node01 device  0 [0000:04:00] NVIDIA H100 80GB HBM3
 #  Rank  1 Group  0 Pid   7000 on     node02 device  0 [0000:04:00] NVIDIA H100 80GB HBM3
-#       size         count      type   redop    root     time   algbw   busbw #wrong   i_min   i_max   i_p99   i_cv%     time   algbw   busbw #wrong   i_min   i_max   i_p99   i_cv%
-          16             2     float    none      -1     5.00    0.00    0.00      0    4.00    6.00    6.00    1.00     5.50    0.00    0.00      1    4.50    6.50    6.50    2.00
+#       size         count      type   redop    root     time   algbw   busbw #wrong\
+   i_min   i_max   i_p99   i_cv%     time   algbw   busbw #wrong   i_min   i_max   i_p99   i_cv%
+          16             2     float    none      -1     5.00    0.00    0.00      0\
+    4.00    6.00    6.00    1.00     5.50    0.00    0.00      1    4.50    6.50    6.50    2.00
 """
 
 
@@ -240,17 +260,23 @@ def test_stated_test_cputime_timestamps_trace_replay_and_per_iteration():
 
 def test_legacy_reduce_and_inferred_reduce_scatter():
     legacy = (
-        "#   Rank  0 Pid 1 on a device  0 [0x00] Tesla V100\n#   Rank  1 Pid 2 on a device  1 [0x01] Tesla V100\n"
-        "#       size         count    type   redop    root     time   algbw   busbw  error     time   algbw   busbw  error\n"
-        "        1024           256   float     sum       1    10.00    0.10    0.10  0e+00    11.00    0.09    0.09  2e-07\n"
+        "#   Rank  0 Pid 1 on a device  0 [0x00] Tesla V100\n"
+        "#   Rank  1 Pid 2 on a device  1 [0x01] Tesla V100\n"
+        "#       size         count    type   redop    root     time   algbw   busbw  error"
+        "     time   algbw   busbw  error\n"
+        "        1024           256   float     sum       1    10.00    0.10    0.10  0e+00"
+        "    11.00    0.09    0.09  2e-07\n"
     )
     p = nccl.parse(legacy.encode(), "reduce.txt")
     r = row(p, 4, "in_place")
     assert (r["test"], r["root"], r["max_error"], r["wrong"]) == ("reduce_perf", 1, 2e-07, None)
     rs = (
-        "#  Rank  0 Group  0 Pid 1 on a device  0 [0x00] X\n#  Rank  1 Group  0 Pid 2 on a device  1 [0x01] X\n"
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-        "        2048           256     float     sum      -1    10.00    0.20    0.10      0    10.00    0.20    0.10      0\n"
+        "#  Rank  0 Group  0 Pid 1 on a device  0 [0x00] X\n"
+        "#  Rank  1 Group  0 Pid 2 on a device  1 [0x01] X\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "     time   algbw   busbw #wrong\n"
+        "        2048           256     float     sum      -1    10.00    0.20    0.10      0"
+        "    10.00    0.20    0.10      0\n"
     )
     p = nccl.parse(rs.encode(), "rs.txt")
     # size = count x 4 bytes x 2 ranks with a reduction: reduce_scatter

@@ -32,9 +32,9 @@ def wd(p, line_no: int) -> dict:
 def test_watchdog_pytorch_2_5_wording():
     p = parsed("basicsr-issue-737-torch-watchdog-timeout-allreduce.log")
     assert p.format == "torch_watchdog"
-    # line 1: "[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation
-    #          timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523, NumelOut=9801523, Timeout(ms)=600000)
-    #          ran for 600020 milliseconds before timing out."
+    # line 1: "[rank1]:[E626 06:24:44.903881913 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught
+    #          collective operation timeout: WorkNCCL(SeqNum=808, OpType=ALLREDUCE, NumelIn=9801523,
+    #          NumelOut=9801523, Timeout(ms)=600000) ran for 600020 milliseconds before timing out."
     r = wd(p, 1)
     assert (r["kind"], r["rank"], r["seq"], r["op_type"], r["numel_in"], r["numel_out"]) == (
         "timeout",
@@ -52,8 +52,9 @@ def test_watchdog_pytorch_2_5_wording():
         "ProcessGroupNCCL.cpp",
         616,
     )
-    # line 2: "[rank1]:[E626 ... ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception (either an error
-    #          or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811, last completed NCCL work: 807."
+    # line 2: "[rank1]:[E626 ... ProcessGroupNCCL.cpp:1785] [PG ID 0 PG GUID 0(default_pg) Rank 1] Exception
+    #          (either an error or timeout) detected by watchdog at work: 808, last enqueued NCCL work: 811,
+    #          last completed NCCL work: 807."
     r = wd(p, 2)
     assert (
         r["kind"],
@@ -81,8 +82,8 @@ def test_watchdog_pytorch_2_4_wording():
         68124672,
         "12-06 18:44:12.715298746",
     )
-    # line 4: "[rank4]:[E1206 ...:1664] [PG 1 Rank 4] Exception ... at work: 7753, last enqueued NCCL work: 7755,
-    #          last completed NCCL work: 7752."
+    # line 4: "[rank4]:[E1206 ...:1664] [PG 1 Rank 4] Exception ... at work: 7753,
+    #          last enqueued NCCL work: 7755, last completed NCCL work: 7752."
     r = wd(p, 4)
     assert (r["rank"], r["pg_id"], r["pg_name"], r["seq"], r["last_enqueued"], r["last_completed"]) == (
         4,
@@ -98,7 +99,8 @@ def test_watchdog_pytorch_2_4_wording():
 def test_watchdog_legacy_wording():
     p = parsed("ofa-issue-271-torch-watchdog-timeout-legacy-format.log")
     # line 1: "[E ProcessGroupNCCL.cpp:737] [Rank 1] Watchdog caught collective operation timeout:
-    #          WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds before timing out."
+    #          WorkNCCL(SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212 milliseconds
+    #          before timing out."
     r = wd(p, 1)
     assert (
         r["rank"],
@@ -129,7 +131,8 @@ def test_processgroupnccl_init_options_and_environment():
         "I",
     )
     assert json.loads(r["detail"])["SPLIT_COLOR"] == "-2"
-    # line 2: "... ProcessGroupNCCL environments: NCCL version: 2.21.5, ..., TORCH_NCCL_TRACE_BUFFER_SIZE: 2000, ..."
+    # line 2: "... ProcessGroupNCCL environments: NCCL version: 2.21.5, ...,
+    #          TORCH_NCCL_TRACE_BUFFER_SIZE: 2000, ..."
     r = wd(p, 2)
     assert (r["kind"], r["nccl_version"]) == ("environments", "2.21.5")
     assert json.loads(r["detail"])["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
@@ -140,11 +143,14 @@ def test_processgroupnccl_init_options_and_environment():
 
 def test_watchdog_newer_and_error_wordings():
     log = (
-        "[rank3]:[E1206 18:44:12.715 ProcessGroupNCCL.cpp:1500] [PG ID 1 PG GUID 1(dp) Rank 3] failure detected by "
+        "[rank3]:[E1206 18:44:12.715 ProcessGroupNCCL.cpp:1500] [PG ID 1 PG GUID 1(dp) Rank 3] "
+        "failure detected by "
         "watchdog at work sequence id: 42 PG status: last enqueued work: 44, last completed work: 41\n"
-        "[rank3]:[E1206 18:44:13.000 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 3] Heartbeat "
+        "[rank3]:[E1206 18:44:13.000 ProcessGroupNCCL.cpp:1600] [PG ID 0 PG GUID 0(default_pg) Rank 3] "
+        "Heartbeat "
         "monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=2\n"
-        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, unhandled system error, "
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1269, "
+        "unhandled system error, "
         "NCCL version 2.14.3\n"
     )
     p = nccl.parse(log.encode(), "x.log")
@@ -329,7 +335,8 @@ def test_flight_recorder_pickle_through_allow_list():
         [2, 3],
     )
     assert p.world_size == 4
-    # sets, frozensets and OrderedDicts (protocol 2 names them __builtin__.set, collections.OrderedDict) are allowed
+    # sets, frozensets and OrderedDicts (protocol 2 names them __builtin__.set, collections.OrderedDict)
+    # are allowed
     extra = pickle.dumps(
         {**FR_DUMP, "x": {1, 2}, "y": frozenset({3}), "z": collections.OrderedDict(a=1)}, protocol=2
     )
@@ -454,7 +461,8 @@ def test_torchfrtrace_report():
         5,
         4,
     )
-    # lines 3-9: group info 0:default_pg, collective nccl:all_reduce, missing ranks {1}, sizes, expected ranks 2, scheduled
+    # lines 3-9: group info 0:default_pg, collective nccl:all_reduce, missing ranks {1}, sizes,
+    # expected ranks 2, scheduled
     assert (m["pg_name"], m["pg_desc"], m["profiling_name"], m["missing_ranks"]) == (
         "0",
         "default_pg",

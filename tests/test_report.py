@@ -143,14 +143,16 @@ EMPTY_RANKS = pl.DataFrame(schema={"span_ns": pl.Int64})
             "high",
             {"compute_pct": 85.0, "host_bound_pct": 11.0},
         ),
-        # idle with work already queued (other waits, 14 %) is no cause; moderate: exposed comm 10 % > exposed memory 6 %
+        # idle with work already queued (other waits, 14 %) is no cause; moderate: exposed comm 10 % >
+        # exposed memory 6 %
         (
             {"compute": 700, "exposed_comm": 100, "other": 140, "exposed_memory": 60},
             "network-bound",
             "moderate",
             {"host_bound_pct": 0.0, "idle_other_pct": 14.0, "exposed_comm_pct": 10.0},
         ),
-        # exposed comm 30 % is high, but 20 % other waits (>= 15 %) leave that much unexplained: confidence moderate
+        # exposed comm 30 % is high, but 20 % other waits (>= 15 %) leave that much unexplained:
+        # confidence moderate
         (
             {"compute": 500, "exposed_comm": 300, "other": 200},
             "network-bound",
@@ -347,8 +349,8 @@ def test_findings_by_hand(hand_lake):
     idle with work already queued is 2.5 % < 5 %: no dependency-wait finding); exposed comm
     110 + 300 = 410 µs -> 205 µs per rank, all of it transfer (rank 1 waits for rank 0 over
     [1150, 1200), under its compute k5 [1100, 1200): exposed waiting 0); exposed memory 50 / 2000 =
-    2.5 % < 5 %: no finding, and no waiting-for-peers finding. MFU: rank 0's 0.217 % (test_handmade) < 20 % with
-    FLOP coverage 58.8 % >= 50 %: an untimed low-MFU finding, ranked last."""
+    2.5 % < 5 %: no finding, and no waiting-for-peers finding. MFU: rank 0's 0.217 % (test_handmade)
+    < 20 % with FLOP coverage 58.8 % >= 50 %: an untimed low-MFU finding, ranked last."""
     res = analyze(hand_lake)
     fs = [f for f in res["findings"] if f["run_id"] == "job"]
     assert [(f["kind"], f["recoverable_ns"], f["per_step_ns"]) for f in fs] == [
@@ -467,7 +469,8 @@ def test_compare_corpus_pair_and_cli(tmp_path):
         per[k] = dict(
             connect(lk)
             .execute(
-                "SELECT name, sum(dur_ns) / (SELECT count(DISTINCT rank) * count(DISTINCT step) FROM step_time) FROM scope "
+                "SELECT name, sum(dur_ns) / "
+                "(SELECT count(DISTINCT rank) * count(DISTINCT step) FROM step_time) FROM scope "
                 "WHERE step IS NOT NULL GROUP BY name"
             )
             .fetchall()

@@ -148,7 +148,8 @@ def open_report(browser, path: Path):
 CHARTS_JS = """() => [...document.querySelectorAll('.chart')].map(e => ({
   kind: e.dataset.chart, rendered: e.dataset.rendered || '', error: e.dataset.error || '',
   svgs: e.querySelectorAll('svg').length,
-  marks: e.querySelectorAll('svg .mark-rect path, svg .mark-symbol path, svg .mark-line path, svg .mark-area path, svg .mark-rule line').length}))"""
+  marks: e.querySelectorAll('svg .mark-rect path, svg .mark-symbol path, svg .mark-line path, \
+svg .mark-area path, svg .mark-rule line').length}))"""
 
 
 @pytest.mark.parametrize("name", list(EXPECTED))

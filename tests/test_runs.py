@@ -354,7 +354,10 @@ def test_reaching_the_same_directory_another_way_keeps_its_run(tmp_path):
     # the directory through a symlink and through '..', a name past 100 characters, and --force
     # from a copy: forcing keeps the stored path and name; a new rank file joins the run with
     # --run, and without it is named by its directory's own name, links and '..' resolved
-    long = "llama70b_fsdp_tp8_pp4_seq4096_bs512_lr3e-4_warmup2000_zero3_activation_checkpointing_selective_node03_profiler_traces"
+    long = (
+        "llama70b_fsdp_tp8_pp4_seq4096_bs512_lr3e-4_warmup2000_zero3_"
+        "activation_checkpointing_selective_node03_profiler_traces"
+    )
     root = tmp_path / "arch"
     d = root / "jobA" / long
     d.mkdir(parents=True)
