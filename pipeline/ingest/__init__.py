@@ -101,7 +101,8 @@ def ingest_paths(
         done = done_index(stored)
         runs = Runs(stored)
 
-        def emit(res: FileResult):
+        def put(p) -> None:  # commit one outcome (in input order) and report it
+            res = commit(p, lake, done, runs, force, run is None)
             results.append(res)
             if on_file:
                 on_file(res)
@@ -109,28 +110,9 @@ def ingest_paths(
         work = []
         for u in units:
             if u.kind == "problem":
-                emit(
-                    commit(
-                        problem_failure(lake, u.item.path, run, u.item.error),
-                        lake,
-                        done,
-                        runs,
-                        force,
-                        run is None,
-                    )
-                )
+                put(problem_failure(lake, u.item.path, run, u.item.error))
             elif u.kind == "refused":
-                m = u.item
-                emit(
-                    commit(
-                        failed(m.display, run_for(m.run_name, run), m.error),
-                        lake,
-                        done,
-                        runs,
-                        force,
-                        run is None,
-                    )
-                )
+                put(failed(u.item.display, run_for(u.item.run_name, run), u.item.error))
             else:
                 work.append(u)
         jobs = jobs or os.cpu_count() or 1
@@ -144,22 +126,13 @@ def ingest_paths(
             for u, prepared in stream:
                 for p in prepared:
                     try:
-                        emit(commit(p, lake, done, runs, force, run is None))
+                        put(p)
                     except LakeError:
                         raise
                     except OSError:
                         if not lake.writable():
                             raise
-                        emit(
-                            commit(
-                                failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha),
-                                lake,
-                                done,
-                                runs,
-                                force,
-                                run is None,
-                            )
-                        )
+                        put(failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha))
         finally:
             close = getattr(stream, "close", None)
             if close:

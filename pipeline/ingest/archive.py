@@ -175,7 +175,8 @@ class FileInput:
     below it ('job1/traces'), as TensorBoard names the runs of a log directory, so archives of
     many jobs with the same inner layout (<job>/traces/rank*.json) keep one run per job
     (pipeline/ingest/runs.py). fmt: its format when discover.sniff_path() knows it from the
-    file's first bytes (Nsight Systems exports, nsys-jax), else None (a stream: Kineto or log)."""
+    file's first bytes (Nsight Systems exports, nsys-jax), "stream" when it sniffed as none of
+    those (Kineto or an NCCL-family log, told apart from the stream), None when not sniffed yet."""
 
     path: str
     run: str | None = None

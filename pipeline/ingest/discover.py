@@ -309,5 +309,5 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
             units.append(Unit("targz", str(f), _size(f), below))
         else:
             below = below if below not in (None, "", ".") else None
-            units.append(Unit("input", arc.FileInput(str(f), below, fmt=kind), _size(f)))
+            units.append(Unit("input", arc.FileInput(str(f), below, fmt=kind or "stream"), _size(f)))
     return units, problems
