@@ -212,7 +212,9 @@ def main():
             line(f"tracelake ingest --jobs {cores}", ingn, mb, ingn_rss, f"(workers: {wrss} MB each at most)")
             hta = None
             if not a.skip_hta:
-                hta, _, hta_rss = child(HTA, str(traces))
+                hta, hta_ranks, hta_rss = child(HTA, str(traces))
+                if int(hta_ranks) != a.ranks:  # the same work on both sides, or no comparison
+                    raise SystemExit(f"HTA loaded {hta_ranks} of the {a.ranks} ranks: not the same work")
                 line("HTA 0.5.0 TraceAnalysis load (its own process pool)", hta, mb, hta_rss, "(parent only)")
             print()
             if hta:

@@ -120,7 +120,9 @@ def write_json(doc: dict, shape: Shape, path: Path, rank: int, world: int, copie
     )
     n = 0
     with opener(path) as f:
-        head = enc.encode(top)[:-1] + b', "traceEvents": [\n'
+        # `"rank": N` with the space Kineto writes: HTA finds a file's rank with the regex
+        # `"rank":\s+(\d+)`, and reads every compact `"rank":N` file as rank 0 (one of N loaded)
+        head = enc.encode(top)[:-1].replace(b'"rank":', b'"rank": ') + b', "traceEvents": [\n'
         f.write(head)
         n += len(head)
         first = True

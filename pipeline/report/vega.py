@@ -1,7 +1,10 @@
 """The inlined Vega bundle and JSON made safe for <script> (html.py embeds both in the page).
 
 - vega_bundle(): Vega, Vega-Lite and vega-embed as one ES module (vl_convert.javascript_bundle),
-  inlined once per report, so the file makes no request and renders with the network off.
+  inlined once per report, so the file makes no request and renders with the network off. Building
+  it takes about 2 s, so it is built once per installed vl-convert version and kept on disk in
+  the cache directory ($TRACELAKE_CACHE_DIR, else $XDG_CACHE_HOME/tracelake, else
+  ~/.cache/tracelake); when that cannot be written it is built per process.
 - _json_for_script(): JSON with '<', '>' and '&' escaped as \\u003c etc., so input text placed in a
   <script> (the chart specs) cannot close it.
 """
@@ -9,17 +12,49 @@
 from __future__ import annotations
 
 import json
+import os
+import uuid
 from functools import lru_cache
+from pathlib import Path
 
 
 def _json_for_script(obj) -> str:
     return json.dumps(obj).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def cache_dir() -> Path:
+    """Where tracelake keeps files it can rebuild (the Vega bundle)."""
+    if os.environ.get("TRACELAKE_CACHE_DIR"):
+        return Path(os.environ["TRACELAKE_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tracelake"
+
+
+MIN_BUNDLE_BYTES = 100_000  # a cached bundle shorter than this was cut: built again
+
+
 @lru_cache(maxsize=1)
 def vega_bundle() -> str:
-    """Vega + Vega-Lite + vega-embed as one ES module (vl-convert's bundle), safe inside <script>."""
+    """Vega + Vega-Lite + vega-embed as one ES module (vl-convert's bundle), safe inside <script>:
+    read from the cache when it holds the bundle of the installed vl-convert, else built and
+    written there (atomically: a temporary name, then renamed, so a reader never sees half)."""
+    from importlib.metadata import version
+
+    path = cache_dir() / f"vega-bundle-vl-convert-{version('vl-convert-python')}.js"
+    try:
+        js = path.read_text(encoding="utf-8")
+        if len(js) >= MIN_BUNDLE_BYTES:
+            return js
+    except (OSError, UnicodeDecodeError):
+        pass
     import vl_convert as vlc
 
-    js = vlc.javascript_bundle()
-    return js.replace("</script", "<\\/script")
+    js = vlc.javascript_bundle().replace("</script", "<\\/script")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+        tmp.write_text(js, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:  # a read-only home: build it per process
+        pass
+    return js

@@ -61,13 +61,17 @@ _TESTS_JSON_START = re.compile(
 _KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
 
 
+# control characters other than tab, newline, form feed, carriage return and escape
+_CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
+
+
 def _is_binary(head: bytes) -> bool:
     if b"\x00" in head:
         return True
     text = head.decode("utf-8", "replace")
     if not text:
         return False
-    bad = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\t\n\r\x0c\x1b"))
+    bad = text.count("\ufffd") + len(_CONTROL.findall(text))
     return bad > max(8, len(text) // 20)
 
 

@@ -1,0 +1,134 @@
+"""Benchmark: a small real job, traces -> answers, tracelake against HTA on the same files.
+
+The job: PARAM's DLRM run (../shared/corpus/param/et_replay/tests/inputs/dlrm_kineto), 8 real
+ranks, 7 MB of Kineto JSON: the size most users' traces are, where start-up and fixed per-query
+costs dominate. Each side runs in a fresh child process, best of --repeat runs, and the whole
+child is timed (interpreter start-up and imports included: what a user waits for), with the
+timed section after imports printed beside it:
+- HTA 0.5.0: TraceAnalysis(trace_dir) + get_temporal_breakdown + get_comm_comp_overlap +
+  get_idle_time_breakdown (its four calls for "where did the time go");
+- tracelake: ingest + analyze (every metric, the verdict and findings) in one process, and
+  `tracelake run DIR -o report.html` (ingest, analysis and the HTML report) as a user runs it.
+Both sides must see every rank: the benchmark stops when HTA loaded fewer ranks than tracelake
+ingested (HTA finds a file's rank with the regex `"rank":\\s+(\\d+)`).
+
+  python benchmarks/small_job.py [DIR] [--repeat 3] [--tracelake-python PYTHON]
+
+--tracelake-python runs the tracelake side with another interpreter (a virtual environment with
+only tracelake's own dependencies: HTA's Jupyter dependencies make `import altair` 1.8 s slower,
+docs/performance.md); HTA always runs with this one.
+
+Not a test: numbers depend on the machine; docs/performance.md records them with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO.parent / "shared" / "corpus"
+DLRM = CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto"
+
+# each child prints "RESULT <seconds of the timed section> <ranks seen>" on its last line
+HTA = """
+import sys, time, logging, warnings
+warnings.filterwarnings("ignore")
+from hta.configs.config import logger
+logger.setLevel(logging.ERROR)
+from hta.trace_analysis import TraceAnalysis
+t = time.perf_counter()
+a = TraceAnalysis(trace_dir=sys.argv[1])
+a.get_temporal_breakdown(visualize=False)
+a.get_comm_comp_overlap(visualize=False)
+a.get_idle_time_breakdown(ranks=sorted(a.t.traces), visualize=False)
+print("RESULT", time.perf_counter() - t, len(a.t.traces))
+"""
+TRACELAKE = """
+import sys, time
+from pipeline.analyze import analyze
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+t = time.perf_counter()
+lake = Lake(sys.argv[2])
+res = ingest_paths([sys.argv[1]], lake)
+assert all(r.status == "ok" for r in res), [r.error for r in res]
+doc = analyze(lake)
+print("RESULT", time.perf_counter() - t, len(doc["ranks"]))
+"""
+
+
+def child(argv: list[str]) -> tuple[float, float | None, int | None]:
+    """(wall seconds of the whole child, seconds of its timed section, ranks it saw)."""
+    t = time.perf_counter()
+    p = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"child failed ({' '.join(argv[:4])} ...): {p.stderr.strip()[-500:]}")
+    last = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT")]
+    if not last:
+        return wall, None, None
+    _, sec, ranks = last[-1].split()
+    return wall, float(sec), int(ranks)
+
+
+def best(runs):
+    return min(runs, key=lambda r: r[0])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir", nargs="?", default=str(DLRM))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--tracelake-python", default=sys.executable)
+    a = ap.parse_args()
+    traces = Path(a.dir)
+    files = sorted(traces.glob("*.json*"))
+    mb = sum(f.stat().st_size for f in files) / 1e6
+    print(f"job: {traces} ({len(files)} files, {mb:.1f} MB)")
+    exe = [sys.executable]
+    tl_exe = [a.tracelake_python]
+    tl_bin = str(Path(a.tracelake_python).with_name("tracelake"))
+    with tempfile.TemporaryDirectory() as tmp:
+        hta = best([child([*exe, "-c", HTA, str(traces)]) for _ in range(a.repeat)])
+        ours = best(
+            [
+                child([*tl_exe, "-c", TRACELAKE, str(traces), os.path.join(tmp, f"l{i}")])
+                for i in range(a.repeat)
+            ]
+        )
+        run = best(
+            [
+                child(
+                    [
+                        tl_bin,
+                        "run",
+                        str(traces),
+                        "--lake",
+                        os.path.join(tmp, f"r{i}"),
+                        "-o",
+                        os.path.join(tmp, f"r{i}.html"),
+                    ]
+                )  # fmt: skip
+                for i in range(a.repeat)
+            ]
+        )
+    if hta[2] != ours[2]:
+        raise SystemExit(f"HTA loaded {hta[2]} ranks, tracelake {ours[2]}: not the same work")
+    print(f"{'':50s} {'wall s':>8s} {'after imports s':>16s}")
+    print(f"{'HTA load + temporal + overlap + idle':50s} {hta[0]:8.2f} {hta[1]:16.2f}   ({hta[2]} ranks)")
+    print(f"{'tracelake ingest + analyze':50s} {ours[0]:8.2f} {ours[1]:16.2f}   ({ours[2]} ranks)")
+    print(f"{'tracelake run -o report.html':50s} {run[0]:8.2f}")
+    print(
+        f"\ntraces -> answers: tracelake {hta[0] / ours[0]:.2f}x HTA's speed (wall; target >= 2x), "
+        f"{hta[1] / ours[1]:.2f}x after imports; `tracelake run` {run[0]:.2f} s (target < 3 s)"
+    )
+
+
+if __name__ == "__main__":
+    main()
