@@ -159,6 +159,7 @@ def analyze(
         materialize=True,
         runs=runs,
         tokens_per_step=tokens_per_step,
+        metric_views=nccl_findings.VIEWS,  # the rest it runs itself (query.run)
     )
     bd = query.run(con, "breakdown")
     idle = query.run(con, "idle_breakdown")  # per stream, HTA's exact rule

@@ -15,6 +15,8 @@ connect(lake) returns a DuckDB connection with
 - with materialize=True, the views named in MATERIALIZED (gpu_launch, scope, step_window,
   collective_ranks, collective_calls) computed once into temporary tables behind the same names, scope with
   SCOPE_COLUMNS only (for a whole analysis: the variables below are fixed at connect time then);
+- metric_views: every metric file is made a view (True), or only these (a tuple of names;
+  run(con, name) runs any of them);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
   when given, `peak_tflops` and `model_flops_per_step` (MFU overrides) and `tokens_per_step`
   (tokens/s, queries/mfu.sql).
@@ -77,6 +79,7 @@ def connect(
     materialize: bool | None = None,
     runs: list[str] | None = None,
     tokens_per_step: float | None = None,
+    metric_views: bool | tuple[str, ...] = True,
 ) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
@@ -94,6 +97,7 @@ def connect(
                 materialize,
                 runs,
                 tokens_per_step,
+                metric_views,
             )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
@@ -112,6 +116,7 @@ def _connect(
     materialize,
     runs,
     tokens_per_step=None,
+    metric_views=True,
 ):
     all_columns = materialize is None  # auto: a small lake, every column of scope kept for `tracelake sql`
     if materialize is None:
@@ -183,8 +188,10 @@ def _connect(
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
                 done.add(name)
             con.execute("RESET preserve_insertion_order")
-    # every metric is also a view of the same name, for `tracelake sql` and the report's SQL
-    for name in metric_names():
+    # every metric is also a view of the same name, for `tracelake sql` and the report's SQL; DuckDB
+    # binds a view when it is created (about 10 ms each on a small lake), so a caller that runs
+    # the metric files itself (analyze) names only those it reads as views
+    for name in metric_names() if metric_views is True else metric_views or ():
         con.execute(f"CREATE VIEW {name} AS " + sql_text(name).strip().rstrip(";"))
     return con
 

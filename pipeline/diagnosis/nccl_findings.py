@@ -60,6 +60,9 @@ ADVICE = {
 }
 ORDER = list(TITLES)
 
+# the metric views these findings read (pipeline/query.py connect metric_views)
+VIEWS = ("nccl_checks", "nccl_tests_bandwidth")
+
 
 def _q(s: str) -> str:
     return s.replace("'", "''")
