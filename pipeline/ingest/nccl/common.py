@@ -107,6 +107,28 @@ INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
 
 
+def findall_linear(plain: re.Pattern, at_run_start: re.Pattern, text: str) -> list[tuple]:
+    """plain.findall(text) (for patterns with two or more groups) in time linear in the text.
+
+    plain.findall tries a match at every position; a pattern that starts with a run such as
+    `\\w+` then scans the rest of the run from each start inside it, which is quadratic in the
+    run's length. at_run_start is the same pattern behind a lookbehind that refuses a start
+    inside such a run (`(?<!\\w)`): a match from inside a run exists only if one from the run's
+    start does (the run's class matches the prefix too), and findall would have found that one
+    first. The exception is a run entered right where the previous match ended (`ranks 1ranks 1`):
+    the plain pattern is tried there once.
+    """
+    out: list[tuple] = []
+    pos = 0
+    while pos <= len(text):
+        m = plain.match(text, pos) or at_run_start.search(text, pos + 1)
+        if m is None:
+            break
+        out.append(m.groups(default=""))
+        pos = m.end() if m.end() > m.start() else m.end() + 1
+    return out
+
+
 def version_from_code(code: int) -> str:
     """NCCL_VERSION_CODE -> 'X.Y.Z' (nccl.h: major*10000+minor*100+patch since 2.9,
     major*1000+minor*100+patch before)."""

@@ -32,8 +32,8 @@ from .log_torch import APP_VERSION, GLOG, TorchLines, glog_time
 # --- NCCL line prefix (nccl.md 1.2; wrappers 1.3) -----------------------------------------------------
 # Searched (not anchored): whatever precedes the match is the launcher wrapper.
 PREFIX = re.compile(
-    r"(?:\[(?P<ts>[^\]]*\d{2}:\d{2}:\d{2}[^\]]*)\] )?"
-    r"(?P<host>[^\s:\[\]]*):(?P<pid>\d+):(?P<tid>\d+) "
+    r"(?:\[(?P<ts>[^\[\]]*\d{2}:\d{2}:\d{2}[^\[\]]*)\] )?"
+    r"(?<![^\s:\[\]])(?P<host>[^\s:\[\]]*):(?P<pid>\d+):(?P<tid>\d+) "
     r"(?:\[(?P<dev>\d+)\] )?(?:(?P<ms>\d+\.\d+) )?"
     r"(?:(?P<src>[\w./-]+):(?P<sline>\d+)(?: \((?P<func>\w+)\))? )?"
     r"NCCL (?P<lvl>INFO|WARN|TRACE|CALL|ABORT) (?P<msg>.*)$"

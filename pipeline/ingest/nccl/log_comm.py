@@ -32,11 +32,11 @@ TUNING = re.compile(
     r"(?: channel\{Lo\.\.Hi\}=\{(?P<lo>\d+)\.\.(?P<hi>\d+)\})?(?: time (?P<time>-?[\d.]+))?"
 )
 LIFECYCLE = re.compile(
-    r"(?:\[Rank (?P<rk>\d+)\] )?(?:(?P<func>\w+) )?comm (?P<comm>\S+) (?P<kv>rank .*?)\s*"
+    r"(?:\[Rank (?P<rk>\d+)\] )?(?:(?<!\w)(?P<func>\w+) )?comm (?P<comm>\S+) (?P<kv>rank .*?)\s*"
     r"- (?P<what>(?:Init|Destroy|Abort|Revoke) (?:START|COMPLETE))(?:, result (?P<res>-?\d+))?\s*$"
 )
 TOPOLOGY = re.compile(r"comm (?P<comm>\S+) (?P<kv>rank \d+ nRanks \d+.*?)\s*$")
-KV = re.compile(r"(\w+) (\S+)")
+KV = re.compile(r"(?<!\w)(\w+) (\S+)")
 
 #: COLL ops whose root field is a root rank / whose op field is a reduction (nccl.md 1.7: NCCL
 #: prints root 0 and op 0 for the others).

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import re
 
-from .common import IBV_WC_STATUS, INT32, NCCL_RESULTS, dumps, to_float, to_int
+from .common import IBV_WC_STATUS, INT32, NCCL_RESULTS, dumps, findall_linear, to_float, to_int
 from .log_state import LogState
 
-CHANNEL_COUNTS = re.compile(r"(\d+) (coll|collnet|nvls|p2p) channels( per peer)?")
+CHANNEL_COUNTS = re.compile(r"(?<!\d)(\d+) (coll|collnet|nvls|p2p) channels( per peer)?")
 INIT_TIMINGS = re.compile(
     r"Init timings(?: - (?P<func>\w+))?: rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
     r"total (?P<total>[\d.]+)(?: \((?P<parts>[^)]*)\))?"
 )
 BOOT_TIMINGS = re.compile(r"Bootstrap timings total (?P<total>[\d.]+)(?: \((?P<parts>[^)]*)\))?")
 NAMED_SECONDS = re.compile(r"(\w+) ([\d.]+)")
+NAMED_SECONDS_AT_RUN = re.compile(r"(?<!\w)(\w+) ([\d.]+)")  # common.findall_linear
 VERSION_INFO = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+[^\s+]*)(?:\+cuda(?P<cuda>\S+))?")
 DRIVER = re.compile(r"cudaDriverVersion (\d+)")
 AFFINITY = re.compile(r"Setting affinity for GPU (?P<gpu>\d+) to (?P<mask>\S+)")
@@ -44,7 +45,7 @@ THRESHOLDS = re.compile(r"threadThresholds (?P<t>.+?)\s*$")
 def _seconds(parts: str | None) -> dict:
     """'kernels 0.51, bootstrap 0.22' -> {'kernels_ns': 510000000, ...} (seconds in the log)."""
     out = {}
-    for k, v in NAMED_SECONDS.findall(parts or ""):
+    for k, v in findall_linear(NAMED_SECONDS, NAMED_SECONDS_AT_RUN, parts or ""):
         f = to_float(v)
         if f is not None:
             out[f"{k}_ns"] = round(f * 1e9)

@@ -21,7 +21,7 @@ PG_TAG = re.compile(
     r"|PG (?P<pgid2>\d+) (?:\((?P<desc2>[^)]*)\) )?)?Rank (?P<rank>\d+)\] ?"
 )
 WORK = re.compile(r"WorkNCCL\((?P<body>(?:[^()]|\([^()]*\))*)\)")
-WORK_KV = re.compile(r"(\w+(?:\(ms\))?)=([^,]*)")
+WORK_KV = re.compile(r"(?<!\w)(\w+(?:\(ms\))?)=([^,]*)")
 RAN_FOR = re.compile(r"ran for (\d+) milliseconds")
 AT_WORK = re.compile(r"(?:at work|work sequence id): (\d+)")
 LAST = re.compile(r"last (enqueued|started|completed) (?:NCCL )?work: (\d+)")

@@ -15,8 +15,8 @@ RAS_ISSUE = re.compile(r"#(?P<g>\d+)-(?P<c>\d+) \((?P<hash>[0-9a-fA-F]+)\) (?P<s
 RAS_DIFF = re.compile(
     r"Communicator ranks have different (?:(?P<coll>\w+) )?(?:collective )?operation counts"
 )
-RAS_COUNT = re.compile(r"(?P<n>\d+) ranks? (?:have|has) launched up to operation (?P<op>\d+)")
-RAS_NONE = re.compile(r"(?P<n>\d+) ranks? (?:have|has) not launched any operations")
+RAS_COUNT = re.compile(r"(?<!\d)(?P<n>\d+) ranks? (?:have|has) launched up to operation (?P<op>\d+)")
+RAS_NONE = re.compile(r"(?<!\d)(?P<n>\d+) ranks? (?:have|has) not launched any operations")
 RAS_RANK = re.compile(
     r"Rank (?P<rank>\d+)(?: has launched up to operation (?P<op>\d+))? -- GPU (?P<gpu>\S+) "
     r"managed by process (?P<pid>\d+) on node (?P<host>\S+)"
