@@ -168,6 +168,24 @@ class Peek:
 # ------------------------------------------------------------------ inputs
 
 
+def open_regular(path) -> io.BufferedReader:
+    """The file at `path` opened for reading, binary. Raises TraceError("not a regular file") for a
+    FIFO, device or socket without blocking: it is opened with O_NONBLOCK (a plain open() of a FIFO
+    waits for a writer for ever, here while holding the lake's lock), then checked with fstat, so
+    a path swapped for a FIFO after any earlier check is refused too. OSError when it cannot be
+    opened."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceError("not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 @dataclass
 class FileInput:
     """A plain file on disk. run: its run name as planned, else None (the name of the directory it
@@ -198,11 +216,7 @@ class FileInput:
         return Path(self.path).stat().st_size
 
     def open(self):
-        f = open(self.path, "rb")
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            f.close()
-            raise TraceError("not a regular file")
-        return f
+        return open_regular(self.path)
 
 
 class _Member:
@@ -245,7 +259,7 @@ class MemberInput(_Member):
             except Exception:
                 z.close()
                 raise
-        f = open(self.archive, "rb")
+        f = open_regular(self.archive)
         f.seek(self.offset)
         return _Closing(_Window(f, self.length), f)
 
@@ -448,7 +462,7 @@ def stream_members(path: Path):
     """(member TarInfo, file object or None, refusal or None) for each wanted member of a
     compressed tar, front to back; the file object is valid until the next item. The gzip stream
     is bounded like any other. Raises TraceError for a corrupt or oversized archive."""
-    f = open(path, "rb")
+    f = open_regular(path)
     try:
         inflate = Inflate(f)
         try:

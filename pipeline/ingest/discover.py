@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -114,11 +113,9 @@ def sniff_path(path: Path) -> str | None:
     if path.is_dir():
         return "nsys_parquetdir" if is_parquetdir(path) else None
     try:
-        with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return None
+        with arc.open_regular(path) as f:
             head = f.read(512)
-    except OSError:
+    except (OSError, TraceError):  # unreadable, or not a regular file (a FIFO: never blocks)
         return None
     if head.startswith(SQLITE_MAGIC):
         return "nsys_sqlite"
@@ -133,7 +130,7 @@ def sniff_path(path: Path) -> str | None:
         return "zip" if any(n.endswith(TRACE_SUFFIXES + LOG_SUFFIXES) for n in names) else "nsys_jax"
     if head[:2] == GZIP_MAGIC:
         try:
-            with open(path, "rb") as f:
+            with arc.open_regular(path) as f:
                 block = arc.Inflate(f, limit=1 << 20).read(512)
         except (TraceError, OSError):
             return None
@@ -159,9 +156,9 @@ def log_format(head: bytes, name: str) -> str | None:
 
 def _looks_like_log(f: Path) -> bool:
     try:
-        with open(f, "rb") as fh:
+        with arc.open_regular(f) as fh:
             head = fh.read(SNIFF_BYTES)
-    except OSError:
+    except (OSError, TraceError):
         return True  # let ingest report why it cannot be read
     return log_format(head, f.name) is not None
 

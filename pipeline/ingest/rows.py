@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,7 @@ def read_bytes(path: Path, limit: int | None = None) -> tuple[bytes, bytes]:
     """(raw bytes as stored, decompressed bytes), read whole. gzip is detected by its magic
     number. Raises TraceError for corrupt gzip or output beyond `limit` bytes, OSError if
     unreadable. (Ingest itself streams; this is for callers that want the bytes.)"""
-    with open(path, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise TraceError("not a regular file")
+    with arc.open_regular(path) as f:
         raw = f.read()
     if raw[:2] != GZIP_MAGIC:
         return raw, raw

@@ -64,7 +64,14 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
 
 
 def _check_tables(ex, meta: dict[str, str]) -> None:
-    """NsysError unless the export looks like an Nsight Systems export with the required columns."""
+    """NsysError unless the export looks like an Nsight Systems export with the required columns
+    and no views (Nsight Systems writes none; a view is never read: it could run for ever)."""
+    if getattr(ex, "views", None):
+        n, first = len(ex.views), ex.views[0]
+        what = f"1 view ({first})" if n == 1 else f"{n} views ({first}, ...)"
+        raise NsysError(
+            f"the SQLite file holds {what}: Nsight Systems exports hold tables only, and views are not read"
+        )
     tabs = ex.tables()
     if not meta and not (tabs & {STAGE[t][0] for t in GPU_TABLES}) and "NVTX_EVENTS" not in tabs:
         raise NsysError(

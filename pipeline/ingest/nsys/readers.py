@@ -18,6 +18,7 @@ from .stage import I64, STR
 
 class _Sqlite:
     kind = "nsys_sqlite"
+    views: list[str]  # the names of the views in the file, never read
 
     def __init__(self, path: Path):
         self.path = path
@@ -30,10 +31,13 @@ class _Sqlite:
             )
             self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
             self.con.text_factory = self._text
-            self._tables = {
-                r[0]
-                for r in self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-            }
+            # real tables only: a view is SQL the file's author wrote, which can run for ever
+            # (a recursive view) or read anything; Nsight Systems writes none (build.py fails a
+            # file that has one)
+            kinds = self.con.execute("SELECT type, name FROM sqlite_master WHERE type IN ('table', 'view')")
+            self._tables, self.views = set(), []
+            for kind, name in kinds:
+                (self._tables.add(name) if kind == "table" else self.views.append(name))
         except sqlite3.DatabaseError as e:
             raise NsysError(f"not a readable SQLite database ({e})") from None
 
@@ -79,6 +83,8 @@ class _Sqlite:
 
 
 class _ParquetDir:
+    views: list[str] = []  # a parquetdir has no views
+
     kind = "nsys_parquetdir"
 
     def __init__(self, path: Path):

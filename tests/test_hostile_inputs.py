@@ -1,0 +1,74 @@
+"""Hostile inputs that once hung a batch or held the lake's lock for ever (issue 21) fail in one
+line, and the good file beside them is still ingested:
+- an SQLite file whose kernel table is a recursive VIEW (a 12 kB file that never finished:
+  the reader listed views as tables and SELECTed from it);
+- a FIFO named on the command line (open() blocked before the regular-file check).
+Each ingest runs in a child process with a timeout, so a regression fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+from conftest import CORPUS, REPO
+
+GOOD = CORPUS / "nsys" / "nsys-ai" / "mfu_2gpu_before.sqlite"
+GOOD_KINETO = REPO / "sample_traces" / "hta_trace_filter" / "sampled_rank-0.json.gz"
+
+INGEST = """
+import json, sys
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+res = ingest_paths(sys.argv[2:], Lake(sys.argv[1]), jobs=1)
+print(json.dumps([[r.path, r.status, r.error] for r in res]))
+"""
+
+
+def _ingest(lake, *paths, timeout=120):
+    p = subprocess.run(
+        [sys.executable, "-c", INGEST, str(lake), *map(str, paths)],
+        cwd=REPO, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    return {os.path.basename(path): (status, error) for path, status, error in json.loads(p.stdout)}
+
+
+def test_a_recursive_view_fails_in_one_line_and_the_batch_goes_on(tmp_path):
+    bad = tmp_path / "in" / "bad.sqlite"
+    bad.parent.mkdir()
+    c = sqlite3.connect(bad)
+    c.executescript(
+        """
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+        CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
+        CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS
+          WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n)
+          SELECT x AS start, x + 1 AS "end", 0 AS deviceId, 7 AS streamId, 1 AS shortName,
+                 x AS correlationId, 1 AS globalPid FROM n;
+        """
+    )
+    c.close()
+    assert bad.stat().st_size < 64 << 10
+    shutil.copy(GOOD, tmp_path / "in" / "good.sqlite")
+    got = _ingest(tmp_path / "lake", bad, tmp_path / "in" / "good.sqlite")
+    status, error = got["bad.sqlite"]
+    assert status == "failed" and "\n" not in error
+    assert "holds 1 view (CUPTI_ACTIVITY_KIND_KERNEL)" in error and "views are not read" in error
+    assert got["good.sqlite"] == ("ok", None)
+
+
+def test_a_fifo_fails_at_once_and_leaves_the_lake_usable(tmp_path):
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    got = _ingest(tmp_path / "lake", fifo, GOOD_KINETO, timeout=60)
+    status, error = got["trace.json"]
+    assert status == "failed" and error == "not a regular file or directory"
+    assert got[GOOD_KINETO.name] == ("ok", None)
+    # the lock was let go: a second ingest is not refused
+    again = _ingest(tmp_path / "lake", GOOD_KINETO, timeout=60)
+    assert again[GOOD_KINETO.name][0] == "skipped"
