@@ -72,3 +72,50 @@ def test_a_fifo_fails_at_once_and_leaves_the_lake_usable(tmp_path):
     # the lock was let go: a second ingest is not refused
     again = _ingest(tmp_path / "lake", GOOD_KINETO, timeout=60)
     assert again[GOOD_KINETO.name][0] == "skipped"
+
+
+SMALL_TRACE = CORPUS / "hta" / "tests" / "data" / "trace_compare" / "base" / "base.json.gz"
+
+
+def _overlapping_zip(path, copies: int) -> None:
+    """A zip with one real member, rank0.json, and `copies` more central-directory entries
+    (rank1.json, ...) that all point at its one local header and deflated data: the layout of
+    the 75 kB zip that made ingest inflate one 63 MiB member 200 times."""
+    import gzip
+    import struct
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("rank0.json", gzip.decompress(SMALL_TRACE.read_bytes()))
+    raw = path.read_bytes()
+    eocd = raw.rindex(b"PK\x05\x06")
+    _, _, _, _, n, cd_size, cd_off, _ = struct.unpack("<IHHHHIIH", raw[eocd : eocd + 22])
+    entry = raw[cd_off : cd_off + cd_size]
+    extra = b"".join(entry.replace(b"rank0.json", f"rank{k}.json".encode()) for k in range(1, copies + 1))
+    new_cd = entry + extra
+    tail = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, n + copies, n + copies, len(new_cd), cd_off, 0)
+    path.write_bytes(raw[:cd_off] + new_cd + tail)
+
+
+def test_zip_entries_that_share_one_member_are_refused(tmp_path):
+    z = tmp_path / "bomb.zip"
+    _overlapping_zip(z, copies=3)
+    got = _ingest(tmp_path / "lake", z)
+    assert got["bomb.zip!rank0.json"] == ("ok", None)
+    for k in (1, 2, 3):
+        status, error = got[f"bomb.zip!rank{k}.json"]
+        assert status == "failed" and "overlap member rank0.json" in error and "zip bomb" in error
+
+
+def test_a_zip_that_declares_far_more_than_it_holds_is_refused_whole(tmp_path):
+    import zipfile
+
+    z = tmp_path / "many.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as f:
+        for k in range(80):  # 80 MiB of zeros in about 100 kB: 800:1 over the archive
+            f.writestr(f"rank{k}.json", bytes(1 << 20))
+    got = _ingest(tmp_path / "lake", z, GOOD_KINETO)
+    (status, error) = got["many.zip"]
+    assert status == "failed" and "zip declares 83886080 bytes uncompressed in all" in error
+    assert "refusing a possible zip bomb" in error and "\n" not in error
+    assert got[GOOD_KINETO.name] == ("ok", None)

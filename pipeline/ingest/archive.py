@@ -414,6 +414,28 @@ def classify_member(name: str) -> str | None:
     return None
 
 
+def _overlapping(infos: list) -> dict:
+    """The zip entries whose bytes overlap an earlier entry's (member -> the earlier one's name):
+    each entry's span runs from its local header to the end of its compressed data (30 header
+    bytes + its name + compress_size; the local extra field is left out, so the span is never
+    too long). A well-formed zip's entries are disjoint; a bomb points many entries at one
+    deflated stream (APPNOTE 4.3.6: each file has its own local header and data)."""
+    spans = []
+    for k, i in enumerate(infos):
+        if not i.is_dir():
+            name = len(i.orig_filename.encode("utf-8", "surrogateescape"))
+            spans.append((i.header_offset, i.header_offset + 30 + name + i.compress_size, k))
+    spans.sort()
+    out: dict = {}
+    end, owner = -1, None
+    for start, stop, k in spans:
+        if start < end:
+            out[infos[k]] = infos[owner].filename
+        if stop > end:
+            end, owner = stop, k
+    return out
+
+
 def list_members(path: Path, kind: str) -> list:
     """The members of a zip or uncompressed tar to ingest, in archive order: MemberInput for those
     to read, Refused for those refused. Raises TraceError when the archive cannot be read."""
@@ -425,6 +447,14 @@ def list_members(path: Path, kind: str) -> list:
                 infos = z.infolist()
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
             raise TraceError(f"corrupt or truncated zip ({e})") from None
+        shared = _overlapping(infos)
+        total = sum(i.file_size for i in infos if not i.is_dir() and wanted(i.filename) and i not in shared)
+        size = Path(path).stat().st_size
+        if total > RATIO_FLOOR and total > max_ratio() * max(size, 1):
+            raise TraceError(
+                f"zip declares {total} bytes uncompressed in all, more than {max_ratio():g}:1 its "
+                f"{size} bytes (TRACELAKE_MAX_COMPRESSION_RATIO); refusing a possible zip bomb"
+            )
         for i in infos:
             if i.is_dir() or not wanted(i.filename):
                 continue
@@ -432,6 +462,11 @@ def list_members(path: Path, kind: str) -> list:
             why = classify_member(i.filename) or (
                 "a link member; refused" if mode and stat.S_ISLNK(mode) else None
             )
+            if why is None and i in shared:
+                why = (
+                    f"its bytes overlap member {shared[i]} (zip entries that share data inflate it again "
+                    "for each entry); refused as a possible zip bomb"
+                )
             out.append(
                 Refused(archive, i.filename, why)
                 if why
