@@ -119,3 +119,77 @@ def test_a_zip_that_declares_far_more_than_it_holds_is_refused_whole(tmp_path):
     assert status == "failed" and "zip declares 83886080 bytes uncompressed in all" in error
     assert "refusing a possible zip bomb" in error and "\n" not in error
     assert got[GOOD_KINETO.name] == ("ok", None)
+
+
+# --- pickle resource bombs (flight-recorder dumps are pickles) ---------------------------------
+
+PARSE_PICKLE = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # a bomb that gets through fails here
+from pipeline.ingest import nccl
+from pipeline.ingest.errors import TraceError
+data = open(sys.argv[1], "rb").read()
+try:
+    nccl.parse(data, "fr.pkl", "flight_recorder")
+    print("PARSED")
+except TraceError as e:
+    print("REFUSED", e)
+"""
+
+
+def _parse_pickle(tmp_path, data: bytes) -> str:
+    f = tmp_path / "fr.pkl"
+    f.write_bytes(data)
+    p = subprocess.run([sys.executable, "-c", PARSE_PICKLE, str(f)], cwd=REPO, capture_output=True, text=True,
+                       timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-1500:]
+    return p.stdout.strip()
+
+
+def _shared_lists(depth: int, width: int):
+    x: list = []
+    for _ in range(depth):
+        x = [x] * width  # each level refers `width` times to the one list below it
+    return x
+
+
+class _Reduce:
+    def __init__(self, f, args):
+        self.f, self.args = f, args
+
+    def __reduce__(self):
+        return self.f, self.args
+
+
+def test_a_35_byte_pickle_cannot_allocate_6_gib(tmp_path):
+    # PROTO 2, GLOBAL builtins.bytearray, LONG1 6 GiB, TUPLE1, REDUCE, STOP
+    bomb = b"\x80\x02cbuiltins\nbytearray\n\x8a\x05" + (6 << 30).to_bytes(5, "little") + b"\x85R."
+    assert len(bomb) <= 35
+    out = _parse_pickle(tmp_path, bomb)
+    assert out.startswith("REFUSED unsafe pickle: refused bytearray(6442450944)"), out
+
+
+def test_str_of_shared_lists_is_refused(tmp_path):
+    import pickle
+
+    bomb = pickle.dumps(_Reduce(str, (_shared_lists(8, 50),)), protocol=4)
+    assert len(bomb) < 1024
+    out = _parse_pickle(tmp_path, bomb)
+    assert out.startswith("REFUSED unsafe pickle: refused str() of a list"), out
+
+
+def test_shared_references_past_the_budget_are_refused(tmp_path):
+    import pickle
+
+    # 50^8 leaves from a ~1 kB pickle; and one entry referenced a million times
+    nested = pickle.dumps({"entries": _shared_lists(8, 50)}, protocol=4)
+    entry = {f"k{i}": i for i in range(10)}
+    wide = pickle.dumps({"version": "2.1", "entries": [entry] * 1_000_000}, protocol=4)
+    for bomb in (nested, wide):
+        out = _parse_pickle(tmp_path, bomb)
+        assert out.startswith("REFUSED pickle bomb: its values expand to more than"), out
+    # the same entries written out (no sharing) are an ordinary dump and parse
+    ok = pickle.dumps(
+        {"version": "2.1", "pg_config": {}, "entries": [dict(entry) for _ in range(1000)]}, protocol=4
+    )
+    assert _parse_pickle(tmp_path, ok) == "PARSED"

@@ -183,18 +183,43 @@ def _plain_list(*args):
 #: lists, tuples, strings, ints, floats, bools and None with opcodes only; typed int/float/bool
 #: lists go through torch.jit._pickle.build_* helpers, mapped here to a plain list. Anything else
 #: (os.system, builtins.eval, torch tensors, ...) is refused before it is constructed.
+MAX_PICKLE_ALLOC = 1 << 20  # bytes(n) / bytearray(n): the most a pickle may ask to allocate
+
+
+def _buffer(ctor):
+    """bytes / bytearray, refusing a size argument past MAX_PICKLE_ALLOC (a 35-byte pickle can
+    ask bytearray(6 GiB))."""
+
+    def make(*args):
+        if args and isinstance(args[0], int) and not isinstance(args[0], bool) and args[0] > MAX_PICKLE_ALLOC:
+            raise pickle.UnpicklingError(
+                f"refused {ctor.__name__}({args[0]}): an allocation past {MAX_PICKLE_ALLOC}"
+            )
+        return ctor(*args)
+
+    return make
+
+
+def _text(*args):
+    """str of text only: str(bytes, encoding) or str(str). str(obj) of a container renders it, and
+    a 106-byte pickle of shared lists renders to gigabytes."""
+    if args and not isinstance(args[0], (str, bytes, bytearray)):
+        raise pickle.UnpicklingError(f"refused str() of a {type(args[0]).__name__} (text only)")
+    return str(*args)
+
+
 PICKLE_ALLOW = {
     ("builtins", "dict"): dict,
     ("builtins", "list"): list,
     ("builtins", "tuple"): tuple,
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
-    ("builtins", "str"): str,
+    ("builtins", "str"): _text,
     ("builtins", "int"): int,
     ("builtins", "float"): float,
     ("builtins", "bool"): bool,
-    ("builtins", "bytes"): bytes,
-    ("builtins", "bytearray"): bytearray,
+    ("builtins", "bytes"): _buffer(bytes),
+    ("builtins", "bytearray"): _buffer(bytearray),
     ("builtins", "complex"): complex,
     ("collections", "OrderedDict"): dict,
     ("torch.jit._pickle", "build_intlist"): _plain_list,
@@ -218,13 +243,55 @@ class RestrictedUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError("refused a persistent id (tensor storage)")
 
 
+CONTAINERS = (list, tuple, set, frozenset, dict)
+
+
+def expanded_size(root, budget: int) -> int:
+    """The number of values `root` holds counting every reference to a shared container again
+    (what walking it, or writing its rows, costs), computed once per container: linear in the
+    number of distinct objects however much they are shared. Raises TraceError as soon as the
+    count passes `budget`, or for a reference cycle."""
+    sizes: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack = [(root, False)]
+
+    def kids(o):
+        return [x for kv in o.items() for x in kv] if isinstance(o, dict) else list(o)
+
+    while stack:
+        obj, done = stack.pop()
+        if not isinstance(obj, CONTAINERS):
+            continue
+        i = id(obj)
+        if done:
+            open_ids.discard(i)
+            n = 1 + sum(sizes[id(k)] if isinstance(k, CONTAINERS) else 1 for k in kids(obj))
+            if n > budget:
+                raise TraceError(
+                    f"pickle bomb: its values expand to more than {budget} through shared references "
+                    "(a container referenced many times); refused"
+                )
+            sizes[i] = n
+        elif i in sizes:
+            continue
+        elif i in open_ids:
+            raise TraceError("pickle with a reference cycle (a container that holds itself); refused")
+        else:
+            open_ids.add(i)
+            stack.append((obj, True))
+            stack.extend((k, False) for k in kids(obj) if isinstance(k, CONTAINERS))
+    return sizes.get(id(root), 1)
+
+
 def safe_unpickle(data: bytes):
     """Unpickle `data` with RestrictedUnpickler. Raises TraceError (one line) for a refused class,
-    a truncated or corrupt pickle."""
+    a refused allocation (bytes/bytearray of a size, str of a container), a truncated or corrupt
+    pickle, and for values that expand past max(10^6, 4 x its bytes) through shared references
+    (expanded_size: a legitimate dump holds at most about one value per byte)."""
     import io
 
     try:
-        return RestrictedUnpickler(io.BytesIO(data)).load()
+        obj = RestrictedUnpickler(io.BytesIO(data)).load()
     except pickle.UnpicklingError as e:
         msg = str(e)
         if msg.startswith("refused"):
@@ -246,3 +313,5 @@ def safe_unpickle(data: bytes):
         RecursionError,
     ) as e:
         raise TraceError(f"corrupt pickle ({type(e).__name__}: {str(e)[:80]})") from None
+    expanded_size(obj, max(10**6, 4 * len(data)))  # TraceError (a ValueError): outside the try
+    return obj
