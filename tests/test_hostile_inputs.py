@@ -193,3 +193,71 @@ def test_shared_references_past_the_budget_are_refused(tmp_path):
         {"version": "2.1", "pg_config": {}, "entries": [dict(entry) for _ in range(1000)]}, protocol=4
     )
     assert _parse_pickle(tmp_path, ok) == "PARSED"
+
+
+# --- a killed parallel ingest leaves no process behind ----------------------------------------
+
+POOL_INGEST = """
+import sys
+import pipeline.ingest as ingest
+from pipeline.lake import Lake
+ingest.PARALLEL_MIN_BYTES = 0  # a pool however small the input
+ingest.ingest_paths(sys.argv[2:], Lake(sys.argv[1]), jobs=2)
+"""
+
+
+def _children() -> dict[int, int]:
+    """pid -> parent pid of every process (Linux /proc)."""
+    out = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                out[int(p)] = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def _descendants(pid: int) -> set[int]:
+    tree, found, todo = _children(), set(), [pid]
+    while todo:
+        p = todo.pop()
+        for c, parent in tree.items():
+            if parent == p and c not in found:
+                found.add(c)
+                todo.append(c)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_kill_9_of_a_parallel_ingest_takes_its_workers_forkserver_and_tracker(tmp_path):
+    import signal
+    import time
+
+    dlrm = CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto"
+    for k in range(4):  # 32 rank files: a few seconds of work for two workers
+        shutil.copytree(dlrm, tmp_path / "in" / f"job{k}")
+    p = subprocess.Popen([sys.executable, "-c", POOL_INGEST, str(tmp_path / "lake"), str(tmp_path / "in")],
+                         cwd=REPO)  # fmt: skip
+    procs: set[int] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(procs) < 4:  # forkserver, 2 workers, resource tracker
+        procs |= _descendants(p.pid)
+        time.sleep(0.05)
+    assert len(procs) >= 4, f"the pool did not start: {procs}"
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(_alive(x) for x in procs):
+        time.sleep(0.1)
+    left = [x for x in procs if _alive(x)]
+    for x in left:  # clean up before failing
+        os.kill(x, signal.SIGKILL)
+    assert left == []

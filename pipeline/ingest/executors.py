@@ -72,7 +72,8 @@ def run_pool(units, opts, done, jobs: int):
     dies (out of memory, killed) breaks the pool: the units in flight then run again one at a time,
     so only the one that kills its worker fails."""
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["pipeline.ingest.executors"])
+    # the first preload arms the forkserver to die with this process (forkserver_preload.py)
+    ctx.set_forkserver_preload(["pipeline.ingest.forkserver_preload", "pipeline.ingest.executors"])
     frozen = dict(done)
     i = 0
     while i < len(units):

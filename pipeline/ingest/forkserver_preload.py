@@ -1,0 +1,34 @@
+"""Imported only by the forkserver of ingest's process pool (executors.run_pool names it in
+set_forkserver_preload, before pipeline.ingest.executors): it makes the forkserver die with the
+ingesting process that started it.
+
+Pool workers already die with their parent (executors.init_worker sets PR_SET_PDEATHSIG), but
+their parent is the forkserver, not the ingest: after a `kill -9` of the ingest the forkserver
+lived on, so did its workers (about 0.6 GB) and the resource tracker, which waits for every
+holder of its pipe to exit. With the forkserver armed the same way, killing the ingest takes the
+forkserver, then its workers, then (its pipe closed) the resource tracker with it. Linux only;
+elsewhere importing this does nothing. Never import it from the ingesting process: it would then
+die with its own parent (the shell).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def _arm() -> None:
+    if "multiprocessing.forkserver" not in sys.modules:  # not a forkserver: leave this process be
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux
+        return
+    if os.getppid() == 1:  # the ingest died before the signal was armed
+        os._exit(0)
+
+
+_arm()
