@@ -261,3 +261,40 @@ def test_kill_9_of_a_parallel_ingest_takes_its_workers_forkserver_and_tracker(tm
     for x in left:  # clean up before failing
         os.kill(x, signal.SIGKILL)
     assert left == []
+
+
+# --- one huge Kineto event ---------------------------------------------------------------------
+
+
+def _trace_with(string_bytes: int) -> bytes:
+    """A Kineto trace of 2,000 small CPU ops with one op in the middle whose name is
+    `string_bytes` long (the 1 GiB-string event of the issue, scaled down with the limits)."""
+    import json
+
+    evs = [
+        {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
+        for i in range(2000)
+    ]
+    evs[1000]["name"] = "x" * string_bytes
+    return json.dumps({"schemaVersion": 1, "traceEvents": evs}).encode()
+
+
+def test_one_event_past_the_event_cap_fails_in_one_line(monkeypatch):
+    import io
+
+    from pipeline.ingest import kineto
+    from pipeline.ingest.errors import TraceError
+    from pipeline.ingest.kineto import stream
+
+    monkeypatch.setattr(stream, "MAX_EVENT_BYTES", 1 << 20)  # 1 MiB instead of 256 MiB
+    monkeypatch.setattr(stream, "READ_BYTES", 64 << 10)
+    ok = kineto.parse_stream(io.BytesIO(_trace_with(512 << 10)).read, batch_bytes=64 << 10)
+    try:
+        assert ok.event_count == 2000
+    finally:
+        ok.close()
+    try:
+        kineto.parse_stream(io.BytesIO(_trace_with(3 << 20)).read, batch_bytes=64 << 10).close()
+        raise AssertionError("a 3 MiB event passed a 1 MiB cap")
+    except TraceError as e:
+        assert str(e).startswith("an event longer than 1 MB (or no end of an event) after byte ")

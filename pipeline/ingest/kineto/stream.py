@@ -254,11 +254,7 @@ class _Splitter(_Skeleton):
             while True:
                 m = _CUT_RE.search(self.buf, search)
                 if m is None:
-                    if len(self.buf) - pos > MAX_EVENT_BYTES + self.batch * 64:
-                        raise TraceError(
-                            f"no end of an event within {MAX_EVENT_BYTES >> 20} MB after byte "
-                            f"{self.off + pos}; not a trace?"
-                        )
+                    self._check_event_size(pos, len(self.buf))
                     n = len(self.buf)
                     self._fill(n + READ_BYTES)
                     if len(self.buf) == n:  # end of input inside the array
@@ -274,6 +270,7 @@ class _Splitter(_Skeleton):
                 # the candidate lies inside an event: look further (geometrically after a few misses)
                 tries += 1
                 search = m.end() if tries < 4 else pos + 2 * (m.end() - pos)
+                self._check_event_size(pos, search)
                 self._fill(search + READ_BYTES)
             evs, tail_at = r
             yield evs
@@ -286,6 +283,17 @@ class _Splitter(_Skeleton):
             else:
                 self._tail(head, m.end())
                 return
+
+    def _check_event_size(self, pos: int, upto: int) -> None:
+        """TraceError once the batch starting at `pos` has been searched to `upto` without an end:
+        a batch holds whole events up to self.batch bytes plus the one event that crosses it, and
+        no event may pass MAX_EVENT_BYTES (a 1 GiB string in one event would otherwise be read
+        whole, at several times its size in memory)."""
+        if upto - pos > self.batch + MAX_EVENT_BYTES + READ_BYTES:
+            raise TraceError(
+                f"an event longer than {MAX_EVENT_BYTES >> 20} MB (or no end of an event) after byte "
+                f"{self.off + pos}: events are capped at that size; not a trace?"
+            )
 
     def _try(self, pos: int, end: int):
         """(events, None) for buf[pos:end] decoded as one JSON array; (events, i) when the array
