@@ -298,3 +298,40 @@ def test_one_event_past_the_event_cap_fails_in_one_line(monkeypatch):
         raise AssertionError("a 3 MiB event passed a 1 MiB cap")
     except TraceError as e:
         assert str(e).startswith("an event longer than 1 MB (or no end of an event) after byte ")
+
+
+# --- values SQLite let through: REAL or TEXT in INTEGER columns ------------------------------
+
+
+def test_values_of_the_wrong_type_are_null_with_a_note_and_the_rest_ingested(tmp_path):
+    import sqlite3
+
+    f = tmp_path / "bad_values.sqlite"
+    shutil.copy(GOOD, f)
+    os.chmod(f, 0o644)
+    c = sqlite3.connect(f)
+    # SQLite's flexible typing stores these in INTEGER columns; they once failed the whole file
+    # with "could not ingest (ArrowInvalid ...); please report this file"
+    c.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = 1.5e300 WHERE rowid = (SELECT min(rowid) FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL)"
+    )
+    c.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET streamId = 'abc' WHERE rowid = (SELECT max(rowid) FROM "
+        "CUPTI_ACTIVITY_KIND_KERNEL)"
+    )
+    (kernels,) = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    c.commit()
+    c.close()
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+    from pipeline.query import connect
+
+    (r,) = ingest_paths([f], Lake(tmp_path / "lake"), jobs=1)
+    assert r.status == "ok", r.error
+    what = "are not of the column's type (REAL out of range, TEXT or BLOB) and were read as NULL"
+    assert f"1 value(s) of CUPTI_ACTIVITY_KIND_KERNEL.start {what}" in r.notes
+    assert f"1 value(s) of CUPTI_ACTIVITY_KIND_KERNEL.streamId {what}" in r.notes
+    con = connect(Lake(tmp_path / "lake"))
+    got = con.execute("SELECT count(*), count(stream) FROM gpu_activities WHERE kind = 'kernel'").fetchone()
+    assert got == (kernels - 1, kernels - 2)  # the kernel without a start is left out; one has no stream

@@ -121,6 +121,7 @@ def open_export(
     con = duckdb.connect(str(scratch / "stage.duckdb"))
     try:
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        con.execute("SET enable_progress_bar = false")  # ingest's own progress goes to stderr
         con.execute(f"SET temp_directory = '{str(scratch / 'spill').replace(chr(39), chr(39) * 2)}'")
         con.execute("SET preserve_insertion_order = false")
         result = _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns)

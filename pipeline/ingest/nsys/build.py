@@ -26,6 +26,10 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
     event_count = _stage_tables(ex, con)
     if ex.bad_utf8:
         notes.append(f"invalid UTF-8 replaced by U+FFFD in {ex.bad_utf8} strings")
+    for col, n in sorted(getattr(ex, "bad_values", {}).items()):
+        if n:
+            what = "are not of the column's type (REAL out of range, TEXT or BLOB)"
+            notes.append(f"{n} value(s) of {col} {what} and were read as NULL")
     n_rt = _check_rows(con)
     base, normalized = _clock(ex, con, meta, notes)
     ranks, rsrc = _ranks(con, n_rt, file_rank, cli_rank, notes)

@@ -1,7 +1,7 @@
 """Export readers: table, column and record-batch access to an SQLite export (_Sqlite, opened
 read-only and immutable) or a parquetdir export (_ParquetDir), plus the small-table helper
-_small. Both readers give the same interface: kind, bad_utf8, tables(), columns(table),
-batches(table, cols, where), payload_rows(), close()."""
+_small. Both readers give the same interface: kind, bad_utf8, bad_values, tables(),
+columns(table), batches(table, cols, where), payload_rows(), close()."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ class _Sqlite:
     def __init__(self, path: Path):
         self.path = path
         self.bad_utf8 = 0
+        self.bad_values: dict[str, int] = {}  # "TABLE.column" -> values not of the column's type
         try:
             uri = (
                 "file:"
@@ -63,9 +64,11 @@ class _Sqlite:
                 rows = cur.fetchmany(CHUNK_ROWS)
                 if not rows:
                     return
-                yield pa.Table.from_arrays(
-                    [_array(v, t) for v, t in zip(zip(*rows), cols.values())], names=list(cols)
-                )
+                arrays = [
+                    _array(v, t, self.bad_values, f"{table}.{c}")
+                    for (c, t), v in zip(cols.items(), zip(*rows))
+                ]
+                yield pa.Table.from_arrays(arrays, names=list(cols))
         except sqlite3.DatabaseError as e:
             raise NsysError(f"SQLite table {table} cannot be read ({e})") from None
 
@@ -90,6 +93,7 @@ class _ParquetDir:
     def __init__(self, path: Path):
         self.path = path
         self.bad_utf8 = 0
+        self.bad_values: dict[str, int] = {}  # Parquet columns are typed: stays empty
         self._files = {p.stem: p for p in path.glob("*.parquet")}
         if not self._files:
             raise NsysError("parquetdir export without any .parquet table")
@@ -134,15 +138,39 @@ class _ParquetDir:
         pass
 
 
-def _array(values, t: pa.DataType) -> pa.Array:
-    if t == STR:
-        return pa.array(values, type=STR)
+I64_MIN, I64_MAX = -(2**63), 2**63 - 1
+
+
+def _as_i64(v):
+    """An integer column's value as int64, else None: SQLite stores whatever it is given, so an
+    INTEGER column can hold REAL, TEXT or BLOB values."""
+    if isinstance(v, bool):
+        return int(v)
+    if isinstance(v, int):
+        return v if I64_MIN <= v <= I64_MAX else None
+    if isinstance(v, float) and v.is_integer() and I64_MIN <= v <= I64_MAX:
+        return int(v)
+    return None
+
+
+def _array(values, t: pa.DataType, bad: dict | None = None, key: str = "") -> pa.Array:
+    """One column of a batch as an Arrow array of type t. Values that are not of that type (a
+    REAL 1e300 or a TEXT in an INTEGER column, a BLOB in a TEXT column) become NULL, counted in
+    `bad[key]` (the readers turn the counts into one note per column: build.py)."""
     try:
         return pa.array(values, type=t)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # a TEXT/BLOB in an INTEGER column
-        return pa.array(
-            [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in values], type=t
-        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
+    if t == STR:
+        fixed = [v if v is None or isinstance(v, str) else None for v in values]
+    elif pa.types.is_integer(t):
+        fixed = [None if v is None else _as_i64(v) for v in values]
+    else:
+        fixed = [v if isinstance(v, (int, float)) and not isinstance(v, bool) else None for v in values]
+    if bad is not None:
+        n = sum(1 for a, b in zip(values, fixed) if a is not None and b is None)
+        bad[key] = bad.get(key, 0) + n
+    return pa.array(fixed, type=t)
 
 
 def _small(ex, table: str, cols: list[str], where: str = "") -> list[dict]:
