@@ -335,3 +335,50 @@ def test_values_of_the_wrong_type_are_null_with_a_note_and_the_rest_ingested(tmp
     con = connect(Lake(tmp_path / "lake"))
     got = con.execute("SELECT count(*), count(stream) FROM gpu_activities WHERE kind = 'kernel'").fetchone()
     assert got == (kernels - 1, kernels - 2)  # the kernel without a start is left out; one has no stream
+
+
+def test_lists_and_objects_where_kineto_writes_strings_are_read_as_text():
+    # found by the fuzzing harness: a list as an event's cat or name failed the whole file with
+    # "could not ingest (TypeError: unhashable type: 'list'); please report this file"
+    import io
+    import json
+
+    from pipeline.ingest import kineto
+
+    evs = [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+        {"ph": "X", "cat": ["cpu_op"], "name": "aten::add", "pid": 1, "tid": 1, "ts": 20, "dur": 5},
+        {"ph": "X", "cat": "cpu_op", "name": {"op": "x"}, "pid": [1], "tid": 1, "ts": 30, "dur": 5},
+    ]
+    p = kineto.parse_stream(io.BytesIO(json.dumps({"schemaVersion": 1, "traceEvents": evs}).encode()).read)
+    try:
+        assert "2 events had a JSON list or object as cat, name, pid or tid; read as its JSON text" in p.notes
+        cpu = p.tables({"run_id": "r", "source_id": "s", "rank": 0}, arrow=True)["cpu_ops"]
+        parts = [cpu] if hasattr(cpu, "column") else list(cpu)  # a table, or its batches streamed
+        names = sorted(n for part in parts for n in part.column("name").to_pylist())
+        assert names == ["aten::add", "aten::mm", '{"op":"x"}']
+    finally:
+        p.close()
+
+
+def test_a_zip_with_a_negative_member_offset_does_not_stop_the_batch(tmp_path):
+    # found by the fuzzing harness: a flipped byte in the end record made zipfile report a member
+    # at header offset -61952, and the overlap check raised TypeError out of ingest_paths (the
+    # whole batch stopped)
+    import gzip
+    import struct
+    import zipfile
+
+    z = tmp_path / "odd.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as f:
+        f.writestr("rank0.json", gzip.decompress(SMALL_TRACE.read_bytes()))
+    raw = bytearray(z.read_bytes())
+    eocd = raw.rindex(b"PK\x05\x06")
+    (cd_off,) = struct.unpack("<I", raw[eocd + 16 : eocd + 20])
+    raw[eocd + 16 : eocd + 20] = struct.pack("<I", cd_off + 61952)
+    z.write_bytes(bytes(raw))
+    assert zipfile.ZipFile(z).infolist()[0].header_offset == -61952
+    got = _ingest(tmp_path / "lake", z, GOOD_KINETO)
+    assert got[GOOD_KINETO.name] == ("ok", None)
+    (status, error) = got["odd.zip!rank0.json"]
+    assert status == "failed" and error and "\n" not in error and "please report" not in error

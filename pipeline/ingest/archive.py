@@ -429,7 +429,7 @@ def _overlapping(infos: list) -> dict:
     out: dict = {}
     end, owner = -1, None
     for start, stop, k in spans:
-        if start < end:
+        if owner is not None and start < end:
             out[infos[k]] = infos[owner].filename
         if stop > end:
             end, owner = stop, k

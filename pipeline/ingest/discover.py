@@ -283,7 +283,13 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
     files = discover(paths, problems, exclude, roots=roots)
     units: list[Unit] = [Unit("problem", p) for p in problems]
     for f in files:
-        kind = sniff_path(f)
+        try:
+            kind = sniff_path(f)
+        except Exception as e:  # one file never stops the batch, whatever its bytes
+            units.append(
+                Unit("problem", Problem(f, f"cannot tell its format ({type(e).__name__}: {e})"[:300]))
+            )
+            continue
         found = roots.get(f.resolve())
         below = found[1] if found else None
         if kind in ("zip", "tar"):
@@ -291,6 +297,10 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
                 members = arc.list_members(f, kind)
             except TraceError as e:
                 units.append(Unit("problem", Problem(f, str(e))))
+                continue
+            except Exception as e:  # a corrupt archive the zip/tar readers do not expect
+                why = f"corrupt archive: its member list cannot be read ({type(e).__name__}: {e})"
+                units.append(Unit("problem", Problem(f, why[:300])))
                 continue
             for m in members:
                 if excluded(m.member, exclude):

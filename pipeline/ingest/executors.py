@@ -9,6 +9,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import zipfile
+import zlib
 
 from ..lake import Lake, one_line
 from .discover import Unit
@@ -37,6 +39,8 @@ def work(unit: Unit, opts: Options, done) -> list[Prepared]:
         err, ose = "out of memory while ingesting this file", False
     except OSError as e:
         err, ose = f"cannot read: {e.strerror or e}", True
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # a zip member's bytes are damaged
+        err, ose = f"corrupt archive member ({type(e).__name__}: {one_line(str(e))[:200]})", False
     except Exception as e:  # never let one file stop the batch; say what happened
         err, ose = (
             f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",

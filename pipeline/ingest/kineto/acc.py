@@ -17,7 +17,7 @@ import polars as pl
 from ... import classify as classify_mod
 from ..errors import TraceError
 from . import summary
-from .columns import Part, ann_frame, convert, cpu_frame, ctr_frame, gpu_frame, sort_events
+from .columns import NOT_SCALAR, Part, ann_frame, convert, cpu_frame, ctr_frame, gpu_frame, sort_events
 from .decode import KTrace
 from .result import StreamParsed
 from .spool import _Budget, _Spool
@@ -141,10 +141,16 @@ class _Acc:
         notes = list(sp.notes)
         if sp.utf8_fixed:
             notes.append(f"invalid UTF-8 replaced by U+FFFD ({sp.utf8_fixed} places)")
-        if self.unknown_cats:
+        odd = self.unknown_cats.get(NOT_SCALAR, 0)
+        if odd:
+            notes.append(
+                f"{odd} events had a JSON list or object as cat, name, pid or tid; read as its JSON text"
+            )
+        cats = {k: v for k, v in self.unknown_cats.items() if k != NOT_SCALAR}
+        if cats:
             notes.append(
                 "unrecognized categories kept as cpu_ops kind=other: "
-                + ", ".join(f"{k} ({v})" for k, v in sorted(self.unknown_cats.items()))
+                + ", ".join(f"{k} ({v})" for k, v in sorted(cats.items()))
             )
         if self.bad_t:
             notes.append(

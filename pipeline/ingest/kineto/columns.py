@@ -164,12 +164,32 @@ def _slim(a: KArgs) -> KArgs:
     )
 
 
+CONTAINERS = (list, dict)
+# the key of sort_events' `unknown` that counts events with a list or object in cat/name/pid/tid
+NOT_SCALAR = "\x00not scalar"
+
+
+def _as_text(e, unknown: dict) -> None:
+    """An event whose cat, name, pid or tid is a JSON list or object (Kineto writes strings and
+    numbers there): each such field becomes its JSON text, so the event is kept and nothing
+    downstream hashes a list; counted in unknown[NOT_SCALAR]."""
+    for f in ("cat", "name", "pid", "tid"):
+        v = getattr(e, f)
+        if isinstance(v, CONTAINERS):
+            setattr(e, f, msgspec.json.encode(v).decode("utf-8", "replace"))
+    unknown[NOT_SCALAR] = unknown.get(NOT_SCALAR, 0) + 1
+
+
 def sort_events(events: list, unknown: dict) -> tuple[list, list, list, list]:
     """(gpu, cpu, annotation, counter) event indices of a batch: one pass, by phase and category.
     CPU events of a category not in CPU_KIND are counted in `unknown` (category -> count)."""
     gpu_idx, ann_idx, cpu_idx, ctr = [], [], [], []
     for i, e in enumerate(events):
         ph = e.ph
+        if ph == "X" or ph == "C":
+            odd = isinstance(e.cat, CONTAINERS) or isinstance(e.name, CONTAINERS)
+            if odd or isinstance(e.pid, CONTAINERS) or isinstance(e.tid, CONTAINERS):
+                _as_text(e, unknown)
         if ph == "X":
             c = e.cat
             if c in GPU_KIND:
