@@ -382,3 +382,27 @@ def test_a_zip_with_a_negative_member_offset_does_not_stop_the_batch(tmp_path):
     assert got[GOOD_KINETO.name] == ("ok", None)
     (status, error) = got["odd.zip!rank0.json"]
     assert status == "failed" and error and "\n" not in error and "please report" not in error
+
+
+def test_an_export_whose_payload_table_lacks_a_column_is_read_without_payloads(tmp_path):
+    # found by the fuzzing harness: NVTX_EVENTS with binaryData but without a column the payload
+    # query names failed the file with "could not ingest (OperationalError: no such column: start);
+    # please report this file" (a missing `start` now fails it as a schema violation instead)
+    import sqlite3
+
+    f = tmp_path / "no_start.sqlite"
+    shutil.copy(GOOD, f)
+    os.chmod(f, 0o644)
+    c = sqlite3.connect(f)
+    c.execute('ALTER TABLE NVTX_EVENTS RENAME COLUMN "text" TO "text_x"')
+    c.commit()
+    c.close()
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    (r,) = ingest_paths([f], Lake(tmp_path / "lake"), jobs=1)
+    assert r.status == "ok", r.error
+    assert (
+        "NVTX_EVENTS has payloads (binaryData) but lacks column(s) text: its NCCL payloads "
+        "(message sizes, communicators) were not read"
+    ) in r.notes

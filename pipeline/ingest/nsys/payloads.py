@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+from .export import NsysError
 from .readers import _small
 
 # NCCL's NVTX API ranges that carry a message size (NCCL src/collectives.cc NVTX3_FUNC_WITH_PARAMS;
@@ -55,7 +56,11 @@ def _nccl_payloads(ex, con, notes: list[str]) -> int:
         'CREATE TABLE nccl_payload (globalTid BIGINT, start BIGINT, "end" BIGINT, api VARCHAR, '
         "bytes BIGINT, comm_id VARCHAR, nranks BIGINT)"
     )
-    rows = ex.payload_rows()
+    try:
+        rows = ex.payload_rows()
+    except NsysError as e:  # the payloads are extra: the rest of the export is still read
+        notes.append(f"{e}: its NCCL payloads (message sizes, communicators) were not read")
+        rows = []
     if rows:
         strings = dict(
             con.execute(

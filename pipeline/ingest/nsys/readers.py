@@ -15,6 +15,14 @@ import pyarrow.parquet as pq
 from .export import CHUNK_ROWS, NsysError
 from .stage import I64, STR
 
+PAYLOAD_COLUMNS = ("globalTid", "start", "end", "text", "textId", "binaryData")
+
+
+def _need(have: list[str], cols: tuple[str, ...]) -> None:
+    missing = [c for c in cols if c not in have]
+    if missing:
+        raise NsysError(f"NVTX_EVENTS has payloads (binaryData) but lacks column(s) {', '.join(missing)}")
+
 
 class _Sqlite:
     kind = "nsys_sqlite"
@@ -73,9 +81,11 @@ class _Sqlite:
             raise NsysError(f"SQLite table {table} cannot be read ({e})") from None
 
     def payload_rows(self) -> list[tuple]:
-        """(globalTid, start, end, text, textId, blob) of NVTX events that carry a binary payload."""
+        """(globalTid, start, end, text, textId, blob) of NVTX events that carry a binary payload.
+        NsysError naming the columns when NVTX_EVENTS has binaryData but lacks one of the others."""
         if "NVTX_EVENTS" not in self._tables or "binaryData" not in self.columns("NVTX_EVENTS"):
             return []
+        _need(self.columns("NVTX_EVENTS"), PAYLOAD_COLUMNS)
         return self.con.execute(
             'SELECT globalTid, start, "end", text, textId, binaryData FROM NVTX_EVENTS '
             'WHERE binaryData IS NOT NULL AND "end" IS NOT NULL'
@@ -126,7 +136,8 @@ class _ParquetDir:
     def payload_rows(self) -> list[tuple]:
         if "NVTX_EVENTS" not in self._files or "binaryData" not in self.columns("NVTX_EVENTS"):
             return []
-        cols = ["globalTid", "start", "end", "text", "textId", "binaryData"]
+        _need(self.columns("NVTX_EVENTS"), PAYLOAD_COLUMNS)
+        cols = list(PAYLOAD_COLUMNS)
         t = pq.read_table(self._files["NVTX_EVENTS"], columns=cols)
         return [
             tuple(r[c] for c in cols)
