@@ -30,6 +30,7 @@ from .formats import (
     NSYS_JAX_MEMBER_SUFFIXES,
     NSYS_SUFFIXES,
     REPORT_MAGIC,
+    REPORT_SUFFIXES,
     SQLITE_MAGIC,
     TRACE_SUFFIXES,
     ZIP_MAGIC,
@@ -137,7 +138,7 @@ def sniff_path(path: Path) -> str | None:
         return "tar.gz" if len(block) == 512 and arc.is_tar_header(block) else None
     if len(head) == 512 and arc.is_tar_header(head):
         return "tar"
-    if head.startswith(REPORT_MAGIC) or path.suffix.lower() in NSYS_SUFFIXES[:2]:
+    if head.startswith(REPORT_MAGIC) or path.suffix.lower() in REPORT_SUFFIXES:
         return "nsys_rep"
     return None
 

@@ -27,9 +27,8 @@ def work(unit: Unit, opts: Options, done) -> list[Prepared]:
     if unit.kind == "targz":
         return work_targz(unit.item, opts, done, lake, unit.below)
     inp = unit.item
-    if (
-        os.environ.get("TRACELAKE_CRASH_ON") == inp.name
-    ):  # test hook: this worker dies (tests/test_parallel.py)
+    # test hook: this worker dies (tests/test_parallel.py)
+    if os.environ.get("TRACELAKE_CRASH_ON") == inp.name:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)

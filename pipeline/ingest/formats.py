@@ -27,7 +27,8 @@ TRACE_SUFFIXES = (
 # search only when their first 64 KiB look like one (pipeline/ingest/nccl sniff); named files always
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".jsonl")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".zip")
-NSYS_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite")
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")  # Nsight Systems reports (converted by nsys export)
+NSYS_SUFFIXES = REPORT_SUFFIXES + (".sqlite",)
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")

@@ -49,15 +49,25 @@ def run_batch(files: list[Path], work: Path, timeout: float) -> dict:
     lake = work / "lake"
     cmd = [sys.executable, "-c", CHILD, str(lake), *map(str, files), str(GOOD)]
     t = time.monotonic()
-    p = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = p.communicate(timeout=timeout)
-        hang = False
-    except subprocess.TimeoutExpired:
-        p.kill()
-        out, err = p.communicate()
-        hang = True
-    res = {"hang": hang, "code": p.returncode, "seconds": time.monotonic() - t, "rss_gb": _peak_rss_gb(p),
+    # output to files and the child reaped with os.wait4 (its own peak RSS), polled against the
+    # timeout: no pipe can fill up, and nothing else reaps it first
+    with open(work / "out", "wb") as o, open(work / "err", "wb") as e:
+        p = subprocess.Popen(cmd, cwd=REPO, stdout=o, stderr=e)
+    hang, status, rss_gb = False, 0, 0.0
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            rss_gb = ru.ru_maxrss / 2**20  # KiB -> GiB
+            break
+        if time.monotonic() - t > timeout:
+            hang = True
+            p.kill()
+            _, status, ru = os.wait4(p.pid, 0)
+            break
+        time.sleep(0.05)
+    p.returncode = code = os.waitstatus_to_exitcode(status)
+    out, err = (work / "out").read_bytes(), (work / "err").read_bytes()
+    res = {"hang": hang, "code": code, "seconds": time.monotonic() - t, "rss_gb": rss_gb,
            "traceback": b"Traceback (most recent call last)" in err, "unexpected": 0, "missing": [],
            "good_ok": False}  # fmt: skip
     if hang or p.returncode != 0:
@@ -88,29 +98,6 @@ def _sha(f: Path) -> str:
     return hashlib.sha256(f.read_bytes()).hexdigest()
 
 
-_RUSAGE: dict[int, float] = {}
-
-
-def _peak_rss_gb(p) -> float:
-    return _RUSAGE.get(p.pid, 0.0)
-
-
-def _reap_with_rusage():
-    """Popen.wait() hides the child's rusage; a SIGCHLD-free way: wait4 in a patched _try_wait."""
-    orig = subprocess.Popen._try_wait
-
-    def _try_wait(self, wait_flags):
-        try:
-            pid, sts, ru = os.wait4(self.pid, wait_flags)
-        except ChildProcessError:
-            return orig(self, wait_flags)
-        if pid:
-            _RUSAGE[pid] = ru.ru_maxrss / 2**20  # KiB -> GiB
-        return pid, sts
-
-    subprocess.Popen._try_wait = _try_wait
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--format", default="all", choices=("all", *FORMATS))
@@ -121,7 +108,6 @@ def main(argv=None) -> int:
     ap.add_argument("--rss-limit-gb", type=float, default=4.0)
     ap.add_argument("--keep")
     a = ap.parse_args(argv)
-    _reap_with_rusage()
     formats = FORMATS if a.format == "all" else (a.format,)
     bad_total = 0
     print(f"{'format':8s} {'inputs':>6s} {'batches':>7s} {'hangs':>5s} {'tracebacks':>10s} {'>RSS':>5s} "

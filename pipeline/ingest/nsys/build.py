@@ -26,7 +26,7 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
     event_count = _stage_tables(ex, con)
     if ex.bad_utf8:
         notes.append(f"invalid UTF-8 replaced by U+FFFD in {ex.bad_utf8} strings")
-    for col, n in sorted(getattr(ex, "bad_values", {}).items()):
+    for col, n in sorted(ex.bad_values.items()):
         if n:
             what = "are not of the column's type (REAL out of range, TEXT or BLOB)"
             notes.append(f"{n} value(s) of {col} {what} and were read as NULL")
@@ -70,7 +70,7 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
 def _check_tables(ex, meta: dict[str, str]) -> None:
     """NsysError unless the export looks like an Nsight Systems export with the required columns
     and no views (Nsight Systems writes none; a view is never read: it could run for ever)."""
-    if getattr(ex, "views", None):
+    if ex.views:
         n, first = len(ex.views), ex.views[0]
         what = f"1 view ({first})" if n == 1 else f"{n} views ({first}, ...)"
         raise NsysError(

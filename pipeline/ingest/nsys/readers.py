@@ -96,7 +96,7 @@ class _Sqlite:
 
 
 class _ParquetDir:
-    views: list[str] = []  # a parquetdir has no views
+    views: tuple[str, ...] = ()  # a parquetdir has no views
 
     kind = "nsys_parquetdir"
 
