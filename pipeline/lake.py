@@ -1,7 +1,7 @@
 """The lake: hive-partitioned Parquet, one directory per table and run.
 
-Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet, for every table of schema v1
-(schemas/v1.toml). DuckDB (`read_parquet('<lake>/<table>/*/*.parquet', hive_partitioning=true)`),
+Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet, for every table of schema v2
+(schemas/v2.toml). DuckDB (`read_parquet('<lake>/<table>/*/*.parquet', hive_partitioning=true)`),
 polars (`pl.scan_parquet('<lake>/<table>/**/*.parquet', hive_partitioning=True)`) and Spark read it
 as is. The partition key is `run`; every file also holds `run_id` as a column.
 
@@ -55,6 +55,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (imported here, not lazily inside the first write)
 import pyarrow.parquet as pq
 
+from . import derive
 from . import schema as sch
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -208,12 +209,12 @@ class LakeFiles:
         return bool(self.table_files(table))
 
     def sources(self, runs: Iterable[str] | None = None) -> pl.DataFrame:
-        """The manifest: all sources rows (empty frame with the v1 columns when none); runs: only
+        """The manifest: all sources rows (empty frame with the v2 columns when none); runs: only
         those of these run ids. Raises LakeError naming a part that cannot be read."""
         parts = self.table_files("sources", runs)
         if not parts:
             return pl.from_arrow(sch.empty("sources"))
-        # diagonal, from the empty v1 frame: every v1 column in schema order, null in parts written
+        # diagonal, from the empty v2 frame: every v2 column in schema order, null in parts written
         # before the column was added (an old lake's sources lack unreadable_bytes)
         return pl.concat(
             [pl.from_arrow(sch.empty("sources")), *map(_read_sources_part, parts)], how="diagonal_relaxed"
@@ -273,7 +274,10 @@ class Lake(LakeFiles):
         tables: table name -> a pyarrow Table, an iterable of pyarrow Tables/RecordBatches (streamed
         into the Parquet part chunk by chunk, so memory stays bounded), or a callable returning
         either (called after the tables before it are written, in dict order). Each chunk is
-        conformed to schema v1 (SchemaError on mismatch; nothing is left staged then)."""
+        conformed to schema v2 (SchemaError on mismatch; nothing is left staged then). Once the
+        tables are written, the derived columns of gpu_activities (launch, step, graph replay,
+        FLOP attribution: pipeline/derive.py) are computed from the source's own cpu_ops and steps
+        and the part is rewritten with them; values given for those columns are replaced."""
         whole = {t: sch.conform(t, d) for t, d in tables.items() if isinstance(d, (pa.Table, dict))}
         tmp = self.root / ".tmp" / uuid.uuid4().hex
         tmp.mkdir(parents=True)
@@ -287,8 +291,10 @@ class Lake(LakeFiles):
             for t, d in tables.items():
                 if d is None or t in whole:
                     continue
-                if _write_stream(t, d() if callable(d) else d, tmp / f"{t}.parquet"):
+                if write_stream(t, d() if callable(d) else d, tmp / f"{t}.parquet"):
                     done.append(t)
+            if "gpu_activities" in done:
+                _derive_staged(tmp, done)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -321,7 +327,7 @@ class Lake(LakeFiles):
     def commit(self, staged: Staged, source_row: dict) -> None:
         """Put a staged source into the lake with its `sources` row (module doc: crash safety).
         The row's run_id and source_id must be the staged ones. SchemaError when the row does not
-        fit schema v1 (the staged parts are discarded then)."""
+        fit schema v2 (the staged parts are discarded then)."""
         d = Path(staged.dir)
         try:
             src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
@@ -444,7 +450,21 @@ def _read_sources_part(path: str) -> pl.DataFrame:
         ) from None
 
 
-def _write_stream(table: str, chunks, path: Path) -> bool:
+def _derive_staged(tmp: Path, done: list[str]) -> None:
+    """Rewrite a staged gpu_activities part with its derived columns (pipeline/derive.py)."""
+    part = tmp / "gpu_activities.parquet"
+    out = tmp / "gpu_activities.derived"
+    derive.derive_files(
+        part,
+        tmp / "cpu_ops.parquet" if "cpu_ops" in done else None,
+        tmp / "steps.parquet" if "steps" in done else None,
+        out,
+        lambda chunks, path: write_stream("gpu_activities", chunks, path),
+    )
+    os.replace(out, part)
+
+
+def write_stream(table: str, chunks, path: Path) -> bool:
     """Write an iterable of chunks (pyarrow Table/RecordBatch, or a whole Table) as one Parquet
     file, conforming each; returns False (no file) when there were no rows."""
     if isinstance(chunks, (pa.Table, dict)):

@@ -1,7 +1,7 @@
 """DuckDB over the lake: one view per schema table, the catalogs, and the SQL in queries/.
 
 connect(lake) returns a DuckDB connection with
-- a view per schema v1 table (sources, devices, gpu_activities, ...) reading
+- a view per schema v2 table (sources, devices, gpu_activities, ...) reading
   <lake>/<table>/*/*.parquet with hive partitioning (an empty typed table when the lake has none);
 - tables device_catalog and collective_catalog (pipeline/catalog/*.toml);
 - the derived views of queries/views/*.sql (gpu_work, scope, rank_device, collective_ranks,
@@ -12,7 +12,7 @@ connect(lake) returns a DuckDB connection with
   tenths of a second to compute, and it saves more in binding the metric views over the stack
   of views below them); else False, so `tracelake sql` on a large lake pays only for what a
   query reads;
-- with materialize=True, the views named in MATERIALIZED (gpu_launch, scope, step_window,
+- with materialize=True, the views named in MATERIALIZED (scope, step_window,
   collective_ranks, collective_calls) computed once into temporary tables behind the same names, scope with
   SCOPE_COLUMNS only (for a whole analysis: the variables below are fixed at connect time then);
 - metric_views: every metric file is made a view (True), or only these (a tuple of names;
@@ -31,14 +31,14 @@ import time
 import duckdb
 import polars as pl
 
-from . import catalog
+from . import catalog, upgrade
 from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
 
 AUTO_MATERIALIZE_BYTES = 64 * 2**20
 # derived views computed once into tables by connect(materialize=True), in dependency order
-MATERIALIZED = ("gpu_launch", "scope", "step_window", "collective_ranks", "collective_calls")
+MATERIALIZED = ("scope", "step_window", "collective_ranks", "collective_calls")
 # the columns of scope that the metric queries read: a materialized scope keeps only these (the
 # kernel launch geometry, registers, contexts... are not needed for metrics and would double the
 # time and memory of materializing it); a query reading another column fails to bind in tests
@@ -66,6 +66,7 @@ SCOPE_COLUMNS = (
     "launch_tid",
     "graph_replay",
     "step",
+    "flops_op",
 )
 
 
@@ -129,17 +130,20 @@ def _connect(
         materialize = size <= AUTO_MATERIALIZE_BYTES
     if window not in ("all", "hta"):
         raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
+    # a lake of an older schema is upgraded first, or read through derived copies of its old
+    # parts when it cannot be written (pipeline/upgrade.py): never with the derived columns NULL
+    instead = upgrade.current_parts(lake)
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     for t in sch.tables():
-        files = lake.table_files(t, runs)
+        files = [instead.get(f, f) for f in lake.table_files(t, runs)]
         if files:
             # the parts are listed, not globbed: no character of the lake path acts as a wildcard
             # (DuckDB still globs inside each name, so [ ] * ? are escaped as one-character classes)
             listed = ", ".join("'" + _glob_escape(f).replace("'", "''") + "'" for f in files)
-            # by name after the empty v1 table: a column added to v1 after these parts were
-            # written (sources.unreadable_bytes) reads as NULL, and the columns keep v1's order
+            # by name after the empty v2 table: a column added to v2 after these parts were
+            # written (sources.unreadable_bytes) reads as NULL, and the columns keep v2's order
             con.register(f"_empty_{t}", sch.empty(t))
             con.execute(
                 f"CREATE VIEW {t} AS SELECT * FROM _empty_{t} UNION ALL BY NAME "

@@ -1,7 +1,7 @@
 -- GPU time breakdown per rank and per step: busy, idle, compute, communication, memory,
 -- comm-compute overlap and exposed communication.
 --
--- Definitions (one sweep over sorted interval end points, O(n log n); see the comment at `sweep`):
+-- Definitions (one sort of the activities per bucket, O(n log n); see the comment at `inst`):
 --   span      = last end - first start of the bucket's GPU work (HTA "kernel_time").
 --   busy      = |union of all work|, streams and devices of the rank merged; idle = span - busy.
 --   compute / comm / memory = |union| of each category's intervals.
@@ -23,7 +23,7 @@
 --   than kernel_wait_threshold_ns (default 30 µs), else idle_other_ns; idle_unreliable_ns when one
 --   of those activities is a graph replay (no per-kernel launch time). Idle intervals always end
 --   at an activity start, because span ends at the last end.
--- Buckets: level = 'step' (work assigned to a step by launch, see views/10_gpu_work.sql) and
+-- Buckets: level = 'step' (work assigned to a step by launch, gpu_activities.step: pipeline/derive.py) and
 -- level = 'rank' (all work in scope, step = NULL).
 -- Columns:
 --   run_id STRING; rank INT32; level STRING ('step' | 'rank'); step INT64 (NULL for level rank)
@@ -39,13 +39,9 @@ WITH buckets AS (  -- a dense integer per bucket: the sweep sorts on it instead 
   FROM (SELECT DISTINCT run_id, rank, step FROM scope WHERE step IS NOT NULL
         UNION ALL SELECT DISTINCT run_id, rank, NULL::BIGINT FROM scope)
 ),
--- the category counts travel packed: compute and communication (transfer) in c0, memory and
--- unknown in c1 (views/05_macros.sql), communication waiting for peers in c2; no count is ever
--- negative (end_ns >= start_ns, schemas/v1.toml and views/45_scope_parts.sql)
 w0 AS (
   SELECT sb.bid AS step_bid, rb.bid AS rank_bid, s.start_ns, s.end_ns, s.launch_ns, s.graph_replay AS graph,
-         pack_compute_comm(s.category) AS c0, pack_memory_unknown(s.category) AS c1,
-         (s.category = 'comm_wait')::BIGINT AS c2, s.first_part::INT AS k
+         s.category AS cat, s.first_part::INT AS k
   FROM scope_parts s
   JOIN buckets rb ON rb.run_id = s.run_id AND rb.rank = s.rank AND rb.step IS NULL
   LEFT JOIN buckets sb ON sb.run_id = s.run_id AND sb.rank = s.rank AND sb.step = s.step
@@ -55,69 +51,98 @@ work AS (  -- every activity once in its step's bucket (when it has a step) and 
   UNION ALL
   SELECT rank_bid AS bid, * EXCLUDE (step_bid, rank_bid) FROM w0
 ),
-edges AS (
-  -- o orders the edges of one instant: starts first (ordered so that the first carries a graph
-  -- replay if any does (o = 0), else the smallest launch, NULL if any launch is unknown), then
-  -- ends (o = 2), then the bucket's end sentinel (o = 3, time NULL, sorted last in its bucket:
-  -- the segment from the bucket's last end to it has length 0 and no start after it, and its own
-  -- segment is NULL)
-  -- (k: 1 on an activity's first part, which alone counts in `kernels`)
-  SELECT bid, start_ns AS t, CASE WHEN graph THEN 0 ELSE 1 END AS o, c0, c1, c2, launch_ns AS launch, k FROM work
-  UNION ALL
-  SELECT bid, end_ns, 2, -c0, -c1, -c2, NULL, 0 FROM work
-  UNION ALL
-  SELECT DISTINCT bid, NULL::BIGINT, 3, 0, 0, 0, NULL::BIGINT, 0 FROM work
+-- Every measure is the length of a union of intervals: with C compute, M communication
+-- (transfer), W communication waiting for peers, Y memory, U unknown,
+--   gpu_busy = |C∪M∪W∪Y∪U|, compute = |C|, comm = |M∪W|, memory = |Y|, unknown = |U|,
+--   overlap = |C| + |M∪W| - |C∪M∪W|, exposed_comm = |C∪M∪W| - |C|,
+--   exposed_comm_transfer = |C∪M| - |C|, exposed_comm_wait = |C∪M∪W| - |C∪M|,
+--   exposed_memory = |C∪M∪W∪Y| - |C∪M∪W|, exposed_unknown = |C∪M∪W∪Y∪U| - |C∪M∪W∪Y|
+-- (each instant goes to the first active category in priority order, so each exposed part is
+-- what a larger union adds to the one before it). The length of a union of intervals sorted by
+-- start is the sum over them of what each adds past the latest end before it:
+-- greatest(0, end - greatest(start, latest earlier end)). So the activities are grouped by
+-- (bucket, start instant), each group carrying the latest end of each of the eight sets among
+-- its activities, and one sort of the groups gives, per set, the latest end before each group
+-- (a running max keyed by bucket, keyed_ns in views/05_macros.sql: one global order instead of
+-- a window per bucket).
+-- Idle gaps: where a group starts after the latest end of everything before it in its bucket.
+-- All activities of the group end the gap together: its cause is unreliable if one of them is a
+-- graph replay, host_wait if every one has a known launch later than the gap's start, else
+-- kernel_wait when the gap is shorter than kernel_wait_threshold_ns, else other.
+inst AS (
+  SELECT bid, start_ns AS t,
+    max(end_ns) AS e_all,
+    max(end_ns) FILTER (WHERE cat = 'compute') AS e_c,
+    max(end_ns) FILTER (WHERE cat IN ('communication', 'comm_wait')) AS e_mw,
+    max(end_ns) FILTER (WHERE cat = 'memory') AS e_y,
+    max(end_ns) FILTER (WHERE cat = 'unknown') AS e_u,
+    max(end_ns) FILTER (WHERE cat IN ('compute', 'communication')) AS e_cm,
+    max(end_ns) FILTER (WHERE cat IN ('compute', 'communication', 'comm_wait')) AS e_cmw,
+    max(end_ns) FILTER (WHERE cat <> 'unknown') AS e_cmwy,
+    sum(k) AS k,
+    bool_or(graph) AS graph,
+    CASE WHEN count(*) FILTER (WHERE launch_ns IS NULL) = 0 THEN min(launch_ns) END AS first_launch
+  FROM work GROUP BY ALL
 ),
--- One sort of all edges (not a window per bucket: DuckDB evaluates framed aggregates per
--- partition several times slower). The running sums in (bid, t) order equal the per-bucket sums,
--- because each interval adds +1 and -1 inside its own bucket, so every earlier bucket sums to
--- zero. Edges at one instant leave zero-length segments between them, so only the last edge of an
--- instant carries a segment, with the counts after every change at that instant; its lead() is
--- the first edge of the next instant, which, by o, tells whether work starts there and with
--- which launch.
--- Idle gaps: nothing active, time passes, and work of the same bucket starts at the end (the
--- segment from a bucket's last end to its sentinel has no start after it); cause as above.
-sweep AS (
-  SELECT bid, t, o, k, seg, s0 <> 0 OR s1 <> 0 OR s2 <> 0 AS busy, lo32(s0) > 0 AS c, hi32(s0) > 0 AS m,
-    s2 > 0 AS wt, lo32(s1) > 0 AS y, hi32(s1) > 0 AS u,
-    CASE WHEN s0 <> 0 OR s1 <> 0 OR s2 <> 0 OR seg <= 0 OR next_o > 1 THEN NULL
-      WHEN next_o = 0 THEN 'unreliable'
-      WHEN next_launch > t THEN 'host_wait'
-      WHEN seg < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
+prev AS (
+  SELECT bid, t, k, graph, first_launch, e_all, e_c, e_mw, e_y, e_u, e_cm, e_cmw, e_cmwy,
+    keyed_ns_value(max(keyed_ns(bid, e_all)) OVER w, bid) AS p_all,
+    keyed_ns_value(max(keyed_ns(bid, e_c)) OVER w, bid) AS p_c,
+    keyed_ns_value(max(keyed_ns(bid, e_mw)) OVER w, bid) AS p_mw,
+    keyed_ns_value(max(keyed_ns(bid, e_y)) OVER w, bid) AS p_y,
+    keyed_ns_value(max(keyed_ns(bid, e_u)) OVER w, bid) AS p_u,
+    keyed_ns_value(max(keyed_ns(bid, e_cm)) OVER w, bid) AS p_cm,
+    keyed_ns_value(max(keyed_ns(bid, e_cmw)) OVER w, bid) AS p_cmw,
+    keyed_ns_value(max(keyed_ns(bid, e_cmwy)) OVER w, bid) AS p_cmwy
+  FROM inst
+  WINDOW w AS (ORDER BY bid, t ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+gaps AS (
+  SELECT bid, t - p_all AS gap, CASE
+      WHEN graph THEN 'unreliable'
+      WHEN first_launch > p_all THEN 'host_wait'
+      WHEN t - p_all < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
       ELSE 'other' END AS cause
-  FROM (
-    SELECT bid, t, o, k, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1, sum(c2) OVER g AS s2,
-      coalesce(lead(t) OVER g, t) - t AS seg, lead(o) OVER g AS next_o, lead(launch) OVER g AS next_launch
-    FROM edges
-    WINDOW g AS (ORDER BY bid, t NULLS LAST, o, launch NULLS FIRST ROWS UNBOUNDED PRECEDING))
+  FROM prev WHERE t > p_all
 ),
-agg AS (
+added AS (  -- what each group adds to each union (NULL: none of its activities is in the set)
+  SELECT bid, t, k, e_all,
+    greatest(0, e_all - greatest(t, coalesce(p_all, t))) AS a_all,
+    greatest(0, e_c - greatest(t, coalesce(p_c, t))) AS a_c,
+    greatest(0, e_mw - greatest(t, coalesce(p_mw, t))) AS a_mw,
+    greatest(0, e_y - greatest(t, coalesce(p_y, t))) AS a_y,
+    greatest(0, e_u - greatest(t, coalesce(p_u, t))) AS a_u,
+    greatest(0, e_cm - greatest(t, coalesce(p_cm, t))) AS a_cm,
+    greatest(0, e_cmw - greatest(t, coalesce(p_cmw, t))) AS a_cmw,
+    greatest(0, e_cmwy - greatest(t, coalesce(p_cmwy, t))) AS a_cmwy
+  FROM prev
+),
+unions AS (
+  SELECT bid, min(t) AS first_ns, max(e_all) AS last_ns, coalesce(sum(k), 0)::BIGINT AS kernels,
+    coalesce(sum(a_all), 0)::BIGINT AS u_all, coalesce(sum(a_c), 0)::BIGINT AS u_c,
+    coalesce(sum(a_mw), 0)::BIGINT AS u_mw, coalesce(sum(a_y), 0)::BIGINT AS u_y,
+    coalesce(sum(a_u), 0)::BIGINT AS u_u, coalesce(sum(a_cm), 0)::BIGINT AS u_cm,
+    coalesce(sum(a_cmw), 0)::BIGINT AS u_cmw, coalesce(sum(a_cmwy), 0)::BIGINT AS u_cmwy
+  FROM added GROUP BY bid
+),
+idle AS (
   SELECT bid,
-    min(t) AS first_ns, max(t) FILTER (WHERE o < 3) AS last_ns,
-    coalesce(sum(k) FILTER (WHERE o < 2), 0)::BIGINT AS kernels,
-    coalesce(sum(seg) FILTER (WHERE busy), 0)::BIGINT AS gpu_busy_ns,
-    coalesce(sum(seg) FILTER (WHERE c), 0)::BIGINT AS compute_ns,
-    coalesce(sum(seg) FILTER (WHERE m OR wt), 0)::BIGINT AS comm_ns,
-    coalesce(sum(seg) FILTER (WHERE y), 0)::BIGINT AS memory_ns,
-    coalesce(sum(seg) FILTER (WHERE u), 0)::BIGINT AS unknown_ns,
-    coalesce(sum(seg) FILTER (WHERE c AND (m OR wt)), 0)::BIGINT AS overlap_ns,
-    coalesce(sum(seg) FILTER (WHERE NOT c AND (m OR wt)), 0)::BIGINT AS exposed_comm_ns,
-    coalesce(sum(seg) FILTER (WHERE NOT c AND NOT m AND wt), 0)::BIGINT AS exposed_comm_wait_ns,
-    coalesce(sum(seg) FILTER (WHERE NOT c AND m), 0)::BIGINT AS exposed_comm_transfer_ns,
-    coalesce(sum(seg) FILTER (WHERE NOT c AND NOT m AND NOT wt AND y), 0)::BIGINT AS exposed_memory_ns,
-    coalesce(sum(seg) FILTER (WHERE NOT c AND NOT m AND NOT wt AND NOT y AND u), 0)::BIGINT AS exposed_unknown_ns,
-    coalesce(sum(seg) FILTER (WHERE cause = 'host_wait'), 0)::BIGINT AS idle_host_wait_ns,
-    coalesce(sum(seg) FILTER (WHERE cause = 'kernel_wait'), 0)::BIGINT AS idle_kernel_wait_ns,
-    coalesce(sum(seg) FILTER (WHERE cause = 'other'), 0)::BIGINT AS idle_other_ns,
-    coalesce(sum(seg) FILTER (WHERE cause = 'unreliable'), 0)::BIGINT AS idle_unreliable_ns
-  FROM sweep GROUP BY ALL
+    coalesce(sum(gap) FILTER (WHERE cause = 'host_wait'), 0)::BIGINT AS idle_host_wait_ns,
+    coalesce(sum(gap) FILTER (WHERE cause = 'kernel_wait'), 0)::BIGINT AS idle_kernel_wait_ns,
+    coalesce(sum(gap) FILTER (WHERE cause = 'other'), 0)::BIGINT AS idle_other_ns,
+    coalesce(sum(gap) FILTER (WHERE cause = 'unreliable'), 0)::BIGINT AS idle_unreliable_ns
+  FROM gaps GROUP BY bid
 )
 SELECT b.run_id, b.rank, CASE WHEN b.step IS NULL THEN 'rank' ELSE 'step' END AS level, b.step, a.first_ns, a.last_ns,
-  (a.last_ns - a.first_ns) AS span_ns, a.gpu_busy_ns, (a.last_ns - a.first_ns) - a.gpu_busy_ns AS gpu_idle_ns,
-  a.compute_ns, a.comm_ns, a.memory_ns, a.unknown_ns, a.overlap_ns, a.exposed_comm_ns, a.exposed_comm_wait_ns,
-  a.exposed_comm_transfer_ns, a.exposed_memory_ns, a.exposed_unknown_ns,
-  CASE WHEN a.comm_ns > 0 THEN 100.0 * a.overlap_ns / a.comm_ns END AS comm_comp_overlap_pct,
-  a.idle_host_wait_ns, a.idle_kernel_wait_ns, a.idle_other_ns, a.idle_unreliable_ns, a.kernels
-FROM agg a
+  (a.last_ns - a.first_ns) AS span_ns, a.u_all AS gpu_busy_ns, (a.last_ns - a.first_ns) - a.u_all AS gpu_idle_ns,
+  a.u_c AS compute_ns, a.u_mw AS comm_ns, a.u_y AS memory_ns, a.u_u AS unknown_ns,
+  a.u_c + a.u_mw - a.u_cmw AS overlap_ns, a.u_cmw - a.u_c AS exposed_comm_ns,
+  a.u_cmw - a.u_cm AS exposed_comm_wait_ns, a.u_cm - a.u_c AS exposed_comm_transfer_ns,
+  a.u_cmwy - a.u_cmw AS exposed_memory_ns, a.u_all - a.u_cmwy AS exposed_unknown_ns,
+  CASE WHEN a.u_mw > 0 THEN 100.0 * (a.u_c + a.u_mw - a.u_cmw) / a.u_mw END AS comm_comp_overlap_pct,
+  coalesce(i.idle_host_wait_ns, 0) AS idle_host_wait_ns, coalesce(i.idle_kernel_wait_ns, 0) AS idle_kernel_wait_ns,
+  coalesce(i.idle_other_ns, 0) AS idle_other_ns, coalesce(i.idle_unreliable_ns, 0) AS idle_unreliable_ns, a.kernels
+FROM unions a
 JOIN buckets b USING (bid)
+LEFT JOIN idle i USING (bid)
 ORDER BY b.run_id, b.rank, level DESC, b.step;

@@ -31,4 +31,4 @@ LEFT JOIN (SELECT run_id, max(world_size) AS world_size FROM sources GROUP BY AL
 LEFT JOIN rank_device d ON d.run_id = c.run_id AND d.rank = c.rank
 LEFT JOIN collective_step g
   ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns
-ORDER BY c.run_id, c.rank, c.start_ns;
+ORDER BY c.run_id, c.rank, c.start_ns, c.op, c.seq, c.dur_ns, c.msg_bytes;

@@ -11,7 +11,7 @@
 --   kernel_wait otherwise, when gap < kernel_wait_threshold_ns (DuckDB variable, default
 --               30000 ns = HTA's consecutive_kernel_delay of 30 µs): launch overhead;
 --   other       otherwise (waiting on an event, another stream, ...).
--- Graph-replay kernels (see views/10_gpu_work.sql) have no per-kernel launch time: their gaps
+-- Graph-replay kernels (gpu_activities.graph_replay, pipeline/derive.py) have no per-kernel launch time: their gaps
 -- are counted under `unreliable` instead of a cause.
 -- The gap belongs to the step of the activity after it.
 -- Columns:

@@ -48,25 +48,9 @@ flops AS (
   SELECT run_id, rank, step, sum(f) AS model_flops, arg_max(flops_dtype, f) AS flops_dtype
   FROM flops_by_dtype GROUP BY ALL
 ),
-modelled_ids AS (
-  SELECT DISTINCT run_id, source_id, external_id FROM cpu_ops WHERE flops IS NOT NULL AND external_id IS NOT NULL
-),
-modelled_ops AS (
-  SELECT run_id, source_id, pid, tid, start_ns, end_ns FROM cpu_ops WHERE flops IS NOT NULL
-),
-kernels AS (
-  SELECT w.*, m.external_id IS NOT NULL AS by_ext
-  FROM scope w LEFT JOIN modelled_ids m USING (run_id, source_id, external_id)
-  WHERE w.category = 'compute' AND w.step IS NOT NULL
-),
-attributed AS (  -- the op on the launching thread is only looked up for kernels its External id does not attribute
-  SELECT run_id, rank, step, dur_ns, NOT graph_replay AS modelled FROM kernels WHERE by_ext
-  UNION ALL
-  SELECT k.run_id, k.rank, k.step, k.dur_ns, NOT k.graph_replay AND k.launch_ns < o.end_ns
-  FROM (SELECT * FROM kernels WHERE NOT by_ext) k
-  ASOF LEFT JOIN modelled_ops o
-    ON k.run_id = o.run_id AND k.source_id = o.source_id AND k.launch_pid = o.pid AND k.launch_tid = o.tid
-   AND k.launch_ns >= o.start_ns
+attributed AS (  -- flops_op: launched by an op with modelled FLOPs (derived per source, pipeline/derive.py)
+  SELECT run_id, rank, step, dur_ns, NOT graph_replay AND flops_op AS modelled
+  FROM scope WHERE category = 'compute' AND step IS NOT NULL
 ),
 coverage AS (
   SELECT run_id, rank, step, sum(dur_ns)::BIGINT AS compute_kernel_ns,

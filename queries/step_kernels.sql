@@ -1,7 +1,7 @@
 -- Kernels (and copies) launched inside steps: time per name, for comparing two runs kernel by kernel.
 --
 -- Definition: the GPU activities in scope whose launch falls in a ProfilerStep host window
--- (gpu_work.step, views/10_gpu_work.sql), grouped by name and category over all ranks and steps
+-- (gpu_work.step, pipeline/derive.py), grouped by name and category over all ranks and steps
 -- of the run. Work launched outside every step (start-up, compilation) is left out, so runs with
 -- different start-ups compare on their steps. Overlapping activities are each counted (per-kernel
 -- cost, not wall time), as in top_kernels.sql.

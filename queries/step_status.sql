@@ -34,7 +34,9 @@ WITH launch_calls AS (
   WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL
     AND regexp_matches(name, '(LaunchKernel|MemcpyAsync|MemsetAsync|GraphLaunch|ModuleLaunch|runFunction)')
 ),
-gpu_corr AS (SELECT run_id, source_id, rank, correlation FROM gpu_launch),  -- one row per correlation with GPU work
+gpu_corr AS (  -- one row per correlation with GPU work
+  SELECT DISTINCT run_id, source_id, rank, correlation FROM gpu_activities WHERE correlation IS NOT NULL
+),
 launched AS (
   SELECT l.run_id, l.source_id, l.rank, l.start_ns, g.correlation IS NOT NULL AS has_gpu
   FROM launch_calls l

@@ -132,7 +132,7 @@ def brute(steps, acts, loaders, threshold):
 def make_acts(raw):
     """Random activities: a flagged one shares the launch (correlation) of the one before it, as the
     kernels of one CUDA graph replay do; graph_replay marks kernels whose correlation is shared
-    (views/10_gpu_work.sql), and every activity of a correlation has that correlation's launch."""
+    (pipeline/derive.py), and every activity of a correlation has that correlation's launch."""
     acts = []
     for i, (s, d, c, launch, share) in enumerate(raw):
         corr = acts[-1]["corr"] if share and i > 0 else i + 1

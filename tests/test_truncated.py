@@ -244,7 +244,7 @@ def test_unreadable_bytes_is_null_for_failed_files_and_old_lakes(tmp_path):
     assert (
         src.height == 1 and src["unreadable_bytes"].to_list() == [None] and src["status"].to_list() == ["ok"]
     )
-    # only old parts: the DuckDB view still has the column (NULL), in v1's column order
+    # only old parts: the DuckDB view still has the column (NULL), in v2's column order
     con = connect(lake)
     assert con.execute("SELECT status, unreadable_bytes FROM sources").fetchall() == [("ok", None)]
     assert [d[0] for d in con.execute("SELECT * FROM sources").description] == list(lake.sources().columns)

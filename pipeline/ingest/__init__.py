@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..lake import Lake, LakeError
+from ..upgrade import upgrade
 from .archive import max_uncompressed_bytes  # noqa: F401  (nsys_jax until it imports archive)
 from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
@@ -97,6 +98,7 @@ def ingest_paths(
     )
     with lake.lock():
         lake.recover()
+        upgrade(lake)  # a lake of an older schema is brought up to date before it is written to
         stored = stored_sources(lake.sources())
         done = done_index(stored)
         runs = Runs(stored)

@@ -36,11 +36,10 @@
 --   run_id STRING; source_id STRING; rank INT32; correlation INT64; start_ns INT64 ns; step INT64
 CREATE OR REPLACE VIEW collective_step AS
 WITH by_launch AS (
-  SELECT a.run_id, a.source_id, a.rank, a.correlation, a.start_ns, any_value(l.step) AS step
+  SELECT a.run_id, a.source_id, a.rank, a.correlation, a.start_ns, any_value(a.step) AS step
   FROM gpu_activities a
   SEMI JOIN collectives c ON c.run_id = a.run_id AND c.source_id = a.source_id AND c.rank = a.rank
     AND c.correlation = a.correlation AND c.start_ns = a.start_ns
-  LEFT JOIN gpu_launch l ON l.run_id = a.run_id AND l.source_id = a.source_id AND l.rank = a.rank AND l.correlation = a.correlation
   GROUP BY ALL
 )
 SELECT b.run_id, b.source_id, b.rank, b.correlation, b.start_ns,

@@ -1,4 +1,4 @@
-"""One batch of events -> the rows of the per-event tables (schema v1 columns, raw file timestamps).
+"""One batch of events -> the rows of the per-event tables (schema v2 columns, raw file timestamps).
 
 Owns: the category maps (GPU_KIND, CPU_KIND, SKIP_CATS) and name patterns (memcpy / memset /
 sync kinds); sort_events() (which table each event feeds); convert() (the times, pids, tids and

@@ -1,5 +1,5 @@
 """Shared pieces of the NCCL-family parsers (pipeline/ingest/nccl/): enum tables with their
-sources, number and hash helpers, the column builder that shapes rows into schema-v1 frames (Rows,
+sources, number and hash helpers, the column builder that shapes rows into schema-v2 frames (Rows,
 LogParsed, finish), and infer_test, which names the nccl-tests binary of a results table for both
 the text tables (log_nccl_tests.py) and the -J JSON (struct.py). The lenient JSON reader and the
 restricted unpickler are in decode.py.
@@ -204,7 +204,7 @@ _RANGES = {"int32": INT32, "int64": INT64, "uint64": (0, 2**64 - 1)}
 
 
 class Rows:
-    """Rows of one lake table (dicts keyed by the table's schema-v1 columns, without run_id/source_id).
+    """Rows of one lake table (dicts keyed by the table's schema-v2 columns, without run_id/source_id).
     Missing keys are nulls; a key that is not a column raises KeyError when the frame is built."""
 
     def __init__(self, table: str):

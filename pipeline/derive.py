@@ -1,0 +1,158 @@
+"""Per-source derived columns of gpu_activities (schemas/v2.toml): each GPU activity's launch,
+its step, the graph-replay flag and whether an op with modelled FLOPs launched it.
+
+They depend only on the rows of the activity's own source (its cpu_ops and steps), so they are
+computed once, when the source is written: pipeline/lake.py Lake.stage calls derive_files in the
+worker that ingests the file, and pipeline/upgrade.py calls it for the parts of a schema v1 lake.
+Analysis reads them as plain columns instead of joining every kernel to its launch (that join
+was a third of the analysis time of a 64-rank x 100k-kernel lake, docs/performance.md). Polars,
+not DuckDB: a DuckDB connection and query cost about 90 ms per source however small it is,
+polars a few ms (the 8-rank job of benchmarks/small_job.py has 8 sources).
+
+Definitions (the source's rows only; rank is a key because one Nsight Systems report holds
+several processes, and correlation ids repeat across processes):
+- launch_ns, launch_name, launch_pid, launch_tid: the runtime/driver call (cpu_ops kind runtime
+  or driver) with the activity's rank and correlation id; the earliest when several share it;
+  NULL when the trace has none.
+- step: the step whose host ProfilerStep window [start_ns, end_ns) (steps, same rank) holds
+  launch_ns (HTA assigns iterations the same way: hta/common/trace.py add_iteration); the window
+  starting last at or before the launch is the candidate; NULL outside every window or without a
+  launch.
+- graph_replay: a kernel whose correlation is shared by more than one GPU activity of the rank
+  (the kernels of a CUDA/HIP graph replay share the one correlation of cudaGraphLaunch): its
+  launch time says nothing about when each kernel was ready, so host-wait classification and
+  per-op attribution of those kernels are unreliable.
+- flops_op: launched by a host op with modelled FLOPs (cpu_ops.flops not NULL): the op's External
+  id is the activity's, or the launching call ran inside the op (op start <= launch_ns < op end)
+  on the same process and thread, taking the latest such op starting at or before the launch
+  (queries/mfu.sql's FLOP coverage).
+
+Errors: OSError / pyarrow errors for an unreadable part; polars errors for a part of the wrong
+shape (the lake's parts are conformed to the schema when written, so neither is expected).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+# the derived columns, in schema order (schemas/v2.toml, last columns of gpu_activities)
+DERIVED = ("launch_ns", "launch_name", "launch_pid", "launch_tid", "step", "graph_replay", "flops_op")
+BATCH_ROWS = 1 << 18
+_KEYS = ["rank", "correlation"]
+
+
+def per_correlation(gpu: Path, cpu: Path | None, steps: Path | None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """Lazy frames: (one row per rank and correlation with GPU work: activities, launch_ns,
+    launch_name, launch_pid, launch_tid, step, in_op; the External ids of ops with modelled
+    FLOPs, column external_id). Built as one plan, so a small source costs one collect."""
+    i64 = pl.Int64
+    corr = (
+        pl.scan_parquet(gpu, glob=False)
+        .select(_KEYS)
+        .filter(pl.col("correlation").is_not_null())
+        .group_by(_KEYS)
+        .agg(activities=pl.len())
+    )
+    if cpu is not None:
+        ops = pl.scan_parquet(cpu, glob=False)
+        launches = (
+            ops.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null())
+            .select(*_KEYS, "start_ns", "name", "pid", "tid")
+            .sort("start_ns", maintain_order=True)
+            .group_by(_KEYS, maintain_order=True)
+            .first()
+            .rename(
+                {"start_ns": "launch_ns", "name": "launch_name", "pid": "launch_pid", "tid": "launch_tid"}
+            )
+        )
+        modelled = ops.filter(pl.col("flops").is_not_null())
+        ids = modelled.filter(pl.col("external_id").is_not_null()).select("external_id").unique()
+        mo = modelled.select(
+            launch_pid="pid", launch_tid="tid", op_start_ns="start_ns", op_end_ns="end_ns"
+        ).sort("op_start_ns")
+    else:
+        launches = pl.LazyFrame(
+            schema={
+                "rank": pl.Int32,
+                "correlation": i64,
+                "launch_ns": i64,
+                "launch_name": pl.String,
+                "launch_pid": i64,
+                "launch_tid": i64,
+            }  # fmt: skip
+        )
+        ids = pl.LazyFrame(schema={"external_id": i64})
+        mo = pl.LazyFrame(schema={"launch_pid": i64, "launch_tid": i64, "op_start_ns": i64, "op_end_ns": i64})
+    if steps is not None:
+        st = pl.scan_parquet(steps, glob=False).select(
+            "rank", "step", step_start_ns="start_ns", step_end_ns="end_ns"
+        )
+    else:
+        st = pl.LazyFrame(schema={"rank": pl.Int32, "step": i64, "step_start_ns": i64, "step_end_ns": i64})
+    # asof joins give no match for a NULL key (an unknown launch, pid or tid)
+    out = (
+        corr.join(launches, on=_KEYS, how="left")
+        .sort("launch_ns")
+        .join_asof(
+            st.sort("step_start_ns"),
+            left_on="launch_ns",
+            right_on="step_start_ns",
+            by="rank",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .join_asof(
+            mo,
+            left_on="launch_ns",
+            right_on="op_start_ns",
+            by=["launch_pid", "launch_tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(
+            step=pl.when(pl.col("launch_ns") < pl.col("step_end_ns")).then(pl.col("step")).cast(i64),
+            in_op=(pl.col("launch_ns") < pl.col("op_end_ns")).fill_null(False),
+        )
+        .drop("step_start_ns", "step_end_ns", "op_start_ns", "op_end_ns")
+    )
+    return out, ids
+
+
+def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids):
+    df = df.drop([c for c in DERIVED if c in df.collect_schema().names()])
+    df = df.join(corr, on=_KEYS, how="left", maintain_order="left")
+    df = df.join(ids.with_columns(by_ext=pl.lit(True)), on="external_id", how="left", maintain_order="left")
+    return df.with_columns(
+        graph_replay=((pl.col("activities") > 1) & (pl.col("kind") == "kernel")).fill_null(False),
+        flops_op=pl.col("by_ext").fill_null(False) | pl.col("in_op").fill_null(False),
+    ).drop("activities", "in_op", "by_ext")
+
+
+def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator[pa.Table]:
+    """The rows of the gpu_activities part `gpu`, in its order, with the derived columns computed
+    from the source's cpu_ops and steps parts (None: it has none): one lazy plan for a part of at
+    most BATCH_ROWS rows, else the per-correlation table once and the part row group by row group."""
+    corr, ids = per_correlation(gpu, cpu, steps)
+    pf = pq.ParquetFile(gpu)
+    try:
+        if pf.metadata.num_rows <= BATCH_ROWS:
+            yield _with_derived(pl.scan_parquet(gpu, glob=False), corr, ids).collect().to_arrow()
+            return
+        corr, ids = pl.collect_all([corr, ids])
+        for batch in pf.iter_batches(batch_size=BATCH_ROWS):
+            yield _with_derived(pl.from_arrow(batch), corr.lazy(), ids.lazy()).collect().to_arrow()
+    finally:
+        pf.close()
+
+
+def derive_files(
+    gpu: Path, cpu: Path | None, steps: Path | None, out: Path, write: Callable[[object, Path], bool]
+) -> bool:
+    """Write `out` from derived_batches(gpu, cpu, steps) with write(chunks, path) (pipeline/lake.py
+    conforms each chunk to the schema); returns what write returns."""
+    return write(derived_batches(gpu, cpu, steps), out)

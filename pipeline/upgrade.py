@@ -1,0 +1,118 @@
+"""Lakes written with an older schema, brought to the current one (schemas/v2.toml, "Versions").
+
+Schema v2 added the derived columns of gpu_activities (pipeline/derive.py). A lake whose
+TRACELAKE marker names schema v1 may hold gpu_activities parts without them; read as they are,
+those columns would be NULL and every step, launch and graph-replay figure would be silently
+wrong. So, before a lake is read (pipeline/query.py connect) or written (pipeline/ingest):
+- upgrade(lake): with the writer lock held, each such part is re-derived from its own source's
+  cpu_ops and steps parts and replaced atomically (os.replace: a reader sees the old part or the
+  new one, never half of one; a kill in between leaves old parts, found again next time); then
+  the marker is set to the current version. Returns the number of parts rewritten.
+- current_parts(lake): what connect calls. It upgrades when it can; when the lake cannot be
+  written (a read-only archive) or another command holds its lock, it derives the old parts into
+  a temporary directory (removed at exit) and returns {old part: derived copy} for the reader to
+  use instead. Raises LakeError (one line) when a part cannot be read.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from . import derive
+from . import schema as sch
+from .lake import Lake, LakeBusy, LakeError, write_stream
+
+_MARKER = re.compile(rb"schema v(\d+)")
+
+
+def marker_version(lake: Lake) -> int:
+    """The schema version the lake's TRACELAKE marker names (1 for a marker without one)."""
+    try:
+        m = _MARKER.search((lake.root / "TRACELAKE").read_bytes()[:200])
+    except OSError:
+        return sch.SCHEMA_VERSION  # no lake yet: it will be written current
+    return int(m.group(1)) if m else 1
+
+
+def _stale(lake: Lake) -> list[Path]:
+    """Committed gpu_activities parts without the derived columns."""
+    out = []
+    for f in lake.table_files("gpu_activities"):
+        try:
+            names = pq.read_schema(f).names
+        except (OSError, pa.ArrowException) as e:
+            raise LakeError(f"{f}: unreadable gpu_activities part ({str(e).splitlines()[0]})") from None
+        if not set(derive.DERIVED) <= set(names):
+            out.append(Path(f))
+    return out
+
+
+def _sibling(lake: Lake, part: Path, table: str) -> Path | None:
+    p = lake.root / table / part.parent.name / part.name
+    return p if p.is_file() else None
+
+
+def _derive(lake: Lake, part: Path, out: Path) -> None:
+    try:
+        ok = derive.derive_files(
+            part,
+            _sibling(lake, part, "cpu_ops"),
+            _sibling(lake, part, "steps"),
+            out,
+            lambda chunks, path: write_stream("gpu_activities", chunks, path),
+        )
+    except (OSError, pa.ArrowException) as e:
+        out.unlink(missing_ok=True)
+        raise LakeError(f"{part}: cannot upgrade this part to schema v{sch.SCHEMA_VERSION} ({e})") from None
+    if not ok:  # an empty part: keep an empty file of the current schema
+        pq.write_table(sch.empty("gpu_activities"), out)
+
+
+def upgrade(lake: Lake) -> int:
+    """Rewrite the lake's old parts in place; call with the writer lock held (module doc)."""
+    if marker_version(lake) >= sch.SCHEMA_VERSION:
+        return 0
+    stale = _stale(lake)
+    for part in stale:
+        tmp = part.with_name(f".{part.name}.upgrade")
+        _derive(lake, part, tmp)
+        os.replace(tmp, part)
+    marker = lake.root / "TRACELAKE"
+    tmp = lake.root / ".TRACELAKE.upgrade"
+    tmp.write_text(f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n")
+    os.replace(tmp, marker)
+    return len(stale)
+
+
+def current_parts(lake: Lake) -> dict[str, str]:
+    """{old part path: path of a derived copy to read instead}; empty when the lake is current
+    (upgraded here if it was not and could be). Module doc."""
+    if not lake.exists() or marker_version(lake) >= sch.SCHEMA_VERSION:
+        return {}
+    if lake.writable():
+        try:
+            with lake.lock():
+                upgrade(lake)
+            return {}
+        except LakeBusy:
+            pass
+    stale = _stale(lake)
+    if not stale:
+        return {}
+    dest = Path(tempfile.mkdtemp(prefix="tracelake-upgrade-"))
+    atexit.register(shutil.rmtree, dest, True)
+    out = {}
+    for i, part in enumerate(stale):
+        copy = dest / str(i) / part.parent.name / part.name  # keeps the run=<id> directory for hive reads
+        copy.parent.mkdir(parents=True)
+        _derive(lake, part, copy)
+        out[str(part)] = str(copy)
+    return out
