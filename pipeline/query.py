@@ -7,14 +7,14 @@ connect(lake) returns a DuckDB connection with
 - the derived views of queries/views/*.sql (gpu_work, scope, rank_device, collective_ranks,
   collective_calls), in file order, and one view per metric file (breakdown, mfu, ...);
 - runs: only these run ids' parts are read (None: every run);
-- materialize=None (the default): True, keeping every column of scope, when the lake's GPU and
+- materialize=None (the default): True when the lake's GPU and
   host tables (gpu_activities, cpu_ops) hold at most AUTO_MATERIALIZE_BYTES of Parquet (a few
   tenths of a second to compute, and it saves more in binding the metric views over the stack
   of views below them); else False, so `tracelake sql` on a large lake pays only for what a
   query reads;
-- with materialize=True, the views named in MATERIALIZED (scope, step_window,
-  collective_ranks, collective_calls) computed once into temporary tables behind the same names, scope with
-  SCOPE_COLUMNS only (for a whole analysis: the variables below are fixed at connect time then);
+- with materialize=True, the views named in MATERIALIZED (step_window, collective_ranks,
+  collective_calls) computed once into temporary tables behind the same names (for a whole
+  analysis: the variables below are fixed at connect time then);
 - metric_views: every metric file is made a view (True), or only these (a tuple of names;
   run(con, name) runs any of them);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
@@ -38,36 +38,10 @@ from .paths import QUERIES_DIR
 
 AUTO_MATERIALIZE_BYTES = 64 * 2**20
 # derived views computed once into tables by connect(materialize=True), in dependency order
-MATERIALIZED = ("scope", "step_window", "collective_ranks", "collective_calls")
-# the columns of scope that the metric queries read: a materialized scope keeps only these (the
-# kernel launch geometry, registers, contexts... are not needed for metrics and would double the
-# time and memory of materializing it); a query reading another column fails to bind in tests
-SCOPE_COLUMNS = (
-    "run_id",
-    "source_id",
-    "rank",
-    "device",
-    "stream",
-    "kind",
-    "category",
-    "name",
-    "start_ns",
-    "end_ns",
-    "dur_ns",
-    "correlation",
-    "external_id",
-    "bytes",
-    "copy_kind",
-    "src_kind",
-    "dst_kind",
-    "event_index",
-    "launch_ns",
-    "launch_pid",
-    "launch_tid",
-    "graph_replay",
-    "step",
-    "flops_op",
-)
+# (scope is not among them: since the launch join moved to ingest, pipeline/derive.py, it is a
+# filter over gpu_activities that each metric reads straight from the Parquet parts, only the
+# columns it needs; materializing it cost 5 s and the kernel names' memory at 64 x 100k)
+MATERIALIZED = ("step_window", "collective_ranks", "collective_calls")
 
 
 def connect(
@@ -119,7 +93,6 @@ def _connect(
     tokens_per_step=None,
     metric_views=True,
 ):
-    all_columns = materialize is None  # auto: a small lake, every column of scope kept for `tracelake sql`
     if materialize is None:
         try:
             size = sum(
@@ -168,13 +141,13 @@ def _connect(
             if not v > 0:
                 raise ValueError(f"{name} must be positive, not {v}")
             con.execute(f"SET VARIABLE {name} = {float(v)!r}::DOUBLE")
-    # each metric query would otherwise recompute the launch join and the scope: with materialize
-    # they are computed once (same rows), as soon as their file has run, so that the views of the
-    # later files bind against tables, not the whole stack of views below them (binding that
-    # stack costs a small job more than computing it); the views keep their names and read the
-    # tables. Their row order is never relied on (every metric orders what it needs, and a join's
-    # output order already varies with the threads), so DuckDB may write them in any order: 12 %
-    # faster at scale
+    # each metric query would otherwise recompute the step windows and the collective matching:
+    # with materialize they are computed once (same rows), as soon as their file has run, so
+    # that the views of the later files bind against tables, not the whole stack of views below
+    # them (binding that stack costs a small job more than computing it); the views keep their
+    # names and read the tables. Their row order is never relied on (every metric orders what
+    # it needs, and a join's output order already varies with the threads), so DuckDB may write
+    # them in any order: 12 % faster at scale
     done: set[str] = set()
     for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
         con.execute(f.read_text())
@@ -187,8 +160,7 @@ def _connect(
         if todo:
             con.execute("SET preserve_insertion_order = false")
             for name in todo:
-                cols = ", ".join(SCOPE_COLUMNS) if name == "scope" and not all_columns else "*"
-                con.execute(f"CREATE TEMP TABLE _m_{name} AS SELECT {cols} FROM {name}")
+                con.execute(f"CREATE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
                 done.add(name)
             con.execute("RESET preserve_insertion_order")

@@ -19,19 +19,41 @@
 --   kernel_ns INT64 ns: their summed duration
 --   exposed_ns INT64 ns = exposed_wait_ns + exposed_transfer_ns: summed time not under compute
 --   exposed_wait_ns INT64 ns: of it, waiting for peers; exposed_transfer_ns INT64 ns: of it, transfer
-WITH comp AS (
-  SELECT run_id, rank, start_ns, greatest(end_ns, start_ns) AS end_ns,
-    max(greatest(end_ns, start_ns)) OVER (PARTITION BY run_id, rank ORDER BY start_ns, end_ns
-                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM scope WHERE category = 'compute'
+WITH ranks AS (  -- a dense integer per rank: the running max and sum sort on it, not on the strings
+  SELECT run_id, rank, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr
+  FROM (SELECT DISTINCT run_id, rank FROM scope WHERE category = 'compute')
 ),
-islands AS (  -- an island of the compute union starts where no earlier interval reaches
-  SELECT run_id, rank, start_ns, end_ns,
-    sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-      OVER (PARTITION BY run_id, rank ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS isl
+-- F(x), the time of the rank's compute union before instant x. With the compute intervals sorted
+-- by start, interval i adds to the union what it reaches past the latest earlier end (prev_end);
+-- C(i), the running sum of those additions, is the union of intervals 1..i, and since every one
+-- of them starts at or before start_i, the union of 1..i covers [x, R(i)) whole for any
+-- x >= start_i (R(i) = the latest end of 1..i). So for the last interval i starting at or before
+-- x, F(x) = C(i) - greatest(0, R(i) - x), and the compute time covering [a, b) is F(b) - F(a):
+-- three ASOF lookups per communication kernel, not a join of every kernel with every compute
+-- interval of its rank (quadratic: 21 s at 64 ranks x 100k kernels). The running max and sum
+-- run over one global order (keyed_ns, views/05_macros.sql); C then counts on across ranks, so
+-- each rank's F is taken relative to its offset (C before its first interval).
+comp AS (
+  SELECT r.rr, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns,
+    keyed_ns_value(max(keyed_ns(r.rr, greatest(s.end_ns, s.start_ns)))
+      OVER (ORDER BY r.rr, s.start_ns, s.end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), r.rr) AS prev_end
+  FROM scope s JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
+  WHERE s.category = 'compute'
+),
+added AS (
+  SELECT rr, start_ns, end_ns, greatest(end_ns, coalesce(prev_end, end_ns)) AS r_end,
+    greatest(0, end_ns - greatest(start_ns, coalesce(prev_end, start_ns))) AS a
   FROM comp
 ),
-merged AS (SELECT run_id, rank, min(start_ns) AS s, max(end_ns) AS e FROM islands GROUP BY run_id, rank, isl),
+running AS (
+  SELECT rr, start_ns AS s, r_end, a, sum(a) OVER w AS c, lead(rr) OVER w AS next_rr, lead(start_ns) OVER w AS next_s
+  FROM added
+  WINDOW w AS (ORDER BY rr, start_ns, end_ns ROWS UNBOUNDED PRECEDING)
+),
+cum AS (  -- the last interval of each start instant (the lookup must see every interval starting there)
+  SELECT rr, s, r_end, c FROM running WHERE next_rr IS DISTINCT FROM rr OR next_s IS DISTINCT FROM s
+),
+offsets AS (SELECT rr, min(c - a) AS off FROM running GROUP BY rr),
 kern0 AS (
   SELECT s.run_id, s.rank, s.step, coalesce(c.op, 'unknown') AS op, s.start_ns,
     greatest(s.end_ns, s.start_ns) AS end_ns,
@@ -49,12 +71,19 @@ kern AS (
   SELECT row_number() OVER () AS kid, k.* REPLACE (coalesce(CASE WHEN k.start_ns < sw.step_end_ns THEN sw.step END, k.step) AS step)
   FROM kern0 k ASOF LEFT JOIN step_window sw ON sw.run_id = k.run_id AND sw.rank = k.rank AND k.start_ns >= sw.step_start_ns
 ),
+points AS (  -- each kernel's start, wait boundary and end, with F at each
+  SELECT p.kid, p.i, coalesce(c.c - greatest(0, c.r_end - p.x), o.off, 0) - coalesce(o.off, 0) AS f
+  FROM (SELECT k.kid, r.rr, 0 AS i, k.start_ns AS x FROM kern k JOIN ranks r USING (run_id, rank)
+        UNION ALL SELECT k.kid, r.rr, 1, k.w FROM kern k JOIN ranks r USING (run_id, rank)
+        UNION ALL SELECT k.kid, r.rr, 2, k.end_ns FROM kern k JOIN ranks r USING (run_id, rank)) p
+  LEFT JOIN offsets o ON o.rr = p.rr
+  ASOF LEFT JOIN cum c ON c.rr = p.rr AND p.x >= c.s
+),
 covered AS (
-  SELECT k.kid,
-    sum(greatest(0, least(k.w, m.e) - greatest(k.start_ns, m.s))) AS cov_wait,
-    sum(greatest(0, least(k.end_ns, m.e) - greatest(k.w, m.s))) AS cov_transfer
-  FROM kern k JOIN merged m ON m.run_id = k.run_id AND m.rank = k.rank AND m.s < k.end_ns AND m.e > k.start_ns
-  GROUP BY k.kid
+  SELECT kid,
+    max(f) FILTER (WHERE i = 1) - max(f) FILTER (WHERE i = 0) AS cov_wait,
+    max(f) FILTER (WHERE i = 2) - max(f) FILTER (WHERE i = 1) AS cov_transfer
+  FROM points GROUP BY kid
 )
 SELECT k.run_id, k.step, k.op, count(*) AS kernels, count(DISTINCT k.rank) AS ranks,
   sum(k.end_ns - k.start_ns)::BIGINT AS kernel_ns,

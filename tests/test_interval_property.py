@@ -387,3 +387,68 @@ def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
         assert row["exposed_comm_wait_ns"] == b[row["rank"]]["wait"], row
         assert row["exposed_comm_transfer_ns"] == b[row["rank"]]["transfer"], row
         assert row["exposed_comm_wait_ns"] + row["exposed_comm_transfer_ns"] == row["exposed_comm_ns"]
+
+
+def _brute_exposure(ivs) -> tuple[int, int, int]:
+    """(communication kernels, their summed duration, their summed time under no compute
+    kernel), walking every nanosecond: each kernel counts its own time (collective_exposure.sql)."""
+    comp = [(s, s + d) for s, d, c, _ in ivs if c == "compute"]
+    kernels = [(s, s + d) for s, d, c, _ in ivs if c == "communication"]
+    exposed = sum(1 for s, e in kernels for t in range(s, e) if not any(a <= t < b for a, b in comp))
+    return len(kernels), sum(e - s for s, e in kernels), exposed
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(interval, min_size=1, max_size=25), st.integers(-80, 80))
+def test_collective_exposure_matches_brute_force(ivs, shift):
+    """Two ranks with the same intervals, the second shifted (the running sums run over all ranks
+    in one order and are taken relative to each rank's offset); no collective is matched, so
+    every exposed nanosecond is transfer."""
+    with tempfile.TemporaryDirectory() as d:
+        lake = Lake(d)
+        lake.ensure()
+        n = len(ivs)
+        for rank, dt in ((0, 0), (1, shift)):
+            sid = f"s{rank}"
+            lake.write_source(
+                "r",
+                sid,
+                {
+                    "gpu_activities": {
+                        "run_id": ["r"] * n,
+                        "source_id": [sid] * n,
+                        "rank": [rank] * n,
+                        "device": [0] * n,
+                        "stream": [st_ for _, _, _, st_ in ivs],
+                        "kind": [KIND[c] for _, _, c, _ in ivs],
+                        "category": [c for _, _, c, _ in ivs],
+                        "classified_by": ["default"] * n,
+                        "name": ["k"] * n,
+                        "start_ns": [s + dt for s, _, _, _ in ivs],
+                        "end_ns": [s + du + dt for s, du, _, _ in ivs],
+                        "dur_ns": [du for _, du, _, _ in ivs],
+                        "event_index": list(range(n)),
+                    }
+                },
+                {
+                    "source_id": sid,
+                    "run_id": "r",
+                    "path": f"/x{rank}",
+                    "format": "kineto_json",
+                    "content_sha256": "0",
+                    "size_bytes": 0,
+                    "status": "ok",
+                    "schema_version": 2,
+                    "tracelake_version": "t",
+                    "ingested_at_ns": 0,
+                },
+            )
+        rows = run(connect(lake), "collective_exposure").to_dicts()
+    kernels, kernel_ns, exposed = _brute_exposure(ivs)
+    if not kernels:
+        assert rows == []
+        return
+    (row,) = rows
+    assert (row["kernels"], row["ranks"]) == (2 * kernels, 2)
+    assert (row["kernel_ns"], row["exposed_ns"]) == (2 * kernel_ns, 2 * exposed)
+    assert (row["exposed_wait_ns"], row["exposed_transfer_ns"]) == (0, 2 * exposed)
