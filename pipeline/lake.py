@@ -317,7 +317,9 @@ class Lake(LakeFiles):
                     tbl = pf.read_row_group(i)
                     j = tbl.schema.get_field_index("run_id")
                     tbl = tbl.set_column(
-                        j, tbl.schema.field(j), pa.array([run_id] * tbl.num_rows, tbl.schema.field(j).type)
+                        j,
+                        tbl.schema.field(j),
+                        pl.repeat(run_id, tbl.num_rows, eager=True).to_arrow().cast(pa.string()),
                     )
                     w.write_table(tbl)
             pf.close()

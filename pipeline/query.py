@@ -16,7 +16,8 @@ connect(lake) returns a DuckDB connection with
   collective_calls) computed once into temporary tables behind the same names (for a whole
   analysis: the variables below are fixed at connect time then);
 - metric_views: every metric file is made a view (True), or only these (a tuple of names;
-  run(con, name) runs any of them);
+  run(con, name) runs any of them); derived_views=False: neither the views of queries/views nor
+  the metric views (the schema tables and catalogs only; for_query() decides it for one query);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
   when given, `peak_tflops` and `model_flops_per_step` (MFU overrides) and `tokens_per_step`
   (tokens/s, queries/mfu.sql).
@@ -26,6 +27,7 @@ run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 import duckdb
@@ -55,6 +57,7 @@ def connect(
     runs: list[str] | None = None,
     tokens_per_step: float | None = None,
     metric_views: bool | tuple[str, ...] = True,
+    derived_views: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
@@ -73,6 +76,7 @@ def connect(
                 runs,
                 tokens_per_step,
                 metric_views,
+                derived_views,
             )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
@@ -92,6 +96,7 @@ def _connect(
     runs,
     tokens_per_step=None,
     metric_views=True,
+    derived_views=True,
 ):
     if materialize is None:
         try:
@@ -115,13 +120,15 @@ def _connect(
             # the parts are listed, not globbed: no character of the lake path acts as a wildcard
             # (DuckDB still globs inside each name, so [ ] * ? are escaped as one-character classes)
             listed = ", ".join("'" + _glob_escape(f).replace("'", "''") + "'" for f in files)
-            # by name after the empty v2 table: a column added to v2 after these parts were
-            # written (sources.unreadable_bytes) reads as NULL, and the columns keep v2's order
+            # every part of a table has exactly the schema's columns (written conformed; older
+            # lakes are upgraded first, pipeline/upgrade.py), so DuckDB binds on one part's
+            # footer instead of reading every part's (union_by_name: 10 s of connect for a lake
+            # of 1,000 small sources); by name after the empty table, the columns keep its order
             con.register(f"_empty_{t}", sch.empty(t))
             con.execute(
                 f"CREATE VIEW {t} AS SELECT * FROM _empty_{t} UNION ALL BY NAME "
                 f"SELECT * EXCLUDE (run) FROM read_parquet([{listed}], hive_partitioning = true, "
-                f"hive_types = {{'run': VARCHAR}}, union_by_name = true)"
+                f"hive_types = {{'run': VARCHAR}}, union_by_name = false)"
             )
         else:
             con.register(f"_empty_{t}", sch.empty(t))
@@ -149,7 +156,7 @@ def _connect(
     # it needs, and a join's output order already varies with the threads), so DuckDB may write
     # them in any order: 12 % faster at scale
     done: set[str] = set()
-    for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
+    for f in sorted((QUERIES_DIR / "views").glob("*.sql")) if derived_views else ():
         con.execute(f.read_text())
         if not materialize:
             continue
@@ -167,7 +174,7 @@ def _connect(
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL; DuckDB
     # binds a view when it is created (about 10 ms each on a small lake), so a caller that runs
     # the metric files itself (analyze) names only those it reads as views
-    for name in metric_names() if metric_views is True else metric_views or ():
+    for name in (metric_names() if metric_views is True else metric_views or ()) if derived_views else ():
         con.execute(f"CREATE VIEW {name} AS " + sql_text(name).strip().rstrip(";"))
     return con
 
@@ -189,6 +196,36 @@ def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
 
 def metric_names() -> list[str]:
     return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
+
+
+def derived_view_names() -> set[str]:
+    """The views queries/views/*.sql create."""
+    return {
+        m.lower()
+        for f in (QUERIES_DIR / "views").glob("*.sql")
+        for m in re.findall(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)", f.read_text(), re.IGNORECASE)
+    }
+
+
+# words of a query that list or describe the catalog: such a query gets every view
+_CATALOG_WORDS = {"show", "describe", "summarize", "information_schema", "pg_catalog"}
+
+
+def for_query(text: str) -> dict:
+    """connect() arguments for one ad-hoc query (`tracelake sql`): the metric views it names,
+    and the derived views (materialized as for analyze on a small lake) only when it names one
+    of them or a metric, so a query of the schema tables alone pays nothing for them (on a lake
+    of thousands of small sources, the derived views' materialization alone reads every part).
+    A query naming the catalog (SHOW, DESCRIBE, information_schema, duckdb_*) gets every view.
+    Names are matched as words of the text, so a mention in a comment or a string counts too
+    (it only costs time)."""
+    words = set(re.findall(r"[a-z_][a-z0-9_]*", text.lower()))
+    if words & _CATALOG_WORDS or any(w.startswith("duckdb_") for w in words):
+        return {}
+    metrics = tuple(n for n in metric_names() if n in words)
+    if metrics or words & derived_view_names():
+        return {"metric_views": metrics}
+    return {"derived_views": False}
 
 
 def sql_count(con: duckdb.DuckDBPyConnection, text: str) -> int:

@@ -3,9 +3,12 @@
 Schema v2 added the derived columns of gpu_activities (pipeline/derive.py). A lake whose
 TRACELAKE marker names schema v1 may hold gpu_activities parts without them; read as they are,
 those columns would be NULL and every step, launch and graph-replay figure would be silently
-wrong. So, before a lake is read (pipeline/query.py connect) or written (pipeline/ingest):
-- upgrade(lake): with the writer lock held, each such part is re-derived from its own source's
-  cpu_ops and steps parts and replaced atomically (os.replace: a reader sees the old part or the
+wrong. Its parts may also lack columns added during v1 (sources.unreadable_bytes), and readers
+now expect every part of a table to have exactly the schema's columns. So, before a lake is
+read (pipeline/query.py connect) or written (pipeline/ingest):
+- upgrade(lake): with the writer lock held, each such part is rewritten (gpu_activities
+  re-derived from its own source's cpu_ops and steps parts, others with NULL in the missing
+  columns) and replaced atomically (os.replace: a reader sees the old part or the
   new one, never half of one; a kill in between leaves old parts, found again next time); then
   the marker is set to the current version. Returns the number of parts rewritten.
 - current_parts(lake): what connect calls. It upgrades when it can; when the lake cannot be
@@ -42,16 +45,22 @@ def marker_version(lake: Lake) -> int:
     return int(m.group(1)) if m else 1
 
 
-def _stale(lake: Lake) -> list[Path]:
-    """Committed gpu_activities parts without the derived columns."""
+def _stale(lake: Lake) -> list[tuple[str, Path]]:
+    """(table, part) of every committed part whose columns are not exactly the current schema's:
+    gpu_activities parts without the derived columns, and parts written before a column was
+    added (sources.unreadable_bytes and named_run_id came during v1). Readers rely on every part
+    of a table having the schema's columns (pipeline/query.py reads them without union_by_name,
+    which would read every part's footer at connect time)."""
     out = []
-    for f in lake.table_files("gpu_activities"):
-        try:
-            names = pq.read_schema(f).names
-        except (OSError, pa.ArrowException) as e:
-            raise LakeError(f"{f}: unreadable gpu_activities part ({str(e).splitlines()[0]})") from None
-        if not set(derive.DERIVED) <= set(names):
-            out.append(Path(f))
+    for t in sch.tables():
+        want = sch.arrow_schema(t).names
+        for f in lake.table_files(t):
+            try:
+                names = pq.read_schema(f).names
+            except (OSError, pa.ArrowException) as e:
+                raise LakeError(f"{f}: unreadable {t} part ({str(e).splitlines()[0]})") from None
+            if names != want:
+                out.append((t, Path(f)))
     return out
 
 
@@ -60,20 +69,32 @@ def _sibling(lake: Lake, part: Path, table: str) -> Path | None:
     return p if p.is_file() else None
 
 
-def _derive(lake: Lake, part: Path, out: Path) -> None:
+def _rewrite(lake: Lake, table: str, part: Path, out: Path) -> None:
+    """Write `out`: the part with the current schema's columns (derived ones recomputed for
+    gpu_activities, others NULL where the part predates them)."""
     try:
-        ok = derive.derive_files(
-            part,
-            _sibling(lake, part, "cpu_ops"),
-            _sibling(lake, part, "steps"),
-            out,
-            lambda chunks, path: write_stream("gpu_activities", chunks, path),
-        )
-    except (OSError, pa.ArrowException) as e:
+        if table == "gpu_activities":
+            ok = derive.derive_files(
+                part,
+                _sibling(lake, part, "cpu_ops"),
+                _sibling(lake, part, "steps"),
+                out,
+                lambda chunks, path: write_stream(table, chunks, path),
+            )
+        else:
+            pf = pq.ParquetFile(part)
+            try:
+                ok = write_stream(table, (pa.Table.from_batches([b]) for b in pf.iter_batches()), out)
+            finally:
+                pf.close()
+    except (OSError, pa.ArrowException, sch.SchemaError) as e:
         out.unlink(missing_ok=True)
-        raise LakeError(f"{part}: cannot upgrade this part to schema v{sch.SCHEMA_VERSION} ({e})") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LakeError(
+            f"{part}: cannot upgrade this {table} part to schema v{sch.SCHEMA_VERSION} ({why})"
+        ) from None
     if not ok:  # an empty part: keep an empty file of the current schema
-        pq.write_table(sch.empty("gpu_activities"), out)
+        pq.write_table(sch.empty(table), out)
 
 
 def upgrade(lake: Lake) -> int:
@@ -81,9 +102,9 @@ def upgrade(lake: Lake) -> int:
     if marker_version(lake) >= sch.SCHEMA_VERSION:
         return 0
     stale = _stale(lake)
-    for part in stale:
+    for table, part in stale:
         tmp = part.with_name(f".{part.name}.upgrade")
-        _derive(lake, part, tmp)
+        _rewrite(lake, table, part, tmp)
         os.replace(tmp, part)
     marker = lake.root / "TRACELAKE"
     tmp = lake.root / ".TRACELAKE.upgrade"
@@ -110,9 +131,9 @@ def current_parts(lake: Lake) -> dict[str, str]:
     dest = Path(tempfile.mkdtemp(prefix="tracelake-upgrade-"))
     atexit.register(shutil.rmtree, dest, True)
     out = {}
-    for i, part in enumerate(stale):
+    for i, (table, part) in enumerate(stale):
         copy = dest / str(i) / part.parent.name / part.name  # keeps the run=<id> directory for hive reads
         copy.parent.mkdir(parents=True)
-        _derive(lake, part, copy)
+        _rewrite(lake, table, part, copy)
         out[str(part)] = str(copy)
     return out

@@ -240,11 +240,12 @@ def test_unreadable_bytes_is_null_for_failed_files_and_old_lakes(tmp_path):
     ingest_paths([g], lake, run="old")
     for p in lake.table_files("sources"):
         pl.read_parquet(p).drop("unreadable_bytes").write_parquet(p)
+    (lake.root / "TRACELAKE").write_text("tracelake lake, schema v1\n")  # as such a lake is marked
     src = lake.sources()
     assert (
         src.height == 1 and src["unreadable_bytes"].to_list() == [None] and src["status"].to_list() == ["ok"]
     )
-    # only old parts: the DuckDB view still has the column (NULL), in v2's column order
+    # only old parts: upgraded when read (pipeline/upgrade.py), the column is NULL, in v2's order
     con = connect(lake)
     assert con.execute("SELECT status, unreadable_bytes FROM sources").fetchall() == [("ok", None)]
     assert [d[0] for d in con.execute("SELECT * FROM sources").description] == list(lake.sources().columns)

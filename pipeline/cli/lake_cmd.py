@@ -91,7 +91,7 @@ def sql(
     import duckdb
 
     from ..lake import Lake, LakeError
-    from ..query import connect
+    from ..query import connect, for_query
 
     if fmt not in ("table", "csv", "json"):
         raise typer.BadParameter("--format must be table, csv or json")
@@ -108,7 +108,7 @@ def sql(
         err.print("error: empty query", markup=False)
         raise typer.Exit(EXIT_FAILED)
     try:
-        con = connect(lk, window=window)
+        con = connect(lk, window=window, **for_query(text))
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
         err.print(_lake_read_error(lake, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
