@@ -184,26 +184,50 @@ class LakeFiles:
 
     # ------------------------------------------------------------------ reading
 
+    def _listing(self, table: str) -> list[tuple[str, str]]:
+        """(run directory name, source id) of the table's parts, sorted (os.scandir: a lake of
+        thousands of sources is listed in milliseconds, not in pathlib's seconds)."""
+        out = []
+        try:
+            runs = [e.name for e in os.scandir(self.root / table) if e.name.startswith("run=") and e.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        for r in runs:
+            try:
+                out += [
+                    (r, e.name[:-8]) for e in os.scandir(self.root / table / r) if e.name.endswith(".parquet")
+                ]
+            except FileNotFoundError:  # a run directory removed meanwhile (forget)
+                continue
+        return sorted(out)
+
     def _parts(self, table: str) -> list[Path]:
-        d = self.root / table
-        return sorted(d.glob("run=*/*.parquet")) if d.is_dir() else []
+        return [self.root / table / r / f"{sid}.parquet" for r, sid in self._listing(table)]
 
     def _committed(self) -> set[tuple[str, str]]:
         """(run directory name, source id) of every source with a `sources` row."""
-        return {(p.parent.name, p.stem) for p in self._parts("sources")}
+        return set(self._listing("sources"))
 
-    def table_files(self, table: str, runs: Iterable[str] | None = None) -> list[str]:
+    def table_files(
+        self, table: str, runs: Iterable[str] | None = None, committed: set[tuple[str, str]] | None = None
+    ) -> list[str]:
         """The table's Parquet parts (listed here, so no character of the lake path is a glob).
         Parts of a source without its `sources` row (a commit in progress, or one killed half-way
-        and not yet recovered) are left out. runs: only the parts of these run ids (None: all)."""
-        parts = self._parts(table)
+        and not yet recovered) are left out. runs: only the parts of these run ids (None: all).
+        committed: _committed() when the caller lists several tables at once (listed once)."""
+        parts = self._listing(table)
         if runs is not None:
             dirs = {self.part_path(table, r, "x").parent.name for r in runs}
-            parts = [p for p in parts if p.parent.name in dirs]
+            parts = [p for p in parts if p[0] in dirs]
         if table != "sources" and parts:
-            ok = self._committed()
-            parts = [p for p in parts if (p.parent.name, p.stem) in ok]
-        return [str(p) for p in parts]
+            ok = self._committed() if committed is None else committed
+            parts = [p for p in parts if p in ok]
+        base = str(self.root / table)
+        return [f"{base}/{r}/{sid}.parquet" for r, sid in parts]
+
+    def committed(self) -> set[tuple[str, str]]:
+        """(run directory name, source id) of the committed sources (for table_files)."""
+        return self._committed()
 
     def has_table(self, table: str) -> bool:
         return bool(self.table_files(table))

@@ -114,8 +114,9 @@ def _connect(
     con = duckdb.connect(":memory:")
     if threads:
         con.execute(f"SET threads = {int(threads)}")
+    committed = lake.committed()
     for t in sch.tables():
-        files = [instead.get(f, f) for f in lake.table_files(t, runs)]
+        files = [instead.get(f, f) for f in lake.table_files(t, runs, committed)]
         if files:
             # the parts are listed, not globbed: no character of the lake path acts as a wildcard
             # (DuckDB still globs inside each name, so [ ] * ? are escaped as one-character classes)
@@ -179,8 +180,11 @@ def _connect(
     return con
 
 
+_GLOB_CHARS = re.compile(r"([*?\[\]])")
+
+
 def _glob_escape(path: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[]" else c for c in path)
+    return _GLOB_CHARS.sub(r"[\1]", path)
 
 
 def sql_text(name: str) -> str:
