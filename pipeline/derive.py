@@ -43,8 +43,8 @@ import pyarrow.parquet as pq
 # the derived columns, in schema order (schemas/v2.toml, last columns of gpu_activities)
 DERIVED = ("launch_ns", "launch_name", "launch_pid", "launch_tid", "step", "graph_replay", "flops_op")
 BATCH_ROWS = 1 << 18
-# polars' in-memory engine: half the time of the default streaming one on a small source (10 vs
-# 19 ms for a DLRM rank); a large part is derived batch by batch anyway
+# polars' in-memory engine for a small source: half the time of the streaming one (10 vs 19 ms
+# for a DLRM rank); a large one is streamed (see derived_batches)
 ENGINE = "in-memory"
 _KEYS = ["rank", "correlation"]
 
@@ -138,15 +138,19 @@ def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids):
 
 def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator[pa.Table]:
     """The rows of the gpu_activities part `gpu`, in its order, with the derived columns computed
-    from the source's cpu_ops and steps parts (None: it has none): one lazy plan for a part of at
-    most BATCH_ROWS rows, else the per-correlation table once and the part row group by row group."""
+    from the source's cpu_ops and steps parts (None: it has none): one lazy plan in memory for a
+    small source (at most BATCH_ROWS GPU activities and 4 x BATCH_ROWS host ops), else the
+    per-correlation table once, streamed, and the part batch by batch."""
     corr, ids = per_correlation(gpu, cpu, steps)
     pf = pq.ParquetFile(gpu)
     try:
-        if pf.metadata.num_rows <= BATCH_ROWS:
+        cpu_rows = pq.read_metadata(cpu).num_rows if cpu is not None else 0
+        if pf.metadata.num_rows <= BATCH_ROWS and cpu_rows <= 4 * BATCH_ROWS:
             yield _with_derived(pl.scan_parquet(gpu, glob=False), corr, ids).collect(engine=ENGINE).to_arrow()
             return
-        corr, ids = pl.collect_all([corr, ids], engine=ENGINE)
+        # a large source: streamed, so that only the launch calls' rows of cpu_ops are held
+        # (in memory, every op's name would be read before the filter)
+        corr, ids = pl.collect_all([corr, ids], engine="streaming")
         for batch in pf.iter_batches(batch_size=BATCH_ROWS):
             yield (
                 _with_derived(pl.from_arrow(batch).lazy(), corr.lazy(), ids.lazy())
