@@ -33,50 +33,64 @@ def brute(ivs):
     return out
 
 
+def _gpu_table(sid, rank, ivs, dt, correlation=None) -> dict:
+    """gpu_activities columns for (start, duration, category, stream) intervals shifted by dt."""
+    n = len(ivs)
+    t = {
+        "run_id": ["r"] * n,
+        "source_id": [sid] * n,
+        "rank": [rank] * n,
+        "device": [0] * n,
+        "stream": [st_ for _, _, _, st_ in ivs],
+        "kind": [KIND[c] for _, _, c, _ in ivs],
+        "category": [c for _, _, c, _ in ivs],
+        "classified_by": ["default"] * n,
+        "name": ["k"] * n,
+        "start_ns": [s + dt for s, _, _, _ in ivs],
+        "end_ns": [s + du + dt for s, du, _, _ in ivs],
+        "dur_ns": [du for _, du, _, _ in ivs],
+        "event_index": list(range(n)),
+    }
+    if correlation is not None:
+        t["correlation"] = correlation
+    return t
+
+
+def _source_row(sid, rank) -> dict:
+    return {
+        "source_id": sid,
+        "run_id": "r",
+        "path": f"/x{rank}",
+        "format": "kineto_json",
+        "content_sha256": "0",
+        "size_bytes": 0,
+        "status": "ok",
+        "schema_version": 2,
+        "tracelake_version": "t",
+        "ingested_at_ns": 0,
+    }
+
+
+def _two_rank_lake(d, ivs, shift) -> Lake:
+    """A lake of two ranks with the same (start, duration, category, stream) intervals, the
+    second shifted in time by `shift` ns."""
+    lake = Lake(d)
+    lake.ensure()
+    for rank, dt in ((0, 0), (1, shift)):
+        sid = f"s{rank}"
+        lake.write_source(
+            "r", sid, {"gpu_activities": _gpu_table(sid, rank, ivs, dt)}, _source_row(sid, rank)
+        )
+    return lake
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(interval, min_size=1, max_size=25), st.integers(-80, 80), st.booleans())
 def test_breakdown_matches_brute_force(ivs, shift, materialize):
     """Two ranks with the same intervals, the second shifted in time (the sweep runs over all ranks
     in one sort), on plain and materialized views."""
     with tempfile.TemporaryDirectory() as d:
-        lake = Lake(d)
-        lake.ensure()
-        n = len(ivs)
-        for rank, dt in ((0, 0), (1, shift)):
-            sid = f"s{rank}"
-            lake.write_source(
-                "r",
-                sid,
-                {
-                    "gpu_activities": {
-                        "run_id": ["r"] * n,
-                        "source_id": [sid] * n,
-                        "rank": [rank] * n,
-                        "device": [0] * n,
-                        "stream": [st_ for _, _, _, st_ in ivs],
-                        "kind": [KIND[c] for _, _, c, _ in ivs],
-                        "category": [c for _, _, c, _ in ivs],
-                        "classified_by": ["default"] * n,
-                        "name": ["k"] * n,
-                        "start_ns": [s + dt for s, _, _, _ in ivs],
-                        "end_ns": [s + du + dt for s, du, _, _ in ivs],
-                        "dur_ns": [du for _, du, _, _ in ivs],
-                        "event_index": list(range(n)),
-                    }
-                },
-                {
-                    "source_id": sid,
-                    "run_id": "r",
-                    "path": f"/x{rank}",
-                    "format": "kineto_json",
-                    "content_sha256": "0",
-                    "size_bytes": 0,
-                    "status": "ok",
-                    "schema_version": 1,
-                    "tracelake_version": "t",
-                    "ingested_at_ns": 0,
-                },
-            )
+        lake = _two_rank_lake(d, ivs, shift)
         rows = run(connect(lake, materialize=materialize), "breakdown").to_dicts()
     assert [r["rank"] for r in rows] == [0, 1]
     b = brute(ivs)
@@ -138,26 +152,12 @@ def _write_rank_lake(d, acts, shift):
             if off is not None and k not in launches:
                 launches[k] = s + dt - off
         m = len(launches)
+        ivs = [(a[0], a[1], "compute", a[2]) for a in acts]
         lake.write_source(
             "r",
             sid,
             {
-                "gpu_activities": {
-                    "run_id": ["r"] * n,
-                    "source_id": [sid] * n,
-                    "rank": [rank] * n,
-                    "device": [0] * n,
-                    "stream": [a[2] for a in acts],
-                    "kind": ["kernel"] * n,
-                    "category": ["compute"] * n,
-                    "classified_by": ["default"] * n,
-                    "name": ["k"] * n,
-                    "start_ns": [a[0] + dt for a in acts],
-                    "end_ns": [a[0] + a[1] + dt for a in acts],
-                    "dur_ns": [a[1] for a in acts],
-                    "event_index": list(range(n)),
-                    "correlation": corr,
-                },
+                "gpu_activities": _gpu_table(sid, rank, ivs, dt, corr),
                 "cpu_ops": {
                     "run_id": ["r"] * m,
                     "source_id": [sid] * m,
@@ -171,18 +171,7 @@ def _write_rank_lake(d, acts, shift):
                     "correlation": list(launches),
                 },
             },
-            {
-                "source_id": sid,
-                "run_id": "r",
-                "path": f"/x{rank}",
-                "format": "kineto_json",
-                "content_sha256": "0",
-                "size_bytes": 0,
-                "status": "ok",
-                "schema_version": 1,
-                "tracelake_version": "t",
-                "ingested_at_ns": 0,
-            },
+            _source_row(sid, rank),
         )
     return lake, corr
 
@@ -365,20 +354,7 @@ def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
                         "timing_source": ["gpu_kernel"] * m,
                     },
                 },
-                {
-                    "source_id": sid,
-                    "run_id": "r",
-                    "path": f"/x{rank}",
-                    "format": "kineto_json",
-                    "content_sha256": "0",
-                    "size_bytes": 0,
-                    "status": "ok",
-                    "schema_version": 1,
-                    "tracelake_version": "t",
-                    "ingested_at_ns": 0,
-                    "rank": rank,
-                    "world_size": 2,
-                },
+                {**_source_row(sid, rank), "rank": rank, "world_size": 2},
             )
         rows = run(connect(lake, materialize=materialize), "breakdown").to_dicts()
         rows = [r for r in rows if r["level"] == "rank"]
@@ -405,44 +381,7 @@ def test_collective_exposure_matches_brute_force(ivs, shift):
     in one order and are taken relative to each rank's offset); no collective is matched, so
     every exposed nanosecond is transfer."""
     with tempfile.TemporaryDirectory() as d:
-        lake = Lake(d)
-        lake.ensure()
-        n = len(ivs)
-        for rank, dt in ((0, 0), (1, shift)):
-            sid = f"s{rank}"
-            lake.write_source(
-                "r",
-                sid,
-                {
-                    "gpu_activities": {
-                        "run_id": ["r"] * n,
-                        "source_id": [sid] * n,
-                        "rank": [rank] * n,
-                        "device": [0] * n,
-                        "stream": [st_ for _, _, _, st_ in ivs],
-                        "kind": [KIND[c] for _, _, c, _ in ivs],
-                        "category": [c for _, _, c, _ in ivs],
-                        "classified_by": ["default"] * n,
-                        "name": ["k"] * n,
-                        "start_ns": [s + dt for s, _, _, _ in ivs],
-                        "end_ns": [s + du + dt for s, du, _, _ in ivs],
-                        "dur_ns": [du for _, du, _, _ in ivs],
-                        "event_index": list(range(n)),
-                    }
-                },
-                {
-                    "source_id": sid,
-                    "run_id": "r",
-                    "path": f"/x{rank}",
-                    "format": "kineto_json",
-                    "content_sha256": "0",
-                    "size_bytes": 0,
-                    "status": "ok",
-                    "schema_version": 2,
-                    "tracelake_version": "t",
-                    "ingested_at_ns": 0,
-                },
-            )
+        lake = _two_rank_lake(d, ivs, shift)
         rows = run(connect(lake), "collective_exposure").to_dicts()
     kernels, kernel_ns, exposed = _brute_exposure(ivs)
     if not kernels:
