@@ -55,8 +55,8 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (imported here, not lazily inside the first write)
 import pyarrow.parquet as pq
 
-from . import derive
 from . import schema as sch
+from .parts import derive_staged, parquet_options, write_parquet, write_stream
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SHORTENED = re.compile(r".{100}-[0-9a-f]{6}")
@@ -96,21 +96,6 @@ class LakeError(RuntimeError):
 
 class LakeBusy(LakeError):
     """Another ingest holds the lake's lock."""
-
-
-def _parquet_options(schema: pa.Schema) -> dict:
-    """zstd; min/max statistics only for non-string columns (numbers and times prune row groups;
-    statistics of long text columns such as input_dims cost as much as the data); dictionary
-    encoding only for string columns (names, kinds repeat; nanosecond times and ids rarely do, and
-    trying a dictionary on them costs write time: on a scaled Kineto rank 37 % less write time and
-    46 % smaller files than the default of every column)."""
-    text = [f.name for f in schema if pa.types.is_string(f.type) or pa.types.is_large_string(f.type)]
-    stats = [f.name for f in schema if not pa.types.is_string(f.type) and not pa.types.is_list(f.type)]
-    return dict(compression="zstd", write_statistics=stats, use_dictionary=text)
-
-
-def _write_parquet(tbl: pa.Table, path: Path) -> None:
-    pq.write_table(tbl, path, **_parquet_options(tbl.schema))
 
 
 # ------------------------------------------------------------------ test hook
@@ -326,7 +311,7 @@ class Lake(LakeFiles):
             staged = [(tmp / f"{t}.parquet", t, tbl) for t, tbl in whole.items() if tbl.num_rows]
             # Parquet encoding releases the GIL: write the tables side by side
             with ThreadPoolExecutor(max_workers=2) as pool:
-                list(pool.map(lambda x: _write_parquet(x[2], x[0]), staged))
+                list(pool.map(lambda x: write_parquet(x[2], x[0]), staged))
             done += [t for _, t, _ in staged]
             for t, d in tables.items():
                 if d is None or t in whole:
@@ -334,7 +319,7 @@ class Lake(LakeFiles):
                 if write_stream(t, d() if callable(d) else d, tmp / f"{t}.parquet"):
                     done.append(t)
             if "gpu_activities" in done:
-                _derive_staged(tmp, done)
+                derive_staged(tmp, done)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -352,7 +337,7 @@ class Lake(LakeFiles):
             f = Path(staged.dir) / f"{t}.parquet"
             out = f.with_suffix(".retarget")
             pf = pq.ParquetFile(f)
-            with pq.ParquetWriter(out, pf.schema_arrow, **_parquet_options(pf.schema_arrow)) as w:
+            with pq.ParquetWriter(out, pf.schema_arrow, **parquet_options(pf.schema_arrow)) as w:
                 for i in range(pf.num_row_groups):
                     tbl = pf.read_row_group(i)
                     j = tbl.schema.get_field_index("run_id")
@@ -378,7 +363,7 @@ class Lake(LakeFiles):
                 or src.column("source_id")[0].as_py() != staged.source_id
             ):
                 raise ValueError("sources row does not match the staged source")
-            _write_parquet(src, d / "sources.parquet")
+            write_parquet(src, d / "sources.parquet")
             journal = {"run_id": staged.run_id, "source_id": staged.source_id, "tables": staged.tables}
             (d / "COMMIT.part").write_text(json.dumps(journal))
             os.replace(d / "COMMIT.part", d / "COMMIT")
@@ -490,44 +475,3 @@ def _read_sources_part(path: str) -> pl.DataFrame:
                 "drop that source"
             )
         ) from None
-
-
-def _derive_staged(tmp: Path, done: list[str]) -> None:
-    """Rewrite a staged gpu_activities part with its derived columns (pipeline/derive.py)."""
-    part = tmp / "gpu_activities.parquet"
-    out = tmp / "gpu_activities.derived"
-    derive.derive_files(
-        part,
-        tmp / "cpu_ops.parquet" if "cpu_ops" in done else None,
-        tmp / "steps.parquet" if "steps" in done else None,
-        out,
-        lambda chunks, path: write_stream("gpu_activities", chunks, path),
-    )
-    os.replace(out, part)
-
-
-def write_stream(table: str, chunks, path: Path) -> bool:
-    """Write an iterable of chunks (pyarrow Table/RecordBatch, or a whole Table) as one Parquet
-    file, conforming each; returns False (no file) when there were no rows."""
-    if isinstance(chunks, (pa.Table, dict)):
-        tbl = sch.conform(table, chunks)
-        if tbl.num_rows:
-            _write_parquet(tbl, path)
-        return tbl.num_rows > 0
-    writer = None
-    rows = 0
-    try:
-        for c in chunks:
-            if isinstance(c, pa.RecordBatch):
-                c = pa.Table.from_batches([c])
-            tbl = sch.conform(table, c)
-            if not tbl.num_rows:
-                continue
-            if writer is None:
-                writer = pq.ParquetWriter(path, tbl.schema, **_parquet_options(tbl.schema))
-            writer.write_table(tbl)
-            rows += tbl.num_rows
-    finally:
-        if writer is not None:
-            writer.close()
-    return rows > 0

@@ -31,7 +31,8 @@ import pyarrow.parquet as pq
 
 from . import derive
 from . import schema as sch
-from .lake import Lake, LakeBusy, LakeError, write_stream
+from .lake import Lake, LakeBusy, LakeError
+from .parts import write_stream
 
 _MARKER = re.compile(rb"schema v(\d+)")
 

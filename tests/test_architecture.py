@@ -36,6 +36,17 @@ FORBIDDEN = {
         "report",
         "cli",
     },
+    "parts": {
+        "lake",
+        "upgrade",
+        "ingest",
+        "query",
+        "analyze",
+        "analyze_cluster",
+        "diagnosis",
+        "report",
+        "cli",
+    },
     "upgrade": {"ingest", "query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
 }
 MAX_MODULE_LINES = 560
