@@ -137,26 +137,34 @@ def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids):
 
 
 def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator[pa.Table]:
-    """The rows of the gpu_activities part `gpu`, in its order, with the derived columns computed
-    from the source's cpu_ops and steps parts (None: it has none): one lazy plan in memory for a
-    small source (at most BATCH_ROWS GPU activities and 4 x BATCH_ROWS host ops), else the
-    per-correlation table once, streamed, and the part batch by batch."""
+    """The rows of the gpu_activities part `gpu`, in its order and batch by batch, with the
+    derived columns computed from the source's cpu_ops and steps parts (None: it has none). The
+    derived columns are computed for the whole part at once from its key columns only (rank,
+    correlation, external id, kind: one join, a few bytes a row) and then appended to each batch
+    of the part as it is read, so the part's other columns (kernel names, geometry) are never
+    joined or held whole. A large source is computed on polars' streaming engine, so that only
+    the launch calls' rows of cpu_ops are held (in memory, every op's name would be read before
+    the filter); a small one on the in-memory engine (half the time)."""
     corr, ids = per_correlation(gpu, cpu, steps)
     pf = pq.ParquetFile(gpu)
     try:
         cpu_rows = pq.read_metadata(cpu).num_rows if cpu is not None else 0
-        if pf.metadata.num_rows <= BATCH_ROWS and cpu_rows <= 4 * BATCH_ROWS:
-            yield _with_derived(pl.scan_parquet(gpu, glob=False), corr, ids).collect(engine=ENGINE).to_arrow()
-            return
-        # a large source: streamed, so that only the launch calls' rows of cpu_ops are held
-        # (in memory, every op's name would be read before the filter)
-        corr, ids = pl.collect_all([corr, ids], engine="streaming")
+        small = pf.metadata.num_rows <= BATCH_ROWS and cpu_rows <= 4 * BATCH_ROWS
+        keys = pl.scan_parquet(gpu, glob=False).select("rank", "correlation", "external_id", "kind")
+        derived = (
+            _with_derived(keys, corr, ids).select(DERIVED).collect(engine=ENGINE if small else "streaming")
+        )
+        offset = 0
         for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-            yield (
-                _with_derived(pl.from_arrow(batch).lazy(), corr.lazy(), ids.lazy())
-                .collect(engine=ENGINE)
-                .to_arrow()
-            )
+            t = pa.Table.from_batches([batch])
+            t = t.drop_columns([c for c in DERIVED if c in t.column_names])
+            cols = derived.slice(offset, batch.num_rows).to_arrow()
+            for c in DERIVED:
+                t = t.append_column(c, cols.column(c))
+            offset += batch.num_rows
+            yield t
+        if offset != derived.height:  # the joins keep one row per activity, in its order
+            raise AssertionError(f"{gpu}: {derived.height} derived rows for {offset} activities")
     finally:
         pf.close()
 
