@@ -9,8 +9,9 @@ bad when the child runs past --timeout (a hang), exits with a code other than 0 
 raised), prints a Python traceback, peaks above --rss-limit-gb (os.wait4: the child's own peak
 RSS), leaves a file without a `sources` row (every file accounted for), or fails the good file.
 Files that failed with an unexpected exception ("could not ingest (...); please report this
-file") are counted too: each is an input whose message should name what is wrong. Prints the
-figures per format and exits 1 when any batch was bad; --keep keeps the inputs of bad batches.
+file") are counted too, and printed with their message: each is an input whose message should
+name what is wrong. Prints the figures per format and exits 1 when any batch was bad; --keep
+keeps the inputs of bad batches and of batches with such a file.
 """
 
 from __future__ import annotations
@@ -142,9 +143,13 @@ def main(argv=None) -> int:
                 stats["unexpected"] += r["unexpected"]
                 stats["max_s"] = max(stats["max_s"], r["seconds"])
                 stats["max_gb"] = max(stats["max_gb"], r["rss_gb"])
-                if bad:
-                    bad_total += 1
-                    print(f"  bad batch {stats['batches']} ({fmt}): {r}", file=sys.stderr)
+                if r["unexpected"] and not bad:  # not a failure, but each one is a message to fix
+                    for name, _, e in r.get("odd", []):
+                        print(f"  unexpected ({fmt}, batch {stats['batches']}): {name}: {e}", file=sys.stderr)
+                if bad or r["unexpected"]:
+                    bad_total += bool(bad)
+                    if bad:
+                        print(f"  bad batch {stats['batches']} ({fmt}): {r}", file=sys.stderr)
                     if a.keep:
                         shutil.copytree(
                             work / "in", Path(a.keep) / f"{fmt}_{stats['batches']}", dirs_exist_ok=True
