@@ -63,6 +63,13 @@ def test_run_analyze_sql_report(tmp_path):
     assert json.loads(r.stdout) == [{"n": 4}]
     r = runner.invoke(app, ["sql", "--lake", str(lake), "SELEC nonsense"])
     assert r.exit_code == 4 and "error" in r.output
+    # a query gets the metric views it names (query.for_query), and a catalog listing all of them
+    q = "SELECT rank FROM breakdown WHERE level = 'rank' ORDER BY rank"
+    r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", q])
+    assert r.exit_code == EXIT_OK and json.loads(r.stdout) == [{"rank": 0}, {"rank": 1}]
+    r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", "SHOW TABLES"])
+    names = {x["name"] for x in json.loads(r.stdout)}
+    assert {"breakdown", "step_time", "gpu_work", "scope", "gpu_activities"} <= names
 
 
 def test_every_command_has_help():
