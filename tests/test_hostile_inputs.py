@@ -406,3 +406,50 @@ def test_an_export_whose_payload_table_lacks_a_column_is_read_without_payloads(t
         "NVTX_EVENTS has payloads (binaryData) but lacks column(s) text: its NCCL payloads "
         "(message sizes, communicators) were not read"
     ) in r.notes
+
+
+def test_device_values_out_of_the_int32_range_are_read_as_null_with_a_note(tmp_path):
+    # found by the fuzzing harness (nsys, N=1000): a memset's deviceId of 2^62 failed the file
+    # with "could not ingest (ComputeError: could not append value ...); please report this file"
+    import sqlite3
+
+    import duckdb
+
+    f = tmp_path / "big_device.sqlite"
+    shutil.copy(GOOD, f)
+    os.chmod(f, 0o644)
+    c = sqlite3.connect(f)
+    (n_memset,) = c.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()
+    (first,) = c.execute("SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_MEMSET").fetchone()
+    c.execute("UPDATE CUPTI_ACTIVITY_KIND_MEMSET SET deviceId = 4611686018427387904 WHERE rowid = ?", [first])
+    # this export has no TARGET_INFO_GPU: add the table real exports have, for its two GPUs
+    c.execute(
+        "CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, busLocation TEXT, totalMemory INTEGER, "
+        "smCount INTEGER, computeMajor INTEGER, computeMinor INTEGER)"
+    )
+    c.executemany(
+        "INSERT INTO TARGET_INFO_GPU VALUES (?, 'NVIDIA H100', NULL, 85899345920, 4611686018427387904, 9, 0)",
+        [(0,), (1,)],
+    )
+    n_gpus = 2
+    c.commit()
+    c.close()
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    lake = Lake(tmp_path / "lake")
+    (r,) = ingest_paths([f], lake, jobs=1)
+    assert r.status == "ok", r.error
+    assert "1 value(s) of memset.deviceId out of the INT32 range, read as NULL" in r.notes
+    assert f"{n_gpus} value(s) of TARGET_INFO_GPU.smCount out of range, read as NULL" in r.notes
+    (g,) = lake.table_files("gpu_activities")
+    memsets = duckdb.sql(
+        "SELECT count(*), count(*) FILTER (WHERE device IS NULL) "
+        f"FROM read_parquet('{g}') WHERE kind = 'memset'"
+    ).fetchall()[0]
+    assert memsets == (n_memset, 1)
+    (d,) = lake.table_files("devices")
+    assert (
+        duckdb.sql(f"SELECT count(num_sms), count(compute_major) FROM read_parquet('{d}')").fetchall()[0][0]
+        == 0
+    )

@@ -30,13 +30,14 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
         if n:
             what = "are not of the column's type (REAL out of range, TEXT or BLOB)"
             notes.append(f"{n} value(s) of {col} {what} and were read as NULL")
+    _int32_notes(con, notes)
     n_rt = _check_rows(con)
     base, normalized = _clock(ex, con, meta, notes)
     ranks, rsrc = _ranks(con, n_rt, file_rank, cli_rank, notes)
     _nvtx_domains(con, notes)
     _nccl_ranges(con)
     host, versions = _host_versions(ex, meta)
-    devices = _devices(ex, con, ranks, host)
+    devices = _devices(ex, con, ranks, host, notes)
     if not meta.get("EXPORT_SCHEMA_VERSION"):
         notes.append("export schema version unknown (no META_DATA_EXPORT / EXPORT_META_DATA)")
 
@@ -328,3 +329,26 @@ def _enum_tables(con) -> None:
         SELECT DISTINCT g.deviceId::INTEGER AS device, r.rank FROM (
         SELECT globalPid, deviceId FROM kernel UNION ALL SELECT globalPid, deviceId FROM memcpy) g
         JOIN rank_map r ON r.gp = coalesce(g.globalPid, getvariable('single_gp'))""")
+
+
+# staged columns the lake keeps as int32 (gpu_activities.device, grid_*, block_*,
+# registers_per_thread): a value out of that range (a damaged export) is read as NULL
+# (mapping.py's TRY_CAST), and counted here
+_INT32_COLUMNS = {
+    "kernel": ("deviceId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread"),
+    "memcpy": ("deviceId",),
+    "memset": ("deviceId",),
+    "sync": ("deviceId",),
+}
+
+
+def _int32_notes(con, notes: list[str]) -> None:
+    for table, cols in _INT32_COLUMNS.items():
+        counts = con.execute(
+            "SELECT "
+            + ", ".join(f'count(*) FILTER (WHERE "{c}" NOT BETWEEN -2147483648 AND 2147483647)' for c in cols)
+            + f" FROM {table}"
+        ).fetchone()
+        for c, n in zip(cols, counts):
+            if n:
+                notes.append(f"{n} value(s) of {table}.{c} out of the INT32 range, read as NULL")

@@ -86,10 +86,13 @@ class _Sqlite:
         if "NVTX_EVENTS" not in self._tables or "binaryData" not in self.columns("NVTX_EVENTS"):
             return []
         _need(self.columns("NVTX_EVENTS"), PAYLOAD_COLUMNS)
-        return self.con.execute(
-            'SELECT globalTid, start, "end", text, textId, binaryData FROM NVTX_EVENTS '
-            'WHERE binaryData IS NOT NULL AND "end" IS NOT NULL'
-        ).fetchall()
+        try:
+            return self.con.execute(
+                'SELECT globalTid, start, "end", text, textId, binaryData FROM NVTX_EVENTS '
+                'WHERE binaryData IS NOT NULL AND "end" IS NOT NULL'
+            ).fetchall()
+        except sqlite3.DatabaseError as e:  # a damaged page under the payloads
+            raise NsysError(f"SQLite table NVTX_EVENTS cannot be read ({e})") from None
 
     def close(self):
         self.con.close()

@@ -11,36 +11,62 @@ import polars as pl
 from .export import _STEP_SCHEMA
 from .readers import _small
 
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
 
-def _devices(ex, con, ranks: dict[int, int], host) -> list[dict]:
-    """Every GPU of the report's host, listed once per rank (used = the rank ran work on it)."""
+
+def _bounded(v, lim, dropped: list[str], what: str):
+    """v when it is an integer within lim (the lake column's range), else None, noted."""
+    if v is None or (isinstance(v, int) and lim[0] <= v <= lim[1]):
+        return v
+    dropped.append(what)
+    return None
+
+
+def _devices(ex, con, ranks: dict[int, int], host, notes: list[str] | None = None) -> list[dict]:
+    """Every GPU of the report's host, listed once per rank (used = the rank ran work on it).
+    A device property out of its lake column's range (a damaged export: smCount 2^62) is read as
+    NULL with a note; a GPU whose id is out of range is left out."""
+    dropped: list[str] = []
     used = {}
     for gp, dev in con.execute("""SELECT DISTINCT gp, deviceId FROM (
             SELECT coalesce(globalPid, getvariable('single_gp')) AS gp, deviceId FROM kernel
             UNION ALL SELECT coalesce(globalPid, getvariable('single_gp')), deviceId FROM memcpy
             UNION ALL SELECT coalesce(globalPid, getvariable('single_gp')), deviceId FROM memset)
             WHERE deviceId IS NOT NULL""").fetchall():
-        if gp in ranks:
-            used.setdefault(ranks[gp], set()).add(int(dev))
+        dev = _bounded(int(dev), _I32, [], "")  # counted by build.py's _int32_notes
+        if gp in ranks and dev is not None:
+            used.setdefault(ranks[gp], set()).add(dev)
     gpus = {}
     for r in _small(
         ex,
         "TARGET_INFO_GPU",
         ["id", "name", "busLocation", "totalMemory", "smCount", "computeMajor", "computeMinor"],
     ):
-        if r["id"] is not None:
-            gpus[int(r["id"])] = {
+        gid = _bounded(r["id"], _I32, dropped, "TARGET_INFO_GPU.id")
+        if gid is not None:
+            gpus[gid] = {
                 "name": r["name"],
                 "bus_id": r["busLocation"],
-                "total_memory_bytes": r["totalMemory"],
-                "num_sms": r["smCount"],
-                "compute_major": r["computeMajor"],
-                "compute_minor": r["computeMinor"],
+                "total_memory_bytes": _bounded(
+                    r["totalMemory"], _I64, dropped, "TARGET_INFO_GPU.totalMemory"
+                ),
+                "num_sms": _bounded(r["smCount"], _I32, dropped, "TARGET_INFO_GPU.smCount"),
+                "compute_major": _bounded(r["computeMajor"], _I32, dropped, "TARGET_INFO_GPU.computeMajor"),
+                "compute_minor": _bounded(r["computeMinor"], _I32, dropped, "TARGET_INFO_GPU.computeMinor"),
             }
     if not gpus:
         for r in _small(ex, "TARGET_INFO_CUDA_DEVICE", ["gpuId", "cudaId", "numMultiprocessors"]):
-            if r["cudaId"] is not None:
-                gpus[int(r["cudaId"])] = {"num_sms": r["numMultiprocessors"]}
+            cid = _bounded(r["cudaId"], _I32, dropped, "TARGET_INFO_CUDA_DEVICE.cudaId")
+            if cid is not None:
+                gpus[cid] = {
+                    "num_sms": _bounded(
+                        r["numMultiprocessors"], _I32, dropped, "TARGET_INFO_CUDA_DEVICE.numMultiprocessors"
+                    )
+                }
+    if dropped and notes is not None:
+        for col in sorted(set(dropped)):
+            notes.append(f"{dropped.count(col)} value(s) of {col} out of range, read as NULL")
     all_devs = set(gpus) | {d for s in used.values() for d in s}
     rows = []
     for rank in sorted(set(ranks.values())):
