@@ -26,6 +26,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -62,23 +63,30 @@ def _stale(lake: Lake) -> list[tuple[str, Path]]:
                 raise LakeError(f"{f}: unreadable {t} part ({str(e).splitlines()[0]})") from None
             if names != want:
                 out.append((t, Path(f)))
-    return out
+    # gpu_activities last: its derived columns are read from the source's cpu_ops and steps
+    # parts, which must have the current columns by then
+    return sorted(out, key=lambda x: x[0] == "gpu_activities")
 
 
-def _sibling(lake: Lake, part: Path, table: str) -> Path | None:
+def _sibling(lake: Lake, part: Path, table: str, copies: dict[str, str]) -> Path | None:
+    """The same source's part of another table (its upgraded copy when there is one)."""
     p = lake.root / table / part.parent.name / part.name
+    if str(p) in copies:
+        return Path(copies[str(p)])
     return p if p.is_file() else None
 
 
-def _rewrite(lake: Lake, table: str, part: Path, out: Path) -> None:
+def _rewrite(lake: Lake, table: str, part: Path, out: Path, copies: dict[str, str] | None = None) -> None:
     """Write `out`: the part with the current schema's columns (derived ones recomputed for
-    gpu_activities, others NULL where the part predates them)."""
+    gpu_activities, others NULL where the part predates them). copies: {part: its upgraded copy}
+    for a lake upgraded into copies (current_parts)."""
+    copies = copies or {}
     try:
         if table == "gpu_activities":
             ok = derive.derive_files(
                 part,
-                _sibling(lake, part, "cpu_ops"),
-                _sibling(lake, part, "steps"),
+                _sibling(lake, part, "cpu_ops", copies),
+                _sibling(lake, part, "steps", copies),
                 out,
                 lambda chunks, path: write_stream(table, chunks, path),
             )
@@ -88,7 +96,7 @@ def _rewrite(lake: Lake, table: str, part: Path, out: Path) -> None:
                 ok = write_stream(table, (pa.Table.from_batches([b]) for b in pf.iter_batches()), out)
             finally:
                 pf.close()
-    except (OSError, pa.ArrowException, sch.SchemaError) as e:
+    except (OSError, pa.ArrowException, sch.SchemaError, pl.exceptions.PolarsError) as e:
         out.unlink(missing_ok=True)
         why = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise LakeError(
@@ -135,6 +143,6 @@ def current_parts(lake: Lake) -> dict[str, str]:
     for i, (table, part) in enumerate(stale):
         copy = dest / str(i) / part.parent.name / part.name  # keeps the run=<id> directory for hive reads
         copy.parent.mkdir(parents=True)
-        _rewrite(lake, table, part, copy)
+        _rewrite(lake, table, part, copy, out)
         out[str(part)] = str(copy)
     return out

@@ -226,3 +226,34 @@ def test_a_large_part_derived_batch_by_batch_gives_the_same_rows(tmp_path, monke
         monkeypatch.undo()
         assert len(parts) > 3 and pa.concat_tables(parts).to_pylist() == whole.to_pylist()
         assert whole.to_pylist() == pq.read_table(g).to_pylist()  # the stored part is that
+
+
+@pytest.mark.parametrize("locked", [False, True])
+def test_a_v1_lake_whose_host_parts_also_lack_a_column_is_upgraded(reference, tmp_path, locked):
+    """cpu_ops parts older than a column the derivation reads (flops): they are brought to the
+    current columns first (NULL), then gpu_activities is derived from them (no op has FLOPs, so
+    flops_op is FALSE everywhere), in place or, for a locked lake, in the copies."""
+    import duckdb
+
+    root, _ = reference
+    lake = _copy_lake(root / "lake", tmp_path / "lake")
+    _make_v1(lake)
+    for f in lake.table_files("cpu_ops"):
+        pq.write_table(pq.read_table(f).drop_columns(["flops"]), f)
+    fd = os.open(lake.root / ".lock", os.O_RDWR | os.O_CREAT)
+    try:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        con = __import__("pipeline.query", fromlist=["connect"]).connect(lake)
+        got = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE flops_op), count(launch_ns) FROM gpu_activities"
+        ).fetchall()[0]
+        (ops,) = con.execute("SELECT count(flops) FROM cpu_ops").fetchall()[0]
+    finally:
+        os.close(fd)
+    n = duckdb.sql(
+        f"SELECT count(*), count(launch_ns) FROM read_parquet({(root / 'lake').as_posix()!r} || "
+        "'/gpu_activities/*/*.parquet')"
+    ).fetchall()[0]
+    assert got == (n[0], 0, n[1]) and ops == 0
+    assert upgrade.marker_version(lake) == (1 if locked else 2)
