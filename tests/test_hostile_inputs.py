@@ -121,6 +121,32 @@ def test_a_zip_that_declares_far_more_than_it_holds_is_refused_whole(tmp_path):
     assert got[GOOD_KINETO.name] == ("ok", None)
 
 
+def test_a_zip_member_of_an_unsupported_compression_method_fails_alone(tmp_path):
+    # found by the fuzzing harness (archive, N=1000): a member whose compression method field was
+    # damaged failed as "could not ingest (NotImplementedError: That compression method is not
+    # supported); please report this file"
+    import gzip
+    import struct
+    import zipfile
+
+    z = tmp_path / "odd.zip"
+    with zipfile.ZipFile(z, "w", zipfile.ZIP_DEFLATED) as f:
+        f.writestr("rank0.json", gzip.decompress(SMALL_TRACE.read_bytes()))
+        f.writestr("rank1.json", gzip.decompress(SMALL_TRACE.read_bytes()))
+    raw = bytearray(z.read_bytes())
+    # rank1's compression method (offset 10 of its local header, 10 of its central-directory
+    # entry) set to 99, a method Python's zipfile does not implement
+    local = raw.index(b"PK\x03\x04rank1"[:4], raw.index(b"rank0.json") + 1)
+    central = raw.rindex(b"PK\x01\x02")
+    struct.pack_into("<H", raw, local + 8, 99)
+    struct.pack_into("<H", raw, central + 10, 99)
+    z.write_bytes(bytes(raw))
+    got = _ingest(tmp_path / "lake", z)
+    assert got["odd.zip!rank0.json"] == ("ok", None)
+    status, error = got["odd.zip!rank1.json"]
+    assert status == "failed" and error.startswith("unsupported archive member (") and "\n" not in error
+
+
 # --- pickle resource bombs (flight-recorder dumps are pickles) ---------------------------------
 
 PARSE_PICKLE = """

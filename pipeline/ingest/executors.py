@@ -40,6 +40,8 @@ def work(unit: Unit, opts: Options, done) -> list[Prepared]:
         err, ose = f"cannot read: {e.strerror or e}", True
     except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # a zip member's bytes are damaged
         err, ose = f"corrupt archive member ({type(e).__name__}: {one_line(str(e))[:200]})", False
+    except NotImplementedError as e:  # zipfile: a compression method or flag it cannot read
+        err, ose = f"unsupported archive member ({one_line(str(e))[:200]})", False
     except Exception as e:  # never let one file stop the batch; say what happened
         err, ose = (
             f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); please report this file",
