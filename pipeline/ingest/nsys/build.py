@@ -30,7 +30,7 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
         if n:
             what = "are not of the column's type (REAL out of range, TEXT or BLOB)"
             notes.append(f"{n} value(s) of {col} {what} and were read as NULL")
-    _int32_notes(con, notes)
+    _int32_to_null(con, notes)
     n_rt = _check_rows(con)
     base, normalized = _clock(ex, con, meta, notes)
     ranks, rsrc = _ranks(con, n_rt, file_rank, cli_rank, notes)
@@ -332,23 +332,26 @@ def _enum_tables(con) -> None:
 
 
 # staged columns the lake keeps as int32 (gpu_activities.device, grid_*, block_*,
-# registers_per_thread): a value out of that range (a damaged export) is read as NULL
-# (mapping.py's TRY_CAST), and counted here
+# registers_per_thread; the device also keys devices and the enum tables): a value out of that
+# range (a damaged export) is set to NULL in the staging table, once, with a note, so that every
+# later cast of it (mapping.py, _enum_tables, steps.py _devices) can rely on the range
 _INT32_COLUMNS = {
     "kernel": ("deviceId", "gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ", "registersPerThread"),
     "memcpy": ("deviceId",),
     "memset": ("deviceId",),
     "sync": ("deviceId",),
 }
+_OUT_OF_INT32 = '"{c}" NOT BETWEEN -2147483648 AND 2147483647'
 
 
-def _int32_notes(con, notes: list[str]) -> None:
+def _int32_to_null(con, notes: list[str]) -> None:
     for table, cols in _INT32_COLUMNS.items():
         counts = con.execute(
             "SELECT "
-            + ", ".join(f'count(*) FILTER (WHERE "{c}" NOT BETWEEN -2147483648 AND 2147483647)' for c in cols)
+            + ", ".join(f"count(*) FILTER (WHERE {_OUT_OF_INT32.format(c=c)})" for c in cols)
             + f" FROM {table}"
         ).fetchone()
         for c, n in zip(cols, counts):
             if n:
+                con.execute(f'UPDATE {table} SET "{c}" = NULL WHERE {_OUT_OF_INT32.format(c=c)}')
                 notes.append(f"{n} value(s) of {table}.{c} out of the INT32 range, read as NULL")

@@ -42,14 +42,14 @@ WITH g AS (
            + (SELECT count(*) FROM memset) AS idx
   FROM sync y LEFT JOIN sync_types st ON st.id = y.syncType
 )
-SELECT r.rank, TRY_CAST(g.deviceId AS INTEGER) AS device, g.streamId AS stream, g.kind, g.name,
+SELECT r.rank, g.deviceId::INTEGER AS device, g.streamId AS stream, g.kind, g.name,
        g.start + getvariable('base_ns') AS start_ns,
        g.start + getvariable('base_ns') + greatest(g."end" - g.start, 0) AS end_ns,
        greatest(g."end" - g.start, 0) AS dur_ns, g.correlationId AS correlation, g.contextId AS context,
-       TRY_CAST(g.gridX AS INTEGER) AS grid_x, TRY_CAST(g.gridY AS INTEGER) AS grid_y,
-       TRY_CAST(g.gridZ AS INTEGER) AS grid_z, TRY_CAST(g.blockX AS INTEGER) AS block_x,
-       TRY_CAST(g.blockY AS INTEGER) AS block_y, TRY_CAST(g.blockZ AS INTEGER) AS block_z,
-       TRY_CAST(g.registersPerThread AS INTEGER) AS registers_per_thread, g.shared_memory_bytes, g.bytes,
+       g.gridX::INTEGER AS grid_x, g.gridY::INTEGER AS grid_y,
+       g.gridZ::INTEGER AS grid_z, g.blockX::INTEGER AS block_x,
+       g.blockY::INTEGER AS block_y, g.blockZ::INTEGER AS block_z,
+       g.registersPerThread::INTEGER AS registers_per_thread, g.shared_memory_bytes, g.bytes,
        g.copy_kind,
        g.src_kind, g.dst_kind, g.sync_kind, g.graph_id, ({_GP} >> 24) & 16777215 AS pid,
        NULL::BIGINT AS tid, g.idx AS event_index, c.gp IS NOT NULL AS comm_launch

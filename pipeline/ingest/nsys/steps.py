@@ -12,7 +12,6 @@ from .export import _STEP_SCHEMA
 from .readers import _small
 
 _I32 = (-(2**31), 2**31 - 1)
-_I64 = (-(2**63), 2**63 - 1)
 
 
 def _bounded(v, lim, dropped: list[str], what: str):
@@ -34,9 +33,8 @@ def _devices(ex, con, ranks: dict[int, int], host, notes: list[str] | None = Non
             UNION ALL SELECT coalesce(globalPid, getvariable('single_gp')), deviceId FROM memcpy
             UNION ALL SELECT coalesce(globalPid, getvariable('single_gp')), deviceId FROM memset)
             WHERE deviceId IS NOT NULL""").fetchall():
-        dev = _bounded(int(dev), _I32, [], "")  # counted by build.py's _int32_notes
-        if gp in ranks and dev is not None:
-            used.setdefault(ranks[gp], set()).add(dev)
+        if gp in ranks:  # within int32: build.py's _int32_to_null
+            used.setdefault(ranks[gp], set()).add(int(dev))
     gpus = {}
     for r in _small(
         ex,
@@ -48,9 +46,7 @@ def _devices(ex, con, ranks: dict[int, int], host, notes: list[str] | None = Non
             gpus[gid] = {
                 "name": r["name"],
                 "bus_id": r["busLocation"],
-                "total_memory_bytes": _bounded(
-                    r["totalMemory"], _I64, dropped, "TARGET_INFO_GPU.totalMemory"
-                ),
+                "total_memory_bytes": r["totalMemory"],  # int64 already (readers.py _array)
                 "num_sms": _bounded(r["smCount"], _I32, dropped, "TARGET_INFO_GPU.smCount"),
                 "compute_major": _bounded(r["computeMajor"], _I32, dropped, "TARGET_INFO_GPU.computeMajor"),
                 "compute_minor": _bounded(r["computeMinor"], _I32, dropped, "TARGET_INFO_GPU.computeMinor"),
