@@ -28,6 +28,7 @@ from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
 from .runs import is_done, run_for, skip_note, stored_run
+from .spool import SPOOL_BYTES, _Budget
 
 IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family logs)
 
@@ -64,6 +65,8 @@ def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pre
         if not isinstance(inp, arc.FileInput) and needs_file(head, inp.name):
             return prepare_extracted(inp, peek, sha, size, run_id, opts, done, lake)
         log_fmt = log_format(head, inp.name)
+        if log_fmt is not None and nccl.streams(head, log_fmt):
+            return prepare_log_stream(inp.name, peek, log_fmt, lake, base)
         if log_fmt is not None:
             data = peek.read(IN_MEMORY_LIMIT + 1)
             rest = b""
@@ -192,17 +195,58 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def prepare_log(name: str, data: bytes, fmt: str, lake: Lake, base: dict) -> Prepared:
+def prepare_log_stream(name: str, peek, fmt: str, lake: Lake, base: dict) -> Prepared:
+    """An NCCL-family text log (nccl.streams): read line by line from `peek`, its append-only
+    tables spooled (in memory up to the spool budget, then in the lake's scratch directory), so
+    memory stays bounded whatever the log's length. Else as prepare_log."""
+    read_bytes = 0
+
+    def read(n: int) -> bytes:
+        nonlocal read_bytes
+        b = peek.read(n)
+        read_bytes += len(b)
+        return b
+
+    scratch = lake.scratch()
+    p = None
+    try:
+        try:
+            p = nccl.parse_stream(read, name, fmt, _Budget(SPOOL_BYTES, scratch))
+        except TraceError as e:
+            b = {**base, "format": fmt}
+            return failed(b["path"], b["run_id"], str(e), b["content_sha256"], b["size_bytes"], base=b)
+        return prepare_log(name, p, fmt, lake, {**base, "uncompressed_bytes": read_bytes}, read_bytes)
+    finally:
+        if p is not None:
+            for v in p.tables.values():
+                if not isinstance(v, pl.DataFrame):
+                    v.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def prepare_log(name: str, data, fmt: str, lake: Lake, base: dict, size: int | None = None) -> Prepared:
     """An NCCL-family file (pipeline/ingest/nccl/): its nccl_* / flight_recorder* tables. Such a
-    file holds no rank's trace rows, so it never claims a rank of its run."""
+    file holds no rank's trace rows, so it never claims a rank of its run. data: the file's bytes,
+    or the nccl.LogParsed that prepare_log_stream read from it (then size: its byte count)."""
     run_id, source_id, display = base["run_id"], base["source_id"], base["path"]
     base = {**base, "format": fmt}
-    try:
-        p = nccl.parse(data, name, fmt)
-    except TraceError as e:
-        return failed(display, run_id, str(e), base["content_sha256"], base["size_bytes"], base=base)
+    if isinstance(data, nccl.LogParsed):
+        p = data
+    else:
+        size = len(data)
+        try:
+            p = nccl.parse(data, name, fmt)
+        except TraceError as e:
+            return failed(display, run_id, str(e), base["content_sha256"], base["size_bytes"], base=base)
     ids = [pl.lit(run_id).alias("run_id"), pl.lit(source_id).alias("source_id")]
-    tables = {t: df.with_columns(ids).to_arrow() for t, df in p.tables.items() if df.height}
+
+    def with_ids(v):
+        if isinstance(v, pl.DataFrame):
+            return v.with_columns(ids).to_arrow() if v.height else None
+        return (f.with_columns(ids).to_arrow() for f in v)  # a spool: streamed into its part
+
+    tables = {t: with_ids(v) for t, v in p.tables.items()}
+    tables = {t: v for t, v in tables.items() if v is not None}
     row = {
         **base,
         "status": "ok",
@@ -231,7 +275,7 @@ def prepare_log(name: str, data: bytes, fmt: str, lake: Lake, base: dict) -> Pre
         None,
         None,
         staged,
-        len(data),
+        size,
     )
 
 

@@ -28,12 +28,12 @@ The package (this module only re-exports; the parts never import it):
 
 from ...ncclname import kernel_meta
 from ..errors import TraceError
+from ..spool import SPOOL_BYTES
 from .api import parse, parse_stream
 from .collectives import msg_bytes
 from .columns import CPU_KIND, GPU_KIND, SKIP_CATS
 from .decode import KArgs, KEvent, KTrace, NotKinetoError, decode, decode_args
 from .result import Parsed, StreamParsed, TraceMeta
-from .spool import SPOOL_BYTES
 from .stream import BATCH_BYTES, HEAD_LIMIT, IN_MEMORY_LIMIT, MAX_EVENT_BYTES, READ_BYTES, TAIL_LIMIT
 
 __all__ = [

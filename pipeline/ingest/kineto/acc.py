@@ -16,11 +16,11 @@ import polars as pl
 
 from ... import classify as classify_mod
 from ..errors import TraceError
+from ..spool import _Budget, _Spool
 from . import summary
 from .columns import NOT_SCALAR, Part, ann_frame, convert, cpu_frame, ctr_frame, gpu_frame, sort_events
 from .decode import KTrace
 from .result import StreamParsed
-from .spool import _Budget, _Spool
 from .values import _int
 
 if TYPE_CHECKING:

@@ -8,9 +8,9 @@ from dataclasses import fields
 
 import polars as pl
 
+from ..spool import SPOOL_BYTES, _Budget
 from .acc import _Acc
 from .result import Parsed, StreamParsed, TraceMeta
-from .spool import SPOOL_BYTES, _Budget
 from .stream import BATCH_BYTES, _Splitter
 
 

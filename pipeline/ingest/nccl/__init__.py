@@ -3,12 +3,17 @@ messages, Flight Recorder dumps, torchfrtrace reports, NCCL RAS reports and NCCL
 profiler plugin output -> the nccl_* / flight_recorder* lake tables (schemas/v2.toml).
 
 Entry points: `sniff(head, name)` says whether a file is one of ours and which; `parse(data,
-name, fmt)` returns a LogParsed (tables without run_id/source_id). What is extracted, the tables
-and the known limits: docs/nccl.md. Format notes with sources: ../shared/reference/nccl.md.
+name, fmt)` returns a LogParsed (tables without run_id/source_id); `streams(head, fmt)` says
+whether such a file is read line by line, and `parse_stream(read, name, fmt, budget)` reads it so,
+with its append-only tables in spools (memory bounded whatever the log's length). What is
+extracted, the tables and the known limits: docs/nccl.md. Format notes with sources:
+../shared/reference/nccl.md.
 
 Bad input (empty, binary, a Kineto trace, truncated JSON or pickle, a refused pickle class, a
 text file without any of our lines) raises pipeline.ingest.kineto.TraceError with one line.
 A text log is read in one pass; a line that cannot be parsed is kept, never fatal.
+
+Modules: stream.py (bytes -> lines, chunk by chunk, with the line cap).
 
 Modules: common.py (enums, row builder, LogParsed, infer_test), decode.py (lenient JSON, restricted
 unpickler), log.py (the text-log parser; its line grammars in log_state.py, log_info.py,
@@ -21,13 +26,15 @@ from __future__ import annotations
 import re
 
 import msgspec
+import polars as pl
 
 from ..errors import TraceError
 from . import flightrec, log, ras, struct
+from . import stream as _stream
 from .common import LogParsed
 from .decode import lenient_json, safe_unpickle
 
-__all__ = ["FORMATS", "LogParsed", "TraceError", "sniff", "parse"]
+__all__ = ["FORMATS", "LogParsed", "TraceError", "sniff", "parse", "streams", "parse_stream"]
 
 FORMATS = (
     "nccl_log",
@@ -184,13 +191,55 @@ def parse(data: bytes, name: str, fmt: str | None = None) -> LogParsed:
             raise TraceError("a Kineto trace (traceEvents), not an NCCL log")
         raise TraceError("no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found")
     try:
-        return _parse(data, name, fmt, notes)
+        parsed = _parse(data, name, fmt, notes)
     except TraceError:
         raise
     except RecursionError:
         raise TraceError("nested too deeply") from None
     except MemoryError:
         raise TraceError("does not fit in memory") from None
+    for t, v in parsed.tables.items():  # spools of the text-log parser -> one frame each
+        if not isinstance(v, pl.DataFrame):
+            parsed.tables[t] = pl.concat(list(v))
+    return parsed
+
+
+def streams(head: bytes, fmt: str) -> bool:
+    """Whether a file of format `fmt` (sniffed from `head`) is a text log for parse_stream: NCCL_DEBUG
+    output, nccl-tests text and PyTorch watchdog messages. JSON, pickles, RAS reports and
+    torchfrtrace reports are parsed whole by parse()."""
+    h = head[:_SNIFF_BYTES]
+    return (
+        fmt in ("nccl_log", "nccl_tests", "torch_watchdog")
+        and bool(h.strip())
+        and not _is_binary(h)
+        and not _looks_json(h)
+    )
+
+
+def parse_stream(read, name: str, fmt: str, budget=None) -> LogParsed:
+    """Parse a text log (streams(head, fmt) true) from `read` (a read(n) callable giving the file's
+    decompressed bytes from its start), line by line: the file is never held whole.
+
+    budget: a pipeline.ingest.spool._Budget (its directory takes what does not fit); the tables
+    nccl_events, nccl_coll_calls and nccl_watchdog of the result are then spools (iterate for
+    polars frames, close() when done), the others polars frames. Same rows, notes and errors as
+    parse() on the same bytes, except that a line still without its newline after
+    stream.MAX_LINE_BYTES is cut there (a note counts them)."""
+    notes: list[str] = []
+    try:
+        parsed, recognized = log.parse_lines(_stream.lines(read, notes), name, fmt, budget)
+    except RecursionError:
+        raise TraceError("nested too deeply") from None
+    except MemoryError:
+        raise TraceError("does not fit in memory") from None
+    parsed.notes[:0] = notes
+    if not recognized:
+        for v in parsed.tables.values():
+            if not isinstance(v, pl.DataFrame):
+                v.close()
+        raise TraceError("no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found")
+    return parsed
 
 
 def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> LogParsed:

@@ -203,69 +203,133 @@ _POLARS = {
 _RANGES = {"int32": INT32, "int64": INT64, "uint64": (0, 2**64 - 1)}
 
 
-class Rows:
-    """Rows of one lake table (dicts keyed by the table's schema-v2 columns, without run_id/source_id).
-    Missing keys are nulls; a key that is not a column raises KeyError when the frame is built."""
+class TableFull(ValueError):
+    """A table kept in memory (its rows are still updated by later lines) reached MAX_HELD_ROWS;
+    the line that would add to it is kept as an nccl_events row of kind 'other' instead."""
 
-    def __init__(self, table: str):
+
+#: Rows of one in-memory table (or keys of one per-thread/process map) kept at most. A real log
+#: has at most a few thousand communicators x channels; a hostile one of a million channel lines
+#: would otherwise cost about 1 kB of Python dict per line (issue 21, point 7).
+MAX_HELD_ROWS = 1 << 20
+#: Rows of an append-only table built into one frame and handed to its spool (pipeline/ingest/spool.py).
+SPILL_ROWS = 1 << 16
+
+
+class Rows:
+    r"""Rows of one lake table (dicts keyed by the table's schema-v2 columns, without run_id/source_id).
+    Missing keys are nulls; a key that is not a column raises KeyError when the frame is built.
+
+    Two kinds. Held (spool None): every row stays a dict and can be read and updated by index
+    until the end of the file; at most MAX_HELD_ROWS rows (TableFull past that). Spooled (an
+    append-only table such as nccl_events, given a spool._Spool): every SPILL_ROWS rows are
+    built into one typed frame and handed to the spool, which keeps frames in memory up to its
+    byte budget and then on disk; only the last, unbuilt rows can be read by index. `track`
+    names columns whose distinct non-null values stay known (values()) after their rows are built.
+    """
+
+    def __init__(self, table: str, spool=None, track: tuple[str, ...] = ()):
         self.table = table
         cols = [c for c in sch.tables()[table].columns if c.name not in ("run_id", "source_id")]
         self.types = {c.name: c.type for c in cols}
         self.rows: list[dict] = []
+        self.spool = spool
+        self.base = 0  # rows already built and spooled
+        self.seen: dict[str, set] = {c: set() for c in track}
+        self.bad: dict[str, int] = {}  # column -> integers outside its range, stored as null
 
     @property
     def n(self) -> int:
-        return len(self.rows)
+        return self.base + len(self.rows)
 
     def add(self, **kw) -> int:
-        """Append one row; returns its index."""
+        """Append one row; returns its index. Raises TableFull when a held table is full."""
+        if self.spool is None and len(self.rows) >= MAX_HELD_ROWS:
+            raise TableFull(f"{self.table} holds {MAX_HELD_ROWS} rows")
         self.rows.append(kw)
-        return len(self.rows) - 1
+        if self.spool is not None and len(self.rows) >= SPILL_ROWS:
+            self._spill()
+        return self.n - 1
+
+    def _spill(self) -> None:
+        frame = self._build(self.rows)
+        for c, s in self.seen.items():
+            s.update(frame.get_column(c).drop_nulls().unique().to_list())
+        self.spool.add(frame.to_arrow())
+        self.base += len(self.rows)
+        self.rows = []
 
     def get(self, i: int, col: str):
-        return self.rows[i].get(col)
+        return self.rows[self._at(i)].get(col)
 
     def set(self, i: int, **kw) -> None:
-        self.rows[i].update(kw)
+        self.rows[self._at(i)].update(kw)
 
     def fill(self, i: int, **kw) -> None:
         """Set the columns that are still null."""
-        row = self.rows[i]
+        row = self.rows[self._at(i)]
         for k, v in kw.items():
             if v is not None and row.get(k) is None:
                 row[k] = v
 
+    def _at(self, i: int) -> int:
+        if i < self.base:
+            raise IndexError(f"{self.table} row {i} is already built")
+        return i - self.base
+
     def column(self, col: str) -> list:
+        """The column's values of the rows not yet built (all rows of a held table)."""
         return [r.get(col) for r in self.rows]
 
-    def frame(self, notes: list[str] | None = None) -> pl.DataFrame:
-        """The rows as a polars frame typed like the schema. Integers outside their column's range
-        become null (one note per column)."""
-        extra = set().union(*self.rows) - set(self.types) if self.rows else set()
+    def values(self, col: str) -> set:
+        """Distinct non-null values of a column over every row (a tracked column when spooled)."""
+        if self.spool is not None and col not in self.seen:
+            raise KeyError(f"{self.table}.{col} is not tracked")
+        return self.seen.get(col, set()) | {v for v in self.column(col) if v is not None}
+
+    def _build(self, rows: list[dict]) -> pl.DataFrame:
+        """Rows as a polars frame typed like the schema. Integers outside their column's range
+        become null (counted in self.bad)."""
+        extra = set().union(*rows) - set(self.types) if rows else set()
         if extra:
             raise KeyError(f"{self.table} has no column(s) {sorted(extra)}")
         schema = {c: _POLARS[t] for c, t in self.types.items()}
         try:
-            return (
-                pl.from_dicts(self.rows, schema=schema, strict=True)
-                if self.rows
-                else pl.DataFrame(schema=schema)
-            )
+            return pl.from_dicts(rows, schema=schema, strict=True) if rows else pl.DataFrame(schema=schema)
         except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
             pass
         series = []
         for c, t in self.types.items():
-            lst = self.column(c)
+            lst = [r.get(c) for r in rows]
             lo, hi = _RANGES.get(t, (None, None))
             bad = 0
             if lo is not None:
                 for k, v in enumerate(lst):
                     if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
                         lst[k], bad = None, bad + 1
-            if notes is not None and bad:
-                notes.append(f"{self.table}.{c}: {bad} values outside {t} stored as null")
+            if bad:
+                self.bad[c] = self.bad.get(c, 0) + bad
             series.append(pl.Series(c, lst, dtype=_POLARS[t], strict=False))
         return pl.DataFrame(series)
+
+    def _notes(self, notes: list[str] | None) -> None:
+        if notes is not None:
+            for c, bad in self.bad.items():
+                notes.append(f"{self.table}.{c}: {bad} values outside {self.types[c]} stored as null")
+        self.bad = {}
+
+    def frame(self, notes: list[str] | None = None):
+        """A held table: its rows as one polars frame typed like the schema (integers outside
+        their column's range become null, one note per column). A spooled table: the spool,
+        after the last rows are built into it (iterate it for the frames, in order)."""
+        if self.spool is not None:
+            if self.rows:
+                self._spill()
+            self._notes(notes)
+            return self.spool
+        out = self._build(self.rows)
+        self._notes(notes)
+        return out
 
 
 @dataclass
@@ -273,7 +337,7 @@ class LogParsed:
     """Result of pipeline.ingest.nccl.parse: lake tables (without run_id/source_id), file facts, notes."""
 
     format: str
-    tables: dict[str, pl.DataFrame]
+    tables: dict[str, object]  # pl.DataFrame, or a spool of them (Rows.frame) from parse_stream
     host: str | None = None
     world_size: int | None = None
     tool_versions: dict = field(default_factory=dict)

@@ -21,11 +21,11 @@ from __future__ import annotations
 import calendar
 import re
 
-from .common import INT32, LogParsed, dumps, finish, to_int
+from .common import INT32, MAX_HELD_ROWS, LogParsed, TableFull, dumps, finish, to_int
 from .log_comm import CommLines
 from .log_info import InfoLines, WarnLines
 from .log_nccl_tests import TestsLines, TestsTables
-from .log_state import WRAPPER, split_wrapper, wrapper_rank
+from .log_state import WRAPPER, held, split_wrapper, wrapper_rank
 from .log_topo import NetLines, TopoLines
 from .log_torch import APP_VERSION, GLOG, TorchLines, glog_time
 
@@ -134,6 +134,7 @@ class LogParser(WarnLines, InfoLines, CommLines, TopoLines, NetLines, TorchLines
         self.recognized += 1
         key = (li["host"], li["pid"], li["cuda_dev"])
         if key not in self.seen_devs:
+            held(self.seen_devs, "devices")
             self.seen_devs[key] = li["line_no"]
         self.nccl_message(li, msg)
 
@@ -170,20 +171,34 @@ class LogParser(WarnLines, InfoLines, CommLines, TopoLines, NetLines, TorchLines
 
 
 def parse_text(text: str, name: str, fmt: str) -> tuple[LogParsed, int]:
-    """Parse a text log (NCCL_DEBUG output, nccl-tests output, PyTorch messages, mixed) into the
-    LOG_TABLES frames. Lines split on \\n; a trailing \\r is dropped. Never raises on a line: a line
-    whose handling fails is kept as an nccl_events row (kind other) and counted in the notes.
-    Returns (parsed, number of lines recognized as NCCL, nccl-tests or PyTorch lines)."""
-    ps = LogParser(name)
+    """Parse a text log held whole (a str): parse_lines over its lines split on \n."""
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    return parse_lines(lines, name, fmt)
+
+
+def parse_lines(lines, name: str, fmt: str, spool=None) -> tuple[LogParsed, int]:
+    """Parse a text log (NCCL_DEBUG output, nccl-tests output, PyTorch messages, mixed) into the
+    LOG_TABLES frames, in one pass over `lines` (an iterable of str without their \n, numbered
+    from 1; a trailing \r is dropped). Never raises on a line: a line whose handling fails is
+    kept as an nccl_events row (kind other) and counted in the notes. spool: a
+    pipeline.ingest.spool._Budget; then nccl_events, nccl_coll_calls and nccl_watchdog are built
+    in batches into spools as the lines come (LogParsed.tables holds the spools for them), so
+    memory stays bounded whatever the log's length. Returns (parsed, number of lines recognized
+    as NCCL, nccl-tests or PyTorch lines)."""
+    ps = LogParser(name, spool)
+    n_lines = full = 0
     for i, line in enumerate(lines, 1):
+        n_lines = i
         line = line.rstrip("\r")
         if not line.strip():
             continue
         try:
             ps.feed(i, line)
+        except TableFull:
+            full += 1
+            ps.t["nccl_events"].add(line_no=i, kind="other", text=line)
         except (
             ValueError,
             TypeError,
@@ -196,6 +211,11 @@ def parse_text(text: str, name: str, fmt: str) -> tuple[LogParsed, int]:
             ps.t["nccl_events"].add(
                 line_no=i, kind="other", text=line, detail=dumps({"parse_error": f"{type(e).__name__}: {e}"})
             )
+    if full:
+        ps.notes.append(
+            f"{full} lines kept as kind 'other': a table of rows still open to later lines, or the "
+            f"map of threads or devices, reached {MAX_HELD_ROWS} entries"
+        )
     ps.close()
     if ps.failed_lines:
         ps.notes.append(f"{ps.failed_lines} lines could not be parsed and were kept as kind 'other'")
@@ -217,15 +237,13 @@ def parse_text(text: str, name: str, fmt: str) -> tuple[LogParsed, int]:
         versions["cuda_version"] = next(iter(cudas))
     versions.pop("nccl_version_torch", None)
     versions.pop("nccl_version_app", None)
-    hosts = set(p.column("host")) | set(ps.t["nccl_events"].column("host"))
+    hosts = p.values("host") | ps.t["nccl_events"].values("host")
     sizes = [
         v
-        for v in p.column("nranks")
-        + ps.t["nccl_coll_calls"].column("nranks")
-        + ps.t["nccl_tests_results"].column("n_ranks")
-        + ps.t["nccl_watchdog"].column("group_size")
+        for v in p.values("nranks")
+        | ps.t["nccl_coll_calls"].values("nranks")
+        | ps.t["nccl_tests_results"].values("n_ranks")
+        | ps.t["nccl_watchdog"].values("group_size")
         if v
     ]
-    return finish(
-        fmt, ps.t, ps.notes, versions, len(lines), hosts, max(sizes) if sizes else None
-    ), ps.recognized
+    return finish(fmt, ps.t, ps.notes, versions, n_lines, hosts, max(sizes) if sizes else None), ps.recognized

@@ -143,6 +143,9 @@ class TestsLines(LogState):
     def close_devices(self) -> None:
         """At end of file: the nccl-tests device lists onto nccl_processes."""
         p = self.t["nccl_processes"]
+        rows_of: dict[tuple, list[int]] = {}  # (host, pid, cuda_dev) -> rows, built once (not per device)
+        for i in range(p.n):
+            rows_of.setdefault((p.get(i, "host"), p.get(i, "pid"), p.get(i, "cuda_dev")), []).append(i)
         # nccl-tests device lists
         for run in self.runs:
             for d in run.devices:
@@ -152,15 +155,9 @@ class TestsLines(LogState):
                 mb = re.fullmatch(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})", bus or "")
                 if mb:
                     pci = f"{mb.group(1).lower()}:{mb.group(2).lower()}:{mb.group(3).lower()}.0"
-                hits = [
-                    i
-                    for i in range(p.n)
-                    if p.get(i, "host") == d["host"]
-                    and p.get(i, "pid") == pid
-                    and p.get(i, "cuda_dev") == dev
-                ]
+                hits = rows_of.get((d["host"], pid, dev))
                 if not hits:
-                    hits = [
+                    hits = rows_of[d["host"], pid, dev] = [
                         p.add(
                             host=d["host"], pid=pid, cuda_dev=dev, rank=d["rank"], first_line_no=d["line_no"]
                         )

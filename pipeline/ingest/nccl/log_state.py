@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from .common import Rows
+from ..spool import _Budget, _Spool
+from .common import MAX_HELD_ROWS, Rows, TableFull
 
 LOG_TABLES = (
     "nccl_processes",
@@ -23,6 +24,9 @@ LOG_TABLES = (
     "nccl_watchdog",
     "nccl_tests_results",
 )
+#: append-only tables (no row is read or updated after it is added) -> the column whose distinct
+#: values parse_lines still needs at the end; these are built into spools as the lines come
+SPOOLED = {"nccl_events": ("host",), "nccl_coll_calls": ("nranks",), "nccl_watchdog": ("group_size",)}
 
 WRAPPER = re.compile(
     r"(?:\[\d+,(?P<mpi>\d+)\]<std(?:out|err)>:|\[rank(?P<tr>\d+)\]:|\(\w+ pid=\d+(?:, ip=[^)]*)?\) "
@@ -76,13 +80,23 @@ def wrapper_rank(wrapper: str) -> int | None:
     return int(r) if r is not None else None
 
 
+def held(d: dict, what: str) -> None:
+    """Raise TableFull before a per-thread/process/device map grows past MAX_HELD_ROWS keys."""
+    if len(d) >= MAX_HELD_ROWS:
+        raise TableFull(f"more than {MAX_HELD_ROWS} {what}")
+
+
 class LogState:
     """One pass's tables and state (see the module docstring); LogParser (log.py) adds the line
     grammars."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, budget: _Budget | None = None):
         self.name = name
+        budget = budget or _Budget(float("inf"), None)  # no budget: every spool stays in memory
+        self.spools = [_Spool(n, budget) for n in SPOOLED]
         self.t = {n: Rows(n) for n in LOG_TABLES}
+        for sp in self.spools:
+            self.t[sp.name] = Rows(sp.name, sp, SPOOLED[sp.name])
         self.notes: list[str] = []
         self.versions: dict = {}
         self.comm_rows: dict[tuple, int] = {}
@@ -125,6 +139,7 @@ class LogState:
         key = (li["host"], li["pid"], li["tid"])
         t = self.threads.get(key)
         if t is None:
+            held(self.threads, "threads")
             t = self.threads[key] = Thread()
         return t
 
@@ -140,7 +155,10 @@ class LogState:
 
     def proc(self, li: dict, **kw) -> None:
         """A process-level attribute (version, driver, network)."""
-        d = self.proc_attrs.setdefault((li["host"], li["pid"]), {})
+        key = (li["host"], li["pid"])
+        if key not in self.proc_attrs:
+            held(self.proc_attrs, "processes")
+        d = self.proc_attrs.setdefault(key, {})
         for k, v in kw.items():
             if v is not None and k not in d:
                 d[k] = v
@@ -203,15 +221,13 @@ class LogState:
             p.add(host=host, pid=pid, cuda_dev=dev, first_line_no=line)
             covered.add((host, pid, dev))
             covered_procs.add((host, pid))
-        for (host, pid, dev), attrs in self.loose.items():
-            for i in range(p.n):
-                if (
-                    p.get(i, "host") == host
-                    and p.get(i, "pid") == pid
-                    and p.get(i, "cuda_dev") == dev
-                    and p.get(i, "comm_ptr") is None
-                ):
-                    p.fill(i, **attrs)
+        commless: dict[tuple, list[int]] = {}  # (host, pid, cuda_dev) -> rows without a communicator
+        for i in range(p.n):
+            if p.get(i, "comm_ptr") is None:
+                commless.setdefault((p.get(i, "host"), p.get(i, "pid"), p.get(i, "cuda_dev")), []).append(i)
+        for key, attrs in self.loose.items():
+            for i in commless.get(key, ()):
+                p.fill(i, **attrs)
         # process-level attributes, then the file's bare version line for processes without their own
         bare = {v for v, _ in self.bare_versions}
         bare_cuda = {c for _, c in self.bare_versions if c}
