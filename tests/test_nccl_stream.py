@@ -20,11 +20,13 @@ from pipeline.ingest.nccl import common, stream
 from pipeline.ingest.nccl.log_state import SPOOLED
 from pipeline.ingest.spool import _Budget
 
-TEXT_LOGS = sorted(
-    p
-    for p in (CORPUS / "nccl").iterdir()
-    if p.suffix in (".log", ".txt", ".out") and nccl.streams(p.read_bytes(), nccl.sniff(p.read_bytes(), p.name))
-)
+
+def _streamed(p) -> bool:
+    data = p.read_bytes()
+    return p.suffix in (".log", ".txt", ".out") and nccl.streams(data, nccl.sniff(data, p.name))
+
+
+TEXT_LOGS = sorted(p for p in (CORPUS / "nccl").iterdir() if _streamed(p))
 
 
 def _reader(data: bytes):

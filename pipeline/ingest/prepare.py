@@ -28,9 +28,10 @@ from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
 from .runs import is_done, run_for, skip_note, stored_run
-from .spool import SPOOL_BYTES, _Budget
+from .spool import _Budget
 
-IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family logs)
+IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family JSON, pickles and reports)
+LOG_SPOOL_BYTES = 64 << 20  # a text log's built rows kept in memory up to this, then on disk
 
 
 def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Prepared:
@@ -211,7 +212,7 @@ def prepare_log_stream(name: str, peek, fmt: str, lake: Lake, base: dict) -> Pre
     p = None
     try:
         try:
-            p = nccl.parse_stream(read, name, fmt, _Budget(SPOOL_BYTES, scratch))
+            p = nccl.parse_stream(read, name, fmt, _Budget(LOG_SPOOL_BYTES, scratch))
         except TraceError as e:
             b = {**base, "format": fmt}
             return failed(b["path"], b["run_id"], str(e), b["content_sha256"], b["size_bytes"], base=b)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from sys import intern
 
 import polars as pl
 
@@ -213,26 +214,28 @@ class TableFull(ValueError):
 #: would otherwise cost about 1 kB of Python dict per line (issue 21, point 7).
 MAX_HELD_ROWS = 1 << 20
 #: Rows of an append-only table built into one frame and handed to its spool (pipeline/ingest/spool.py).
-SPILL_ROWS = 1 << 16
+SPILL_ROWS = 1 << 14
 
 
 class Rows:
-    r"""Rows of one lake table (dicts keyed by the table's schema-v2 columns, without run_id/source_id).
-    Missing keys are nulls; a key that is not a column raises KeyError when the frame is built.
+    """Rows of one lake table (schema-v2 columns, without run_id/source_id), each a list in column
+    order (a third of a dict's size: held tables keep every row to the end of the file). Missing
+    columns are nulls; a column the table does not have raises KeyError when the row is added.
 
-    Two kinds. Held (spool None): every row stays a dict and can be read and updated by index
-    until the end of the file; at most MAX_HELD_ROWS rows (TableFull past that). Spooled (an
-    append-only table such as nccl_events, given a spool._Spool): every SPILL_ROWS rows are
-    built into one typed frame and handed to the spool, which keeps frames in memory up to its
-    byte budget and then on disk; only the last, unbuilt rows can be read by index. `track`
-    names columns whose distinct non-null values stay known (values()) after their rows are built.
+    Two kinds. Held (spool None): every row can be read and updated by index until the end of the
+    file; at most MAX_HELD_ROWS rows (TableFull past that). Spooled (an append-only table such as
+    nccl_events, given a spool._Spool): every SPILL_ROWS rows are built into one typed frame and
+    handed to the spool, which keeps frames in memory up to its byte budget and then on disk; only
+    the last, unbuilt rows can be read by index. `track` names columns whose distinct non-null
+    values stay known (values()) after their rows are built.
     """
 
     def __init__(self, table: str, spool=None, track: tuple[str, ...] = ()):
         self.table = table
         cols = [c for c in sch.tables()[table].columns if c.name not in ("run_id", "source_id")]
         self.types = {c.name: c.type for c in cols}
-        self.rows: list[dict] = []
+        self.pos = {c: i for i, c in enumerate(self.types)}
+        self.rows: list[list] = []
         self.spool = spool
         self.base = 0  # rows already built and spooled
         self.seen: dict[str, set] = {c: set() for c in track}
@@ -246,10 +249,23 @@ class Rows:
         """Append one row; returns its index. Raises TableFull when a held table is full."""
         if self.spool is None and len(self.rows) >= MAX_HELD_ROWS:
             raise TableFull(f"{self.table} holds {MAX_HELD_ROWS} rows")
-        self.rows.append(kw)
+        row = [None] * len(self.pos)
+        if self.spool is None:  # held to the end: share the many equal short strings (host, via, ...)
+            kw = {k: intern(v) if type(v) is str and len(v) <= 64 else v for k, v in kw.items()}
+        self._put(row, kw)
+        self.rows.append(row)
         if self.spool is not None and len(self.rows) >= SPILL_ROWS:
             self._spill()
         return self.n - 1
+
+    def _put(self, row: list, kw: dict, only_null: bool = False) -> None:
+        pos = self.pos
+        for k, v in kw.items():
+            i = pos.get(k)
+            if i is None:
+                raise KeyError(f"{self.table} has no column {k!r}")
+            if not only_null or (v is not None and row[i] is None):
+                row[i] = v
 
     def _spill(self) -> None:
         frame = self._build(self.rows)
@@ -260,17 +276,14 @@ class Rows:
         self.rows = []
 
     def get(self, i: int, col: str):
-        return self.rows[self._at(i)].get(col)
+        return self.rows[self._at(i)][self.pos[col]]
 
     def set(self, i: int, **kw) -> None:
-        self.rows[self._at(i)].update(kw)
+        self._put(self.rows[self._at(i)], kw)
 
     def fill(self, i: int, **kw) -> None:
         """Set the columns that are still null."""
-        row = self.rows[self._at(i)]
-        for k, v in kw.items():
-            if v is not None and row.get(k) is None:
-                row[k] = v
+        self._put(self.rows[self._at(i)], kw, only_null=True)
 
     def _at(self, i: int) -> int:
         if i < self.base:
@@ -279,7 +292,8 @@ class Rows:
 
     def column(self, col: str) -> list:
         """The column's values of the rows not yet built (all rows of a held table)."""
-        return [r.get(col) for r in self.rows]
+        k = self.pos[col]
+        return [r[k] for r in self.rows]
 
     def values(self, col: str) -> set:
         """Distinct non-null values of a column over every row (a tracked column when spooled)."""
@@ -287,20 +301,18 @@ class Rows:
             raise KeyError(f"{self.table}.{col} is not tracked")
         return self.seen.get(col, set()) | {v for v in self.column(col) if v is not None}
 
-    def _build(self, rows: list[dict]) -> pl.DataFrame:
+    def _build(self, rows: list[list]) -> pl.DataFrame:
         """Rows as a polars frame typed like the schema. Integers outside their column's range
         become null (counted in self.bad)."""
-        extra = set().union(*rows) - set(self.types) if rows else set()
-        if extra:
-            raise KeyError(f"{self.table} has no column(s) {sorted(extra)}")
-        schema = {c: _POLARS[t] for c, t in self.types.items()}
-        try:
-            return pl.from_dicts(rows, schema=schema, strict=True) if rows else pl.DataFrame(schema=schema)
-        except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
-            pass
+        cols = list(zip(*rows)) if rows else [()] * len(self.types)
         series = []
-        for c, t in self.types.items():
-            lst = [r.get(c) for r in rows]
+        for (c, t), vals in zip(self.types.items(), cols):
+            try:
+                series.append(pl.Series(c, vals, dtype=_POLARS[t], strict=True))
+                continue
+            except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+                pass
+            lst = list(vals)
             lo, hi = _RANGES.get(t, (None, None))
             bad = 0
             if lo is not None:

@@ -121,8 +121,8 @@ class CommLines(LogState):
         root = to_int(root, INT32)
         r = self.comm_rows.get((li["host"], li["pid"], comm))
         if r is not None:
-            prow = self.t["nccl_processes"].rows[r]
-            comm_id, rank = prow.get("comm_id"), prow.get("rank")
+            p = self.t["nccl_processes"]
+            comm_id, rank = p.get(r, "comm_id"), p.get(r, "rank")
         else:
             comm_id = rank = None
         self.t["nccl_coll_calls"].add(
