@@ -162,3 +162,19 @@ def test_ingest_reads_a_log_by_stream_into_the_same_lake_rows(tmp_path, monkeypa
     for t, df in whole.tables.items():
         got = pl.read_parquet(lake.table_files(t)).drop("run_id", "source_id")
         assert got.equals(df), t
+
+
+def test_a_note_a_long_log_repeats_is_given_once_with_its_count():
+    """nccl-tests-issue-284's log starts with a units line without its header (line 1: one note).
+    Three copies of it, each after a complete nccl-tests table (OCI's output), give one note
+    naming the first such line and the 2 more, not three notes (a 1 GB log of corpus files
+    repeated gave 28,000 notes, one per copy)."""
+    headless = (
+        CORPUS / "nccl" / "nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log"
+    ).read_bytes()
+    table = (CORPUS / "nccl" / "ncclTests-oci-a100-16rank-roce-allreduce.txt").read_bytes()
+    note = "nccl-tests units line without its header; assumed the nccl-tests >= 2.13 columns"
+    assert [n for n in nccl.parse(headless, "a.log").notes if "units line" in n] == [f"line 1: {note}"]
+    log = headless + table + headless + table + headless
+    three = nccl.parse(log, "a.log")
+    assert [n for n in three.notes if "units line" in n] == [f"line 1 (and 2 more): {note}"]

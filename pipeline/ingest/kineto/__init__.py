@@ -16,7 +16,7 @@ The package (this module only re-exports; the parts never import it):
   decode.py       the msgspec structs (KEvent, KArgs, KTrace) and decode() / decode_args()
   stream.py       the streaming splitter: the traceEvents array cut into decoded batches,
                   every complete event of a truncated file kept (_Splitter)
-  spool.py        phase-1 tables in memory up to a budget, then in Arrow IPC files (_Budget, _Spool)
+  ../spool.py     (shared) phase-1 tables in memory up to a budget, then in Arrow IPC files
   acc.py          phase 1: the accumulator of a parse (_Acc: add() per batch, finish())
   columns.py      one batch -> gpu_activities / cpu_ops / annotations / counters rows
   values.py       the tolerant value conversions the table builders share (_int, _ints, ...)

@@ -11,14 +11,13 @@ extracted, the tables and the known limits: docs/nccl.md. Format notes with sour
 
 Bad input (empty, binary, a Kineto trace, truncated JSON or pickle, a refused pickle class, a
 text file without any of our lines) raises pipeline.ingest.kineto.TraceError with one line.
-A text log is read in one pass; a line that cannot be parsed is kept, never fatal.
-
-Modules: stream.py (bytes -> lines, chunk by chunk, with the line cap).
+A text log is read in one pass (parse_stream: chunk by chunk); a line that cannot be parsed is kept.
 
 Modules: common.py (enums, row builder, LogParsed, infer_test), decode.py (lenient JSON, restricted
 unpickler), log.py (the text-log parser; its line grammars in log_state.py, log_info.py,
 log_comm.py, log_topo.py, log_torch.py, log_nccl_tests.py), flightrec.py (Flight Recorder dumps,
-torchfrtrace reports), ras.py (RAS reports), struct.py (nccl-tests JSON, profiler plugin output).
+torchfrtrace reports), ras.py (RAS reports), struct.py (nccl-tests JSON, profiler plugin output),
+stream.py (bytes -> lines, chunk by chunk, with the line cap).
 """
 
 from __future__ import annotations

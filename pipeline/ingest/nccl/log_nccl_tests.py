@@ -101,10 +101,7 @@ class TestsLines(LogState):
         if T_UNITS.match(s):
             if self.table is None or self.table.rows:
                 self.open_table(MODERN_HEADER)
-                self.notes.append(
-                    f"line {li['line_no']}: nccl-tests units line without its header; assumed the "
-                    "nccl-tests >= 2.13 columns"
-                )
+                self.headless.append(li["line_no"])  # one note at the end (close_tests)
             self.event(li, "nccl_tests_header")
             return True
         m = T_OOB.match(s)
@@ -259,6 +256,12 @@ class TestsTables(LogState):
     def close_tests(self) -> None:
         """At end of file: each table's ranks, nodes and test name (stated, else inferred)."""
         # nccl-tests: ranks, nodes, test name
+        if self.headless:  # one note, however many times a log repeats it
+            more = f" (and {len(self.headless) - 1} more)" if len(self.headless) > 1 else ""
+            self.notes.append(
+                f"line {self.headless[0]}{more}: nccl-tests units line without its header; assumed the "
+                "nccl-tests >= 2.13 columns"
+            )
         res = self.t["nccl_tests_results"]
         for tb in self.tables:
             devs = tb.run.devices

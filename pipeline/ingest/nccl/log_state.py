@@ -110,6 +110,7 @@ class LogState:
         self.table: Table | None = None
         self.tables: list[Table] = []
         self.spliced = 0
+        self.headless: list[int] = []  # lines of nccl-tests units lines without their header
         self.failed_lines = 0
         self.recognized = 0
 
