@@ -27,6 +27,7 @@ run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import time
@@ -64,8 +65,11 @@ def connect(
     tokens_per_step: float | None = None,
     metric_views: bool | tuple[str, ...] = True,
     derived_views: bool = True,
+    parts: dict[str, list[str]] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """The connection described in the module doc. An ingest committing meanwhile (`--force`
+    """The connection described in the module doc. parts: read these Parquet files per table
+    instead of the lake's (one staged source, pipeline/local.py; files of the current schema,
+    outside the run= layout), `lake` then only names it. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
     listed again, up to 10 times. Raises ValueError for a bad window or override, duckdb.Error for
     an unreadable lake."""
@@ -83,6 +87,7 @@ def connect(
                 tokens_per_step,
                 metric_views,
                 derived_views,
+                parts,
             )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
@@ -103,11 +108,13 @@ def _connect(
     tokens_per_step=None,
     metric_views=True,
     derived_views=True,
+    parts=None,
 ):
+    def files_of(t: str, committed=None) -> list[str]:
+        return list(parts.get(t, ())) if parts is not None else lake.table_files(t, runs, committed)
+
     try:
-        size = sum(
-            os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in lake.table_files(t, runs)
-        )
+        size = sum(os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in files_of(t))
     except OSError:  # a part removed meanwhile (forget, ingest --force): decide as for a large lake
         size = AUTO_MATERIALIZE_BYTES + 1
     small = size <= AUTO_MATERIALIZE_BYTES
@@ -120,15 +127,15 @@ def _connect(
         raise ValueError(f"window must be 'all' or 'hta', not {window!r}")
     # a lake of an older schema is upgraded first, or read through derived copies of its old
     # parts when it cannot be written (pipeline/upgrade.py): never with the derived columns NULL
-    instead = upgrade.current_parts(lake)
+    instead = upgrade.current_parts(lake) if parts is None else {}
     load = materialize and size <= LOAD_MAX_BYTES
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")  # DuckDB's bar would print on stdout
     if threads:
         con.execute(f"SET threads = {int(threads)}")
-    committed = lake.committed()
+    committed = lake.committed() if parts is None else None
     for t in sch.tables():
-        files = [instead.get(f, f) for f in lake.table_files(t, runs, committed)]
+        files = [instead.get(f, f) for f in files_of(t, committed)]
         if files:
             # the parts are listed, not globbed: no character of the lake path acts as a wildcard
             # (DuckDB still globs inside each name, so [ ] * ? are escaped as one-character classes)
@@ -142,6 +149,8 @@ def _connect(
                 f"SELECT * FROM _empty_{t} UNION ALL BY NAME "
                 f"SELECT * EXCLUDE (run) FROM read_parquet([{listed}], hive_partitioning = true, "
                 f"hive_types = {{'run': VARCHAR}}, union_by_name = false)"
+                if parts is None
+                else f"SELECT * FROM _empty_{t} UNION ALL BY NAME SELECT * FROM read_parquet([{listed}])"
             )
             if load and derived_views and len(files) > LOAD_MIN_PARTS:
                 # many small parts: read once into memory, not once per query (each query
@@ -190,12 +199,68 @@ def _connect(
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
                 done.add(name)
             con.execute("RESET preserve_insertion_order")
+    # breakdown and step_time from the per-source results stored at ingest, when they hold for
+    # every source in scope (pipeline/local.py)
+    if derived_views and parts is None:
+        local = use_local(con, lake, runs, window, kernel_wait_threshold_ns)
+        con.execute(f"SET VARIABLE use_local = {str(local).lower()}")
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL; DuckDB
     # binds a view when it is created (about 10 ms each on a small lake), so a caller that runs
     # the metric files itself (analyze) names only those it reads as views
     for name in (metric_names() if metric_views is True else metric_views or ()) if derived_views else ():
-        con.execute(f"CREATE VIEW {name} AS " + sql_text(name).strip().rstrip(";"))
+        con.execute(f"CREATE VIEW {name} AS " + metric_sql(con, name).strip().rstrip(";"))
     return con
+
+
+# the SQL per-source results are computed with and read through: any change to one of these
+# files (or to the options below) makes stored results of an earlier version unused
+_LOCAL_FILES = ("breakdown.sql", "step_time.sql", "local/*.sql", "views/*.sql")
+_LOCAL_OPTIONS = "window=all;kernel_wait_threshold_ns=30000"
+LOCAL_METRICS = ("breakdown", "step_time")
+
+
+def local_sql_version() -> str:
+    """First 16 hex digits of the SHA-256 of the SQL behind per-source results (queries/
+    breakdown.sql, step_time.sql, local/*.sql, views/*.sql, in name order) and their options."""
+    h = hashlib.sha256(_LOCAL_OPTIONS.encode())
+    for pattern in _LOCAL_FILES:
+        for f in sorted(QUERIES_DIR.glob(pattern)):
+            h.update(f.relative_to(QUERIES_DIR).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def use_local(con, lake: Lake, runs, window: str, kernel_wait_threshold_ns: int) -> bool:
+    """Whether breakdown and step_time can be read from the per-source results (pipeline/local.py):
+    default options (window all, kernel_wait_threshold_ns 30000), every source with GPU
+    activities in scope has a local_results part (the part listings compared, so nothing is read
+    when one lacks it), every local_results row in scope is of the current local_sql_version(),
+    and no rank of a run has results from two sources (a rank's work split across files would
+    need one sweep over both)."""
+    if window != "all" or int(kernel_wait_threshold_ns) != 30_000:
+        return False
+
+    def keys(table: str) -> set[tuple[str, str]]:  # (run directory, part file) of the table's parts
+        files = lake.table_files(table, runs)
+        return {(os.path.basename(os.path.dirname(f)), os.path.basename(f)) for f in files}
+
+    gpu = keys("gpu_activities")
+    if not gpu or not gpu <= keys("local_results"):
+        return False
+    bad = con.execute(
+        "SELECT count(*) FILTER (WHERE sql_version <> ?) + "
+        "(SELECT count(*) FROM (SELECT 1 FROM local_results GROUP BY run_id, rank HAVING count(*) > 1)) "
+        "FROM local_results",
+        [local_sql_version()],
+    ).fetchall()[0][0]
+    return bad == 0
+
+
+def metric_sql(con, name: str) -> str:
+    """The SQL behind metric `name` on this connection: queries/local/<name>.sql when the
+    connection reads per-source results (connect set use_local), else queries/<name>.sql."""
+    if name in LOCAL_METRICS and con.execute("SELECT getvariable('use_local')").fetchall()[0][0]:
+        return (QUERIES_DIR / "local" / f"{name}.sql").read_text()
+    return sql_text(name)
 
 
 _GLOB_CHARS = re.compile(r"([*?\[\]])")
@@ -213,7 +278,8 @@ def sql_text(name: str) -> str:
 
 
 def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
-    return pl.from_arrow(con.sql(sql_text(name)).to_arrow_table())
+    """Metric `name` (queries/<name>.sql, or its per-source form: metric_sql) as a polars frame."""
+    return pl.from_arrow(con.sql(metric_sql(con, name)).to_arrow_table())
 
 
 def metric_names() -> list[str]:

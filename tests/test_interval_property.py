@@ -305,6 +305,72 @@ def _collectives_in_order(acts):
     return [(s, d, True, k) for k, (s, _, d) in enumerate(colls)]
 
 
+def collective_lake(d, ranks: dict[int, list], steps: dict[int, list] | None = None) -> Lake:
+    """A lake of ranks of `member` activities (compute kernels on stream 0, collectives of one
+    process group on stream 1, each collective also a collectives row), one source per rank;
+    steps: rank -> host step windows (start, end), numbered 1, 2, ... (none when not given)."""
+    lake = Lake(d)
+    lake.ensure()
+    for rank, acts in ranks.items():
+        sid, n = f"s{rank}", len(acts)
+        colls = [(i, s, du) for i, (s, du, coll, _) in enumerate(acts) if coll]
+        m = len(colls)
+        win = (steps or {}).get(rank, [])
+        extra = {}
+        if win:
+            k = len(win)
+            extra["steps"] = {
+                "run_id": ["r"] * k,
+                "source_id": [sid] * k,
+                "rank": [rank] * k,
+                "step": list(range(1, k + 1)),
+                "name": [f"ProfilerStep#{i}" for i in range(1, k + 1)],
+                "start_ns": [a for a, _ in win],
+                "end_ns": [b for _, b in win],
+                "dur_ns": [b - a for a, b in win],
+                "source": ["profiler_step"] * k,
+            }
+        lake.write_source(
+            "r",
+            sid,
+            {
+                **extra,
+                "gpu_activities": {
+                    "run_id": ["r"] * n,
+                    "source_id": [sid] * n,
+                    "rank": [rank] * n,
+                    "device": [0] * n,
+                    "stream": [1 if a[2] else 0 for a in acts],
+                    "kind": ["kernel"] * n,
+                    "category": ["communication" if a[2] else "compute" for a in acts],
+                    "classified_by": ["default"] * n,
+                    "name": ["k"] * n,
+                    "start_ns": [a[0] for a in acts],
+                    "end_ns": [a[0] + a[1] for a in acts],
+                    "dur_ns": [a[1] for a in acts],
+                    "event_index": list(range(n)),
+                    "correlation": list(range(1, n + 1)),
+                },
+                "collectives": {
+                    "run_id": ["r"] * m,
+                    "source_id": [sid] * m,
+                    "rank": [rank] * m,
+                    "op": ["all_reduce"] * m,
+                    "op_raw": ["allreduce"] * m,
+                    "start_ns": [s for _, s, _ in colls],
+                    "end_ns": [s + du for _, s, du in colls],
+                    "dur_ns": [du for _, _, du in colls],
+                    "correlation": [i + 1 for i, _, _ in colls],
+                    "process_group": ["0"] * m,
+                    "group_size": [2] * m,
+                    "timing_source": ["gpu_kernel"] * m,
+                },
+            },
+            {**_source_row(sid, rank), "rank": rank, "world_size": 2},
+        )
+    return lake
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(member, min_size=1, max_size=12), st.lists(member, min_size=1, max_size=12), st.booleans())
 def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
@@ -313,49 +379,7 @@ def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
     rank equal the brute-force walk, and add up to exposed_comm_ns."""
     ranks = {0: acts0, 1: acts1}
     with tempfile.TemporaryDirectory() as d:
-        lake = Lake(d)
-        lake.ensure()
-        for rank, acts in ranks.items():
-            sid, n = f"s{rank}", len(acts)
-            colls = [(i, s, du) for i, (s, du, coll, _) in enumerate(acts) if coll]
-            m = len(colls)
-            lake.write_source(
-                "r",
-                sid,
-                {
-                    "gpu_activities": {
-                        "run_id": ["r"] * n,
-                        "source_id": [sid] * n,
-                        "rank": [rank] * n,
-                        "device": [0] * n,
-                        "stream": [1 if a[2] else 0 for a in acts],
-                        "kind": ["kernel"] * n,
-                        "category": ["communication" if a[2] else "compute" for a in acts],
-                        "classified_by": ["default"] * n,
-                        "name": ["k"] * n,
-                        "start_ns": [a[0] for a in acts],
-                        "end_ns": [a[0] + a[1] for a in acts],
-                        "dur_ns": [a[1] for a in acts],
-                        "event_index": list(range(n)),
-                        "correlation": list(range(1, n + 1)),
-                    },
-                    "collectives": {
-                        "run_id": ["r"] * m,
-                        "source_id": [sid] * m,
-                        "rank": [rank] * m,
-                        "op": ["all_reduce"] * m,
-                        "op_raw": ["allreduce"] * m,
-                        "start_ns": [s for _, s, _ in colls],
-                        "end_ns": [s + du for _, s, du in colls],
-                        "dur_ns": [du for _, _, du in colls],
-                        "correlation": [i + 1 for i, _, _ in colls],
-                        "process_group": ["0"] * m,
-                        "group_size": [2] * m,
-                        "timing_source": ["gpu_kernel"] * m,
-                    },
-                },
-                {**_source_row(sid, rank), "rank": rank, "world_size": 2},
-            )
+        lake = collective_lake(d, ranks)
         rows = run(connect(lake, materialize=materialize), "breakdown").to_dicts()
         rows = [r for r in rows if r["level"] == "rank"]
     b = _brute_split(ranks)

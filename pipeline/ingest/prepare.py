@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from .. import local
 from .. import schema as sch
 from ..lake import Lake, one_line
 from . import archive as arc
@@ -148,6 +149,7 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             staged = lake.stage(
                 run_id, source_id, p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True)
             )
+            with_local(staged, notes)
         except sch.SchemaError as e:
             return failed(
                 display,
@@ -194,6 +196,18 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         if parsed is not None:
             parsed.close()
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def with_local(staged, notes: list[str]) -> None:
+    """Stage the source's per-source metric results beside its parts (pipeline/local.py); a
+    failure there costs only speed (analysis then computes those metrics in full): a note."""
+    try:
+        local.stage_local(staged)
+    except (duckdb.Error, sch.SchemaError, OSError, pl.exceptions.PolarsError) as e:
+        notes.append(
+            f"per-source metric results not stored ({one_line(f'{type(e).__name__}: {e}')[:200]}); "
+            "analysis computes breakdown and step_time in full"
+        )
 
 
 def prepare_log_stream(name: str, peek, fmt: str, lake: Lake, base: dict) -> Prepared:
@@ -337,6 +351,7 @@ def prepare_nsys(
                 "world_size": len(rank_list) if ex.rank_source == "process_order" else None,
             }
             staged = lake.stage(run_id, source_id, ex.tables(run_id, source_id))
+            with_local(staged, notes)
     except (TraceError, duckdb.Error, sch.SchemaError) as e:
         err = one_line(str(e) if isinstance(e, TraceError) else f"{type(e).__name__}: {e}")[:500]
         return failed(display, run_id, err, sha, size, base=base)

@@ -1,0 +1,119 @@
+"""Per-source metric results, computed once when a source is ingested (issue 16, point 3).
+
+breakdown.sql and step_time.sql sweep every GPU activity of every rank at each analysis (15-20 s
+each at 64 ranks x 100k kernels). Every measure they give depends on the rank's own work alone,
+except the split of exposed communication into waiting for peers and transfer, which needs the
+other ranks' kernels (views/45_scope_parts.sql). So for a source of one rank, the worker that
+ingests it runs both files on that source alone (window all, the default kernel_wait_threshold_ns;
+one rank alone has no consistent collective call, so every collective counts as transfer) and
+queries/local/comm_cover.sql (the compute under its communication kernels), and stores the rows
+in local_breakdown, local_step_time and local_comm_cover, with a local_results row naming the SQL
+version (schemas/v2.toml). Analysis (pipeline/query.py use_local) reads them and makes only the
+split, over the waiting parts of collectives (queries/local/*.sql), when every source with GPU
+activities in scope has current results and the options are the defaults; otherwise it runs
+the full files. The results equal the full files' rows (tests/test_local.py).
+
+Only sources of at least MIN_GPU_ROWS GPU activities get results: below that the full queries
+take milliseconds, and a small job would pay a DuckDB connection per file at ingest for nothing.
+
+stage_local(staged) adds the tables to a staged source (pipeline/ingest/prepare.py calls it);
+backfill(lake) adds them to the committed sources of a lake that lack them (lakes written by
+benchmarks/scale_trace.py, or before these tables existed). Errors: duckdb.Error from the SQL,
+SchemaError (pipeline/schema.py) if a result does not conform, OSError from the file system.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+
+from . import query
+from . import schema as sch
+from .lake import Lake, Staged
+from .parts import write_parquet
+
+MIN_GPU_ROWS = 20_000
+TABLES = ("local_breakdown", "local_step_time", "local_comm_cover")
+
+
+def compute(files: dict[str, list[str]], source_id: str, min_rows: int | None = None) -> dict[str, pa.Table]:
+    """The local_* tables (local_results included) of one source whose parts are `files` (table
+    -> Parquet files of the current schema), conformed to the schema; {} when the source gets
+    none: no GPU activities in it, fewer than min_rows (None: MIN_GPU_ROWS), or more than one
+    rank."""
+    if not files.get("gpu_activities"):
+        return {}
+    min_rows = MIN_GPU_ROWS if min_rows is None else min_rows
+    con = query.connect(None, parts=files, materialize=False, metric_views=False)
+    try:
+        n, ranks, run_id = con.execute(
+            "SELECT count(*), count(DISTINCT rank), any_value(run_id) FROM gpu_activities"
+        ).fetchall()[0]
+        if n < min_rows or ranks != 1:
+            return {}
+        # one rank alone has no collective call matched across ranks: no kernel waits, every
+        # collective counts as transfer (said here, so the matching views are not even run);
+        # the step windows are read by two of the files below: computed once
+        con.execute(
+            "CREATE TEMP TABLE _no_wait AS SELECT * FROM comm_wait LIMIT 0; "
+            "CREATE OR REPLACE VIEW comm_wait AS SELECT * FROM _no_wait; "
+            "CREATE TEMP TABLE _m_step_window AS SELECT * FROM step_window; "
+            "CREATE OR REPLACE VIEW step_window AS SELECT * FROM _m_step_window"
+        )
+        out = {}
+        for table, sql in (
+            ("local_breakdown", query.sql_text("breakdown")),
+            ("local_step_time", query.sql_text("step_time")),
+            ("local_comm_cover", (query.QUERIES_DIR / "local" / "comm_cover.sql").read_text()),
+        ):
+            df = pl.from_arrow(con.sql(sql).to_arrow_table())
+            out[table] = df.with_columns(pl.lit(source_id).alias("source_id"))
+        rank = con.execute("SELECT any_value(rank) FROM gpu_activities").fetchall()[0][0]
+    finally:
+        con.close()
+    version = query.local_sql_version()
+    out["local_results"] = pl.DataFrame(
+        {"run_id": [run_id], "source_id": [source_id], "rank": [rank], "sql_version": [version]}
+    )
+    return {t: sch.conform(t, df.to_arrow()) for t, df in out.items()}
+
+
+def stage_local(staged: Staged, min_rows: int | None = None) -> None:
+    """Compute a staged source's local results from its staged parts and stage them beside them
+    (staged.tables gains their names); nothing when compute() gives none."""
+    d = Path(staged.dir)
+    files = {t: [str(d / f"{t}.parquet")] for t in staged.tables}
+    for t, tbl in compute(files, staged.source_id, min_rows).items():
+        write_parquet(tbl, d / f"{t}.parquet")
+        staged.tables.append(t)
+
+
+def backfill(lake: Lake, min_rows: int | None = None) -> int:
+    """Add local results to every committed source of `lake` with GPU activities and without a
+    local_results part, under the lake's lock; their local_results part is written last, so a
+    source interrupted half-way is not used (and is completed by the next call). Returns the
+    number of sources given results."""
+    done = 0
+    with lake.lock():
+        have, committed = set(lake._listing("local_results")), lake.committed()
+        for run_dir, sid in lake._listing("gpu_activities"):
+            if (run_dir, sid) in have or (run_dir, sid) not in committed:
+                continue
+            files = {}
+            for t in sch.tables():
+                p = lake.root / t / run_dir / f"{sid}.parquet"
+                if p.exists():
+                    files[t] = [str(p)]
+            res = compute(files, sid, min_rows)
+            for t in (*TABLES, "local_results") if res else ():
+                dest = lake.root / t / run_dir / f"{sid}.parquet"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(f".{sid}.{uuid.uuid4().hex}.tmp")
+                write_parquet(res[t], tmp)
+                os.replace(tmp, dest)
+            done += bool(res)
+    return done

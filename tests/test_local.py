@@ -1,0 +1,167 @@
+"""Per-source metric results computed at ingest (pipeline/local.py, issue 16 point 3).
+
+Analysis reads breakdown and step_time from local_breakdown / local_step_time and makes only the
+split of exposed communication into waiting and transfer over the other ranks' kernels
+(queries/local/*.sql). Checked here:
+- on PARAM's real 8-rank DLRM job (56 collective kernels that wait for a peer, steps on every
+  rank), ingested with the results: breakdown and step_time equal the full queries' rows on
+  the same connection, exactly, and the whole analysis (verdict, findings, every number) equals
+  the analysis of the same lake without the results;
+- on random two-rank jobs of compute kernels and collectives with random step windows
+  (hypothesis): the same equality, and exposed waiting / transfer per rank equal the brute-force
+  walk of tests/test_interval_property.py (an outside reference, not the full query);
+- when the results must not be used (another window or threshold, a source without results, a
+  result of another SQL version, a rank whose work comes from two sources), the full queries run;
+- a source below MIN_GPU_ROWS gets none, and re-ingesting or forgetting a source removes its
+  results with its other parts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+
+import polars as pl
+import pytest
+from conftest import corpus
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_interval_property import _brute_split, collective_lake, member
+
+from pipeline import local, query
+from pipeline.analyze import analyze
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+
+DLRM = ("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+
+
+def _full(con, name: str) -> pl.DataFrame:
+    return pl.from_arrow(con.sql(query.sql_text(name)).to_arrow_table())
+
+
+def _uses_local(con) -> bool:
+    return bool(con.execute("SELECT getvariable('use_local')").fetchall()[0][0])
+
+
+@pytest.fixture(scope="module")
+def dlrm_lakes(tmp_path_factory):
+    """The DLRM job ingested twice: with per-source results (threshold 0) and without (default
+    threshold: its ranks have fewer GPU activities)."""
+    d = tmp_path_factory.mktemp("dlrm")
+    with_local, plain = Lake(d / "with"), Lake(d / "plain")
+    mp = pytest.MonkeyPatch()
+    mp.setattr(local, "MIN_GPU_ROWS", 0)
+    try:
+        assert {r.status for r in ingest_paths([corpus(*DLRM)], with_local, jobs=1)} == {"ok"}
+    finally:
+        mp.undo()
+    assert {r.status for r in ingest_paths([corpus(*DLRM)], plain, jobs=1)} == {"ok"}
+    return with_local, plain
+
+
+def test_dlrm_ingest_stores_results_and_analysis_reads_them(dlrm_lakes):
+    with_local, plain = dlrm_lakes
+    assert len(with_local.table_files("local_results")) == 8
+    assert plain.table_files("local_results") == []  # 8 ranks of < MIN_GPU_ROWS activities
+    con = query.connect(with_local)
+    assert _uses_local(con)
+    assert not _uses_local(query.connect(plain))
+    waits = con.execute("SELECT count(*), count(DISTINCT rank) FROM comm_wait").fetchall()[0]
+    assert waits == (56, 8)  # the split has something to do on every rank
+    for name in query.LOCAL_METRICS:
+        got, full = query.run(con, name), _full(con, name)
+        assert got.equals(full), name
+        assert got["exposed_comm_wait_ns"].sum() > 0
+    # the view tracelake sql reads is the same
+    assert pl.from_arrow(con.sql("SELECT * FROM step_time").to_arrow_table()).equals(_full(con, "step_time"))
+
+
+def test_dlrm_analysis_is_the_same_with_and_without_results(dlrm_lakes):
+    with_local, plain = dlrm_lakes
+    a, b = analyze(with_local), analyze(plain)
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(member, min_size=1, max_size=12),
+    st.lists(member, min_size=1, max_size=12),
+    st.lists(st.integers(0, 80), min_size=2, max_size=5, unique=True),
+)
+def test_random_jobs_equal_the_full_queries_and_the_brute_force(acts0, acts1, cuts):
+    ranks = {0: acts0, 1: acts1}
+    edges = sorted(cuts)
+    steps = {r: list(zip(edges, edges[1:])) for r in ranks}  # the same host windows on both ranks
+    with tempfile.TemporaryDirectory() as d:
+        lake = collective_lake(d, ranks, steps)
+        assert local.backfill(lake, min_rows=0) == 2
+        con = query.connect(lake)
+        assert _uses_local(con)
+        for name in query.LOCAL_METRICS:
+            assert query.run(con, name).equals(_full(con, name)), name
+        rows = [r for r in query.run(con, "breakdown").to_dicts() if r["level"] == "rank"]
+    b = _brute_split(ranks)
+    for row in rows:
+        assert (row["exposed_comm_wait_ns"], row["exposed_comm_transfer_ns"]) == (
+            b[row["rank"]]["wait"],
+            b[row["rank"]]["transfer"],
+        ), row
+
+
+@pytest.fixture()
+def small_lake(tmp_path, dlrm_lakes):
+    """A copy of the DLRM lake with results, to damage."""
+    d = tmp_path / "lake"
+    shutil.copytree(dlrm_lakes[0].root, d)
+    return Lake(d)
+
+
+def test_options_other_than_the_defaults_run_the_full_queries(small_lake):
+    assert not _uses_local(query.connect(small_lake, window="hta"))
+    assert not _uses_local(query.connect(small_lake, kernel_wait_threshold_ns=10_000))
+    assert _uses_local(query.connect(small_lake, runs=["dlrm_kineto"]))
+
+
+def test_a_source_without_results_makes_analysis_run_in_full(small_lake):
+    part = small_lake.table_files("local_results")[3]
+    (small_lake.root / "local_results").joinpath(*part.split("/local_results/")[1].split("/")).unlink()
+    assert not _uses_local(query.connect(small_lake))
+
+
+def test_results_of_another_sql_version_are_not_used(small_lake, monkeypatch):
+    assert _uses_local(query.connect(small_lake))
+    monkeypatch.setattr(query, "_LOCAL_OPTIONS", query._LOCAL_OPTIONS + ";changed")  # as if the SQL changed
+    assert not _uses_local(query.connect(small_lake))
+
+
+def test_a_rank_with_results_from_two_sources_runs_in_full(small_lake):
+    """A second local_results row for rank 0 (another source's) in the same run."""
+    f = small_lake.table_files("local_results")[0]
+    row = pl.read_parquet(f)
+    dup = row.with_columns(pl.lit("ffffffffffffffff").alias("source_id"))
+    dup.write_parquet(f.rsplit("/", 1)[0] + "/ffffffffffffffff.parquet")
+    src = pl.read_parquet(small_lake.table_files("sources")[0]).with_columns(
+        pl.lit("ffffffffffffffff").alias("source_id")
+    )
+    src.write_parquet(small_lake.table_files("sources")[0].rsplit("/", 1)[0] + "/ffffffffffffffff.parquet")
+    assert not _uses_local(query.connect(small_lake))
+
+
+def test_reingest_and_forget_remove_a_sources_results(small_lake, monkeypatch):
+    rank0 = sorted(corpus(*DLRM).glob("*0*.json"))[0]
+    before = len(small_lake.table_files("local_results"))
+    # --force with the default threshold: the source is rewritten without results
+    (r,) = ingest_paths([rank0], small_lake, force=True, run="dlrm_kineto", jobs=1)
+    assert r.status == "ok"
+    assert len(small_lake.table_files("local_results")) == before - 1
+    assert not _uses_local(query.connect(small_lake))
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 0)
+    (r,) = ingest_paths([rank0], small_lake, force=True, run="dlrm_kineto", jobs=1)
+    assert len(small_lake.table_files("local_results")) == before
+    assert _uses_local(query.connect(small_lake))
+    n = small_lake.forget([(r.run_id, r.source_id)])
+    assert n == 1
+    assert len(small_lake.table_files("local_results")) == before - 1
+    assert len(small_lake.table_files("local_breakdown")) == before - 1
