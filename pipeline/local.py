@@ -1,17 +1,19 @@
 """Per-source metric results, computed once when a source is ingested (issue 16, point 3).
 
-breakdown.sql and step_time.sql sweep every GPU activity of every rank at each analysis (15-20 s
-each at 64 ranks x 100k kernels). Every measure they give depends on the rank's own work alone,
-except the split of exposed communication into waiting for peers and transfer, which needs the
-other ranks' kernels (views/45_scope_parts.sql). So for a source of one rank, the worker that
-ingests it runs both files on that source alone (window all, the default kernel_wait_threshold_ns;
-one rank alone has no consistent collective call, so every collective counts as transfer) and
-queries/local/comm_cover.sql (the compute under its communication kernels), and stores the rows
-in local_breakdown, local_step_time and local_comm_cover, with a local_results row naming the SQL
-version (schemas/v2.toml). Analysis (pipeline/query.py use_local) reads them and makes only the
-split, over the waiting parts of collectives (queries/local/*.sql), when every source with GPU
-activities in scope has current results and the options are the defaults; otherwise it runs
-the full files. The results equal the full files' rows (tests/test_local.py).
+breakdown.sql, step_time.sql, idle_gaps.sql, idle_breakdown.sql and step_status.sql read every GPU
+activity (or host launch) of every rank at each analysis (4-20 s each at 64 ranks x 100k kernels).
+Every measure they give depends on the rank's own work alone, except the split of exposed
+communication into waiting for peers and transfer (breakdown, step_time), which needs the other
+ranks' kernels (views/45_scope_parts.sql). So for a source of one rank, the worker that ingests it
+runs the five files on that source alone (window all, the default kernel_wait_threshold_ns; one
+rank alone has no collective call matched across ranks, so every collective counts as transfer)
+and queries/local/comm_cover.sql (the compute under its communication kernels), and stores the
+rows in local_<metric> and local_comm_cover, with a local_results row naming the SQL version
+(schemas/v2.toml). Analysis (pipeline/query.py use_local) reads them through queries/local/
+<metric>.sql (the split made over the waiting parts of collectives; idle_gaps' histogram summed
+over the sources) when every source with GPU activities in scope has current results and the
+options are the defaults; otherwise it runs the full files. The results equal the full files'
+rows (tests/test_local.py).
 
 Only sources of at least MIN_GPU_ROWS GPU activities get results: below that the full queries
 take milliseconds, and a small job would pay a DuckDB connection per file at ingest for nothing.
@@ -37,12 +39,18 @@ from .lake import Lake, Staged
 from .parts import write_parquet
 
 MIN_GPU_ROWS = 20_000
-TABLES = ("local_breakdown", "local_step_time", "local_comm_cover")
+# lake table -> the SQL it stores, run on the source alone (metric files: queries/<name>.sql)
+STORED = {f"local_{m}": f"{m}.sql" for m in query.LOCAL_METRICS}
+STORED["local_comm_cover"] = "local/comm_cover.sql"
+TABLES = tuple(STORED)
 
 
-def compute(files: dict[str, list[str]], source_id: str, min_rows: int | None = None) -> dict[str, pa.Table]:
+def compute(
+    files: dict[str, list[str]], source_id: str, min_rows: int | None = None, status: str = "ok"
+) -> dict[str, pa.Table]:
     """The local_* tables (local_results included) of one source whose parts are `files` (table
-    -> Parquet files of the current schema), conformed to the schema; {} when the source gets
+    -> Parquet files of the current schema; status: its sources status, ok or partial, when
+    `files` has no sources part), conformed to the schema; {} when the source gets
     none: no GPU activities in it, fewer than min_rows (None: MIN_GPU_ROWS), or more than one
     rank."""
     if not files.get("gpu_activities"):
@@ -64,13 +72,16 @@ def compute(files: dict[str, list[str]], source_id: str, min_rows: int | None = 
             "CREATE TEMP TABLE _m_step_window AS SELECT * FROM step_window; "
             "CREATE OR REPLACE VIEW step_window AS SELECT * FROM _m_step_window"
         )
+        if not files.get("sources"):  # a staged source: its row is written at commit
+            lit = [("'" + str(v).replace("'", "''") + "'") for v in (run_id, source_id, status)]
+            con.execute(  # a view cannot take parameters: quoted literals
+                "CREATE OR REPLACE VIEW sources AS SELECT * FROM _empty_sources UNION ALL BY NAME "
+                f"SELECT {lit[0]}::VARCHAR AS run_id, {lit[1]}::VARCHAR AS source_id, "
+                f"{lit[2]}::VARCHAR AS status"
+            )
         out = {}
-        for table, sql in (
-            ("local_breakdown", query.sql_text("breakdown")),
-            ("local_step_time", query.sql_text("step_time")),
-            ("local_comm_cover", (query.QUERIES_DIR / "local" / "comm_cover.sql").read_text()),
-        ):
-            df = pl.from_arrow(con.sql(sql).to_arrow_table())
+        for table, sql in STORED.items():
+            df = pl.from_arrow(con.sql((query.QUERIES_DIR / sql).read_text()).to_arrow_table())
             out[table] = df.with_columns(pl.lit(source_id).alias("source_id"))
         rank = con.execute("SELECT any_value(rank) FROM gpu_activities").fetchall()[0][0]
     finally:
@@ -82,12 +93,13 @@ def compute(files: dict[str, list[str]], source_id: str, min_rows: int | None = 
     return {t: sch.conform(t, df.to_arrow()) for t, df in out.items()}
 
 
-def stage_local(staged: Staged, min_rows: int | None = None) -> None:
+def stage_local(staged: Staged, status: str = "ok", min_rows: int | None = None) -> None:
     """Compute a staged source's local results from its staged parts and stage them beside them
-    (staged.tables gains their names); nothing when compute() gives none."""
+    (staged.tables gains their names); nothing when compute() gives none. status: the sources
+    status the source will be committed with (ok, partial)."""
     d = Path(staged.dir)
     files = {t: [str(d / f"{t}.parquet")] for t in staged.tables}
-    for t, tbl in compute(files, staged.source_id, min_rows).items():
+    for t, tbl in compute(files, staged.source_id, min_rows, status).items():
         write_parquet(tbl, d / f"{t}.parquet")
         staged.tables.append(t)
 

@@ -214,14 +214,14 @@ def _connect(
 
 # the SQL per-source results are computed with and read through: any change to one of these
 # files (or to the options below) makes stored results of an earlier version unused
-_LOCAL_FILES = ("breakdown.sql", "step_time.sql", "local/*.sql", "views/*.sql")
+LOCAL_METRICS = ("breakdown", "step_time", "idle_gaps", "idle_breakdown", "step_status")
+_LOCAL_FILES = (*(f"{m}.sql" for m in LOCAL_METRICS), "local/*.sql", "views/*.sql")
 _LOCAL_OPTIONS = "window=all;kernel_wait_threshold_ns=30000"
-LOCAL_METRICS = ("breakdown", "step_time")
 
 
 def local_sql_version() -> str:
-    """First 16 hex digits of the SHA-256 of the SQL behind per-source results (queries/
-    breakdown.sql, step_time.sql, local/*.sql, views/*.sql, in name order) and their options."""
+    """First 16 hex digits of the SHA-256 of the SQL behind per-source results (the files of
+    LOCAL_METRICS, queries/local/*.sql, queries/views/*.sql, in that order) and their options."""
     h = hashlib.sha256(_LOCAL_OPTIONS.encode())
     for pattern in _LOCAL_FILES:
         for f in sorted(QUERIES_DIR.glob(pattern)):

@@ -1,11 +1,11 @@
 """Per-source metric results computed at ingest (pipeline/local.py, issue 16 point 3).
 
-Analysis reads breakdown and step_time from local_breakdown / local_step_time and makes only the
-split of exposed communication into waiting and transfer over the other ranks' kernels
-(queries/local/*.sql). Checked here:
+Analysis reads breakdown, step_time, idle_gaps, idle_breakdown and step_status from the
+local_<metric> tables, and makes only the split of exposed communication into waiting and
+transfer over the other ranks' kernels (queries/local/*.sql). Checked here:
 - on PARAM's real 8-rank DLRM job (56 collective kernels that wait for a peer, steps on every
-  rank), ingested with the results: breakdown and step_time equal the full queries' rows on
-  the same connection, exactly, and the whole analysis (verdict, findings, every number) equals
+  rank), ingested with the results: every such metric equals the full query's rows on the
+  same connection, exactly, and the whole analysis (verdict, findings, every number) equals
   the analysis of the same lake without the results;
 - on random two-rank jobs of compute kernels and collectives with random step windows
   (hypothesis): the same equality, and exposed waiting / transfer per rank equal the brute-force
@@ -72,8 +72,9 @@ def test_dlrm_ingest_stores_results_and_analysis_reads_them(dlrm_lakes):
     assert waits == (56, 8)  # the split has something to do on every rank
     for name in query.LOCAL_METRICS:
         got, full = query.run(con, name), _full(con, name)
-        assert got.equals(full), name
-        assert got["exposed_comm_wait_ns"].sum() > 0
+        assert got.height and got.equals(full), name
+    for name in ("breakdown", "step_time"):
+        assert query.run(con, name)["exposed_comm_wait_ns"].sum() > 0
     # the view tracelake sql reads is the same
     assert pl.from_arrow(con.sql("SELECT * FROM step_time").to_arrow_table()).equals(_full(con, "step_time"))
 
@@ -82,6 +83,28 @@ def test_dlrm_analysis_is_the_same_with_and_without_results(dlrm_lakes):
     with_local, plain = dlrm_lakes
     a, b = analyze(with_local), analyze(plain)
     assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def test_a_truncated_source_keeps_its_steps_incomplete(tmp_path, monkeypatch):
+    """step_status makes every step of a truncated source incomplete (sources.status partial):
+    the status reaches the per-source results before the sources row is written. DLRM's rank 3
+    cut at 70 % of its bytes (a trace killed while written), the 7 others whole."""
+    job = tmp_path / "dlrm_kineto"
+    job.mkdir()
+    files = sorted(corpus(*DLRM).glob("*.json"))
+    for f in files:
+        data = f.read_bytes()
+        (job / f.name).write_bytes(data[: int(len(data) * 0.7)] if f is files[3] else data)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 0)
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([job], lake, jobs=1)
+    assert sorted(r.status for r in res) == ["ok"] * 7 + ["partial"]
+    con = query.connect(lake)
+    assert _uses_local(con)
+    got = query.run(con, "step_status")
+    assert got.equals(_full(con, "step_status"))
+    cut = got.filter(pl.col("in_truncated_source"))
+    assert cut.height and set(cut["rank"]) == {3} and not cut["complete"].any()
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])

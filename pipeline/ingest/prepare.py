@@ -149,7 +149,7 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             staged = lake.stage(
                 run_id, source_id, p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True)
             )
-            with_local(staged, notes)
+            with_local(staged, notes, "partial" if partial else "ok")
         except sch.SchemaError as e:
             return failed(
                 display,
@@ -198,15 +198,16 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def with_local(staged, notes: list[str]) -> None:
-    """Stage the source's per-source metric results beside its parts (pipeline/local.py); a
-    failure there costs only speed (analysis then computes those metrics in full): a note."""
+def with_local(staged, notes: list[str], status: str) -> None:
+    """Stage the source's per-source metric results beside its parts (pipeline/local.py; status:
+    the sources status it will be committed with); a failure there costs only speed (analysis
+    then computes those metrics in full): a note."""
     try:
-        local.stage_local(staged)
+        local.stage_local(staged, status)
     except (duckdb.Error, sch.SchemaError, OSError, pl.exceptions.PolarsError) as e:
         notes.append(
             f"per-source metric results not stored ({one_line(f'{type(e).__name__}: {e}')[:200]}); "
-            "analysis computes breakdown and step_time in full"
+            "analysis computes those metrics in full"
         )
 
 
@@ -351,7 +352,7 @@ def prepare_nsys(
                 "world_size": len(rank_list) if ex.rank_source == "process_order" else None,
             }
             staged = lake.stage(run_id, source_id, ex.tables(run_id, source_id))
-            with_local(staged, notes)
+            with_local(staged, notes, "ok")
     except (TraceError, duckdb.Error, sch.SchemaError) as e:
         err = one_line(str(e) if isinstance(e, TraceError) else f"{type(e).__name__}: {e}")[:500]
         return failed(display, run_id, err, sha, size, base=base)
