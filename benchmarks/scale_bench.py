@@ -21,7 +21,9 @@ a 128-rank NCCL job, scaled keeping its shape):
 3. analysis (pipeline.analyze.analyze: every metric) and report (HTML render) time for lakes of
    8, 64 and 512 ranks x `--kernels` kernels, and for 64 ranks x `--big-kernels` kernels. Those
    lakes are written by scale_trace.write_lake (the source ingested once, its rows repeated:
-   the same rows as ingesting the scaled JSON, which scale_trace.py --check verifies).
+   the same rows as ingesting the scaled JSON, which scale_trace.py --check verifies), then
+   given the per-source results ingest stores for sources of that size (pipeline/local.py;
+   "local s": the time that takes, which ingest spends in its workers).
 Not a test: numbers depend on the machine; record them in the README with this command.
 """
 
@@ -245,7 +247,7 @@ def main():
             return
         print("\n3. analysis (every metric) and report (HTML) of lakes of N ranks x K kernels")
         print(
-            f"{'':30s} {'rows':>12s} {'write s':>8s} "
+            f"{'':30s} {'rows':>12s} {'write s':>8s} {'local s':>8s} "
             f"{'analysis s':>11s} {'report s':>9s} {'peak RSS MB':>12s}"
         )
         times = {}
@@ -253,13 +255,13 @@ def main():
             d = work / f"lake_{ranks}x{kernels}"
             t = time.perf_counter()
             info = scale_trace.write_lake(a.source, d, ranks, kernels)
-            w = time.perf_counter() - t
+            w = time.perf_counter() - t - info["local_s"]
             r = child(ANALYZE, str(d), timeout=a.timeout)
             label = f"{ranks} ranks x {info['kernels_per_rank']} kernels"
             if r is None:
                 times[(ranks, kernels)] = float("inf")
                 print(
-                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f}  "
+                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f} {info['local_s']:8.1f}  "
                     f"not finished in {a.timeout:.0f} s (stopped)"
                 )
             else:
@@ -267,7 +269,7 @@ def main():
                 rep = float(rep)
                 times[(ranks, kernels)] = an + rep
                 print(
-                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f} "
+                    f"{label:30s} {info['rows_per_rank'] * ranks:12,d} {w:8.1f} {info['local_s']:8.1f} "
                     f"{an:11.2f} {rep:9.2f} {rss:12.0f}"
                 )
             shutil.rmtree(d)

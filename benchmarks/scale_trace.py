@@ -27,6 +27,7 @@ import gzip
 import math
 import re
 import sys
+import time
 from pathlib import Path
 
 import msgspec
@@ -168,6 +169,7 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
 
     import polars as pl
 
+    from pipeline import local
     from pipeline import schema as sch
     from pipeline.ingest import ingest_paths
     from pipeline.lake import Lake
@@ -181,6 +183,8 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
         assert res.status == "ok", res.error
         tables = {}
         for t in sch.tables():
+            if t.startswith("local_"):  # per-source results: computed below for each written rank
+                continue
             files = one.table_files(t)
             if files:
                 tables[t] = pl.concat([pl.read_parquet(f) for f in files], how="vertical_relaxed")
@@ -251,7 +255,17 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
                 "trace_end_ns": src_row["trace_end_ns"] + (copies - 1) * span_ns,
             }
             lake.write_source(run, sid, out, row)
-    return {"copies": copies, "kernels_per_rank": shape.kernels * copies, "rows_per_rank": rows}
+    # what ingest stores with each source of that size (pipeline/local.py), timed apart: ingest
+    # computes it in the worker that reads the file
+    t = time.perf_counter()
+    with_local = local.backfill(lake)
+    return {
+        "copies": copies,
+        "kernels_per_rank": shape.kernels * copies,
+        "rows_per_rank": rows,
+        "local_sources": with_local,
+        "local_s": time.perf_counter() - t,
+    }
 
 
 def check(source: Path, tmp: Path) -> list[str]:

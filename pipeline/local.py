@@ -106,12 +106,19 @@ def stage_local(staged: Staged, status: str = "ok", min_rows: int | None = None)
 
 def backfill(lake: Lake, min_rows: int | None = None) -> int:
     """Add local results to every committed source of `lake` with GPU activities and without a
-    local_results part, under the lake's lock; their local_results part is written last, so a
-    source interrupted half-way is not used (and is completed by the next call). Returns the
-    number of sources given results."""
+    local_results part of the current SQL version (older results are replaced), under the lake's
+    lock; their local_results part is written last, so a source interrupted half-way is not used
+    (and is completed by the next call). Returns the number of sources given results."""
     done = 0
     with lake.lock():
-        have, committed = set(lake._listing("local_results")), lake.committed()
+        current = query.local_sql_version()
+
+        def version(key: tuple[str, str]) -> list:
+            part = lake.root / "local_results" / key[0] / f"{key[1]}.parquet"
+            return pl.read_parquet(part, columns=["sql_version"]).get_column("sql_version").to_list()
+
+        have = {key for key in lake._listing("local_results") if version(key) == [current]}
+        committed = lake.committed()
         for run_dir, sid in lake._listing("gpu_activities"):
             if (run_dir, sid) in have or (run_dir, sid) not in committed:
                 continue

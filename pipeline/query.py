@@ -66,10 +66,12 @@ def connect(
     metric_views: bool | tuple[str, ...] = True,
     derived_views: bool = True,
     parts: dict[str, list[str]] | None = None,
+    local_results: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. parts: read these Parquet files per table
     instead of the lake's (one staged source, pipeline/local.py; files of the current schema,
-    outside the run= layout), `lake` then only names it. An ingest committing meanwhile (`--force`
+    outside the run= layout), `lake` then only names it. local_results=False: never read the
+    per-source results (use_local), always the full metric files. An ingest committing meanwhile (`--force`
     replaces a source's parts) can remove a part between listing and reading it: the lake is then
     listed again, up to 10 times. Raises ValueError for a bad window or override, duckdb.Error for
     an unreadable lake."""
@@ -88,6 +90,7 @@ def connect(
                 metric_views,
                 derived_views,
                 parts,
+                local_results,
             )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
@@ -109,6 +112,7 @@ def _connect(
     metric_views=True,
     derived_views=True,
     parts=None,
+    local_results=True,
 ):
     def files_of(t: str, committed=None) -> list[str]:
         return list(parts.get(t, ())) if parts is not None else lake.table_files(t, runs, committed)
@@ -202,8 +206,13 @@ def _connect(
     # breakdown and step_time from the per-source results stored at ingest, when they hold for
     # every source in scope (pipeline/local.py)
     if derived_views and parts is None:
-        local = use_local(con, lake, runs, window, kernel_wait_threshold_ns)
+        local = local_results and use_local(con, lake, runs, window, kernel_wait_threshold_ns)
         con.execute(f"SET VARIABLE use_local = {str(local).lower()}")
+        if local:  # collective_exposure's compute pieces: those stored (views/60_exposure_cover.sql)
+            con.execute(
+                "CREATE OR REPLACE VIEW exposure_cover AS "
+                "SELECT run_id, rank, start_ns, end_ns FROM local_comm_cover WHERE level = 'rank'"
+            )
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL; DuckDB
     # binds a view when it is created (about 10 ms each on a small lake), so a caller that runs
     # the metric files itself (analyze) names only those it reads as views
