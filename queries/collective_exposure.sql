@@ -5,12 +5,12 @@
 -- boundary (views/45_scope_parts.sql: [start, start + duration - the call's transfer time)
 -- waiting for peers, the rest transfer; a kernel of no consistent call is all transfer); the exposed
 -- part of each piece is its length minus its overlap with the union of its rank's compute
--- kernels (views/60_exposure_cover.sql: compute intervals sorted by start, merged where they
--- touch; XProf and TraceLens count a collective as exposed only where no compute runs). Summed per op over the
--- kernels of all ranks: two collectives running at once on one rank each count their own time
--- (breakdown.sql and step_time.sql count such an instant once), so these sums rank ops by cost
--- rather than add up to exposed_comm_ns. The op is collectives.op (the trace's own records
--- first, the kernel name last; 'unknown' for a communication kernel with no collectives row).
+-- kernels (views/60_exposure_cover.sql; XProf and TraceLens count a collective as exposed only
+-- where no compute runs). Summed per op over the kernels of all ranks: two collectives running
+-- at once on one rank each count their own time (breakdown.sql and step_time.sql count such an
+-- instant once), so these sums rank ops by cost rather than add up to exposed_comm_ns. The op
+-- is collectives.op (the trace's own records first, the kernel name last; 'unknown' for a
+-- communication kernel with no collectives row).
 -- Columns:
 --   run_id STRING; step INT64 (the step whose wall-clock window, views/25_step_window.sql, holds the
 --     kernel's start, as step_time.sql cuts time; else the step of its launch; NULL: outside
@@ -19,22 +19,39 @@
 --   kernel_ns INT64 ns: their summed duration
 --   exposed_ns INT64 ns = exposed_wait_ns + exposed_transfer_ns: summed time not under compute
 --   exposed_wait_ns INT64 ns: of it, waiting for peers; exposed_transfer_ns INT64 ns: of it, transfer
-WITH ranks AS (  -- a dense integer per rank: the running sum sorts on it, not on the strings
+WITH ranks AS (  -- a dense integer per rank: the running max and sum sort on it, not on the strings
   SELECT run_id, rank, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr
-  FROM (SELECT DISTINCT run_id, rank FROM exposure_cover)
+  FROM (SELECT DISTINCT run_id, rank FROM scope WHERE category = 'compute')
 ),
--- F(x), the rank's compute time before instant x, from its compute pieces (views/60_exposure_cover.sql:
--- the union of its compute kernels as disjoint pieces): with C(i) the summed length of pieces
--- 1..i in start order, and i the last piece starting at or before x, F(x) = C(i) - greatest(0,
--- end_i - x). The compute time covering [a, b) is F(b) - F(a): three ASOF lookups per
--- communication kernel, not a join of every kernel with every compute interval of its rank
--- (quadratic: 21 s at 64 ranks x 100k kernels). The running sum runs over one global order; C
--- then counts on across ranks, so each rank's F is taken relative to its offset (C before its
--- first piece).
+-- F(x), the time of the rank's compute union before instant x. With the compute intervals
+-- (exposure_cover: the rank's compute kernels, or disjoint pieces of them) sorted by start,
+-- interval i adds to the union what it reaches past the latest earlier end (prev_end); C(i), the
+-- running sum of those additions, is the union of intervals 1..i, and since every one of them
+-- starts at or before start_i, the union of 1..i covers [x, R(i)) whole for any x >= start_i
+-- (R(i) = the latest end of 1..i). So for the last interval i starting at or before x, F(x) =
+-- C(i) - greatest(0, R(i) - x), and the compute time covering [a, b) is F(b) - F(a): three ASOF
+-- lookups per communication kernel, not a join of every kernel with every compute interval of
+-- its rank (quadratic: 21 s at 64 ranks x 100k kernels). The running max and sum run over one
+-- global order (keyed_ns, views/05_macros.sql); C then counts on across ranks, so each rank's F
+-- is taken relative to its offset (C before its first interval).
+comp AS (
+  SELECT r.rr, s.start_ns, s.end_ns,
+    keyed_ns_value(max(keyed_ns(r.rr, s.end_ns))
+      OVER (ORDER BY r.rr, s.start_ns, s.end_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), r.rr) AS prev_end
+  FROM exposure_cover s JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
+),
+added AS (
+  SELECT rr, start_ns, end_ns, greatest(end_ns, coalesce(prev_end, end_ns)) AS r_end,
+    greatest(0, end_ns - greatest(start_ns, coalesce(prev_end, start_ns))) AS a
+  FROM comp
+),
 running AS (
-  SELECT r.rr, c.start_ns AS s, c.end_ns AS r_end, c.end_ns - c.start_ns AS a,
-    sum(c.end_ns - c.start_ns) OVER (ORDER BY r.rr, c.start_ns ROWS UNBOUNDED PRECEDING) AS c
-  FROM exposure_cover c JOIN ranks r ON r.run_id = c.run_id AND r.rank = c.rank
+  SELECT rr, start_ns AS s, r_end, a, sum(a) OVER w AS c, lead(rr) OVER w AS next_rr, lead(start_ns) OVER w AS next_s
+  FROM added
+  WINDOW w AS (ORDER BY rr, start_ns, end_ns ROWS UNBOUNDED PRECEDING)
+),
+cum AS (  -- the last interval of each start instant (the lookup must see every interval starting there)
+  SELECT rr, s, r_end, c FROM running WHERE next_rr IS DISTINCT FROM rr OR next_s IS DISTINCT FROM s
 ),
 offsets AS (SELECT rr, min(c - a) AS off FROM running GROUP BY rr),
 kern0 AS (
@@ -60,7 +77,7 @@ points AS (  -- each kernel's start, wait boundary and end, with F at each
         UNION ALL SELECT k.kid, r.rr, 1, k.w FROM kern k JOIN ranks r USING (run_id, rank)
         UNION ALL SELECT k.kid, r.rr, 2, k.end_ns FROM kern k JOIN ranks r USING (run_id, rank)) p
   LEFT JOIN offsets o ON o.rr = p.rr
-  ASOF LEFT JOIN running c ON c.rr = p.rr AND p.x >= c.s
+  ASOF LEFT JOIN cum c ON c.rr = p.rr AND p.x >= c.s
 ),
 covered AS (
   SELECT kid,
