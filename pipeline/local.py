@@ -32,6 +32,7 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from . import query
 from . import schema as sch
@@ -56,6 +57,9 @@ def compute(
     if not files.get("gpu_activities"):
         return {}
     min_rows = MIN_GPU_ROWS if min_rows is None else min_rows
+    # the row count from the Parquet footers first: a small source costs no DuckDB connection
+    if sum(pq.ParquetFile(f).metadata.num_rows for f in files["gpu_activities"]) < min_rows:
+        return {}
     con = query.connect(None, parts=files, materialize=False, metric_views=False)
     try:
         n, ranks, run_id = con.execute(

@@ -145,6 +145,20 @@ def test_random_jobs_equal_the_full_queries_and_the_brute_force(acts0, acts1, cu
         ), row
 
 
+def test_a_source_below_the_threshold_costs_no_connection(tmp_path, monkeypatch):
+    """DLRM's ranks have fewer than MIN_GPU_ROWS GPU activities: ingest decides from the Parquet
+    footers and never opens the DuckDB connection the results would need (0.4 s per file, which
+    a small job would pay for nothing)."""
+
+    def refuse(*a, **k):
+        raise AssertionError("connected for a small source")
+
+    monkeypatch.setattr(local.query, "connect", refuse)
+    res = ingest_paths(sorted(corpus(*DLRM).glob("*.json"))[:2], Lake(tmp_path / "lake"), jobs=1)
+    assert [r.status for r in res] == ["ok", "ok"]
+    assert not any("per-source" in n for r in res for n in r.notes)
+
+
 @pytest.fixture()
 def small_lake(tmp_path, dlrm_lakes):
     """A copy of the DLRM lake with results, to damage."""
