@@ -22,7 +22,10 @@ connect(lake) returns a DuckDB connection with
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
   when given, `peak_tflops` and `model_flops_per_step` (MFU overrides) and `tokens_per_step`
   (tokens/s, queries/mfu.sql).
-run(con, name) executes queries/<name>.sql and returns a polars DataFrame.
+- per-source results (pipeline/local.py): when use_local() holds, the LOCAL_METRICS are read
+  through queries/local/<name>.sql from the local_* tables stored at ingest (variable
+  `use_local`), with the same rows as queries/<name>.sql; local_results=False turns that off.
+run(con, name) executes queries/<name>.sql (or its per-source form) and returns a polars DataFrame.
 """
 
 from __future__ import annotations
@@ -71,10 +74,10 @@ def connect(
     """The connection described in the module doc. parts: read these Parquet files per table
     instead of the lake's (one staged source, pipeline/local.py; files of the current schema,
     outside the run= layout), `lake` then only names it. local_results=False: never read the
-    per-source results (use_local), always the full metric files. An ingest committing meanwhile (`--force`
-    replaces a source's parts) can remove a part between listing and reading it: the lake is then
-    listed again, up to 10 times. Raises ValueError for a bad window or override, duckdb.Error for
-    an unreadable lake."""
+    per-source results (use_local), always the full metric files. An ingest committing meanwhile
+    (`--force` replaces a source's parts) can remove a part between listing and reading it: the
+    lake is then listed again, up to 10 times. Raises ValueError for a bad window or override,
+    duckdb.Error for an unreadable lake."""
     for attempt in range(10):
         try:
             return _connect(
@@ -203,8 +206,8 @@ def _connect(
                 con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
                 done.add(name)
             con.execute("RESET preserve_insertion_order")
-    # breakdown and step_time from the per-source results stored at ingest, when they hold for
-    # every source in scope (pipeline/local.py)
+    # the LOCAL_METRICS from the per-source results stored at ingest, when they hold for every
+    # source in scope (pipeline/local.py)
     if derived_views and parts is None:
         local = local_results and use_local(con, lake, runs, window, kernel_wait_threshold_ns)
         con.execute(f"SET VARIABLE use_local = {str(local).lower()}")
@@ -239,7 +242,8 @@ def local_sql_version() -> str:
 
 
 def use_local(con, lake: Lake, runs, window: str, kernel_wait_threshold_ns: int) -> bool:
-    """Whether breakdown and step_time can be read from the per-source results (pipeline/local.py):
+    """Whether the LOCAL_METRICS can be read from the per-source results (pipeline/local.py), and
+    collective_exposure's compute pieces with them:
     default options (window all, kernel_wait_threshold_ns 30000), every source with GPU
     activities in scope has a local_results part (the part listings compared, so nothing is read
     when one lacks it), every local_results row in scope is of the current local_sql_version(),
