@@ -479,3 +479,23 @@ def test_device_values_out_of_the_int32_range_are_read_as_null_with_a_note(tmp_p
         duckdb.sql(f"SELECT count(num_sms), count(compute_major) FROM read_parquet('{d}')").fetchall()[0][0]
         == 0
     )
+
+
+def test_invalid_utf8_in_the_sqlite_schema_fails_in_one_line(tmp_path):
+    # found by the fuzzing harness (nsys, N=1000, seed 26): one byte of a table name in the
+    # schema set to 0x93 made SQLite's own error message ("malformed database schema (ENUM\x93...)")
+    # undecodable, and the file came out as "could not ingest (UnicodeDecodeError ...); please report"
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    raw = GOOD.read_bytes()
+    name = b"ENUM_NSYS_GENERIC_EVENT_SOURCE"
+    assert raw.count(name) >= 2  # the table's name in sqlite_master, and in its CREATE text
+    i = raw.index(name) + 4
+    bad = tmp_path / "bad_schema.sqlite"
+    bad.write_bytes(raw[:i] + b"\x93" + raw[i + 1 :])
+    lake = Lake(tmp_path / "lake")
+    r, ok = ingest_paths([bad, GOOD_KINETO], lake, jobs=1)
+    assert r.status == "failed" and ok.status == "ok"
+    assert r.error.startswith("not a readable SQLite database (malformed database schema (ENUM")
+    assert "\n" not in r.error and "please report" not in r.error

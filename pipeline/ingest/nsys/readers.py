@@ -24,6 +24,13 @@ def _need(have: list[str], cols: tuple[str, ...]) -> None:
         raise NsysError(f"NVTX_EVENTS has payloads (binaryData) but lacks column(s) {', '.join(missing)}")
 
 
+def _message(e: UnicodeDecodeError) -> str:
+    """The text Python could not decode: SQLite's error message (e.g. 'malformed database schema
+    (...)' quoting a damaged name), invalid bytes replaced."""
+    obj = e.object
+    return obj.decode("utf-8", "replace") if isinstance(obj, (bytes, bytearray)) else str(e)
+
+
 class _Sqlite:
     kind = "nsys_sqlite"
     views: list[str]  # the names of the views in the file, never read
@@ -49,6 +56,8 @@ class _Sqlite:
                 (self._tables.add(name) if kind == "table" else self.views.append(name))
         except sqlite3.DatabaseError as e:
             raise NsysError(f"not a readable SQLite database ({e})") from None
+        except UnicodeDecodeError as e:  # SQLite's own error message quotes invalid UTF-8 (a damaged schema)
+            raise NsysError(f"not a readable SQLite database ({_message(e)})") from None
 
     def _text(self, b: bytes) -> str:
         try:
@@ -61,7 +70,12 @@ class _Sqlite:
         return self._tables
 
     def columns(self, table: str) -> list[str]:
-        return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+        try:
+            return [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+        except sqlite3.DatabaseError as e:
+            raise NsysError(f"SQLite table {table} cannot be read ({e})") from None
+        except UnicodeDecodeError as e:
+            raise NsysError(f"SQLite table {table} cannot be read ({_message(e)})") from None
 
     def batches(self, table: str, cols: dict[str, pa.DataType], where: str = "") -> Iterator[pa.Table]:
         have = set(self.columns(table))
@@ -79,6 +93,8 @@ class _Sqlite:
                 yield pa.Table.from_arrays(arrays, names=list(cols))
         except sqlite3.DatabaseError as e:
             raise NsysError(f"SQLite table {table} cannot be read ({e})") from None
+        except UnicodeDecodeError as e:
+            raise NsysError(f"SQLite table {table} cannot be read ({_message(e)})") from None
 
     def payload_rows(self) -> list[tuple]:
         """(globalTid, start, end, text, textId, blob) of NVTX events that carry a binary payload.
@@ -93,6 +109,8 @@ class _Sqlite:
             ).fetchall()
         except sqlite3.DatabaseError as e:  # a damaged page under the payloads
             raise NsysError(f"SQLite table NVTX_EVENTS cannot be read ({e})") from None
+        except UnicodeDecodeError as e:
+            raise NsysError(f"SQLite table NVTX_EVENTS cannot be read ({_message(e)})") from None
 
     def close(self):
         self.con.close()
