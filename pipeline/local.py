@@ -1,19 +1,20 @@
 """Per-source metric results, computed once when a source is ingested (issue 16, point 3).
 
-breakdown.sql, step_time.sql, idle_gaps.sql, idle_breakdown.sql and step_status.sql read every GPU
-activity (or host launch) of every rank at each analysis (4-20 s each at 64 ranks x 100k kernels).
+breakdown.sql, step_time.sql, idle_gaps.sql, idle_breakdown.sql, step_status.sql and mfu.sql read
+every GPU activity (or host launch) of every rank at each analysis (1-20 s each at 64 ranks x 100k
+kernels).
 Every measure they give depends on the rank's own work alone, except the split of exposed
 communication into waiting for peers and transfer (breakdown, step_time), which needs the other
 ranks' kernels (views/45_scope_parts.sql). So for a source of one rank, the worker that ingests it
-runs the five files on that source alone (window all, the default kernel_wait_threshold_ns; one
+runs the six files on that source alone (window all, the default kernel_wait_threshold_ns; one
 rank alone has no collective call matched across ranks, so every collective counts as transfer)
 and queries/local/comm_cover.sql (the compute under its communication kernels), and stores the
 rows in local_<metric> and local_comm_cover, with a local_results row naming the SQL version
 (schemas/v2.toml). Analysis (pipeline/query.py use_local) reads them through queries/local/
 <metric>.sql (the split made over the waiting parts of collectives; idle_gaps' histogram summed
 over the sources) when every source with GPU activities in scope has current results and the
-options are the defaults; otherwise it runs the full files. The results equal the full files'
-rows (tests/test_local.py).
+options are the defaults (mfu also without its overrides); otherwise it runs the full files.
+The results equal the full files' rows (tests/test_local.py).
 
 Only sources of at least MIN_GPU_ROWS GPU activities get results: below that the full queries
 take milliseconds, and a small job would pay a DuckDB connection per file at ingest for nothing.

@@ -34,6 +34,7 @@ import hashlib
 import os
 import re
 import time
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -226,18 +227,23 @@ def _connect(
 
 # the SQL per-source results are computed with and read through: any change to one of these
 # files (or to the options below) makes stored results of an earlier version unused
-LOCAL_METRICS = ("breakdown", "step_time", "idle_gaps", "idle_breakdown", "step_status")
+LOCAL_METRICS = ("breakdown", "step_time", "idle_gaps", "idle_breakdown", "step_status", "mfu")
 _LOCAL_FILES = (*(f"{m}.sql" for m in LOCAL_METRICS), "local/*.sql", "views/*.sql")
 _LOCAL_OPTIONS = "window=all;kernel_wait_threshold_ns=30000"
+# variables that change a metric's rows: with one set, that metric runs in full
+_LOCAL_OVERRIDES = {"mfu": ("peak_tflops", "model_flops_per_step", "tokens_per_step")}
 
 
 def local_sql_version() -> str:
     """First 16 hex digits of the SHA-256 of the SQL behind per-source results (the files of
-    LOCAL_METRICS, queries/local/*.sql, queries/views/*.sql, in that order) and their options."""
+    LOCAL_METRICS, queries/local/*.sql, queries/views/*.sql, in that order), the catalogs
+    (pipeline/catalog/*.toml: device peaks) and their options."""
     h = hashlib.sha256(_LOCAL_OPTIONS.encode())
     for pattern in _LOCAL_FILES:
         for f in sorted(QUERIES_DIR.glob(pattern)):
             h.update(f.relative_to(QUERIES_DIR).as_posix().encode() + b"\0" + f.read_bytes())
+    for f in sorted(Path(catalog.__file__).parent.glob("*.toml")):  # device peaks (mfu)
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -270,9 +276,15 @@ def use_local(con, lake: Lake, runs, window: str, kernel_wait_threshold_ns: int)
 
 def metric_sql(con, name: str) -> str:
     """The SQL behind metric `name` on this connection: queries/local/<name>.sql when the
-    connection reads per-source results (connect set use_local), else queries/<name>.sql."""
-    if name in LOCAL_METRICS and con.execute("SELECT getvariable('use_local')").fetchall()[0][0]:
-        return (QUERIES_DIR / "local" / f"{name}.sql").read_text()
+    connection reads per-source results (connect set use_local) and none of the metric's
+    overrides is set (_LOCAL_OVERRIDES: mfu's peak and FLOPs), else queries/<name>.sql."""
+    if name in LOCAL_METRICS:
+        names = ("use_local", *_LOCAL_OVERRIDES.get(name, ()))
+        use, *overrides = con.execute("SELECT " + ", ".join(f"getvariable('{v}')" for v in names)).fetchall()[
+            0
+        ]
+        if use and all(v is None for v in overrides):
+            return (QUERIES_DIR / "local" / f"{name}.sql").read_text()
     return sql_text(name)
 
 

@@ -1,6 +1,6 @@
 """Per-source metric results computed at ingest (pipeline/local.py, issue 16 point 3).
 
-Analysis reads breakdown, step_time, idle_gaps, idle_breakdown and step_status from the
+Analysis reads breakdown, step_time, idle_gaps, idle_breakdown, step_status and mfu from the
 local_<metric> tables, and makes only the split of exposed communication into waiting and
 transfer over the other ranks' kernels (queries/local/*.sql). Checked here:
 - on PARAM's real 8-rank DLRM job (56 collective kernels that wait for a peer, steps on every
@@ -11,7 +11,8 @@ transfer over the other ranks' kernels (queries/local/*.sql). Checked here:
   (hypothesis): the same equality, and exposed waiting / transfer per rank equal the brute-force
   walk of tests/test_interval_property.py (an outside reference, not the full query);
 - when the results must not be used (another window or threshold, a source without results, a
-  result of another SQL version, a rank whose work comes from two sources), the full queries run;
+  result of another SQL version, a rank whose work comes from two sources), the full queries run,
+  and mfu runs in full under an MFU override;
 - a source below MIN_GPU_ROWS gets none, and re-ingesting or forgetting a source removes its
   results with its other parts.
 """
@@ -171,6 +172,18 @@ def test_options_other_than_the_defaults_run_the_full_queries(small_lake):
     assert not _uses_local(query.connect(small_lake, window="hta"))
     assert not _uses_local(query.connect(small_lake, kernel_wait_threshold_ns=10_000))
     assert _uses_local(query.connect(small_lake, runs=["dlrm_kineto"]))
+
+
+def test_an_mfu_override_runs_mfu_in_full(small_lake):
+    """With --peak-tflops (or the model FLOPs / tokens overrides) mfu's rows change, so mfu runs
+    in full while the other metrics still read the stored rows."""
+    con = query.connect(small_lake, peak_tflops=100.0)
+    assert _uses_local(con)
+    assert query.metric_sql(con, "mfu") == query.sql_text("mfu")
+    assert query.metric_sql(con, "breakdown") != query.sql_text("breakdown")
+    got = query.run(con, "mfu")
+    assert got.equals(query.run(query.connect(small_lake, peak_tflops=100.0, local_results=False), "mfu"))
+    assert set(got["peak_tflops"].drop_nulls()) == {100.0}
 
 
 def test_a_source_without_results_makes_analysis_run_in_full(small_lake):
