@@ -217,6 +217,8 @@ def _connect(
                 "CREATE OR REPLACE VIEW exposure_cover AS "
                 "SELECT run_id, rank, start_ns, end_ns FROM local_comm_cover WHERE level = 'rank'"
             )
+            # the view the split reads; created only here (binding it costs 0.1 s a connection)
+            con.execute((QUERIES_DIR / "local" / "wait_only_view.sql").read_text())
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL; DuckDB
     # binds a view when it is created (about 10 ms each on a small lake), so a caller that runs
     # the metric files itself (analyze) names only those it reads as views

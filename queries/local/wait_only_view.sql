@@ -3,8 +3,9 @@
 -- comm_wait: views/45_scope_parts.sql) minus every transfer part (category communication), so
 -- W \ M with W the union of waiting parts and M the union of transfer parts. Exposed
 -- communication waiting for peers is the part of these segments no compute covers
--- (breakdown.sql, step_time.sql: |W \ (C ∪ M)|); queries/local/*.sql use it with the compute
--- pieces stored at ingest (local_comm_cover). Only ranks with a waiting kernel have rows.
+-- (breakdown.sql, step_time.sql: |W \ (C ∪ M)|); queries/local/breakdown.sql and step_time.sql
+-- use it with the compute pieces stored at ingest (local_comm_cover), and pipeline/query.py
+-- creates it only on a connection that reads them. Only ranks with a waiting kernel have rows.
 -- Sweep: the parts' start and end edges per bucket with running counts of active waiting (nw)
 -- and transfer (nm) parts; a segment runs from an edge to the next one. Edges at one instant
 -- leave zero-length segments between them, and the last edge of an instant has the counts after
