@@ -234,9 +234,7 @@ def prepare_log_stream(name: str, peek, fmt: str, lake: Lake, base: dict) -> Pre
         return prepare_log(name, p, fmt, lake, {**base, "uncompressed_bytes": read_bytes}, read_bytes)
     finally:
         if p is not None:
-            for v in p.tables.values():
-                if not isinstance(v, pl.DataFrame):
-                    v.close()
+            p.close()
         shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -234,9 +234,7 @@ def parse_stream(read, name: str, fmt: str, budget=None) -> LogParsed:
         raise TraceError("does not fit in memory") from None
     parsed.notes[:0] = notes
     if not recognized:
-        for v in parsed.tables.values():
-            if not isinstance(v, pl.DataFrame):
-                v.close()
+        parsed.close()
         raise TraceError("no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found")
     return parsed
 

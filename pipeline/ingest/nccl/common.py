@@ -356,6 +356,12 @@ class LogParsed:
     event_count: int = 0
     notes: list[str] = field(default_factory=list)
 
+    def close(self) -> None:
+        """Release the spools among the tables (their files in the spool directory)."""
+        for v in self.tables.values():
+            if not isinstance(v, pl.DataFrame):
+                v.close()
+
 
 def finish(
     fmt: str,
