@@ -14,7 +14,10 @@ a 128-rank NCCL job, scaled keeping its shape):
      process; and the same over a process pool of all cores);
    - HTA 0.5.0 TraceAnalysis(trace_dir) load of the same directory (HTA parses ranks with a
      multiprocessing pool of its own);
-   - tracelake ingest with --jobs 1 and with all cores.
+   - tracelake ingest with --jobs 1 and with all cores;
+   - traces -> answers, end to end: HTA's load + get_temporal_breakdown + get_comm_comp_overlap
+     + get_idle_time_breakdown against tracelake's ingest (all cores) + analyze (every metric,
+     the verdict and findings), each in one fresh process (--skip-answers leaves it out).
 2. one uncompressed trace of `--big-mb` MB: tracelake ingest time and peak RSS (streaming: the
    target is under 3 GB for 2 GB); HTA and the floor are not run on it (each holds the whole
    file as Python objects).
@@ -106,7 +109,23 @@ logger.setLevel(logging.ERROR)
 from hta.trace_analysis import TraceAnalysis
 t = time.perf_counter()
 a = TraceAnalysis(trace_dir=sys.argv[1])
+if sys.argv[2:] == ["answers"]:  # the four calls for "where did the time go" (small_job.py's)
+    a.get_temporal_breakdown(visualize=False)
+    a.get_comm_comp_overlap(visualize=False)
+    a.get_idle_time_breakdown(ranks=sorted(a.t.traces), visualize=False)
 print("RESULT", time.perf_counter() - t, len(a.t.traces))
+"""
+ANSWERS = """
+import sys, time
+from pipeline.analyze import analyze
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+t = time.perf_counter()
+lake = Lake(sys.argv[2])
+res = ingest_paths([sys.argv[3]], lake, run="bench", jobs=int(sys.argv[1]))
+assert all(r.status == "ok" for r in res), [r.error for r in res if r.status != "ok"]
+doc = analyze(lake)
+print("RESULT", time.perf_counter() - t, len(doc["ranks"]))
 """
 ANALYZE = """
 import sys, time
@@ -173,6 +192,7 @@ def main():
     ap.add_argument("--kernels", type=int, default=2_000)
     ap.add_argument("--big-kernels", type=int, default=100_000)
     ap.add_argument("--skip-hta", action="store_true")
+    ap.add_argument("--skip-answers", action="store_true", help="leave out traces -> answers (1.)")
     ap.add_argument("--skip-big", action="store_true")
     ap.add_argument("--skip-ingest", action="store_true", help="only the analysis part (3.)")
     ap.add_argument("--skip-analysis", action="store_true", help="only the ingest parts (1. and 2.)")
@@ -228,6 +248,15 @@ def main():
                 f"ingest vs parse floor: {ing1 / floor1:.2f}x the floor's time on 1 core, "
                 f"{ingn / floorn:.2f}x on {cores}   target <= 2.5x"
             )
+            if not a.skip_hta and not a.skip_answers:
+                print(f"\n{'traces -> answers':52s} {'wall s':>8s} {'MB/s':>8s} {'peak RSS MB':>10s}")
+                ours, n_ours, ours_rss = child(ANSWERS, str(cores), str(work / "lakeA"), str(traces))
+                line(f"tracelake ingest --jobs {cores} + analyze", ours, mb, ours_rss, f"({n_ours} ranks)")
+                theirs, n_theirs, theirs_rss = child(HTA, str(traces), "answers")
+                if int(n_theirs) != int(n_ours):
+                    raise SystemExit(f"HTA loaded {n_theirs} ranks, tracelake {n_ours}: not the same work")
+                line("HTA load + temporal + overlap + idle", theirs, mb, theirs_rss, "(parent only)")
+                print(f"traces -> answers: tracelake {theirs / ours:.1f}x faster than HTA   target >= 10x")
         # ---------------------------------------------------------------- 2. one big trace
         if not a.skip_big:
             big = work / "big"

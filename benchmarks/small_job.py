@@ -56,7 +56,7 @@ from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 t = time.perf_counter()
 lake = Lake(sys.argv[2])
-res = ingest_paths([sys.argv[1]], lake)
+res = ingest_paths([sys.argv[1]], lake, jobs=0)  # as `tracelake ingest` (--jobs 0: one per core)
 assert all(r.status == "ok" for r in res), [r.error for r in res]
 doc = analyze(lake)
 print("RESULT", time.perf_counter() - t, len(doc["ranks"]))

@@ -130,6 +130,24 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
     }
 
 
+# the metric files analyze() runs, the slowest first (run_many starts them in this order)
+METRICS = (
+    "breakdown",
+    "step_time",
+    "collective_bandwidth",
+    "collective_exposure",
+    "step_status",
+    "mfu",
+    "collective_matching",
+    "idle_gaps",
+    "idle_breakdown",
+    "stragglers",
+    "top_kernels",
+    "step_kernels",
+    "memcpy_bandwidth",
+)
+
+
 def analyze(
     lake: Lake,
     window: str = "all",
@@ -150,6 +168,9 @@ def analyze(
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
+    # the NCCL findings' views are bound only when a run in scope holds NCCL logs or nccl-tests
+    # output (binding them cost a small job of traces alone 0.1 s for no finding)
+    nccl = nccl_findings.has_inputs(lake, runs)
     con = query.connect(
         lake,
         window=window,
@@ -159,23 +180,16 @@ def analyze(
         materialize=True,
         runs=runs,
         tokens_per_step=tokens_per_step,
-        metric_views=nccl_findings.VIEWS,  # the rest it runs itself (query.run)
+        metric_views=nccl_findings.VIEWS if nccl else (),  # the rest it runs itself (query.run_many)
     )
-    bd = query.run(con, "breakdown")
-    idle = query.run(con, "idle_breakdown")  # per stream, HTA's exact rule
-    mfu = query.run(con, "mfu")
-    status = query.run(con, "step_status")
-    coll = query.run(con, "collective_bandwidth")
-    matched = query.run(con, "collective_matching")
-    exposure = query.run(con, "collective_exposure")
-    stragglers = query.run(con, "stragglers")
-    mem = query.run(con, "memcpy_bandwidth")
-    top = query.run(con, "top_kernels")
-    step_time = query.run(con, "step_time").join(
+    m = query.run_many(con, METRICS, query.query_workers(lake, runs))
+    bd, idle, mfu, status = m["breakdown"], m["idle_breakdown"], m["mfu"], m["step_status"]
+    coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
+    stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
+    idle_gaps, step_kernels = m["idle_gaps"], m["step_kernels"]
+    step_time = m["step_time"].join(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
-    idle_gaps = query.run(con, "idle_gaps")
-    step_kernels = query.run(con, "step_kernels")
     devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
     collectives_notes = pl.from_arrow(
         con.sql(
@@ -426,6 +440,7 @@ def analyze(
         "notes": notes,
     }
     for r in runs:
-        fs = rank_findings(findings_for_run(r["run_id"], doc) + nccl_findings.findings(con, r["run_id"]))
+        logs = nccl_findings.findings(con, r["run_id"]) if nccl else []
+        fs = rank_findings(findings_for_run(r["run_id"], doc) + logs)
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
     return doc

@@ -14,8 +14,11 @@ connect(lake) returns a DuckDB connection with
   query reads;
 - with materialize=True, the views named in MATERIALIZED (step_window, collective_ranks,
   collective_calls, and scope on a lake of at most AUTO_MATERIALIZE_BYTES) computed once into
-  temporary tables behind the same names (for a whole analysis: the variables below are fixed
-  at connect time then);
+  tables behind the same names (for a whole analysis: the variables below are fixed at connect
+  time then);
+- the helpers (each table's empty typed table, the materialized tables) in the schema
+  `internal`, so SHOW TABLES lists only what a user queries, and real tables rather than
+  registered Arrow objects or temporary tables, so a cursor() sees them too;
 - metric_views: every metric file is made a view (True), or only these (a tuple of names;
   run(con, name) runs any of them); derived_views=False: neither the views of queries/views nor
   the metric views (the schema tables and catalogs only; for_query() decides it for one query);
@@ -25,13 +28,16 @@ connect(lake) returns a DuckDB connection with
 - per-source results (pipeline/local.py): when use_local() holds, the LOCAL_METRICS are read
   through queries/local/<name>.sql from the local_* tables stored at ingest (variable
   `use_local`), with the same rows as queries/<name>.sql; local_results=False turns that off.
-run(con, name) executes queries/<name>.sql (or its per-source form) and returns a polars DataFrame.
+run(con, name) executes queries/<name>.sql (or its per-source form) and returns a polars DataFrame;
+run_many(con, names, workers) runs several side by side on cursor()s of the connection.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import hashlib
 import os
+import queue
 import re
 import time
 from pathlib import Path
@@ -121,10 +127,7 @@ def _connect(
     def files_of(t: str, committed=None) -> list[str]:
         return list(parts.get(t, ())) if parts is not None else lake.table_files(t, runs, committed)
 
-    try:
-        size = sum(os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in files_of(t))
-    except OSError:  # a part removed meanwhile (forget, ingest --force): decide as for a large lake
-        size = AUTO_MATERIALIZE_BYTES + 1
+    size = _bytes(files_of)
     small = size <= AUTO_MATERIALIZE_BYTES
     if materialize is None:
         materialize = small
@@ -139,6 +142,9 @@ def _connect(
     load = materialize and size <= LOAD_MAX_BYTES
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")  # DuckDB's bar would print on stdout
+    con.execute("CREATE SCHEMA internal")
+    # each table's empty typed table (the views below put their parts after it), in one call
+    con.execute(";\n".join(sch.create_empty_sql(t, f"internal._empty_{t}") for t in sch.tables()))
     if threads:
         con.execute(f"SET threads = {int(threads)}")
     committed = lake.committed() if parts is None else None
@@ -152,27 +158,29 @@ def _connect(
             # lakes are upgraded first, pipeline/upgrade.py), so DuckDB binds on one part's
             # footer instead of reading every part's (union_by_name: 10 s of connect for a lake
             # of 1,000 small sources); by name after the empty table, the columns keep its order
-            con.register(f"_empty_{t}", sch.empty(t))
             body = (
-                f"SELECT * FROM _empty_{t} UNION ALL BY NAME "
+                f"SELECT * FROM internal._empty_{t} UNION ALL BY NAME "
                 f"SELECT * EXCLUDE (run) FROM read_parquet([{listed}], hive_partitioning = true, "
                 f"hive_types = {{'run': VARCHAR}}, union_by_name = false)"
                 if parts is None
-                else f"SELECT * FROM _empty_{t} UNION ALL BY NAME SELECT * FROM read_parquet([{listed}])"
+                else f"SELECT * FROM internal._empty_{t} UNION ALL BY NAME "
+                f"SELECT * FROM read_parquet([{listed}])"
             )
             if load and derived_views and len(files) > LOAD_MIN_PARTS:
                 # many small parts: read once into memory, not once per query (each query
                 # otherwise opens every part: 134 s for the analysis of 5,000 small sources)
-                con.execute(f"CREATE TEMP TABLE _t_{t} AS {body}")
-                body = f"SELECT * FROM _t_{t}"
+                con.execute(f"CREATE TABLE internal._t_{t} AS {body}")
+                body = f"SELECT * FROM internal._t_{t}"
             con.execute(f"CREATE VIEW {t} AS {body}")
         else:
-            con.register(f"_empty_{t}", sch.empty(t))
-            con.execute(f"CREATE VIEW {t} AS SELECT * FROM _empty_{t}")
-    con.register("_device_catalog", catalog.device_catalog_arrow())
-    con.execute("CREATE TABLE device_catalog AS SELECT * FROM _device_catalog")
-    con.register("_collective_catalog", catalog.collective_catalog_arrow())
-    con.execute("CREATE TABLE collective_catalog AS SELECT * FROM _collective_catalog")
+            con.execute(f"CREATE VIEW {t} AS SELECT * FROM internal._empty_{t}")
+    for name, arrow in (
+        ("device_catalog", catalog.device_catalog_arrow()),
+        ("collective_catalog", catalog.collective_catalog_arrow()),
+    ):
+        con.register(f"_{name}", arrow)
+        con.execute(f"CREATE TABLE {name} AS SELECT * FROM _{name}")
+        con.unregister(f"_{name}")
     con.execute(f"SET VARIABLE analysis_window = '{window}'")
     con.execute(f"SET VARIABLE kernel_wait_threshold_ns = {int(kernel_wait_threshold_ns)}")
     for name, v in (
@@ -184,29 +192,8 @@ def _connect(
             if not v > 0:
                 raise ValueError(f"{name} must be positive, not {v}")
             con.execute(f"SET VARIABLE {name} = {float(v)!r}::DOUBLE")
-    # each metric query would otherwise recompute the step windows and the collective matching:
-    # with materialize they are computed once (same rows), as soon as their file has run, so
-    # that the views of the later files bind against tables, not the whole stack of views below
-    # them (binding that stack costs a small job more than computing it); the views keep their
-    # names and read the tables. Their row order is never relied on (every metric orders what
-    # it needs, and a join's output order already varies with the threads), so DuckDB may write
-    # them in any order: 12 % faster at scale
-    done: set[str] = set()
-    for f in sorted((QUERIES_DIR / "views").glob("*.sql")) if derived_views else ():
-        con.execute(f.read_text())
-        if not materialize:
-            continue
-        defined = {
-            r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
-        }
-        todo = [n for n in materialized if n in defined and n not in done]
-        if todo:
-            con.execute("SET preserve_insertion_order = false")
-            for name in todo:
-                con.execute(f"CREATE TEMP TABLE _m_{name} AS SELECT * FROM {name}")
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM _m_{name}")
-                done.add(name)
-            con.execute("RESET preserve_insertion_order")
+    if derived_views:
+        create_views(con, materialized if materialize else ())
     # the LOCAL_METRICS from the per-source results stored at ingest, when they hold for every
     # source in scope (pipeline/local.py)
     if derived_views and parts is None:
@@ -225,6 +212,35 @@ def _connect(
     for name in (metric_names() if metric_views is True else metric_views or ()) if derived_views else ():
         con.execute(f"CREATE VIEW {name} AS " + metric_sql(con, name).strip().rstrip(";"))
     return con
+
+
+def create_views(con: duckdb.DuckDBPyConnection, materialized=(), skip=()) -> None:
+    """Run the files of queries/views/*.sql on con, in file order, except those whose stem is in
+    `skip`; each view named in `materialized` is computed into a table (internal._m_<name>) as
+    soon as its file has run, and the view then reads that table.
+
+    Each metric query would otherwise recompute the step windows and the collective matching:
+    materialized, they are computed once (same rows), and the views of the later files bind
+    against tables, not the whole stack of views below them (binding that stack costs a small
+    job more than computing it). Their row order is never relied on (every metric orders what
+    it needs, and a join's output order already varies with the threads), so DuckDB may write
+    them in any order: 12 % faster at scale."""
+    done: set[str] = set()
+    defined: set[str] = set()
+    for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
+        if f.stem in skip:
+            continue
+        text = f.read_text()
+        con.execute(text)
+        defined |= _views_in(text)
+        todo = [n for n in materialized if n in defined and n not in done]
+        if todo:
+            con.execute("SET preserve_insertion_order = false")
+            for name in todo:
+                con.execute(f"CREATE TABLE internal._m_{name} AS SELECT * FROM {name}")
+                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM internal._m_{name}")
+                done.add(name)
+            con.execute("RESET preserve_insertion_order")
 
 
 # the SQL per-source results are computed with and read through: any change to one of these
@@ -309,17 +325,75 @@ def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
     return pl.from_arrow(con.sql(metric_sql(con, name)).to_arrow_table())
 
 
+def _bytes(files_of) -> int:
+    try:
+        return sum(os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in files_of(t))
+    except OSError:  # a part removed meanwhile (forget, ingest --force): decide as for a large lake
+        return AUTO_MATERIALIZE_BYTES + 1
+
+
+def query_workers(lake: Lake, runs: list[str] | None = None) -> int:
+    """How many metric queries run_many should run at once on this lake: 2 (at most the cores)
+    on a small one (GPU and host parts of at most AUTO_MATERIALIZE_BYTES), else 1."""
+    small = _bytes(lambda t: lake.table_files(t, runs)) <= AUTO_MATERIALIZE_BYTES
+    return min(2, os.cpu_count() or 1) if small else 1
+
+
+def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """A new connection to con's database (DuckDB cursor()): the same views and tables, and the
+    same variables (DuckDB keeps variables per connection: they are copied), usable from another
+    thread while con runs a query."""
+    cur = con.cursor()
+    for name, value, typ in con.execute("SELECT name, value, type FROM duckdb_variables()").fetchall():
+        if value is None:
+            cur.execute(f"SET VARIABLE {name} = NULL")
+        else:
+            cur.execute(f"SET VARIABLE {name} = CAST(? AS {typ})", [value])
+    return cur
+
+
+def run_many(con: duckdb.DuckDBPyConnection, names, workers: int = 1) -> dict[str, pl.DataFrame]:
+    """run(con, name) for each name, as {name: frame}. workers > 1: that many queries at a time,
+    each on its own cursor() (DuckDB releases the GIL while a query runs). On a small lake each
+    query spends most of its 10-100 ms binding and planning on one thread, so two side by side
+    take PARAM's 8-rank DLRM job's 13 metrics from 0.48 to 0.28 s on 2 cores; on a large one
+    each query already uses every core (and two at once would add their memory), so the caller
+    passes 1 there. Raises what run() raises (the first failing name's error)."""
+    names = list(names)
+    if workers <= 1 or len(names) <= 1:
+        return {n: run(con, n) for n in names}
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    curs = [cursor(con) for _ in range(min(workers, len(names)))]
+    for c in curs:
+        free.put(c)
+
+    def one(name: str) -> pl.DataFrame:
+        c = free.get()
+        try:
+            return run(c, name)
+        finally:
+            free.put(c)
+
+    try:
+        with cf.ThreadPoolExecutor(max_workers=len(curs), thread_name_prefix="tracelake-query") as pool:
+            return dict(zip(names, pool.map(one, names)))
+    finally:
+        for c in curs:
+            c.close()
+
+
 def metric_names() -> list[str]:
     return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
 
 
 def derived_view_names() -> set[str]:
     """The views queries/views/*.sql create."""
-    return {
-        m.lower()
-        for f in (QUERIES_DIR / "views").glob("*.sql")
-        for m in re.findall(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)", f.read_text(), re.IGNORECASE)
-    }
+    return {v for f in (QUERIES_DIR / "views").glob("*.sql") for v in _views_in(f.read_text())}
+
+
+def _views_in(text: str) -> set[str]:
+    """The views an SQL text creates (CREATE OR REPLACE VIEW name), lower case."""
+    return {m.lower() for m in re.findall(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)", text, re.IGNORECASE)}
 
 
 # words of a query that list or describe the catalog: such a query gets every view

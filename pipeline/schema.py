@@ -29,6 +29,18 @@ _TYPES = {
 }
 
 
+# the DuckDB type each schema type is read as (DuckDB's Parquet/Arrow type mapping)
+_DUCKDB = {
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "uint64": "UBIGINT",
+    "float64": "DOUBLE",
+    "string": "VARCHAR",
+    "bool": "BOOLEAN",
+    "list<int32>": "INTEGER[]",
+    "list<string>": "VARCHAR[]",
+}
+
 _POLARS = {
     "int32": pl.Int32,
     "int64": pl.Int64,
@@ -146,6 +158,14 @@ def empty(table: str) -> pa.Table:
     schema = arrow_schema(table)
     # built column by column: Schema.empty_table() imports pandas (slow start-up)
     return pa.Table.from_arrays([pa.nulls(0, type=f.type) for f in schema], schema=schema)
+
+
+def create_empty_sql(table: str, name: str) -> str:
+    """DuckDB DDL creating `name`, an empty table with `table`'s columns and their types (the
+    types DuckDB reads its Parquet parts as): cheaper at connect time than registering an empty
+    Arrow table and copying it (about 2.5 ms a table)."""
+    cols = ", ".join('"' + c.name + '" ' + _DUCKDB[c.type] for c in tables()[table].columns)
+    return f"CREATE TABLE {name} ({cols})"
 
 
 def render_page(t: Table) -> str:

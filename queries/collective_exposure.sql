@@ -2,7 +2,7 @@
 -- split into waiting for peers and transfer.
 --
 -- Definitions: each communication kernel in scope (views/20_scope.sql) is cut at its wait
--- boundary (views/45_scope_parts.sql: [start, start + duration - the call's transfer time)
+-- boundary (views/44_comm_wait.sql: [start, start + duration - the call's transfer time)
 -- waiting for peers, the rest transfer; a kernel of no consistent call is all transfer); the exposed
 -- part of each piece is its length minus its overlap with the union of its rank's compute
 -- kernels (views/60_exposure_cover.sql; XProf and TraceLens count a collective as exposed only

@@ -10,7 +10,7 @@
 -- communication > memory > unknown > idle (torch-tb-profiler / TraceLens gpu_timeline priority,
 -- ../shared/reference/peers.md section 4.1), so
 --   compute_ns + exposed_comm_ns + exposed_memory_ns + exposed_unknown_ns + idle_ns = step_ns;
--- exposed communication is split into waiting for peers and transfer (views/45_scope_parts.sql;
+-- exposed communication is split into waiting for peers and transfer (views/44_comm_wait.sql;
 -- an instant where some collective transfers is transfer), exposed_comm_wait_ns +
 -- exposed_comm_transfer_ns = exposed_comm_ns.
 -- Idle by cause (the parts sum to idle_ns), the first that applies:

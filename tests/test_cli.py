@@ -70,6 +70,8 @@ def test_run_analyze_sql_report(tmp_path):
     r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", "SHOW TABLES"])
     names = {x["name"] for x in json.loads(r.stdout)}
     assert {"breakdown", "step_time", "gpu_work", "scope", "gpu_activities"} <= names
+    # connect's helpers (empty typed tables, materialized views) live in the schema `internal`
+    assert not [n for n in names if n.startswith("_")], names
 
 
 def test_every_command_has_help():

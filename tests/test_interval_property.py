@@ -375,7 +375,7 @@ def collective_lake(d, ranks: dict[int, list], steps: dict[int, list] | None = N
 @given(st.lists(member, min_size=1, max_size=12), st.lists(member, min_size=1, max_size=12), st.booleans())
 def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
     """Two ranks of random compute kernels and collectives of one process group (queries/breakdown.sql
-    level 'rank', views/45_scope_parts.sql): exposed_comm_wait_ns and exposed_comm_transfer_ns per
+    level 'rank', views/44_comm_wait.sql): exposed_comm_wait_ns and exposed_comm_transfer_ns per
     rank equal the brute-force walk, and add up to exposed_comm_ns."""
     ranks = {0: acts0, 1: acts1}
     with tempfile.TemporaryDirectory() as d:

@@ -14,7 +14,11 @@ transfer over the other ranks' kernels (queries/local/*.sql). Checked here:
   result of another SQL version, a rank whose work comes from two sources), the full queries run,
   and mfu runs in full under an MFU override;
 - a source below MIN_GPU_ROWS gets none, and re-ingesting or forgetting a source removes its
-  results with its other parts.
+  results with its other parts;
+- query.run_many, which analyze() uses to run the metrics two at a time on cursors of one
+  connection, gives every metric's rows exactly as run() on the connection itself, with the
+  per-source results and with the full files under non-default options (the cursors must carry
+  the connection's variables: window, threshold, MFU overrides, use_local).
 """
 
 from __future__ import annotations
@@ -93,6 +97,26 @@ def test_dlrm_ingest_stores_results_and_analysis_reads_them(dlrm_lakes):
         assert query.run(con, name)["exposed_comm_wait_ns"].sum() > 0
     # the view tracelake sql reads is the same
     assert pl.from_arrow(con.sql("SELECT * FROM step_time").to_arrow_table()).equals(_full(con, "step_time"))
+
+
+def test_run_many_on_cursors_gives_the_rows_of_run(dlrm_lakes):
+    with_local, plain = dlrm_lakes
+    names = query.metric_names()
+    for con in (
+        query.connect(with_local),  # per-source results (use_local)
+        query.connect(plain, materialize=True),
+        # every variable set to a value other than its default
+        query.connect(
+            plain, window="hta", kernel_wait_threshold_ns=5_000, peak_tflops=123.0, tokens_per_step=4096
+        ),
+    ):
+        many = query.run_many(con, names, workers=2)
+        assert list(many) == names
+        for name in names:
+            assert many[name].equals(query.run(con, name)), name
+    # the overrides reached the cursors: mfu's peak is the one given, not the catalog's
+    assert set(many["mfu"]["peak_tflops"].drop_nulls()) == {123.0}
+    assert many["mfu"]["tokens_per_s"].drop_nulls().len() > 0
 
 
 def test_dlrm_analysis_is_the_same_with_and_without_results(dlrm_lakes):

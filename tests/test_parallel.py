@@ -79,6 +79,29 @@ def test_pool_gives_the_serial_lake(inputs, tmp_path, monkeypatch):
     assert not any((pooled.root / ".tmp").iterdir())
 
 
+def test_threads_give_the_serial_lake(inputs, tmp_path, monkeypatch):
+    """Inputs under PARALLEL_MIN_BYTES go to threads of the ingesting process: the same results,
+    notes and rows as the serial path."""
+    serial = Lake(tmp_path / "serial")
+    res1 = ingest_paths(inputs, serial, jobs=1)
+    used = []
+    real = ingest_mod.run_threads
+    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(ingest_mod, "run_pool", None)  # never the pool here
+
+    def spy(*a):
+        used.append(a[-1])
+        yield from real(*a)
+
+    monkeypatch.setattr(ingest_mod, "run_threads", spy)
+    threaded = Lake(tmp_path / "threaded")
+    res2 = ingest_paths(inputs, threaded, jobs=2)
+    assert used == [2]
+    assert summary(res1) == summary(res2)
+    assert lake_rows(serial) == lake_rows(threaded)
+    assert not any((threaded.root / ".tmp").iterdir())
+
+
 def test_a_worker_that_dies_fails_only_its_file(inputs, tmp_path, monkeypatch):
     monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setenv("TRACELAKE_CRASH_ON", "worker3_step_12.1694128201557.pt.trace.json")

@@ -10,7 +10,7 @@ shifted by 1500 µs; host ProfilerStep#1 [0, 1500), #2 [1500, 3000) on both rank
   (rank 1, the straggler); transfer = min(500, 100) = 100 µs; wait rank 0 = 400, rank 1 = 0.
   Step window = host window (the GPU work ends at 1500 = the host end).
   rank 0 per step: compute 980; waiting for peers = its first 500 - 100 = 400 µs, [1000, 1400)
-    (views/45_scope_parts.sql: duration - the call's transfer time), no compute then: exposed;
+    (views/44_comm_wait.sql: duration - the call's transfer time), no compute then: exposed;
     transfer [1400, 1500) = 100 exposed; idle [0, 20) = 20 (host wait: launched at 5 > 0).
     980 + 400 + 100 + 20 = 1500.
   rank 1 per step: compute 1380; transfer 100; idle 20. 1380 + 100 + 20 = 1500.

@@ -29,7 +29,9 @@ RANK = typer.Option(
     None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win)."
 )
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
-JOBS = typer.Option(0, "--jobs", "-j", help="Worker processes for ingest (0: one per core; 1: no pool).")
+JOBS = typer.Option(
+    0, "--jobs", "-j", help="Parallel ingest workers (0: one per core; 1: none); threads under 16 MB input."
+)
 SCHEDULER = typer.Option(
     None,
     "--scheduler",

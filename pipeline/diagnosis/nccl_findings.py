@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import duckdb
 
+from .. import schema as sch
+
 # busbw below this share of the per-direction link peak is reported: nccl.md section 5 gives
 # ~77-82 % of the per-direction NVLink rate as what NCCL reaches on healthy A100/H100 nodes, so
 # half of the line rate is well below anything healthy.
@@ -62,6 +64,14 @@ ORDER = list(TITLES)
 
 # the metric views these findings read (pipeline/query.py connect metric_views)
 VIEWS = ("nccl_checks", "nccl_tests_bandwidth")
+# the schema tables every row of those views comes from (NCCL logs, flight-recorder dumps,
+# nccl-tests output): a run with no part of any has no NCCL finding
+TABLES = tuple(t for t in sch.tables() if t.startswith(("nccl_", "flight_recorder")))
+
+
+def has_inputs(lake, runs: list[str] | None = None) -> bool:
+    """Whether a run in scope (runs; None: every run) has a part of one of TABLES."""
+    return any(lake.table_files(t, runs) for t in TABLES)
 
 
 def _q(s: str) -> str:

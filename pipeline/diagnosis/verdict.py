@@ -22,7 +22,7 @@ memory > unknown > idle, so compute + exposed comm + exposed memcpy + unknown + 
   collective only where no compute runs; TraceLens exposed_comm = COMM - COMP), split into
   exposed_comm_transfer_pct (some collective is moving data: the network or NVLink) and
   exposed_comm_wait_pct (the rank's collective has started but the last rank of its group has
-  not yet arrived: arrival skew, load imbalance, a straggler; views/45_scope_parts.sql);
+  not yet arrived: arrival skew, load imbalance, a straggler; views/44_comm_wait.sql);
 - idle_input_pct: GPU idle while the host was inside a DataLoader fetch (torch-tb-profiler's
   DataLoader category; XProf "input");
 - host_bound_pct: GPU idle because the host launched the next work late or in small gaps (HTA host

@@ -31,7 +31,7 @@ from ..upgrade import upgrade
 from .archive import max_uncompressed_bytes  # noqa: F401  (nsys_jax until it imports archive)
 from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
-from .executors import run_dask, run_pool, run_serial
+from .executors import run_dask, run_pool, run_serial, run_threads
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
 from .rows import MAX_RANK, Options, content_sha256, failed, rank_from_name, read_bytes
 from .runs import Runs, done_index, run_for, stored_sources
@@ -52,7 +52,7 @@ __all__ = [
     "read_bytes",
 ]
 
-PARALLEL_MIN_BYTES = 16 << 20  # below this much input a process pool costs more than it saves
+PARALLEL_MIN_BYTES = 16 << 20  # below this much input a process pool costs more than it saves: threads
 
 
 def ingest_paths(
@@ -70,8 +70,9 @@ def ingest_paths(
     exclude: Iterable[str] | None = None,
 ) -> list[FileResult]:
     """Ingest every file under `paths` into `lake`; returns one FileResult per file, archive
-    member or problem path, in input order. jobs: worker processes (1: in this process; 0: one
-    per core); scheduler: the address of a Dask scheduler to run the workers on instead. on_plan
+    member or problem path, in input order. jobs: parallel workers (1: none, in this process; 0:
+    one per core): processes, or threads of this process when the inputs add up to less than
+    PARALLEL_MIN_BYTES; scheduler: the address of a Dask scheduler to run the workers on instead. on_plan
     is called once with the number of units before work starts (a compressed tar counts as one
     until its members are known). step_regex: NVTX range names that mark steps in nsys exports
     (default ProfilerStep#N). exclude: glob patterns of files, directories and archive members to
@@ -122,6 +123,8 @@ def ingest_paths(
             stream = run_dask(work, opts, done, scheduler)
         elif jobs > 1 and len(work) > 1 and sum(u.size for u in work) >= PARALLEL_MIN_BYTES:
             stream = run_pool(work, opts, done, min(jobs, len(work)))
+        elif jobs > 1 and len(work) > 1:
+            stream = run_threads(work, opts, done, min(jobs, len(work)))
         else:
             stream = run_serial(work, opts, done)
         try:

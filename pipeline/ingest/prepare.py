@@ -24,7 +24,7 @@ from .. import local
 from .. import schema as sch
 from ..lake import Lake, one_line
 from . import archive as arc
-from . import kineto, nccl, nsys
+from . import kineto, nccl
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
@@ -320,6 +320,8 @@ def prepare_nsys(
     base = base_row(display, run_id, sha, size, fmt, t0)
     scratch = lake.scratch()
     try:
+        from . import nsys  # imported for an export only (40 ms of every other ingest's start-up)
+
         with nsys.open_export(
             path,
             fmt,

@@ -1,6 +1,6 @@
 -- wait_only: the time a rank's communication only waits for peers, as disjoint segments per
 -- bucket of breakdown.sql: the waiting parts of its collective kernels (scope_parts, category
--- comm_wait: views/45_scope_parts.sql) minus every transfer part (category communication), so
+-- comm_wait: views/44_comm_wait.sql) minus every transfer part (category communication), so
 -- W \ M with W the union of waiting parts and M the union of transfer parts. Exposed
 -- communication waiting for peers is the part of these segments no compute covers
 -- (breakdown.sql, step_time.sql: |W \ (C ∪ M)|); queries/local/breakdown.sql and step_time.sql

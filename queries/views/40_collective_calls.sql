@@ -26,7 +26,7 @@
 -- pairs different collectives (matching by order in a trace whose events were sampled or whose
 -- ranks recorded different calls) or compares clocks that are far apart (hosts not
 -- synchronized, or Nsight Systems reports projected onto one timeline). Only consistent calls
--- name a straggler or split their kernels into waiting and transfer (views/45_scope_parts.sql,
+-- name a straggler or split their kernels into waiting and transfer (views/44_comm_wait.sql,
 -- stragglers.sql); for the others arrival order says nothing.
 -- collective_step: the step of each collective's kernel: gpu_work.step of the GPU activity with the
 -- collective's source, rank, correlation and start (the step whose host window holds its launch),

@@ -23,17 +23,29 @@ stream.py (bytes -> lines, chunk by chunk, with the line cap).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import msgspec
 import polars as pl
 
 from ..errors import TraceError
-from . import flightrec, log, ras, struct
-from . import stream as _stream
-from .common import LogParsed
-from .decode import lenient_json, safe_unpickle
+
+if TYPE_CHECKING:
+    from .common import LogParsed
+
+# the parsers are imported when a file of theirs is parsed, not with the package: every ingest
+# imports it to sniff (discover.py), most read no NCCL file (60 ms of start-up for a small job)
 
 __all__ = ["FORMATS", "LogParsed", "TraceError", "sniff", "parse", "streams", "parse_stream"]
+
+
+def __getattr__(name: str):  # LogParsed, imported on first use (PEP 562)
+    if name == "LogParsed":
+        from .common import LogParsed
+
+        return LogParsed
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FORMATS = (
     "nccl_log",
@@ -163,7 +175,7 @@ def _decode(data: bytes, notes: list[str]) -> str:
         return data.decode("utf-8", "replace")
 
 
-def parse(data: bytes, name: str, fmt: str | None = None) -> LogParsed:
+def parse(data: bytes, name: str, fmt: str | None = None) -> "LogParsed":
     """Parse one file of the NCCL family.
 
     data: the file's bytes (decompressed); name: its file name (Flight Recorder dumps take their
@@ -216,7 +228,7 @@ def streams(head: bytes, fmt: str) -> bool:
     )
 
 
-def parse_stream(read, name: str, fmt: str, budget=None) -> LogParsed:
+def parse_stream(read, name: str, fmt: str, budget=None) -> "LogParsed":
     """Parse a text log (streams(head, fmt) true) from `read` (a read(n) callable giving the file's
     decompressed bytes from its start), line by line: the file is never held whole.
 
@@ -225,6 +237,9 @@ def parse_stream(read, name: str, fmt: str, budget=None) -> LogParsed:
     polars frames, close() when done), the others polars frames. Same rows, notes and errors as
     parse() on the same bytes, except that a line still without its newline after
     stream.MAX_LINE_BYTES is cut there (a note counts them)."""
+    from . import log
+    from . import stream as _stream
+
     notes: list[str] = []
     try:
         parsed, recognized = log.parse_lines(_stream.lines(read, notes), name, fmt, budget)
@@ -239,7 +254,10 @@ def parse_stream(read, name: str, fmt: str, budget=None) -> LogParsed:
     return parsed
 
 
-def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> LogParsed:
+def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> "LogParsed":
+    from . import flightrec, log, ras, struct
+    from .decode import lenient_json, safe_unpickle
+
     if fmt == "flight_recorder":
         if _is_pickle(data[:4]):
             obj = safe_unpickle(data)
@@ -273,6 +291,8 @@ def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> LogParsed:
 
 def _json_or_lines(text: str, notes: list[str]):
     """One JSON document, or JSON Lines (RAS monitor events)."""
+    from .decode import lenient_json
+
     try:
         return msgspec.json.decode(text)
     except msgspec.DecodeError:
