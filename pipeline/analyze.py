@@ -4,7 +4,8 @@ Contract "tracelake.analyze/3" (documented in docs/analyze-json.md):
   {"schema": "tracelake.analyze/3", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
    "runs": [...], "steps": [...], "ranks": [...], "step_time": [...], "idle_streams": [...],
    "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "collective_exposure": [...],
-   "stragglers": [...], "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "verdicts": [...],
+   "stragglers": [...], "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "phases": [...],
+   "verdicts": [...],
    "findings": [...], "notes": [...]}
 Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
 and a note says why (never 0 or NaN).
@@ -21,6 +22,8 @@ import polars as pl
 from . import query
 from .diagnosis import nccl_findings
 from .diagnosis.findings import findings_for_run, rank_findings
+from .diagnosis.phases import findings as phase_findings
+from .diagnosis.phases import phase_note
 from .diagnosis.straggler import straggler_profile
 from .diagnosis.verdict import OUTLIER_FACTOR, caveats_for_run, verdict_for_run
 from .lake import Lake
@@ -145,6 +148,7 @@ METRICS = (
     "top_kernels",
     "step_kernels",
     "memcpy_bandwidth",
+    "phases",
 )
 
 
@@ -186,7 +190,7 @@ def analyze(
     bd, idle, mfu, status = m["breakdown"], m["idle_breakdown"], m["mfu"], m["step_status"]
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
-    idle_gaps, step_kernels = m["idle_gaps"], m["step_kernels"]
+    idle_gaps, step_kernels, phases = m["idle_gaps"], m["step_kernels"], m["phases"]
     step_time = m["step_time"].join(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
@@ -314,6 +318,9 @@ def analyze(
                 "range; see --step-range): per-step rows are absent, per-rank rows cover the whole trace, "
                 "and MFU (FLOPs per step) is not computed"
             )
+        why_phases = phase_note(run_id, _records(phases), _records(step_time))
+        if why_phases:
+            notes.append(why_phases)
         if r_ranks["comm_ns"].sum() == 0:
             notes.append(
                 f"run {run_id}: no communication kernels: comm_comp_overlap_pct is null (nothing to overlap)"
@@ -435,12 +442,13 @@ def analyze(
         "step_time": _records(step_time),
         "idle_gaps": _records(idle_gaps),
         "step_kernels": _records(step_kernels),
+        "phases": _records(phases),
         "verdicts": verdicts,
         "findings": [],
         "notes": notes,
     }
     for r in runs:
         logs = nccl_findings.findings(con, r["run_id"]) if nccl else []
-        fs = rank_findings(findings_for_run(r["run_id"], doc) + logs)
+        fs = rank_findings(findings_for_run(r["run_id"], doc) + phase_findings(r["run_id"], doc) + logs)
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
     return doc

@@ -1,15 +1,16 @@
 """Per-source metric results, computed once when a source is ingested (issue 16, point 3).
 
-breakdown.sql, step_time.sql, idle_gaps.sql, idle_breakdown.sql, step_status.sql and mfu.sql read
-every GPU activity (or host launch) of every rank at each analysis (1-20 s each at 64 ranks x 100k
-kernels).
-Every measure they give depends on the rank's own work alone, except the split of exposed
-communication into waiting for peers and transfer (breakdown, step_time), which needs the other
-ranks' kernels (views/44_comm_wait.sql). So for a source of one rank, the worker that ingests it
-runs the six files on that source alone (window all, the default kernel_wait_threshold_ns; one
-rank alone has no collective call matched across ranks, so every collective counts as transfer)
-and queries/local/comm_cover.sql (the compute under its communication kernels), and stores the
-rows in local_<metric> and local_comm_cover, with a local_results row naming the SQL version
+breakdown.sql, step_time.sql, idle_gaps.sql, idle_breakdown.sql, step_status.sql, mfu.sql and
+phases.sql read every GPU activity (or host launch) of every rank at each analysis (1-47 s each
+at 64 ranks x 100k kernels). Every measure they give depends on the rank's own work alone,
+except the split of exposed communication into waiting for peers and transfer (breakdown,
+step_time, phases), which needs the other ranks' kernels (views/44_comm_wait.sql). So for a
+source of one rank, the worker that ingests it runs the seven files on that source alone
+(window all, the default kernel_wait_threshold_ns; one rank alone has no collective call matched
+across ranks, so every collective counts as transfer), queries/local/comm_cover.sql (the
+compute under its communication kernels) and comm_phase.sql (the phase that launched each of
+them), and stores the rows in local_<metric>, local_comm_cover and local_comm_phase, with a
+local_results row naming the SQL version
 (schemas/v2.toml). Analysis (pipeline/query.py use_local) reads them through queries/local/
 <metric>.sql (the split made over the waiting parts of collectives; idle_gaps' histogram summed
 over the sources) when every source with GPU activities in scope has current results and the
@@ -44,6 +45,7 @@ MIN_GPU_ROWS = 20_000
 # lake table -> the SQL it stores, run on the source alone (metric files: queries/<name>.sql)
 STORED = {f"local_{m}": f"{m}.sql" for m in query.LOCAL_METRICS}
 STORED["local_comm_cover"] = "local/comm_cover.sql"
+STORED["local_comm_phase"] = "local/comm_phase.sql"
 TABLES = tuple(STORED)
 # the files of queries/views that no STORED file reads, directly or through another view, on a
 # source of one rank: the collective matching and the split it feeds (comm_wait is empty

@@ -204,8 +204,9 @@ def _connect(
                 "CREATE OR REPLACE VIEW exposure_cover AS "
                 "SELECT run_id, rank, start_ns, end_ns FROM local_comm_cover WHERE level = 'rank'"
             )
-            # the view the split reads; created only here (binding it costs 0.1 s a connection)
+            # the views the splits read; created only here (binding them costs 0.1 s a connection)
             con.execute((QUERIES_DIR / "local" / "wait_only_view.sql").read_text())
+            con.execute((QUERIES_DIR / "local" / "phase_wait_only_view.sql").read_text())
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL; DuckDB
     # binds a view when it is created (about 10 ms each on a small lake), so a caller that runs
     # the metric files itself (analyze) names only those it reads as views
@@ -245,7 +246,7 @@ def create_views(con: duckdb.DuckDBPyConnection, materialized=(), skip=()) -> No
 
 # the SQL per-source results are computed with and read through: any change to one of these
 # files (or to the options below) makes stored results of an earlier version unused
-LOCAL_METRICS = ("breakdown", "step_time", "idle_gaps", "idle_breakdown", "step_status", "mfu")
+LOCAL_METRICS = ("breakdown", "step_time", "idle_gaps", "idle_breakdown", "step_status", "mfu", "phases")
 _LOCAL_FILES = (*(f"{m}.sql" for m in LOCAL_METRICS), "local/*.sql", "views/*.sql")
 _LOCAL_OPTIONS = "window=all;kernel_wait_threshold_ns=30000"
 # variables that change a metric's rows: with one set, that metric runs in full

@@ -27,14 +27,16 @@ runner = CliRunner()
 # report name -> the charts it must draw (a chart the data cannot support is hidden, with its reason)
 EXPECTED = {
     # busbw: the sampled ranks' all_to_all / all_gather sizes come from their nccl:<op> records
-    "kineto_2_ranks": {"breakdown", "overlap", "busbw", "wait", "kernels", "idle_gaps"},
-    "one_rank_with_bandwidth": {"breakdown", "overlap", "busbw", "kernels", "idle_gaps"},
+    # phases: HTA's sampled ranks (and trace_diff's) have autograd backward and Optimizer.step ops
+    "kineto_2_ranks": {"breakdown", "overlap", "phases", "busbw", "wait", "kernels", "idle_gaps"},
+    "one_rank_with_bandwidth": {"breakdown", "overlap", "phases", "busbw", "kernels", "idle_gaps"},
     "nsys_no_steps": {"breakdown", "overlap", "wait", "kernels", "idle_gaps"},
-    # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch
+    # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch;
+    # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops)
     "dlrm_64_ranks": {"breakdown", "overlap", "wait", "mfu", "busbw", "kernels", "idle_gaps"},
     # busbw: trace_diff's all_to_alls are sized from their nccl:all_to_all records, and the group
     # of an unnamed process group is the world (distributedInfo world_size)
-    "comparison": {"comparison", "breakdown", "overlap", "mfu", "busbw", "kernels", "idle_gaps"},
+    "comparison": {"comparison", "breakdown", "overlap", "phases", "mfu", "busbw", "kernels", "idle_gaps"},
     "injection": {"breakdown", "overlap", "kernels", "idle_gaps"},
 }
 

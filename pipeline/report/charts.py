@@ -13,7 +13,8 @@ steps in groups, histograms).
   5. MFU per step (mfu_chart);
   6. top kernels by time (top_kernels_chart);
   7. idle-gap histogram by cause (idle_gap_chart);
-  8. with a baseline: the step-time components of both runs (comparison_chart).
+  8. with a baseline: the step-time components of both runs (comparison_chart);
+  9. the step's phases per rank x step: forward, backward, optimizer, other (phase_chart).
 """
 
 from __future__ import annotations
@@ -155,6 +156,40 @@ def breakdown_chart(step_rows: list[dict], ranks: list[dict]):
         note = f"{len(by)} ranks: each bar is the mean over the ranks named"
     return _stacked(
         rows, labels, TRACE_PARTS, "GPU time by rank over the whole trace (the run has no steps)", "time (ms)"
+    ), note
+
+
+PHASE_PARTS = [  # (column of phase_chart's rows, label, colour): queries/phases.sql phase_ns
+    ("forward", "forward", "#4c78a8"),
+    ("backward", "backward", "#72b7b2"),
+    ("optimizer", "optimizer", "#f58518"),
+    ("other", "other", "#bab0ac"),
+]
+
+
+def phase_chart(phases: list[dict]):
+    """Each analysed step window split into forward, backward, optimizer and other (queries/
+    phases.sql phase_ns, rows of one run), per rank x step; means over steps per group of ranks
+    beyond MAX_BARS bars. Returns (chart | None, note | None)."""
+    if not phases:
+        return None, "no step with backward ops (forward and backward cannot be told apart)"
+    by: dict[tuple, dict] = {}
+    for r in phases:
+        by.setdefault((r["rank"], r["step"]), {"rank": r["rank"], "step": r["step"]})[r["phase"]] = r[
+            "phase_ns"
+        ]
+    rows = [by[k] for k in sorted(by)]
+    cols = [p[0] for p in PHASE_PARTS]
+    note = None
+    if len(rows) <= MAX_BARS:
+        labels = [f"rank {r['rank']} · step {r['step']}" for r in rows]
+    else:
+        groups = _groups(sorted({r["rank"] for r in rows}), MAX_BARS)
+        rows = [_mean_rows([r for r in rows if r["rank"] in set(g)], cols) for g in groups]
+        labels = [_group_label("rank", g) for g in groups]
+        note = "each bar is the mean over the steps (and the ranks named); every row is in the phases view"
+    return _stacked(
+        rows, labels, PHASE_PARTS, "Step time by phase (the phase that launched the GPU work)", "time (ms)"
     ), note
 
 

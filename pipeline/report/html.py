@@ -46,6 +46,7 @@ from .charts import (
     idle_gap_chart,
     mfu_chart,
     overlap_chart,
+    phase_chart,
     top_kernels_chart,
     wait_heatmap,
 )
@@ -253,6 +254,18 @@ def render(
         mfu_note = next((n for n in run["notes"] if "MFU not available" in n), None)
         chart_block("breakdown", breakdown_chart(step_rows, ranks))
         chart_block("overlap", overlap_chart(step_rows, ranks))
+        if step_rows:  # phases exist per step only
+            kept = {(r["rank"], r["step"]) for r in step_rows}
+            chart_block(
+                "phases",
+                phase_chart(
+                    [
+                        p
+                        for p in result.get("phases", [])
+                        if p["run_id"] == rid and (p["rank"], p["step"]) in kept
+                    ]
+                ),
+            )
         size_note = next(
             (
                 n.split("no message size: ", 1)[1]

@@ -4,26 +4,29 @@
 -- category 'communication' (absent when empty). Every other row is scope's row, whole: a kernel
 -- of a call seen on one rank only, or of an inconsistent call, counts as transfer.
 -- Columns:
---   run_id STRING; rank INT32; step INT64; start_ns, end_ns INT64 ns (end_ns >= start_ns)
---   launch_ns INT64 ns; graph_replay BOOL; category STRING (compute, communication, comm_wait,
---   memory, unknown)
+--   run_id STRING; source_id STRING; rank INT32; correlation INT64 (the activity's); step INT64
+--   start_ns, end_ns INT64 ns (end_ns >= start_ns)
+--   launch_ns INT64 ns; launch_pid, launch_tid INT64 (the launching thread); graph_replay BOOL;
+--   category STRING (compute, communication, comm_wait, memory, unknown)
 --   first_part BOOL: TRUE on the part that starts at the activity's start (count activities on it)
 CREATE OR REPLACE VIEW scope_parts AS
 WITH comm AS (
-  SELECT s.run_id, s.rank, s.step, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns,
-         coalesce(s.graph_replay, false) AS graph_replay, w.wait_end_ns
+  SELECT s.run_id, s.source_id, s.rank, s.correlation, s.step, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns,
+         s.launch_pid, s.launch_tid, coalesce(s.graph_replay, false) AS graph_replay, w.wait_end_ns
   FROM scope s
   LEFT JOIN comm_wait w ON w.run_id = s.run_id AND w.source_id = s.source_id AND w.rank = s.rank
    AND w.correlation IS NOT DISTINCT FROM s.correlation AND w.start_ns = s.start_ns
   WHERE s.category = 'communication'
 )
-SELECT run_id, rank, step, start_ns, greatest(end_ns, start_ns) AS end_ns, launch_ns, coalesce(graph_replay, false) AS graph_replay,
-       category, true AS first_part
+SELECT run_id, source_id, rank, correlation, step, start_ns, greatest(end_ns, start_ns) AS end_ns, launch_ns,
+       launch_pid, launch_tid, coalesce(graph_replay, false) AS graph_replay, category, true AS first_part
 FROM scope WHERE category <> 'communication'
 UNION ALL
-SELECT run_id, rank, step, start_ns, coalesce(wait_end_ns, end_ns), launch_ns, graph_replay,
+SELECT run_id, source_id, rank, correlation, step, start_ns, coalesce(wait_end_ns, end_ns), launch_ns, launch_pid,
+       launch_tid, graph_replay,
        CASE WHEN wait_end_ns IS NULL THEN 'communication' ELSE 'comm_wait' END, true
 FROM comm
 UNION ALL
-SELECT run_id, rank, step, wait_end_ns, end_ns, launch_ns, graph_replay, 'communication', false
+SELECT run_id, source_id, rank, correlation, step, wait_end_ns, end_ns, launch_ns, launch_pid, launch_tid, graph_replay,
+       'communication', false
 FROM comm WHERE wait_end_ns IS NOT NULL AND end_ns > wait_end_ns;
