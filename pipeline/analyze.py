@@ -135,6 +135,7 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
 
 # the metric files analyze() runs, the slowest first (run_many starts them in this order)
 METRICS = (
+    "phases",
     "breakdown",
     "step_time",
     "collective_bandwidth",
@@ -148,7 +149,6 @@ METRICS = (
     "top_kernels",
     "step_kernels",
     "memcpy_bandwidth",
-    "phases",
 )
 
 

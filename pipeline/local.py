@@ -77,15 +77,17 @@ def compute(
         # one rank alone has no collective call matched across ranks: no kernel waits, every
         # collective counts as transfer, so comm_wait is empty (its columns: views/44_comm_wait.sql)
         # and the matching views are not even created, nor those no stored file reads (binding
-        # them was a third of this connection's cost); scope and the step windows are computed
-        # once, so each file below reads the source's GPU work from memory, not through the
-        # stack of views (0.9 s instead of 1.2 s for a rank of 37k GPU activities)
+        # them was a third of this connection's cost); scope, the step windows and the phases'
+        # host ranges are computed once, so each file below reads the source's GPU work from
+        # memory, not through the stack of views (0.9 s instead of 1.2 s for a rank of 37k GPU
+        # activities)
         con.execute(
             "CREATE TABLE internal._no_wait (run_id VARCHAR, source_id VARCHAR, rank INTEGER, "
             "correlation BIGINT, start_ns BIGINT, wait_end_ns BIGINT); "
             "CREATE VIEW comm_wait AS SELECT * FROM internal._no_wait"
         )
-        query.create_views(con, ("scope", "step_window"), skip=LOCAL_SKIP_VIEWS)
+        once = ("scope", "step_window", "phase_ranges", "phase_steps")
+        query.create_views(con, once, skip=LOCAL_SKIP_VIEWS)
         if not files.get("sources"):  # a staged source: its row is written at commit
             lit = [("'" + str(v).replace("'", "''") + "'") for v in (run_id, source_id, status)]
             con.execute(  # a view cannot take parameters: quoted literals

@@ -17,29 +17,37 @@
 --              copies), and work launched outside every step or without a known launch.
 -- A launch at t is inside a range [start, end) when the last range of its thread starting at or
 -- before t reaches past t (the running maximum of the ends: nested ranges count).
+-- phase_ranges holds those host ranges, read once from cpu_ops (each with the running maximum
+-- of the ends of its thread's ranges of its kind so far, reach_ns); phase_steps and phase_parts
+-- read it.
 -- A step has phases only when its host window holds at least one evaluate_function op (phase_
 -- steps); the work of other steps gets phase NULL (forward and backward cannot be told apart:
 -- an inference trace, a capture without CPU ops, a step without backward).
+-- phase_ranges columns:
+--   run_id STRING; rank INT32; pid, tid INT64; start_ns, end_ns INT64 ns
+--   bwd BOOL: an evaluate_function op (else an optimizer range); reach_ns INT64 ns: the latest
+--     end of the thread's ranges of the same kind starting at or before this one
 -- phase_steps columns:
 --   run_id STRING; rank INT32; step INT64
 --   pid, tid INT64: the thread of the step's ProfilerStep range (the step's own thread)
 --   backward_start_ns INT64 ns: the first evaluate_function op's start in the host window
 --   backward_ops INT64: evaluate_function ops starting in the host window (all threads)
 --   optimizer_ranges INT64: Optimizer.step# / Optimizer.zero_grad# ranges starting in it
+CREATE OR REPLACE VIEW phase_ranges AS
+SELECT run_id, rank, pid, tid, start_ns, end_ns, name LIKE 'autograd::engine::evaluate_function:%' AS bwd,
+       max(end_ns) OVER (PARTITION BY run_id, rank, pid, tid, name LIKE 'autograd::engine::evaluate_function:%'
+                         ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS reach_ns
+FROM cpu_ops
+WHERE name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE 'Optimizer.step#%'
+   OR name LIKE 'Optimizer.zero_grad#%';
+
 CREATE OR REPLACE VIEW phase_steps AS
-WITH host AS (
-  SELECT run_id, rank, start_ns,
-         name LIKE 'autograd::engine::evaluate_function:%' AS bwd
-  FROM cpu_ops
-  WHERE name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE 'Optimizer.step#%'
-     OR name LIKE 'Optimizer.zero_grad#%'
-)
 SELECT s.run_id, s.rank, s.step, any_value(s.pid) AS pid, any_value(s.tid) AS tid,
        min(h.start_ns) FILTER (WHERE h.bwd) AS backward_start_ns,
        count(*) FILTER (WHERE h.bwd) AS backward_ops,
        count(*) FILTER (WHERE NOT h.bwd) AS optimizer_ranges
 FROM steps s
-JOIN host h ON h.run_id = s.run_id AND h.rank = s.rank AND h.start_ns >= s.start_ns AND h.start_ns < s.end_ns
+JOIN phase_ranges h ON h.run_id = s.run_id AND h.rank = s.rank AND h.start_ns >= s.start_ns AND h.start_ns < s.end_ns
 GROUP BY ALL
 HAVING count(*) FILTER (WHERE h.bwd) > 0;
 
@@ -49,17 +57,8 @@ HAVING count(*) FILTER (WHERE h.bwd) > 0;
 --   phase STRING: forward, backward, optimizer, other; NULL when the launch's step has no
 --     phases (not in phase_steps) or the work has no step
 CREATE OR REPLACE VIEW phase_parts AS
-WITH ranges AS (
-  SELECT run_id, rank, pid, tid, start_ns,
-         name LIKE 'autograd::engine::evaluate_function:%' AS bwd,
-         max(end_ns) OVER (PARTITION BY run_id, rank, pid, tid, name LIKE 'autograd::engine::evaluate_function:%'
-                           ORDER BY start_ns ROWS UNBOUNDED PRECEDING) AS reach_ns
-  FROM cpu_ops
-  WHERE name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE 'Optimizer.step#%'
-     OR name LIKE 'Optimizer.zero_grad#%'
-),
-bwd AS (SELECT * FROM ranges WHERE bwd),
-opt AS (SELECT * FROM ranges WHERE NOT bwd),
+WITH bwd AS (SELECT * FROM phase_ranges WHERE bwd),
+opt AS (SELECT * FROM phase_ranges WHERE NOT bwd),
 -- autograd threads: threads other than the step's own with evaluate_function ops in its window
 autograd_threads AS (
   SELECT DISTINCT p.run_id, p.rank, p.step, b.pid, b.tid
