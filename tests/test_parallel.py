@@ -47,18 +47,24 @@ def summary(res):
     return [(r.path, r.status, r.run_id, r.rank, r.error, r.notes) for r in res]
 
 
-def test_pool_gives_the_serial_lake(inputs, tmp_path, monkeypatch):
-    serial = Lake(tmp_path / "serial")
-    res1 = ingest_paths(inputs, serial, jobs=1)
-    used = []
-    real = ingest_mod.run_pool
-    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+def spy_on(monkeypatch, name: str) -> list:
+    """Replace the executor ingest_mod.<name> by one that records its jobs argument (returned
+    list) and runs the real one."""
+    used, real = [], getattr(ingest_mod, name)
 
     def spy(*a):
         used.append(a[-1])
         yield from real(*a)
 
-    monkeypatch.setattr(ingest_mod, "run_pool", spy)
+    monkeypatch.setattr(ingest_mod, name, spy)
+    return used
+
+
+def test_pool_gives_the_serial_lake(inputs, tmp_path, monkeypatch):
+    serial = Lake(tmp_path / "serial")
+    res1 = ingest_paths(inputs, serial, jobs=1)
+    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    used = spy_on(monkeypatch, "run_pool")
     pooled = Lake(tmp_path / "pooled")
     res2 = ingest_paths(inputs, pooled, jobs=2)
     assert used == [2]
@@ -84,16 +90,9 @@ def test_threads_give_the_serial_lake(inputs, tmp_path, monkeypatch):
     notes and rows as the serial path."""
     serial = Lake(tmp_path / "serial")
     res1 = ingest_paths(inputs, serial, jobs=1)
-    used = []
-    real = ingest_mod.run_threads
     monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 1 << 40)
     monkeypatch.setattr(ingest_mod, "run_pool", None)  # never the pool here
-
-    def spy(*a):
-        used.append(a[-1])
-        yield from real(*a)
-
-    monkeypatch.setattr(ingest_mod, "run_threads", spy)
+    used = spy_on(monkeypatch, "run_threads")
     threaded = Lake(tmp_path / "threaded")
     res2 = ingest_paths(inputs, threaded, jobs=2)
     assert used == [2]
