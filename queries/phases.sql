@@ -20,7 +20,8 @@
 --   collectives waiting for peers), as step_time.sql splits the step's;
 --   idle_ns: the window's idle time (no GPU work at all) attributed to the phase of the work that
 --   ends the gap (the GPU was waiting for it; the earliest-launched when several start at once),
---   to other when the window ends first: summed over the four phases it is step_time's idle_ns.
+--   to other when the window ends first (work without a known launch only when nothing launched
+--   starts then): summed over the four phases it is step_time's idle_ns.
 -- phase_ns partitions the window: every busy instant goes to one phase, the first in the order
 -- forward, backward, optimizer, other that has work of the instant's step_time category
 -- (compute, else communication, else copies and unknown work), every idle instant as idle_ns
@@ -56,7 +57,7 @@ work AS (
 ),
 wins AS (SELECT b.rr, w.step, w.ws, w.we FROM win w JOIN bounds b USING (run_id, rank)),
 -- edges: work starts (o 0, ordered by launch, so the first start of an instant is the
--- earliest-launched) and ends (o 1) with the delta of their phase's packed count; window edges
+-- earliest-launched; work without a known launch after every launched one) and ends (o 1) with the delta of their phase's packed count; window edges
 -- (o 2 start, 3 end) carrying the step number
 edges AS (
   SELECT rr, start_ns AS t, 0 AS o, launch_ns AS launch, ph,
@@ -81,7 +82,7 @@ sweep AS (
       sum(dw) OVER g AS inw, sum(ds) OVER g AS cur_step,
       coalesce(lead(t) OVER g, t) - t AS seg, lead(ph) OVER g AS next_ph
     FROM edges
-    WINDOW g AS (ORDER BY rr, t, o, launch NULLS FIRST ROWS UNBOUNDED PRECEDING))
+    WINDOW g AS (ORDER BY rr, t, o, launch NULLS LAST ROWS UNBOUNDED PRECEDING))
   WHERE inw > 0 AND seg > 0
 ),
 -- per segment, with nk phase k's packed count (bits 0-15 compute, 16-31 transfer, 32-47

@@ -261,3 +261,52 @@ def test_dlrm_waiting_for_the_straggler_is_not_called_a_slow_network(dlrm):
         assert transfer < ph["forward"]["compute_ns"] or rank == 7, rank
         assert waiting > transfer or rank == 7, rank
     assert not [n for n in doc["notes"] if "phases not available" in n]
+
+
+# ---------------------------------------------------------------- regressions from an attack run
+
+A2A = {**ALLREDUCE, "Collective name": "all_to_all"}
+
+
+def test_two_phases_exposed_at_once_are_not_counted_twice_by_the_finding(tmp_path):
+    """Forward's all-to-all and backward's all-reduce (autograd thread) both run over [400, 700)
+    µs with no compute under them: each phase's exposed transfer is 300 µs (the phases overlap),
+    but the step's is 300 µs, not 600; the finding compares that with forward compute (50 µs)."""
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+        launch(10, 1),
+        gpu("gemm_fwd", 100, 50, 7, 1),
+        launch(20, 6),
+        gpu("ncclDevKernel_SendRecv", 400, 300, 22, 6, **A2A),
+        X("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 300, 200, pid=10, tid=20),
+        launch(350, 5, tid=20),
+        gpu("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 400, 300, 21, 5, **ALLREDUCE),
+    ]
+    doc = analyze(_lake(tmp_path, ev))
+    by = {r["phase"]: r for r in doc["phases"]}
+    assert by["forward"]["exposed_comm_transfer_ns"] == by["backward"]["exposed_comm_transfer_ns"] == 300_000
+    assert doc["step_time"][0]["exposed_comm_transfer_ns"] == 300_000
+    (f,) = [f for f in doc["findings"] if f["kind"] == "comm_over_forward"]
+    assert "exposed transfer 0.300 ms against forward compute 0.050 ms" in f["evidence"][0]
+
+
+def test_a_gap_ended_by_launched_and_unlaunched_work_goes_to_the_launched_phase(tmp_path):
+    """The gap [30, 400) µs ends when gemm_bwd (launched at 310 inside a backward op) and an
+    activity without a runtime record (phase other) start together: it is backward's idle."""
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+        launch(10, 1),
+        gpu("gemm_fwd", 20, 10, 7, 1),
+        X("cpu_op", "autograd::engine::evaluate_function: MmBackward0", 300, 200, pid=10, tid=20),
+        launch(310, 2, tid=20),
+        gpu("gemm_bwd", 400, 200, 7, 2),
+        gpu("no_launch_record", 400, 10, 8, 77),
+    ]
+    con = query.connect(_lake(tmp_path, ev))
+    got = {r["phase"]: r for r in query.run(con, "phases").to_dicts()}
+    # forward: [0, 20) before gemm_fwd; backward: [30, 400); other: [600, 1000) after everything
+    assert (got["forward"]["idle_ns"], got["backward"]["idle_ns"], got["other"]["idle_ns"]) == (
+        20_000,
+        370_000,
+        400_000,
+    )

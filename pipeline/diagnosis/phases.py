@@ -5,8 +5,8 @@ Findings, in the shape of pipeline/diagnosis/findings.py, each over the steps th
 analyses (its kept rows) and untimed (recoverable_ns None): the time they name is already
 claimed by the timed findings (exposed communication, waiting for peers) or is compute, so
 crediting it again would count an instant twice.
-- comm_over_forward: the step's exposed communication transfer is longer than its forward
-  compute (the typical failure of data-parallel training named "the all-reduce takes longer than
+- comm_over_forward: the step's exposed communication transfer (step_time's) is longer than its
+  forward compute (the typical failure of data-parallel training named "the all-reduce takes longer than
   the forward pass"), with the phase that launched it. Transfer only: exposed time spent waiting
   for a late peer is the straggler finding's, not the network's (queries/step_time.sql split);
 - backward_forward_ratio: backward compute above BWD_FWD_HIGH times forward compute. Backward
@@ -87,8 +87,11 @@ def findings(run_id: str, result: dict) -> list[dict]:
     fwd_c, bwd_c = med("forward", "compute_ns"), med("backward", "compute_ns")
     phases = ("forward", "backward", "optimizer", "other")
     transfer = {p: med(p, "exposed_comm_transfer_ns") for p in phases}
-    total = statistics.median(sum(s[p]["exposed_comm_transfer_ns"] for p in phases) for s in steps)
-    waiting = statistics.median(sum(s[p]["exposed_comm_wait_ns"] for p in phases) for s in steps)
+    # the step's own exposed transfer and waiting (step_time): the phases' can overlap (two
+    # phases' collectives exposed at the same instant count in both), so their sum would overstate it
+    st = {(r["rank"], r["step"]): r for r in rows if (r["rank"], r["step"]) in by_step}
+    total = statistics.median(r["exposed_comm_transfer_ns"] for r in st.values())
+    waiting = statistics.median(r["exposed_comm_wait_ns"] for r in st.values())
     if total > fwd_c and total >= MODERATE_PCT / 100 * step_ns:
         worst = max(transfer, key=transfer.get)
         by = ", ".join(f"{p} {_ms(ns)}" for p, ns in transfer.items() if ns > 0)
@@ -115,7 +118,7 @@ def findings(run_id: str, result: dict) -> list[dict]:
                 "evidence": [
                     f"{over}: exposed transfer {_ms(total)} against forward compute {_ms(fwd_c)} "
                     f"(step {_ms(step_ns)}; exposed waiting for peers, not counted here: {_ms(waiting)})",
-                    f"exposed transfer launched in: {by}",
+                    f"exposed transfer launched in (phases can overlap): {by}",
                 ],
                 "recommendation": advice,
                 "sql": sql,
