@@ -194,6 +194,7 @@ def analyze(
     step_time = m["step_time"].join(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
+    phase_rows, step_rows = _records(phases), _records(step_time)  # once, for the notes and the document
     devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
     collectives_notes = pl.from_arrow(
         con.sql(
@@ -318,7 +319,7 @@ def analyze(
                 "range; see --step-range): per-step rows are absent, per-rank rows cover the whole trace, "
                 "and MFU (FLOPs per step) is not computed"
             )
-        why_phases = phase_note(run_id, _records(phases), _records(step_time))
+        why_phases = phase_note(run_id, phase_rows, step_rows)
         if why_phases:
             notes.append(why_phases)
         if r_ranks["comm_ns"].sum() == 0:
@@ -439,10 +440,10 @@ def analyze(
         "stragglers": _records(stragglers.with_columns(pl.col("complete_calls").cast(pl.Int64))),
         "memcpy": _records(mem),
         "top_kernels": _records(top),
-        "step_time": _records(step_time),
+        "step_time": step_rows,
         "idle_gaps": _records(idle_gaps),
         "step_kernels": _records(step_kernels),
-        "phases": _records(phases),
+        "phases": phase_rows,
         "verdicts": verdicts,
         "findings": [],
         "notes": notes,

@@ -109,26 +109,30 @@ def _mean_rows(rows: list[dict], cols: list[str]) -> dict:
     return {c: sum(r.get(c) or 0 for r in rows) / len(rows) for c in cols}
 
 
+def _rank_step_bars(step_rows: list[dict], cols: list[str], view: str):
+    """(rows, labels, note) for one bar per rank x step, or, beyond MAX_BARS bars, one per group
+    of consecutive ranks with each column the mean over its steps and ranks (note says so and
+    names the tracelake sql view holding every row)."""
+    if len(step_rows) <= MAX_BARS:
+        rows = sorted(step_rows, key=lambda r: (r["rank"], r["step"]))
+        return rows, [f"rank {r['rank']} · step {r['step']}" for r in rows], None
+    n_ranks = len({r["rank"] for r in step_rows})
+    n_steps = len({r["step"] for r in step_rows})
+    groups = _groups(sorted({r["rank"] for r in step_rows}), MAX_BARS)
+    rows = [_mean_rows([r for r in step_rows if r["rank"] in set(g)], cols) for g in groups]
+    note = (
+        f"{n_ranks} ranks × {n_steps} steps: each bar is the mean over the steps"
+        + (" and the ranks named" if len(groups) < n_ranks else "")
+        + f"; every row is in the {view} view of tracelake sql"
+    )
+    return rows, [_group_label("rank", g) for g in groups], note
+
+
 def breakdown_chart(step_rows: list[dict], ranks: list[dict]):
     """Stacked time per rank x step (step_time rows), or per rank over the whole trace (ranks rows)
     when the run has no steps. Returns (chart | None, note | None)."""
     if step_rows:
-        cols = [p[0] for p in STEP_PARTS]
-        n_ranks = len({r["rank"] for r in step_rows})
-        steps = sorted({r["step"] for r in step_rows})
-        if len(step_rows) <= MAX_BARS:
-            rows = sorted(step_rows, key=lambda r: (r["rank"], r["step"]))
-            labels = [f"rank {r['rank']} · step {r['step']}" for r in rows]
-            note = None
-        else:
-            groups = _groups(sorted({r["rank"] for r in step_rows}), MAX_BARS)
-            rows = [_mean_rows([r for r in step_rows if r["rank"] in set(g)], cols) for g in groups]
-            labels = [_group_label("rank", g) for g in groups]
-            note = (
-                f"{n_ranks} ranks × {len(steps)} steps: each bar is the mean over the steps"
-                + (" and the ranks named" if len(groups) < n_ranks else "")
-                + "; every row is in the step_time view of tracelake sql"
-            )
+        rows, labels, note = _rank_step_bars(step_rows, [p[0] for p in STEP_PARTS], "step_time")
         return _stacked(
             rows, labels, STEP_PARTS, "Step time by rank and step: where it went", "time (ms)"
         ), note
@@ -178,16 +182,7 @@ def phase_chart(phases: list[dict]):
         by.setdefault((r["rank"], r["step"]), {"rank": r["rank"], "step": r["step"]})[r["phase"]] = r[
             "phase_ns"
         ]
-    rows = [by[k] for k in sorted(by)]
-    cols = [p[0] for p in PHASE_PARTS]
-    note = None
-    if len(rows) <= MAX_BARS:
-        labels = [f"rank {r['rank']} · step {r['step']}" for r in rows]
-    else:
-        groups = _groups(sorted({r["rank"] for r in rows}), MAX_BARS)
-        rows = [_mean_rows([r for r in rows if r["rank"] in set(g)], cols) for g in groups]
-        labels = [_group_label("rank", g) for g in groups]
-        note = "each bar is the mean over the steps (and the ranks named); every row is in the phases view"
+    rows, labels, note = _rank_step_bars(list(by.values()), [p[0] for p in PHASE_PARTS], "phases")
     return _stacked(
         rows, labels, PHASE_PARTS, "Step time by phase (the phase that launched the GPU work)", "time (ms)"
     ), note
