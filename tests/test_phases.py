@@ -310,3 +310,85 @@ def test_a_gap_ended_by_launched_and_unlaunched_work_goes_to_the_launched_phase(
         370_000,
         400_000,
     )
+
+
+# ---------------------------------------------------------------- HTA's trace_filter: several steps
+
+TRACE_FILTER = corpus("hta", "tests", "data", "trace_filter")
+
+
+def _brute_labels(path):
+    """Per (step, phase) counts of the GPU activities of a multi-step trace, by the rules of
+    views/70_phases.sql walked over the raw events (each launch in the ProfilerStep window that
+    holds it; first backward op and autograd threads per step)."""
+    import gzip
+
+    evs = [e for e in json.loads(gzip.open(path).read())["traceEvents"] if e.get("ph") == "X"]
+    steps = {int(e["name"].split("#")[1]): e for e in evs if e["name"].startswith("ProfilerStep#")}
+    ranges = [e for e in evs if e["name"].startswith((BWD, "Optimizer.step#", "Optimizer.zero_grad#"))]
+    info = {}
+    for n, s in steps.items():
+        h0, h1 = s["ts"], s["ts"] + s["dur"]
+        bwd = [e for e in ranges if e["name"].startswith(BWD) and h0 <= e["ts"] < h1]
+        if bwd:  # a step has phases only with a backward op in its host window
+            info[n] = (
+                h0,
+                h1,
+                min(e["ts"] for e in bwd),
+                {(e["pid"], e["tid"]) for e in bwd} - {(s["pid"], s["tid"])},
+            )
+    launches = {
+        e["args"]["correlation"]: e
+        for e in evs
+        if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})
+    }
+
+    def inside(ln, prefix):
+        return any(
+            r["name"].startswith(prefix)
+            and (r["pid"], r["tid"]) == (ln["pid"], ln["tid"])
+            and r["ts"] <= ln["ts"] < r["ts"] + r["dur"]
+            for r in ranges
+        )
+
+    counts = Counter()
+    for e in evs:
+        ln = launches.get(e.get("args", {}).get("correlation")) if e.get("cat") in GPU_CATS else None
+        step = next((n for n, (h0, h1, _, _) in info.items() if ln and h0 <= ln["ts"] < h1), None)
+        if step is None:
+            continue
+        _, _, first_bwd, autograd = info[step]
+        if inside(ln, ("Optimizer.step#", "Optimizer.zero_grad#")):
+            phase = "optimizer"
+        elif inside(ln, BWD) or (ln["pid"], ln["tid"]) in autograd:
+            phase = "backward"
+        else:
+            phase = "forward" if ln["ts"] < first_bwd else "other"
+        counts[(step, phase)] += 1
+    return counts
+
+
+def test_hta_trace_filter_phases_equal_the_brute_force_walk(tmp_path):
+    """HTA's two sampled ranks of a 128-rank job, several ProfilerSteps each: the phase of every
+    GPU activity launched in a step with phases, counted per step and phase, equals the walk of
+    the raw JSON."""
+    lake = Lake(tmp_path / "lake")
+    assert {r.status for r in ingest_paths([TRACE_FILTER], lake, jobs=1)} == {"ok"}
+    con = query.connect(lake)
+    parts = pl.from_arrow(
+        con.sql(
+            "SELECT p.rank, p.step, p.phase FROM phase_parts p WHERE p.first_part AND p.phase IS NOT NULL"
+        ).to_arrow_table()
+    )
+    ranks = {
+        int(r[0]): r[1]
+        for r in con.execute("SELECT rank, any_value(path) FROM sources GROUP BY ALL").fetchall()
+    }
+    assert len(ranks) == 2
+    for rank, path in ranks.items():
+        want = _brute_labels(TRACE_FILTER / path.rsplit("/", 1)[-1])
+        got = Counter(
+            (s, p) for s, p in parts.filter(pl.col("rank") == rank).select("step", "phase").iter_rows()
+        )
+        assert got == want, rank
+        assert {p for _, p in want} >= {"forward", "backward", "optimizer"}
