@@ -21,6 +21,7 @@ import polars as pl
 
 from . import query
 from .diagnosis import nccl_findings
+from .diagnosis import roofline as roofline_diag
 from .diagnosis.findings import findings_for_run, rank_findings
 from .diagnosis.phases import findings as phase_findings
 from .diagnosis.phases import phase_note
@@ -149,6 +150,7 @@ METRICS = (
     "top_kernels",
     "step_kernels",
     "memcpy_bandwidth",
+    "roofline",
 )
 
 
@@ -191,6 +193,7 @@ def analyze(
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
     idle_gaps, step_kernels, phases = m["idle_gaps"], m["step_kernels"], m["phases"]
+    roofline = m["roofline"]
     step_time = m["step_time"].join(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
@@ -418,6 +421,14 @@ def analyze(
         top = (
             top.with_columns(rn=pl.int_range(pl.len()).over("run_id")).filter(pl.col("rn") < top_n).drop("rn")
         )
+    roof_summary, roof_rows, roof_notes = roofline_diag.for_runs(
+        con,
+        _records(roofline),
+        [r["run_id"] for r in runs],
+        set(ranks.filter(pl.col("compute_ns") > 0)["run_id"].to_list()),
+        None if top_n is None else 5 * top_n,
+    )
+    notes += roof_notes
     for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
         notes.append(f"{row['path']}: not ingested: {row['error']}")
     doc = {
@@ -444,12 +455,20 @@ def analyze(
         "idle_gaps": _records(idle_gaps),
         "step_kernels": _records(step_kernels),
         "phases": phase_rows,
+        "roofline": roof_rows,
+        "roofline_summary": roof_summary,
         "verdicts": verdicts,
         "findings": [],
         "notes": notes,
     }
     for r in runs:
         logs = nccl_findings.findings(con, r["run_id"]) if nccl else []
-        fs = rank_findings(findings_for_run(r["run_id"], doc) + phase_findings(r["run_id"], doc) + logs)
+        roof = next((x for x in roof_summary if x["run_id"] == r["run_id"]), None)
+        fs = rank_findings(
+            findings_for_run(r["run_id"], doc)
+            + phase_findings(r["run_id"], doc)
+            + roofline_diag.findings(r["run_id"], roof)
+            + logs
+        )
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
     return doc

@@ -1,4 +1,4 @@
-"""Per-source derived columns of gpu_activities (schemas/v2.toml): each GPU activity's launch,
+"""Per-source derived columns of gpu_activities (schemas/v3.toml): each GPU activity's launch,
 its step, the graph-replay flag and whether an op with modelled FLOPs launched it.
 
 They depend only on the rows of the activity's own source (its cpu_ops and steps), so they are
@@ -26,6 +26,12 @@ several processes, and correlation ids repeat across processes):
   id is the activity's, or the launching call ran inside the op (op start <= launch_ns < op end)
   on the same process and thread, taking the latest such op starting at or before the launch
   (queries/mfu.sql's FLOP coverage).
+- work_op: the event_index of the op whose modelled work (cpu_ops.flops or mem_bytes not NULL,
+  pipeline/flops.py and pipeline/opbytes.py) the kernel did, for the roofline: the op with the
+  activity's External id when that op is modelled (Kineto gives a kernel the External id of the
+  innermost op around its launch), else the latest modelled op on the launching process and
+  thread whose range holds launch_ns (an unmodelled inner op such as aten::cudnn_convolution
+  leaves the kernel to the modelled aten::convolution around it); NULL when there is none.
 
 Errors: OSError / pyarrow errors for an unreadable part; polars errors for a part of the wrong
 shape (the lake's parts are conformed to the schema when written, so neither is expected).
@@ -40,8 +46,17 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-# the derived columns, in schema order (schemas/v2.toml, last columns of gpu_activities)
-DERIVED = ("launch_ns", "launch_name", "launch_pid", "launch_tid", "step", "graph_replay", "flops_op")
+# the derived columns, in schema order (schemas/v3.toml, last columns of gpu_activities)
+DERIVED = (
+    "launch_ns",
+    "launch_name",
+    "launch_pid",
+    "launch_tid",
+    "step",
+    "graph_replay",
+    "flops_op",
+    "work_op",
+)
 BATCH_ROWS = 1 << 18
 # polars' in-memory engine for a small source: half the time of the streaming one (10 vs 19 ms
 # for a DLRM rank); a large one is streamed (see derived_batches)
@@ -49,10 +64,13 @@ ENGINE = "in-memory"
 _KEYS = ["rank", "correlation"]
 
 
-def per_correlation(gpu: Path, cpu: Path | None, steps: Path | None) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def per_correlation(
+    gpu: Path, cpu: Path | None, steps: Path | None
+) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
     """Lazy frames: (one row per rank and correlation with GPU work: activities, launch_ns,
-    launch_name, launch_pid, launch_tid, step, in_op; the External ids of ops with modelled
-    FLOPs, column external_id). Built as one plan, so a small source costs one collect."""
+    launch_name, launch_pid, launch_tid, step, in_op, in_work_op; the External ids of ops with
+    modelled FLOPs, column external_id; the External ids of ops with modelled work, columns
+    external_id, ext_work_op). Built as one plan, so a small source costs one collect."""
     i64 = pl.Int64
     corr = (
         pl.scan_parquet(gpu, glob=False)
@@ -78,6 +96,15 @@ def per_correlation(gpu: Path, cpu: Path | None, steps: Path | None) -> tuple[pl
         mo = modelled.select(
             launch_pid="pid", launch_tid="tid", op_start_ns="start_ns", op_end_ns="end_ns"
         ).sort("op_start_ns")
+        work = ops.filter(pl.col("flops").is_not_null() | pl.col("mem_bytes").is_not_null())
+        wids = (
+            work.filter(pl.col("external_id").is_not_null())
+            .group_by("external_id")
+            .agg(ext_work_op=pl.col("event_index").min())
+        )
+        wo = work.select(
+            launch_pid="pid", launch_tid="tid", w_start_ns="start_ns", w_end_ns="end_ns", w_op="event_index"
+        ).sort("w_start_ns")
     else:
         launches = pl.LazyFrame(
             schema={
@@ -91,6 +118,10 @@ def per_correlation(gpu: Path, cpu: Path | None, steps: Path | None) -> tuple[pl
         )
         ids = pl.LazyFrame(schema={"external_id": i64})
         mo = pl.LazyFrame(schema={"launch_pid": i64, "launch_tid": i64, "op_start_ns": i64, "op_end_ns": i64})
+        wids = pl.LazyFrame(schema={"external_id": i64, "ext_work_op": i64})
+        wo = pl.LazyFrame(
+            schema={"launch_pid": i64, "launch_tid": i64, "w_start_ns": i64, "w_end_ns": i64, "w_op": i64}
+        )
     if steps is not None:
         st = pl.scan_parquet(steps, glob=False).select(
             "rank", "step", step_start_ns="start_ns", step_end_ns="end_ns"
@@ -117,23 +148,34 @@ def per_correlation(gpu: Path, cpu: Path | None, steps: Path | None) -> tuple[pl
             strategy="backward",
             check_sortedness=False,
         )
+        .join_asof(
+            wo,
+            left_on="launch_ns",
+            right_on="w_start_ns",
+            by=["launch_pid", "launch_tid"],
+            strategy="backward",
+            check_sortedness=False,
+        )
         .with_columns(
             step=pl.when(pl.col("launch_ns") < pl.col("step_end_ns")).then(pl.col("step")).cast(i64),
             in_op=(pl.col("launch_ns") < pl.col("op_end_ns")).fill_null(False),
+            in_work_op=pl.when(pl.col("launch_ns") < pl.col("w_end_ns")).then(pl.col("w_op")),
         )
-        .drop("step_start_ns", "step_end_ns", "op_start_ns", "op_end_ns")
+        .drop("step_start_ns", "step_end_ns", "op_start_ns", "op_end_ns", "w_start_ns", "w_end_ns", "w_op")
     )
-    return out, ids
+    return out, ids, wids
 
 
-def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids):
+def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids, wids):
     df = df.drop([c for c in DERIVED if c in df.collect_schema().names()])
     df = df.join(corr, on=_KEYS, how="left", maintain_order="left")
     df = df.join(ids.with_columns(by_ext=pl.lit(True)), on="external_id", how="left", maintain_order="left")
+    df = df.join(wids, on="external_id", how="left", maintain_order="left")
     return df.with_columns(
         graph_replay=((pl.col("activities") > 1) & (pl.col("kind") == "kernel")).fill_null(False),
         flops_op=pl.col("by_ext").fill_null(False) | pl.col("in_op").fill_null(False),
-    ).drop("activities", "in_op", "by_ext")
+        work_op=pl.coalesce("ext_work_op", "in_work_op").cast(pl.Int64),
+    ).drop("activities", "in_op", "by_ext", "ext_work_op", "in_work_op")
 
 
 def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator[pa.Table]:
@@ -145,14 +187,16 @@ def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator
     joined or held whole. A large source is computed on polars' streaming engine, so that only
     the launch calls' rows of cpu_ops are held (in memory, every op's name would be read before
     the filter); a small one on the in-memory engine (half the time)."""
-    corr, ids = per_correlation(gpu, cpu, steps)
+    corr, ids, wids = per_correlation(gpu, cpu, steps)
     pf = pq.ParquetFile(gpu)
     try:
         cpu_rows = pq.read_metadata(cpu).num_rows if cpu is not None else 0
         small = pf.metadata.num_rows <= BATCH_ROWS and cpu_rows <= 4 * BATCH_ROWS
         keys = pl.scan_parquet(gpu, glob=False).select("rank", "correlation", "external_id", "kind")
         derived = (
-            _with_derived(keys, corr, ids).select(DERIVED).collect(engine=ENGINE if small else "streaming")
+            _with_derived(keys, corr, ids, wids)
+            .select(DERIVED)
+            .collect(engine=ENGINE if small else "streaming")
         )
         offset = 0
         for batch in pf.iter_batches(batch_size=BATCH_ROWS):

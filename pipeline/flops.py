@@ -68,24 +68,33 @@ def _literal(text):
         return None
 
 
-def _conv(d, concrete):
-    if concrete is None or len(concrete) < 9 or len(d) < 2:
+def conv_out_spatial(x, w, concrete, allow_transposed: bool = True) -> list[int] | None:
+    """Output spatial size of aten::convolution(x, w, bias, stride, padding, dilation, transposed,
+    ...) from the input and weight shapes and Kineto's "Concrete Inputs" (standard formula,
+    torch.nn.Conv2d docs); a transposed convolution gives the input's spatial size (the FLOP
+    model's convention above), or None when allow_transposed is False. None without the
+    Concrete Inputs or for shapes that do not fit."""
+    if concrete is None or len(concrete) < 9 or not isinstance(x, list) or not isinstance(w, list):
         return None
-    x, w = d[0], d[1]
     stride, padding, dilation, transposed = (_literal(concrete[i]) for i in (3, 4, 5, 6))
     if len(x) < 3 or len(w) != len(x):
         return None
     spatial_in, kernel = x[2:], w[2:]
     if transposed:
-        out = spatial_in
-    else:
-        if not all(isinstance(v, list) and len(v) == len(kernel) for v in (stride, padding, dilation)):
-            return None
-        out = [
-            (s + 2 * p - dl * (k - 1) - 1) // st + 1
-            for s, p, dl, k, st in zip(spatial_in, padding, dilation, kernel, stride)
-        ]
-    return 2 * x[0] * prod(w) * prod(out)
+        return list(spatial_in) if allow_transposed else None
+    if not all(isinstance(v, list) and len(v) == len(kernel) for v in (stride, padding, dilation)):
+        return None
+    return [
+        (s + 2 * p - dl * (k - 1) - 1) // st + 1
+        for s, p, dl, k, st in zip(spatial_in, padding, dilation, kernel, stride)
+    ]
+
+
+def _conv(d, concrete):
+    if len(d) < 2:
+        return None
+    out = conv_out_spatial(d[0], d[1], concrete)
+    return None if out is None else 2 * d[0][0] * prod(d[1]) * prod(out)
 
 
 def _conv_bwd(d, concrete):

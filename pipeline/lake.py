@@ -1,7 +1,7 @@
 """The lake: hive-partitioned Parquet, one directory per table and run.
 
-Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet, for every table of schema v2
-(schemas/v2.toml). DuckDB (`read_parquet('<lake>/<table>/*/*.parquet', hive_partitioning=true)`),
+Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet, for every table of schema v3
+(schemas/v3.toml). DuckDB (`read_parquet('<lake>/<table>/*/*.parquet', hive_partitioning=true)`),
 polars (`pl.scan_parquet('<lake>/<table>/**/*.parquet', hive_partitioning=True)`) and Spark read it
 as is. The partition key is `run`; every file also holds `run_id` as a column.
 
@@ -299,7 +299,7 @@ class Lake(LakeFiles):
         tables: table name -> a pyarrow Table, an iterable of pyarrow Tables/RecordBatches (streamed
         into the Parquet part chunk by chunk, so memory stays bounded), or a callable returning
         either (called after the tables before it are written, in dict order). Each chunk is
-        conformed to schema v2 (SchemaError on mismatch; nothing is left staged then). Once the
+        conformed to schema v3 (SchemaError on mismatch; nothing is left staged then). Once the
         tables are written, the derived columns of gpu_activities (launch, step, graph replay,
         FLOP attribution: pipeline/derive.py) are computed from the source's own cpu_ops and steps
         and the part is rewritten with them; values given for those columns are replaced."""
@@ -354,7 +354,7 @@ class Lake(LakeFiles):
     def commit(self, staged: Staged, source_row: dict) -> None:
         """Put a staged source into the lake with its `sources` row (module doc: crash safety).
         The row's run_id and source_id must be the staged ones. SchemaError when the row does not
-        fit schema v2 (the staged parts are discarded then)."""
+        fit schema v3 (the staged parts are discarded then)."""
         d = Path(staged.dir)
         try:
             src = sch.conform("sources", {k: [v] for k, v in source_row.items()})

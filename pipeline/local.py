@@ -11,7 +11,7 @@ across ranks, so every collective counts as transfer), queries/local/comm_cover.
 compute under its communication kernels) and comm_phase.sql (the phase that launched each of
 them), and stores the rows in local_<metric>, local_comm_cover and local_comm_phase, with a
 local_results row naming the SQL version
-(schemas/v2.toml). Analysis (pipeline/query.py use_local) reads them through queries/local/
+(schemas/v3.toml). Analysis (pipeline/query.py use_local) reads them through queries/local/
 <metric>.sql (the split made over the waiting parts of collectives; idle_gaps' histogram summed
 over the sources) when every source with GPU activities in scope has current results and the
 options are the defaults (mfu also without its overrides); otherwise it runs the full files.

@@ -1,7 +1,7 @@
 """DuckDB over the lake: one view per schema table, the catalogs, and the SQL in queries/.
 
 connect(lake) returns a DuckDB connection with
-- a view per schema v2 table (sources, devices, gpu_activities, ...) reading
+- a view per schema v3 table (sources, devices, gpu_activities, ...) reading
   <lake>/<table>/*/*.parquet with hive partitioning (an empty typed table when the lake has none);
 - tables device_catalog and collective_catalog (pipeline/catalog/*.toml);
 - the derived views of queries/views/*.sql (gpu_work, scope, rank_device, collective_ranks,
@@ -184,6 +184,7 @@ def _connect(
         con.unregister(f"_{name}")
     con.execute(f"SET VARIABLE analysis_window = '{window}'")
     con.execute(f"SET VARIABLE kernel_wait_threshold_ns = {int(kernel_wait_threshold_ns)}")
+    con.execute(f"SET VARIABLE roofline_latency_ns = {int(catalog.roofline()['latency_kernel_ns'])}")
     for name, v in (
         ("peak_tflops", peak_tflops),
         ("model_flops_per_step", model_flops_per_step),

@@ -1,6 +1,8 @@
-"""Lakes written with an older schema, brought to the current one (schemas/v2.toml, "Versions").
+"""Lakes written with an older schema, brought to the current one (schemas/v3.toml, "Versions").
 
-Schema v2 added the derived columns of gpu_activities (pipeline/derive.py). A lake whose
+Schema v2 added the derived columns of gpu_activities (pipeline/derive.py); schema v3 the
+traffic columns of cpu_ops (pipeline/opbytes.py: computed here from the part's own input_dims and
+input_types) and gpu_activities.work_op (re-derived). A lake whose
 TRACELAKE marker names schema v1 may hold gpu_activities parts without them; read as they are,
 those columns would be NULL and every step, launch and graph-replay figure would be silently
 wrong. Its parts may also lack columns added during v1 (sources.unreadable_bytes), and readers
@@ -20,6 +22,7 @@ read (pipeline/query.py connect) or written (pipeline/ingest):
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import re
 import shutil
@@ -30,7 +33,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import derive
+from . import derive, opbytes
 from . import schema as sch
 from .lake import Lake, LakeBusy, LakeError
 from .parts import write_stream
@@ -76,6 +79,25 @@ def _sibling(lake: Lake, part: Path, table: str, copies: dict[str, str]) -> Path
     return p if p.is_file() else None
 
 
+def _with_traffic(t: pa.Table, memo: dict) -> pa.Table:
+    """A cpu_ops batch of a schema v2 part with mem_bytes and vector_flops computed from its own
+    input_dims and input_types (pipeline/opbytes.py; no Concrete Inputs are stored, so
+    convolutions stay NULL). memo: (name, dims, types) -> op_bytes."""
+    names = t.column("name").to_pylist()
+    dims = t.column("input_dims").to_pylist()
+    types = t.column("input_types").to_pylist()
+    mem, vec = [None] * t.num_rows, [None] * t.num_rows
+    for i, key in enumerate(zip(names, dims, types)):
+        if key[0] in opbytes.MODELLED_OPS and key[1]:
+            r = memo.get(key)
+            if r is None:
+                r = memo[key] = opbytes.op_bytes(*key)
+            mem[i], vec[i] = r
+    return t.append_column("mem_bytes", pl.Series(mem, dtype=pl.Float64).to_arrow()).append_column(
+        "vector_flops", pl.Series(vec, dtype=pl.Float64).to_arrow()
+    )
+
+
 def _rewrite(lake: Lake, table: str, part: Path, out: Path, copies: dict[str, str] | None = None) -> None:
     """Write `out`: the part with the current schema's columns (derived ones recomputed for
     gpu_activities, others NULL where the part predates them). copies: {part: its upgraded copy}
@@ -92,8 +114,11 @@ def _rewrite(lake: Lake, table: str, part: Path, out: Path, copies: dict[str, st
             )
         else:
             pf = pq.ParquetFile(part)
+            batches = (pa.Table.from_batches([b]) for b in pf.iter_batches())
+            if table == "cpu_ops" and "mem_bytes" not in pf.schema_arrow.names:
+                batches = map(_with_traffic, batches, itertools.repeat({}))
             try:
-                ok = write_stream(table, (pa.Table.from_batches([b]) for b in pf.iter_batches()), out)
+                ok = write_stream(table, batches, out)
             finally:
                 pf.close()
     except (OSError, pa.ArrowException, sch.SchemaError, pl.exceptions.PolarsError) as e:

@@ -106,14 +106,24 @@ def test_flops_op_matches_a_brute_force_attribution(tmp_path):
     assert hits > 100  # trace_filter: 756 ops with FLOPs over its two ranks
 
 
+TRAFFIC = ["mem_bytes", "vector_flops"]  # cpu_ops columns of schema v3
+
+
+def _make_old(lake: Lake, version: int) -> None:
+    """Turn a lake into what schema `version` wrote: gpu_activities parts without the derived
+    columns of later versions (v1: all of them; v2: work_op), cpu_ops parts without the traffic
+    columns (v3's), their version in the parts' metadata, and a TRACELAKE marker naming it."""
+    drop = {"gpu_activities": list(derive.DERIVED) if version == 1 else ["work_op"], "cpu_ops": TRAFFIC}
+    for table, cols in drop.items():
+        for f in lake.table_files(table):
+            t = pq.read_table(f).drop_columns(cols)
+            md = {**t.schema.metadata, b"tracelake.schema_version": str(version).encode()}
+            pq.write_table(t.replace_schema_metadata(md), f)
+    (lake.root / "TRACELAKE").write_text(f"tracelake lake, schema v{version}\n")
+
+
 def _make_v1(lake: Lake) -> None:
-    """Turn a lake into what schema v1 wrote: gpu_activities parts without the derived columns
-    (and with v1's version in their metadata), and a TRACELAKE marker naming v1."""
-    for f in lake.table_files("gpu_activities"):
-        t = pq.read_table(f).drop_columns(list(derive.DERIVED))
-        md = {**t.schema.metadata, b"tracelake.schema_version": b"1"}
-        pq.write_table(t.replace_schema_metadata(md), f)
-    (lake.root / "TRACELAKE").write_text("tracelake lake, schema v1\n")
+    _make_old(lake, 1)
 
 
 def _doc(lake):
@@ -143,10 +153,38 @@ def test_a_v1_lake_is_upgraded_in_place_on_first_read(reference, tmp_path):
     _make_v1(lake)
     assert upgrade.marker_version(lake) == 1
     assert _doc(lake) == want
-    assert upgrade.marker_version(lake) == 2
+    assert upgrade.marker_version(lake) == upgrade.sch.SCHEMA_VERSION
     for f in lake.table_files("gpu_activities"):
         s = pq.read_schema(f)
-        assert set(derive.DERIVED) <= set(s.names) and s.metadata[b"tracelake.schema_version"] == b"2"
+        assert set(derive.DERIVED) <= set(s.names) and s.metadata[b"tracelake.schema_version"] == b"3"
+
+
+def test_a_v2_lake_gets_the_traffic_columns_and_work_op(reference, tmp_path):
+    """Schema v2 -> v3: cpu_ops' mem_bytes / vector_flops are computed from the parts' own shapes
+    (DLRM has no convolution, the one op that needs what the lake does not keep), work_op is
+    re-derived: the same values as a fresh ingest, and the same analysis."""
+    root, want = reference
+    fresh = Lake(root / "lake")
+    lake = _copy_lake(root / "lake", tmp_path / "lake")
+    _make_old(lake, 2)
+    assert upgrade.marker_version(lake) == 2
+    assert _doc(lake) == want
+    assert upgrade.marker_version(lake) == upgrade.sch.SCHEMA_VERSION
+
+    def cols(lk, table, names):
+        return sorted(
+            (
+                tuple(r)
+                for f in lk.table_files(table)
+                for r in zip(*pq.read_table(f, columns=["event_index", *names]).to_pydict().values())
+            ),
+            key=repr,
+        )
+
+    got = cols(lake, "cpu_ops", TRAFFIC)
+    assert got == cols(fresh, "cpu_ops", TRAFFIC) and sum(1 for r in got if r[1] is not None) > 1000
+    w = cols(lake, "gpu_activities", ["work_op"])
+    assert w == cols(fresh, "gpu_activities", ["work_op"]) and sum(1 for r in w if r[1] is not None) > 1000
 
 
 def test_a_locked_v1_lake_is_read_through_derived_copies_and_left_alone(reference, tmp_path):
@@ -163,6 +201,7 @@ def test_a_locked_v1_lake_is_read_through_derived_copies_and_left_alone(referenc
     assert upgrade.marker_version(lake) == 1
     assert {f: os.path.getmtime(f) for f in lake.table_files("gpu_activities")} == before
     assert not set(derive.DERIVED) & set(pq.read_schema(next(iter(before))).names)
+    assert not set(TRAFFIC) & set(pq.read_schema(lake.table_files("cpu_ops")[0]).names)
 
 
 def test_ingest_into_a_v1_lake_upgrades_it_first(tmp_path):
@@ -172,7 +211,7 @@ def test_ingest_into_a_v1_lake_upgrades_it_first(tmp_path):
     ingest_paths(files[:4], lake, run="job")
     _make_v1(lake)
     ingest_paths(files[4:], lake, run="job")
-    assert upgrade.marker_version(lake) == 2
+    assert upgrade.marker_version(lake) == upgrade.sch.SCHEMA_VERSION
     parts = lake.table_files("gpu_activities")
     assert len(parts) == 8
     for f in parts:
@@ -256,4 +295,4 @@ def test_a_v1_lake_whose_host_parts_also_lack_a_column_is_upgraded(reference, tm
         "'/gpu_activities/*/*.parquet')"
     ).fetchall()[0]
     assert got == (n[0], 0, n[1]) and ops == 0
-    assert upgrade.marker_version(lake) == (1 if locked else 2)
+    assert upgrade.marker_version(lake) == (1 if locked else upgrade.sch.SCHEMA_VERSION)

@@ -47,7 +47,7 @@ def test_other_readers(tmp_path):
     t = ds.dataset(lake.root / "steps", format="parquet", partitioning="hive").to_table()
     assert t.num_rows == 4 and set(t.column("run").to_pylist()) == {"demo"}
     md = pq.read_schema(next((lake.root / "sources").glob("*/*.parquet"))).metadata
-    assert md[b"tracelake.schema_version"] == b"2" and md[b"tracelake.table"] == b"sources"
+    assert md[b"tracelake.schema_version"] == b"3" and md[b"tracelake.table"] == b"sources"
 
 
 def test_incremental_skip_force_and_a_new_rank_joins_its_run(tmp_path):

@@ -1,6 +1,6 @@
 """Every NCCL corpus file (../shared/corpus/nccl, PROVENANCE.md) is sniffed as the right format,
 parses, fills the tables it should, accounts for every line, and writes into a lake that conforms
-to schema v2."""
+to schema v3."""
 
 from __future__ import annotations
 

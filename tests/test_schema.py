@@ -1,4 +1,4 @@
-"""Schema v2: the TOML is the single definition, pages are current, writes are enforced."""
+"""The schema (v3): the TOML is the single definition, pages are current, writes are enforced."""
 
 import pyarrow as pa
 import pytest
@@ -74,8 +74,8 @@ def test_every_time_column_is_int64_ns():
 
 def test_pages_are_generated_from_toml():
     for t in sch.tables().values():
-        page = (sch.SCHEMAS_DIR / "v2" / f"{t.name}.md").read_text()
-        assert page == sch.render_page(t), f"schemas/v2/{t.name}.md is stale: run python -m pipeline.schema"
+        page = (sch.SCHEMAS_DIR / f"v{sch.SCHEMA_VERSION}" / f"{t.name}.md").read_text()
+        assert page == sch.render_page(t), f"schemas/v3/{t.name}.md is stale: run python -m pipeline.schema"
 
 
 def test_conform_rejects_extra_missing_nonnull_and_lossy():
@@ -126,4 +126,4 @@ def test_conform_rejects_extra_missing_nonnull_and_lossy():
         },
     )
     assert ok.schema.field("pid").nullable and ok.column("pid").null_count == 1
-    assert ok.schema.metadata[b"tracelake.schema_version"] == b"2"
+    assert ok.schema.metadata[b"tracelake.schema_version"] == b"3"

@@ -1,5 +1,6 @@
 """Catalogs of facts with sources: device peaks and links (devices.toml), collective busbw
-factors and name normalization (collectives.toml), GPU-work classification (classification.toml).
+factors and name normalization (collectives.toml), GPU-work classification (classification.toml),
+element sizes (dtypes.toml), roofline constants (roofline.toml).
 
 Each fact lives in one of these files; Python and SQL both read them from here.
 """
@@ -55,6 +56,12 @@ def c10d_args() -> dict[str, dict[str, int]]:
     """c10d op name (after "c10d::") -> {"in": i, "out": j}: which of its Input Dims entries is
     the input and which the output (collectives.toml [c10d_args])."""
     return _load("collectives.toml")["c10d_args"]
+
+
+@lru_cache(maxsize=1)
+def roofline() -> dict:
+    """Roofline constants (roofline.toml): latency_kernel_ns."""
+    return _load("roofline.toml")
 
 
 @lru_cache(maxsize=1)

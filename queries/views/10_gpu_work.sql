@@ -1,7 +1,7 @@
 -- gpu_work: every GPU activity with the host call that launched it and the step it belongs to.
 --
 -- The launch, the step and the graph-replay flag are columns of gpu_activities, derived once per
--- source when it was written (pipeline/derive.py has the definitions; schemas/v2.toml): the
+-- source when it was written (pipeline/derive.py has the definitions; schemas/v3.toml): the
 -- launch is the runtime/driver call of the same source, rank and correlation id; the step is the
 -- one whose host-side ProfilerStep window [start_ns, end_ns) holds the launch's start (HTA
 -- assigns iterations the same way: hta/common/trace.py add_iteration); graph_replay marks

@@ -9,9 +9,12 @@
 --   run_id STRING; rank INT32; device INT32; device_name STRING; catalog_key STRING (NULL: not in catalog)
 --   fp32_tflops, tf32_tflops, bf16_tflops, fp16_tflops, fp8_tflops DOUBLE TFLOP/s (dense; NULL unknown)
 --   memory_gbps DOUBLE GB/s; nvlink_gbps DOUBLE GB/s per direction; visible_devices INT64
+--   num_sms INT32 streaming multiprocessors (compute units) of the device as the trace states it
+--   (Kineto deviceProperties numSms, nsys TARGET_INFO_GPU smCount); NULL when it does not
 CREATE OR REPLACE VIEW rank_device AS
 WITH used AS (
-  SELECT run_id, rank, min(device) AS device, any_value(name) FILTER (WHERE name IS NOT NULL AND name <> '') AS device_name
+  SELECT run_id, rank, min(device) AS device, any_value(name) FILTER (WHERE name IS NOT NULL AND name <> '') AS device_name,
+    max(num_sms) AS num_sms
   FROM devices WHERE used GROUP BY ALL
 ),
 visible AS (SELECT run_id, rank, count(*) AS visible_devices FROM devices GROUP BY ALL),
@@ -22,7 +25,7 @@ matched AS (
 )
 SELECT u.run_id, u.rank, u.device, u.device_name, m.catalog_key,
   c.fp32_tflops, c.tf32_tflops, c.bf16_tflops, c.fp16_tflops, c.fp8_tflops, c.memory_gbps, c.nvlink_gbps,
-  v.visible_devices
+  v.visible_devices, u.num_sms
 FROM used u
 LEFT JOIN matched m USING (run_id, rank)
 LEFT JOIN device_catalog c ON c.key = m.catalog_key

@@ -1,4 +1,4 @@
-"""PyTorch profiler (Kineto) Chrome-trace JSON -> schema v2 tables.
+"""PyTorch profiler (Kineto) Chrome-trace JSON -> schema v3 tables.
 
 Input: the bytes of one trace (already decompressed). Handles, per
 ../shared/reference/hta.md section 1d: top-level object or 2021 bare event array; categories old

@@ -1,4 +1,4 @@
-"""One batch of events -> the rows of the per-event tables (schema v2 columns, raw file timestamps).
+"""One batch of events -> the rows of the per-event tables (schema v3 columns, raw file timestamps).
 
 Owns: the category maps (GPU_KIND, CPU_KIND, SKIP_CATS) and name patterns (memcpy / memset /
 sync kinds); sort_events() (which table each event feeds); convert() (the times, pids, tids and
@@ -18,6 +18,8 @@ import numpy as np
 import polars as pl
 
 from ...flops import MODELLED_OPS, op_flops
+from ...opbytes import MODELLED_OPS as TRAFFIC_OPS
+from ...opbytes import op_bytes
 from ...timeparse import us_text_to_ns
 from .decode import KArgs, decode_args
 from .values import (
@@ -129,6 +131,8 @@ _CPU_SCHEMA = {
     "flops": pl.Float64,
     "flops_source": pl.String,
     "flops_dtype": pl.String,
+    "mem_bytes": pl.Float64,
+    "vector_flops": pl.Float64,
     "category": pl.String,
 }
 _ANN_SCHEMA = {
@@ -338,23 +342,33 @@ def gpu_frame(p: Part, off: int) -> tuple[pl.DataFrame, dict]:
 
 def _flops(
     names: list, args: list, dims_s: pl.Series, types_s: pl.Series, memo: dict
-) -> tuple[list, list, list]:
-    """(flops, flops_source, flops_dtype) of CPU ops: the trace's own 'flops' when positive, else
-    op_flops from the shapes for the modelled ops (memo: (name, dims, types, concrete inputs) ->
-    op_flops, shared by the whole trace)."""
+) -> tuple[list, list, list, list, list]:
+    """(flops, flops_source, flops_dtype, mem_bytes, vector_flops) of CPU ops: the trace's own
+    'flops' when positive, else op_flops from the shapes for the modelled ops; op_bytes for the
+    ops of the traffic model (pipeline/opbytes.py). memo: (name, dims, types, concrete inputs) ->
+    (op_flops, op_bytes), shared by the whole trace (steps repeat shapes)."""
     nc = len(names)
     fl = list(map(_A_FLOPS, args))
     flops, fsrc, fdt = [None] * nc, [None] * nc, [None] * nc
-    todo = [j for j, (n, f) in enumerate(zip(names, fl)) if f is not None or n in MODELLED_OPS]
+    mem, vec = [None] * nc, [None] * nc
+    todo = [
+        j for j, (n, f) in enumerate(zip(names, fl)) if f is not None or n in MODELLED_OPS or n in TRAFFIC_OPS
+    ]
     dims = dict(zip(todo, dims_s.gather(todo).to_list())) if todo else {}
     types = dict(zip(todo, types_s.gather(todo).to_list())) if todo else {}
     for j in todo:
         n, fv = names[j], fl[j]
-        if n in MODELLED_OPS:  # op_flops of the same op and inputs once per trace (steps repeat shapes)
+        r = b = None
+        if n in MODELLED_OPS or n in TRAFFIC_OPS:
             key = (n, dims[j], types[j], _text(args[j].concrete_inputs))
-            r = memo.get(key)
-            if r is None:
-                r = memo[key] = op_flops(*key)
+            got = memo.get(key)
+            if got is None:
+                got = memo[key] = (
+                    op_flops(*key) if n in MODELLED_OPS else (None, None),
+                    op_bytes(*key) if n in TRAFFIC_OPS else (None, None),
+                )
+            r, b = got
+            mem[j], vec[j] = b
         if isinstance(fv, (int, float)) and not isinstance(fv, bool) and fv > 0:
             flops[j], fsrc[j] = float(fv), "trace"
             fdt[j] = r[1] if n in MODELLED_OPS else None
@@ -362,7 +376,7 @@ def _flops(
             v, dt = r
             if v is not None:
                 flops[j], fsrc[j], fdt[j] = v, "shapes", dt
-    return flops, fsrc, fdt
+    return flops, fsrc, fdt, mem, vec
 
 
 def cpu_frame(p: Part, off: int, flops_memo: dict) -> tuple[pl.DataFrame, dict]:
@@ -376,7 +390,7 @@ def cpu_frame(p: Part, off: int, flops_memo: dict) -> tuple[pl.DataFrame, dict]:
     )  # JSON text as written
     types_s = _texts(list(map(_A_TYPE, args)))
     colls = list(map(_A_COLL, args))
-    flops, fsrc, fdt = _flops(names, args, dims_s, types_s, flops_memo)
+    flops, fsrc, fdt, mem, vec = _flops(names, args, dims_s, types_s, flops_memo)
     cpu = pl.DataFrame(
         {
             "pid": p.pid,
@@ -396,6 +410,8 @@ def cpu_frame(p: Part, off: int, flops_memo: dict) -> tuple[pl.DataFrame, dict]:
             "flops": pl.Series(flops, dtype=pl.Float64),
             "flops_source": pl.Series(fsrc, dtype=pl.String),
             "flops_dtype": pl.Series(fdt, dtype=pl.String),
+            "mem_bytes": pl.Series(mem, dtype=pl.Float64),
+            "vector_flops": pl.Series(vec, dtype=pl.Float64),
             "event_index": np.asarray(p.idx, dtype=np.int64) + off,
             "_ok": p.ok_ts,
         },

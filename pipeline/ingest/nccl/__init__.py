@@ -1,6 +1,6 @@
 """NCCL-family inputs: NCCL_DEBUG logs, nccl-tests output, PyTorch ProcessGroupNCCL watchdog
 messages, Flight Recorder dumps, torchfrtrace reports, NCCL RAS reports and NCCL's example
-profiler plugin output -> the nccl_* / flight_recorder* lake tables (schemas/v2.toml).
+profiler plugin output -> the nccl_* / flight_recorder* lake tables (schemas/v3.toml).
 
 Entry points: `sniff(head, name)` says whether a file is one of ours and which; `parse(data,
 name, fmt)` returns a LogParsed (tables without run_id/source_id); `streams(head, fmt)` says

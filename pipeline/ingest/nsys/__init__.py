@@ -1,4 +1,4 @@
-"""Nsight Systems exports -> schema v2 tables, streamed through a DuckDB staging database.
+"""Nsight Systems exports -> schema v3 tables, streamed through a DuckDB staging database.
 
 Inputs (../shared/reference/nsys.md):
 - SQLite exports (`nsys export --type sqlite`) of any schema version: the version is read from
@@ -33,7 +33,7 @@ Modules: this package face (export_command, open_export: the dispatcher; the for
 by pipeline/ingest/discover.py); .export (the result types ExportInfo, Export, JaxArchive;
 NsysError, CHUNK_ROWS); .stage (the DuckDB staging schema STAGE); .readers (SQLite and
 parquetdir readers); .build (staging and the derived tables), .steps (devices, steps), .payloads
-(NCCL NVTX payload blobs); .mapping (the staging -> schema v2 SQL, op FLOPs, collectives); .jax,
+(NCCL NVTX payload blobs); .mapping (the staging -> schema v3 SQL, op FLOPs, collectives); .jax,
 .jax_read, .jax_build (nsys-jax archives).
 """
 

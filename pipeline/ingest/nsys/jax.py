@@ -1,4 +1,4 @@
-"""nsys-jax archives -> schema v2 tables.
+"""nsys-jax archives -> schema v3 tables.
 
 Input: the `.zip` NVIDIA JAX-Toolbox's `nsys-jax` writes for one process
 (../shared/reference/nsys.md section 4). tracelake reads, from the zip in memory (nothing is

@@ -1,4 +1,4 @@
-"""Staging -> schema v2: the mapping SQL that streams the lake tables out of the DuckDB staging
+"""Staging -> schema v3: the mapping SQL that streams the lake tables out of the DuckDB staging
 database (GPU_SQL, CPU_SQL, NVTX_SQL, COUNTER_SQL), FLOPs of PyTorch NVTX op ranges (_op_flops),
 and the collectives rows built from the communication kernels (_collectives). Used by
 Export.tables()."""

@@ -1,0 +1,105 @@
+-- kernel_roofline: every compute kernel whose work the trace lets us model, against the roofline
+-- of the device it ran on (Williams, Waterman, Patterson, "Roofline: an insightful visual
+-- performance model", CACM 52(4), 2009).
+--
+-- Definition:
+--   kernels    = scope's compute kernels (kind kernel, category compute) with a work_op (the op
+--                whose modelled work they did, pipeline/derive.py), outside CUDA-graph replays
+--                (graph_replay: their launch, and so their op, is not known per kernel).
+--   work       = the op's FLOPs (cpu_ops.flops: GEMM, attention, convolution, pipeline/flops.py;
+--                else cpu_ops.vector_flops: elementwise, reduction, softmax, normalization, copy,
+--                pipeline/opbytes.py) and bytes (cpu_ops.mem_bytes: compulsory traffic, each
+--                tensor read once and each output written once, pipeline/opbytes.py). An op that
+--                launched several kernels shares its work among them in proportion to their
+--                durations, so each has the op's rates and the kernels' work adds up to the op's.
+--   intensity  = flops / bytes (FLOP/byte).
+--   peaks      = the rank's device (view rank_device, pipeline/catalog/devices.toml, datasheet
+--                dense peaks): a matrix op's peak in its precision (flops_dtype: fp32, tf32, bf16,
+--                fp16, fp8; fp32 when unknown); a vector op's the fp32 non-tensor peak (it runs
+--                on the CUDA cores: TraceLens's "vector" compute spec); memory_gbps the HBM
+--                bandwidth. The variable peak_tflops (--peak-tflops) replaces the matrix peak.
+--   ridge      = peak_tflops * 1e3 / memory_gbps (FLOP/byte): the intensity above which the
+--                roof is the compute peak.
+--   roof       = min(peak_tflops, intensity * memory_gbps / 1e3) TFLOP/s; peak_tflops when the
+--                bytes are unknown (a matrix op whose shapes the traffic model cannot read).
+--   roof_pct   = 100 * achieved_tflops / roof.
+--   bound      = 'latency' when the kernel cannot fill the GPU: shorter than the variable
+--                roofline_latency_ns (pipeline/catalog/roofline.toml: 10 us, the scale of a
+--                launch) or fewer thread blocks than the device has SMs (torch-tb-profiler's
+--                SM efficiency below 1); else 'compute' when intensity >= ridge, 'memory' when
+--                below (the HBM-bandwidth meaning: not exposed copies); 'unknown' when the bytes
+--                or the device's peaks are unknown.
+--   lost_ns    = dur_ns * (1 - roof_pct / 100), at least 0: the time the kernel would save at its
+--                roof (an upper bound: datasheet roofs are rarely reached, TraceLens measures
+--                60-70 % of them as attainable, ../shared/reference/peers.md 3.7).
+-- A kernel with a roof_pct above 100 is reported as it is: its modelled work is larger than what
+-- it did (TraceLens flags the same as a measurement anomaly).
+-- Columns:
+--   run_id STRING; rank INT32; step INT64 (NULL: launched outside every step); source_id STRING
+--   kernel_name STRING; op_name STRING (the modelled op); op_event_index INT64 (cpu_ops.event_index)
+--   start_ns INT64 ns; dur_ns INT64 ns; op_kernels INT64 (kernels sharing the op's work)
+--   work_class STRING (matrix | vector); precision STRING (fp32 | tf32 | bf16 | fp16 | fp8)
+--   flops DOUBLE FLOP; bytes DOUBLE bytes (NULL: not modelled); intensity DOUBLE FLOP/byte
+--   achieved_tflops DOUBLE TFLOP/s; achieved_gbps DOUBLE GB/s (1e9 bytes/s)
+--   blocks BIGINT (grid x*y*z; NULL: not recorded); num_sms INT32; device_name STRING
+--   peak_tflops DOUBLE TFLOP/s; memory_gbps DOUBLE GB/s; ridge_flop_per_byte DOUBLE FLOP/byte
+--   roof_tflops DOUBLE TFLOP/s; roof_pct DOUBLE 0-100 (may exceed 100, see above)
+--   bound STRING (compute | memory | latency | unknown); lost_ns DOUBLE ns (NULL: no roof)
+CREATE OR REPLACE VIEW kernel_roofline AS
+WITH k AS (
+  SELECT run_id, source_id, rank, step, name AS kernel_name, start_ns, dur_ns, work_op,
+    CASE WHEN grid_x IS NOT NULL THEN grid_x::BIGINT * coalesce(grid_y, 1) * coalesce(grid_z, 1) END AS blocks
+  FROM scope
+  WHERE kind = 'kernel' AND category = 'compute' AND work_op IS NOT NULL AND NOT graph_replay
+),
+op_share AS (
+  SELECT source_id, work_op, sum(dur_ns) AS op_ns, count(*) AS op_kernels FROM k GROUP BY ALL
+),
+ops AS (
+  SELECT source_id, event_index AS work_op, name AS op_name, flops, vector_flops, mem_bytes,
+    CASE WHEN flops IS NOT NULL THEN 'matrix' ELSE 'vector' END AS work_class,
+    CASE WHEN flops IS NOT NULL THEN coalesce(flops_dtype, 'fp32') ELSE 'fp32' END AS precision
+  FROM cpu_ops
+  WHERE (flops IS NOT NULL OR mem_bytes IS NOT NULL) AND source_id IN (SELECT source_id FROM op_share)
+),
+shared AS (
+  SELECT k.*, o.op_name, o.work_class, o.precision, s.op_kernels,
+    CASE WHEN s.op_ns > 0 THEN k.dur_ns / s.op_ns ELSE 1.0 / s.op_kernels END AS share,
+    coalesce(o.flops, o.vector_flops) AS op_flops, o.mem_bytes AS op_bytes
+  FROM k
+  JOIN op_share s USING (source_id, work_op)
+  JOIN ops o USING (source_id, work_op)
+),
+rated AS (
+  SELECT s.*, s.share * s.op_flops AS flops, s.share * s.op_bytes AS bytes,
+    d.device_name, d.num_sms, d.memory_gbps,
+    CASE WHEN s.work_class = 'vector' THEN d.fp32_tflops
+         ELSE coalesce(getvariable('peak_tflops'),
+           CASE s.precision WHEN 'fp32' THEN d.fp32_tflops WHEN 'tf32' THEN d.tf32_tflops
+             WHEN 'bf16' THEN d.bf16_tflops WHEN 'fp16' THEN d.fp16_tflops WHEN 'fp8' THEN d.fp8_tflops END)
+    END AS peak_tflops
+  FROM shared s LEFT JOIN rank_device d USING (run_id, rank)
+),
+roofed AS (
+  SELECT *,
+    CASE WHEN bytes > 0 THEN flops / bytes END AS intensity,
+    CASE WHEN dur_ns > 0 THEN flops / dur_ns / 1e3 END AS achieved_tflops,
+    CASE WHEN dur_ns > 0 THEN bytes / dur_ns END AS achieved_gbps,
+    peak_tflops * 1e3 / memory_gbps AS ridge_flop_per_byte
+  FROM rated
+),
+capped AS (
+  SELECT *,
+    CASE WHEN intensity IS NULL THEN peak_tflops ELSE least(peak_tflops, intensity * memory_gbps / 1e3) END AS roof_tflops
+  FROM roofed
+)
+SELECT run_id, rank, step, source_id, kernel_name, op_name, work_op AS op_event_index, start_ns, dur_ns, op_kernels,
+  work_class, precision, flops, bytes, intensity, achieved_tflops, achieved_gbps, blocks, num_sms, device_name,
+  peak_tflops, memory_gbps, ridge_flop_per_byte, roof_tflops,
+  100.0 * achieved_tflops / roof_tflops AS roof_pct,
+  CASE WHEN dur_ns < getvariable('roofline_latency_ns') OR blocks < num_sms THEN 'latency'
+       WHEN intensity IS NULL OR ridge_flop_per_byte IS NULL THEN 'unknown'
+       WHEN intensity >= ridge_flop_per_byte THEN 'compute'
+       ELSE 'memory' END AS bound,
+  CASE WHEN roof_tflops > 0 THEN greatest(0.0, dur_ns * (1 - achieved_tflops / roof_tflops)) END AS lost_ns
+FROM capped;
