@@ -1,7 +1,7 @@
 """Run the metric queries over a lake and assemble the analysis (the `analyze --json` contract).
 
-Contract "tracelake.analyze/3" (documented in docs/analyze-json.md):
-  {"schema": "tracelake.analyze/3", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
+Contract "tracelake.analyze/4" (documented in docs/analyze-json.md):
+  {"schema": "tracelake.analyze/4", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
    "runs": [...], "steps": [...], "ranks": [...], "step_time": [...], "idle_streams": [...],
    "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "collective_exposure": [...],
    "stragglers": [...], "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "phases": [...],
@@ -13,14 +13,11 @@ and a note says why (never 0 or NaN).
 
 from __future__ import annotations
 
-import json
-import math
-from typing import Any
-
 import polars as pl
 
 from . import query
-from .diagnosis import nccl_findings
+from .analyze_fields import RANK_FIELDS, STEP_FIELDS, _records, _summary
+from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
 from .diagnosis.findings import findings_for_run, rank_findings
 from .diagnosis.phases import findings as phase_findings
@@ -29,110 +26,7 @@ from .diagnosis.straggler import straggler_profile
 from .diagnosis.verdict import OUTLIER_FACTOR, caveats_for_run, verdict_for_run
 from .lake import Lake
 
-SCHEMA = "tracelake.analyze/3"
-
-# per rank and step, all over the step's wall-clock window (views/25_step_window.sql), the window
-# MFU, tokens/s and the verdict divide by; gpu_span_ns (first to last GPU work launched in the
-# step) is a named extra, never a denominator
-STEP_FIELDS = [
-    "run_id",
-    "rank",
-    "step",
-    "step_ns",
-    "host_step_ns",
-    "gpu_span_ns",
-    "gpu_busy_ns",
-    "gpu_idle_ns",
-    "compute_ns",
-    "comm_ns",
-    "memcpy_ns",
-    "overlap_ns",
-    "comm_comp_overlap_pct",
-    "exposed_comm_ns",
-    "exposed_comm_wait_ns",
-    "exposed_comm_transfer_ns",
-    "exposed_memcpy_ns",
-    "exposed_unknown_ns",
-    "idle_input_ns",
-    "idle_host_wait_ns",
-    "idle_kernel_wait_ns",
-    "idle_other_ns",
-    "idle_unreliable_ns",
-    "mfu_pct",
-    "flop_coverage_pct",
-    "peak_tflops",
-    "tokens_per_s",
-    "complete",
-]
-# per rank over the whole trace window (queries/breakdown.sql level 'rank': first to last GPU work)
-RANK_FIELDS = [
-    "run_id",
-    "rank",
-    "span_ns",
-    "gpu_busy_ns",
-    "gpu_idle_ns",
-    "compute_ns",
-    "comm_ns",
-    "memcpy_ns",
-    "overlap_ns",
-    "comm_comp_overlap_pct",
-    "exposed_comm_ns",
-    "exposed_comm_wait_ns",
-    "exposed_comm_transfer_ns",
-    "exposed_memcpy_ns",
-    "idle_host_wait_ns",
-    "idle_kernel_wait_ns",
-    "idle_other_ns",
-    "idle_unreliable_ns",
-    "mfu_pct",
-    "flop_coverage_pct",
-    "peak_tflops",
-    "tokens_per_s",
-]
-
-
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    return v
-
-
-def _records(df: pl.DataFrame) -> list[dict]:
-    return [{k: _clean(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
-
-
-def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
-    """Run summary from its sources rows and its devices rows: hosts, GPUs by name, input formats
-    and tool versions (each key of sources.tool_versions with its distinct values)."""
-    versions: dict[str, set] = {}
-    for raw in s["tool_versions"].drop_nulls().to_list():
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            continue
-        if isinstance(doc, dict):
-            for k, v in doc.items():
-                if v is not None and not isinstance(v, (dict, list)):
-                    versions.setdefault(str(k), set()).add(str(v))
-    used = devices.filter(pl.col("used")) if devices.height else devices
-    gpus = (
-        (
-            used.with_columns(name=pl.col("name").fill_null("(unnamed)"))
-            .group_by("name")
-            .agg(ranks=pl.col("rank").n_unique())
-            .sort("name")
-            .to_dicts()
-        )
-        if used.height
-        else []
-    )
-    return {
-        "hosts": sorted({str(h) for h in s["host"].drop_nulls().to_list() if h}),
-        "gpus": [{"name": g["name"], "ranks": int(g["ranks"])} for g in gpus],
-        "formats": sorted({str(f) for f in s["format"].drop_nulls().to_list()}),
-        "tool_versions": {k: sorted(v) for k, v in sorted(versions.items())},
-    }
-
+SCHEMA = "tracelake.analyze/4"
 
 # the metric files analyze() runs, the slowest first (run_many starts them in this order)
 METRICS = (
@@ -151,6 +45,7 @@ METRICS = (
     "step_kernels",
     "memcpy_bandwidth",
     "roofline",
+    "energy",
 )
 
 
@@ -163,13 +58,19 @@ def analyze(
     model_flops_per_step: float | None = None,
     runs: list[str] | None = None,
     tokens_per_step: float | None = None,
+    palm_flops_per_token: float | None = None,
+    global_tokens_per_step: float | None = None,
+    gpu_hour_cost: float | None = None,
 ) -> dict:
-    """Analysis of every run in the lake (the `tracelake.analyze/3` document, docs/analyze-json.md).
+    """Analysis of every run in the lake (the `tracelake.analyze/4` document, docs/analyze-json.md).
 
     window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
     shorter than this (and not host wait) are kernel wait; top_n: kernels kept per run in
     top_kernels (None: all); peak_tflops / model_flops_per_step: MFU overrides, tokens_per_step:
-    tokens one rank processes per step, for tokens_per_s (queries/mfu.sql).
+    tokens one rank processes per step, for tokens_per_s (queries/mfu.sql); palm_flops_per_token:
+    PaLM's 6N + 12LHQT, for palm_mfu_pct; global_tokens_per_step: the whole job's tokens per step
+    (global batch x sequence length), shared among the ranks when tokens_per_step is not given;
+    gpu_hour_cost: price of one GPU-hour, for each finding's cost_per_1000_steps.
     runs: analyse only these run ids (None: every run in the lake).
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
@@ -186,6 +87,8 @@ def analyze(
         materialize=True,
         runs=runs,
         tokens_per_step=tokens_per_step,
+        palm_flops_per_token=palm_flops_per_token,
+        global_tokens_per_step=global_tokens_per_step,
         metric_views=nccl_findings.VIEWS if nccl else (),  # the rest it runs itself (query.run_many)
     )
     m = query.run_many(con, METRICS, query.query_workers(lake, runs))
@@ -193,7 +96,7 @@ def analyze(
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
     idle_gaps, step_kernels, phases = m["idle_gaps"], m["step_kernels"], m["phases"]
-    roofline = m["roofline"]
+    roofline, m_energy = m["roofline"], m["energy"]
     step_time = m["step_time"].join(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
@@ -429,6 +332,19 @@ def analyze(
         None if top_n is None else 5 * top_n,
     )
     notes += roof_notes
+    mfu_rows = _records(mfu)
+    rank_rows = _records(ranks)
+    tput = [
+        t
+        for r in runs
+        if (t := throughput.run_throughput(r["run_id"], mfu_rows, rank_rows, r["world_size"])) is not None
+    ]
+    notes += [n for t in tput if (n := throughput.note(t))]
+    tok = {t["run_id"]: t["tokens_per_step"] for t in tput}
+    energy_rows = _records(m_energy)
+    energy = [
+        e for r in runs if (e := cost.energy(r["run_id"], energy_rows, tok.get(r["run_id"]))) is not None
+    ]
     for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
         notes.append(f"{row['path']}: not ingested: {row['error']}")
     doc = {
@@ -436,6 +352,12 @@ def analyze(
         "window": window,
         "peak_tflops_override": peak_tflops,
         "model_flops_per_step_override": model_flops_per_step,
+        "model_inputs": {
+            "tokens_per_step": tokens_per_step,
+            "global_tokens_per_step": global_tokens_per_step,
+            "palm_flops_per_token": palm_flops_per_token,
+            "gpu_hour_cost": gpu_hour_cost,
+        },
         "kernel_wait_threshold_ns": kernel_wait_threshold_ns,
         "runs": runs,
         "idle_streams": _records(
@@ -444,7 +366,7 @@ def analyze(
             .sort("run_id", "rank", "device", "stream")
         ),
         "steps": _records(steps),
-        "ranks": _records(ranks),
+        "ranks": rank_rows,
         "collectives": calls_json,
         "collectives_per_rank": _records(coll),
         "collective_exposure": _records(exposure),
@@ -457,6 +379,8 @@ def analyze(
         "phases": phase_rows,
         "roofline": roof_rows,
         "roofline_summary": roof_summary,
+        "throughput": tput,
+        "energy": energy,
         "verdicts": verdicts,
         "findings": [],
         "notes": notes,
@@ -470,5 +394,6 @@ def analyze(
             + roofline_diag.findings(r["run_id"], roof)
             + logs
         )
+        cost.annotate(fs, r, gpu_hour_cost)
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
     return doc

@@ -3,7 +3,7 @@
 analyze_on_cluster(lake, scheduler, ...) lists the lake's runs, submits one task per run to the
 cluster (each worker opens the lake from the same path, which must be on a file system the workers
 share, and calls pipeline.analyze.analyze(lake, runs=[run_id]) with the same options), and merges
-the per-run documents into the one `tracelake.analyze/3` document that analyze(lake) returns on
+the per-run documents into the one `tracelake.analyze/4` document that analyze(lake) returns on
 one machine: every metric is computed per run, every list of the document is ordered by run first,
 and the runs are sorted by id, so the lists are the per-run lists concatenated in run order.
 The notes are the exception (analyze() writes them in three groups: per run, then the verdicts'
@@ -102,6 +102,9 @@ def analyze_on_cluster(
     model_flops_per_step: float | None = None,
     runs: list[str] | None = None,
     tokens_per_step: float | None = None,
+    palm_flops_per_token: float | None = None,
+    global_tokens_per_step: float | None = None,
+    gpu_hour_cost: float | None = None,
 ) -> tuple[dict, list[RunFailure]]:
     """analyze(lake, ...) computed one run per Dask task on the cluster at `scheduler`.
 
@@ -118,6 +121,9 @@ def analyze_on_cluster(
         peak_tflops=peak_tflops,
         model_flops_per_step=model_flops_per_step,
         tokens_per_step=tokens_per_step,
+        palm_flops_per_token=palm_flops_per_token,
+        global_tokens_per_step=global_tokens_per_step,
+        gpu_hour_cost=gpu_hour_cost,
     )
     src = lake.sources(runs)
     # every run with a sources row, failed-only runs too: their document holds their failed notes

@@ -177,6 +177,17 @@ def op_flops(name: str, input_dims, input_types, concrete_inputs=None) -> tuple[
     return float(v), dtype
 
 
+def palm_flops_per_token(params: float, layers: int, heads: int, head_dim: int, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward) by PaLM's formula (Chowdhery et al. 2022,
+    arXiv 2204.02311, appendix B): 6N + 12*L*H*Q*T, N = parameters in matmuls, L layers, H heads,
+    Q head dim, T sequence length. Raises ValueError for non-positive inputs."""
+    vals = dict(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len)
+    bad = [k for k, v in vals.items() if not v or v <= 0]
+    if bad:
+        raise ValueError(f"PaLM FLOPs need positive values for: {', '.join(bad)}")
+    return 6 * params + 12 * layers * heads * head_dim * seq_len
+
+
 def palm_flops_per_step(
     params: float, layers: int, heads: int, head_dim: int, seq_len: int, tokens_per_step: float
 ) -> float:

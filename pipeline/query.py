@@ -23,7 +23,8 @@ connect(lake) returns a DuckDB connection with
   run(con, name) runs any of them); derived_views=False: neither the views of queries/views nor
   the metric views (the schema tables and catalogs only; for_query() decides it for one query);
 - variables `analysis_window` ('all' | 'hta'), `kernel_wait_threshold_ns` (default 30000), and,
-  when given, `peak_tflops` and `model_flops_per_step` (MFU overrides) and `tokens_per_step`
+  when given, `peak_tflops` and `model_flops_per_step` (MFU overrides), `palm_flops_per_token`
+  (PaLM's MFU), `global_tokens_per_step` and `tokens_per_step`
   (tokens/s, queries/mfu.sql).
 - per-source results (pipeline/local.py): when use_local() holds, the LOCAL_METRICS are read
   through queries/local/<name>.sql from the local_* tables stored at ingest (variable
@@ -77,6 +78,8 @@ def connect(
     derived_views: bool = True,
     parts: dict[str, list[str]] | None = None,
     local_results: bool = True,
+    palm_flops_per_token: float | None = None,
+    global_tokens_per_step: float | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. parts: read these Parquet files per table
     instead of the lake's (one staged source, pipeline/local.py; files of the current schema,
@@ -101,6 +104,8 @@ def connect(
                 derived_views,
                 parts,
                 local_results,
+                palm_flops_per_token,
+                global_tokens_per_step,
             )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
@@ -123,6 +128,8 @@ def _connect(
     derived_views=True,
     parts=None,
     local_results=True,
+    palm_flops_per_token=None,
+    global_tokens_per_step=None,
 ):
     def files_of(t: str, committed=None) -> list[str]:
         return list(parts.get(t, ())) if parts is not None else lake.table_files(t, runs, committed)
@@ -189,6 +196,8 @@ def _connect(
         ("peak_tflops", peak_tflops),
         ("model_flops_per_step", model_flops_per_step),
         ("tokens_per_step", tokens_per_step),
+        ("palm_flops_per_token", palm_flops_per_token),
+        ("global_tokens_per_step", global_tokens_per_step),
     ):
         if v is not None:
             if not v > 0:
@@ -252,7 +261,15 @@ LOCAL_METRICS = ("breakdown", "step_time", "idle_gaps", "idle_breakdown", "step_
 _LOCAL_FILES = (*(f"{m}.sql" for m in LOCAL_METRICS), "local/*.sql", "views/*.sql")
 _LOCAL_OPTIONS = "window=all;kernel_wait_threshold_ns=30000"
 # variables that change a metric's rows: with one set, that metric runs in full
-_LOCAL_OVERRIDES = {"mfu": ("peak_tflops", "model_flops_per_step", "tokens_per_step")}
+_LOCAL_OVERRIDES = {
+    "mfu": (
+        "peak_tflops",
+        "model_flops_per_step",
+        "tokens_per_step",
+        "palm_flops_per_token",
+        "global_tokens_per_step",
+    )
+}
 
 
 def local_sql_version() -> str:

@@ -23,8 +23,29 @@
 --                 (all compute-kernel time of the step). A kernel is launched by an op when its
 --                 External id is the op's, or its launch call ran inside the op on the same thread.
 --                 100 when the user gave the FLOPs per step (they cover the whole model).
---   tokens_per_s = tokens_per_step / (step_ns * 1e-9) per rank when the variable tokens_per_step
---                 is set (`--tokens-per-step`), else NULL.
+--   tokens_per_step = tokens this rank processed in the step, from the first of:
+--                 'user': the variable tokens_per_step (`--tokens-per-step`, per rank);
+--                 'global_batch': the variable global_tokens_per_step (`--global-batch` x
+--                   `--seq-len`, the whole job's) / the run's world size (sources.world_size, else
+--                   its ranks with steps): every rank its share, as in data parallelism;
+--                 'embedding': read from the trace: the aten::embedding ops starting in the
+--                   step's host window whose indices (second input) are 2-D [B, S]; of those
+--                   with the largest B x S, B x S x calls / tables (tables = distinct weight
+--                   shapes), so one forward through several embedding tables (token, position,
+--                   type) counts its tokens once and k gradient-accumulation micro-batches k
+--                   times. A model without a 2-D aten::embedding (vision, DLRM's embedding_bag,
+--                   inference over flattened [N] indices) gets NULL: never a guess.
+--   tokens_source = user | global_batch | embedding | NULL.
+--   tokens_per_s = tokens_per_step / (step_ns * 1e-9) per rank, else NULL.
+--   palm_flops_per_token = the variable palm_flops_per_token: PaLM's 6N + 12LHQT from the
+--                 model's shape (`--params --layers --heads --head-dim --seq-len`,
+--                 pipeline/flops.py palm_flops_per_token), else NULL.
+--   palm_mfu_pct = 100 * palm_flops_per_token * tokens_per_step / (mfu_ns * 1e-9 * peak * 1e12),
+--                 peak = the variable peak_tflops, else the device's dense bf16 peak, else its fp16
+--                 tensor peak (V100, T4: no bf16) (PaLM and torchtitan compare with the matmul
+--                 peak, ../shared/reference/peers.md 3.1/3.4):
+--                 MFU by PaLM's formula next to the shape-derived mfu_pct; NULL without the
+--                 model's shape, the tokens or a known peak.
 -- HFU is not reported: recomputed (rematerialized) ops are counted like any other op here, so
 -- with activation checkpointing the shape-derived figure includes recompute; docs/metrics.md.
 -- MFU is NULL (with no made-up default) when there are no modelled FLOPs or no known peak;
@@ -34,8 +55,31 @@
 --   (the host ProfilerStep's duration, for reference); model_flops DOUBLE FLOP
 --   flops_source STRING (trace_ops | user); flops_dtype STRING; peak_tflops DOUBLE TFLOP/s; device_name STRING
 --   mfu_pct DOUBLE 0-100; flop_coverage_pct DOUBLE 0-100; compute_kernel_ns INT64 ns
---   tokens_per_s DOUBLE tokens/s (NULL: --tokens-per-step not given)
-WITH op_step AS (
+--   tokens_per_s DOUBLE tokens/s; tokens_per_step DOUBLE tokens; tokens_source STRING
+--   palm_flops_per_token DOUBLE FLOP/token; palm_mfu_pct DOUBLE 0-100 (NULL: see above)
+WITH emb AS (  -- 2-D aten::embedding calls per step: indices [B, S] (second Input Dims entry)
+  SELECT o.run_id, o.rank, s.step, o.input_dims->>'$[0]' AS weight,
+    TRY_CAST(o.input_dims->'$[1]' AS BIGINT[]) AS idx
+  FROM cpu_ops o
+  ASOF JOIN steps s ON o.run_id = s.run_id AND o.rank = s.rank AND o.start_ns >= s.start_ns
+  WHERE o.name = 'aten::embedding' AND o.input_dims IS NOT NULL AND o.start_ns < s.end_ns
+),
+emb_sized AS (
+  SELECT run_id, rank, step, weight, idx[1] * idx[2] AS n,
+    max(idx[1] * idx[2]) OVER (PARTITION BY run_id, rank, step) AS top
+  FROM emb WHERE len(idx) = 2
+),
+emb_tokens AS (
+  SELECT run_id, rank, step, max(n) * count(*) / count(DISTINCT weight) AS tokens
+  FROM emb_sized WHERE n = top GROUP BY ALL
+),
+world AS (
+  SELECT r.run_id, coalesce(max(w.world_size), count(DISTINCT r.rank)) AS world_size
+  FROM (SELECT DISTINCT run_id, rank FROM steps) r
+  LEFT JOIN (SELECT run_id, world_size FROM sources WHERE status <> 'failed') w USING (run_id)
+  GROUP BY ALL
+),
+op_step AS (
   SELECT o.run_id, o.rank, s.step, o.flops, o.flops_dtype
   FROM cpu_ops o
   ASOF JOIN steps s ON o.run_id = s.run_id AND o.rank = s.rank AND o.start_ns >= s.start_ns
@@ -65,12 +109,20 @@ per_step AS (
     CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'user' WHEN f.model_flops IS NOT NULL THEN 'trace_ops' END AS eff_source,
     CASE WHEN getvariable('model_flops_per_step') IS NOT NULL THEN 'bf16' ELSE f.flops_dtype END AS eff_dtype,
     d.device_name, d.fp32_tflops, d.tf32_tflops, d.bf16_tflops, d.fp16_tflops, d.fp8_tflops,
-    c.compute_kernel_ns, c.modelled_ns
+    c.compute_kernel_ns, c.modelled_ns,
+    CASE WHEN getvariable('tokens_per_step') IS NOT NULL THEN getvariable('tokens_per_step')
+         WHEN getvariable('global_tokens_per_step') IS NOT NULL THEN getvariable('global_tokens_per_step') / wo.world_size
+         ELSE e.tokens END AS eff_tokens,
+    CASE WHEN getvariable('tokens_per_step') IS NOT NULL THEN 'user'
+         WHEN getvariable('global_tokens_per_step') IS NOT NULL THEN 'global_batch'
+         WHEN e.tokens IS NOT NULL THEN 'embedding' END AS tokens_source
   FROM steps s
   LEFT JOIN step_window w USING (run_id, rank, step)
   LEFT JOIN flops f USING (run_id, rank, step)
   LEFT JOIN rank_device d USING (run_id, rank)
   LEFT JOIN coverage c USING (run_id, rank, step)
+  LEFT JOIN emb_tokens e USING (run_id, rank, step)
+  LEFT JOIN world wo USING (run_id)
 ),
 with_peak AS (
   SELECT *, coalesce(getvariable('peak_tflops'),
@@ -84,6 +136,10 @@ SELECT run_id, rank, step, step_ns, host_step_ns, eff_flops AS model_flops, eff_
   CASE WHEN eff_source = 'user' THEN 100.0
        WHEN compute_kernel_ns > 0 THEN 100.0 * modelled_ns / compute_kernel_ns END AS flop_coverage_pct,
   compute_kernel_ns,
-  CASE WHEN step_ns > 0 THEN getvariable('tokens_per_step') / (step_ns * 1e-9) END AS tokens_per_s
+  CASE WHEN step_ns > 0 THEN eff_tokens / (step_ns * 1e-9) END AS tokens_per_s,
+  eff_tokens::DOUBLE AS tokens_per_step, tokens_source,
+  getvariable('palm_flops_per_token') AS palm_flops_per_token,
+  100.0 * getvariable('palm_flops_per_token') * eff_tokens
+    / (mfu_ns * 1e-9 * coalesce(getvariable('peak_tflops'), bf16_tflops, fp16_tflops) * 1e12) AS palm_mfu_pct
 FROM with_peak
 ORDER BY run_id, rank, step;

@@ -18,6 +18,8 @@ from .options import (
     COMM,
     EXCLUDE,
     FORCE,
+    GLOBAL_BATCH,
+    GPU_HOUR_COST,
     HEAD_DIM,
     HEADS,
     JOBS,
@@ -37,7 +39,7 @@ from .options import (
     TOKENS,
     WINDOW,
     _format,
-    _model_flops,
+    _model_options,
     _resolve_runs,
 )
 
@@ -54,11 +56,11 @@ def _analysis(
     runs: list[str] | None = None,
 ) -> tuple[dict, int]:
     """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
-    layers, heads, head_dim, seq_len, tokens_per_step), all None when not given; top_n: kernels
-    kept per run; scheduler: a Dask scheduler's address to analyse on, one task per run (each run
-    whose task fails gets a warning here and a note in the document; the code is then
-    EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only these runs (a usage
-    error names any the lake does not hold)."""
+    layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost), all None when
+    not given; top_n: kernels kept per run; scheduler: a Dask scheduler's address to analyse on,
+    one task per run (each run whose task fails gets a warning here and a note in the document;
+    the code is then EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only
+    these runs (a usage error names any the lake does not hold)."""
     import duckdb
 
     from ..lake import LakeError
@@ -88,7 +90,7 @@ def _analysis_of(
 
     if window not in ("all", "hta"):
         raise typer.BadParameter("--window must be 'all' or 'hta'")
-    model_flops_per_step = _model_flops(model_flops_per_step, *palm_shape)
+    model = _model_options(model_flops_per_step, *palm_shape)
     lake = Lake(lake_dir)
     if not lake.exists():
         hint = (
@@ -98,24 +100,19 @@ def _analysis_of(
         )
         err.print(one_line(f"error: {lake_dir}: not a tracelake lake ({hint})"), markup=False)
         raise typer.Exit(EXIT_FAILED)
-    for name, v in (("--peak-tflops", peak_tflops), ("--model-flops-per-step", model_flops_per_step)):
-        if v is not None and not (v > 0 and math.isfinite(v)):
-            raise typer.BadParameter(f"{name} must be a positive finite number")
+    if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
+        raise typer.BadParameter("--peak-tflops must be a positive finite number")
     if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
         raise typer.BadParameter("--kernel-wait-us must be a finite number >= 0")
     if runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
-    tokens_per_step = palm_shape[5] if len(palm_shape) > 5 else None
-    if tokens_per_step is not None and not (tokens_per_step > 0 and math.isfinite(tokens_per_step)):
-        raise typer.BadParameter("--tokens-per-step must be a positive finite number")
     options = dict(
         window=window,
         kernel_wait_threshold_ns=int(kernel_wait_us * 1000),
         peak_tflops=peak_tflops,
-        model_flops_per_step=model_flops_per_step,
         top_n=top_n,
         runs=sorted(set(runs)) if runs else None,
-        tokens_per_step=tokens_per_step,
+        **model,
     )
     if not scheduler:
         return analyze(lake, **options), EXIT_OK
@@ -141,7 +138,7 @@ def _analysis_of(
 @app.command(epilog=EXIT_HELP)
 def analyze(
     lake: Path = LAKE,
-    as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/3 JSON document."),
+    as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/4 JSON document."),
     window: str = WINDOW,
     kernel_wait_us: float = KWAIT,
     peak_tflops: Optional[float] = PEAK,
@@ -152,6 +149,8 @@ def analyze(
     head_dim: Optional[int] = HEAD_DIM,
     seq_len: Optional[int] = SEQ,
     tokens_per_step: Optional[float] = TOKENS,
+    global_batch: Optional[float] = GLOBAL_BATCH,
+    gpu_hour_cost: Optional[float] = GPU_HOUR_COST,
     scheduler: Optional[str] = SCHEDULER,
     runs: Optional[List[str]] = ONLY_RUNS,
 ):
@@ -168,6 +167,8 @@ def analyze(
         head_dim,
         seq_len,
         tokens_per_step,
+        global_batch,
+        gpu_hour_cost,
         scheduler=scheduler,
         runs=runs,
     )
@@ -294,11 +295,13 @@ def report(
     head_dim: Optional[int] = HEAD_DIM,
     seq_len: Optional[int] = SEQ,
     tokens_per_step: Optional[float] = TOKENS,
+    global_batch: Optional[float] = GLOBAL_BATCH,
+    gpu_hour_cost: Optional[float] = GPU_HOUR_COST,
     scheduler: Optional[str] = SCHEDULER,
     runs: Optional[List[str]] = ONLY_RUNS,
 ):
     fmt = _format(fmt, output)
-    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
+    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
     top_n = None if baseline is not None else 20
     res, code = _analysis(
@@ -367,12 +370,14 @@ def run(
     head_dim: Optional[int] = HEAD_DIM,
     seq_len: Optional[int] = SEQ,
     tokens_per_step: Optional[float] = TOKENS,
+    global_batch: Optional[float] = GLOBAL_BATCH,
+    gpu_hour_cost: Optional[float] = GPU_HOUR_COST,
     scheduler: Optional[str] = SCHEDULER,
     exclude: List[str] = EXCLUDE,
     jobs: int = JOBS,
 ):
-    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
-    _model_flops(model_flops_per_step, *shape)  # option errors before any ingest work
+    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
+    _model_options(model_flops_per_step, *shape)  # option errors before any ingest work
     fmt = _format(fmt, output)
     runs: set = set()
     code = _ingest(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -78,6 +79,16 @@ MFLOPS = typer.Option(
     help="Model FLOPs per step and rank, instead of those derived from op shapes.",
 )
 PARAMS = typer.Option(None, "--params", help="PaLM MFU: parameters in matmuls (N).")
+GPU_HOUR_COST = typer.Option(
+    None,
+    "--gpu-hour-cost",
+    help="Price of one GPU-hour (any currency): each finding's cost per 1,000 steps.",
+)
+GLOBAL_BATCH = typer.Option(
+    None,
+    "--global-batch",
+    help="Sequences per step over all ranks; with --seq-len gives each rank's tokens (tokens/s).",
+)
 LAYERS = typer.Option(None, "--layers", help="PaLM MFU: layers (L).")
 HEADS = typer.Option(None, "--heads", help="PaLM MFU: attention heads (H).")
 HEAD_DIM = typer.Option(None, "--head-dim", help="PaLM MFU: head dimension (Q).")
@@ -89,20 +100,50 @@ TOKENS = typer.Option(
 )
 
 
-def _model_flops(model_flops_per_step, params, layers, heads, head_dim, seq_len, tokens_per_step):
-    shape = (params, layers, heads, head_dim, seq_len, tokens_per_step)
-    if any(v is not None for v in shape[:5]):  # --tokens-per-step alone only gives tokens/s
-        if model_flops_per_step is not None:
-            raise typer.BadParameter("give either --model-flops-per-step or the PaLM shape options, not both")
-        from ..flops import palm_flops_per_step
+def _model_options(
+    model_flops_per_step,
+    params,
+    layers,
+    heads,
+    head_dim,
+    seq_len,
+    tokens_per_step,
+    global_batch=None,
+    gpu_hour_cost=None,
+) -> dict:
+    """The model options as analyze() takes them: model_flops_per_step (the user's FLOPs, which
+    replace the shape-derived ones in mfu_pct), palm_flops_per_token (PaLM's 6N + 12LHQT from
+    --params --layers --heads --head-dim --seq-len: palm_mfu_pct next to mfu_pct), tokens_per_step
+    (per rank), global_tokens_per_step (--global-batch x --seq-len) and gpu_hour_cost. Raises
+    BadParameter (exit 2) for a partial PaLM shape, a non-positive value, or --global-batch
+    without --seq-len."""
+    from ..flops import palm_flops_per_token
 
+    for name, v in (
+        ("--model-flops-per-step", model_flops_per_step),
+        ("--tokens-per-step", tokens_per_step),
+        ("--global-batch", global_batch),
+        ("--gpu-hour-cost", gpu_hour_cost),
+    ):
+        if v is not None and not (v > 0 and math.isfinite(v)):
+            raise typer.BadParameter(f"{name} must be a positive finite number")
+    palm = None
+    if any(v is not None for v in (params, layers, heads, head_dim)):
         try:
-            return palm_flops_per_step(*shape)
+            palm = palm_flops_per_token(params, layers, heads, head_dim, seq_len)
         except (TypeError, ValueError) as e:
-            raise typer.BadParameter(
-                f"PaLM MFU needs --params --layers --heads --head-dim --seq-len --tokens-per-step: {e}"
-            )
-    return model_flops_per_step
+            raise typer.BadParameter(f"PaLM MFU needs --params --layers --heads --head-dim --seq-len: {e}")
+    if global_batch is not None and seq_len is None:
+        raise typer.BadParameter("--global-batch needs --seq-len (tokens = sequences x sequence length)")
+    if global_batch is not None and tokens_per_step is not None:
+        raise typer.BadParameter("give either --tokens-per-step or --global-batch, not both")
+    return dict(
+        model_flops_per_step=model_flops_per_step,
+        palm_flops_per_token=palm,
+        tokens_per_step=tokens_per_step,
+        global_tokens_per_step=global_batch * seq_len if global_batch is not None else None,
+        gpu_hour_cost=gpu_hour_cost,
+    )
 
 
 def _check_patterns(patterns: list[str]) -> None:

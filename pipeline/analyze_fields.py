@@ -1,0 +1,113 @@
+"""The analysis document's row fields (STEP_FIELDS, RANK_FIELDS), the conversion of metric rows
+to its records (NaN and infinity become null: docs/analyze-json.md) and the run summary
+(hosts, GPUs, formats, tool versions), for pipeline/analyze.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import polars as pl
+
+# per rank and step, all over the step's wall-clock window (views/25_step_window.sql), the window
+# MFU, tokens/s and the verdict divide by; gpu_span_ns (first to last GPU work launched in the
+# step) is a named extra, never a denominator
+STEP_FIELDS = [
+    "run_id",
+    "rank",
+    "step",
+    "step_ns",
+    "host_step_ns",
+    "gpu_span_ns",
+    "gpu_busy_ns",
+    "gpu_idle_ns",
+    "compute_ns",
+    "comm_ns",
+    "memcpy_ns",
+    "overlap_ns",
+    "comm_comp_overlap_pct",
+    "exposed_comm_ns",
+    "exposed_comm_wait_ns",
+    "exposed_comm_transfer_ns",
+    "exposed_memcpy_ns",
+    "exposed_unknown_ns",
+    "idle_input_ns",
+    "idle_host_wait_ns",
+    "idle_kernel_wait_ns",
+    "idle_other_ns",
+    "idle_unreliable_ns",
+    "mfu_pct",
+    "flop_coverage_pct",
+    "peak_tflops",
+    "tokens_per_s",
+    "complete",
+]
+# per rank over the whole trace window (queries/breakdown.sql level 'rank': first to last GPU work)
+RANK_FIELDS = [
+    "run_id",
+    "rank",
+    "span_ns",
+    "gpu_busy_ns",
+    "gpu_idle_ns",
+    "compute_ns",
+    "comm_ns",
+    "memcpy_ns",
+    "overlap_ns",
+    "comm_comp_overlap_pct",
+    "exposed_comm_ns",
+    "exposed_comm_wait_ns",
+    "exposed_comm_transfer_ns",
+    "exposed_memcpy_ns",
+    "idle_host_wait_ns",
+    "idle_kernel_wait_ns",
+    "idle_other_ns",
+    "idle_unreliable_ns",
+    "mfu_pct",
+    "flop_coverage_pct",
+    "peak_tflops",
+    "tokens_per_s",
+]
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    return v
+
+
+def _records(df: pl.DataFrame) -> list[dict]:
+    return [{k: _clean(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
+
+
+def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
+    """Run summary from its sources rows and its devices rows: hosts, GPUs by name, input formats
+    and tool versions (each key of sources.tool_versions with its distinct values)."""
+    versions: dict[str, set] = {}
+    for raw in s["tool_versions"].drop_nulls().to_list():
+        try:
+            doc = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            for k, v in doc.items():
+                if v is not None and not isinstance(v, (dict, list)):
+                    versions.setdefault(str(k), set()).add(str(v))
+    used = devices.filter(pl.col("used")) if devices.height else devices
+    gpus = (
+        (
+            used.with_columns(name=pl.col("name").fill_null("(unnamed)"))
+            .group_by("name")
+            .agg(ranks=pl.col("rank").n_unique())
+            .sort("name")
+            .to_dicts()
+        )
+        if used.height
+        else []
+    )
+    return {
+        "hosts": sorted({str(h) for h in s["host"].drop_nulls().to_list() if h}),
+        "gpus": [{"name": g["name"], "ranks": int(g["ranks"])} for g in gpus],
+        "formats": sorted({str(f) for f in s["format"].drop_nulls().to_list()}),
+        "tool_versions": {k: sorted(v) for k, v in sorted(versions.items())},
+    }

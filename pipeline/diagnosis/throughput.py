@@ -1,0 +1,76 @@
+"""Throughput and MFU per run, with their inputs stated (issue 17, point 4), from mfu.sql's rows
+(queries/mfu.sql has the per-step definitions: tokens_per_step and its source, tokens_per_s,
+palm_flops_per_token, palm_mfu_pct, mfu_pct).
+
+run_throughput(run_id, mfu_rows, rank_rows, world_size) -> dict or None (None: the run has
+neither tokens nor an MFU):
+  tokens_source         user | global_batch | embedding (mfu.sql)
+  tokens_per_step       median over the run's rank-steps of the tokens one rank processed
+  tokens_per_s_per_gpu  median over ranks of (tokens over the rank's steps / their step time)
+  tokens_per_s          tokens_per_s_per_gpu x world size (the run's world_size, else the ranks
+                        traced): the job's throughput when every rank processes its own share
+                        (data parallelism, or --global-batch, which states the job's tokens);
+                        with tensor or pipeline parallelism and --tokens-per-step, ranks share
+                        tokens and this overstates it: give --global-batch instead
+  world_size            the multiplier used
+  mfu_pct               median over ranks of the shape-derived whole-run MFU (analyze's ranks rows)
+  flop_coverage_pct     median over ranks of its FLOP coverage
+  palm_mfu_pct          median over ranks of the step-time-weighted palm_mfu_pct of their steps
+  palm_flops_per_token  PaLM's 6N + 12LHQT as given (FLOP/token)
+  peak_tflops           the peak the shape-derived MFU used (median over ranks)
+note(run) -> the line saying where the tokens came from when the trace gave them.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], world_size) -> dict | None:
+    rows = [r for r in mfu_rows if r["run_id"] == run_id]
+    ranks = [r for r in rank_rows if r["run_id"] == run_id]
+    tok = [r for r in rows if r["tokens_per_step"] is not None and r["step_ns"]]
+    per_rank: dict[int, list] = {}
+    palm: dict[int, list] = {}
+    for r in tok:
+        per_rank.setdefault(r["rank"], []).append((r["tokens_per_step"], r["step_ns"]))
+    for r in rows:
+        if r["palm_mfu_pct"] is not None and r["step_ns"]:
+            palm.setdefault(r["rank"], []).append((r["palm_mfu_pct"], r["step_ns"]))
+    per_gpu = _median(sum(t for t, _ in v) / (sum(ns for _, ns in v) * 1e-9) for v in per_rank.values())
+    mfu = _median(r["mfu_pct"] for r in ranks)
+    if per_gpu is None and mfu is None and not palm:
+        return None
+    world = world_size or len({r["rank"] for r in rows}) or None
+    sources = sorted({r["tokens_source"] for r in tok})
+    return {
+        "run_id": run_id,
+        "tokens_source": ", ".join(sources) if sources else None,
+        "tokens_per_step": _median(r["tokens_per_step"] for r in tok),
+        "tokens_per_s_per_gpu": per_gpu,
+        "tokens_per_s": per_gpu * world if per_gpu is not None and world else None,
+        "world_size": world,
+        "mfu_pct": mfu,
+        "flop_coverage_pct": _median(r["flop_coverage_pct"] for r in ranks),
+        "palm_mfu_pct": _median(sum(p * ns for p, ns in v) / sum(ns for _, ns in v) for v in palm.values()),
+        "palm_flops_per_token": next(
+            (r["palm_flops_per_token"] for r in rows if r["palm_flops_per_token"]), None
+        ),
+        "peak_tflops": _median(r["peak_tflops"] for r in ranks),
+    }
+
+
+def note(t: dict | None) -> str | None:
+    """The note for tokens read from the trace (tokens_source embedding), else None."""
+    if t is None or t["tokens_source"] != "embedding":
+        return None
+    return (
+        f"run {t['run_id']}: tokens per step read from the trace: aten::embedding indices [batch, sequence] "
+        f"give {t['tokens_per_step']:,.0f} tokens per rank and step (queries/mfu.sql tokens_per_step); "
+        "give --tokens-per-step or --global-batch with --seq-len if that is not the step's tokens"
+    )

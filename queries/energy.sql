@@ -1,0 +1,48 @@
+-- Energy per rank and step from power counters in the lake (issue 17 point 5).
+--
+-- Definition:
+--   power series = counters rows whose name contains "power" (case-insensitive) and whose
+--                  value is in watts: unit W, or no unit and a name that says so (watt, _w,
+--                  .w, (w) at the end: DCGM's DCGM_FI_DEV_POWER_USAGE exported with unit W,
+--                  a Kineto counter "GPU Power" with an arg "power_w"). Several power series of
+--                  one rank: the first by name is used (a device and a board series would
+--                  count the same watts twice).
+--   energy_j     = the integral of power over the step window (view step_window: the window
+--                  every per-step metric uses), each sample held until the next one of its
+--                  series (sample-and-hold, as nsys and DCGM report sampled power); the part of
+--                  the window before the first sample and after the last is not counted (the last
+--                  sample has no next one to hold until; covered_pct says how much
+--                  of the window the samples cover).
+--   mean_power_w = energy_j / (covered time).
+-- A lake without power counters gives no rows; pipeline.analyze says so only when asked for
+-- energy (the report omits the line).
+-- Columns:
+--   run_id STRING; rank INT32; step INT64; series STRING (the counter's name)
+--   step_ns INT64 ns; energy_j DOUBLE J; mean_power_w DOUBLE W; covered_pct DOUBLE 0-100
+WITH series AS (
+  SELECT run_id, rank, min(name) AS series
+  FROM counters
+  WHERE regexp_matches(name, '(?i)power')
+    AND (lower(unit) IN ('w', 'watt', 'watts')
+         OR (unit IS NULL AND regexp_matches(name, '(?i)(watts?|_w|\.w|\(w\))$')))
+  GROUP BY ALL
+),
+samples AS (
+  SELECT c.run_id, c.rank, s.series, c.ts_ns, c.value,
+    lead(c.ts_ns) OVER (PARTITION BY c.run_id, c.rank ORDER BY c.ts_ns) AS next_ns
+  FROM counters c JOIN series s ON c.run_id = s.run_id AND c.rank IS NOT DISTINCT FROM s.rank AND c.name = s.series
+),
+pieces AS (
+  SELECT w.run_id, w.rank, w.step, p.series, w.step_ns,
+    least(p.next_ns, w.step_end_ns) - greatest(p.ts_ns, w.step_start_ns) AS held_ns, p.value
+  FROM step_window w
+  JOIN samples p ON p.run_id = w.run_id AND p.rank = w.rank
+    AND p.ts_ns < w.step_end_ns AND p.next_ns > w.step_start_ns
+)
+SELECT run_id, rank, step, any_value(series) AS series, any_value(step_ns) AS step_ns,
+  sum(value * held_ns ORDER BY held_ns, value) * 1e-9 AS energy_j,
+  sum(value * held_ns ORDER BY held_ns, value) / sum(held_ns) AS mean_power_w,
+  100.0 * sum(held_ns) / any_value(step_ns) AS covered_pct
+FROM pieces
+GROUP BY run_id, rank, step
+ORDER BY run_id, rank, step;
