@@ -50,7 +50,13 @@ TABLES = tuple(STORED)
 # the files of queries/views that no STORED file reads, directly or through another view, on a
 # source of one rank: the collective matching and the split it feeds (comm_wait is empty
 # there), the NCCL-log views, collective_exposure's compute pieces
-LOCAL_SKIP_VIEWS = ("40_collective_calls", "44_comm_wait", "50_nccl", "60_exposure_cover")
+LOCAL_SKIP_VIEWS = (
+    "40_collective_calls",
+    "44_comm_wait",
+    "50_nccl",
+    "60_exposure_cover",
+    "80_kernel_roofline",
+)
 
 
 def compute(

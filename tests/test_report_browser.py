@@ -28,15 +28,26 @@ runner = CliRunner()
 EXPECTED = {
     # busbw: the sampled ranks' all_to_all / all_gather sizes come from their nccl:<op> records
     # phases: HTA's sampled ranks (and trace_diff's) have autograd backward and Optimizer.step ops
-    "kineto_2_ranks": {"breakdown", "overlap", "phases", "busbw", "wait", "kernels", "idle_gaps"},
+    # roofline: their ops carry Input Dims (aten::mm, addmm, elementwise); DLRM's too
+    "kineto_2_ranks": {"breakdown", "overlap", "phases", "busbw", "wait", "kernels", "idle_gaps", "roofline"},
     "one_rank_with_bandwidth": {"breakdown", "overlap", "phases", "busbw", "kernels", "idle_gaps"},
     "nsys_no_steps": {"breakdown", "overlap", "wait", "kernels", "idle_gaps"},
     # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch;
     # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops)
-    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "mfu", "busbw", "kernels", "idle_gaps"},
+    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "mfu", "busbw", "kernels", "idle_gaps", "roofline"},
     # busbw: trace_diff's all_to_alls are sized from their nccl:all_to_all records, and the group
     # of an unnamed process group is the world (distributedInfo world_size)
-    "comparison": {"comparison", "breakdown", "overlap", "phases", "mfu", "busbw", "kernels", "idle_gaps"},
+    "comparison": {
+        "comparison",
+        "breakdown",
+        "overlap",
+        "phases",
+        "mfu",
+        "busbw",
+        "kernels",
+        "idle_gaps",
+        "roofline",
+    },  # fmt: skip
     "injection": {"breakdown", "overlap", "kernels", "idle_gaps"},
 }
 

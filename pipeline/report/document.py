@@ -7,6 +7,7 @@ and findings:
   {"schema": "tracelake.report/2", "tracelake_version": str, "window": "all" | "hta",
    "kernel_wait_threshold_ns": int, "baseline": bool,
    "runs": [{"run_id", "summary": {...}, "verdict": {...}, "findings": [...], "comparison": {...} | null,
+             "throughput": {...} | null, "energy": {...} | null, "roofline": {...} | null,
              "notes": [str]}],
    "notes": [str]}
 """
@@ -94,6 +95,9 @@ def build(result: dict, baseline: dict | None = None) -> dict:
                 "verdict": verdict,
                 "findings": findings,
                 "comparison": comparison,
+                "throughput": next((t for t in result.get("throughput", []) if t["run_id"] == rid), None),
+                "energy": next((x for x in result.get("energy", []) if x["run_id"] == rid), None),
+                "roofline": next((x for x in result.get("roofline_summary", []) if x["run_id"] == rid), None),
                 "notes": notes,
             }
         )
@@ -156,10 +160,60 @@ def gpus_text(gpus: list[dict]) -> str:
 
 
 def timing_text(f: dict) -> str:
-    """'12.345 ms per rank (0.617 ms per step)' or 'not timed'."""
+    """'12.345 ms per rank (0.617 ms per step; 1.37 GPU-hours per 1,000 steps, cost 4.11)' or
+    'not timed' (pipeline/diagnosis/cost.py for the GPU-hours)."""
     if f.get("recoverable_ns") is None:
         return "not timed"
     s = f"{f['recoverable_ns'] / 1e6:,.3f} ms per rank"
+    extra = []
     if f.get("per_step_ns") is not None:
-        s += f" ({f['per_step_ns'] / 1e6:,.3f} ms per step)"
-    return s
+        extra.append(f"{f['per_step_ns'] / 1e6:,.3f} ms per step")
+    if f.get("gpu_hours_per_1000_steps") is not None:
+        hours = f"{f['gpu_hours_per_1000_steps']:,.3g} GPU-hours per 1,000 steps"
+        if f.get("cost_per_1000_steps") is not None:
+            hours += f", cost {f['cost_per_1000_steps']:,.2f}"
+        extra.append(hours)
+    return s + (f" ({'; '.join(extra)})" if extra else "")
+
+
+def _rate(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.3g}"
+
+
+def _mfu(p: float) -> str:
+    return f"{p:.1f}%" if p >= 1 else f"{p:.2g}%"
+
+
+def throughput_text(t: dict | None, energy: dict | None) -> str | None:
+    """The throughput line under the verdict: tokens/s per GPU and for the job with their source,
+    MFU from op shapes and by PaLM's formula with their inputs, energy per step and token; None
+    when the run has none of them (pipeline/diagnosis/throughput.py, cost.py)."""
+    parts = []
+    if t is not None and t["tokens_per_s_per_gpu"] is not None:
+        src = {
+            "user": "--tokens-per-step",
+            "global_batch": "--global-batch x --seq-len",
+            "embedding": "tokens read from aten::embedding shapes",
+        }.get(t["tokens_source"], t["tokens_source"])
+        parts.append(
+            f"{_rate(t['tokens_per_s_per_gpu'])} tokens/s per GPU, {_rate(t['tokens_per_s'])} for the job "
+            f"({t['world_size']} GPUs; {src}, {t['tokens_per_step']:,.0f} tokens per GPU and step)"
+        )
+    if t is not None and t["mfu_pct"] is not None:
+        cov = t["flop_coverage_pct"]
+        parts.append(
+            f"MFU {_mfu(t['mfu_pct'])} from op shapes"
+            + (f" (FLOP coverage {cov:.0f}%)" if cov is not None else "")
+            + (f" of {t['peak_tflops']:g} TFLOP/s" if t["peak_tflops"] else "")
+        )
+    if t is not None and t["palm_mfu_pct"] is not None:
+        parts.append(
+            f"MFU {_mfu(t['palm_mfu_pct'])} by PaLM's formula "
+            f"({t['palm_flops_per_token']:.3g} FLOP per token)"
+        )
+    if energy is not None:
+        s = f"{energy['energy_j_per_step']:,.3g} J per GPU and step ({energy['mean_power_w']:,.0f} W mean)"
+        if energy["energy_j_per_token"] is not None:
+            s += f", {energy['energy_j_per_token']:.3g} J per token"
+        parts.append(s)
+    return "Throughput: " + "; ".join(parts) + "." if parts else None

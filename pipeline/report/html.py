@@ -50,7 +50,8 @@ from .charts import (
     top_kernels_chart,
     wait_heatmap,
 )
-from .document import basis_text, build, gpus_text, timing_text, versions_text
+from .document import basis_text, build, gpus_text, throughput_text, timing_text, versions_text
+from .roofline_chart import roofline_chart
 from .vega import _json_for_script, vega_bundle
 
 __all__ = [
@@ -197,9 +198,12 @@ def render(
             f'<li class="num{_level(h["key"], h["pct"])}"><b>{_fmt_pct(h["pct"])}</b> {e(h["label"])}</li>'
             for h in v["headline"]
         )
+        tp = throughput_text(run["throughput"], run["energy"])
         body.append(
             f'<div class="verdict v-{e(v["verdict"])}"><h3>Verdict: {e(v["verdict"])}{conf}</h3>'
-            f'<p>{e(v["reason"])}.</p><ul class="headline">{nums}</ul>{_caveats_html(v)}'
+            f'<p>{e(v["reason"])}.</p><ul class="headline">{nums}</ul>'
+            + (f'<p class="throughput">{e(tp)}</p>' if tp else "")
+            + f"{_caveats_html(v)}"
             f'<p class="basis">{e(basis_text(s, v))} Rules and thresholds: docs/report.md.</p></div>'
         )
         comp = run["comparison"]
@@ -295,6 +299,10 @@ def render(
         )
         chart_block("mfu", mfu_chart(steps, mfu_note.split(": ", 1)[1] if mfu_note else None))
         chart_block("kernels", top_kernels_chart([t for t in result["top_kernels"] if t["run_id"] == rid]))
+        chart_block(
+            "roofline",
+            roofline_chart([x for x in result.get("roofline", []) if x["run_id"] == rid], run["roofline"]),
+        )
         chart_block(
             "idle_gaps", idle_gap_chart([g for g in result.get("idle_gaps", []) if g["run_id"] == rid])
         )

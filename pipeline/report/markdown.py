@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .document import basis_text, gpus_text, timing_text, versions_text
+from .document import basis_text, gpus_text, throughput_text, timing_text, versions_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -50,6 +50,9 @@ def render(doc: dict) -> str:
         out += [f"## Run {esc(run['run_id'])}: {esc(v['verdict'])}{conf}", "", esc(v["reason"]), ""]
         for h in v["headline"]:
             out.append(f"- **{_pct(h['pct'])}** {esc(h['label'])}")
+        tp = throughput_text(run.get("throughput"), run.get("energy"))
+        if tp:
+            out += ["", esc(tp)]
         if v.get("caveats"):
             out += ["", "**Caveats**", ""] + [
                 f"- {esc(c['text'])}" + (" *(lowers the confidence)*" if c["lowers_confidence"] else "")
