@@ -46,6 +46,7 @@ METRICS = (
     "memcpy_bandwidth",
     "roofline",
     "energy",
+    "gpu_metrics",
 )
 
 
@@ -96,7 +97,7 @@ def analyze(
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
     idle_gaps, step_kernels, phases = m["idle_gaps"], m["step_kernels"], m["phases"]
-    roofline, m_energy = m["roofline"], m["energy"]
+    roofline, m_energy, gpu_metrics = m["roofline"], m["energy"], _records(m["gpu_metrics"])
     step_time = m["step_time"].join(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
@@ -381,6 +382,7 @@ def analyze(
         "roofline_summary": roof_summary,
         "throughput": tput,
         "energy": energy,
+        "gpu_metrics": gpu_metrics,
         "verdicts": verdicts,
         "findings": [],
         "notes": notes,
@@ -391,7 +393,7 @@ def analyze(
         fs = rank_findings(
             findings_for_run(r["run_id"], doc)
             + phase_findings(r["run_id"], doc)
-            + roofline_diag.findings(r["run_id"], roof)
+            + roofline_diag.findings(r["run_id"], roof, gpu_metrics)
             + logs
         )
         cost.annotate(fs, r, gpu_hour_cost)

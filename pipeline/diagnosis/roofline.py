@@ -30,6 +30,8 @@ ROOF_LOW_PCT = 50 % (TraceLens measures 60-70 % of the datasheet roof as attaina
 
 from __future__ import annotations
 
+import statistics
+
 from .findings import MIN_FLOP_COVERAGE_PCT
 
 MIN_COVERAGE_PCT = MIN_FLOP_COVERAGE_PCT
@@ -114,8 +116,31 @@ def _short(name: str, n: int = 60) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
-def findings(run_id: str, s: dict | None) -> list[dict]:
-    """The roofline finding for one run (module doc), from its summary."""
+def metrics_text(run_id: str, gpu_metrics: list[dict]) -> str | None:
+    """'nsys GPU metrics over the trace (median over N rank(s)): SM active 41%, ...' from the
+    whole-trace rows of queries/gpu_metrics.sql, or None when the run has none."""
+    rows = [r for r in gpu_metrics if r["run_id"] == run_id and r["step"] is None]
+    parts = []
+    for col, label in (
+        ("sm_active_pct", "SM active"),
+        ("sm_issue_pct", "SM issue"),
+        ("tensor_active_pct", "tensor active"),
+        ("dram_read_pct", "DRAM read"),
+        ("dram_write_pct", "DRAM write"),
+    ):
+        vals = [r[col] for r in rows if r[col] is not None]
+        if vals:
+            parts.append(f"{label} {statistics.median(vals):.0f}%")
+    if not parts:
+        return None
+    return f"nsys GPU metrics over the trace (median over {len(rows)} rank(s), % of peak): " + ", ".join(
+        parts
+    )
+
+
+def findings(run_id: str, s: dict | None, gpu_metrics: list[dict] | None = None) -> list[dict]:
+    """The roofline finding for one run (module doc), from its summary; the run's nsys GPU
+    metrics (queries/gpu_metrics.sql rows), when captured, are added to its evidence."""
     if s is None or s["peak_pct"] is None or (s["coverage_pct"] or 0) < MIN_COVERAGE_PCT:
         return []
     slow = s["memory_bound_pct"] + s["latency_bound_pct"]
@@ -142,6 +167,9 @@ def findings(run_id: str, s: dict | None) -> list[dict]:
         f"kernel time by bound: memory {mem:.0f}%, latency {lat:.0f}%, compute {s['compute_bound_pct']:.0f}%"
         + (f", unknown {s['unknown_bound_pct']:.0f}%" if s["unknown_bound_pct"] else ""),
     ]
+    hw = metrics_text(run_id, gpu_metrics or [])
+    if hw:
+        ev.append(hw)
     for t in s["top"][:3]:
         ev.append(
             f"{_short(t['kernel_name'])} ({t['op_name']}, {t['kernels']} kernels, {t['bound']}-bound): "

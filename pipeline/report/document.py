@@ -8,6 +8,7 @@ and findings:
    "kernel_wait_threshold_ns": int, "baseline": bool,
    "runs": [{"run_id", "summary": {...}, "verdict": {...}, "findings": [...], "comparison": {...} | null,
              "throughput": {...} | null, "energy": {...} | null, "roofline": {...} | null,
+             "gpu_metrics": str | null,
              "notes": [str]}],
    "notes": [str]}
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from .. import __version__
 from ..diagnosis.compare import compare_run, pick_baseline_run
+from ..diagnosis.roofline import metrics_text
 from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
 
 SCHEMA = "tracelake.report/2"
@@ -98,6 +100,7 @@ def build(result: dict, baseline: dict | None = None) -> dict:
                 "throughput": next((t for t in result.get("throughput", []) if t["run_id"] == rid), None),
                 "energy": next((x for x in result.get("energy", []) if x["run_id"] == rid), None),
                 "roofline": next((x for x in result.get("roofline_summary", []) if x["run_id"] == rid), None),
+                "gpu_metrics": metrics_text(rid, result.get("gpu_metrics", [])),
                 "notes": notes,
             }
         )

@@ -203,6 +203,7 @@ def render(
             f'<div class="verdict v-{e(v["verdict"])}"><h3>Verdict: {e(v["verdict"])}{conf}</h3>'
             f'<p>{e(v["reason"])}.</p><ul class="headline">{nums}</ul>'
             + (f'<p class="throughput">{e(tp)}</p>' if tp else "")
+            + (f'<p class="throughput">{e(run["gpu_metrics"])}.</p>' if run.get("gpu_metrics") else "")
             + f"{_caveats_html(v)}"
             f'<p class="basis">{e(basis_text(s, v))} Rules and thresholds: docs/report.md.</p></div>'
         )

@@ -53,6 +53,8 @@ def render(doc: dict) -> str:
         tp = throughput_text(run.get("throughput"), run.get("energy"))
         if tp:
             out += ["", esc(tp)]
+        if run.get("gpu_metrics"):
+            out += ["", esc(run["gpu_metrics"]) + "."]
         if v.get("caveats"):
             out += ["", "**Caveats**", ""] + [
                 f"- {esc(c['text'])}" + (" *(lowers the confidence)*" if c["lowers_confidence"] else "")
