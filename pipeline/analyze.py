@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import query
-from .analyze_fields import RANK_FIELDS, STEP_FIELDS, _records, _summary
+from .analyze_fields import RANK_FIELDS, STEP_FIELDS, _clean, _records, _summary
 from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
 from .diagnosis.findings import findings_for_run, rank_findings
@@ -336,7 +336,7 @@ def analyze(
     mfu_rows = _records(mfu)
     rank_rows = _records(ranks)
     tput = [
-        t
+        {k: _clean(v) for k, v in t.items()}  # a product past the float range is null, not Infinity
         for r in runs
         if (t := throughput.run_throughput(r["run_id"], mfu_rows, rank_rows, r["world_size"])) is not None
     ]
@@ -344,7 +344,9 @@ def analyze(
     tok = {t["run_id"]: t["tokens_per_step"] for t in tput}
     energy_rows = _records(m_energy)
     energy = [
-        e for r in runs if (e := cost.energy(r["run_id"], energy_rows, tok.get(r["run_id"]))) is not None
+        {k: _clean(v) for k, v in e.items()}
+        for r in runs
+        if (e := cost.energy(r["run_id"], energy_rows, tok.get(r["run_id"]))) is not None
     ]
     for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
         notes.append(f"{row['path']}: not ingested: {row['error']}")

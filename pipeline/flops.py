@@ -33,6 +33,7 @@ c10::Half -> fp16, c10::BFloat16 -> bf16, Float8 -> fp8.
 from __future__ import annotations
 
 import json
+import math
 from math import prod
 
 _DTYPES = {
@@ -44,6 +45,14 @@ _DTYPES = {
     "c10::Float8_e4m3fnuz": "fp8",
     "c10::Float8_e5m2fnuz": "fp8",
 }
+
+
+def shape(d) -> list[int] | None:
+    """A tensor shape from an Input Dims entry: a list of non-negative ints (not bools), else
+    None (a scalar's [] stays []; nested lists, strings, negative sizes are no shape)."""
+    if isinstance(d, list) and all(type(v) is int and v >= 0 for v in d):
+        return d
+    return None
 
 
 def _mm(a, b):
@@ -84,10 +93,17 @@ def conv_out_spatial(x, w, concrete, allow_transposed: bool = True) -> list[int]
         return list(spatial_in) if allow_transposed else None
     if not all(isinstance(v, list) and len(v) == len(kernel) for v in (stride, padding, dilation)):
         return None
-    return [
+    if (
+        not all(type(v) is int for v in (*stride, *padding, *dilation))
+        or min((*stride, *dilation), default=1) < 1
+        or min(padding, default=0) < 0
+    ):
+        return None
+    out = [
         (s + 2 * p - dl * (k - 1) - 1) // st + 1
         for s, p, dl, k, st in zip(spatial_in, padding, dilation, kernel, stride)
     ]
+    return out if all(o > 0 for o in out) else None  # a kernel larger than its padded input
 
 
 def _conv(d, concrete):
@@ -156,14 +172,18 @@ def op_flops(name: str, input_dims, input_types, concrete_inputs=None) -> tuple[
         return None, None
     try:
         dims = json.loads(input_dims) if isinstance(input_dims, str) else input_dims
+        if not isinstance(dims, list):
+            return None, None
+        dims = [shape(d) for d in dims]  # an entry that is not a shape cannot feed a formula
         if fc is not None:
             conc = json.loads(concrete_inputs) if isinstance(concrete_inputs, str) else concrete_inputs
             v = fc(dims, conc)
         else:
             v = f(dims)
-    except (IndexError, TypeError, ValueError):
+        v = None if v is None else float(v)
+    except (IndexError, TypeError, ValueError, KeyError, ZeroDivisionError, OverflowError):
         return None, None
-    if v is None:
+    if v is None or not 0 < v < math.inf:  # no work (an empty tensor) is nothing to model
         return None, None
     dtype = None
     try:
@@ -180,9 +200,9 @@ def op_flops(name: str, input_dims, input_types, concrete_inputs=None) -> tuple[
 def palm_flops_per_token(params: float, layers: int, heads: int, head_dim: int, seq_len: int) -> float:
     """Training FLOPs per token (forward + backward) by PaLM's formula (Chowdhery et al. 2022,
     arXiv 2204.02311, appendix B): 6N + 12*L*H*Q*T, N = parameters in matmuls, L layers, H heads,
-    Q head dim, T sequence length. Raises ValueError for non-positive inputs."""
+    Q head dim, T sequence length. Raises ValueError for inputs that are not positive and finite."""
     vals = dict(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len)
-    bad = [k for k, v in vals.items() if not v or v <= 0]
+    bad = [k for k, v in vals.items() if v is None or not 0 < v < math.inf]
     if bad:
         raise ValueError(f"PaLM FLOPs need positive values for: {', '.join(bad)}")
     return 6 * params + 12 * layers * heads * head_dim * seq_len

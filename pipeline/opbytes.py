@@ -21,8 +21,10 @@ pipeline/catalog/dtypes.toml):
   convolution_backward(grad_out, x, w, ...): per gradient output_mask asks for (both without
   Concrete Inputs), its two operands read and the gradient written (TraceLens CONV.bytes_bwd):
   grad_input |g| + |w| + |x|, grad_weight |g| + |x| + |w|.
-- elementwise ops (ELEMENTWISE below): every tensor input read, one output of their broadcast
-  shape written (in-place ops write their first input: the same count).
+- elementwise ops (ELEMENTWISE below, by input arity ARITY): the tensors among the op's input
+  arguments read, one output of their broadcast shape written (in-place ops write their first
+  input: the same count); a tensor after the inputs is the out= tensor of a .out overload, and
+  is the output written instead (never counted as read).
 - copy_(dst, src): src read, dst written. fill_ / zero_: the tensor written.
 - reductions (REDUCE): the input read; the output (at most the input's size, its shape depends
   on the dims argument, which is not recorded) is not counted.
@@ -38,18 +40,20 @@ of any GPU's ridge point (intensity well under 1 FLOP/byte against ~50-300), so 
 never changes whether they are memory-bound; their fraction of the roof is measured against
 bandwidth. vector_flops are not model FLOPs: MFU never counts them.
 
-Dims entries that are not a list of non-negative ints, or whose type is not a dtype in
-dtypes.toml (Scalar, TensorList, an empty string), are not tensors. An op whose tensors cannot
-be read is not modelled (None), never guessed.
+Dims entries that are not a non-empty list of non-negative ints, or whose type is not a Kineto
+tensor element type (Scalar, Int, TensorList, an empty string), are not tensors. An op whose
+tensors cannot be read, or that moves no bytes (an empty tensor), is not modelled (None), never
+guessed.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from math import prod
 
 from .catalog import dtype_bytes
-from .flops import conv_out_spatial
+from .flops import conv_out_spatial, shape
 
 GEMMS = {
     "aten::mm": (0, 1, None),
@@ -60,17 +64,18 @@ GEMMS = {
 }
 _SDPA = {f"aten::_scaled_dot_product_{k}_attention" for k in ("flash", "efficient", "cudnn")}
 _SDPA_BWD = {f"{n}_backward" for n in _SDPA}
-ELEMENTWISE = frozenset(
-    f"aten::{n}"
-    for base in (
-        "add sub mul div neg abs exp log sqrt rsqrt pow reciprocal relu gelu silu sigmoid tanh "
-        "threshold_backward gelu_backward silu_backward sigmoid_backward tanh_backward hardtanh "
-        "leaky_relu elu where masked_fill addcmul addcdiv lerp clamp clamp_min clamp_max maximum "
-        "minimum eq ne lt gt le ge logical_and logical_or logical_not bitwise_and bitwise_or "
-        "bitwise_not native_dropout clone"
-    ).split()
-    for n in (base, base + "_")
-)
+# elementwise ops by input arity: the leading positional arguments that are its inputs (ATen
+# native_functions.yaml signatures); a tensor after them is the out= tensor of the .out overload
+# (aten::clamp_min(self, min, out) is recorded as [[x], [], [out]]), written, not read
+_ARITY = {
+    1: "neg abs exp log sqrt rsqrt reciprocal relu gelu silu sigmoid tanh hardtanh leaky_relu elu "
+    "clamp clamp_min clamp_max logical_not bitwise_not native_dropout clone",
+    2: "add sub mul div pow threshold_backward gelu_backward silu_backward sigmoid_backward tanh_backward "
+    "masked_fill maximum minimum eq ne lt gt le ge logical_and logical_or bitwise_and bitwise_or",
+    3: "where addcmul addcdiv lerp",
+}
+ARITY = {f"aten::{n}": k for k, names in _ARITY.items() for base in names.split() for n in (base, base + "_")}
+ELEMENTWISE = frozenset(ARITY)
 _COPY = {"aten::copy_"}
 _FILL = {"aten::fill_", "aten::zero_"}
 REDUCE = frozenset(
@@ -106,15 +111,18 @@ MODELLED_OPS = frozenset(
 
 
 def _tensors(dims, types) -> list[tuple[int, list[int], int] | None]:
-    """Per input: (elements, shape, bytes per element) for a tensor input, else None."""
+    """Per input: (elements, shape, bytes per element) for a tensor input, else None. A tensor
+    has a non-empty shape (pipeline/flops.py shape(); a 0-d tensor moves a few bytes and cannot be
+    told from a Python number) and a Kineto tensor type: a C++ element type name ("float",
+    "long int", "c10::BFloat16"); the capitalised names are the profiler's non-tensor argument
+    kinds ("Scalar", "Int", "Double", "Bool", "TensorList")."""
     out = []
     for i, d in enumerate(dims):
         t = types[i] if i < len(types) else None
-        size = dtype_bytes(t)
-        if size is None or not isinstance(d, list) or not all(isinstance(v, int) and v >= 0 for v in d):
-            out.append(None)
-        else:
-            out.append((prod(d), d, size))
+        tensor_type = isinstance(t, str) and (t[:1].islower() or t.startswith("c10::"))
+        size = dtype_bytes(t) if tensor_type else None
+        d = shape(d)
+        out.append((prod(d), d, size) if size is not None and d else None)
     return out
 
 
@@ -145,6 +153,8 @@ def _gemm(name, ts):
     elif len(sa) == 3 and len(sb) == 3 and sa[0] == sb[0] and sa[2] == sb[1]:
         c = sa[0] * sa[1] * sb[2]
     else:
+        return None
+    if min(*sa, *sb) == 0:  # an empty product does no work: nothing to model
         return None
     out_size = 2 if name == "aten::_scaled_mm" and a[2] == 1 else a[2]
     bias = ts[ibias] if ibias is not None and ibias < len(ts) else None
@@ -202,9 +212,12 @@ def op_bytes(name: str, input_dims, input_types, concrete_inputs=None) -> tuple[
         if not isinstance(dims, list) or not isinstance(types, list):
             return None, None
         ts = _tensors(dims, types)
-        return _model(name, ts, conc)
-    except (IndexError, TypeError, ValueError, AttributeError):
+        b, v = _model(name, ts, conc)
+    except (IndexError, TypeError, ValueError, AttributeError, KeyError, ZeroDivisionError, OverflowError):
         return None, None
+    if b is None or not 0 < b < math.inf:  # empty tensors move nothing: nothing to model
+        return None, None
+    return b, v
 
 
 def _model(name, ts, conc):
@@ -240,13 +253,21 @@ def _model(name, ts, conc):
     if name in ROWWISE:
         first = present[0]
         return float(read + _nbytes(first)), float(max(t[0] for t in present))
-    # elementwise: broadcast output in the first tensor's dtype (comparisons write bool, 1 byte)
-    shape = _broadcast([t[1] for t in present])
-    if shape is None:
+    # elementwise: the inputs are the tensors among the first ARITY arguments, the output their
+    # broadcast in the first input's dtype (comparisons write bool, 1 byte), or the out= tensor
+    ins = [t for t in ts[: ARITY[name]] if t is not None]
+    outs = [t for t in ts[ARITY[name] :] if t is not None]
+    if not ins:
         return None, None
-    out = prod(shape)
-    out_size = 1 if name.split("::")[1].rstrip("_") in _BOOL_OUT else present[0][2]
-    return float(read + out * out_size), float(out)
+    if outs:
+        out_bytes, out = _nbytes(outs[0]), outs[0][0]
+    else:
+        bshape = _broadcast([t[1] for t in ins])
+        if bshape is None:
+            return None, None
+        out = prod(bshape)
+        out_bytes = out * (1 if name.split("::")[1].rstrip("_") in _BOOL_OUT else ins[0][2])
+    return float(sum(_nbytes(t) for t in ins) + out_bytes), float(out)
 
 
 _BOOL_OUT = {"eq", "ne", "lt", "gt", "le", "ge", "logical_and", "logical_or", "logical_not"}

@@ -6,7 +6,8 @@
 --                  .w, (w) at the end: DCGM's DCGM_FI_DEV_POWER_USAGE exported with unit W,
 --                  a Kineto counter "GPU Power" with an arg "power_w"). Several power series of
 --                  one rank: the first by name is used (a device and a board series would
---                  count the same watts twice).
+--                  count the same watts twice). Negative or non-finite readings are dropped; two
+--                  samples at one time are held in value order (the first holds for 0 ns).
 --   energy_j     = the integral of power over the step window (view step_window: the window
 --                  every per-step metric uses), each sample held until the next one of its
 --                  series (sample-and-hold, as nsys and DCGM report sampled power); the part of
@@ -29,8 +30,9 @@ WITH series AS (
 ),
 samples AS (
   SELECT c.run_id, c.rank, s.series, c.ts_ns, c.value,
-    lead(c.ts_ns) OVER (PARTITION BY c.run_id, c.rank ORDER BY c.ts_ns) AS next_ns
+    lead(c.ts_ns) OVER (PARTITION BY c.run_id, c.rank ORDER BY c.ts_ns, c.value) AS next_ns
   FROM counters c JOIN series s ON c.run_id = s.run_id AND c.rank IS NOT DISTINCT FROM s.rank AND c.name = s.series
+  WHERE c.value >= 0 AND isfinite(c.value)  -- a negative or infinite power is not a reading
 ),
 pieces AS (
   SELECT w.run_id, w.rank, w.step, p.series, w.step_ns,

@@ -33,7 +33,8 @@
 --                   with the largest B x S, B x S x calls / tables (tables = distinct weight
 --                   shapes), so one forward through several embedding tables (token, position,
 --                   type) counts its tokens once and k gradient-accumulation micro-batches k
---                   times. A model without a 2-D aten::embedding (vision, DLRM's embedding_bag,
+--                   times. B and S must be positive integers. A model without a 2-D
+--                   aten::embedding (vision, DLRM's embedding_bag,
 --                   inference over flattened [N] indices) gets NULL: never a guess.
 --   tokens_source = user | global_batch | embedding | NULL.
 --   tokens_per_s = tokens_per_step / (step_ns * 1e-9) per rank, else NULL.
@@ -58,16 +59,18 @@
 --   tokens_per_s DOUBLE tokens/s; tokens_per_step DOUBLE tokens; tokens_source STRING
 --   palm_flops_per_token DOUBLE FLOP/token; palm_mfu_pct DOUBLE 0-100 (NULL: see above)
 WITH emb AS (  -- 2-D aten::embedding calls per step: indices [B, S] (second Input Dims entry)
-  SELECT o.run_id, o.rank, s.step, o.input_dims->>'$[0]' AS weight,
-    TRY_CAST(o.input_dims->'$[1]' AS BIGINT[]) AS idx
+  SELECT o.run_id, o.rank, s.step, o.input_dims->>'$[0]' AS weight, o.input_dims->'$[1]' AS idx
   FROM cpu_ops o
   ASOF JOIN steps s ON o.run_id = s.run_id AND o.rank = s.rank AND o.start_ns >= s.start_ns
   WHERE o.name = 'aten::embedding' AND o.input_dims IS NOT NULL AND o.start_ns < s.end_ns
 ),
-emb_sized AS (
-  SELECT run_id, rank, step, weight, idx[1] * idx[2] AS n,
-    max(idx[1] * idx[2]) OVER (PARTITION BY run_id, rank, step) AS top
-  FROM emb WHERE len(idx) = 2
+emb_sized AS (  -- B and S positive integers (JSON ints; DOUBLE: no overflow on absurd shapes)
+  SELECT run_id, rank, step, weight, (idx->>0)::DOUBLE * (idx->>1)::DOUBLE AS n,
+    max((idx->>0)::DOUBLE * (idx->>1)::DOUBLE) OVER (PARTITION BY run_id, rank, step) AS top
+  FROM emb
+  WHERE json_array_length(idx) = 2
+    AND json_type(idx->0) IN ('UBIGINT', 'BIGINT') AND json_type(idx->1) IN ('UBIGINT', 'BIGINT')
+    AND (idx->>0)::DOUBLE > 0 AND (idx->>1)::DOUBLE > 0
 ),
 emb_tokens AS (
   SELECT run_id, rank, step, max(n) * count(*) / count(DISTINCT weight) AS tokens

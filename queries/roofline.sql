@@ -24,7 +24,9 @@
 --   memory_gbps DOUBLE GB/s; ridge_flop_per_byte DOUBLE FLOP/byte; roof_tflops DOUBLE TFLOP/s
 --   roof_pct DOUBLE 0-100 (may exceed 100: modelled work above what ran); peak_pct DOUBLE 0-100
 --   bound STRING; compute_bound_ns, memory_bound_ns, latency_bound_ns, unknown_bound_ns BIGINT ns
---   lost_ns DOUBLE ns; run_compute_ns BIGINT ns
+--   above_roof_ns BIGINT ns (kernels whose roof_pct exceeds 100: their modelled work is more than
+--   the device can do in their time: misrecorded shapes or dtypes, or the 1 µs timing resolution
+--   of older traces on short kernels); lost_ns DOUBLE ns; run_compute_ns BIGINT ns
 WITH g AS (
   SELECT run_id, kernel_name, op_name, work_class, precision,
     any_value(device_name) AS device_name, count(*) AS kernels, count(DISTINCT rank) AS ranks,
@@ -35,6 +37,7 @@ WITH g AS (
     coalesce(sum(dur_ns) FILTER (WHERE bound = 'memory'), 0)::BIGINT AS memory_bound_ns,
     coalesce(sum(dur_ns) FILTER (WHERE bound = 'latency'), 0)::BIGINT AS latency_bound_ns,
     coalesce(sum(dur_ns) FILTER (WHERE bound = 'unknown'), 0)::BIGINT AS unknown_bound_ns,
+    coalesce(sum(dur_ns) FILTER (WHERE roof_pct > 100), 0)::BIGINT AS above_roof_ns,
     sum(lost_ns ORDER BY source_id, start_ns, dur_ns, op_event_index) AS lost_ns
   FROM kernel_roofline
   GROUP BY ALL
@@ -64,6 +67,6 @@ SELECT run_id, kernel_name, op_name, work_class, precision, device_name, kernels
   CASE greatest(compute_bound_ns, memory_bound_ns, latency_bound_ns, unknown_bound_ns)
     WHEN latency_bound_ns THEN 'latency' WHEN memory_bound_ns THEN 'memory'
     WHEN compute_bound_ns THEN 'compute' ELSE 'unknown' END AS bound,
-  compute_bound_ns, memory_bound_ns, latency_bound_ns, unknown_bound_ns, lost_ns, rc.run_compute_ns
+  compute_bound_ns, memory_bound_ns, latency_bound_ns, unknown_bound_ns, above_roof_ns, lost_ns, rc.run_compute_ns
 FROM c LEFT JOIN run_compute rc USING (run_id)
 ORDER BY run_id, lost_ns DESC NULLS LAST, dur_ns DESC, kernel_name, op_name;

@@ -361,7 +361,13 @@ def test_findings_by_hand(hand_lake):
     assert (
         fs[2]["title"] == "Low model FLOPs utilisation: 0.2%" and "FLOP coverage 59%" in fs[2]["evidence"][1]
     )
-    assert fs == [{"run_id": "job", **f} for f in findings_for_run("job", res)]
+    cost = ("gpu_hours_per_1000_steps", "cost_per_1000_steps")  # added by pipeline/diagnosis/cost.py
+    assert [{k: v for k, v in f.items() if k not in cost} for f in fs] == [
+        {"run_id": "job", **f} for f in findings_for_run("job", res)
+    ]
+    # 525 µs per step x 1,000 steps x world size 2 = 1.05 s = 1.05 / 3600 GPU-hours; untimed: none
+    assert fs[0]["gpu_hours_per_1000_steps"] == pytest.approx(1.05 / 3600)
+    assert fs[2]["gpu_hours_per_1000_steps"] is None and fs[0]["cost_per_1000_steps"] is None
     for f in fs:
         assert f["evidence"] and f["recommendation"] and "'job'" in f["sql"]
         connect(hand_lake).execute(f["sql"]).fetchall()  # the SQL runs in tracelake sql's views

@@ -287,3 +287,78 @@ def test_dlrm_roofline_finding_is_latency_bound(tmp_path):
     assert s["latency_bound_pct"] == pytest.approx(100 * short / total)
     (f,) = [f for f in doc["findings"] if f["kind"] == "roofline_bound"]
     assert "latency-bound" in f["title"] and s["coverage_pct"] >= 50
+
+
+def _one_op_lake(tmp_path, device_props, with_shapes=True):
+    bf = "c10::BFloat16"
+    dims = [[4096, 4096], [4096, 4096]] if with_shapes else []
+    op = _op("aten::mm", 10, 20, 1, dims, [bf, bf])
+    if not with_shapes:  # as the profiler writes it without record_shapes: no Input Dims / type args
+        op["args"] = {"External id": 1}
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+        op,
+        _launch(15, 1, 1),
+        _kernel("gemm_bf16", 100, 200, 1, 1, 1024),
+    ]
+    write_trace(tmp_path / "job" / "r0.json", ev, deviceProperties=device_props)
+    lake = Lake(tmp_path / "lake")
+    assert {r.status for r in ingest_paths([tmp_path / "job"], lake, jobs=1)} == {"ok"}
+    return lake
+
+
+def test_abstains_without_shapes(tmp_path):
+    doc = analyze(_one_op_lake(tmp_path, H100, with_shapes=False))
+    assert doc["roofline"] == [] and doc["roofline_summary"] == []
+    assert any("roofline not available: no op in the trace has input shapes" in n for n in doc["notes"])
+
+
+def test_abstains_on_an_unknown_device(tmp_path):
+    """A device the catalog does not know: the kernel's work and achieved rate are there, its
+    roof, roof_pct, bound and lost time are not (never a guessed peak), and a note says so."""
+    lake = _one_op_lake(tmp_path, [{"id": 0, "name": "Mystery Accelerator X1", "numSms": 100}])
+    con = query.connect(lake)
+    (r,) = pl.from_arrow(con.sql("SELECT * FROM kernel_roofline").to_arrow_table()).to_dicts()
+    assert r["flops"] == 2 * 4096**3 and r["achieved_tflops"] == pytest.approx(687.19, abs=0.01)
+    assert r["peak_tflops"] is None and r["roof_tflops"] is None and r["roof_pct"] is None
+    assert r["bound"] == "unknown" and r["lost_ns"] is None
+    doc = analyze(lake)
+    assert any("roofline without roofs" in n and "Mystery Accelerator X1" in n for n in doc["notes"])
+    assert "roofline_bound" not in {f["kind"] for f in doc["findings"]}
+
+
+# ---------------------------------------------------------------- hostile shapes (attack run)
+
+
+@pytest.mark.parametrize(
+    "name, dims, types, concrete",
+    [
+        ("aten::mm", [[[4096], 4096], [4096, 4096]], ["float", "float"], None),  # nested list
+        ("aten::mm", {"a": [1]}, ["float"], None),  # not a list
+        ("aten::mm", [["12", 2], [2, 3]], ["float", "float"], None),  # a string size
+        ("aten::mm", [[-4096, 4096], [4096, 4096]], ["float", "float"], None),  # negative
+        ("aten::mm", [[0, 4096], [4096, 4096]], ["float", "float"], None),  # empty: no work
+        ("aten::bmm", [[2, -3, 4], [2, 4, 5]], ["float", "float"], None),
+        # stride 0, and a 7x7 kernel over an unpadded 2x2 input (no output)
+        ("aten::convolution", [[1, 3, 8, 8], [4, 3, 3, 3], []], ["float"] * 3,
+         ["", "", "", "[0, 0]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1"]),
+        ("aten::convolution", [[1, 3, 2, 2], [4, 3, 7, 7], []], ["float"] * 3,
+         ["", "", "", "[1, 1]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1"]),
+    ],
+)  # fmt: skip
+def test_hostile_shapes_are_not_modelled(name, dims, types, concrete):
+    from pipeline.flops import op_flops
+
+    assert op_flops(name, dims, types, concrete) == (None, None)
+    assert opbytes.op_bytes(name, dims, types, concrete) == (None, None)
+
+
+def test_out_tensor_is_written_not_read():
+    """The tb_plugin ResNet-50 trace (kineto/tb_plugin/samples/resnet50_num_workers_0) records
+    aten::clamp_min(self, min, out) as Input Dims [[32, 512, 7, 7], [], [32, 512, 7, 7]], Input type
+    ["float", "Int", "float"]: x (802,816 floats) read and the out= tensor written, 6,422,528 B;
+    the Int is a Python number, not a tensor."""
+    got = opbytes.op_bytes(
+        "aten::clamp_min", [[32, 512, 7, 7], [], [32, 512, 7, 7]], ["float", "Int", "float"]
+    )
+    assert got == (2 * 802_816 * 4.0, 802_816.0)

@@ -152,3 +152,72 @@ def test_bert_tokens_from_its_embeddings(tmp_path):
     (row,) = run(connect(lk), "mfu").to_dicts()
     assert (row["tokens_per_step"], row["tokens_source"]) == (141, "embedding")
     assert row["tokens_per_s"] == pytest.approx(141 / (row["step_ns"] * 1e-9))
+
+
+# ---------------------------------------------------------------- hostile inputs (attack run)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--global-batch", "8", "--seq-len", "-5"],
+        ["--global-batch", "8", "--seq-len", "0"],
+        ["--params", "nan", "--layers", "2", "--heads", "8", "--head-dim", "64", "--seq-len", "512"],
+        ["--params", "inf", "--layers", "2", "--heads", "8", "--head-dim", "64", "--seq-len", "512"],
+        ["--seq-len", "512"],  # would be silently ignored
+        ["--tokens-per-step", "100", "--seq-len", "512"],
+    ],
+)
+def test_bad_model_options_are_usage_errors(job, extra):
+    r = CliRunner().invoke(app, ["analyze", "--lake", str(job.root), "--json", *extra])
+    assert r.exit_code == 2 and "Traceback" not in r.output, (extra, r.output)
+
+
+def test_huge_tokens_give_valid_json(job):
+    r = CliRunner().invoke(app, ["analyze", "--lake", str(job.root), "--json", "--tokens-per-step", "1e308"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    (t,) = doc["throughput"]
+    assert t["tokens_per_s_per_gpu"] is None and t["tokens_per_s"] is None  # past the float range: null
+
+
+@pytest.mark.parametrize(
+    "idx, want",
+    [
+        ([4, 128], 512),
+        ([2**40, 2**40], 2.0**80),  # absurd, but no INT64 overflow
+        ([-4, 128], None),
+        ([0, 128], None),
+        ([True, 128], None),
+        (["4", "128"], None),
+        ([4.5, 128], None),
+        ([4, 128, 2], None),
+    ],
+)
+def test_embedding_indices_must_be_positive_integers(tmp_path, idx, want):
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 1500, pid=10, tid=10),
+        X("cuda_runtime", "cudaLaunchKernel", 50, 5, pid=10, tid=10, correlation=1),
+        X("kernel", "gemm", 100, 1200, pid=0, tid=7, device=0, stream=7, correlation=1),
+        _emb(10, [50000, 512], idx, 1),
+    ]
+    write_trace(tmp_path / "job" / "r0.json", ev, deviceProperties=H100)
+    lk = Lake(tmp_path / "lake")
+    ingest_paths([tmp_path / "job"], lk)
+    (row,) = run(connect(lk), "mfu").to_dicts()
+    assert row["tokens_per_step"] == want
+
+
+def test_negative_power_is_not_a_reading(tmp_path):
+    """-300 W at 0 then 100 W at 750 and 500 W at 1500 (µs) over the step [0, 1500): the negative
+    sample is dropped, so the step holds 100 W from 750 to 1500: 0.075 J over half the window."""
+    ev = _events(1)[:3] + [
+        {"ph": "C", "name": "GPU Power", "pid": 10, "tid": 10, "ts": t, "args": {"power_w": w}}
+        for t, w in ((0, -300), (750, 100), (1500, 500))
+    ]
+    ev[0]["dur"] = 1500
+    write_trace(tmp_path / "job" / "r0.json", ev, deviceProperties=H100)
+    lk = Lake(tmp_path / "lake")
+    ingest_paths([tmp_path / "job"], lk)
+    (row,) = run(connect(lk), "energy").to_dicts()
+    assert row["energy_j"] == pytest.approx(0.075) and row["covered_pct"] == pytest.approx(50)

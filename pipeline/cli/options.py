@@ -124,9 +124,16 @@ def _model_options(
         ("--tokens-per-step", tokens_per_step),
         ("--global-batch", global_batch),
         ("--gpu-hour-cost", gpu_hour_cost),
+        ("--params", params),
+        ("--layers", layers),
+        ("--heads", heads),
+        ("--head-dim", head_dim),
+        ("--seq-len", seq_len),
     ):
         if v is not None and not (v > 0 and math.isfinite(v)):
             raise typer.BadParameter(f"{name} must be a positive finite number")
+    if seq_len is not None and global_batch is None and params is None:
+        raise typer.BadParameter("--seq-len is used with --global-batch or the PaLM shape options")
     palm = None
     if any(v is not None for v in (params, layers, heads, head_dim)):
         try:

@@ -19,6 +19,7 @@ known, energy_j_per_token = energy per GPU and step / tokens per GPU and step.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 NS_PER_HOUR = 3.6e12
@@ -33,8 +34,9 @@ def annotate(findings: list[dict], run: dict, gpu_hour_cost: float | None) -> No
         if per_step is None and f.get("recoverable_ns") is not None and n_steps:
             per_step = f["recoverable_ns"] / n_steps
         hours = per_step * 1000 * world / NS_PER_HOUR if per_step is not None and world else None
+        money = hours * gpu_hour_cost if hours is not None and gpu_hour_cost else None
         f["gpu_hours_per_1000_steps"] = hours
-        f["cost_per_1000_steps"] = hours * gpu_hour_cost if hours is not None and gpu_hour_cost else None
+        f["cost_per_1000_steps"] = money if money is None or math.isfinite(money) else None
 
 
 def energy(run_id: str, rows: list[dict], tokens_per_step: float | None) -> dict | None:

@@ -14,6 +14,10 @@ summary(run_id, rows) -> dict or None, over the run's roofline rows:
   roof_pct           100 * (1 - sum(lost_ns) / modelled_ns): how close the modelled kernels came
                      to their own roofs, time-weighted
   lost_ns            sum of the kernels' lost_ns (time at their roofs saved: an upper bound)
+  above_roof_pct     share of modelled_ns in kernels above 100 % of their roof (modelled work
+                     beyond what the device can do: misrecorded shapes or dtypes, or the timing
+                     resolution of short kernels); a note names it when it is ABOVE_ROOF_NOTE_PCT
+                     or more, since those kernels' figures cannot be trusted
   top                the TOP_KERNELS groups by lost_ns (kernel, op, bound, roof_pct, lost_ns)
   device_name        the device the peaks are from
 
@@ -38,6 +42,7 @@ MIN_COVERAGE_PCT = MIN_FLOP_COVERAGE_PCT
 BOUND_PCT = 50.0
 ROOF_LOW_PCT = 50.0
 TOP_KERNELS = 5
+ABOVE_ROOF_NOTE_PCT = 1.0  # a note when this share of modelled time runs "above" its roof
 
 
 def _pct(a, b):
@@ -52,6 +57,7 @@ def summary(run_id: str, rows: list[dict]) -> dict | None:
     modelled = sum(r["dur_ns"] for r in rs)
     run_compute = rs[0]["run_compute_ns"] or 0
     by = {b: sum(r[f"{b}_bound_ns"] for r in rs) for b in ("compute", "memory", "latency", "unknown")}
+    above = sum(r["above_roof_ns"] for r in rs)
     peak_work = sum(r["dur_ns"] * r["peak_tflops"] * 1e3 for r in rs if r["peak_tflops"])
     flops = sum(r["flops"] or 0 for r in rs if r["peak_tflops"])
     lost = [r["lost_ns"] for r in rs if r["lost_ns"] is not None]
@@ -66,6 +72,7 @@ def summary(run_id: str, rows: list[dict]) -> dict | None:
         **{f"{b}_bound_pct": _pct(ns, modelled) for b, ns in by.items()},
         "peak_pct": _pct(flops, peak_work),
         "roof_pct": 100.0 * (1 - sum(lost) / roofed) if roofed else None,
+        "above_roof_pct": _pct(above, modelled),
         "lost_ns": float(sum(lost)) if lost else None,
         "top": [
             {
@@ -100,6 +107,13 @@ def note(run_id: str, s: dict | None, has_shapes: bool, has_compute: bool, devic
             "pipeline/opbytes.py)"
         )
         return f"run {run_id}: roofline not available: {why}"
+    if s["above_roof_pct"] is not None and s["above_roof_pct"] >= ABOVE_ROOF_NOTE_PCT:
+        return (
+            f"run {run_id}: roofline: {s['above_roof_pct']:.0f}% of the modelled kernel time is in "
+            "kernels above 100% of their roof: their modelled work is more than the device can do in that time "
+            "(shapes or element types misrecorded, or the trace's timing resolution on short kernels); "
+            "their roof figures are not to be trusted"
+        )
     if not device_known or s["peak_pct"] is None:
         return (
             f"run {run_id}: roofline without roofs: the device ({s['device_name'] or 'unnamed'}) has no "
@@ -201,7 +215,7 @@ def for_runs(con, rows: list[dict], run_ids: list[str], compute_runs: set[str], 
         if s is None and rid in compute_runs:
             has_shapes = bool(
                 con.execute(
-                    "SELECT count(*) FROM cpu_ops WHERE run_id = ? AND input_dims IS NOT NULL", [rid]
+                    "SELECT count(*) FROM cpu_ops WHERE run_id = ? AND input_dims NOT IN ('[]', '')", [rid]
                 ).fetchall()[0][0]
             )
         n = note(rid, s, has_shapes, rid in compute_runs, s is not None and s["peak_pct"] is not None)

@@ -15,7 +15,8 @@
 --   intensity  = flops / bytes (FLOP/byte).
 --   peaks      = the rank's device (view rank_device, pipeline/catalog/devices.toml, datasheet
 --                dense peaks): a matrix op's peak in its precision (flops_dtype: fp32, tf32, bf16,
---                fp16, fp8; fp32 when unknown); a vector op's the fp32 non-tensor peak (it runs
+--                fp16, fp8; none when the trace gives no element type: no roof, bound unknown);
+--                a vector op's the fp32 non-tensor peak (it runs
 --                on the CUDA cores: TraceLens's "vector" compute spec); memory_gbps the HBM
 --                bandwidth. The variable peak_tflops (--peak-tflops) replaces the matrix peak.
 --   ridge      = peak_tflops * 1e3 / memory_gbps (FLOP/byte): the intensity above which the
@@ -38,7 +39,7 @@
 --   run_id STRING; rank INT32; step INT64 (NULL: launched outside every step); source_id STRING
 --   kernel_name STRING; op_name STRING (the modelled op); op_event_index INT64 (cpu_ops.event_index)
 --   start_ns INT64 ns; dur_ns INT64 ns; op_kernels INT64 (kernels sharing the op's work)
---   work_class STRING (matrix | vector); precision STRING (fp32 | tf32 | bf16 | fp16 | fp8)
+--   work_class STRING (matrix | vector); precision STRING (fp32 | tf32 | bf16 | fp16 | fp8; NULL unknown)
 --   flops DOUBLE FLOP; bytes DOUBLE bytes (NULL: not modelled); intensity DOUBLE FLOP/byte
 --   achieved_tflops DOUBLE TFLOP/s; achieved_gbps DOUBLE GB/s (1e9 bytes/s)
 --   blocks BIGINT (grid x*y*z; NULL: not recorded); num_sms INT32; device_name STRING
@@ -58,7 +59,7 @@ op_share AS (
 ops AS (
   SELECT source_id, event_index AS work_op, name AS op_name, flops, vector_flops, mem_bytes,
     CASE WHEN flops IS NOT NULL THEN 'matrix' ELSE 'vector' END AS work_class,
-    CASE WHEN flops IS NOT NULL THEN coalesce(flops_dtype, 'fp32') ELSE 'fp32' END AS precision
+    CASE WHEN flops IS NOT NULL THEN flops_dtype ELSE 'fp32' END AS precision
   FROM cpu_ops
   WHERE (flops IS NOT NULL OR mem_bytes IS NOT NULL) AND source_id IN (SELECT source_id FROM op_share)
 ),

@@ -9,6 +9,7 @@ ctr_frame() (counters). What the whole trace needs from these rows is collected 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -369,7 +370,7 @@ def _flops(
                 )
             r, b = got
             mem[j], vec[j] = b
-        if isinstance(fv, (int, float)) and not isinstance(fv, bool) and fv > 0:
+        if isinstance(fv, (int, float)) and not isinstance(fv, bool) and 0 < fv < math.inf:
             flops[j], fsrc[j] = float(fv), "trace"
             fdt[j] = r[1] if n in MODELLED_OPS else None
         elif n in MODELLED_OPS:
