@@ -48,6 +48,7 @@ METRICS = (
     "energy",
     "gpu_metrics",
 )
+COUNTER_METRICS = ("energy", "gpu_metrics")  # read only the counters table
 
 
 def analyze(
@@ -92,12 +93,18 @@ def analyze(
         global_tokens_per_step=global_tokens_per_step,
         metric_views=nccl_findings.VIEWS if nccl else (),  # the rest it runs itself (query.run_many)
     )
-    m = query.run_many(con, METRICS, query.query_workers(lake, runs))
+    # the metrics of sampled counters only when the runs have counters parts (a trace without
+    # them would pay two queries for no rows)
+    counters = bool(lake.table_files("counters", runs))
+    names = METRICS if counters else tuple(n for n in METRICS if n not in COUNTER_METRICS)
+    m = query.run_many(con, names, query.query_workers(lake, runs))
     bd, idle, mfu, status = m["breakdown"], m["idle_breakdown"], m["mfu"], m["step_status"]
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
     idle_gaps, step_kernels, phases = m["idle_gaps"], m["step_kernels"], m["phases"]
-    roofline, m_energy, gpu_metrics = m["roofline"], m["energy"], _records(m["gpu_metrics"])
+    roofline = m["roofline"]
+    energy_rows = _records(m["energy"]) if counters else []
+    gpu_metrics = _records(m["gpu_metrics"]) if counters else []
     step_time = m["step_time"].join(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
@@ -342,7 +349,6 @@ def analyze(
     ]
     notes += [n for t in tput if (n := throughput.note(t))]
     tok = {t["run_id"]: t["tokens_per_step"] for t in tput}
-    energy_rows = _records(m_energy)
     energy = [
         {k: _clean(v) for k, v in e.items()}
         for r in runs

@@ -12,10 +12,10 @@ connect(lake) returns a DuckDB connection with
   tenths of a second to compute, and it saves more in binding the metric views over the stack
   of views below them); else False, so `tracelake sql` on a large lake pays only for what a
   query reads;
-- with materialize=True, the views named in MATERIALIZED (step_window, collective_ranks,
-  collective_calls, and scope on a lake of at most AUTO_MATERIALIZE_BYTES) computed once into
-  tables behind the same names (for a whole analysis: the variables below are fixed at connect
-  time then);
+- with materialize=True, the views named in MATERIALIZED (rank_device, step_window,
+  collective_ranks, collective_calls, and scope on a lake of at most AUTO_MATERIALIZE_BYTES)
+  computed once into tables behind the same names (for a whole analysis: the variables below
+  are fixed at connect time then);
 - the helpers (each table's empty typed table, the materialized tables) in the schema
   `internal`, so SHOW TABLES lists only what a user queries, and real tables rather than
   registered Arrow objects or temporary tables, so a cursor() sees them too;
@@ -61,7 +61,7 @@ LOAD_MAX_BYTES = 256 * 2**20
 # (scope only on a small lake: since the launch join moved to ingest, pipeline/derive.py, it is a
 # filter over gpu_activities that each metric reads straight from the Parquet parts, only the
 # columns it needs; materializing it cost 5 s and the kernel names' memory at 64 x 100k)
-MATERIALIZED = ("step_window", "collective_ranks", "collective_calls")
+MATERIALIZED = ("rank_device", "step_window", "collective_ranks", "collective_calls")
 
 
 def connect(

@@ -110,9 +110,9 @@ def note(run_id: str, s: dict | None, has_shapes: bool, has_compute: bool, devic
     if s["above_roof_pct"] is not None and s["above_roof_pct"] >= ABOVE_ROOF_NOTE_PCT:
         return (
             f"run {run_id}: roofline: {s['above_roof_pct']:.0f}% of the modelled kernel time is in "
-            "kernels above 100% of their roof: their modelled work is more than the device can do in that time "
-            "(shapes or element types misrecorded, or the trace's timing resolution on short kernels); "
-            "their roof figures are not to be trusted"
+            "kernels above 100% of their roof: their modelled work is more than the device can do "
+            "in that time (shapes or element types misrecorded, or the trace's timing resolution "
+            "on short kernels); their roof figures are not to be trusted"
         )
     if not device_known or s["peak_pct"] is None:
         return (
