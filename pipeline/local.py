@@ -9,8 +9,9 @@ source of one rank, the worker that ingests it runs the seven files on that sour
 (window all, the default kernel_wait_threshold_ns; one rank alone has no collective call matched
 across ranks, so every collective counts as transfer), queries/local/comm_cover.sql (the
 compute under its communication kernels) and comm_phase.sql (the phase that launched each of
-them), and stores the rows in local_<metric>, local_comm_cover and local_comm_phase, with a
-local_results row naming the SQL version
+them), and the roofline's per-rank sums (views/82_roofline_parts.sql), and stores the rows in
+local_<metric>, local_comm_cover, local_comm_phase and local_roofline, with a local_results row
+naming the SQL version
 (schemas/v3.toml). Analysis (pipeline/query.py use_local) reads them through queries/local/
 <metric>.sql (the split made over the waiting parts of collectives; idle_gaps' histogram summed
 over the sources) when every source with GPU activities in scope has current results and the
@@ -46,6 +47,7 @@ MIN_GPU_ROWS = 20_000
 STORED = {f"local_{m}": f"{m}.sql" for m in query.LOCAL_METRICS}
 STORED["local_comm_cover"] = "local/comm_cover.sql"
 STORED["local_comm_phase"] = "local/comm_phase.sql"
+STORED["local_roofline"] = "local/roofline_parts.sql"
 TABLES = tuple(STORED)
 # the files of queries/views that no STORED file reads, directly or through another view, on a
 # source of one rank: the collective matching and the split it feeds (comm_wait is empty
@@ -55,7 +57,6 @@ LOCAL_SKIP_VIEWS = (
     "44_comm_wait",
     "50_nccl",
     "60_exposure_cover",
-    "80_kernel_roofline",
 )
 
 

@@ -218,6 +218,11 @@ def _connect(
             # the views the splits read; created only here (binding them costs 0.1 s a connection)
             con.execute((QUERIES_DIR / "local" / "wait_only_view.sql").read_text())
             con.execute((QUERIES_DIR / "local" / "phase_wait_only_view.sql").read_text())
+            if peak_tflops is None:  # the roofline's per-rank sums, stored with the catalog peaks
+                con.execute(
+                    "CREATE OR REPLACE VIEW roofline_parts AS "
+                    "SELECT * EXCLUDE (source_id) FROM local_roofline"
+                )
     # every metric is also a view of the same name, for `tracelake sql` and the report's SQL; DuckDB
     # binds a view when it is created (about 10 ms each on a small lake), so a caller that runs
     # the metric files itself (analyze) names only those it reads as views

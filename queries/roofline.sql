@@ -1,6 +1,8 @@
 -- Roofline per run and kernel: the kernels of view kernel_roofline
 -- (queries/views/80_kernel_roofline.sql, which has the definitions: modelled work, peaks, roof,
--- bound) grouped by kernel name and the op that launched them, over all ranks and steps.
+-- bound) grouped by kernel name and the op that launched them, over all ranks and steps: the
+-- per-rank sums of view roofline_parts (views/82_roofline_parts.sql; stored per source at
+-- ingest, pipeline/local.py) added up.
 --
 -- Definition (per run_id, kernel_name, op_name, work_class, precision):
 --   intensity       = sum(flops) / sum(bytes)            (aggregate operational intensity)
@@ -12,8 +14,8 @@
 --   lost_ns         = sum of the kernels' lost_ns (time each would save at its own roof)
 --   peak_pct        = 100 * sum(flops) / sum(dur_ns * peak_tflops * 1e3): the share of the
 --                     device's peak the group's kernel time delivered
---   The sums of doubles are taken in a fixed order (ORDER BY inside the aggregate), so the
---   same lake always gives the same last digits (a parallel sum does not).
+--   The sums are of whole FLOPs, bytes and ns (roofline_parts rounds each kernel's), added as
+--   integers: the same lake gives the same digits whatever order a parallel sum takes.
 --   run_compute_ns  = all compute-kernel time of the run in scope (modelled or not), so that
 --                     the modelled share is sum(dur_ns) over the run's rows / run_compute_ns
 -- Columns:
@@ -27,24 +29,21 @@
 --   above_roof_ns BIGINT ns (kernels whose roof_pct exceeds 100: their modelled work is more than
 --   the device can do in their time: misrecorded shapes or dtypes, or the 1 µs timing resolution
 --   of older traces on short kernels); lost_ns DOUBLE ns; run_compute_ns BIGINT ns
-WITH g AS (
+WITH g AS (  -- the ranks' parts of each group (views/82_roofline_parts.sql), summed
   SELECT run_id, kernel_name, op_name, work_class, precision,
-    any_value(device_name) AS device_name, count(*) AS kernels, count(DISTINCT rank) AS ranks,
-    sum(dur_ns)::BIGINT AS dur_ns, sum(flops ORDER BY source_id, start_ns, dur_ns, op_event_index) AS flops, sum(bytes ORDER BY source_id, start_ns, dur_ns, op_event_index) AS bytes,
+    any_value(device_name) AS device_name, sum(kernels)::BIGINT AS kernels, count(DISTINCT rank) AS ranks,
+    sum(dur_ns)::BIGINT AS dur_ns, sum(TRY_CAST(flops AS HUGEINT))::DOUBLE AS flops, sum(TRY_CAST(bytes AS HUGEINT))::DOUBLE AS bytes,
     max(peak_tflops) AS peak_tflops, max(memory_gbps) AS memory_gbps,
-    sum(dur_ns * peak_tflops * 1e3 ORDER BY source_id, start_ns, dur_ns, op_event_index) AS peak_work,
-    coalesce(sum(dur_ns) FILTER (WHERE bound = 'compute'), 0)::BIGINT AS compute_bound_ns,
-    coalesce(sum(dur_ns) FILTER (WHERE bound = 'memory'), 0)::BIGINT AS memory_bound_ns,
-    coalesce(sum(dur_ns) FILTER (WHERE bound = 'latency'), 0)::BIGINT AS latency_bound_ns,
-    coalesce(sum(dur_ns) FILTER (WHERE bound = 'unknown'), 0)::BIGINT AS unknown_bound_ns,
-    coalesce(sum(dur_ns) FILTER (WHERE roof_pct > 100), 0)::BIGINT AS above_roof_ns,
-    sum(lost_ns ORDER BY source_id, start_ns, dur_ns, op_event_index) AS lost_ns
-  FROM kernel_roofline
+    sum(TRY_CAST(peak_work AS HUGEINT))::DOUBLE AS peak_work,
+    sum(compute_bound_ns)::BIGINT AS compute_bound_ns, sum(memory_bound_ns)::BIGINT AS memory_bound_ns,
+    sum(latency_bound_ns)::BIGINT AS latency_bound_ns, sum(unknown_bound_ns)::BIGINT AS unknown_bound_ns,
+    sum(above_roof_ns)::BIGINT AS above_roof_ns, sum(TRY_CAST(lost_ns AS HUGEINT))::DOUBLE AS lost_ns
+  FROM roofline_parts
   GROUP BY ALL
 ),
 run_compute AS (
-  SELECT run_id, sum(dur_ns)::BIGINT AS run_compute_ns
-  FROM scope WHERE kind = 'kernel' AND category = 'compute' AND run_id IN (SELECT run_id FROM g)
+  SELECT run_id, sum(rank_compute_ns)::BIGINT AS run_compute_ns
+  FROM (SELECT DISTINCT run_id, rank, rank_compute_ns FROM roofline_parts)
   GROUP BY ALL
 ),
 r AS (
@@ -69,4 +68,4 @@ SELECT run_id, kernel_name, op_name, work_class, precision, device_name, kernels
     WHEN compute_bound_ns THEN 'compute' ELSE 'unknown' END AS bound,
   compute_bound_ns, memory_bound_ns, latency_bound_ns, unknown_bound_ns, above_roof_ns, lost_ns, rc.run_compute_ns
 FROM c LEFT JOIN run_compute rc USING (run_id)
-ORDER BY run_id, lost_ns DESC NULLS LAST, dur_ns DESC, kernel_name, op_name;
+ORDER BY run_id, lost_ns DESC NULLS LAST, dur_ns DESC, kernel_name, op_name, work_class, precision;

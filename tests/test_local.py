@@ -48,7 +48,7 @@ def _full(con, name: str) -> pl.DataFrame:
 
 # the metrics read through per-source results: those stored, and collective_exposure, whose
 # compute pieces come from local_comm_cover then (views/60_exposure_cover.sql)
-CHECKED = (*query.LOCAL_METRICS, "collective_exposure")
+CHECKED = (*query.LOCAL_METRICS, "collective_exposure", "roofline")  # roofline: from local_roofline
 
 
 def _same_as_full(lake: Lake) -> None:

@@ -49,27 +49,20 @@
 CREATE OR REPLACE VIEW kernel_roofline AS
 WITH k AS (
   SELECT run_id, source_id, rank, step, name AS kernel_name, start_ns, dur_ns, work_op,
-    CASE WHEN grid_x IS NOT NULL THEN grid_x::BIGINT * coalesce(grid_y, 1) * coalesce(grid_z, 1) END AS blocks
+    CASE WHEN grid_x IS NOT NULL THEN grid_x::BIGINT * coalesce(grid_y, 1) * coalesce(grid_z, 1) END AS blocks,
+    sum(dur_ns) OVER w AS op_ns, count(*) OVER w AS op_kernels
   FROM scope
   WHERE kind = 'kernel' AND category = 'compute' AND work_op IS NOT NULL AND NOT graph_replay
-),
-op_share AS (
-  SELECT source_id, work_op, sum(dur_ns) AS op_ns, count(*) AS op_kernels FROM k GROUP BY ALL
-),
-ops AS (
-  SELECT source_id, event_index AS work_op, name AS op_name, flops, vector_flops, mem_bytes,
-    CASE WHEN flops IS NOT NULL THEN 'matrix' ELSE 'vector' END AS work_class,
-    CASE WHEN flops IS NOT NULL THEN flops_dtype ELSE 'fp32' END AS precision
-  FROM cpu_ops
-  WHERE (flops IS NOT NULL OR mem_bytes IS NOT NULL) AND source_id IN (SELECT source_id FROM op_share)
+  WINDOW w AS (PARTITION BY source_id, work_op)
 ),
 shared AS (
-  SELECT k.*, o.op_name, o.work_class, o.precision, s.op_kernels,
-    CASE WHEN s.op_ns > 0 THEN k.dur_ns / s.op_ns ELSE 1.0 / s.op_kernels END AS share,
+  SELECT k.*, o.name AS op_name,
+    CASE WHEN o.flops IS NOT NULL THEN 'matrix' ELSE 'vector' END AS work_class,
+    CASE WHEN o.flops IS NOT NULL THEN o.flops_dtype ELSE 'fp32' END AS precision,
+    CASE WHEN k.op_ns > 0 THEN k.dur_ns / k.op_ns ELSE 1.0 / k.op_kernels END AS share,
     coalesce(o.flops, o.vector_flops) AS op_flops, o.mem_bytes AS op_bytes
-  FROM k
-  JOIN op_share s USING (source_id, work_op)
-  JOIN ops o USING (source_id, work_op)
+  FROM k JOIN cpu_ops o ON o.source_id = k.source_id AND o.event_index = k.work_op
+  WHERE o.flops IS NOT NULL OR o.mem_bytes IS NOT NULL
 ),
 rated AS (
   SELECT s.*, s.share * s.op_flops AS flops, s.share * s.op_bytes AS bytes,
@@ -79,7 +72,7 @@ rated AS (
            CASE s.precision WHEN 'fp32' THEN d.fp32_tflops WHEN 'tf32' THEN d.tf32_tflops
              WHEN 'bf16' THEN d.bf16_tflops WHEN 'fp16' THEN d.fp16_tflops WHEN 'fp8' THEN d.fp8_tflops END)
     END AS peak_tflops
-  FROM shared s LEFT JOIN rank_device d USING (run_id, rank)
+  FROM shared s LEFT JOIN rank_device d ON d.run_id = s.run_id AND d.rank = s.rank
 ),
 roofed AS (
   SELECT *,
