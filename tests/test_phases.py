@@ -353,12 +353,14 @@ def _brute_labels(path):
         if e.get("cat") in RUNTIME_CATS and "correlation" in e.get("args", {})
     }
 
-    def inside(ln, prefix):
+    by_thread: dict[tuple, list] = {}
+    for r in ranges:
+        by_thread.setdefault((r["pid"], r["tid"]), []).append(r)
+
+    def inside(ln, prefix):  # the same test as above, over the launch's own thread's ranges
         return any(
-            r["name"].startswith(prefix)
-            and (r["pid"], r["tid"]) == (ln["pid"], ln["tid"])
-            and r["ts"] <= ln["ts"] < r["ts"] + r["dur"]
-            for r in ranges
+            r["name"].startswith(prefix) and r["ts"] <= ln["ts"] < r["ts"] + r["dur"]
+            for r in by_thread.get((ln["pid"], ln["tid"]), ())
         )
 
     counts = Counter()
