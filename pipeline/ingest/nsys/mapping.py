@@ -84,6 +84,26 @@ SELECT m.rank, (n.globalTid >> 24) & 16777215 AS pid, n.globalTid & 16777215 AS 
 FROM nvtx n JOIN rank_map m ON m.gp = n.globalTid & ~16777215
 WHERE n.eventType IN (SELECT unnest(getvariable('nvtx_range_only'))) AND coalesce(n.domainId, 0) = 0
   AND n."end" IS NOT NULL AND regexp_matches(n.text, '^[A-Za-z_][\w.]*::[\w.]+(,|$)')
+UNION ALL BY NAME
+-- the step's phase markers under torch.autograd.profiler.emit_nvtx (queries/views/70_phases.sql):
+-- the autograd engine's evaluate_function ranges (an op, as Kineto records them) and
+-- torch.optim's Optimizer.step# / zero_grad# record_function ranges (an annotation), their
+-- names up to emit_nvtx's ", seq = N, op_id = M" suffix
+SELECT m.rank, (n.globalTid >> 24) & 16777215 AS pid, n.globalTid & 16777215 AS tid,
+       CASE WHEN n.text LIKE 'autograd::%' THEN 'op' ELSE 'annotation' END AS kind,
+       'NVTX_EVENTS' AS category,
+       regexp_extract(
+         n.text, '^(autograd::engine::evaluate_function: [^,]+|Optimizer\.(?:step|zero_grad)#[^,]+)', 1
+       ) AS name,
+       n.start + getvariable('base_ns') AS start_ns,
+       n.start + getvariable('base_ns') + greatest(n."end" - n.start, 0) AS end_ns,
+       greatest(n."end" - n.start, 0) AS dur_ns, NULL::BIGINT AS correlation,
+       NULL::BIGINT AS sequence_number, NULL::VARCHAR AS input_dims,
+       n.rowid + (SELECT count(*) FROM runtime) AS event_index
+FROM nvtx n JOIN rank_map m ON m.gp = n.globalTid & ~16777215
+WHERE n.eventType IN (SELECT unnest(getvariable('nvtx_range_only'))) AND coalesce(n.domainId, 0) = 0
+  AND n."end" IS NOT NULL
+  AND regexp_matches(n.text, '^(autograd::engine::evaluate_function: [^,]|Optimizer\.(step|zero_grad)#)')
 ORDER BY rank, start_ns, event_index
 """
 
