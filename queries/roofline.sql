@@ -47,16 +47,13 @@ run_compute AS (
   GROUP BY ALL
 ),
 r AS (
-  SELECT *,
-    CASE WHEN bytes > 0 THEN flops / bytes END AS intensity,
-    CASE WHEN dur_ns > 0 THEN flops / dur_ns / 1e3 END AS achieved_tflops,
-    CASE WHEN dur_ns > 0 THEN bytes / dur_ns END AS achieved_gbps,
-    peak_tflops * 1e3 / memory_gbps AS ridge_flop_per_byte
+  SELECT *, intensity(flops, bytes) AS intensity, achieved_tflops(flops, dur_ns) AS achieved_tflops,
+    achieved_gbps(bytes, dur_ns) AS achieved_gbps, peak_tflops * 1e3 / memory_gbps AS ridge_flop_per_byte
   FROM g
 ),
 c AS (
   SELECT *,
-    CASE WHEN intensity IS NULL THEN peak_tflops ELSE least(peak_tflops, intensity * memory_gbps / 1e3) END AS roof_tflops
+    roof_tflops(intensity, peak_tflops, memory_gbps) AS roof_tflops
   FROM r
 )
 SELECT run_id, kernel_name, op_name, work_class, precision, device_name, kernels, ranks, dur_ns, flops, bytes,

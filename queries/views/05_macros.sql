@@ -37,3 +37,15 @@ CREATE OR REPLACE MACRO hi32(s) AS s // 4294967296;
 CREATE OR REPLACE MACRO keyed_ns(id, ns) AS (id::HUGEINT << 64) + (ns::HUGEINT + 9223372036854775808);
 CREATE OR REPLACE MACRO keyed_ns_value(k, id) AS
   CASE WHEN k >> 64 = id THEN ((k & 18446744073709551615) - 9223372036854775808)::BIGINT END;
+
+-- The roofline (Williams, Waterman, Patterson, CACM 52(4), 2009), shared by
+-- views/80_kernel_roofline.sql (per kernel) and roofline.sql (per kernel group):
+-- intensity(flops, bytes) FLOP/byte, NULL without bytes; achieved_tflops(flops, dur_ns) TFLOP/s
+-- and achieved_gbps(bytes, dur_ns) GB/s (1e9 B/s), NULL for a zero duration;
+-- roof_tflops(intensity, peak_tflops, memory_gbps) = min(peak, intensity x bandwidth) TFLOP/s,
+-- the peak when the intensity is unknown (a NULL peak or bandwidth leaves the other roof).
+CREATE OR REPLACE MACRO intensity(flops, bytes) AS CASE WHEN bytes > 0 THEN flops / bytes END;
+CREATE OR REPLACE MACRO achieved_tflops(flops, dur_ns) AS CASE WHEN dur_ns > 0 THEN flops / dur_ns / 1e3 END;
+CREATE OR REPLACE MACRO achieved_gbps(bytes, dur_ns) AS CASE WHEN dur_ns > 0 THEN bytes / dur_ns END;
+CREATE OR REPLACE MACRO roof_tflops(intensity, peak_tflops, memory_gbps) AS
+  CASE WHEN intensity IS NULL THEN peak_tflops ELSE least(peak_tflops, intensity * memory_gbps / 1e3) END;
