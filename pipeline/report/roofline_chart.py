@@ -5,7 +5,7 @@ steps, sized by their time, coloured by bound), with the device's roofs: for eac
 kernels were measured against, the memory roof (intensity x HBM bandwidth) up to the ridge point,
 then the compute peak (Williams, Waterman, Patterson, CACM 2009). The document keeps the groups
 that lost the most time against their roofs (analyze keeps 5 x top_n per run), so a run with many
-kernels is shown by those, and the note says how many."""
+kernels is shown by those; the note counts the groups left out for want of a byte count."""
 
 from __future__ import annotations
 
