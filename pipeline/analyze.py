@@ -233,6 +233,21 @@ def analyze(
                 "range; see --step-range): per-step rows are absent, per-rank rows cover the whole trace, "
                 "and MFU (FLOPs per step) is not computed"
             )
+            per_step = [
+                name
+                for name, v in (
+                    ("--tokens-per-step", tokens_per_step),
+                    ("--global-batch", global_tokens_per_step),
+                    ("the PaLM shape options", palm_flops_per_token),
+                    ("--gpu-hour-cost", gpu_hour_cost),
+                )
+                if v is not None
+            ]
+            if per_step:
+                notes.append(
+                    f"run {run_id}: {', '.join(per_step)} not applied: "
+                    "a per-step option, and the run has no steps"
+                )
         why_phases = phase_note(run_id, phase_rows, step_rows)
         if why_phases:
             notes.append(why_phases)
@@ -348,6 +363,7 @@ def analyze(
         if (t := throughput.run_throughput(r["run_id"], mfu_rows, rank_rows, r["world_size"])) is not None
     ]
     notes += [n for t in tput if (n := throughput.note(t))]
+    notes += [n for t in tput if (n := throughput.palm_note(t, phase_rows, step_rows))]
     tok = {t["run_id"]: t["tokens_per_step"] for t in tput}
     energy = [
         {k: _clean(v) for k, v in e.items()}

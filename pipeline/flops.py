@@ -202,9 +202,12 @@ def palm_flops_per_token(params: float, layers: int, heads: int, head_dim: int, 
     arXiv 2204.02311, appendix B): 6N + 12*L*H*Q*T, N = parameters in matmuls, L layers, H heads,
     Q head dim, T sequence length. Raises ValueError for inputs that are not positive and finite."""
     vals = dict(params=params, layers=layers, heads=heads, head_dim=head_dim, seq_len=seq_len)
-    bad = [k for k, v in vals.items() if v is None or not 0 < v < math.inf]
+    missing = [k for k, v in vals.items() if v is None]
+    if missing:
+        raise ValueError(f"missing {', '.join(missing)}")
+    bad = [k for k, v in vals.items() if not 0 < v < math.inf]
     if bad:
-        raise ValueError(f"PaLM FLOPs need positive values for: {', '.join(bad)}")
+        raise ValueError(f"PaLM FLOPs need positive finite values for: {', '.join(bad)}")
     return 6 * params + 12 * layers * heads * head_dim * seq_len
 
 

@@ -362,3 +362,28 @@ def test_out_tensor_is_written_not_read():
         "aten::clamp_min", [[32, 512, 7, 7], [], [32, 512, 7, 7]], ["float", "Int", "float"]
     )
     assert got == (2 * 802_816 * 4.0, 802_816.0)
+
+
+def test_b200_symmetric_memory_all_reduce_is_communication(tmp_path):
+    """The B200 vLLM trace's symm_mem::multimem_all_reduce_ ops launch multimem_all_reduce_kernel,
+    a name no NCCL rule knows: by the launching op (External id, classification.toml
+    comm_host_ops) they are communication, not compute that the roofline would then model."""
+    d = json.loads(gzip.decompress(_b200().read_bytes()))
+    ext = {
+        e["args"]["External id"] for e in d["traceEvents"] if str(e.get("name", "")).startswith("symm_mem::")
+    }
+    want = sum(
+        1 for e in d["traceEvents"] if e.get("cat") == "kernel" and e["args"].get("External id") in ext
+    )
+    assert want == 73
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([_b200()], lake, jobs=1)
+    got = (
+        query.connect(lake)
+        .execute(
+            "SELECT count(*) FILTER (WHERE category = 'communication'), count(*) FROM gpu_activities "
+            "WHERE name LIKE '%multimem_all_reduce%'"
+        )
+        .fetchall()[0]
+    )
+    assert got == (want, want)

@@ -174,8 +174,8 @@ def findings(run_id: str, s: dict | None, gpu_metrics: list[dict] | None = None)
         "(torch.compile mode='reduce-overhead').",
     }[main]
     ev = [
-        f"modelled compute kernels ({s['coverage_pct']:.0f}% of compute-kernel time, "
-        f"{_ms(s['modelled_ns'])}) "
+        f"compute kernels with modelled work, FLOPs or bytes ({s['coverage_pct']:.0f}% of compute-kernel "
+        f"time, {_ms(s['modelled_ns'])} summed over ranks) "
         f"deliver {s['peak_pct']:.1f}% of the {s['device_name']}'s peak FLOP/s and reach "
         f"{s['roof_pct']:.0f}% of their roofs, time-weighted",
         f"kernel time by bound: memory {mem:.0f}%, latency {lat:.0f}%, compute {s['compute_bound_pct']:.0f}%"

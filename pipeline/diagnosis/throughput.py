@@ -65,6 +65,23 @@ def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], wor
     }
 
 
+def palm_note(t: dict | None, phase_rows: list[dict], step_rows: list[dict]) -> str | None:
+    """The note for a PaLM MFU over steps without backward: 6N + 12LHQT counts forward and
+    backward (PaLM appendix B: 2N forward, 4N backward per token), so over a forward-only step
+    (inference, evaluation: no autograd evaluate_function op, views/70_phases.sql) it is about 3x
+    what ran; None when the run's steps have phases or no PaLM MFU was computed."""
+    if t is None or t["palm_mfu_pct"] is None:
+        return None
+    rid = t["run_id"]
+    if not any(s["run_id"] == rid for s in step_rows) or any(p["run_id"] == rid for p in phase_rows):
+        return None
+    return (
+        f"run {rid}: PaLM's 6N + 12LHQT counts a training step (forward and backward), but these steps "
+        "have no backward op (inference or evaluation): palm_mfu_pct is about 3x what ran (a forward "
+        "pass is 2N + 4LHQT per token)"
+    )
+
+
 def note(t: dict | None) -> str | None:
     """The note for tokens read from the trace (tokens_source embedding), else None."""
     if t is None or t["tokens_source"] != "embedding":

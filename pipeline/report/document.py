@@ -163,18 +163,18 @@ def gpus_text(gpus: list[dict]) -> str:
 
 
 def timing_text(f: dict) -> str:
-    """'12.345 ms per rank (0.617 ms per step; 1.37 GPU-hours per 1,000 steps, cost 4.11)' or
+    """'12.345 ms per rank (0.617 ms per rank and step; 1.37 GPU-hours per 1,000 steps, cost 4.11)' or
     'not timed' (pipeline/diagnosis/cost.py for the GPU-hours)."""
     if f.get("recoverable_ns") is None:
         return "not timed"
     s = f"{f['recoverable_ns'] / 1e6:,.3f} ms per rank"
     extra = []
     if f.get("per_step_ns") is not None:
-        extra.append(f"{f['per_step_ns'] / 1e6:,.3f} ms per step")
+        extra.append(f"{f['per_step_ns'] / 1e6:,.3f} ms per rank and step")
     if f.get("gpu_hours_per_1000_steps") is not None:
         hours = f"{f['gpu_hours_per_1000_steps']:,.3g} GPU-hours per 1,000 steps"
         if f.get("cost_per_1000_steps") is not None:
-            hours += f", cost {f['cost_per_1000_steps']:,.2f}"
+            hours += f", cost {f['cost_per_1000_steps']:,.3g}"
         extra.append(hours)
     return s + (f" ({'; '.join(extra)})" if extra else "")
 
@@ -185,6 +185,30 @@ def _rate(x: float) -> str:
 
 def _mfu(p: float) -> str:
     return f"{p:.1f}%" if p >= 1 else f"{p:.2g}%"
+
+
+def roofline_text(s: dict | None) -> str | None:
+    """The roofline line under the verdict (pipeline/diagnosis/roofline.py summary): how much of
+    the compute the roofline covers, the time by bound, the share of peak, the top loser; None
+    when the run has no modelled kernel."""
+    if s is None:
+        return None
+    out = (
+        f"Roofline: {s['coverage_pct']:.0f}% of compute-kernel time has modelled work (op shapes); of it "
+        f"{s['latency_bound_pct']:.0f}% latency-bound, {s['memory_bound_pct']:.0f}% memory-bound, "
+        f"{s['compute_bound_pct']:.0f}% compute-bound"
+        + (f", {s['unknown_bound_pct']:.0f}% unknown" if s["unknown_bound_pct"] else "")
+    )
+    if s["peak_pct"] is not None:
+        out += f", delivering {s['peak_pct']:.2g}% of the {s['device_name']}'s peak FLOP/s"
+    if s["top"]:
+        t = s["top"][0]
+        name = t["kernel_name"] if len(t["kernel_name"]) <= 60 else t["kernel_name"][:59] + "…"
+        out += (
+            f"; most time lost against its roof: {name} ({t['op_name']}, {t['bound']}-bound, "
+            f"{t['lost_ns'] / 1e6:,.3f} ms over all ranks)"
+        )
+    return out + "."
 
 
 def throughput_text(t: dict | None, energy: dict | None) -> str | None:
@@ -200,7 +224,7 @@ def throughput_text(t: dict | None, energy: dict | None) -> str | None:
         }.get(t["tokens_source"], t["tokens_source"])
         parts.append(
             f"{_rate(t['tokens_per_s_per_gpu'])} tokens/s per GPU, {_rate(t['tokens_per_s'])} for the job "
-            f"({t['world_size']} GPUs; {src}, {t['tokens_per_step']:,.0f} tokens per GPU and step)"
+            f"({t['world_size']} GPU(s); {src}, {t['tokens_per_step']:,.0f} tokens per GPU and step)"
         )
     if t is not None and t["mfu_pct"] is not None:
         cov = t["flop_coverage_pct"]

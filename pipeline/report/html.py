@@ -50,7 +50,7 @@ from .charts import (
     top_kernels_chart,
     wait_heatmap,
 )
-from .document import basis_text, build, gpus_text, throughput_text, timing_text, versions_text
+from .document import basis_text, build, gpus_text, roofline_text, throughput_text, timing_text, versions_text
 from .roofline_chart import roofline_chart
 from .vega import _json_for_script, vega_bundle
 
@@ -204,6 +204,7 @@ def render(
             f'<p>{e(v["reason"])}.</p><ul class="headline">{nums}</ul>'
             + (f'<p class="throughput">{e(tp)}</p>' if tp else "")
             + (f'<p class="throughput">{e(run["gpu_metrics"])}.</p>' if run.get("gpu_metrics") else "")
+            + (f'<p class="throughput">{e(rl)}</p>' if (rl := roofline_text(run.get("roofline"))) else "")
             + f"{_caveats_html(v)}"
             f'<p class="basis">{e(basis_text(s, v))} Rules and thresholds: docs/report.md.</p></div>'
         )

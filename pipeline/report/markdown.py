@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from .document import basis_text, gpus_text, throughput_text, timing_text, versions_text
+from .document import basis_text, gpus_text, roofline_text, throughput_text, timing_text, versions_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -55,6 +55,9 @@ def render(doc: dict) -> str:
             out += ["", esc(tp)]
         if run.get("gpu_metrics"):
             out += ["", esc(run["gpu_metrics"]) + "."]
+        rl = roofline_text(run.get("roofline"))
+        if rl:
+            out += ["", esc(rl)]
         if v.get("caveats"):
             out += ["", "**Caveats**", ""] + [
                 f"- {esc(c['text'])}" + (" *(lowers the confidence)*" if c["lowers_confidence"] else "")
