@@ -9,10 +9,13 @@ tracelake's parser), the breakdown twice with one brute-force routine:
               GPU busy time; (3) any event with an args.stream, such as a Triton launcher cpu_op,
               counted as GPU work; (4) intervals that rounding made negative kept in its merge;
   exact     - with the three switched off (exact ns, waits are not work, host ops are not GPU work).
-Both classify with HTA's own get_kernel_type. The test asserts hta_like equals HTA's output
-exactly (so the quirks explain every difference) and exact equals tracelake's numbers exactly (so
-tracelake computes the same thing without them). Files where tracelake's classification differs
-from HTA's name regex (none today) would show up as failures of the second assertion.
+Both classify with HTA's own get_kernel_type; exact also takes tracelake's one rule beyond the
+name regex that these files exercise: a kernel launched by a PyTorch symmetric-memory collective
+(its External id is a `symm_mem::` op's, e.g. symm_mem::multimem_all_reduce_ in TraceLens's B200
+trace, whose multimem_all_reduce_kernel no NCCL pattern names) is communication
+(pipeline/catalog/classification.toml comm_host_ops). The test asserts hta_like equals HTA's
+output exactly (so the quirks explain every difference) and exact equals tracelake's numbers
+exactly (so tracelake computes the same thing without them).
 HTA cannot read some corpus files at all (CPU-only traces, the 2021 bare-array format, MI300 files
 that overflow its int16 columns); tracelake ingests them (tests/test_corpus.py).
 """
@@ -124,6 +127,7 @@ def brute(events: list[dict], quirks: bool) -> dict:
     if len({e["name"] for e in step_evs}) >= 2:
         kept = {args(e).get("correlation") for e in x if not has_stream(e) and float(e["ts"]) < steps[-1]}
         gpu = [e for e in gpu if args(e).get("correlation") in kept]
+    symm = {args(e).get("External id") for e in x if str(e.get("name", "")).startswith("symm_mem::")}
     rows = []
     for e in gpu:
         if quirks:  # HTA: float µs, ts = ceil(ts), end = floor(ts + dur), in float arithmetic
@@ -132,7 +136,10 @@ def brute(events: list[dict], quirks: bool) -> dict:
         else:
             s = int(Decimal(str(e["ts"])) * 1000)
             en = s + int(Decimal(str(e["dur"])) * 1000)
-        rows.append((s, en, get_kernel_type(e["name"])))
+        kind = get_kernel_type(e["name"])
+        if not quirks and e["cat"] == "kernel" and args(e).get("External id") in symm - {None}:
+            kind = "COMMUNICATION"
+        rows.append((s, en, kind))
     comp = [(s, en) for s, en, k in rows if k == "COMPUTATION" and en > s]
     comm = [(s, en) for s, en, k in rows if k == "COMMUNICATION" and en > s]
     if quirks:  # (4) HTA merges intervals its rounding made negative, and spans first to last group
