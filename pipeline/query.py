@@ -218,7 +218,7 @@ def _connect(
             # the views the splits read; created only here (binding them costs 0.1 s a connection)
             con.execute((QUERIES_DIR / "local" / "wait_only_view.sql").read_text())
             con.execute((QUERIES_DIR / "local" / "phase_wait_only_view.sql").read_text())
-            if peak_tflops is None:  # the roofline's per-rank sums, stored with the catalog peaks
+            if _local_holds(con, "roofline_parts"):  # the roofline's per-rank sums
                 con.execute(
                     "CREATE OR REPLACE VIEW roofline_parts AS "
                     "SELECT * EXCLUDE (source_id) FROM local_roofline"
@@ -265,15 +265,16 @@ def create_views(con: duckdb.DuckDBPyConnection, materialized=(), skip=()) -> No
 LOCAL_METRICS = ("breakdown", "step_time", "idle_gaps", "idle_breakdown", "step_status", "mfu", "phases")
 _LOCAL_FILES = (*(f"{m}.sql" for m in LOCAL_METRICS), "local/*.sql", "views/*.sql")
 _LOCAL_OPTIONS = "window=all;kernel_wait_threshold_ns=30000"
-# variables that change a metric's rows: with one set, that metric runs in full
+# variables that change a metric's (or stored view's) rows: with one set, it runs in full
 _LOCAL_OVERRIDES = {
+    "roofline_parts": ("peak_tflops",),  # stored with the catalog peaks
     "mfu": (
         "peak_tflops",
         "model_flops_per_step",
         "tokens_per_step",
         "palm_flops_per_token",
         "global_tokens_per_step",
-    )
+    ),
 }
 
 
@@ -321,14 +322,18 @@ def metric_sql(con, name: str) -> str:
     """The SQL behind metric `name` on this connection: queries/local/<name>.sql when the
     connection reads per-source results (connect set use_local) and none of the metric's
     overrides is set (_LOCAL_OVERRIDES: mfu's peak and FLOPs), else queries/<name>.sql."""
-    if name in LOCAL_METRICS:
-        names = ("use_local", *_LOCAL_OVERRIDES.get(name, ()))
-        use, *overrides = con.execute("SELECT " + ", ".join(f"getvariable('{v}')" for v in names)).fetchall()[
-            0
-        ]
-        if use and all(v is None for v in overrides):
-            return (QUERIES_DIR / "local" / f"{name}.sql").read_text()
+    if name in LOCAL_METRICS and _local_holds(con, name):
+        return (QUERIES_DIR / "local" / f"{name}.sql").read_text()
     return sql_text(name)
+
+
+def _local_holds(con, name: str) -> bool:
+    """Whether `name` (a LOCAL_METRICS file, or roofline_parts) may be read from the stored
+    per-source results: the connection reads them (use_local) and none of its overrides
+    (_LOCAL_OVERRIDES) is set."""
+    names = ("use_local", *_LOCAL_OVERRIDES.get(name, ()))
+    use, *overrides = con.execute("SELECT " + ", ".join(f"getvariable('{v}')" for v in names)).fetchall()[0]
+    return bool(use) and all(v is None for v in overrides)
 
 
 _GLOB_CHARS = re.compile(r"([*?\[\]])")

@@ -58,11 +58,16 @@
 --   mfu_pct DOUBLE 0-100; flop_coverage_pct DOUBLE 0-100; compute_kernel_ns INT64 ns
 --   tokens_per_s DOUBLE tokens/s; tokens_per_step DOUBLE tokens; tokens_source STRING
 --   palm_flops_per_token DOUBLE FLOP/token; palm_mfu_pct DOUBLE 0-100 (NULL: see above)
-WITH emb AS (  -- 2-D aten::embedding calls per step: indices [B, S] (second Input Dims entry)
-  SELECT o.run_id, o.rank, s.step, o.input_dims->>'$[0]' AS weight, o.input_dims->'$[1]' AS idx
+WITH op_step AS (  -- the ops MFU and the tokens read, each in the step whose host window holds its start
+  SELECT o.run_id, o.rank, s.step, o.name, o.flops, o.flops_dtype, o.input_dims
   FROM cpu_ops o
   ASOF JOIN steps s ON o.run_id = s.run_id AND o.rank = s.rank AND o.start_ns >= s.start_ns
-  WHERE o.name = 'aten::embedding' AND o.input_dims IS NOT NULL AND o.start_ns < s.end_ns
+  WHERE (o.flops IS NOT NULL OR (o.name = 'aten::embedding' AND o.input_dims IS NOT NULL))
+    AND o.start_ns < s.end_ns
+),
+emb AS (  -- 2-D aten::embedding calls per step: indices [B, S] (second Input Dims entry)
+  SELECT run_id, rank, step, input_dims->>'$[0]' AS weight, input_dims->'$[1]' AS idx
+  FROM op_step WHERE name = 'aten::embedding' AND input_dims IS NOT NULL
 ),
 emb_sized AS (  -- B and S positive integers (JSON ints; DOUBLE: no overflow on absurd shapes)
   SELECT run_id, rank, step, weight, (idx->>0)::DOUBLE * (idx->>1)::DOUBLE AS n,
@@ -82,14 +87,8 @@ world AS (
   LEFT JOIN (SELECT run_id, world_size FROM sources WHERE status <> 'failed') w USING (run_id)
   GROUP BY ALL
 ),
-op_step AS (
-  SELECT o.run_id, o.rank, s.step, o.flops, o.flops_dtype
-  FROM cpu_ops o
-  ASOF JOIN steps s ON o.run_id = s.run_id AND o.rank = s.rank AND o.start_ns >= s.start_ns
-  WHERE o.flops IS NOT NULL AND o.start_ns < s.end_ns
-),
 flops_by_dtype AS (
-  SELECT run_id, rank, step, flops_dtype, sum(flops) AS f FROM op_step GROUP BY ALL
+  SELECT run_id, rank, step, flops_dtype, sum(flops) AS f FROM op_step WHERE flops IS NOT NULL GROUP BY ALL
 ),
 flops AS (
   SELECT run_id, rank, step, sum(f) AS model_flops, arg_max(flops_dtype, f) AS flops_dtype

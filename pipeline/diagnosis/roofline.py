@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import statistics
 
-from .findings import MIN_FLOP_COVERAGE_PCT
+from .findings import MIN_FLOP_COVERAGE_PCT, _ms
 
 MIN_COVERAGE_PCT = MIN_FLOP_COVERAGE_PCT
 BOUND_PCT = 50.0
@@ -122,11 +122,8 @@ def note(run_id: str, s: dict | None, has_shapes: bool, has_compute: bool, devic
     return None
 
 
-def _ms(ns) -> str:
-    return f"{ns / 1e6:,.3f} ms"
-
-
-def _short(name: str, n: int = 60) -> str:
+def short_name(name: str, n: int = 60) -> str:
+    """A kernel name cut to n characters with an ellipsis (evidence and the report's line)."""
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
@@ -186,7 +183,7 @@ def findings(run_id: str, s: dict | None, gpu_metrics: list[dict] | None = None)
         ev.append(hw)
     for t in s["top"][:3]:
         ev.append(
-            f"{_short(t['kernel_name'])} ({t['op_name']}, {t['kernels']} kernels, {t['bound']}-bound): "
+            f"{short_name(t['kernel_name'])} ({t['op_name']}, {t['kernels']} kernels, {t['bound']}-bound): "
             f"{t['roof_pct']:.0f}% of its roof, {_ms(t['lost_ns'])} lost against it"
         )
     return [

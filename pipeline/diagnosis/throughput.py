@@ -23,12 +23,7 @@ note(run) -> the line saying where the tokens came from when the trace gave them
 
 from __future__ import annotations
 
-import statistics
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
+from .findings import _median
 
 
 def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], world_size) -> dict | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .. import __version__
 from ..diagnosis.compare import compare_run, pick_baseline_run
-from ..diagnosis.roofline import metrics_text
+from ..diagnosis.roofline import metrics_text, short_name
 from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
 
 SCHEMA = "tracelake.report/2"
@@ -203,10 +203,9 @@ def roofline_text(s: dict | None) -> str | None:
         out += f", delivering {s['peak_pct']:.2g}% of the {s['device_name']}'s peak FLOP/s"
     if s["top"]:
         t = s["top"][0]
-        name = t["kernel_name"] if len(t["kernel_name"]) <= 60 else t["kernel_name"][:59] + "…"
         out += (
-            f"; most time lost against its roof: {name} ({t['op_name']}, {t['bound']}-bound, "
-            f"{t['lost_ns'] / 1e6:,.3f} ms over all ranks)"
+            f"; most time lost against its roof: {short_name(t['kernel_name'])} ({t['op_name']}, "
+            f"{t['bound']}-bound, {t['lost_ns'] / 1e6:,.3f} ms over all ranks)"
         )
     return out + "."
 
