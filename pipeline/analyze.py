@@ -63,6 +63,7 @@ def analyze(
     palm_flops_per_token: float | None = None,
     global_tokens_per_step: float | None = None,
     gpu_hour_cost: float | None = None,
+    on_progress=None,
 ) -> dict:
     """Analysis of every run in the lake (the `tracelake.analyze/4` document, docs/analyze-json.md).
 
@@ -74,9 +75,23 @@ def analyze(
     (global batch x sequence length), shared among the ranks when tokens_per_step is not given;
     gpu_hour_cost: price of one GPU-hour, for each finding's cost_per_1000_steps.
     runs: analyse only these run ids (None: every run in the lake).
+    on_progress(stage, done, total), if given, is called as the work advances: 'connect' (the
+    derived views bound and the step windows computed), then each metric query as it finishes
+    (by its file's name), then 'findings' (verdict and findings built); total counts them all.
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
+    # the metrics of sampled counters only when the runs have counters parts (a trace without
+    # them would pay two queries for no rows)
+    counters = bool(lake.table_files("counters", runs))
+    names = METRICS if counters else tuple(n for n in METRICS if n not in COUNTER_METRICS)
+    total, done = len(names) + 2, [0]
+
+    def advance(stage: str) -> None:
+        done[0] += 1
+        if on_progress is not None:
+            on_progress(stage, done[0], total)
+
     # the NCCL findings' views are bound only when a run in scope holds NCCL logs or nccl-tests
     # output (binding them cost a small job of traces alone 0.1 s for no finding)
     nccl = nccl_findings.has_inputs(lake, runs)
@@ -93,11 +108,8 @@ def analyze(
         global_tokens_per_step=global_tokens_per_step,
         metric_views=nccl_findings.VIEWS if nccl else (),  # the rest it runs itself (query.run_many)
     )
-    # the metrics of sampled counters only when the runs have counters parts (a trace without
-    # them would pay two queries for no rows)
-    counters = bool(lake.table_files("counters", runs))
-    names = METRICS if counters else tuple(n for n in METRICS if n not in COUNTER_METRICS)
-    m = query.run_many(con, names, query.query_workers(lake, runs))
+    advance("connect")
+    m = query.run_many(con, names, query.query_workers(lake, runs), on_done=advance)
     bd, idle, mfu, status = m["breakdown"], m["idle_breakdown"], m["mfu"], m["step_status"]
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
@@ -422,4 +434,5 @@ def analyze(
         )
         cost.annotate(fs, r, gpu_hour_cost)
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
+    advance("findings")
     return doc

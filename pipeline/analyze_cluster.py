@@ -105,13 +105,15 @@ def analyze_on_cluster(
     palm_flops_per_token: float | None = None,
     global_tokens_per_step: float | None = None,
     gpu_hour_cost: float | None = None,
+    on_progress=None,
 ) -> tuple[dict, list[RunFailure]]:
     """analyze(lake, ...) computed one run per Dask task on the cluster at `scheduler`.
 
     Returns (document, failures): the document equals analyze(lake, ...) when failures is empty;
     each failed run is absent from it and has a `run ID: not analysed: ...` note. Raises
     FileNotFoundError if the lake does not exist, SchedulerError when the scheduler cannot be
-    reached. runs: only these runs (None: every run of the lake)."""
+    reached. runs: only these runs (None: every run of the lake). on_progress(run_id, done,
+    total), if given, is called as each run's task finishes (or fails)."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
     options = dict(
@@ -146,6 +148,8 @@ def analyze_on_cluster(
                     ]
                 finally:
                     fut.release()
+                    if on_progress is not None:
+                        on_progress(f"run {r}", len(docs) + len(failures), len(run_ids))
     # scalar keys and the full key list from a run's own document, else from an empty analysis
     ok = [docs[r] for r in run_ids if r in docs]
     skeleton = ok[0] if ok else analyze(lake, **{**options, "runs": []})

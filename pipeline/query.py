@@ -382,16 +382,26 @@ def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     return cur
 
 
-def run_many(con: duckdb.DuckDBPyConnection, names, workers: int = 1) -> dict[str, pl.DataFrame]:
-    """run(con, name) for each name, as {name: frame}. workers > 1: that many queries at a time,
-    each on its own cursor() (DuckDB releases the GIL while a query runs). On a small lake each
-    query spends most of its 10-100 ms binding and planning on one thread, so two side by side
-    take PARAM's 8-rank DLRM job's 13 metrics from 0.48 to 0.28 s on 2 cores; on a large one
-    each query already uses every core (and two at once would add their memory), so the caller
-    passes 1 there. Raises what run() raises (the first failing name's error)."""
+def run_many(
+    con: duckdb.DuckDBPyConnection, names, workers: int = 1, on_done=None
+) -> dict[str, pl.DataFrame]:
+    """run(con, name) for each name, as {name: frame}; on_done(name), if given, is called as each query
+    finishes (from the worker thread; a progress bar's advance). workers > 1: that many queries at a
+    time, each on its own cursor() (DuckDB releases the GIL while a query runs). On a small lake
+    each query spends most of its 10-100 ms binding and planning on one thread, so two side by side
+    take PARAM's 8-rank DLRM job's 13 metrics from 0.48 to 0.28 s on 2 cores; on a large one each
+    query already uses every core (and two at once would add their memory), so the caller passes 1
+    there. Raises what run() raises (the first failing name's error)."""
     names = list(names)
+    done = on_done or (lambda name: None)
+
+    def timed(c, name: str) -> pl.DataFrame:
+        df = run(c, name)
+        done(name)
+        return df
+
     if workers <= 1 or len(names) <= 1:
-        return {n: run(con, n) for n in names}
+        return {n: timed(con, n) for n in names}
     free: queue.SimpleQueue = queue.SimpleQueue()
     curs = [cursor(con) for _ in range(min(workers, len(names)))]
     for c in curs:
@@ -400,7 +410,7 @@ def run_many(con: duckdb.DuckDBPyConnection, names, workers: int = 1) -> dict[st
     def one(name: str) -> pl.DataFrame:
         c = free.get()
         try:
-            return run(c, name)
+            return timed(c, name)
         finally:
             free.put(c)
 

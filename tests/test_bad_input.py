@@ -77,8 +77,10 @@ def test_cli_exit_codes_and_message_names_the_file(batch, tmp_path):
     (only_bad / "x.json").write_bytes(b"{")
     r = runner.invoke(app, ["ingest", str(only_bad), "--lake", str(tmp_path / "l2")])
     assert r.exit_code == EXIT_FAILED
+    # a path that does not exist is a usage error (exit 2) that creates nothing
     r = runner.invoke(app, ["ingest", str(tmp_path / "nope"), "--lake", str(tmp_path / "l3")])
-    assert r.exit_code == EXIT_FAILED and "no such file" in r.output
+    assert r.exit_code == 2 and "nope: no such file or directory" in r.output
+    assert not (tmp_path / "l3").exists()
 
 
 def test_invalid_utf8_is_replaced_and_noted(tmp_path):
@@ -198,23 +200,29 @@ def test_gzip_bomb_is_refused(tmp_path, monkeypatch):
 def test_missing_paths_and_bad_lake_do_not_crash(tmp_path):
     write_trace(tmp_path / "rank0.json", GOOD)
     runner = CliRunner()
+    assert (
+        runner.invoke(
+            app, ["ingest", str(tmp_path / "rank0.json"), "--lake", str(tmp_path / "lake")]
+        ).exit_code
+        == 0
+    )
+    write_trace(tmp_path / "rank1.json", GOOD)
     r = runner.invoke(
         app,
         [
             "ingest",
-            str(tmp_path / "rank0.json"),
+            str(tmp_path / "rank1.json"),
             str(tmp_path / "nope.json"),
             "--lake",
             str(tmp_path / "lake"),
         ],
     )
-    assert r.exit_code == EXIT_PARTIAL and "nope.json: no such file or directory" in r.output
+    # one missing path among the inputs: a usage error before any work, the lake unchanged
+    assert r.exit_code == 2 and "nope.json: no such file or directory" in r.output
     assert connect(Lake(tmp_path / "lake")).execute("SELECT count(*) FROM gpu_activities").fetchone()[0] == 1
     (tmp_path / "afile").write_text("x")
     r = runner.invoke(app, ["ingest", str(tmp_path / "rank0.json"), "--lake", str(tmp_path / "afile")])
-    assert (
-        r.exit_code == EXIT_FAILED and "not a directory" in r.output and isinstance(r.exception, SystemExit)
-    )
+    assert r.exit_code == 2 and "not a directory" in r.output and isinstance(r.exception, SystemExit)
     r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), ""])
     assert r.exit_code == EXIT_FAILED and "empty query" in r.output
     r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), "@" + str(tmp_path / "missing.sql")])

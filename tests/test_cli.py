@@ -215,7 +215,8 @@ def test_a_non_empty_directory_that_is_not_a_lake_is_refused(tmp_path):
     traces.mkdir()
     (traces / "notes.txt").write_text("my notes\n")
     r = runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", str(traces)])
-    assert r.exit_code == 4 and "not a tracelake lake (no TRACELAKE file)" in r.output, r.output
+    # a bad --lake is a usage error (exit 2), and nothing is written into the directory
+    assert r.exit_code == 2 and "not a tracelake lake (no TRACELAKE file)" in r.output, r.output
     assert sorted(p.name for p in traces.iterdir()) == ["notes.txt"]
     empty = tmp_path / "empty"
     empty.mkdir()

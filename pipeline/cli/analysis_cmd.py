@@ -12,7 +12,18 @@ from typing import List, Optional
 import typer
 from rich.markup import escape
 
-from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, _write, app, err, out
+from .app import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    _write,
+    command,
+    err,
+    existing_lake,
+    exit_help,
+    out,
+    progress,
+)
 from .ingest_cmd import _ingest
 from .options import (
     COMM,
@@ -31,9 +42,11 @@ from .options import (
     PARAMS,
     PATHS,
     PEAK,
+    QUIET,
     RANK,
     RUN,
     SCHEDULER,
+    SCHEDULER_ANALYSIS,
     SEQ,
     STEPS,
     TOKENS,
@@ -54,13 +67,15 @@ def _analysis(
     top_n: int | None = 20,
     scheduler: str | None = None,
     runs: list[str] | None = None,
+    quiet: bool = False,
 ) -> tuple[dict, int]:
     """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
     layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost), all None when
     not given; top_n: kernels kept per run; scheduler: a Dask scheduler's address to analyse on,
     one task per run (each run whose task fails gets a warning here and a note in the document;
     the code is then EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only
-    these runs (a usage error names any the lake does not hold)."""
+    these runs (a usage error names any the lake does not hold); quiet: no progress bar. Raises
+    Exit(2) when lake_dir holds no lake."""
     import duckdb
 
     from ..lake import LakeError
@@ -76,6 +91,7 @@ def _analysis(
             top_n=top_n,
             scheduler=scheduler,
             runs=runs,
+            quiet=quiet,
         )
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
         err.print(_lake_read_error(lake_dir, e), markup=False)
@@ -83,23 +99,24 @@ def _analysis(
 
 
 def _analysis_of(
-    lake_dir, window, kernel_wait_us, peak_tflops, model_flops_per_step, *palm_shape, top_n, scheduler, runs
+    lake_dir,
+    window,
+    kernel_wait_us,
+    peak_tflops,
+    model_flops_per_step,
+    *palm_shape,
+    top_n,
+    scheduler,
+    runs,
+    quiet,
 ):
     from ..analyze import analyze
-    from ..lake import Lake, one_line
+    from ..lake import one_line
 
     if window not in ("all", "hta"):
         raise typer.BadParameter("--window must be 'all' or 'hta'")
     model = _model_options(model_flops_per_step, *palm_shape)
-    lake = Lake(lake_dir)
-    if not lake.exists():
-        hint = (
-            "no TRACELAKE file"
-            if lake.root.is_dir() and any(lake.root.iterdir())
-            else f"run `tracelake ingest PATH --lake {lake_dir}` first"
-        )
-        err.print(one_line(f"error: {lake_dir}: not a tracelake lake ({hint})"), markup=False)
-        raise typer.Exit(EXIT_FAILED)
+    lake = existing_lake(lake_dir)
     if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
         raise typer.BadParameter("--peak-tflops must be a positive finite number")
     if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
@@ -115,12 +132,14 @@ def _analysis_of(
         **model,
     )
     if not scheduler:
-        return analyze(lake, **options), EXIT_OK
+        with progress("analyze", quiet) as bar:
+            return analyze(lake, **options, on_progress=bar), EXIT_OK
     from ..analyze_cluster import analyze_on_cluster
     from ..cluster import SchedulerError
 
     try:
-        res, failures = analyze_on_cluster(lake, scheduler, **options)
+        with progress("analyze", quiet) as bar:
+            res, failures = analyze_on_cluster(lake, scheduler, **options, on_progress=bar)
     except SchedulerError as e:
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)
@@ -135,7 +154,7 @@ def _analysis_of(
     return res, EXIT_PARTIAL if res["runs"] else EXIT_FAILED
 
 
-@app.command(epilog=EXIT_HELP)
+@command(epilog=exit_help(scheduler=True))
 def analyze(
     lake: Path = LAKE,
     as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/4 JSON document."),
@@ -151,8 +170,9 @@ def analyze(
     tokens_per_step: Optional[float] = TOKENS,
     global_batch: Optional[float] = GLOBAL_BATCH,
     gpu_hour_cost: Optional[float] = GPU_HOUR_COST,
-    scheduler: Optional[str] = SCHEDULER,
+    scheduler: Optional[str] = SCHEDULER_ANALYSIS,
     runs: Optional[List[str]] = ONLY_RUNS,
+    quiet: bool = QUIET,
 ):
     """Compute the metrics (queries/*.sql) and the verdict for every run in the lake (or the --run ones)."""
     res, code = _analysis(
@@ -171,6 +191,7 @@ def analyze(
         gpu_hour_cost,
         scheduler=scheduler,
         runs=runs,
+        quiet=quiet,
     )
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
@@ -246,21 +267,25 @@ def _lake_read_error(lake_dir: Path, e: Exception) -> str:
     return one_line(f"error: {lake_dir}: cannot read the lake ({first})")
 
 
-def _render(res: dict, fmt: str, base: dict | None = None) -> str:
-    """The report of an analysis (and a baseline's) as html, json (tracelake.report/2) or md."""
+def _render(res: dict, fmt: str, base: dict | None = None, quiet: bool = False) -> str:
+    """The report of an analysis (and a baseline's) as html, json (tracelake.report/2) or md;
+    a progress line on a terminal while it renders (none with quiet)."""
     from ..report import document, markdown
-    from ..report.html import render
 
-    doc = document.build(res, base)
-    if fmt == "html":
-        return render(res, baseline=base, doc=doc)
-    if fmt == "json":
-        return json.dumps(doc, indent=1) + "\n"
-    return markdown.render(doc)
+    with progress("report", quiet) as bar:
+        bar(fmt, 0, 1)
+        doc = document.build(res, base)
+        if fmt == "html":
+            from ..report.html import render
+
+            return render(res, baseline=base, doc=doc)
+        if fmt == "json":
+            return json.dumps(doc, indent=1) + "\n"
+        return markdown.render(doc)
 
 
-@app.command(
-    epilog=EXIT_HELP,
+@command(
+    epilog=exit_help(scheduler=True),
     help="Write the report: verdict, ranked findings and charts (html), or the same verdict and findings "
     "as json or md.",
 )
@@ -270,6 +295,7 @@ def report(
         None,
         "-o",
         "--output",
+        metavar="FILE",
         help="File to write ('-': standard output; default: report.html for html, standard output for "
         "json and md).",
     ),
@@ -277,12 +303,14 @@ def report(
         None,
         "--format",
         "-f",
+        metavar="html|json|md",
         help="html (self-contained, offline), json "
         "(tracelake.report/2) or md (default: from the output's suffix, .json or .md, else html).",
     ),
     baseline: Optional[Path] = typer.Option(
         None,
         "--baseline",
+        metavar="DIR",
         help="Lake of a baseline run: say which step-time components and kernels moved against it.",
     ),
     window: str = WINDOW,
@@ -297,8 +325,9 @@ def report(
     tokens_per_step: Optional[float] = TOKENS,
     global_batch: Optional[float] = GLOBAL_BATCH,
     gpu_hour_cost: Optional[float] = GPU_HOUR_COST,
-    scheduler: Optional[str] = SCHEDULER,
+    scheduler: Optional[str] = SCHEDULER_ANALYSIS,
     runs: Optional[List[str]] = ONLY_RUNS,
+    quiet: bool = QUIET,
 ):
     fmt = _format(fmt, output)
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
@@ -314,6 +343,7 @@ def report(
         top_n=top_n,
         scheduler=scheduler,
         runs=runs,
+        quiet=quiet,
     )
     base = None
     if baseline:
@@ -326,9 +356,10 @@ def report(
             *shape,
             top_n=None,
             scheduler=scheduler,
+            quiet=quiet,
         )
         code = max(code, base_code)
-    text = _render(res, fmt, base)
+    text = _render(res, fmt, base, quiet)
     if output is None and fmt != "html" or str(output) == "-":
         sys.stdout.write(text)
         raise typer.Exit(code)
@@ -338,23 +369,24 @@ def report(
     raise typer.Exit(code)
 
 
-@app.command(
-    epilog=EXIT_HELP,
+@command(
+    epilog=exit_help(files=True, scheduler=True),
     help="Ingest, analyze and report in one go: the report covers the runs of the files given (ingested "
     "now or already in the lake).",
 )
 def run(
     paths: List[Path] = PATHS,
-    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="Report file to write."),
+    output: Path = typer.Option(
+        Path("report.html"), "-o", "--output", metavar="FILE", help="Report file to write ('-': stdout)."
+    ),
     fmt: Optional[str] = typer.Option(
         None,
         "--format",
         "-f",
+        metavar="html|json|md",
         help="html, json or md (default: from the output's suffix, .json or .md, else html).",
     ),
-    lake: Path = typer.Option(
-        Path(".tracelake"), "--lake", "-l", help="Lake directory (default .tracelake/)."
-    ),
+    lake: Path = LAKE,
     run_id: Optional[str] = RUN,
     rank: Optional[int] = RANK,
     force: bool = FORCE,
@@ -375,6 +407,7 @@ def run(
     scheduler: Optional[str] = SCHEDULER,
     exclude: List[str] = EXCLUDE,
     jobs: int = JOBS,
+    quiet: bool = QUIET,
 ):
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
     _model_options(model_flops_per_step, *shape)  # option errors before any ingest work
@@ -392,6 +425,7 @@ def run(
         scheduler=scheduler,
         exclude=exclude,
         runs=runs,
+        quiet=quiet,
     )
     if code == EXIT_FAILED or not runs:
         raise typer.Exit(EXIT_FAILED)
@@ -404,12 +438,13 @@ def run(
         *shape,
         scheduler=scheduler,
         runs=sorted(runs),
+        quiet=quiet,
     )
     code = max(code, acode)
     if str(output) == "-":
-        sys.stdout.write(_render(res, fmt))
+        sys.stdout.write(_render(res, fmt, quiet=quiet))
     else:
-        _write(output, _render(res, fmt))
+        _write(output, _render(res, fmt, quiet=quiet))
     for v in res["verdicts"]:
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)
     if str(output) != "-":

@@ -4,6 +4,7 @@ messages on stderr). The commands live in ingest_cmd.py, analysis_cmd.py and lak
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -12,19 +13,73 @@ from rich.console import Console
 
 from .. import __version__
 
-EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 3, 4
-EXIT_HELP = (
-    "Exit codes: 0 all good; 2 usage error; 3 some files (or, with --scheduler, some runs' analyses) failed, "
-    "the rest done; 4 total failure."
-)
+EXIT_OK, EXIT_USAGE, EXIT_PARTIAL, EXIT_FAILED = 0, 2, 3, 4
 
+
+def exit_help(files: bool = False, scheduler: bool = False) -> str:
+    """The epilog of a command: its exit codes, naming only what the command does (files: it
+    ingests; scheduler: it takes --scheduler)."""
+    partial = (
+        "3 some files failed, the rest were ingested; "
+        if files and not scheduler
+        else "3 some files or, with --scheduler, some runs' analyses failed, the rest done; "
+        if files
+        else "3 with --scheduler, some runs' analyses failed, the rest done; "
+        if scheduler
+        else ""
+    )
+    usage = "2 usage error (a bad option, a path that does not exist)"
+    return f"Exit codes: 0 all good; {usage}; {partial}4 failed."
+
+
+EXIT_HELP = exit_help(files=True, scheduler=True)
+
+# plain click help (no rich panels): options shown as `--lake DIR`, wrapped at 80 columns, as
+# git or pip print theirs; errors are one line, never a rich traceback of locals
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings={"max_content_width": 80},
     help="tracelake: is a distributed training run network-bound or compute-bound? Ingest PyTorch "
     "profiler traces, Nsight Systems exports and NCCL logs into a Parquet lake, query it with DuckDB, "
     "write an offline HTML report. " + EXIT_HELP,
 )
+
+
+class Command(typer.core.TyperCommand):
+    """A command whose help follows click's conventions: an argument is shown by its metavar
+    (`TRACES...`), never with a Python type name (typer prints `<list[Path]>` for it)."""
+
+    def collect_usage_pieces(self, ctx):
+        return [self.options_metavar] + [
+            p.metavar if p.param_type_name == "argument" and p.metavar else " ".join(p.get_usage_pieces(ctx))
+            for p in self.get_params(ctx)
+            if p.get_usage_pieces(ctx)
+        ]
+
+    def format_options(self, ctx, formatter):
+        args, opts = [], []
+        for p in self.get_params(ctx):
+            rv = p.get_help_record(ctx)
+            if rv is None:
+                continue
+            if p.param_type_name == "argument":
+                args.append((p.metavar or p.name.upper(), p.help or ""))
+            else:
+                opts.append(rv)
+        for title, rows in (("Arguments", args), ("Options", opts)):
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def command(**kwargs):
+    """app.command with the Command class: every tracelake command is declared with it."""
+    return app.command(cls=Command, **kwargs)
+
+
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
 
@@ -44,12 +99,64 @@ def main(
     pass
 
 
+@contextlib.contextmanager
+def progress(label: str, quiet: bool = False):
+    """A progress bar on stderr (shown only on a terminal; none with quiet), for work reported
+    as on_progress(stage, done, total): yields that callback. Results go to stdout; the bar is
+    cleared when the work ends."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn(f"[bold]{label}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stage]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=quiet or not err.is_terminal,  # no stray blank lines in logs
+    ) as prog:
+        task = prog.add_task(label, total=None, stage="")
+
+        def update(stage: str, done: int, total: int) -> None:
+            prog.update(task, completed=done, total=total, stage=stage)
+
+        yield update
+
+
 def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
     except OSError as e:
         err.print(f"error: {path}: cannot write: {e.strerror or e}", markup=False)
         raise typer.Exit(EXIT_FAILED)
+
+
+def usage_error(message: str) -> typer.Exit:
+    """Print one line `error: message` on stderr; the Exit(2) to raise (a usage error: the
+    command did no work)."""
+    from ..lake import one_line
+
+    err.print(one_line(f"error: {message}"), markup=False)
+    return typer.Exit(EXIT_USAGE)
+
+
+def existing_lake(lake_dir: Path):
+    """The Lake at lake_dir for a command that reads it (analyze, report, sql, forget). Raises
+    Exit(2) with one line when there is no lake there (nothing is created)."""
+    from ..lake import Lake
+
+    lake = Lake(lake_dir)
+    if not lake.exists():
+        hint = (
+            "a directory without the TRACELAKE marker"
+            if lake.root.is_dir() and any(lake.root.iterdir())
+            else f"run `tracelake ingest TRACES --lake {lake_dir}` first"
+            if not lake.root.exists()
+            else "an empty directory"
+        )
+        raise usage_error(f"{lake_dir}: not a tracelake lake ({hint})")
+    return lake
 
 
 def _clip(text: str, n: int = 300) -> str:

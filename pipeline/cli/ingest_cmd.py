@@ -17,8 +17,37 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app, err
-from .options import COMM, EXCLUDE, FORCE, JOBS, LAKE, PATHS, RANK, RUN, SCHEDULER, STEPS, _check_patterns
+from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, usage_error
+from .options import (
+    COMM,
+    EXCLUDE,
+    FORCE,
+    JOBS,
+    LAKE,
+    PATHS,
+    QUIET,
+    RANK,
+    RUN,
+    SCHEDULER_INGEST,
+    STEPS,
+    _check_patterns,
+)
+
+
+def check_inputs(paths: list[Path], lake_dir: Path) -> None:
+    """Usage errors (exit 2, one line, nothing created) before any ingest work: a path given that
+    does not exist, or a --lake that is a file or a non-empty directory without the TRACELAKE
+    marker (a mistyped --lake never mixes the lake into, say, a directory of traces)."""
+    missing = [str(p) for p in paths if not (p.exists() or p.is_symlink())]
+    if missing:
+        raise usage_error(f"{', '.join(missing)}: no such file or directory")
+    if lake_dir.exists() and not lake_dir.is_dir():
+        raise usage_error(f"--lake {lake_dir}: exists and is not a directory")
+    if lake_dir.is_dir() and not (lake_dir / "TRACELAKE").exists() and any(lake_dir.iterdir()):
+        raise usage_error(
+            f"--lake {lake_dir}: not a tracelake lake (no TRACELAKE file), and not empty; give a new "
+            "or empty directory, or an existing lake"
+        )
 
 
 def _ingest(
@@ -33,9 +62,11 @@ def _ingest(
     scheduler: str | None = None,
     exclude: list[str] | None = None,
     runs: set | None = None,
+    quiet: bool = False,
 ) -> int:
     """Ingest with the command's options; returns the exit code. runs: filled with the run ids
-    of the files ingested or skipped as already in the lake."""
+    of the files ingested or skipped as already in the lake; quiet: no progress bar. Raises
+    Exit(2) for a usage error (check_inputs) before any work."""
     from ..cluster import SchedulerError
     from ..ingest import discover, exclude_patterns, ingest_paths
     from ..lake import Lake, LakeError, one_line
@@ -54,6 +85,7 @@ def _ingest(
         exclude = exclude_patterns(exclude)
     except ValueError as e:
         raise typer.BadParameter(str(e))
+    check_inputs(paths, lake_dir)
     problems: list = []
     left_out: list = []
     files = discover(paths, problems, exclude, left_out)
@@ -81,6 +113,7 @@ def _ingest(
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        disable=quiet or not err.is_terminal,  # no stray blank lines in logs
     ) as prog:
         task = prog.add_task("ingest", total=None, mb=0.0, errors=0)
 
@@ -163,7 +196,7 @@ class _RateColumn(ProgressColumn):
         return Text(f"{mb:,.1f} MB  {mb / el if el > 0 else 0.0:,.1f} MB/s")
 
 
-@app.command(epilog=EXIT_HELP)
+@command(epilog=exit_help(files=True))
 def ingest(
     paths: List[Path] = PATHS,
     lake: Path = LAKE,
@@ -173,11 +206,14 @@ def ingest(
     comm_pattern: List[str] = COMM,
     step_range: Optional[str] = STEPS,
     jobs: int = JOBS,
-    scheduler: Optional[str] = SCHEDULER,
+    scheduler: Optional[str] = SCHEDULER_INGEST,
     exclude: List[str] = EXCLUDE,
+    quiet: bool = QUIET,
 ):
     """Ingest traces and archives of them (.tar, .tar.gz, .zip) into the lake: in parallel, skipping files
     already there, crash-safe (one bad file never stops the batch)."""
     raise typer.Exit(
-        _ingest(paths, lake, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude)
+        _ingest(
+            paths, lake, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude, quiet=quiet
+        )
     )

@@ -10,16 +10,18 @@ from typing import List, Optional
 import typer
 
 from .analysis_cmd import _lake_read_error
-from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, app, err, out
+from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, command, err, existing_lake, exit_help, out
 from .options import LAKE, WINDOW, _clip, _resolve_runs
 
 
-@app.command(epilog=EXIT_HELP)
+@command(epilog=exit_help())
 def forget(
     lake: Path = LAKE,
-    runs: Optional[List[str]] = typer.Option(None, "--run", help="Only sources of this run (repeatable)."),
+    runs: Optional[List[str]] = typer.Option(
+        None, "--run", metavar="ID", help="Only sources of this run (repeatable)."
+    ),
     source_ids: Optional[List[str]] = typer.Option(
-        None, "--source", help="Only this source id (sources.source_id; repeatable)."
+        None, "--source", metavar="ID", help="Only this source id (sources.source_id; repeatable)."
     ),
     failed: bool = typer.Option(False, "--failed", help="Only sources whose ingest failed."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; change nothing."),
@@ -28,14 +30,11 @@ def forget(
     sources, failed ingests). Crash-safe; a removed file is ingested again by the next ingest."""
     import polars as pl
 
-    from ..lake import Lake, LakeError, one_line
+    from ..lake import LakeError, one_line
 
     if not (runs or source_ids or failed):
         raise typer.BadParameter("give --run, --source or --failed (several narrow the selection)")
-    lk = Lake(lake)
-    if not lk.exists():
-        err.print(f"error: {lake}: not a tracelake lake", markup=False)
-        raise typer.Exit(EXIT_FAILED)
+    lk = existing_lake(lake)
 
     def select():
         src = lk.sources()
@@ -63,8 +62,8 @@ def forget(
     except LakeError as e:
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)
-    for run_id, source_id, path, status in rows:
-        err.print(
+    for run_id, source_id, path, status in rows:  # a listing: stdout with --dry-run
+        (out if dry_run else err).print(
             one_line(f"{'would remove' if dry_run else 'removed'} {run_id}/{source_id} {path} ({status})"),
             markup=False,
         )
@@ -75,7 +74,7 @@ def forget(
     raise typer.Exit(EXIT_OK)
 
 
-@app.command(
+@command(
     epilog=EXIT_HELP
     + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
     "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, "

@@ -12,37 +12,68 @@ from .app import _clip
 
 PATHS = typer.Argument(
     ...,
+    metavar="TRACES...",
+    show_default=False,
     help="Traces, exports and logs (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
     ".nsys-rep/.qdrep; NCCL logs; .tar, .tar.gz and .zip archives of them) or directories, searched "
     "recursively.",
 )
-LAKE = typer.Option(..., "--lake", "-l", help="Lake directory.")
+LAKE = typer.Option(
+    Path(".tracelake"),
+    "--lake",
+    "-l",
+    envvar="TRACELAKE_LAKE",
+    show_envvar=True,
+    metavar="DIR",
+    help="Lake directory.",
+)
 RUN = typer.Option(
     None,
     "--run",
+    metavar="ID",
     help="Run id for all files (default: the path of the file's directory below the directory given, else "
     "its directory's name; README, Runs).",
 )
 ONLY_RUNS = typer.Option(
-    None, "--run", help="Analyse only this run of the lake (repeat for several; default: every run)."
+    None,
+    "--run",
+    metavar="ID",
+    help="Analyse only this run of the lake (repeat for several; default: every run).",
 )
 RANK = typer.Option(
-    None, "--rank", help="Rank for a trace that names none (distributedInfo and the file name win)."
+    None,
+    "--rank",
+    metavar="N",
+    help="Rank for a trace that names none (distributedInfo and the file name win).",
 )
 FORCE = typer.Option(False, "--force", help="Re-ingest files already in the lake.")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress bars (errors and results still print).")
 JOBS = typer.Option(
-    0, "--jobs", "-j", help="Parallel ingest workers (0: one per core; 1: none); threads under 16 MB input."
+    0,
+    "--jobs",
+    "-j",
+    metavar="N",
+    help="Parallel ingest workers (0: one per core; 1: none); threads under 16 MB input.",
 )
-SCHEDULER = typer.Option(
-    None,
-    "--scheduler",
-    help="Address of an existing Dask scheduler (tcp://host:8786) to work on: "
-    "ingest parses the files there, analysis runs one task per run (same output as without); "
-    "the lake and the traces must be on a file system its workers share.",
-)
+
+
+def _scheduler(what: str):
+    return typer.Option(
+        None,
+        "--scheduler",
+        metavar="ADDRESS",
+        help=f"Address of an existing Dask scheduler (tcp://host:8786) to work on: {what} "
+        "(the lake and the traces on a file system its workers share).",
+    )
+
+
+SCHEDULER = _scheduler("ingest parses the files there, analysis runs one task per run")
+SCHEDULER_INGEST = _scheduler("the files are parsed there")
+SCHEDULER_ANALYSIS = _scheduler("one task per run, the same output as without")
 STEPS = typer.Option(
     None,
     "--step-range",
+    metavar="REGEX",
     help="Regex of NVTX range names that mark steps in Nsight Systems exports "
     "(default ProfilerStep#N); the step number is the last integer in the name, else the range's order.",
 )
@@ -50,52 +81,63 @@ EXCLUDE = typer.Option(
     [],
     "--exclude",
     "-x",
+    metavar="GLOB",
     help="Glob of files, directories or archive members to leave out, matched against the name and path "
     "below the directory given of it and of its directories (e.g. 'config.json', 'checkpoints'). "
     "Repeatable.",
 )
 COMM = typer.Option(
-    [], "--comm-pattern", help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable."
+    [],
+    "--comm-pattern",
+    metavar="REGEX",
+    help="Extra regex marking kernels as communication (e.g. 'dpsk::ep::'). Repeatable.",
 )
 WINDOW = typer.Option(
     "all",
     "--window",
+    metavar="all|hta",
     help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).",
 )
 KWAIT = typer.Option(
     30.0,
     "--kernel-wait-us",
     min=0.0,
+    metavar="US",
     help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).",
 )
 PEAK = typer.Option(
     None,
     "--peak-tflops",
+    metavar="TFLOPS",
     help="Device peak for MFU (TFLOP/s), instead of the catalog's (pipeline/catalog/devices.toml).",
 )
 MFLOPS = typer.Option(
     None,
     "--model-flops-per-step",
+    metavar="FLOP",
     help="Model FLOPs per step and rank, instead of those derived from op shapes.",
 )
-PARAMS = typer.Option(None, "--params", help="PaLM MFU: parameters in matmuls (N).")
+PARAMS = typer.Option(None, "--params", metavar="N", help="PaLM MFU: parameters in matmuls (N).")
 GPU_HOUR_COST = typer.Option(
     None,
     "--gpu-hour-cost",
+    metavar="PRICE",
     help="Price of one GPU-hour (any currency): each finding's cost per 1,000 steps.",
 )
 GLOBAL_BATCH = typer.Option(
     None,
     "--global-batch",
+    metavar="N",
     help="Sequences per step over all ranks; with --seq-len gives each rank's tokens (tokens/s).",
 )
-LAYERS = typer.Option(None, "--layers", help="PaLM MFU: layers (L).")
-HEADS = typer.Option(None, "--heads", help="PaLM MFU: attention heads (H).")
-HEAD_DIM = typer.Option(None, "--head-dim", help="PaLM MFU: head dimension (Q).")
-SEQ = typer.Option(None, "--seq-len", help="PaLM MFU: sequence length (T).")
+LAYERS = typer.Option(None, "--layers", metavar="L", help="PaLM MFU: layers (L).")
+HEADS = typer.Option(None, "--heads", metavar="H", help="PaLM MFU: attention heads (H).")
+HEAD_DIM = typer.Option(None, "--head-dim", metavar="Q", help="PaLM MFU: head dimension (Q).")
+SEQ = typer.Option(None, "--seq-len", metavar="T", help="PaLM MFU: sequence length (T).")
 TOKENS = typer.Option(
     None,
     "--tokens-per-step",
+    metavar="N",
     help="Tokens this rank processes per step: tokens/s, and with the PaLM shape options MFU.",
 )
 
