@@ -395,13 +395,13 @@ def run_many(
     names = list(names)
     done = on_done or (lambda name: None)
 
-    def timed(c, name: str) -> pl.DataFrame:
+    def run_and_report(c, name: str) -> pl.DataFrame:
         df = run(c, name)
         done(name)
         return df
 
     if workers <= 1 or len(names) <= 1:
-        return {n: timed(con, n) for n in names}
+        return {n: run_and_report(con, n) for n in names}
     free: queue.SimpleQueue = queue.SimpleQueue()
     curs = [cursor(con) for _ in range(min(workers, len(names)))]
     for c in curs:
@@ -410,7 +410,7 @@ def run_many(
     def one(name: str) -> pl.DataFrame:
         c = free.get()
         try:
-            return timed(c, name)
+            return run_and_report(c, name)
         finally:
             free.put(c)
 

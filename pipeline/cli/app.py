@@ -54,7 +54,9 @@ class Command(typer.core.TyperCommand):
 
     def collect_usage_pieces(self, ctx):
         return [self.options_metavar] + [
-            p.metavar if p.param_type_name == "argument" and p.metavar else " ".join(p.get_usage_pieces(ctx))
+            (p.metavar or p.name.upper())
+            if p.param_type_name == "argument"
+            else " ".join(p.get_usage_pieces(ctx))
             for p in self.get_params(ctx)
             if p.get_usage_pieces(ctx)
         ]

@@ -1,0 +1,114 @@
+"""The CLI by the conventions of the ecosystem (issue 19 points 2-4): one default lake, help
+without Python type names that fits 80 columns, usage errors (exit 2) that create nothing,
+listings and results on stdout, progress on stderr only on a terminal."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from conftest import REPO
+from rich.console import Console
+from typer.testing import CliRunner
+
+from pipeline.analyze import COUNTER_METRICS, METRICS, analyze
+from pipeline.cli import app
+from pipeline.lake import Lake
+
+runner = CliRunner()
+SAMPLE = REPO / "sample_traces"
+COMMANDS = ("ingest", "analyze", "report", "run", "forget", "sql")
+
+
+def _options_of(cmd: str) -> set[str]:
+    import typer.main
+
+    click_cmd = typer.main.get_command(app).commands[cmd]
+    return {o for p in click_cmd.params for o in p.opts if o.startswith("--")} | {"--help"}
+
+
+@pytest.mark.parametrize("cmd", ("",) + COMMANDS)
+def test_help_has_no_type_names_fits_80_columns_and_names_only_its_options(cmd):
+    args = [cmd, "--help"] if cmd else ["--help"]
+    r = runner.invoke(app, args, env={"COLUMNS": "200"})  # a wide terminal: still 80
+    assert r.exit_code == 0, r.output
+    text = r.output
+    # typer's defaults would print `<list[Path]>`, `<bool>`, `<int>`, `{paths}...`
+    assert not re.search(r"<[A-Za-z_\[\]| ]+>", text), text
+    assert "list[" not in text and "{" not in text, text
+    too_long = [ln for ln in text.splitlines() if len(ln) > 80]
+    assert not too_long, too_long
+    if cmd:
+        # every option the help (epilog included) mentions is one this command takes
+        mentioned = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*[a-z]", text))
+        assert mentioned <= _options_of(cmd), mentioned - _options_of(cmd)
+        assert "Exit codes: 0 all good; 2 usage error" in " ".join(text.split())
+
+
+def test_the_commands_share_one_default_lake(tmp_path, monkeypatch):
+    """Without --lake every command uses ./.tracelake, so `tracelake sql` right after
+    `make demo` (which writes .tracelake) works; TRACELAKE_LAKE names another."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, ["ingest", str(SAMPLE)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / ".tracelake" / "TRACELAKE").exists()
+    r = runner.invoke(app, ["sql", "--format", "csv", "SELECT count(*) AS n FROM sources"])
+    assert r.exit_code == 0 and r.stdout.split() == ["n", "2"], r.output  # the two rank files
+    r = runner.invoke(app, ["analyze", "--json", "--quiet"])
+    assert r.exit_code == 0 and '"hta_trace_filter"' in r.stdout
+    r = runner.invoke(app, ["forget", "--failed", "--dry-run"])
+    assert r.exit_code == 0 and r.stdout == ""  # nothing failed
+    r = runner.invoke(app, ["report", "-o", "r.md"])
+    assert r.exit_code == 0 and "hta_trace_filter" in (tmp_path / "r.md").read_text()
+    other = tmp_path / "other"
+    r = runner.invoke(app, ["ingest", str(SAMPLE)], env={"TRACELAKE_LAKE": str(other)})
+    assert r.exit_code == 0 and (other / "TRACELAKE").exists(), r.output
+    r = runner.invoke(
+        app, ["sql", "--format", "csv", "SELECT count(*) AS n FROM steps"], env={"TRACELAKE_LAKE": str(other)}
+    )
+    assert r.exit_code == 0 and r.stdout.split()[0] == "n"
+
+
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["ingest", "nope"], "nope: no such file or directory"),
+        (["run", "nope", "-o", "r.html"], "nope: no such file or directory"),
+        (["analyze"], ".tracelake: not a tracelake lake"),
+        (["report", "-o", "r.html"], ".tracelake: not a tracelake lake"),
+        (["forget", "--failed"], ".tracelake: not a tracelake lake"),
+        (["analyze", "--lake", "elsewhere"], "elsewhere: not a tracelake lake"),
+    ],
+)
+def test_a_path_that_does_not_exist_is_a_usage_error_that_creates_nothing(tmp_path, monkeypatch, args, why):
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and why in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and r.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_analysis_reports_each_stage_once_in_order(tmp_path):
+    lake = Lake(tmp_path / "lake")
+    assert runner.invoke(app, ["ingest", str(SAMPLE), "--lake", str(lake.root)]).exit_code == 0
+    seen: list[tuple[str, int, int]] = []
+    analyze(lake, on_progress=lambda stage, done, total: seen.append((stage, done, total)))
+    metrics = [m for m in METRICS if m not in COUNTER_METRICS]  # the sample traces have no counters
+    total = len(metrics) + 2
+    assert [d for _, d, _ in seen] == list(range(1, total + 1)) and {t for _, _, t in seen} == {total}
+    assert seen[0][0] == "connect" and seen[-1][0] == "findings"
+    assert sorted(s for s, _, _ in seen[1:-1]) == sorted(metrics)
+
+
+def test_progress_goes_to_stderr_on_a_terminal_and_quiet_turns_it_off(tmp_path, monkeypatch):
+    import pipeline.cli.app as cli_app
+
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["ingest", str(SAMPLE), "--lake", str(lake)]).exit_code == 0
+    for quiet, shown in ((False, True), (True, False)):
+        buf = io.StringIO()
+        monkeypatch.setattr(cli_app, "err", Console(file=buf, force_terminal=True, width=100))
+        r = runner.invoke(app, ["analyze", "--lake", str(lake), "--json"] + (["--quiet"] if quiet else []))
+        assert r.exit_code == 0 and r.stdout.startswith("{")  # stdout: the document only
+        assert ("analyze" in buf.getvalue()) is shown, buf.getvalue()
