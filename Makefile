@@ -4,15 +4,22 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
+# pip's own output goes to .venv/pip.log (printed only when an install fails), so `make demo`
+# ends with the verdict and the report's path
+PIP = $(BIN)/pip install --quiet --disable-pip-version-check
+QUIETLY = > $(VENV)/pip.log 2>&1 || { cat $(VENV)/pip.log; exit 1; }
+
 $(VENV)/.base: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e .
-	touch $@
+	@echo "setting up $(VENV) (first use only; pip's output: $(VENV)/pip.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(PIP) --upgrade pip $(QUIETLY)
+	@$(PIP) -e . $(QUIETLY)
+	@touch $@
 
 $(VENV)/.test: $(VENV)/.base
-	$(BIN)/pip install --quiet -e '.[test]'
-	touch $@
+	@echo "installing the test dependencies into $(VENV)"
+	@$(PIP) -e '.[test]' $(QUIETLY)
+	@touch $@
 
 .PHONY: demo test lint format bench clean
 demo: $(VENV)/.base
