@@ -6,7 +6,7 @@ in a fresh child process (os.wait4 gives that child's own peak RSS), best of --r
   python benchmarks/ingest_vs_hta.py [TRACE] [--repeat N]
 
 Default TRACE: the largest Kineto trace under ../shared/corpus (by uncompressed size).
-Not a test: numbers depend on the machine; record them in the README with this command.
+Not a test: numbers depend on the machine; record them in docs/performance.md with this command.
 """
 
 from __future__ import annotations

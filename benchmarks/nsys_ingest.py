@@ -13,7 +13,7 @@ peak RSS stays bounded as the file grows.
 
   python benchmarks/nsys_ingest.py [EXPORT.sqlite] [--scale K] [--repeat N]
 
-Not a test: numbers depend on the machine; record them in the README with this command.
+Not a test: numbers depend on the machine; record them in docs/performance.md with this command.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ a 128-rank NCCL job, scaled keeping its shape):
    the same rows as ingesting the scaled JSON, which scale_trace.py --check verifies), then
    given the per-source results ingest stores for sources of that size (pipeline/local.py;
    "local s": the time that takes, which ingest spends in its workers).
-Not a test: numbers depend on the machine; record them in the README with this command.
+Not a test: numbers depend on the machine; record them in docs/performance.md with this command.
 """
 
 from __future__ import annotations

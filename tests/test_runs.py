@@ -1,4 +1,4 @@
-"""Which run each file lands in, on real traces (README, Ingest: Runs).
+"""Which run each file lands in, on real traces (docs/usage.md, Runs).
 
 - Archives of many jobs with the same inner layout (<job>/traces/rank*.json): one run per job,
   named by the directory's path below the directory given (TensorBoard's rule for runs), the

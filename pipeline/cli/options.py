@@ -32,7 +32,7 @@ RUN = typer.Option(
     "--run",
     metavar="ID",
     help="Run id for all files (default: the path of the file's directory below the directory given, else "
-    "its directory's name; README, Runs).",
+    "its directory's name; docs/usage.md, Runs).",
 )
 ONLY_RUNS = typer.Option(
     None,
@@ -208,7 +208,7 @@ FORMATS = ("html", "json", "md")
 
 def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
     """--run values as the lake's run ids: an id as given to `ingest --run`, or a directory path a
-    run was named by (README, Runs; a trailing '/' ignored), names the run it was stored as
+    run was named by (docs/usage.md, Runs; a trailing '/' ignored), names the run it was stored as
     (safe_run_id). Raises BadParameter naming the ones the lake does not hold."""
     from ..lake import one_line, safe_run_id
 

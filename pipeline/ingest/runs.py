@@ -1,4 +1,4 @@
-"""Which run each file lands in. The rule, as docs/architecture.md and the README state it:
+"""Which run each file lands in. The rule, as docs/usage.md states it:
 
 1. A file's run is named by `--run`, else by its directory: its path below the directory given
    (as TensorBoard names runs), or the directory's own name for a file given by name or lying
