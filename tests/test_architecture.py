@@ -41,6 +41,8 @@ FORBIDDEN = {
     "cluster": {"ingest", "query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     "derive": {"lake"} | _AFTER_LAKE,
     "parts": {"lake"} | _AFTER_LAKE,
+    # the lake from Python: the query connection and the analysis, never ingest or rendering
+    "api": {"ingest", "local", "report", "cli", "analyze_cluster"},
     "upgrade": {"ingest", "query", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
 }
 MAX_MODULE_LINES = 560

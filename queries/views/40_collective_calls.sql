@@ -85,8 +85,10 @@ calls AS (
   SELECT run_id, pg_key, call_key,
     count(DISTINCT rank) AS ranks_seen,
     count(DISTINCT op) AS n_ops, count(DISTINCT msg_bytes) AS n_sizes,
-    any_value(op) AS op, max(msg_bytes) AS msg_bytes, max(group_size) AS group_size,
-    any_value(process_group) AS process_group, any_value(seq) AS seq,
+    -- min, not any_value: ranks that disagree on the op (then n_ops > 1: not consistent, not
+    -- complete) must still give the same op, and so the same busbw factor, on every run
+    min(op) AS op, max(msg_bytes) AS msg_bytes, max(group_size) AS group_size,
+    min(process_group) AS process_group, min(seq) AS seq,
     min(dur_ns) AS transfer_ns, min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
     min(end_ns) AS first_end_ns, min(rank) AS low_rank, min(step) AS step
   FROM collective_ranks GROUP BY ALL

@@ -1,0 +1,145 @@
+"""The lake from Python, for notebooks and scripts: the connection `tracelake sql` and `tracelake
+analyze` use (pipeline.query.connect), with every table, derived view and metric of queries/ as
+a view, returned as polars DataFrames or Arrow tables.
+
+    import pipeline
+    lake = pipeline.open_lake(".tracelake")            # or a path; options as the CLI's
+    lake.runs()                                         # one row per run
+    lake.df("step_time", run="dlrm_kineto")             # any table, view or metric, one run or all
+    lake.sql("SELECT * FROM mfu WHERE rank = $rank", {"rank": 0})   # DuckDB SQL with parameters
+    doc = lake.analysis()                               # the tracelake.analyze/4 document
+
+Names a user can query: `lake.names()` (the schema tables, the metric files of queries/, the
+derived views of queries/views/; DuckDB's schema `internal` holds helpers and is not listed).
+Column docs: schemas/v3.toml, the SQL files' headers, docs/sql-reference.md.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from . import query
+from .lake import Lake
+
+
+def open_lake(
+    path: str | Path = ".tracelake",
+    *,
+    window: str = "all",
+    kernel_wait_us: float = 30.0,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    tokens_per_step: float | None = None,
+) -> LakeSession:
+    """A session on the lake at path, with the analysis options of the CLI (docs/usage.md:
+    window 'all' | 'hta', kernel_wait_us in µs, peak_tflops in TFLOP/s, model_flops_per_step in
+    FLOP per step and rank, tokens_per_step per rank). Raises FileNotFoundError when path holds
+    no lake (the TRACELAKE marker), ValueError for a bad window."""
+    lake = Lake(path)
+    if not lake.exists():
+        raise FileNotFoundError(f"{path}: not a tracelake lake (run `tracelake ingest TRACES --lake {path}`)")
+    if window not in ("all", "hta"):
+        raise ValueError("window must be 'all' or 'hta'")
+    return LakeSession(
+        lake,
+        dict(
+            window=window,
+            kernel_wait_threshold_ns=int(kernel_wait_us * 1000),
+            peak_tflops=peak_tflops,
+            model_flops_per_step=model_flops_per_step,
+            tokens_per_step=tokens_per_step,
+        ),
+    )
+
+
+class LakeSession:
+    """One lake and one DuckDB connection to it (opened on first use; `with open_lake(...) as
+    lake:` closes it). The connection sees the lake as it was when it opened: after an ingest,
+    open a new session."""
+
+    def __init__(self, lake: Lake, options: dict):
+        self.lake, self.options = lake, options
+        self._con: duckdb.DuckDBPyConnection | None = None
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """The DuckDB connection (query.connect with this session's options), for what the
+        methods below do not cover."""
+        if self._con is None:
+            self._con = query.connect(self.lake, **self.options)
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def __enter__(self) -> LakeSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def runs(self) -> pl.DataFrame:
+        """One row per run: run_id, sources (files), failed (of them, failed ingests), ranks
+        (distinct ranks of the files read), formats (sorted list), first_path (one file of it)."""
+        src = self.lake.sources()
+        return (
+            src.group_by("run_id")
+            .agg(
+                sources=pl.len(),
+                failed=(pl.col("status") == "failed").sum(),
+                ranks=pl.col("rank").filter(pl.col("status") != "failed").n_unique(),
+                formats=pl.col("format").unique().sort(),
+                first_path=pl.col("path").sort().first(),
+            )
+            .sort("run_id")
+        )
+
+    def names(self) -> list[str]:
+        """Every table and view a user can query, sorted."""
+        rows = self.connection.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY table_name"
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def arrow(self, name: str, run: str | None = None) -> pa.Table:
+        """The rows of a table, view or metric (a name of names()), of one run or of all.
+        Raises KeyError naming the known names for another name, ValueError for a run of a
+        view without runs (the device catalog)."""
+        known = self.names()
+        if name not in known:
+            raise KeyError(f"{name!r}: no such table or view (known: {', '.join(known)})")
+        ident = '"' + name.replace('"', '""') + '"'
+        if run is None:
+            return self.connection.sql(f"SELECT * FROM {ident}").to_arrow_table()
+        if "run_id" not in self.connection.sql(f"SELECT * FROM {ident} LIMIT 0").columns:
+            raise ValueError(f"{name} has no run_id column: leave run out")
+        return self.connection.sql(
+            f"SELECT * FROM {ident} WHERE run_id = $run", params={"run": run}
+        ).to_arrow_table()
+
+    def df(self, name: str, run: str | None = None) -> pl.DataFrame:
+        """arrow(name, run) as a polars DataFrame."""
+        return pl.from_arrow(self.arrow(name, run))
+
+    def sql_arrow(self, text: str, params: dict | list | None = None) -> pa.Table:
+        """The result of one DuckDB query; params fill its `$name` (dict) or `?` (list)
+        parameters. Raises duckdb.Error for a bad query."""
+        return self.connection.sql(text, params=params).to_arrow_table()
+
+    def sql(self, text: str, params: dict | list | None = None) -> pl.DataFrame:
+        """sql_arrow(text, params) as a polars DataFrame."""
+        return pl.from_arrow(self.sql_arrow(text, params))
+
+    def analysis(self, **options) -> dict:
+        """The `tracelake.analyze/4` document (docs/analyze-json.md) with this session's options;
+        options: more of pipeline.analyze.analyze's keyword arguments (runs, top_n, gpu_hour_cost,
+        global_tokens_per_step, palm_flops_per_token)."""
+        from .analyze import analyze
+
+        return analyze(self.lake, **{**self.options, **options})
