@@ -13,6 +13,7 @@ from rich.console import Console
 from .. import __version__
 
 EXIT_OK, EXIT_PARTIAL, EXIT_FAILED = 0, 3, 4
+EXIT_USAGE = 2  # typer/click's code for a bad option or argument
 EXIT_HELP = (
     "Exit codes: 0 all good; 2 usage error; 3 some files (or, with --scheduler, some runs' analyses) failed, "
     "the rest done; 4 total failure."
