@@ -53,6 +53,11 @@ _POLARS = {
 }
 
 
+def duckdb_type(t: str) -> str:
+    """The DuckDB type a schema type is read as (INTEGER for int32, VARCHAR[] for list<string>, ...)."""
+    return _DUCKDB[t]
+
+
 def _from_python(values, field: pa.Field) -> pa.Array:
     """Python list -> Arrow array through polars (pa.array on a list imports pandas: ~0.3 s)."""
     t = next(k for k, v in _TYPES.items() if v == field.type)

@@ -25,15 +25,33 @@
 --   at an activity start, because span ends at the last end.
 -- Buckets: level = 'step' (work assigned to a step by launch, gpu_activities.step: pipeline/derive.py) and
 -- level = 'rank' (all work in scope, step = NULL).
--- Columns:
---   run_id STRING; rank INT32; level STRING ('step' | 'rank'); step INT64 (NULL for level rank)
---   first_ns INT64 ns: first start; last_ns INT64 ns: last end
---   span_ns, gpu_busy_ns, gpu_idle_ns, compute_ns, comm_ns, memory_ns, unknown_ns,
---   overlap_ns, exposed_comm_ns, exposed_comm_wait_ns, exposed_comm_transfer_ns, exposed_memory_ns,
---   exposed_unknown_ns: INT64 ns
---   comm_comp_overlap_pct DOUBLE 0-100, NULL when comm_ns = 0 (nothing to overlap)
---   idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns, idle_unreliable_ns: INT64 ns
---   kernels INT64: number of activities in the bucket
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column level VARCHAR: 'step' (the work launched in one step) or 'rank' (all work in scope).
+-- @column step BIGINT: The step (ProfilerStep number); NULL for level rank.
+-- @column first_ns BIGINT ns: First start of the bucket's work (absolute clock).
+-- @column last_ns BIGINT ns: Last end of the bucket's work (absolute clock).
+-- @column span_ns BIGINT ns: last_ns - first_ns (HTA kernel_time).
+-- @column gpu_busy_ns BIGINT ns: Union of all work, streams and devices of the rank merged.
+-- @column gpu_idle_ns BIGINT ns: span_ns - gpu_busy_ns.
+-- @column compute_ns BIGINT ns: Union of the compute kernels.
+-- @column comm_ns BIGINT ns: Union of the communication kernels.
+-- @column memory_ns BIGINT ns: Union of the memory copies and memsets.
+-- @column unknown_ns BIGINT ns: Union of the work of category unknown.
+-- @column overlap_ns BIGINT ns: compute ∩ communication.
+-- @column exposed_comm_ns BIGINT ns: Communication not under compute (exposed_comm_wait_ns +
+--   exposed_comm_transfer_ns).
+-- @column exposed_comm_wait_ns BIGINT ns: Of it, where the only communication active waits for a peer.
+-- @column exposed_comm_transfer_ns BIGINT ns: Of it, where some collective moves data.
+-- @column exposed_memory_ns BIGINT ns: Copies and memsets under neither compute nor communication.
+-- @column exposed_unknown_ns BIGINT ns: Unknown work under nothing else.
+-- @column comm_comp_overlap_pct DOUBLE %: 100 * overlap_ns / comm_ns; NULL when comm_ns = 0 (nothing to
+--   overlap).
+-- @column idle_host_wait_ns BIGINT ns: Idle ended by work launched after the device drained.
+-- @column idle_kernel_wait_ns BIGINT ns: Other idle intervals shorter than kernel_wait_threshold_ns.
+-- @column idle_other_ns BIGINT ns: The remaining idle intervals.
+-- @column idle_unreliable_ns BIGINT ns: Idle ended by a graph replay (no per-kernel launch time).
+-- @column kernels BIGINT count: GPU activities in the bucket.
 WITH buckets AS (  -- a dense integer per bucket: the sweep sorts on it instead of (run_id, rank, step)
   SELECT run_id, rank, step, (row_number() OVER (ORDER BY run_id, rank, step NULLS LAST))::INT AS bid
   FROM (SELECT DISTINCT run_id, rank, step FROM scope WHERE step IS NOT NULL

@@ -13,11 +13,24 @@
 --                NULL when the group spans hosts (the NIC is unknown from a trace alone) or
 --                the device is not in the catalog.
 -- Rows without msg_bytes (no collective metadata in the trace) have NULL bandwidths.
--- Columns:
---   run_id STRING; rank INT32; step INT64; op STRING; process_group STRING; group_size INT32
---   seq INT64; start_ns INT64 ns; dur_ns INT64 ns; msg_bytes INT64 bytes
---   algbw_gbps DOUBLE GB/s; busbw_gbps DOUBLE GB/s; link_peak_gbps DOUBLE GB/s
---   busbw_util_pct DOUBLE 0-100 (busbw / link peak); algorithm STRING; protocol STRING
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: The step of the collective's kernel (views/40_collective_calls.sql
+--   collective_step); NULL: outside steps.
+-- @column op VARCHAR: Collective operation (all_reduce, all_gather, ...).
+-- @column process_group VARCHAR: Process group name (NULL: the trace names none).
+-- @column group_size INTEGER: Ranks in the group, as recorded.
+-- @column seq BIGINT: The call's sequence number in its group (collectives.seq).
+-- @column start_ns BIGINT ns: Kernel start (absolute clock).
+-- @column dur_ns BIGINT ns: Kernel duration on this rank (includes waiting for late peers).
+-- @column msg_bytes BIGINT bytes: Message size S (nccl-tests' definition); NULL: no metadata.
+-- @column algbw_gbps DOUBLE GB/s: msg_bytes / dur_ns.
+-- @column busbw_gbps DOUBLE GB/s: algbw_gbps * the op's bus-bandwidth factor for group_ranks ranks.
+-- @column link_peak_gbps DOUBLE GB/s: NVLink peak per direction when the group fits on the host; NULL:
+--   spans hosts or device not in the catalog.
+-- @column busbw_util_pct DOUBLE %: 100 * busbw_gbps / link_peak_gbps.
+-- @column algorithm VARCHAR: NCCL algorithm (Ring, Tree, ...) when known.
+-- @column protocol VARCHAR: NCCL protocol (Simple, LL, LL128) when known.
 SELECT c.run_id, c.rank, g.step, c.op, c.process_group, c.group_size, c.seq, c.start_ns, c.dur_ns, c.msg_bytes,
   CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns END AS algbw_gbps,
   CASE WHEN c.dur_ns > 0 THEN c.msg_bytes / c.dur_ns

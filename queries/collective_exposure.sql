@@ -11,14 +11,16 @@
 -- instant once), so these sums rank ops by cost rather than add up to exposed_comm_ns. The op
 -- is collectives.op (the trace's own records first, the kernel name last; 'unknown' for a
 -- communication kernel with no collectives row).
--- Columns:
---   run_id STRING; step INT64 (the step whose wall-clock window, views/25_step_window.sql, holds the
---     kernel's start, as step_time.sql cuts time; else the step of its launch; NULL: outside
---     steps); op STRING
---   kernels INT64: communication kernels; ranks INT64: ranks they ran on
---   kernel_ns INT64 ns: their summed duration
---   exposed_ns INT64 ns = exposed_wait_ns + exposed_transfer_ns: summed time not under compute
---   exposed_wait_ns INT64 ns: of it, waiting for peers; exposed_transfer_ns INT64 ns: of it, transfer
+-- @column run_id VARCHAR: Run.
+-- @column step BIGINT: The step whose wall-clock window (views/25_step_window.sql) holds the kernel's
+--   start, as step_time.sql cuts time; else the step of its launch; NULL: outside steps.
+-- @column op VARCHAR: collectives.op ('unknown': a communication kernel with no collectives row).
+-- @column kernels BIGINT count: Communication kernels.
+-- @column ranks BIGINT count: Ranks they ran on.
+-- @column kernel_ns BIGINT ns: Their summed duration.
+-- @column exposed_ns BIGINT ns: Summed time not under compute (exposed_wait_ns + exposed_transfer_ns).
+-- @column exposed_wait_ns BIGINT ns: Of it, waiting for peers.
+-- @column exposed_transfer_ns BIGINT ns: Of it, transfer.
 WITH ranks AS (  -- a dense integer per rank: the running max and sum sort on it, not on the strings
   SELECT run_id, rank, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr
   FROM (SELECT DISTINCT run_id, rank FROM scope WHERE category = 'compute')

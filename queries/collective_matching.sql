@@ -6,15 +6,30 @@
 -- doc/PERFORMANCE.md): algbw_gbps = msg_bytes / transfer_ns; busbw_gbps = algbw * factor(op, n)
 -- with n = expected_ranks (busbw_factor, views/05_macros.sql); link_peak_gbps
 -- from the device of the straggler (else of the call's lowest rank) as in collective_bandwidth.sql.
--- Columns:
---   run_id STRING; process_group STRING (NULL: unnamed, matched by communication stream order); pg_key STRING
---   call_key INT64 (seq, else order in the group); seq INT64; step INT64; op STRING
---   msg_bytes INT64 bytes; group_size INT32; expected_ranks INT64; ranks_seen INT64; complete BOOL
---   consistent BOOL: seen on two or more ranks that agree on op and size and whose kernels overlap
---     in time (views/40_collective_calls.sql); only these name a straggler and split wait / transfer
---   transfer_ns INT64 ns; arrival_spread_ns INT64 ns (last start - first start)
---   algbw_gbps, busbw_gbps, link_peak_gbps DOUBLE GB/s; straggler_rank INT32 (NULL: single rank, or a tie for last)
---   wait_ns MAP(INT32, INT64) ns: each rank's wait (its longest kernel in the call - transfer_ns)
+-- @column run_id VARCHAR: Run.
+-- @column process_group VARCHAR: Process group (NULL: unnamed, matched by communication stream order).
+-- @column pg_key VARCHAR: The matching key's group part: the process group, else 'comm stream #N'.
+-- @column call_key BIGINT: The call within the group: seq, else its order in the group.
+-- @column seq BIGINT: collectives.seq (NULL: not recorded).
+-- @column step BIGINT: The lowest step of the call's kernels (NULL: outside steps).
+-- @column op VARCHAR: Collective operation.
+-- @column msg_bytes BIGINT bytes: Message size S.
+-- @column group_size INTEGER: Ranks in the group, as recorded.
+-- @column expected_ranks BIGINT count: group_size, else the run's world size for an unnamed group.
+-- @column ranks_seen BIGINT count: Ranks that have the call.
+-- @column complete BOOLEAN: Every expected rank has it and all agree on op and msg_bytes.
+-- @column consistent BOOLEAN: Seen on two or more ranks that agree on op and size and whose kernels
+--   overlap in time (views/40_collective_calls.sql); only these name a straggler and split wait and
+--   transfer.
+-- @column transfer_ns BIGINT ns: The shortest duration among the ranks.
+-- @column arrival_spread_ns BIGINT ns: Last start - first start.
+-- @column algbw_gbps DOUBLE GB/s: msg_bytes / transfer_ns.
+-- @column busbw_gbps DOUBLE GB/s: algbw_gbps * the op's bus-bandwidth factor for expected_ranks.
+-- @column link_peak_gbps DOUBLE GB/s: NVLink peak per direction of the straggler's (else the lowest
+--   rank's) device when the group fits on its host.
+-- @column straggler_rank INTEGER: The rank that started last (NULL: a single rank, a tie for last, or
+--   not consistent).
+-- @column wait_ns MAP(INTEGER, BIGINT) ns: Each rank's wait (its longest kernel in the call - transfer_ns).
 SELECT k.run_id, k.process_group, k.pg_key, k.call_key, k.seq, k.step, k.op, k.msg_bytes, k.group_size,
   k.expected_ranks, k.ranks_seen, k.complete, k.consistent, k.transfer_ns, k.arrival_spread_ns,
   CASE WHEN k.transfer_ns > 0 THEN k.msg_bytes / k.transfer_ns END AS algbw_gbps,

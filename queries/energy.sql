@@ -17,9 +17,14 @@
 --   mean_power_w = energy_j / (covered time).
 -- A lake without power counters gives no rows; pipeline.analyze says so only when asked for
 -- energy (the report omits the line).
--- Columns:
---   run_id STRING; rank INT32; step INT64; series STRING (the counter's name)
---   step_ns INT64 ns; energy_j DOUBLE J; mean_power_w DOUBLE W; covered_pct DOUBLE 0-100
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step.
+-- @column series VARCHAR: The power counter's name.
+-- @column step_ns BIGINT ns: The step window's length (step_window).
+-- @column energy_j DOUBLE J: Power integrated over the window's sampled part.
+-- @column mean_power_w DOUBLE W: energy_j / the covered time.
+-- @column covered_pct DOUBLE %: How much of the window the samples cover.
 WITH series AS (
   SELECT run_id, rank, min(name) AS series
   FROM counters

@@ -15,10 +15,15 @@
 -- (view step_window), the whole-trace row (step NULL) over every sample of the rank. nsys samples
 -- at a fixed frequency (default 10 kHz), so the mean of the samples is the time average.
 -- Values are percentages of the device's peak, as nsys reports them.
--- Columns:
---   run_id STRING; rank INT32; step INT64 (NULL: the whole trace); samples BIGINT
---   sm_active_pct, sm_issue_pct, tensor_active_pct, dram_read_pct, dram_write_pct DOUBLE 0-100
---   (NULL: that metric was not captured)
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step (NULL: the whole trace).
+-- @column samples BIGINT count: GPU-metric samples in the window.
+-- @column sm_active_pct DOUBLE %: Mean SM Active (NULL: not captured).
+-- @column sm_issue_pct DOUBLE %: Mean SM Issue (NULL: not captured).
+-- @column tensor_active_pct DOUBLE %: Mean Tensor Active (NULL: not captured).
+-- @column dram_read_pct DOUBLE %: Mean DRAM read bandwidth, of the peak (NULL: not captured).
+-- @column dram_write_pct DOUBLE %: Mean DRAM write bandwidth, of the peak (NULL: not captured).
 WITH m AS (
   SELECT run_id, rank, ts_ns, value,
     CASE WHEN regexp_matches(name, '(?i)^SMs? Active') THEN 'sm_active'

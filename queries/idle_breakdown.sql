@@ -14,9 +14,16 @@
 -- Graph-replay kernels (gpu_activities.graph_replay, pipeline/derive.py) have no per-kernel launch time: their gaps
 -- are counted under `unreliable` instead of a cause.
 -- The gap belongs to the step of the activity after it.
--- Columns:
---   run_id STRING; rank INT32; device INT32; stream INT64; step INT64 (NULL: outside steps)
---   host_wait_ns, kernel_wait_ns, other_ns, unreliable_ns INT64 ns; gaps INT64 count
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column device INTEGER: Device.
+-- @column stream BIGINT: Stream.
+-- @column step BIGINT: The step of the activity after the gap (NULL: outside steps).
+-- @column host_wait_ns BIGINT ns: Gaps the host was late for.
+-- @column kernel_wait_ns BIGINT ns: Gaps shorter than kernel_wait_threshold_ns (launch overhead).
+-- @column other_ns BIGINT ns: The other gaps.
+-- @column unreliable_ns BIGINT ns: Gaps before graph-replay kernels (no per-kernel launch time).
+-- @column gaps BIGINT count: Gaps counted.
 WITH streams AS (  -- a dense integer per stream: the running max below sorts on it instead of the strings
   SELECT run_id, rank, device, stream, (row_number() OVER (ORDER BY run_id, rank, device, stream))::INT AS sid
   FROM (SELECT DISTINCT run_id, rank, device, stream FROM scope)

@@ -8,11 +8,13 @@
 -- launched after the gap began; kernel_wait when shorter than kernel_wait_threshold_ns (default
 -- 30 µs); other otherwise. Gaps are counted in power-of-two buckets of their length:
 -- bucket_lo_ns <= gap < bucket_hi_ns with bucket_lo_ns = 2^floor(log2(gap)).
--- Columns:
---   run_id STRING; bucket_lo_ns INT64 ns; bucket_hi_ns INT64 ns
---   cause STRING (host_wait | kernel_wait | other | unreliable)
---   gaps INT64: number of gaps, over all ranks of the run; ranks INT64: ranks with such a gap
---   total_ns INT64 ns: their summed length
+-- @column run_id VARCHAR: Run.
+-- @column bucket_lo_ns BIGINT ns: The bucket's lower bound (a power of two).
+-- @column bucket_hi_ns BIGINT ns: Its upper bound (exclusive), 2 * bucket_lo_ns.
+-- @column cause VARCHAR: host_wait, kernel_wait, other or unreliable.
+-- @column gaps BIGINT count: Number of gaps, over all ranks of the run.
+-- @column ranks BIGINT count: Ranks with such a gap.
+-- @column total_ns BIGINT ns: Their summed length.
 WITH ranks AS (  -- a dense integer per rank: the queries below group and sort on it instead of the strings
   SELECT run_id, rank, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr FROM (SELECT DISTINCT run_id, rank FROM scope)
 ),

@@ -5,10 +5,16 @@
 -- per-event 'memory bandwidth (GB/s)' arg is bytes / dur_ns of one event (CuptiActivity.h).
 -- Pageable host memory forces a staged, synchronous copy (CUDA C Programming Guide, "Page-Locked
 -- Host Memory"): pageable_bytes shows how much could move to pinned buffers.
--- Columns:
---   run_id STRING; rank INT32; kind STRING (memcpy | memset); copy_kind STRING (HtoD, DtoH, DtoD, ...)
---   src_kind STRING; dst_kind STRING; copies INT64; total_bytes INT64 bytes; total_ns INT64 ns
---   achieved_gbps DOUBLE GB/s (NULL when total_ns = 0)
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column kind VARCHAR: memcpy or memset.
+-- @column copy_kind VARCHAR: HtoD, DtoH, DtoD, ...
+-- @column src_kind VARCHAR: Source memory kind (Pageable, Pinned, Device, ...).
+-- @column dst_kind VARCHAR: Destination memory kind.
+-- @column copies BIGINT count: Copies (or memsets).
+-- @column total_bytes BIGINT bytes: Their bytes.
+-- @column total_ns BIGINT ns: Their summed duration.
+-- @column achieved_gbps DOUBLE GB/s: total_bytes / total_ns (NULL when total_ns = 0).
 SELECT run_id, rank, kind, copy_kind, src_kind, dst_kind,
   count(*) AS copies, sum(bytes)::BIGINT AS total_bytes, sum(dur_ns)::BIGINT AS total_ns,
   CASE WHEN sum(dur_ns) > 0 THEN sum(bytes) / sum(dur_ns) END AS achieved_gbps

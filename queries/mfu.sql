@@ -51,13 +51,24 @@
 -- with activation checkpointing the shape-derived figure includes recompute; docs/metrics.md.
 -- MFU is NULL (with no made-up default) when there are no modelled FLOPs or no known peak;
 -- pipeline.analyze turns that into a note.
--- Columns:
---   run_id STRING; rank INT32; step INT64; step_ns INT64 ns (the window); host_step_ns INT64 ns
---   (the host ProfilerStep's duration, for reference); model_flops DOUBLE FLOP
---   flops_source STRING (trace_ops | user); flops_dtype STRING; peak_tflops DOUBLE TFLOP/s; device_name STRING
---   mfu_pct DOUBLE 0-100; flop_coverage_pct DOUBLE 0-100; compute_kernel_ns INT64 ns
---   tokens_per_s DOUBLE tokens/s; tokens_per_step DOUBLE tokens; tokens_source STRING
---   palm_flops_per_token DOUBLE FLOP/token; palm_mfu_pct DOUBLE 0-100 (NULL: see above)
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step.
+-- @column step_ns BIGINT ns: The step window's length.
+-- @column host_step_ns BIGINT ns: The host ProfilerStep's duration, for reference.
+-- @column model_flops DOUBLE FLOP: Model FLOPs of the step (NULL: none modelled).
+-- @column flops_source VARCHAR: trace_ops or user.
+-- @column flops_dtype VARCHAR: The precision carrying most of the modelled FLOPs.
+-- @column peak_tflops DOUBLE TFLOP/s: The peak MFU divides by.
+-- @column device_name VARCHAR: The rank's device.
+-- @column mfu_pct DOUBLE %: Model FLOPs utilization (NULL: no FLOPs or no known peak).
+-- @column flop_coverage_pct DOUBLE %: Compute-kernel time launched by ops with modelled FLOPs.
+-- @column compute_kernel_ns BIGINT ns: All compute-kernel time of the step.
+-- @column tokens_per_s DOUBLE tokens/s: tokens_per_step / step time (NULL: tokens unknown).
+-- @column tokens_per_step DOUBLE tokens: Tokens this rank processed in the step.
+-- @column tokens_source VARCHAR: user, global_batch, embedding or NULL.
+-- @column palm_flops_per_token DOUBLE FLOP/token: PaLM's 6N + 12LHQT (NULL: no model shape given).
+-- @column palm_mfu_pct DOUBLE %: MFU by PaLM's formula (NULL: see above).
 WITH op_step AS (  -- the ops MFU and the tokens read, each in the step whose host window holds its start
   SELECT o.run_id, o.rank, s.step, o.name, o.flops, o.flops_dtype, o.input_dims
   FROM cpu_ops o
@@ -140,7 +151,7 @@ SELECT run_id, rank, step, step_ns, host_step_ns, eff_flops AS model_flops, eff_
   compute_kernel_ns,
   CASE WHEN step_ns > 0 THEN eff_tokens / (step_ns * 1e-9) END AS tokens_per_s,
   eff_tokens::DOUBLE AS tokens_per_step, tokens_source,
-  getvariable('palm_flops_per_token') AS palm_flops_per_token,
+  getvariable('palm_flops_per_token')::DOUBLE AS palm_flops_per_token,
   100.0 * getvariable('palm_flops_per_token') * eff_tokens
     / (mfu_ns * 1e-9 * coalesce(getvariable('peak_tflops'), bf16_tflops, fp16_tflops) * 1e12) AS palm_mfu_pct
 FROM with_peak

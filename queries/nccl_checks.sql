@@ -19,11 +19,18 @@
 --   coll_mismatch      COLL lines of one communicator and opCount that disagree across ranks on op
 --                      or count (nccl.md 1.7), or a torchfrtrace mismatch report
 --   nccl_warn          NCCL WARN lines (IB completion errors, plugin failures, ...)
--- Columns:
---   run_id STRING; kind STRING; severity STRING ('high': breaks or cripples communication;
---     'moderate': slows it or needs a look); source_id STRING (the log); host STRING; pid INT64;
---   rank INT32 (NULL: not stated); line_no INT64 (first line of the evidence);
---   n INT64 (how many lines/channels/ranks the row summarizes); detail STRING (one line, readable)
+-- @column run_id VARCHAR: Run.
+-- @column kind VARCHAR: The problem (one of the kind values above).
+-- @column severity VARCHAR: 'high' (breaks or cripples communication) or 'moderate' (slows it or needs
+--   a look).
+-- @column source_id VARCHAR: The log (sources.source_id).
+-- @column file VARCHAR: The log's file name (the last part of sources.path; an archive member's own name).
+-- @column host VARCHAR: Host the lines come from (NULL: not stated).
+-- @column pid BIGINT: Process id the lines come from (NULL: not stated).
+-- @column rank INTEGER: Rank (NULL: not stated).
+-- @column line_no BIGINT: First line of the evidence.
+-- @column n BIGINT count: How many lines, channels or ranks the row summarizes.
+-- @column detail VARCHAR: One readable line.
 WITH proc AS (
   SELECT t.*, p.n_nodes, p.nranks, p.rank AS p_rank
   FROM nccl_process_transport t
@@ -65,7 +72,8 @@ mismatch AS (
   WHERE comm_id IS NOT NULL AND op NOT IN ('Send', 'Recv')
   GROUP BY run_id, comm_id, op_count
   HAVING count(DISTINCT op) > 1 OR count(DISTINCT count) > 1
-)
+),
+checks AS (
 SELECT run_id, 'socket_transport' AS kind, 'high' AS severity, source_id, host, pid, rank, line_no, n,
        n || ' NET channel(s) via ' || coalesce(via, 'NET/Socket') || ': inter-node traffic on TCP sockets' AS detail
 FROM chan WHERE transport = 'NET' AND net_name = 'Socket'
@@ -119,4 +127,8 @@ SELECT run_id, 'nccl_warn', CASE WHEN bool_or(message ILIKE '%status=%' OR messa
        source_id, host, pid, NULL::INTEGER, min(line_no), count(*), 'NCCL WARN: ' || arg_min(message, line_no)
 FROM nccl_events WHERE level = 'WARN' AND message IS NOT NULL
 GROUP BY run_id, source_id, host, pid
-ORDER BY run_id, severity, kind, source_id, line_no
+),
+files AS (SELECT run_id, source_id, regexp_extract(min(path), '[^/!]+$') AS file FROM sources GROUP BY ALL)
+SELECT c.run_id, c.kind, c.severity, c.source_id, f.file, c.host, c.pid, c.rank, c.line_no, c.n, c.detail
+FROM checks c LEFT JOIN files f ON f.run_id = c.run_id AND f.source_id = c.source_id
+ORDER BY c.run_id, c.severity, c.kind, c.source_id, c.line_no

@@ -6,14 +6,22 @@
 -- NVLink rate per direction when every rank is on one node (busbw models the bytes each rank
 -- sends on its link, one direction); for runs spanning nodes the bottleneck is the NIC, whose
 -- rate the output does not state, so the peak is NULL with link_note saying why.
--- Columns:
---   run_id STRING; source_id STRING; test STRING (all_reduce_perf, ...); placement STRING
---   n_ranks INT32 (GPUs of the run; NULL when the output lists none); n_nodes INT32
---   gpu_name STRING (from the output's device list); catalog_key STRING (device_catalog match)
---   peak_busbw_gbps DOUBLE 1e9 B/s; peak_algbw_gbps DOUBLE 1e9 B/s (of the same row)
---   size_at_peak_bytes INT64 (message size S of the best row); rows INT64 (sizes measured)
---   link_peak_gbps DOUBLE 1e9 B/s per direction (NULL: unknown, see link_note)
---   busbw_pct_of_link DOUBLE 0-100; link_note STRING
+-- @column run_id VARCHAR: Run.
+-- @column source_id VARCHAR: The nccl-tests output (sources.source_id).
+-- @column file VARCHAR: Its file name (the last part of sources.path; an archive member's own name).
+-- @column test VARCHAR: The test (all_reduce_perf, ...).
+-- @column placement VARCHAR: out_of_place or in_place.
+-- @column n_ranks INTEGER count: GPUs of the run (NULL when the output lists none).
+-- @column n_nodes INTEGER count: Nodes of the run.
+-- @column gpu_name VARCHAR: From the output's device list.
+-- @column catalog_key VARCHAR: The device_catalog entry it matches.
+-- @column peak_busbw_gbps DOUBLE GB/s: The best bus bandwidth measured.
+-- @column peak_algbw_gbps DOUBLE GB/s: The algorithm bandwidth of the same row.
+-- @column size_at_peak_bytes BIGINT bytes: Message size S of the best row.
+-- @column rows BIGINT count: Sizes measured.
+-- @column link_peak_gbps DOUBLE GB/s: NVLink per direction (NULL: unknown, see link_note).
+-- @column busbw_pct_of_link DOUBLE %: 100 * peak_busbw_gbps / link_peak_gbps.
+-- @column link_note VARCHAR: Which link the peak is, or why it is unknown.
 WITH best AS (
   SELECT run_id, source_id, test, placement, max(n_ranks) AS n_ranks, max(n_nodes) AS n_nodes,
          max(busbw_gbps) AS peak_busbw_gbps, arg_max(algbw_gbps, busbw_gbps) AS peak_algbw_gbps,
@@ -26,7 +34,7 @@ matched AS (
   SELECT g.run_id, g.source_id, g.gpu_name, arg_min(c.key, c.priority) AS catalog_key, arg_min(c.nvlink_gbps, c.priority) AS nvlink_gbps
   FROM gpu g JOIN device_catalog c ON regexp_matches(g.gpu_name, c.match, 'i') GROUP BY ALL
 )
-SELECT b.run_id, b.source_id, b.test, b.placement, b.n_ranks, b.n_nodes, g.gpu_name, m.catalog_key,
+SELECT b.run_id, b.source_id, f.file, b.test, b.placement, b.n_ranks, b.n_nodes, g.gpu_name, m.catalog_key,
   b.peak_busbw_gbps, b.peak_algbw_gbps, b.size_at_peak_bytes, b.rows,
   CASE WHEN b.n_nodes = 1 THEN m.nvlink_gbps END AS link_peak_gbps,
   100 * b.peak_busbw_gbps / (CASE WHEN b.n_nodes = 1 THEN m.nvlink_gbps END) AS busbw_pct_of_link,
@@ -38,4 +46,6 @@ SELECT b.run_id, b.source_id, b.test, b.placement, b.n_ranks, b.n_nodes, g.gpu_n
 FROM best b
 LEFT JOIN gpu g USING (run_id, source_id)
 LEFT JOIN matched m USING (run_id, source_id)
+LEFT JOIN (SELECT run_id, source_id, regexp_extract(min(path), '[^/!]+$') AS file FROM sources GROUP BY ALL) f
+  USING (run_id, source_id)
 ORDER BY b.run_id, b.source_id, b.test, b.placement

@@ -28,14 +28,21 @@
 -- does; summed over the phases it is step_ns, and phase_pct = 100 * phase_ns / step_ns.
 -- Phases can overlap on the GPU (backward compute under forward's collectives, streams), so
 -- gpu_busy_ns summed over phases can exceed step_time's gpu_busy_ns; phase_ns never does.
--- Columns:
---   run_id STRING; rank INT32; step INT64
---   phase STRING: forward, backward, optimizer, other
---   step_ns INT64 ns: the step window's length (step_time.sql)
---   phase_ns INT64 ns: the phase's share of the window (the partition above); phase_pct DOUBLE 0-100
---   activities INT64: GPU activities of the phase starting in the window
---   gpu_busy_ns, compute_ns, comm_ns, exposed_comm_ns, exposed_comm_wait_ns,
---   exposed_comm_transfer_ns, idle_ns: INT64 ns inside the window
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step.
+-- @column phase VARCHAR: forward, backward, optimizer or other.
+-- @column step_ns BIGINT ns: The step window's length (step_time.sql).
+-- @column phase_ns BIGINT ns: The phase's share of the window (the partition above).
+-- @column phase_pct DOUBLE %: 100 * phase_ns / step_ns.
+-- @column activities BIGINT count: GPU activities of the phase starting in the window.
+-- @column gpu_busy_ns BIGINT ns: |A_p| inside the window.
+-- @column compute_ns BIGINT ns: |C_p| inside the window.
+-- @column comm_ns BIGINT ns: |M_p ∪ W_p| inside the window.
+-- @column exposed_comm_ns BIGINT ns: |(M_p ∪ W_p) \ C| inside the window.
+-- @column exposed_comm_wait_ns BIGINT ns: Of it, waiting for peers.
+-- @column exposed_comm_transfer_ns BIGINT ns: Of it, transfer (|M_p \ C|).
+-- @column idle_ns BIGINT ns: The window's idle time attributed to the phase.
 WITH win AS (
   SELECT w.run_id, w.rank, w.step, w.step_start_ns AS ws, w.step_end_ns AS we, w.step_ns
   FROM step_window w SEMI JOIN phase_steps p USING (run_id, rank, step)

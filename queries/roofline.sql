@@ -18,17 +18,36 @@
 --   integers: the same lake gives the same digits whatever order a parallel sum takes.
 --   run_compute_ns  = all compute-kernel time of the run in scope (modelled or not), so that
 --                     the modelled share is sum(dur_ns) over the run's rows / run_compute_ns
--- Columns:
---   run_id STRING; kernel_name STRING; op_name STRING; work_class STRING (matrix | vector)
---   precision STRING; device_name STRING; kernels BIGINT; ranks BIGINT; dur_ns BIGINT ns
---   flops DOUBLE FLOP; bytes DOUBLE bytes; intensity DOUBLE FLOP/byte
---   achieved_tflops DOUBLE TFLOP/s; achieved_gbps DOUBLE GB/s; peak_tflops DOUBLE TFLOP/s
---   memory_gbps DOUBLE GB/s; ridge_flop_per_byte DOUBLE FLOP/byte; roof_tflops DOUBLE TFLOP/s
---   roof_pct DOUBLE 0-100 (may exceed 100: modelled work above what ran); peak_pct DOUBLE 0-100
---   bound STRING; compute_bound_ns, memory_bound_ns, latency_bound_ns, unknown_bound_ns BIGINT ns
---   above_roof_ns BIGINT ns (kernels whose roof_pct exceeds 100: their modelled work is more than
---   the device can do in their time: misrecorded shapes or dtypes, or the 1 µs timing resolution
---   of older traces on short kernels); lost_ns DOUBLE ns; run_compute_ns BIGINT ns
+-- @column run_id VARCHAR: Run.
+-- @column kernel_name VARCHAR: Kernel name.
+-- @column op_name VARCHAR: The op whose modelled work the kernels did.
+-- @column work_class VARCHAR: matrix or vector.
+-- @column precision VARCHAR: The precision the peak is taken in.
+-- @column device_name VARCHAR: Device.
+-- @column kernels BIGINT count: Kernels in the group.
+-- @column ranks BIGINT count: Ranks they ran on.
+-- @column dur_ns BIGINT ns: Their summed duration.
+-- @column flops DOUBLE FLOP: Their modelled FLOPs.
+-- @column bytes DOUBLE bytes: Their modelled bytes moved.
+-- @column intensity DOUBLE FLOP/byte: flops / bytes.
+-- @column achieved_tflops DOUBLE TFLOP/s: flops / dur_ns / 1e3.
+-- @column achieved_gbps DOUBLE GB/s: bytes / dur_ns.
+-- @column peak_tflops DOUBLE TFLOP/s: The device's peak in the precision.
+-- @column memory_gbps DOUBLE GB/s: The device's memory bandwidth.
+-- @column ridge_flop_per_byte DOUBLE FLOP/byte: peak_tflops * 1e3 / memory_gbps.
+-- @column roof_tflops DOUBLE TFLOP/s: min(peak, intensity * memory_gbps / 1e3).
+-- @column roof_pct DOUBLE %: 100 * achieved_tflops / roof_tflops (may exceed 100: modelled work above
+--   what ran).
+-- @column peak_pct DOUBLE %: The share of the device's peak the group's kernel time delivered.
+-- @column bound VARCHAR: compute, memory, latency or unknown: the bound holding most of the time.
+-- @column compute_bound_ns BIGINT ns: Time of the kernels bound by compute.
+-- @column memory_bound_ns BIGINT ns: Time of the kernels bound by memory.
+-- @column latency_bound_ns BIGINT ns: Time of the kernels bound by latency.
+-- @column unknown_bound_ns BIGINT ns: Time of the kernels of unknown bound.
+-- @column above_roof_ns BIGINT ns: Time of the kernels whose roof_pct exceeds 100 (misrecorded
+--   shapes or dtypes, or the 1 µs timing resolution of older traces on short kernels).
+-- @column lost_ns DOUBLE ns: Time the kernels would save at their own roof.
+-- @column run_compute_ns BIGINT ns: All compute-kernel time of the run in scope (modelled or not).
 WITH g AS (  -- the ranks' parts of each group (views/82_roofline_parts.sql), summed
   SELECT run_id, kernel_name, op_name, work_class, precision,
     any_value(device_name) AS device_name, sum(kernels)::BIGINT AS kernels, count(DISTINCT rank) AS ranks,

@@ -21,14 +21,21 @@
 -- file cannot tell which steps are whole.
 -- Launch calls: runtime/driver names matching LaunchKernel, MemcpyAsync, MemsetAsync,
 -- GraphLaunch, ModuleLaunch or MTIA runFunction (HTA's launch symbol list, trace_counters.py).
--- Columns:
---   run_id STRING; rank INT32; step INT64; name STRING; start_ns, end_ns INT64 ns; dur_ns INT64 ns
---   launches INT64: launch calls in the host window
---   launches_without_gpu_work INT64: of them, those with no GPU work in the trace (cut off or not)
---   launches_cut_off INT64: of those, the ones after the last launch of the source and rank whose
---     GPU work was recorded (the ones that make the step incomplete)
---   in_truncated_source BOOL: the step's source file was cut (status 'partial')
---   complete BOOL (launches_cut_off = 0 and not in_truncated_source); is_last BOOL (last step of the rank)
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step.
+-- @column name VARCHAR: The ProfilerStep's name.
+-- @column start_ns BIGINT ns: Host window start (absolute clock).
+-- @column end_ns BIGINT ns: Host window end.
+-- @column dur_ns BIGINT ns: Host window length.
+-- @column launches BIGINT count: Launch calls in the host window.
+-- @column launches_without_gpu_work BIGINT count: Of them, those with no GPU work in the trace (cut off
+--   or not).
+-- @column launches_cut_off BIGINT count: Of those, the ones after the last launch of the source and rank
+--   whose GPU work was recorded (the ones that make the step incomplete).
+-- @column in_truncated_source BOOLEAN: The step's source file was cut (status 'partial').
+-- @column complete BOOLEAN: launches_cut_off = 0 and not in_truncated_source.
+-- @column is_last BOOLEAN: The last step of the rank.
 WITH launch_calls AS (
   SELECT run_id, source_id, rank, correlation, start_ns FROM cpu_ops
   WHERE kind IN ('runtime', 'driver') AND correlation IS NOT NULL

@@ -23,17 +23,34 @@
 --                      the device, as in breakdown.sql);
 --   idle_kernel_wait_ns the gap is shorter than kernel_wait_threshold_ns (default 30 µs);
 --   idle_other_ns      the rest (work was queued but waited: events, cross-stream dependencies).
--- Columns:
---   run_id STRING; rank INT32; step INT64
---   step_start_ns, step_end_ns INT64 ns: the step window (absolute clock); step_ns INT64 ns: its length
---   host_start_ns, host_end_ns INT64 ns: the host ProfilerStep window; host_step_ns INT64 ns: its length
---   activities INT64: GPU activities launched inside the host window
---   gpu_span_ns INT64 ns: first start to last end of the GPU work launched in the host window
---     (views/25_step_window.sql; NULL: none), a named extra, never a denominator
---   gpu_busy_ns, compute_ns, comm_ns, memory_ns, overlap_ns (compute ∩ comm), exposed_comm_ns
---     (comm \ compute), exposed_comm_wait_ns (of it, waiting for peers), exposed_comm_transfer_ns
---     (of it, transfer), exposed_memory_ns, exposed_unknown_ns, idle_ns: INT64 ns inside the window
---   idle_input_ns, idle_unreliable_ns, idle_host_wait_ns, idle_kernel_wait_ns, idle_other_ns: INT64 ns
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step.
+-- @column step_start_ns BIGINT ns: The step window's start (absolute clock).
+-- @column step_end_ns BIGINT ns: The step window's end.
+-- @column step_ns BIGINT ns: Its length.
+-- @column host_start_ns BIGINT ns: The host ProfilerStep window's start.
+-- @column host_end_ns BIGINT ns: The host ProfilerStep window's end.
+-- @column host_step_ns BIGINT ns: Its length.
+-- @column activities BIGINT count: GPU activities launched inside the host window.
+-- @column gpu_span_ns BIGINT ns: First start to last end of the GPU work launched in the host window
+--   (views/25_step_window.sql; NULL: none), a named extra, never a denominator.
+-- @column gpu_busy_ns BIGINT ns: Union of the GPU work inside the window.
+-- @column compute_ns BIGINT ns: Union of compute inside the window.
+-- @column comm_ns BIGINT ns: Union of communication inside the window.
+-- @column memory_ns BIGINT ns: Union of copies and memsets inside the window.
+-- @column overlap_ns BIGINT ns: compute ∩ comm.
+-- @column exposed_comm_ns BIGINT ns: comm \ compute.
+-- @column exposed_comm_wait_ns BIGINT ns: Of it, waiting for peers.
+-- @column exposed_comm_transfer_ns BIGINT ns: Of it, transfer.
+-- @column exposed_memory_ns BIGINT ns: Copies under neither compute nor communication.
+-- @column exposed_unknown_ns BIGINT ns: Unknown work under nothing else.
+-- @column idle_ns BIGINT ns: No GPU work at all.
+-- @column idle_input_ns BIGINT ns: Idle while the host was inside a DataLoader fetch.
+-- @column idle_unreliable_ns BIGINT ns: Idle ended by a graph replay.
+-- @column idle_host_wait_ns BIGINT ns: Idle the host was late for.
+-- @column idle_kernel_wait_ns BIGINT ns: Idle gaps shorter than kernel_wait_threshold_ns.
+-- @column idle_other_ns BIGINT ns: The rest of the idle time.
 WITH win AS (
   SELECT *, step_start_ns AS ws, step_end_ns AS we FROM step_window
 ),

@@ -8,10 +8,13 @@
 -- A call where two or more ranks share the latest start has no straggler (straggler_rank NULL):
 -- its waits are real but caused by no single rank, so it gives no row (no rank is charged with
 -- it), yet it counts in `calls`.
--- Columns:
---   run_id STRING; step INT64 (NULL: outside steps); straggler_rank INT32 (never NULL); times_last INT64
---   calls INT64 (consistent calls in the step, tied ones included); caused_wait_ns
---   INT64 ns; complete_calls INT64 (of the rank's times_last calls, the complete ones)
+-- @column run_id VARCHAR: Run.
+-- @column step BIGINT: Step (NULL: outside steps).
+-- @column straggler_rank INTEGER: The rank that started last (never NULL).
+-- @column times_last BIGINT count: Calls it started last.
+-- @column calls BIGINT count: Consistent calls in the step, tied ones included.
+-- @column caused_wait_ns BIGINT ns: The other ranks' wait in its times_last calls.
+-- @column complete_calls BIGINT count: Of its times_last calls, the complete ones.
 WITH waits AS (
   SELECT r.run_id, r.pg_key, r.call_key, sum(r.dur_ns - k.transfer_ns) FILTER (WHERE r.rank <> k.straggler_rank) AS others_wait
   FROM collective_ranks r JOIN collective_calls k USING (run_id, pg_key, call_key)
@@ -21,7 +24,7 @@ calls AS (
   SELECT k.*, w.others_wait FROM collective_calls k JOIN waits w USING (run_id, pg_key, call_key) WHERE k.consistent
 )
 SELECT run_id, step, straggler_rank, count(*) AS times_last,
-  any_value(n_calls) AS calls, sum(others_wait)::BIGINT AS caused_wait_ns, sum(complete::INT) AS complete_calls
+  any_value(n_calls) AS calls, sum(others_wait)::BIGINT AS caused_wait_ns, sum(complete::INT)::BIGINT AS complete_calls
 FROM (SELECT *, count(*) OVER (PARTITION BY run_id, step) AS n_calls FROM calls)
 WHERE straggler_rank IS NOT NULL  -- after the window: tied calls count in n_calls
 GROUP BY ALL

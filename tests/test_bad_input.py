@@ -224,9 +224,9 @@ def test_missing_paths_and_bad_lake_do_not_crash(tmp_path):
     r = runner.invoke(app, ["ingest", str(tmp_path / "rank0.json"), "--lake", str(tmp_path / "afile")])
     assert r.exit_code == 2 and "not a directory" in r.output and isinstance(r.exception, SystemExit)
     r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), ""])
-    assert r.exit_code == EXIT_FAILED and "empty query" in r.output
+    assert r.exit_code == 2 and "empty query" in r.output
     r = runner.invoke(app, ["sql", "--lake", str(tmp_path / "lake"), "@" + str(tmp_path / "missing.sql")])
-    assert r.exit_code == EXIT_FAILED and "missing.sql" in r.output
+    assert r.exit_code == 2 and "missing.sql" in r.output
 
 
 def test_run_ids_never_merge_after_sanitizing():

@@ -63,7 +63,7 @@ def test_run_analyze_sql_report(tmp_path):
     )
     assert json.loads(r.stdout) == [{"n": 4}]
     r = runner.invoke(app, ["sql", "--lake", str(lake), "SELEC nonsense"])
-    assert r.exit_code == 4 and "error" in r.output
+    assert r.exit_code == 2 and r.output.startswith("error: Parser Error")  # a usage error
     # a query gets the metric views it names (query.for_query), and a catalog listing all of them
     q = "SELECT rank FROM breakdown WHERE level = 'rank' ORDER BY rank"
     r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", q])

@@ -4,6 +4,7 @@ listings and results on stdout, progress on stderr only on a terminal."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import re
 
@@ -102,7 +103,7 @@ def test_analysis_reports_each_stage_once_in_order(tmp_path):
 
 
 def test_progress_goes_to_stderr_on_a_terminal_and_quiet_turns_it_off(tmp_path, monkeypatch):
-    import pipeline.cli.app as cli_app
+    cli_app = importlib.import_module("pipeline.cli.app")  # the module, not the Typer app
 
     lake = tmp_path / "lake"
     assert runner.invoke(app, ["ingest", str(SAMPLE), "--lake", str(lake)]).exit_code == 0

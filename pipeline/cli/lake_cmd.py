@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 
 from .analysis_cmd import _lake_read_error
-from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, command, err, existing_lake, exit_help, out
+from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, err, existing_lake, exit_help, out
 from .options import LAKE, WINDOW, _clip, _resolve_runs
 
 
@@ -75,37 +75,59 @@ def forget(
 
 
 @command(
-    epilog=EXIT_HELP
-    + " Views: every schema table (sources, gpu_activities, cpu_ops, steps, collectives, devices, "
-    "process_groups, annotations, counters) plus gpu_work, scope, rank_device, device_catalog, "
-    "collective_catalog."
+    epilog=exit_help().replace("a path that does not exist", "a path that does not exist, an SQL error")
+    + " What can be queried: --list (every table and view with one line), --describe NAME (its columns with "
+    "type, unit and meaning); docs/sql-reference.md has both."
 )
 def sql(
-    query: str = typer.Argument(..., help="SQL text, or @FILE to read it from a file."),
+    query: Optional[str] = typer.Argument(
+        None, metavar="QUERY", help="SQL text, or @FILE to read it from a file."
+    ),
     lake: Path = LAKE,
-    fmt: str = typer.Option("table", "--format", "-f", help="table, csv or json."),
+    fmt: str = typer.Option("table", "--format", "-f", metavar="table|csv|json", help="Output format."),
     window: str = WINDOW,
+    list_: bool = typer.Option(
+        False,
+        "--list",
+        help="List every table and view a query can read, with its one-line doc (no lake read).",
+    ),
+    describe: Optional[str] = typer.Option(
+        None,
+        "--describe",
+        metavar="NAME",
+        help="The columns of a table or view: type, unit, doc (no lake read).",
+    ),
 ):
-    """Run ad-hoc DuckDB SQL over the lake (one view per schema table)."""
-    import duckdb
-
-    from ..lake import Lake, LakeError
-    from ..query import connect, for_query
-
+    """Run ad-hoc DuckDB SQL over the lake: the schema tables, the derived views and one view per
+    metric (tracelake sql --list names them all)."""
     if fmt not in ("table", "csv", "json"):
         raise typer.BadParameter("--format must be table, csv or json")
-    lk = Lake(lake)
-    if not lk.exists():
-        err.print(f"error: {lake}: not a tracelake lake", markup=False)
-        raise typer.Exit(EXIT_FAILED)
+    if list_ or describe is not None:
+        if query is not None or (list_ and describe is not None):
+            raise typer.BadParameter("give one of a query, --list or --describe NAME")
+        # the docs are static (schemas/v3.toml, the SQL files' doc comments): no lake is read
+        _list(fmt) if list_ else _describe(describe, fmt)
+        raise typer.Exit(EXIT_OK)
+    if query is None:
+        raise typer.BadParameter("give a query (or --list, --describe NAME)")
+    _run_query(query, lake, fmt, window)
+
+
+def _run_query(query: str, lake: Path, fmt: str, window: str) -> None:
+    import duckdb
+
+    from ..lake import LakeError
+    from ..query import connect, for_query
+
+    lk = existing_lake(lake)  # a usage error (exit 2) that creates nothing
     try:
         text = Path(query[1:]).read_text() if query.startswith("@") else query
     except OSError as e:
         err.print(f"error: {query[1:]}: {e.strerror or e}", markup=False)
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(EXIT_USAGE)
     if not text.strip():
         err.print("error: empty query", markup=False)
-        raise typer.Exit(EXIT_FAILED)
+        raise typer.Exit(EXIT_USAGE)
     try:
         con = connect(lk, window=window, **for_query(text))
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
@@ -117,11 +139,105 @@ def sql(
         rel = con.sql(text)
         if rel is None:
             err.print("error: the statement returns no rows (tracelake sql runs queries)", markup=False)
-            raise typer.Exit(EXIT_FAILED)
+            raise typer.Exit(EXIT_USAGE)
         df = pl.from_arrow(rel.to_arrow_table())
-    except duckdb.Error as e:
-        err.print(f"error: {str(e).splitlines()[0]}", markup=False)
+    except duckdb.IOException as e:  # a part that cannot be read: the lake's failure, not the query's
+        err.print(_lake_read_error(lake, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
+    except duckdb.Error as e:  # the query's own error (syntax, unknown name, bad cast): a usage error
+        err.print(f"error: {(str(e).splitlines() or [type(e).__name__])[0]}", markup=False)
+        raise typer.Exit(EXIT_USAGE)
+    _write_frame(df, fmt)
+
+
+def _list(fmt: str) -> None:
+    """`--list`: every listed table and view (pipeline/sqldoc.py listed()) with its kind and summary."""
+    import polars as pl
+
+    from ..sqldoc import listed
+
+    docs = listed()
+    if fmt == "table":
+        width = max(len(d.name) for d in docs)
+        for d in docs:
+            out.print(
+                f"{d.kind:<8} {d.name:<{width}}  {d.summary}", markup=False, overflow="ignore", crop=False
+            )
+        return
+    _write_frame(
+        pl.DataFrame(
+            {
+                "name": [d.name for d in docs],
+                "kind": [d.kind for d in docs],
+                "doc": [d.summary for d in docs],
+                "source": [d.source for d in docs],
+            }
+        ),
+        fmt,
+    )
+
+
+def _describe(name: str, fmt: str) -> None:
+    """`--describe NAME`: the columns of a table or view with type, unit and doc; exit 2 for a name
+    that is neither."""
+    import polars as pl
+
+    from ..sqldoc import catalog
+
+    d = catalog().get(name.strip().lower())
+    if d is None:
+        raise typer.BadParameter(f"{name}: no such table or view (tracelake sql --list names them)")
+    cols = {
+        "column": [c.name for c in d.columns],
+        "type": [c.type for c in d.columns],
+        "unit": [c.unit for c in d.columns],
+        "doc": [c.doc for c in d.columns],
+    }
+    if fmt == "json":
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "name": d.name,
+                    "kind": d.kind,
+                    "source": d.source,
+                    "doc": d.summary,
+                    "internal": d.internal,
+                    "columns": pl.DataFrame(cols).to_dicts(),
+                }
+            )
+            + "\n"
+        )
+        return
+    if fmt == "csv":
+        _write_frame(pl.DataFrame(cols), fmt)
+        return
+    note = " (an implementation detail, not in --list)" if d.internal else ""
+    out.print(f"{d.name}: {d.kind} ({d.source}){note}", markup=False, overflow="ignore", crop=False)
+    out.print(d.summary, markup=False, overflow="ignore", crop=False)
+    out.print("", markup=False)
+    w = [
+        max([len(h)] + [len(v) for v in vs])
+        for h, vs in zip(("column", "type", "unit"), list(cols.values())[:3])
+    ]
+    out.print(
+        f"{'column':<{w[0]}}  {'type':<{w[1]}}  {'unit':<{w[2]}}  doc",
+        markup=False,
+        overflow="ignore",
+        crop=False,
+    )
+    for c in d.columns:
+        out.print(
+            f"{c.name:<{w[0]}}  {c.type:<{w[1]}}  {c.unit:<{w[2]}}  {c.doc}",
+            markup=False,
+            overflow="ignore",
+            crop=False,
+        )
+
+
+def _write_frame(df, fmt: str) -> None:
+    """A result frame on stdout as table, csv (nested values as JSON text) or json."""
+    import polars as pl
+
     if fmt == "csv":  # CSV has no nested values: lists, structs and maps are written as JSON text
         nested = [c for c, t in df.schema.items() if t.is_nested()]
         df = df.with_columns(
@@ -136,8 +252,6 @@ def sql(
     elif fmt == "json":
         sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")
     else:
-        import polars as pl
-
         with pl.Config(
             tbl_rows=200,
             tbl_cols=50,

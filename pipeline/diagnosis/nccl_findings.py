@@ -83,8 +83,8 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     Returns [] for runs without NCCL logs or nccl-tests output."""
     rid = _q(run_id)
     rows = con.execute(f"""
-        SELECT c.kind, c.severity, c.detail, c.line_no, c.n, regexp_extract(s.path, '[^/!]+$') AS file
-        FROM nccl_checks c LEFT JOIN sources s ON s.run_id = c.run_id AND s.source_id = c.source_id
+        SELECT c.kind, c.severity, c.detail, c.line_no, c.n, c.file
+        FROM nccl_checks c
         WHERE c.run_id = '{rid}' ORDER BY c.source_id, c.line_no""").fetchall()
     by_kind: dict[str, list] = {}
     for r in rows:
@@ -116,8 +116,8 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
         """
         SELECT b.test, b.placement, b.peak_busbw_gbps, b.link_peak_gbps, b.busbw_pct_of_link,"""
         f""" b.size_at_peak_bytes,
-               b.gpu_name, regexp_extract(s.path, '[^/!]+$') AS file
-        FROM nccl_tests_bandwidth b LEFT JOIN sources s ON s.run_id = b.run_id AND s.source_id = b.source_id
+               b.gpu_name, b.file
+        FROM nccl_tests_bandwidth b
         WHERE b.run_id = '{rid}' AND b.busbw_pct_of_link < {LOW_BUSBW_PCT} ORDER BY b.busbw_pct_of_link"""
     )
     low = con.execute(sql).fetchall()

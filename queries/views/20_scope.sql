@@ -6,7 +6,9 @@
 --   'hta' HolisticTraceAnalysis's load-time window: when a rank has 2 or more ProfilerSteps,
 --         only work launched (with a known launch) before the start of its last step
 --         (hta/common/trace.py _filter_irrelevant_gpu_kernels); otherwise everything.
--- Columns: those of gpu_work.
+-- @view scope: The GPU work the metric queries analyse: gpu_work without synchronization events,
+--   in the analysis window.
+-- @columns_of gpu_work
 CREATE OR REPLACE VIEW scope AS
 WITH last_step AS (
   SELECT run_id, rank, max(start_ns) AS last_start, count(*) AS n_steps FROM steps GROUP BY ALL

@@ -12,14 +12,21 @@
 -- With the 'hta' analysis window the last step of a rank with two or more steps is left out
 -- (its work is out of scope, views/20_scope.sql).
 -- Only ranks with GPU work in scope get rows (a CPU-only trace has no GPU time to divide).
--- Columns:
---   run_id STRING; rank INT32; step INT64
---   step_start_ns, step_end_ns INT64 ns: the window (absolute clock); step_ns INT64 ns: its length
---   host_start_ns, host_end_ns INT64 ns: the host ProfilerStep window; host_step_ns INT64 ns: its length
---   gpu_start_ns, gpu_end_ns INT64 ns: first start / last end of the GPU work launched inside the
---     host window (NULL: none); gpu_span_ns INT64 ns: their difference (HTA's per-iteration
---     kernel span; NULL: no work)
---   activities INT64: GPU activities launched inside the host window
+-- @view step_window: The wall-clock window of each rank's steps, the one step time every per-step
+--   metric divides by.
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step.
+-- @column step_start_ns BIGINT ns: The window's start (absolute clock).
+-- @column step_end_ns BIGINT ns: The window's end.
+-- @column step_ns BIGINT ns: Its length.
+-- @column host_start_ns BIGINT ns: The host ProfilerStep window's start.
+-- @column host_end_ns BIGINT ns: The host ProfilerStep window's end.
+-- @column host_step_ns BIGINT ns: Its length.
+-- @column gpu_start_ns BIGINT ns: First start of the GPU work launched inside the host window (NULL: none).
+-- @column gpu_end_ns BIGINT ns: Last end of that work (NULL: none).
+-- @column gpu_span_ns BIGINT ns: gpu_end_ns - gpu_start_ns (HTA's per-iteration kernel span; NULL: no work).
+-- @column activities BIGINT count: GPU activities launched inside the host window.
 CREATE OR REPLACE VIEW step_window AS
 WITH st AS (
   SELECT run_id, rank, step, start_ns AS host_start_ns, end_ns AS host_end_ns,

@@ -5,12 +5,22 @@
 -- sources there) whose `match` regex matches the device name, case-insensitively.
 -- visible_devices counts the devices the trace lists for the rank's host (a group larger than
 -- that spans hosts).
--- Columns:
---   run_id STRING; rank INT32; device INT32; device_name STRING; catalog_key STRING (NULL: not in catalog)
---   fp32_tflops, tf32_tflops, bf16_tflops, fp16_tflops, fp8_tflops DOUBLE TFLOP/s (dense; NULL unknown)
---   memory_gbps DOUBLE GB/s; nvlink_gbps DOUBLE GB/s per direction; visible_devices INT64
---   num_sms INT32 streaming multiprocessors (compute units) of the device as the trace states it
---   (Kineto deviceProperties numSms, nsys TARGET_INFO_GPU smCount); NULL when it does not
+-- @view rank_device: The accelerator each rank ran on and its catalog peaks.
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column device INTEGER: The device its GPU activities used (the lowest when several).
+-- @column device_name VARCHAR: Its name.
+-- @column catalog_key VARCHAR: The device_catalog entry it matches (NULL: not in the catalog).
+-- @column fp32_tflops DOUBLE TFLOP/s: Dense FP32 peak (NULL: unknown).
+-- @column tf32_tflops DOUBLE TFLOP/s: Dense TF32 peak (NULL: unknown).
+-- @column bf16_tflops DOUBLE TFLOP/s: Dense BF16 peak (NULL: unknown).
+-- @column fp16_tflops DOUBLE TFLOP/s: Dense FP16 peak (NULL: unknown).
+-- @column fp8_tflops DOUBLE TFLOP/s: Dense FP8 peak (NULL: unknown).
+-- @column memory_gbps DOUBLE GB/s: Memory bandwidth.
+-- @column nvlink_gbps DOUBLE GB/s: NVLink bandwidth per direction.
+-- @column visible_devices BIGINT count: Devices the trace lists for the rank's host.
+-- @column num_sms INTEGER: Streaming multiprocessors (compute units) of the device as the trace states
+--   it (Kineto deviceProperties numSms, nsys TARGET_INFO_GPU smCount); NULL when it does not.
 CREATE OR REPLACE VIEW rank_device AS
 WITH used AS (
   SELECT run_id, rank, min(device) AS device, any_value(name) FILTER (WHERE name IS NOT NULL AND name <> '') AS device_name,

@@ -33,7 +33,8 @@
 -- else, for a kernel whose launch is not in the trace, the step whose wall-clock window
 -- (views/25_step_window.sql) holds its start, as step_time.sql cuts time; only those activities
 -- are read.
---   run_id STRING; source_id STRING; rank INT32; correlation INT64; start_ns INT64 ns; step INT64
+--   Columns: run_id, source_id, rank, correlation, start_ns, step.
+-- @internal collective_step: the step of each collective's kernel, read by collective_ranks.
 CREATE OR REPLACE VIEW collective_step AS
 WITH by_launch AS (
   SELECT a.run_id, a.source_id, a.rank, a.correlation, a.start_ns, any_value(a.step) AS step
@@ -47,6 +48,14 @@ SELECT b.run_id, b.source_id, b.rank, b.correlation, b.start_ns,
 FROM by_launch b
 ASOF LEFT JOIN step_window w ON w.run_id = b.run_id AND w.rank = b.rank AND b.start_ns >= w.step_start_ns;
 
+-- @view collective_ranks: Each rank's collective with its matching key (pg_key, call_key) and step.
+-- @columns_of collectives
+-- @column pg_key VARCHAR: The group part of the key: the process group, else 'comm stream #N' (N:
+--   the rank's communication streams in order of their first collective), else 'unnamed'; ' p2p'
+--   appended for point-to-point calls with a seq.
+-- @column ord BIGINT: The call's position in start order among the rank's calls of pg_key (from 0).
+-- @column call_key BIGINT: The call part of the key: seq, else ord.
+-- @column step BIGINT: The kernel's step (collective_step; NULL: outside steps).
 CREATE OR REPLACE VIEW collective_ranks AS
 WITH streams AS (
   SELECT run_id, rank, stream, row_number() OVER (PARTITION BY run_id, rank ORDER BY first_ns, stream) - 1 AS stream_ord
@@ -68,6 +77,31 @@ FROM c
 LEFT JOIN collective_step g
   ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns;
 
+-- @view collective_calls: One row per collective call matched across the ranks of its group.
+-- @column run_id VARCHAR: Run.
+-- @column pg_key VARCHAR: The group part of the matching key (collective_ranks.pg_key).
+-- @column call_key BIGINT: The call part of the key (collective_ranks.call_key).
+-- @column ranks_seen BIGINT count: Ranks that have the call.
+-- @column n_ops BIGINT count: Distinct ops among them (1 when they agree).
+-- @column n_sizes BIGINT count: Distinct msg_bytes among them (at most 1 when they agree).
+-- @column op VARCHAR: Collective operation (one of the ranks').
+-- @column msg_bytes BIGINT bytes: The largest message size among the ranks.
+-- @column group_size INTEGER: Ranks in the group, as recorded (the largest).
+-- @column process_group VARCHAR: Process group (NULL: unnamed).
+-- @column seq BIGINT: collectives.seq (NULL: not recorded).
+-- @column transfer_ns BIGINT ns: The shortest duration among the ranks.
+-- @column first_start_ns BIGINT ns: The first kernel start among the ranks.
+-- @column last_start_ns BIGINT ns: The last kernel start.
+-- @column first_end_ns BIGINT ns: The first kernel end.
+-- @column low_rank INTEGER: The lowest rank that has the call.
+-- @column step BIGINT: The lowest step of its kernels (NULL: outside steps).
+-- @column straggler_rank INTEGER: The rank that started last (NULL: one rank, a tie for last, or not
+--   consistent).
+-- @column expected_ranks BIGINT count: group_size, else the run's world size for an unnamed group, else
+--   ranks_seen.
+-- @column complete BOOLEAN: Every expected rank has the call and all agree on op and msg_bytes.
+-- @column consistent BOOLEAN: Seen on two or more ranks that agree on op and size, kernels overlapping.
+-- @column arrival_spread_ns BIGINT ns: last_start_ns - first_start_ns.
 CREATE OR REPLACE VIEW collective_calls AS
 WITH world AS (SELECT run_id, max(world_size) AS world_size FROM sources GROUP BY ALL),
 -- each rank's (latest) start in each call, and how many ranks share the call's latest start

@@ -12,8 +12,14 @@
 -- measured on its own clock, so host clock skew does not move it (comparing starts across hosts
 -- would make a constant clock offset look like waiting).
 -- comm_wait: one row per matched collective kernel that waits (wait_end_ns > start_ns).
---   run_id STRING; source_id STRING; rank INT32; correlation INT64; start_ns INT64 ns
---   wait_end_ns INT64 ns: start_ns + (dur_ns - the call's transfer_ns)
+-- @view comm_wait: One row per matched collective kernel that waits for its peers, with the end of
+--   its wait.
+-- @column run_id VARCHAR: Run.
+-- @column source_id VARCHAR: Source file.
+-- @column rank INTEGER: Rank.
+-- @column correlation BIGINT: The kernel's correlation id.
+-- @column start_ns BIGINT ns: The kernel's start (absolute clock).
+-- @column wait_end_ns BIGINT ns: start_ns + (dur_ns - the call's transfer_ns).
 CREATE OR REPLACE VIEW comm_wait AS
 SELECT r.run_id, r.source_id, r.rank, r.correlation, r.start_ns, max(r.start_ns + r.dur_ns - k.transfer_ns) AS wait_end_ns
 FROM collective_ranks r

@@ -3,12 +3,21 @@
 -- [start_ns, wait_end_ns) with category 'comm_wait', and its transfer [wait_end_ns, end_ns) with
 -- category 'communication' (absent when empty). Every other row is scope's row, whole: a kernel
 -- of a call seen on one rank only, or of an inconsistent call, counts as transfer.
--- Columns:
---   run_id STRING; source_id STRING; rank INT32; correlation INT64 (the activity's); step INT64
---   start_ns, end_ns INT64 ns (end_ns >= start_ns)
---   launch_ns INT64 ns; launch_pid, launch_tid INT64 (the launching thread); graph_replay BOOL;
---   category STRING (compute, communication, comm_wait, memory, unknown)
---   first_part BOOL: TRUE on the part that starts at the activity's start (count activities on it)
+-- @view scope_parts: The rows of scope the interval sweeps read, each waiting communication kernel
+--   cut into its wait (category comm_wait) and its transfer.
+-- @column run_id VARCHAR: Run.
+-- @column source_id VARCHAR: Source file.
+-- @column rank INTEGER: Rank.
+-- @column correlation BIGINT: The activity's correlation id.
+-- @column step BIGINT: The activity's step (gpu_work.step).
+-- @column start_ns BIGINT ns: The part's start.
+-- @column end_ns BIGINT ns: The part's end (end_ns >= start_ns).
+-- @column launch_ns BIGINT ns: The activity's launch.
+-- @column launch_pid BIGINT: The launching process.
+-- @column launch_tid BIGINT: The launching thread.
+-- @column graph_replay BOOLEAN: The activity is a graph replay.
+-- @column category VARCHAR: compute, communication, comm_wait, memory or unknown.
+-- @column first_part BOOLEAN: TRUE on the part that starts at the activity's start (count activities on it).
 CREATE OR REPLACE VIEW scope_parts AS
 WITH comm AS (
   SELECT s.run_id, s.source_id, s.rank, s.correlation, s.step, s.start_ns, greatest(s.end_ns, s.start_ns) AS end_ns, s.launch_ns,

@@ -4,7 +4,11 @@
 -- trace_process: the OS process that wrote each rank's trace: the pid that made most of its
 -- host calls (cpu_ops; Kineto and Nsight Systems both record OS pids there), and the host the
 -- source names.
---   run_id STRING; rank INT32; pid INT64; host STRING (NULL: the trace names none)
+-- @view trace_process: The OS process (pid and host) that wrote each traced rank's trace.
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column pid BIGINT: The pid that made most of its host calls.
+-- @column host VARCHAR: The host its source names (NULL: the trace names none).
 CREATE OR REPLACE VIEW trace_process AS
 SELECT c.run_id, c.rank, mode(c.pid) AS pid, any_value(s.host) AS host
 FROM cpu_ops c JOIN sources s ON s.run_id = c.run_id AND s.source_id = c.source_id
@@ -14,8 +18,12 @@ GROUP BY c.run_id, c.rank;
 -- rank_nccl: the NCCL process of each traced rank. Matched on pid and host (hosts compared up to
 -- the first dot, since NCCL prints the short name; a side without a host matches any), else on
 -- the rank the log states in the run's largest communicator (the world communicator).
---   run_id STRING; rank INT32 (the trace's rank); nccl_host STRING; nccl_pid INT64;
---   matched_by STRING ('host_pid' or 'rank')
+-- @view rank_nccl: The NCCL process of each traced rank, matched on pid and host, else on rank.
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: The trace's rank.
+-- @column nccl_host VARCHAR: Host of the NCCL process.
+-- @column nccl_pid BIGINT: Its pid.
+-- @column matched_by VARCHAR: 'host_pid' or 'rank'.
 CREATE OR REPLACE VIEW rank_nccl AS
 WITH procs AS (SELECT DISTINCT run_id, host, pid FROM nccl_processes WHERE pid IS NOT NULL),
 by_pid AS (
@@ -36,11 +44,16 @@ SELECT b.* FROM by_rank b WHERE NOT EXISTS (SELECT 1 FROM by_pid x WHERE x.run_i
 
 -- nccl_process_transport: the transports one NCCL process's channel lines state
 -- (../shared/reference/nccl.md section 1.5).
---   run_id STRING; host STRING; pid INT64;
---   transports STRING   distinct labels in alphabetical order, e.g. 'NET/IB/GDRDMA, P2P/CUMEM' (NET/<net>[/GDRDMA],
---                       P2P[/<mode>], SHM, NVLS, COLLNET)
---   net_name STRING     network of its NET channels (IB, Socket, AWS Libfabric); NULL: no NET
---   net_channels INT64; gdr_channels INT64 (NET channels with GPUDirect RDMA); shm_channels INT64
+-- @view nccl_process_transport: The transports each NCCL process's channel lines state.
+-- @column run_id VARCHAR: Run.
+-- @column host VARCHAR: Host.
+-- @column pid BIGINT: Process id.
+-- @column transports VARCHAR: Distinct labels in alphabetical order, e.g. 'NET/IB/GDRDMA, P2P/CUMEM'
+--   (NET/<net>[/GDRDMA], P2P[/<mode>], SHM, NVLS, COLLNET).
+-- @column net_name VARCHAR: Network of its NET channels (IB, Socket, AWS Libfabric); NULL: no NET.
+-- @column net_channels BIGINT count: NET channels.
+-- @column gdr_channels BIGINT count: NET channels with GPUDirect RDMA.
+-- @column shm_channels BIGINT count: SHM channels.
 CREATE OR REPLACE VIEW nccl_process_transport AS
 SELECT run_id, host, pid,
   string_agg(DISTINCT label, ', ' ORDER BY label) AS transports,
@@ -57,11 +70,14 @@ GROUP BY run_id, host, pid;
 
 -- collectives_nccl: collectives with what the NCCL log of the rank's process says.
 -- Columns: all of collectives, with comm_id and transport filled from the log when the trace has
--- none, plus
---   nccl_matched_by STRING  how the rank's NCCL process was found (rank_nccl.matched_by); NULL: no log
---   net_name STRING         network of the process's NET channels
+-- none, plus nccl_matched_by and net_name.
 -- comm_id: the process's communicator with group_size ranks when exactly one fits, else its only
 -- communicator; NULL when ambiguous.
+-- @view collectives_nccl: Collectives with what the NCCL log of the rank's process says.
+-- @columns_of collectives
+-- @column nccl_matched_by VARCHAR: How the rank's NCCL process was found (rank_nccl.matched_by); NULL:
+--   no log.
+-- @column net_name VARCHAR: Network of the process's NET channels.
 CREATE OR REPLACE VIEW collectives_nccl AS
 WITH comms AS (
   SELECT run_id, host, pid, nranks, count(DISTINCT comm_id) AS n, any_value(comm_id) AS comm_id

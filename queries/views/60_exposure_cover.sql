@@ -4,7 +4,7 @@
 -- view by the rank-level pieces of local_comm_cover (the union of compute ∩ the union of
 -- communication, stored at ingest, far fewer rows): every communication kernel lies inside the
 -- communication union, so its overlap with the compute union is the same either way.
--- Columns:
---   run_id STRING; rank INT32; start_ns, end_ns INT64 ns (end_ns >= start_ns)
+-- Columns: run_id, rank, start_ns, end_ns (end_ns >= start_ns).
+-- @internal exposure_cover: collective_exposure.sql's compute pieces (replaced by stored results).
 CREATE OR REPLACE VIEW exposure_cover AS
 SELECT run_id, rank, start_ns, greatest(end_ns, start_ns) AS end_ns FROM scope WHERE category = 'compute';

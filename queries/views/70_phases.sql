@@ -23,16 +23,10 @@
 -- A step has phases only when its host window holds at least one evaluate_function op (phase_
 -- steps); the work of other steps gets phase NULL (forward and backward cannot be told apart:
 -- an inference trace, a capture without CPU ops, a step without backward).
--- phase_ranges columns:
---   run_id STRING; rank INT32; pid, tid INT64; start_ns, end_ns INT64 ns
---   bwd BOOL: an evaluate_function op (else an optimizer range); reach_ns INT64 ns: the latest
---     end of the thread's ranges of the same kind starting at or before this one
--- phase_steps columns:
---   run_id STRING; rank INT32; step INT64
---   pid, tid INT64: the thread of the step's ProfilerStep range (the step's own thread)
---   backward_start_ns INT64 ns: the first evaluate_function op's start in the host window
---   backward_ops INT64: evaluate_function ops starting in the host window (all threads)
---   optimizer_ranges INT64: Optimizer.step# / Optimizer.zero_grad# ranges starting in it
+-- phase_ranges columns: run_id, rank, pid, tid, start_ns, end_ns, bwd (an evaluate_function op,
+-- else an optimizer range), reach_ns (the latest end of the thread's ranges of the same kind
+-- starting at or before this one).
+-- @internal phase_ranges: the host ranges phase_steps and phase_parts read.
 CREATE OR REPLACE VIEW phase_ranges AS
 SELECT run_id, rank, pid, tid, start_ns, end_ns, name LIKE 'autograd::engine::evaluate_function:%' AS bwd,
        max(end_ns) OVER (PARTITION BY run_id, rank, pid, tid, name LIKE 'autograd::engine::evaluate_function:%'
@@ -41,6 +35,16 @@ FROM cpu_ops
 WHERE name LIKE 'autograd::engine::evaluate_function:%' OR name LIKE 'Optimizer.step#%'
    OR name LIKE 'Optimizer.zero_grad#%';
 
+-- @view phase_steps: The steps that have phases (at least one evaluate_function op in the host
+--   window), with the start of their backward.
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step.
+-- @column pid BIGINT: The process of the step's ProfilerStep range (the step's own thread).
+-- @column tid BIGINT: Its thread.
+-- @column backward_start_ns BIGINT ns: The first evaluate_function op's start in the host window.
+-- @column backward_ops BIGINT count: evaluate_function ops starting in the host window (all threads).
+-- @column optimizer_ranges BIGINT count: Optimizer.step# / Optimizer.zero_grad# ranges starting in it.
 CREATE OR REPLACE VIEW phase_steps AS
 SELECT s.run_id, s.rank, s.step, any_value(s.pid) AS pid, any_value(s.tid) AS tid,
        min(h.start_ns) FILTER (WHERE h.bwd) AS backward_start_ns,
@@ -53,9 +57,11 @@ HAVING count(*) FILTER (WHERE h.bwd) > 0;
 
 -- phase_parts: the rows of scope_parts (views/45_scope_parts.sql: scope with each waiting
 -- collective kernel cut into its wait and its transfer) with the phase that launched them.
--- Columns: those of scope_parts, and
---   phase STRING: forward, backward, optimizer, other; NULL when the launch's step has no
---     phases (not in phase_steps) or the work has no step
+-- @view phase_parts: The rows of scope_parts with the phase (forward, backward, optimizer, other)
+--   that launched them.
+-- @columns_of scope_parts
+-- @column phase VARCHAR: forward, backward, optimizer or other; NULL when the launch's step has no
+--   phases (not in phase_steps) or the work has no step.
 CREATE OR REPLACE VIEW phase_parts AS
 WITH bwd AS (SELECT * FROM phase_ranges WHERE bwd),
 opt AS (SELECT * FROM phase_ranges WHERE NOT bwd),

@@ -35,17 +35,35 @@
 --                60-70 % of them as attainable, ../shared/reference/peers.md 3.7).
 -- A kernel with a roof_pct above 100 is reported as it is: its modelled work is larger than what
 -- it did (TraceLens flags the same as a measurement anomaly).
--- Columns:
---   run_id STRING; rank INT32; step INT64 (NULL: launched outside every step); source_id STRING
---   kernel_name STRING; op_name STRING (the modelled op); op_event_index INT64 (cpu_ops.event_index)
---   start_ns INT64 ns; dur_ns INT64 ns; op_kernels INT64 (kernels sharing the op's work)
---   work_class STRING (matrix | vector); precision STRING (fp32 | tf32 | bf16 | fp16 | fp8; NULL unknown)
---   flops DOUBLE FLOP; bytes DOUBLE bytes (NULL: not modelled); intensity DOUBLE FLOP/byte
---   achieved_tflops DOUBLE TFLOP/s; achieved_gbps DOUBLE GB/s (1e9 bytes/s)
---   blocks BIGINT (grid x*y*z; NULL: not recorded); num_sms INT32; device_name STRING
---   peak_tflops DOUBLE TFLOP/s; memory_gbps DOUBLE GB/s; ridge_flop_per_byte DOUBLE FLOP/byte
---   roof_tflops DOUBLE TFLOP/s; roof_pct DOUBLE 0-100 (may exceed 100, see above)
---   bound STRING (compute | memory | latency | unknown); lost_ns DOUBLE ns (NULL: no roof)
+-- @view kernel_roofline: Every compute kernel whose work the trace lets us model, against the
+--   roofline of the device it ran on.
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: Rank.
+-- @column step BIGINT: Step (NULL: launched outside every step).
+-- @column source_id VARCHAR: Source file.
+-- @column kernel_name VARCHAR: Kernel name.
+-- @column op_name VARCHAR: The modelled op.
+-- @column op_event_index BIGINT: The op's cpu_ops.event_index.
+-- @column start_ns BIGINT ns: Kernel start (absolute clock).
+-- @column dur_ns BIGINT ns: Kernel duration.
+-- @column op_kernels BIGINT count: Kernels sharing the op's work.
+-- @column work_class VARCHAR: matrix or vector.
+-- @column precision VARCHAR: fp32, tf32, bf16, fp16 or fp8 (NULL: unknown).
+-- @column flops DOUBLE FLOP: The kernel's share of the op's FLOPs.
+-- @column bytes DOUBLE bytes: Its share of the op's bytes (NULL: not modelled).
+-- @column intensity DOUBLE FLOP/byte: flops / bytes.
+-- @column achieved_tflops DOUBLE TFLOP/s: flops / dur_ns / 1e3.
+-- @column achieved_gbps DOUBLE GB/s: bytes / dur_ns.
+-- @column blocks BIGINT count: Thread blocks, grid x*y*z (NULL: not recorded).
+-- @column num_sms INTEGER count: The device's streaming multiprocessors.
+-- @column device_name VARCHAR: Device.
+-- @column peak_tflops DOUBLE TFLOP/s: The peak in the kernel's precision (matrix) or fp32 (vector).
+-- @column memory_gbps DOUBLE GB/s: The device's memory bandwidth.
+-- @column ridge_flop_per_byte DOUBLE FLOP/byte: peak_tflops * 1e3 / memory_gbps.
+-- @column roof_tflops DOUBLE TFLOP/s: min(peak_tflops, intensity * memory_gbps / 1e3).
+-- @column roof_pct DOUBLE %: 100 * achieved_tflops / roof_tflops (may exceed 100, see above).
+-- @column bound VARCHAR: compute, memory, latency or unknown.
+-- @column lost_ns DOUBLE ns: dur_ns * (1 - roof_pct / 100), at least 0 (NULL: no roof).
 CREATE OR REPLACE VIEW kernel_roofline AS
 WITH k AS (
   SELECT run_id, source_id, rank, step, name AS kernel_name, start_ns, dur_ns, work_op,

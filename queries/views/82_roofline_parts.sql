@@ -18,6 +18,7 @@
 --   done in the kernels' time); peak_tflops, memory_gbps DOUBLE (the group's peaks);
 --   compute_bound_ns, memory_bound_ns, latency_bound_ns, unknown_bound_ns, above_roof_ns BIGINT ns;
 --   lost_ns BIGINT ns; rank_compute_ns BIGINT ns (all compute-kernel time of the rank in scope)
+-- @internal roofline_parts: roofline.sql's per-rank sums (replaced by local_roofline when stored).
 CREATE OR REPLACE VIEW roofline_parts AS
 WITH g AS (
   SELECT run_id, rank, kernel_name, op_name, work_class, precision,
