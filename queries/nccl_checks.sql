@@ -19,6 +19,8 @@
 --   coll_mismatch      COLL lines of one communicator and opCount that disagree across ranks on op
 --                      or count (nccl.md 1.7), or a torchfrtrace mismatch report
 --   nccl_warn          NCCL WARN lines (IB completion errors, plugin failures, ...)
+-- The file and line named are one place: the source of the row's first evidence line (arg_min on
+-- (line, source), so the pair is the same on every run when several logs hold the problem).
 -- @column run_id VARCHAR: Run.
 -- @column kind VARCHAR: The problem (one of the kind values above).
 -- @column severity VARCHAR: 'high' (breaks or cripples communication) or 'moderate' (slows it or needs
@@ -48,7 +50,7 @@ env AS (
   FROM nccl_events WHERE kind = 'env' AND detail IS NOT NULL
 ),
 timeouts AS (
-  SELECT run_id, any_value(source_id) AS source_id, coalesce(pg_name, pg_id::VARCHAR, '?') AS pg, seq,
+  SELECT run_id, arg_min(source_id, (line_no, source_id)) AS source_id, coalesce(pg_name, pg_id::VARCHAR, '?') AS pg, seq,
          any_value(op_type) AS op_type, list(DISTINCT rank ORDER BY rank) FILTER (WHERE rank IS NOT NULL) AS ranks,
          max(timeout_ns) AS timeout_ns, max(ran_for_ns) AS ran_for_ns, min(line_no) AS line_no, any_value(numel_in) AS numel_in
   FROM nccl_watchdog WHERE kind = 'timeout' AND seq IS NOT NULL
@@ -66,7 +68,7 @@ known_ranks AS (
   UNION SELECT s.run_id, u.r FROM sources s, unnest(s.ranks) AS u(r) WHERE s.ranks IS NOT NULL
 ),
 mismatch AS (
-  SELECT run_id, comm_id, op_count, any_value(source_id) AS source_id, min(line_no) AS line_no,
+  SELECT run_id, comm_id, op_count, arg_min(source_id, (line_no, source_id)) AS source_id, min(line_no) AS line_no,
          list(DISTINCT op ORDER BY op) AS ops, list(DISTINCT count ORDER BY count) AS counts, count(DISTINCT rank) AS ranks
   FROM nccl_coll_calls
   WHERE comm_id IS NOT NULL AND op NOT IN ('Send', 'Recv')
@@ -78,7 +80,7 @@ SELECT run_id, 'socket_transport' AS kind, 'high' AS severity, source_id, host, 
        n || ' NET channel(s) via ' || coalesce(via, 'NET/Socket') || ': inter-node traffic on TCP sockets' AS detail
 FROM chan WHERE transport = 'NET' AND net_name = 'Socket'
 UNION ALL
-SELECT p.run_id, 'socket_transport', 'high', any_value(p.source_id), p.host, p.pid, min(p.rank), min(p.first_line_no), count(*),
+SELECT p.run_id, 'socket_transport', 'high', arg_min(p.source_id, (p.first_line_no, p.source_id)), p.host, p.pid, min(p.rank), min(p.first_line_no), count(*),
        'communicator spanning ' || max(p.n_nodes) || ' nodes uses network Socket'
 FROM nccl_processes p
 WHERE p.net_name = 'Socket' AND p.n_nodes > 1
@@ -101,7 +103,7 @@ SELECT run_id, 'channels_limited', 'moderate', source_id, host, pid, NULL::INTEG
        var || '=' || value || ' set by the environment: the channel count is forced'
 FROM env WHERE var IN ('NCCL_MAX_NCHANNELS', 'NCCL_MIN_NCHANNELS', 'NCCL_MAX_CTAS', 'NCCL_MIN_CTAS')
 UNION ALL
-SELECT run_id, 'channels_asymmetric', 'moderate', any_value(source_id), NULL, NULL::BIGINT, NULL::INTEGER, min(first_line_no),
+SELECT run_id, 'channels_asymmetric', 'moderate', arg_min(source_id, (first_line_no, source_id)), NULL, NULL::BIGINT, NULL::INTEGER, min(first_line_no),
        count(*), 'communicator ' || comm_id || ': ' || min(n_coll_channels) || ' to ' || max(n_coll_channels) || ' coll channels across its ranks'
 FROM nccl_processes WHERE comm_id IS NOT NULL AND n_coll_channels IS NOT NULL
 GROUP BY run_id, comm_id HAVING min(n_coll_channels) < max(n_coll_channels)
