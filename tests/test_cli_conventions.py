@@ -113,3 +113,21 @@ def test_progress_goes_to_stderr_on_a_terminal_and_quiet_turns_it_off(tmp_path, 
         r = runner.invoke(app, ["analyze", "--lake", str(lake), "--json"] + (["--quiet"] if quiet else []))
         assert r.exit_code == 0 and r.stdout.startswith("{")  # stdout: the document only
         assert ("analyze" in buf.getvalue()) is shown, buf.getvalue()
+
+
+def test_sql_metric_views_take_the_analysis_options(tmp_path):
+    """A finding's SQL run in `tracelake sql` gives the analysis' numbers under the same options:
+    kernel wait is the idle gaps shorter than --kernel-wait-us that are not host wait, so 0 µs
+    leaves none, and the default (30 µs) equals analyze's."""
+    import json
+
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["ingest", str(SAMPLE), "--lake", str(lake)]).exit_code == 0
+    q = "SELECT sum(idle_kernel_wait_ns) AS kw FROM breakdown WHERE level = 'rank'"
+    got = {}
+    for k in ("0", "30"):
+        r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", "--kernel-wait-us", k, q])
+        assert r.exit_code == 0, r.output
+        got[k] = json.loads(r.stdout)[0]["kw"]
+    doc = json.loads(runner.invoke(app, ["analyze", "--lake", str(lake), "--json", "-q"]).stdout)
+    assert got["0"] == 0 and got["30"] == sum(r["idle_kernel_wait_ns"] for r in doc["ranks"]) > 0

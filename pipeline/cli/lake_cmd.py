@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -11,7 +12,7 @@ import typer
 
 from .analysis_cmd import _lake_read_error
 from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, err, existing_lake, exit_help, out
-from .options import LAKE, WINDOW, _clip, _resolve_runs
+from .options import KWAIT, LAKE, MFLOPS, PEAK, TOKENS, WINDOW, _clip, _model_options, _resolve_runs
 
 
 @command(epilog=exit_help())
@@ -86,6 +87,10 @@ def sql(
     lake: Path = LAKE,
     fmt: str = typer.Option("table", "--format", "-f", metavar="table|csv|json", help="Output format."),
     window: str = WINDOW,
+    kernel_wait_us: float = KWAIT,
+    peak_tflops: Optional[float] = PEAK,
+    model_flops_per_step: Optional[float] = MFLOPS,
+    tokens_per_step: Optional[float] = TOKENS,
     list_: bool = typer.Option(
         False,
         "--list",
@@ -99,7 +104,8 @@ def sql(
     ),
 ):
     """Run ad-hoc DuckDB SQL over the lake: the schema tables, the derived views and one view per
-    metric (tracelake sql --list names them all)."""
+    metric (tracelake sql --list names them all). The metric views take the analysis options
+    analyze and report take, so a finding's SQL gives its numbers under the same options."""
     if fmt not in ("table", "csv", "json"):
         raise typer.BadParameter("--format must be table, csv or json")
     if list_ or describe is not None:
@@ -110,10 +116,23 @@ def sql(
         raise typer.Exit(EXIT_OK)
     if query is None:
         raise typer.BadParameter("give a query (or --list, --describe NAME)")
-    _run_query(query, lake, fmt, window)
+    if window not in ("all", "hta"):
+        raise typer.BadParameter("--window must be 'all' or 'hta'")
+    model = _model_options(model_flops_per_step, None, None, None, None, None, tokens_per_step)
+    if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
+        raise typer.BadParameter("--peak-tflops must be a positive finite number")
+    options = dict(
+        window=window,
+        kernel_wait_threshold_ns=int(kernel_wait_us * 1000),
+        peak_tflops=peak_tflops,
+        model_flops_per_step=model["model_flops_per_step"],
+        tokens_per_step=model["tokens_per_step"],
+    )
+    _run_query(query, lake, fmt, options)
 
 
-def _run_query(query: str, lake: Path, fmt: str, window: str) -> None:
+def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
+    """The query's rows on stdout in fmt; options: query.connect's analysis options."""
     import duckdb
 
     from ..lake import LakeError
@@ -129,7 +148,7 @@ def _run_query(query: str, lake: Path, fmt: str, window: str) -> None:
         err.print("error: empty query", markup=False)
         raise typer.Exit(EXIT_USAGE)
     try:
-        con = connect(lk, window=window, **for_query(text))
+        con = connect(lk, **options, **for_query(text))
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
         err.print(_lake_read_error(lake, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
@@ -234,6 +253,17 @@ def _describe(name: str, fmt: str) -> None:
         )
 
 
+def _json_value(v):
+    """JSON for what json cannot write itself: a DECIMAL (DuckDB's sum of integers is HUGEINT,
+    polars reads it as a decimal) as a number, an integer when it is whole; dates, times and the
+    rest as text."""
+    import decimal
+
+    if isinstance(v, decimal.Decimal):
+        return int(v) if v == v.to_integral_value() else float(v)
+    return str(v)
+
+
 def _write_frame(df, fmt: str) -> None:
     """A result frame on stdout as table, csv (nested values as JSON text) or json."""
     import polars as pl
@@ -243,14 +273,14 @@ def _write_frame(df, fmt: str) -> None:
         df = df.with_columns(
             pl.Series(
                 c,
-                [None if v is None else json.dumps(v, default=str) for v in df[c].to_list()],
+                [None if v is None else json.dumps(v, default=_json_value) for v in df[c].to_list()],
                 dtype=pl.String,
             )
             for c in nested
         )
         sys.stdout.write(df.write_csv())
     elif fmt == "json":
-        sys.stdout.write(json.dumps(df.to_dicts(), default=str) + "\n")
+        sys.stdout.write(json.dumps(df.to_dicts(), default=_json_value) + "\n")
     else:
         with pl.Config(
             tbl_rows=200,
