@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import query
-from .analyze_fields import RANK_FIELDS, STEP_FIELDS, _clean, _records, _summary
+from .analyze_fields import RANK_FIELDS, STEP_FIELDS, _clean, _records, _summary, timeline_fields
 from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
 from .diagnosis.findings import findings_for_run, rank_findings
@@ -433,6 +433,7 @@ def analyze(
             + logs
         )
         cost.annotate(fs, r, gpu_hour_cost)
+        timeline_fields(r["run_id"], fs, doc)  # the `tracelake timeline --around` window of each
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
     advance("findings")
     return doc

@@ -111,3 +111,37 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
         "formats": sorted({str(f) for f in s["format"].drop_nulls().to_list()}),
         "tool_versions": {k: sorted(v) for k, v in sorted(versions.items())},
     }
+
+
+def timeline_fields(run_id: str, findings: list[dict], doc: dict) -> None:
+    """Give each finding of run_id its `timeline` (docs/analyze-json.md): {"id", "steps", "ranks",
+    "command"}, the window `tracelake timeline --around ID` writes. id: the finding's kind, with
+    "#2", "#3", ... for a kind repeated in the run. steps [lo, hi]: slow_steps: its slowest
+    left-out step; any other: the run's worst step (the longest step time of any rank,
+    doc["step_time"]) among the rows the verdict kept; null when the run has no steps (the whole
+    run). ranks: null (every rank: the others are what a rank is compared with)."""
+    import shlex
+
+    v = next((x for x in doc.get("verdicts", []) if x["run_id"] == run_id), None) or {}
+    excluded = v.get("excluded_steps") or []
+    out_steps = {e["step"] for e in excluded if e.get("why") == "outlier"}
+    out_rows = {(e.get("rank"), e["step"]) for e in excluded if e.get("why") != "outlier"}
+    rows = [s for s in doc.get("step_time", []) if s["run_id"] == run_id and s.get("step_ns") is not None]
+    kept = [s for s in rows if s["step"] not in out_steps and (s["rank"], s["step"]) not in out_rows] or rows
+    worst = max(kept, key=lambda s: (s["step_ns"], -s["step"]))["step"] if kept else None
+    seen: dict[str, int] = {}
+    for f in findings:
+        seen[f["kind"]] = seen.get(f["kind"], 0) + 1
+        fid = f["kind"] + (f"#{seen[f['kind']]}" if seen[f["kind"]] > 1 else "")
+        step = worst
+        if f["kind"] == "slow_steps":
+            outliers = [e for e in excluded if e.get("why") == "outlier" and e.get("step_ns") is not None]
+            if outliers:
+                step = max(outliers, key=lambda e: (e["step_ns"], -e["step"]))["step"]
+        f["timeline"] = {
+            "id": fid,
+            "steps": None if step is None else [step, step],
+            "ranks": None,
+            "command": f"tracelake timeline --run {shlex.quote(run_id)} --around {shlex.quote(fid)} "
+            f"-o {shlex.quote(f'timeline-{fid}.json.gz')}",
+        }

@@ -1,7 +1,7 @@
 -- Idle gaps: how long the GPU's idle intervals are, as a histogram per run and cause.
 --
--- Definition: per rank, the union of its GPU work in scope (every device and stream merged, as in
--- breakdown.sql) leaves idle gaps between consecutive busy islands (the time before the first and
+-- Definition (the gaps themselves: views/48_idle_gap_intervals.sql): per rank, the union of its
+-- GPU work in scope (every device and stream merged, as in breakdown.sql) leaves idle gaps between consecutive busy islands (the time before the first and
 -- after the last activity is not a gap). Each gap gets the device-level cause of breakdown.sql
 -- (HTA's idle rule applied to the device, hta/analyzers/breakdown_analysis.py): unreliable when
 -- the work ending it is a graph replay; host_wait when everything starting at the gap's end was
@@ -15,35 +15,8 @@
 -- @column gaps BIGINT count: Number of gaps, over all ranks of the run.
 -- @column ranks BIGINT count: Ranks with such a gap.
 -- @column total_ns BIGINT ns: Their summed length.
-WITH ranks AS (  -- a dense integer per rank: the queries below group and sort on it instead of the strings
-  SELECT run_id, rank, (row_number() OVER (ORDER BY run_id, rank))::INT AS rr FROM (SELECT DISTINCT run_id, rank FROM scope)
-),
-starts AS (  -- activities grouped by start instant (all of them end the gap before it together)
-  SELECT r.rr, s.start_ns, max(s.end_ns) AS end_ns,
-         CASE WHEN count(*) FILTER (WHERE s.launch_ns IS NULL) = 0 THEN min(s.launch_ns) END AS first_launch,
-         bool_or(s.graph_replay) AS graph
-  FROM scope s JOIN ranks r ON r.run_id = s.run_id AND r.rank = s.rank
-  GROUP BY r.rr, s.start_ns
-),
--- the latest earlier end of the rank, as a running max over one global order (keyed_ns,
--- views/05_macros.sql); NULL for a rank's first start
-prev AS (
-  SELECT rr, start_ns, first_launch, graph, keyed_ns_value(pm, rr) AS prev_end
-  FROM (
-    SELECT *, max(keyed_ns(rr, end_ns)) OVER (ORDER BY rr, start_ns ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS pm
-    FROM starts)
-),
-gaps AS (
-  SELECT rr, start_ns - prev_end AS gap_ns, CASE
-      WHEN graph THEN 'unreliable'
-      WHEN first_launch > prev_end THEN 'host_wait'
-      WHEN start_ns - prev_end < coalesce(getvariable('kernel_wait_threshold_ns'), 30000) THEN 'kernel_wait'
-      ELSE 'other' END AS cause
-  FROM prev WHERE start_ns > prev_end
-),
-b AS (SELECT r.run_id, r.rank, g.*, floor(log2(g.gap_ns))::INT AS k FROM gaps g JOIN ranks r USING (rr))
 SELECT run_id, (2::BIGINT ** k)::BIGINT AS bucket_lo_ns, (2::BIGINT ** (k + 1))::BIGINT AS bucket_hi_ns, cause,
   count(*) AS gaps, count(DISTINCT rank) AS ranks, sum(gap_ns)::BIGINT AS total_ns
-FROM b
+FROM (SELECT *, floor(log2(gap_ns))::INT AS k FROM idle_gap_intervals)
 GROUP BY run_id, k, cause
 ORDER BY run_id, bucket_lo_ns, cause;

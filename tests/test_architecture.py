@@ -39,6 +39,9 @@ FORBIDDEN = {
     "analyze_cluster": {"ingest", "report", "cli"},
     "report": {"ingest", "query", "analyze_cluster", "cli", "cluster"},
     "cluster": {"ingest", "query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
+    # the timeline reads the lake through query and the findings through analyze; analyze never
+    # imports it (a finding only names the `tracelake timeline` command)
+    "timeline": {"ingest", "analyze_cluster", "cluster", "report", "cli"},
     "derive": {"lake"} | _AFTER_LAKE,
     "parts": {"lake"} | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering

@@ -19,7 +19,7 @@ from pipeline.lake import Lake
 
 runner = CliRunner()
 SAMPLE = REPO / "sample_traces"
-COMMANDS = ("ingest", "analyze", "report", "run", "forget", "sql")
+COMMANDS = ("ingest", "analyze", "report", "run", "forget", "sql", "timeline")
 
 
 def _options_of(cmd: str) -> set[str]:

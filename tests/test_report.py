@@ -361,7 +361,8 @@ def test_findings_by_hand(hand_lake):
     assert (
         fs[2]["title"] == "Low model FLOPs utilisation: 0.2%" and "FLOP coverage 59%" in fs[2]["evidence"][1]
     )
-    cost = ("gpu_hours_per_1000_steps", "cost_per_1000_steps")  # added by pipeline/diagnosis/cost.py
+    # added by pipeline/diagnosis/cost.py, and the timeline window by analyze (analyze_fields.py)
+    cost = ("gpu_hours_per_1000_steps", "cost_per_1000_steps", "timeline")
     assert [{k: v for k, v in f.items() if k not in cost} for f in fs] == [
         {"run_id": "job", **f} for f in findings_for_run("job", res)
     ]

@@ -408,10 +408,18 @@ def run(
     exclude: List[str] = EXCLUDE,
     jobs: int = JOBS,
     quiet: bool = QUIET,
+    timeline: bool = typer.Option(
+        False,
+        "--timeline",
+        help="Also write each run's worst step (± 1) as a trace for the Perfetto UI beside the report "
+        "(REPORT.timeline.json.gz; tracelake timeline).",
+    ),
 ):
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
     _model_options(model_flops_per_step, *shape)  # option errors before any ingest work
     fmt = _format(fmt, output)
+    if timeline and str(output) == "-":
+        raise typer.BadParameter("--timeline writes beside the report: give -o FILE")
     runs: set = set()
     code = _ingest(
         paths,
@@ -449,4 +457,15 @@ def run(
         err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)
     if str(output) != "-":
         err.print(f"wrote {output}", markup=False)
+    if timeline:
+        from ..lake import Lake, safe_run_id
+        from .timeline_cmd import write_timeline
+
+        ids = [r["run_id"] for r in res["runs"]]
+        for rid in ids:
+            stem = output.name[: -len(output.suffix)] if output.suffix else output.name
+            name = (
+                f"{stem}.timeline.json.gz" if len(ids) == 1 else f"{stem}.{safe_run_id(rid)}.timeline.json.gz"
+            )
+            code = max(code, write_timeline(Lake(lake), rid, output.with_name(name), doc=res))
     raise typer.Exit(code)

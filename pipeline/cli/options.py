@@ -253,3 +253,31 @@ def _format(fmt: str | None, output: Path | None) -> str:
         if not output.absolute().parent.is_dir():
             raise typer.BadParameter(f"-o {output}: directory {output.absolute().parent} does not exist")
     return fmt
+
+
+TIMELINE_RUN = typer.Option(
+    None, "--run", metavar="ID", help="The run to show (needed when the lake holds several)."
+)
+TIMELINE_STEPS = typer.Option(
+    None,
+    "--steps",
+    metavar="N-M",
+    help="Steps to show (ProfilerStep numbers, e.g. 10-12; default: the worst step and one either side).",
+)
+TIMELINE_RANKS = typer.Option(
+    None, "--ranks", metavar="LIST", help="Ranks to show, e.g. 0-7 or 0,3,5-6 (default: every rank)."
+)
+TIMELINE_AROUND = typer.Option(
+    None,
+    "--around",
+    metavar="FINDING",
+    help="The window of this finding of `tracelake analyze` (its kind, or timeline.id in the JSON).",
+)
+TIMELINE_ALL = typer.Option(False, "--all", help="The whole run instead of a window of steps.")
+MAX_EVENTS = typer.Option(
+    500_000,
+    "--max-events",
+    min=1,
+    metavar="N",
+    help="Refuse a selection of more events than this (counted before anything is written).",
+)

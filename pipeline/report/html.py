@@ -251,6 +251,7 @@ def render(
                     '<li class="finding">'
                     f'<h4>{e(f["title"])} <span class="rec">— {e(timing_text(f))}</span></h4><ul>{ev}</ul>'
                     f"<p><b>Recommendation:</b> {e(f['recommendation'])}</p>"
+                    f"{'<p><b>Timeline:</b> <code>' + e(f['timeline']['command']) + '</code></p>' if f.get('timeline') else ''}"  # noqa: E501
                     f"<details><summary>SQL (continue in <code>tracelake sql</code>)</summary>"
                     f'<pre class="sql"><code>{e(f["sql"])}</code></pre>'
                     f'<button type="button" class="copy">copy SQL</button></details></li>'

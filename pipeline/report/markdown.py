@@ -114,6 +114,7 @@ def render(doc: dict) -> str:
             out += [f"   - {esc(e)}" for e in f["evidence"]]
             out += [
                 f"   - *Recommendation:* {esc(f['recommendation'])}",
+                *([f"   - *Timeline:* `{f['timeline']['command']}`"] if f.get("timeline") else []),
                 "",
                 "   <details><summary>SQL (tracelake sql)</summary>",
                 "",

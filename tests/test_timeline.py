@@ -1,0 +1,302 @@
+"""`tracelake timeline` (pipeline/timeline/): the Chrome JSON trace of a run's window, checked
+event by event against the lake's rows (counts per track, times to the ns), the flows of matched
+collectives, the overlap rule (no two slices on one track that overlap without nesting), and a
+round trip through tracelake's own Kineto reader. Lakes: the hand-made two-rank trace of
+tests/test_handmade.py, PARAM's 8-rank DLRM job and an Nsight Systems export of two ranks."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from decimal import Decimal
+
+import pytest
+from conftest import corpus, write_trace
+from test_handmade import H100, rank0_events, rank1_events
+from typer.testing import CliRunner
+
+from pipeline import timeline
+from pipeline.analyze import analyze
+from pipeline.cli import app
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.query import connect
+from pipeline.timeline.chrome import FINDINGS_PID
+from pipeline.timeline.layout import Slice, assign_lanes, proper
+
+US = 1000
+GPU_CATS = {"kernel", "gpu_memcpy", "gpu_memset", "cuda_sync", "gpu_user_annotation"}
+
+
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tl_hand")
+    info = {"backend": "nccl", "world_size": 2}
+    write_trace(
+        d / "job" / "r0.json", rank0_events(), distributedInfo={**info, "rank": 0}, deviceProperties=H100
+    )
+    write_trace(
+        d / "job" / "r1.json", rank1_events(), distributedInfo={**info, "rank": 1}, deviceProperties=H100
+    )
+    lk = Lake(d / "lake")
+    assert [r.status for r in ingest_paths([d / "job"], lk)] == ["ok", "ok"]
+    return lk
+
+
+@pytest.fixture(scope="module")
+def dlrm(tmp_path_factory):
+    lk = Lake(tmp_path_factory.mktemp("tl_dlrm") / "lake")
+    ingest_paths([corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")], lk)
+    return lk
+
+
+@pytest.fixture(scope="module")
+def nsys(tmp_path_factory):
+    lk = Lake(tmp_path_factory.mktemp("tl_nsys") / "lake")
+    ingest_paths([corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite")], lk)
+    return lk
+
+
+def _run(lk) -> str:
+    return lk.sources()["run_id"][0]
+
+
+_DOCS: dict = {}
+
+
+def _doc(lk) -> dict:
+    """The lake's analysis, computed once (the findings the timelines draw)."""
+    if lk.root not in _DOCS:
+        _DOCS[lk.root] = analyze(lk)
+    return _DOCS[lk.root]
+
+
+def _write(lk, path, **kw) -> dict:
+    """Build and write the timeline; the document read back with exact decimals."""
+    tl = timeline.build(lk, _run(lk), doc=_doc(lk), **kw)
+    timeline.write(tl, path)
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if path.name.endswith(".gz") else raw, parse_float=Decimal)
+
+
+def _ns(us: Decimal) -> int:
+    ns = us * 1000
+    assert ns == int(ns), us  # three decimals at most: whole ns
+    return int(ns)
+
+
+def _tracks(doc) -> dict:
+    return {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"
+    }
+
+
+def _slices(doc) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e["ph"] == "X"]
+
+
+def _base(name: str) -> str:
+    return re.sub(r" \(overlap \d+\)$", "", name)
+
+
+def _in(start, end, t0, t1) -> bool:
+    return start < t1 and (end > t0 or start >= t0)
+
+
+def _expected(lk, doc) -> Counter:
+    """The lake's rows in the window, read here with plain SQL: (rank, track, name, start, end)."""
+    od = doc["otherData"]
+    t0 = od["start_ns"] if od["start_ns"] is not None else -(2**63)
+    t1 = od["end_ns"] if od["end_ns"] is not None else 2**63 - 1
+    con = connect(lk, derived_views=False)
+    q = (
+        "SELECT rank, 'stream ' || stream || ' · GPU ' || device, name, start_ns, end_ns FROM gpu_activities "
+        "UNION ALL SELECT rank, 'thread ' || tid, name, start_ns, end_ns FROM cpu_ops "
+        "UNION ALL SELECT rank, CASE WHEN stream IS NOT NULL THEN 'stream ' || stream || ' · GPU ' || device "
+        "  ELSE 'thread ' || tid END, name, start_ns, end_ns FROM annotations a WHERE stream IS NOT NULL "
+        "  OR NOT EXISTS (SELECT 1 FROM cpu_ops c WHERE c.source_id = a.source_id AND c.rank = a.rank "
+        "  AND c.tid IS NOT DISTINCT FROM a.tid AND c.start_ns = a.start_ns AND c.end_ns = a.end_ns)"
+    )
+    return Counter(r for r in con.execute(q).fetchall() if r[0] in od["ranks"] and _in(r[3], r[4], t0, t1))
+
+
+def _check(lk, doc) -> list[dict]:
+    """Every host and GPU slice equals a lake row in the window (times to the ns), each row is
+    there once, and no track holds two slices that overlap without nesting. Returns the slices."""
+    tracks = _tracks(doc)
+    got = Counter()
+    per_tid: dict = {}
+    for e in _slices(doc):
+        start = _ns(e["ts"])
+        end = start + _ns(e["dur"])
+        per_tid.setdefault((e["pid"], e["tid"]), []).append(
+            Slice(e["pid"], (), e["name"], e["cat"], start, end)
+        )
+        if e["cat"] not in ("idle", "finding"):
+            got[(e["pid"], _base(tracks[(e["pid"], e["tid"])]), e["name"], start, end)] += 1
+    assert got == _expected(lk, doc)
+    assert all(proper(v) for v in per_tid.values())
+    return _slices(doc)
+
+
+def test_handmade_event_by_event(hand, tmp_path):
+    doc = _write(hand, tmp_path / "t.json")
+    assert doc["displayTimeUnit"] == "ns"
+    od = doc["otherData"]
+    # every step has the same 1000 µs window: the worst is step 1 (the lower number), + step 2
+    assert od["steps"] == [1, 2] and (od["start_ns"], od["end_ns"]) == (1000 * US, 3000 * US)
+    evs = _check(hand, doc)
+    procs = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert procs[0] == "rank 0 · NVIDIA H100 80GB HBM3" and procs[1] == "rank 1 · NVIDIA H100 80GB HBM3"
+    tracks = _tracks(doc)
+    per_track = Counter((e["pid"], _base(tracks[(e["pid"], e["tid"])])) for e in evs)
+    assert per_track[(0, "stream 7 · GPU 0")] == 4 and per_track[(0, "stream 20 · GPU 0")] == 1
+    assert per_track[(0, "thread 10")] == 7 and per_track[(1, "thread 10")] == 6
+    # rank 1's gemm_small [1120, 1180) nests in gemm [1100, 1200): one track, no overlap lane
+    assert per_track[(1, "stream 7 · GPU 0")] == 2
+    assert [n for n in tracks.values() if "overlap" in n] == [
+        "thread 10 (overlap 1)",
+        "thread 10 (overlap 2)",
+    ]
+    # ... but its launches [1010, 1015), [1011, 1016), [1012, 1017) overlap without nesting: a lane each
+    lanes = {tracks[(1, e["tid"])] for e in evs if e["pid"] == 1 and 1010 * US <= _ns(e["ts"]) <= 1012 * US}
+    assert lanes == {"thread 10", "thread 10 (overlap 1)", "thread 10 (overlap 2)"}
+    k1 = next(e for e in evs if e["name"] == "sm90_xmma_gemm_bf16")
+    assert (k1["ts"], k1["dur"]) == (Decimal("1100.000"), Decimal("200.000"))
+    assert k1["args"]["correlation"] == 1 and k1["args"]["External id"] == 5 and k1["args"]["stream"] == 7
+    assert k1["args"]["category"] == "compute" and k1["args"]["device"] == 0
+    copy = next(e for e in evs if e["cat"] == "gpu_memcpy")
+    assert copy["args"]["bytes"] == 1_000_000
+    # rank 0's idle gaps by hand (tests/test_handmade.py): [1500,1550) other, [1600,1750) host wait
+    idle = sorted((e["pid"], _ns(e["ts"]), _ns(e["dur"]), e["name"]) for e in evs if e["cat"] == "idle")
+    assert idle == [(0, 1500 * US, 50 * US, "other"), (0, 1600 * US, 150 * US, "host_wait")]
+    assert all(tracks[(e["pid"], e["tid"])] == "idle (GPU gaps by cause)" for e in evs if e["cat"] == "idle")
+    # the all-reduce: rank 0 started last (1200 vs 1150 µs): one flow from its kernel to rank 1's
+    s = [e for e in doc["traceEvents"] if e["ph"] == "s"]
+    f = [e for e in doc["traceEvents"] if e["ph"] == "f"]
+    assert len(s) == len(f) == 1 and s[0]["id"] == f[0]["id"] and f[0]["bp"] == "e"
+    assert (s[0]["pid"], _ns(s[0]["ts"]), f[0]["pid"], _ns(f[0]["ts"])) == (0, 1200 * US, 1, 1200 * US)
+    assert tracks[(0, s[0]["tid"])] == "stream 20 · GPU 0" and tracks[(1, f[0]["tid"])] == "stream 20 · GPU 0"
+    # the findings, on the run's findings track, each with the command of its window
+    fs = [e for e in evs if e["cat"] == "finding"]
+    res = _doc(hand)
+    assert {e["args"]["id"] for e in fs} == {x["timeline"]["id"] for x in res["findings"]}
+    assert all(e["pid"] == FINDINGS_PID for e in fs)
+    for x in res["findings"]:
+        fid = x["timeline"]["id"]
+        assert (
+            x["timeline"]["command"]
+            == f"tracelake timeline --run job --around {fid} -o timeline-{fid}.json.gz"
+        )
+
+
+def test_dlrm_eight_ranks_event_by_event(dlrm, tmp_path):
+    doc = _write(dlrm, tmp_path / "t.json.gz")
+    evs = _check(dlrm, doc)
+    assert doc["otherData"]["ranks"] == list(range(8)) and doc["otherData"]["steps"] == [10, 10]
+    assert {e["pid"] for e in evs} == set(range(8)) | {FINDINGS_PID}
+    # each flow runs from the last rank's collective kernel to another rank's kernel of that call
+    tracks = _tracks(doc)
+    kernels = {(e["pid"], e["tid"], _ns(e["ts"])): e for e in evs}
+    s = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
+    f = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    assert s and s.keys() == f.keys()
+    for i in s:
+        assert s[i]["pid"] != f[i]["pid"] and "last" in s[i]["name"]
+        src = kernels[(s[i]["pid"], s[i]["tid"], _ns(s[i]["ts"]))]  # bound at the kernel's start
+        assert src["args"]["category"] == "communication" and tracks[(s[i]["pid"], s[i]["tid"])].startswith(
+            "stream"
+        )
+        dst = [e for (p, t, _), e in kernels.items() if (p, t) == (f[i]["pid"], f[i]["tid"])]
+        assert any(_ns(e["ts"]) <= _ns(f[i]["ts"]) <= _ns(e["ts"]) + _ns(e["dur"]) for e in dst)
+    # --around the straggler finding: its window (the worst step) and the same rows
+    around = _write(dlrm, tmp_path / "a.json", around="straggler")
+    assert around["otherData"]["window"].startswith("--around straggler")
+    _check(dlrm, around)
+
+
+def test_nsys_export_whole_run_and_a_real_overlap(nsys, tmp_path):
+    doc = _write(nsys, tmp_path / "t.json.gz")
+    assert doc["otherData"]["steps"] is None  # no steps: the whole run
+    evs = _check(nsys, doc)
+    # the export holds two kernels on one stream whose intervals overlap without nesting
+    con = connect(nsys, derived_views=False)
+    pairs = con.execute(
+        "SELECT a.rank, a.start_ns, a.end_ns, b.start_ns, b.end_ns FROM gpu_activities a "
+        "JOIN gpu_activities b ON a.rank = b.rank AND a.device = b.device AND a.stream = b.stream "
+        "AND a.kind = 'kernel' AND b.kind = 'kernel' AND a.start_ns < b.start_ns AND b.start_ns < a.end_ns "
+        "AND a.end_ns < b.end_ns"
+    ).fetchall()
+    assert len(pairs) == 1
+    rank, a0, a1, b0, b1 = pairs[0]
+    tracks = _tracks(doc)
+    where = {(e["pid"], _ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])): e["tid"] for e in evs}
+    ta, tb = where[(rank, a0, a1)], where[(rank, b0, b1)]
+    assert ta != tb and _base(tracks[(rank, ta)]) == _base(tracks[(rank, tb)])
+    assert any("(overlap 1)" in tracks[(rank, t)] for t in (ta, tb))
+
+
+def test_round_trip_through_the_kineto_reader(hand, dlrm, tmp_path):
+    """One file per rank, read back by `tracelake ingest`: the same kernels, names and durations."""
+    for lk, ranks in ((hand, [0, 1]), (dlrm, [0, 7])):
+        res = _doc(lk)
+        out = tmp_path / _run(lk)
+        out.mkdir()
+        want = {}
+        for r in ranks:
+            tl = timeline.build(lk, _run(lk), ranks=str(r), doc=res)
+            timeline.write(tl, out / f"rank{r}.json")
+            want[r] = sorted(
+                (s.name, s.start_ns, s.end_ns - s.start_ns) for s in tl.slices if s.cat == "kernel"
+            )
+        back = Lake(tmp_path / f"{_run(lk)}_lake")
+        assert {x.status for x in ingest_paths([out], back)} == {"ok"}
+        con = connect(back, derived_views=False)
+        for r in ranks:
+            got = con.execute(
+                "SELECT name, start_ns, dur_ns FROM gpu_activities WHERE rank = ? AND kind = 'kernel' "
+                "ORDER BY ALL",
+                [r],
+            ).fetchall()
+            assert got == want[r] and got
+
+
+def test_lanes_keep_every_slice_and_nest_each():
+    # [0,10) holds [2,5); [4,12) overlaps both without nesting -> lane 1; [11,13) fits lane 0
+    ss = [Slice(0, (), n, "x", a, b) for n, a, b in (("p", 0, 10), ("c", 2, 5), ("o", 4, 12), ("z", 11, 13))]
+    assert assign_lanes(ss) == 2
+    assert [s.lane for s in ss] == [0, 0, 1, 0]
+    assert all(proper([s for s in ss if s.lane == lane]) for lane in (0, 1))
+
+
+def test_cli_limits_and_errors(hand, tmp_path):
+    runner = CliRunner()
+    lake = str(hand.root)
+    r = runner.invoke(app, ["timeline", "--lake", lake, "-o", str(tmp_path / "t.json"), "--max-events", "5"])
+    assert r.exit_code == 2 and "over the limit of 5" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "t.json").exists()
+    for args, why in (
+        (["-o", str(tmp_path / "t.pftrace")], "not written"),
+        (["--steps", "7"], "no such step"),
+        (["--ranks", "5"], "not in run job"),
+        (["--around", "nope"], "no such finding"),
+        (["--run", "other"], "not in the lake"),
+    ):
+        r = runner.invoke(
+            app,
+            [
+                "timeline",
+                "--lake",
+                lake,
+                *(args if args[0] == "-o" else args + ["-o", str(tmp_path / "x.json")]),
+            ],
+        )
+        assert r.exit_code == 2 and why in r.output, r.output
+    r = runner.invoke(
+        app, ["timeline", "--lake", lake, "-o", str(tmp_path / "w.json"), "--steps", "2", "--ranks", "1"]
+    )
+    assert r.exit_code == 0 and "wrote" in r.output
+    doc = json.loads((tmp_path / "w.json").read_text(), parse_float=Decimal)
+    assert doc["otherData"]["ranks"] == [1] and doc["distributedInfo"]["rank"] == 1
