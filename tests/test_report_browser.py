@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from pipeline.cli import EXIT_OK, app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
+from pipeline.report.charts import _CAUSE_LABELS
 
 CHROMIUM = os.environ.get("TRACELAKE_CHROMIUM", "/usr/bin/chromium")
 runner = CliRunner()
@@ -227,5 +228,53 @@ def test_injection_stays_inert(browser, report_of):
         assert (
             log["dialog"] == [] and log["pageerror"] == [] and log["blocked"] == [] and log["console"] == []
         )
+    finally:
+        ctx.close()
+
+
+# the drawn bars of a chart: each rect mark item's datum with its height (or width) read back
+# through the chart's own scale, so the value is what the browser drew
+BARS_JS = """([kind, axis]) => {
+  const id = document.querySelector(`.chart[data-chart=${kind}]`).id;
+  const v = window.tracelakeViews[id], out = [];
+  const walk = n => {
+    if (!n) return;
+    if (n.marktype === 'rect' && n.role === 'mark')
+      for (const it of n.items) out.push({datum: it.datum, p0: axis === 'y' ? it.y : it.x,
+                                          p1: axis === 'y' ? it.y + it.height : it.x + it.width});
+    (n.items || []).forEach(walk);
+  };
+  walk(v.scenegraph().root);
+  const s = v.scale(axis);
+  return out.map(b => ({...b.datum, value: Math.abs(s.invert(b.p0) - s.invert(b.p1))}));
+}"""
+
+
+def test_idle_gap_bars_sum_to_idle_time(browser, report_of):
+    """The idle-gap chart's bars are idle time: summed, as drawn, they equal the lake's idle_gaps
+    total_ns (queries/idle_gaps.sql), and that equals the whole-trace breakdown's gpu_idle_ns
+    (queries/breakdown.sql level 'rank'): both are the gaps between the union of a rank's GPU
+    work, first to last activity, with the same device-level causes."""
+    from pipeline import query
+
+    path = report_of("kineto_2_ranks")
+    con = query.connect(Lake(path.parent / "sample"))
+    gaps = query.run(con, "idle_gaps")
+    ranks = query.run(con, "breakdown").filter(level="rank")
+    assert gaps["total_ns"].sum() == ranks["gpu_idle_ns"].sum() > 0
+    for cause, col in (("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns")):
+        assert gaps.filter(cause=cause)["total_ns"].sum() == ranks[col].sum()
+    page, ctx, log = open_report(browser, path)
+    try:
+        bars = page.evaluate(BARS_JS, ["idle_gaps", "y"])
+        assert len(bars) == gaps.height
+        drawn_ms = sum(b["value"] for b in bars)
+        assert drawn_ms == pytest.approx(gaps["total_ns"].sum() / 1e6, rel=1e-6)
+        # each bar is its bucket's time, with the gap count beside it
+        by = {(r["bucket_lo_ns"], r["cause"]): r for r in gaps.iter_rows(named=True)}
+        for b in bars:
+            r = by[(b["lo"], {v: k for k, v in _CAUSE_LABELS.items()}[b["cause"]])]
+            assert b["value"] == pytest.approx(r["total_ns"] / 1e6, rel=1e-6, abs=1e-9)
+            assert b["gaps"] == r["gaps"]
     finally:
         ctx.close()

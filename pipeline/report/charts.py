@@ -24,6 +24,8 @@ import math
 import altair as alt
 import polars as pl
 
+from ..kernelname import hover_name, short_names
+
 MAX_BARS = 64
 MAX_STEP_COLS = 60
 WIDTH = 680
@@ -385,8 +387,15 @@ def mfu_chart(steps: list[dict], reason: str | None):
 def top_kernels_chart(top: list[dict]):
     if not top:
         return None, "no GPU activity in this run"
+    label = short_names(t["name"] for t in top[:15])
     data = [
-        {"name": t["name"][:90], "category": t["category"], "ms": t["total_ns"] / 1e6, "calls": t["calls"]}
+        {
+            "kernel": label[t["name"]],
+            "name": hover_name(t["name"]),
+            "category": t["category"],
+            "ms": t["total_ns"] / 1e6,
+            "calls": t["calls"],
+        }
         for t in top[:15]
     ]
     cats = list(_CATEGORY_COLORS)
@@ -394,14 +403,19 @@ def top_kernels_chart(top: list[dict]):
         alt.Chart(alt.Data(values=data))
         .mark_bar()
         .encode(
-            y=alt.Y("name:N", sort="-x", title=None),
+            y=alt.Y("kernel:N", sort="-x", title=None),
             x=alt.X("ms:Q", title="total time, all ranks (ms)"),
             color=alt.Color(
                 "category:N",
                 title=None,
                 scale=alt.Scale(domain=cats, range=[_CATEGORY_COLORS[c] for c in cats]),
             ),
-            tooltip=["name:N", "category:N", "calls:Q", alt.Tooltip("ms:Q", format=",.3f")],
+            tooltip=[
+                alt.Tooltip("name:N", title="kernel"),
+                "category:N",
+                "calls:Q",
+                alt.Tooltip("ms:Q", format=",.3f"),
+            ],
         )
     )
     return chart.properties(width=520, height=alt.Step(18), title="Top kernels by time"), None
@@ -415,7 +429,9 @@ def _dur(ns: float) -> str:
 
 
 def idle_gap_chart(gaps: list[dict]):
-    """Histogram of the GPU's idle gaps (power-of-two length buckets), stacked by cause."""
+    """The GPU's idle time by gap length (power-of-two buckets, queries/idle_gaps.sql), stacked by
+    cause: each bar is the summed length of its gaps over all ranks (their count in the tooltip),
+    so a million 1 µs gaps weigh what they cost, not what they number."""
     if not gaps:
         return None, "no idle gaps between GPU work"
     data = [
@@ -435,7 +451,7 @@ def idle_gap_chart(gaps: list[dict]):
         .mark_bar()
         .encode(
             x=alt.X("bucket:N", sort=order, title="idle gap length"),
-            y=alt.Y("gaps:Q", title="gaps (all ranks)"),
+            y=alt.Y("total_ms:Q", title="idle time, all ranks (ms)", stack="zero"),
             color=alt.Color(
                 "cause:N",
                 title=None,
@@ -446,12 +462,14 @@ def idle_gap_chart(gaps: list[dict]):
             tooltip=[
                 "bucket:N",
                 "cause:N",
-                "gaps:Q",
-                alt.Tooltip("total_ms:Q", format=",.3f", title="total (ms)"),
+                alt.Tooltip("total_ms:Q", format=",.3f", title="idle time (ms)"),
+                alt.Tooltip("gaps:Q", format="d", title="gaps"),
             ],
         )
     )
-    return chart.properties(width=WIDTH, height=220, title="GPU idle gaps by length and cause"), None
+    return chart.properties(
+        width=WIDTH, height=220, title="GPU idle time by gap length and cause (all ranks, whole trace)"
+    ), None
 
 
 def comparison_chart(comp: dict):

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from .. import __version__
 from ..diagnosis.compare import compare_run, pick_baseline_run
-from ..diagnosis.roofline import metrics_text, short_name
+from ..diagnosis.roofline import metrics_text
 from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
+from ..kernelname import short_name
 
 SCHEMA = "tracelake.report/2"
 

@@ -26,7 +26,8 @@ re-exported here).
   7. idle-gap histogram by cause;
   8. with a baseline: the step-time components of both runs.
 - Each chart div gets data-rendered="1" when vega-embed has drawn it, or data-error with the
-  message, so a browser test can wait for all of them.
+  message, so a browser test can wait for all of them; its Vega view is window.tracelakeViews[id]
+  (a test reads the drawn marks and scales from it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from __future__ import annotations
 import html
 
 from ..diagnosis.verdict import CAUSES, kept_rows
+from ..kernelname import hover_name, short_names
 from .charts import (
     MAX_BARS,
     MAX_STEP_COLS,
@@ -229,8 +231,10 @@ def render(
                 )
                 chart_block("comparison", comparison_chart(comp))
             if comp["kernels"]:
+                label = short_names(k["name"] for k in comp["kernels"])
                 rows = "".join(
-                    f'<tr><td class="l"><code>{e(k["name"][:160])}</code></td><td>{e(k["category"])}</td>'
+                    f'<tr><td class="l"><code title="{e(hover_name(k["name"]))}">{e(label[k["name"]])}</code>'
+                    f"</td><td>{e(k['category'])}</td>"
                     f"<td>{_fmt_ms(k['baseline_ns'])}</td><td>{_fmt_ms(k['current_ns'])}</td>"
                     f"<td>{k['delta_ns'] / 1e6:+,.3f} ms</td></tr>"
                     for k in comp["kernels"]
@@ -365,7 +369,8 @@ document.addEventListener('click', ev => {{
 <script type="module">
 function track(id, p) {{
   const el = document.getElementById(id);
-  p.then(() => {{ el.dataset.rendered = '1'; }})
+  window.tracelakeViews = window.tracelakeViews || {{}};
+  p.then(r => {{ window.tracelakeViews[id] = r.view; el.dataset.rendered = '1'; }})
    .catch(err => {{ el.dataset.error = String(err); el.textContent = 'chart failed: ' + err; }});
 }}
 {charts_js}
