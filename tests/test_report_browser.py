@@ -9,6 +9,7 @@ These tests fail, not skip, when the browser is missing: run `bash scripts/insta
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,12 @@ EXPECTED = {
     # roofline: their ops carry Input Dims (aten::mm, addmm, elementwise); DLRM's too
     "kineto_2_ranks": {"breakdown", "overlap", "phases", "busbw", "wait", "kernels", "idle_gaps", "roofline"},
     "one_rank_with_bandwidth": {"breakdown", "overlap", "phases", "busbw", "kernels", "idle_gaps"},
-    "nsys_no_steps": {"breakdown", "overlap", "wait", "kernels", "idle_gaps"},
+    # overlap: 0 % on both ranks, a sentence (EXPECTED_TABLES)
+    "nsys_no_steps": {"breakdown", "wait", "kernels", "idle_gaps"},
     # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch;
-    # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops)
-    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "mfu", "busbw", "kernels", "idle_gaps", "roofline"},
+    # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops);
+    # mfu: one step (ProfilerStep#10), a sentence and a table; wait: one step, a bar per rank
+    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "busbw", "kernels", "idle_gaps", "roofline"},
     # busbw: trace_diff's all_to_alls are sized from their nccl:all_to_all records, and the group
     # of an unnamed process group is the world (distributedInfo world_size)
     "comparison": {
@@ -49,7 +52,13 @@ EXPECTED = {
         "idle_gaps",
         "roofline",
     },  # fmt: skip
-    "injection": {"breakdown", "overlap", "kernels", "idle_gaps"},
+    "injection": {"breakdown", "kernels", "idle_gaps"},
+}
+# report name -> the charts it shows as a sentence (and a table) instead: a single dot or a 0 % bar
+EXPECTED_TABLES = {
+    "nsys_no_steps": {"overlap"},
+    "dlrm_64_ranks": {"mfu"},
+    "injection": {"overlap"},
 }
 
 
@@ -177,7 +186,17 @@ def test_report_renders_offline(browser, report_of, name):
             assert c["svgs"] == 1 and c["marks"] > 0, c
         hidden = page.locator(".hidden-chart").all_inner_texts()
         assert all(t.startswith("Chart hidden: ") and len(t) > 20 for t in hidden)
-        assert len(charts) + len(hidden) >= 7
+        tables = page.evaluate(
+            "() => [...document.querySelectorAll('.chart-table')].map(e => e.dataset.chart)"
+        )
+        assert set(tables) == EXPECTED_TABLES.get(name, set())
+        assert len(charts) + len(hidden) + len(tables) >= 7
+        # a number and its unit never wrap apart: no plain space between them in any text shown
+        text = page.inner_text("body")
+        assert not re.search(r"\d (?:ns|µs|ms|s|GB/s|MiB|%)(?![\w/])", text), re.findall(
+            r"(?s).{30}\d (?:ns|µs|ms|s|GB/s|MiB|%)(?![\w/]).{10}", text
+        )[:3]
+        assert "\u00a0ms" in text
         assert (
             log["blocked"] == [] and log["console"] == [] and log["pageerror"] == [] and log["dialog"] == []
         )
@@ -278,3 +297,46 @@ def test_idle_gap_bars_sum_to_idle_time(browser, report_of):
             assert b["gaps"] == r["gaps"]
     finally:
         ctx.close()
+
+
+def test_zero_overlap_and_one_step_are_sentences(browser, report_of):
+    """nsys_no_steps: no communication kernel overlaps compute on either rank, so the overlap
+    chart is the sentence '0 %', not an empty axis; DLRM (64 replicated ranks, one step): MFU is a
+    sentence over the ranks' table, whose mean, min and max are the table's."""
+    page, ctx, _ = open_report(browser, report_of("nsys_no_steps"))
+    try:
+        t = page.locator(".chart-table[data-chart=overlap]").inner_text()
+        assert "0 % of the communication is hidden under compute on any of the 2 ranks" in t.replace(
+            "\u00a0", " "
+        )
+    finally:
+        ctx.close()
+    page, ctx, _ = open_report(browser, report_of("dlrm_64_ranks"))
+    try:
+        box = page.locator(".chart-table[data-chart=mfu]")
+        text = box.locator("p").first.inner_text().replace("\u00a0", " ")
+        rows = [r.split("\t") for r in box.locator("table tr").all_inner_texts()[1:]]
+        assert [int(r[0]) for r in rows] == list(range(64))
+        vals = [float(r[1].replace("\u00a0%", "")) for r in rows]
+        m = re.search(
+            r"MFU in step 10: ([\d.]+) % \(mean over 64 rank\(s\); min ([\d.]+) %, max ([\d.]+) %\)", text
+        )
+        assert m, text
+        assert float(m[1]) == pytest.approx(sum(vals) / 64, abs=0.01)
+        assert (float(m[2]), float(m[3])) == (min(vals), max(vals))
+        # the wait of the one step: a bar per rank, not a one-column heat map
+        bars = page.evaluate(BARS_JS, ["wait", "x"])
+        assert len(bars) == 64 and {b["steps"] for b in bars} == {"step 10"}
+    finally:
+        ctx.close()
+
+
+def test_software_row_of_an_nsys_export(report_of):
+    """mfu_2gpu_before.sqlite's TARGET_INFO_SYSTEM_ENV (NvDriverVersion 580.95.05, CudaDriverVersion
+    13000) and META_DATA_EXPORT (nsys 2026.2.1.210, export schema 3.25.0), as the sources row
+    keeps them, in the summary's software row."""
+    html = report_of("nsys_no_steps").read_text()
+    assert (
+        "<tr><th>software</th><td>NVIDIA driver 580.95.05; CUDA driver API 13.0; Nsight Systems "
+        "2026.2.1.210; Nsight Systems export schema 3.25.0</td></tr>"
+    ) in html

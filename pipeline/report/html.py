@@ -33,6 +33,7 @@ re-exported here).
 from __future__ import annotations
 
 import html
+import re
 
 from ..diagnosis.verdict import CAUSES, kept_rows
 from ..kernelname import hover_name, short_names
@@ -42,6 +43,7 @@ from .charts import (
     STEP_PARTS,
     TRACE_PARTS,
     WIDTH,
+    Table,
     breakdown_chart,
     busbw_chart,
     comparison_chart,
@@ -88,6 +90,21 @@ def _fmt_pct2(p) -> str:
 
 
 _BARS = {key: (mod, high) for _, key, mod, high in CAUSES.values()}
+
+# a number and its unit never wrap apart: the space between them becomes a no-break space
+_UNIT_SPACE = re.compile(
+    r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|h|[KMGT]i?B(?:/s)?|B|[KMGTP]?FLOP(?:/s)?|W|J|k?Wh|GPU-hours|%)"
+    r"(?![\w/]))"
+)
+_PRE = re.compile(r"(<pre\b.*?</pre>)", re.S)
+
+
+def nbsp_units(markup: str) -> str:
+    """The page's markup with '12.3 ms', '40 GB/s', '0 %' joined by &nbsp; (code in <pre>, the
+    SQL, left as it is)."""
+    return "".join(
+        part if part.startswith("<pre") else _UNIT_SPACE.sub("&nbsp;", part) for part in _PRE.split(markup)
+    )
 
 
 def _level(key: str, pct) -> str:
@@ -138,7 +155,7 @@ _STYLE = (
     "table.summary td, td.l { text-align: left; }\n"
     "tr.moved td { font-weight: bold; }\n"
     ".finding h4 { margin: .8em 0 .2em; } .rec { color: #555; font-weight: normal; }\n"
-    ".note, .hidden-chart { color: #666; font-style: italic; } .chart { margin: 1em 0; }\n"
+    ".note, .hidden-chart { color: #666; font-style: italic; } .chart, .chart-table { margin: 1em 0; }\n"
 )
 
 
@@ -157,6 +174,17 @@ def render(
         chart, note = res
         if chart is None:
             body.append(f'<p class="hidden-chart" data-chart="{kind}">Chart hidden: {e(note)}.</p>')
+            return
+        if isinstance(chart, Table):  # a sentence (and a small table) where a chart would be one dot
+            head = "".join(f"<th>{e(h)}</th>" for h in chart.header)
+            rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in chart.rows)
+            body.append(
+                f'<div class="chart-table" data-chart="{kind}">'
+                f"<p><b>{e(chart.title)}</b>: {e(chart.text)}.</p>"
+                + (f"<table><tr>{head}</tr>{rows}</table>" if chart.rows else "")
+                + (f'<p class="note">{e(note)}.</p>' if note else "")
+                + "</div>"
+            )
             return
         cid = f"chart{len(specs)}"
         specs.append((cid, kind, chart.to_dict(validate=False)))
@@ -353,9 +381,9 @@ def render(
 <style>
 {_STYLE}</style></head><body>
 <h1>{e(title)}</h1>
-{stamp}
-{"".join(body)}
-{"<h2>Notes</h2><ul>" + notes + "</ul>" if notes else ""}
+{nbsp_units(stamp)}
+{nbsp_units("".join(body))}
+{nbsp_units("<h2>Notes</h2><ul>" + notes + "</ul>") if notes else ""}
 <script>
 document.addEventListener('click', ev => {{
   if (!ev.target.classList.contains('copy')) return;
