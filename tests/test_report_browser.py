@@ -16,6 +16,7 @@ import pytest
 from conftest import REPO, corpus
 from playwright.sync_api import sync_playwright
 from test_report import DLRM, EVIL, injection_lake, synthetic_lake
+from test_report_charts import GCP, gcp_rows
 from typer.testing import CliRunner
 
 from pipeline.cli import EXIT_OK, app
@@ -32,7 +33,16 @@ EXPECTED = {
     # phases: HTA's sampled ranks (and trace_diff's) have autograd backward and Optimizer.step ops
     # roofline: their ops carry Input Dims (aten::mm, addmm, elementwise); DLRM's too
     "kineto_2_ranks": {"breakdown", "overlap", "phases", "busbw", "wait", "kernels", "idle_gaps", "roofline"},
-    "one_rank_with_bandwidth": {"breakdown", "overlap", "phases", "busbw", "kernels", "idle_gaps"},
+    # nccl_tests: its second run, GCP's all_reduce_perf output
+    "one_rank_with_bandwidth": {
+        "breakdown",
+        "overlap",
+        "phases",
+        "busbw",
+        "kernels",
+        "idle_gaps",
+        "nccl_tests",
+    },
     # overlap: 0 % on both ranks, a sentence (EXPECTED_TABLES)
     "nsys_no_steps": {"breakdown", "wait", "kernels", "idle_gaps"},
     # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch;
@@ -85,11 +95,9 @@ def build_report(name: str, d: Path) -> Path:
         )
         assert r.exit_code == EXIT_OK, r.output
         return out
-    if name == "one_rank_with_bandwidth":
-        return _report(
-            _ingest(corpus("hta", "tests", "data", "nccl_parser_config"), Lake(d / "nccl"), "nccl_parser"),
-            out,
-        )
+    if name == "one_rank_with_bandwidth":  # and, as a second run, an nccl-tests output
+        lake = _ingest(corpus("hta", "tests", "data", "nccl_parser_config"), Lake(d / "nccl"), "nccl_parser")
+        return _report(_ingest(corpus(*GCP), lake, "nccl_tests"), out)
     if name == "nsys_no_steps":
         return _report(
             _ingest(corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite"), Lake(d / "nsys"), "mfu_2gpu"), out
@@ -340,3 +348,31 @@ def test_software_row_of_an_nsys_export(report_of):
         "<tr><th>software</th><td>NVIDIA driver 580.95.05; CUDA driver API 13.0; Nsight Systems "
         "2026.2.1.210; Nsight Systems export schema 3.25.0</td></tr>"
     ) in html
+
+
+def test_nccl_tests_points_drawn(browser, report_of):
+    """The nccl-tests chart draws one point per row and placement of the file's table (lines 24-54
+    of ncclTests-gcp-a3mega-h100-16rank-allreduce.txt), at the printed busbw."""
+    page, ctx, log = open_report(browser, report_of("one_rank_with_bandwidth"))
+    try:
+        pts = page.evaluate(
+            """() => {
+          const id = document.querySelector('.chart[data-chart=nccl_tests]').id;
+          const v = window.tracelakeViews[id], out = [], sy = v.scale('y');
+          const walk = n => {
+            if (!n) return;
+            if (n.marktype === 'symbol' && n.role === 'mark')
+              for (const it of n.items) out.push({...it.datum, drawn: sy.invert(it.y)});
+            (n.items || []).forEach(walk);
+          };
+          walk(v.scenegraph().root);
+          return out;
+        }"""
+        )
+        assert sorted((p["line"], p["size_bytes"], p["placement"], p["busbw_gbps"]) for p in pts) == sorted(
+            gcp_rows()
+        )
+        assert all(p["drawn"] == pytest.approx(p["busbw_gbps"], abs=0.5) for p in pts)
+        assert log["pageerror"] == [] and log["console"] == []
+    finally:
+        ctx.close()

@@ -112,3 +112,50 @@ def test_software_line_from_kineto_versions(tmp_path):
     assert document.versions_text({"hip_runtime_version": ["60443483"], "roctracer_version": ["4.1"]}) == (
         "HIP runtime 6.4.43483; roctracer 4.1"
     )
+
+
+GCP = ("nccl", "ncclTests-gcp-a3mega-h100-16rank-allreduce.txt")
+
+
+def gcp_rows() -> list[tuple[int, int, str, float]]:
+    """(line, size, placement, busbw) of the file's results table, read here by hand: lines 24-54
+    (8 B to 8 GiB), out-of-place busbw in column 8, in-place in column 12."""
+    lines = corpus(*GCP).read_text().splitlines()
+    out = []
+    for no in range(24, 55):
+        c = lines[no - 1].split()
+        out += [(no, int(c[0]), "out-of-place", float(c[7])), (no, int(c[0]), "in-place", float(c[11]))]
+    return out
+
+
+def test_nccl_tests_chart_points_are_the_files_rows(tmp_path):
+    """GCP A3-Mega all_reduce_perf (16 ranks on node01 and node02): one point per table row and
+    placement, equal to the printed busbw; the run spans two nodes, so no link-peak rule and the
+    note says why. With the device list cut to node01's 8 ranks (one node) the rule is the H100's
+    NVLink rate per direction, 450 GB/s (pipeline/catalog/devices.toml H100-SXM)."""
+    from pipeline.report.nccl_tests_chart import nccl_tests_chart
+
+    lake = Lake(tmp_path / "lake")
+    assert all(r.status == "ok" for r in ingest_paths([corpus(*GCP)], lake, run="gcp"))
+    res = analyze(lake)
+    chart, note = nccl_tests_chart(res["nccl_tests"], res["nccl_tests_bandwidth"])
+    spec = chart.to_dict(validate=False)
+    (layer,) = spec["layer"]
+    got = sorted((v["line"], v["size_bytes"], v["placement"], v["busbw_gbps"]) for v in _values(layer, spec))
+    assert got == sorted(gcp_rows()) and len(got) == 62
+    assert {v["test"] for v in _values(layer, spec)} == {"all_reduce_perf"}
+    assert layer["encoding"]["x"]["scale"]["type"] == "log"
+    assert note == "no link-peak line: spans 2 nodes: the inter-node NIC rate is not in the output"
+    # one node: the device lines of node02 (ranks 8-15, lines 12-19) removed
+    text = corpus(*GCP).read_text().splitlines(keepends=True)
+    one = tmp_path / "one_node.txt"
+    one.write_text("".join(x for x in text if " on node02 " not in x))
+    lake1 = Lake(tmp_path / "lake1")
+    assert all(r.status == "ok" for r in ingest_paths([one], lake1, run="one"))
+    res1 = analyze(lake1)
+    chart1, note1 = nccl_tests_chart(res1["nccl_tests"], res1["nccl_tests_bandwidth"])
+    spec1 = chart1.to_dict(validate=False)
+    pts, rule = spec1["layer"]
+    assert rule["mark"]["type"] == "rule" and note1 is None
+    assert [v["peak"] for v in _values(rule, spec1)] == [450.0]
+    assert len(_values(pts, spec1)) == 62

@@ -23,8 +23,10 @@ re-exported here).
   4. rank x step heat map of collective wait (stragglers are the ranks the others wait for);
   5. MFU per step;
   6. top kernels by time;
-  7. idle-gap histogram by cause;
-  8. with a baseline: the step-time components of both runs.
+  7. idle time by gap length and cause;
+  8. with a baseline: the step-time components of both runs;
+  9. nccl-tests output: bus bandwidth against message size per test, with the link peak
+     (nccl_tests_chart.py), for runs that hold it.
 - Each chart div gets data-rendered="1" when vega-embed has drawn it, or data-error with the
   message, so a browser test can wait for all of them; its Vega view is window.tracelakeViews[id]
   (a test reads the drawn marks and scales from it).
@@ -55,6 +57,7 @@ from .charts import (
     wait_heatmap,
 )
 from .document import basis_text, build, gpus_text, roofline_text, throughput_text, timing_text, versions_text
+from .nccl_tests_chart import nccl_tests_chart
 from .roofline_chart import roofline_chart
 from .vega import _json_for_script, vega_bundle
 
@@ -340,6 +343,10 @@ def render(
         chart_block(
             "idle_gaps", idle_gap_chart([g for g in result.get("idle_gaps", []) if g["run_id"] == rid])
         )
+        nccl_rows = [x for x in result.get("nccl_tests", []) if x["run_id"] == rid]
+        if nccl_rows:  # only runs with nccl-tests output
+            peaks = [x for x in result.get("nccl_tests_bandwidth", []) if x["run_id"] == rid]
+            chart_block("nccl_tests", nccl_tests_chart(nccl_rows, peaks))
         rows = "".join(
             f"<tr><td>{r['rank']}</td><td>{_fmt_ms(r['span_ns'])}</td><td>{_fmt_ms(r['compute_ns'])}</td>"
             f"<td>{_fmt_ms(r['comm_ns'])}</td><td>{_fmt_ms(r['exposed_comm_ns'])}</td>"
