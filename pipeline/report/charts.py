@@ -457,7 +457,7 @@ def top_kernels_chart(top: list[dict]):
         alt.Chart(alt.Data(values=data))
         .mark_bar()
         .encode(
-            y=alt.Y("kernel:N", sort="-x", title=None),
+            y=alt.Y("kernel:N", sort="-x", title=None, axis=alt.Axis(labelLimit=380)),
             x=alt.X("ms:Q", title="total time, all ranks (ms)"),
             color=alt.Color(
                 "category:N",
@@ -472,7 +472,7 @@ def top_kernels_chart(top: list[dict]):
             ],
         )
     )
-    return chart.properties(width=520, height=alt.Step(18), title="Top kernels by time"), None
+    return chart.properties(width=420, height=alt.Step(18), title="Top kernels by time"), None
 
 
 def _dur(ns: float) -> str:
