@@ -5,7 +5,7 @@ Contract "tracelake.analyze/4" (documented in docs/analyze-json.md):
    "runs": [...], "steps": [...], "ranks": [...], "step_time": [...], "idle_streams": [...],
    "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "collective_exposure": [...],
    "stragglers": [...], "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "phases": [...],
-   "verdicts": [...],
+   "nccl_tests": [...], "nccl_tests_bandwidth": [...], "verdicts": [...],
    "findings": [...], "notes": [...]}
 Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
 and a note says why (never 0 or NaN).
@@ -129,6 +129,7 @@ def analyze(
         ).to_arrow_table()
     )
     src = lake.sources(runs)
+    nccl_tests, nccl_tests_bw = nccl_findings.tests_results(con) if nccl else ([], [])
     notes: list[str] = []
 
     base = bd.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns"})
@@ -419,6 +420,8 @@ def analyze(
         "throughput": tput,
         "energy": energy,
         "gpu_metrics": gpu_metrics,
+        "nccl_tests": nccl_tests,
+        "nccl_tests_bandwidth": nccl_tests_bw,
         "verdicts": verdicts,
         "findings": [],
         "notes": notes,

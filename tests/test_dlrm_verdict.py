@@ -100,6 +100,10 @@ def test_verdict_says_waiting_not_network(dlrm):
     assert (st["cause"], st["cause_ns"]) == ("entered_step_late", 4523 * US)
     assert "rank 7 arrived last in 5 of 8" in v["reason"]
     assert [c["kind"] for c in v["caveats"]] == ["single_step"]
+    # the headline: host-bound, then the wait also above its bar, then compute; not host wait
+    # (48.3 %) beside host-bound (48.9 %), which contains it
+    assert v["verdict"] == "host-bound"
+    assert v["headline"] == ["host_bound_pct", "exposed_comm_wait_pct", "compute_pct"]
 
 
 def test_first_findings_name_the_wait(dlrm):

@@ -557,9 +557,10 @@ def test_reports_on_every_kind_of_lake(mixed_lake, tmp_path):
         assert [f["title"] for f in run_["findings"]] == [f["title"] for f in fs]
         for f in fs:  # the same findings in the markdown and the HTML
             assert markdown.esc(f["title"]) in outs["md"] and document.timing_text(f) in outs["md"]
+            # (a number and its unit joined by a no-break space in the page)
             assert f'{f["title"]} <span class="rec">— {document.timing_text(f)}</span>' in outs[
                 "html"
-            ].replace("&#x27;", "'")
+            ].replace("&#x27;", "'").replace("&nbsp;", " ")
     dlrm = next(r for r in doc["runs"] if r["run_id"] == "dlrm")
     assert (
         dlrm["summary"]["gpus"] == [{"name": "Tesla V100-SXM2-32GB", "ranks": 8}]

@@ -9,17 +9,20 @@ These tests fail, not skip, when the browser is missing: run `bash scripts/insta
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 from conftest import REPO, corpus
 from playwright.sync_api import sync_playwright
 from test_report import DLRM, EVIL, injection_lake, synthetic_lake
+from test_report_charts import GCP, gcp_rows
 from typer.testing import CliRunner
 
 from pipeline.cli import EXIT_OK, app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
+from pipeline.report.charts import _CAUSE_LABELS
 
 CHROMIUM = os.environ.get("TRACELAKE_CHROMIUM", "/usr/bin/chromium")
 runner = CliRunner()
@@ -30,11 +33,22 @@ EXPECTED = {
     # phases: HTA's sampled ranks (and trace_diff's) have autograd backward and Optimizer.step ops
     # roofline: their ops carry Input Dims (aten::mm, addmm, elementwise); DLRM's too
     "kineto_2_ranks": {"breakdown", "overlap", "phases", "busbw", "wait", "kernels", "idle_gaps", "roofline"},
-    "one_rank_with_bandwidth": {"breakdown", "overlap", "phases", "busbw", "kernels", "idle_gaps"},
-    "nsys_no_steps": {"breakdown", "overlap", "wait", "kernels", "idle_gaps"},
+    # nccl_tests: its second run, GCP's all_reduce_perf output
+    "one_rank_with_bandwidth": {
+        "breakdown",
+        "overlap",
+        "phases",
+        "busbw",
+        "kernels",
+        "idle_gaps",
+        "nccl_tests",
+    },
+    # overlap: 0 % on both ranks, a sentence (EXPECTED_TABLES)
+    "nsys_no_steps": {"breakdown", "wait", "kernels", "idle_gaps"},
     # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch;
-    # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops)
-    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "mfu", "busbw", "kernels", "idle_gaps", "roofline"},
+    # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops);
+    # mfu: one step (ProfilerStep#10), a sentence and a table; wait: one step, a bar per rank
+    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "busbw", "kernels", "idle_gaps", "roofline"},
     # busbw: trace_diff's all_to_alls are sized from their nccl:all_to_all records, and the group
     # of an unnamed process group is the world (distributedInfo world_size)
     "comparison": {
@@ -48,7 +62,13 @@ EXPECTED = {
         "idle_gaps",
         "roofline",
     },  # fmt: skip
-    "injection": {"breakdown", "overlap", "kernels", "idle_gaps"},
+    "injection": {"breakdown", "kernels", "idle_gaps"},
+}
+# report name -> the charts it shows as a sentence (and a table) instead: a single dot or a 0 % bar
+EXPECTED_TABLES = {
+    "nsys_no_steps": {"overlap"},
+    "dlrm_64_ranks": {"mfu"},
+    "injection": {"overlap"},
 }
 
 
@@ -75,11 +95,9 @@ def build_report(name: str, d: Path) -> Path:
         )
         assert r.exit_code == EXIT_OK, r.output
         return out
-    if name == "one_rank_with_bandwidth":
-        return _report(
-            _ingest(corpus("hta", "tests", "data", "nccl_parser_config"), Lake(d / "nccl"), "nccl_parser"),
-            out,
-        )
+    if name == "one_rank_with_bandwidth":  # and, as a second run, an nccl-tests output
+        lake = _ingest(corpus("hta", "tests", "data", "nccl_parser_config"), Lake(d / "nccl"), "nccl_parser")
+        return _report(_ingest(corpus(*GCP), lake, "nccl_tests"), out)
     if name == "nsys_no_steps":
         return _report(
             _ingest(corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite"), Lake(d / "nsys"), "mfu_2gpu"), out
@@ -176,7 +194,17 @@ def test_report_renders_offline(browser, report_of, name):
             assert c["svgs"] == 1 and c["marks"] > 0, c
         hidden = page.locator(".hidden-chart").all_inner_texts()
         assert all(t.startswith("Chart hidden: ") and len(t) > 20 for t in hidden)
-        assert len(charts) + len(hidden) >= 7
+        tables = page.evaluate(
+            "() => [...document.querySelectorAll('.chart-table')].map(e => e.dataset.chart)"
+        )
+        assert set(tables) == EXPECTED_TABLES.get(name, set())
+        assert len(charts) + len(hidden) + len(tables) >= 7
+        # a number and its unit never wrap apart: no plain space between them in any text shown
+        text = page.inner_text("body")
+        assert not re.search(r"\d (?:ns|µs|ms|s|GB/s|MiB|%)(?![\w/])", text), re.findall(
+            r"(?s).{30}\d (?:ns|µs|ms|s|GB/s|MiB|%)(?![\w/]).{10}", text
+        )[:3]
+        assert "\u00a0ms" in text
         assert (
             log["blocked"] == [] and log["console"] == [] and log["pageerror"] == [] and log["dialog"] == []
         )
@@ -227,5 +255,124 @@ def test_injection_stays_inert(browser, report_of):
         assert (
             log["dialog"] == [] and log["pageerror"] == [] and log["blocked"] == [] and log["console"] == []
         )
+    finally:
+        ctx.close()
+
+
+# the drawn bars of a chart: each rect mark item's datum with its height (or width) read back
+# through the chart's own scale, so the value is what the browser drew
+BARS_JS = """([kind, axis]) => {
+  const id = document.querySelector(`.chart[data-chart=${kind}]`).id;
+  const v = window.tracelakeViews[id], out = [];
+  const walk = n => {
+    if (!n) return;
+    if (n.marktype === 'rect' && n.role === 'mark')
+      for (const it of n.items) out.push({datum: it.datum, p0: axis === 'y' ? it.y : it.x,
+                                          p1: axis === 'y' ? it.y + it.height : it.x + it.width});
+    (n.items || []).forEach(walk);
+  };
+  walk(v.scenegraph().root);
+  const s = v.scale(axis);
+  return out.map(b => ({...b.datum, value: Math.abs(s.invert(b.p0) - s.invert(b.p1))}));
+}"""
+
+
+def test_idle_gap_bars_sum_to_idle_time(browser, report_of):
+    """The idle-gap chart's bars are idle time: summed, as drawn, they equal the lake's idle_gaps
+    total_ns (queries/idle_gaps.sql), and that equals the whole-trace breakdown's gpu_idle_ns
+    (queries/breakdown.sql level 'rank'): both are the gaps between the union of a rank's GPU
+    work, first to last activity, with the same device-level causes."""
+    from pipeline import query
+
+    path = report_of("kineto_2_ranks")
+    con = query.connect(Lake(path.parent / "sample"))
+    gaps = query.run(con, "idle_gaps")
+    ranks = query.run(con, "breakdown").filter(level="rank")
+    assert gaps["total_ns"].sum() == ranks["gpu_idle_ns"].sum() > 0
+    for cause, col in (("host_wait", "idle_host_wait_ns"), ("kernel_wait", "idle_kernel_wait_ns")):
+        assert gaps.filter(cause=cause)["total_ns"].sum() == ranks[col].sum()
+    page, ctx, log = open_report(browser, path)
+    try:
+        bars = page.evaluate(BARS_JS, ["idle_gaps", "y"])
+        assert len(bars) == gaps.height
+        drawn_ms = sum(b["value"] for b in bars)
+        assert drawn_ms == pytest.approx(gaps["total_ns"].sum() / 1e6, rel=1e-6)
+        # each bar is its bucket's time, with the gap count beside it
+        by = {(r["bucket_lo_ns"], r["cause"]): r for r in gaps.iter_rows(named=True)}
+        for b in bars:
+            r = by[(b["lo"], {v: k for k, v in _CAUSE_LABELS.items()}[b["cause"]])]
+            assert b["value"] == pytest.approx(r["total_ns"] / 1e6, rel=1e-6, abs=1e-9)
+            assert b["gaps"] == r["gaps"]
+    finally:
+        ctx.close()
+
+
+def test_zero_overlap_and_one_step_are_sentences(browser, report_of):
+    """nsys_no_steps: no communication kernel overlaps compute on either rank, so the overlap
+    chart is the sentence '0 %', not an empty axis; DLRM (64 replicated ranks, one step): MFU is a
+    sentence over the ranks' table, whose mean, min and max are the table's."""
+    page, ctx, _ = open_report(browser, report_of("nsys_no_steps"))
+    try:
+        t = page.locator(".chart-table[data-chart=overlap]").inner_text()
+        assert "0 % of the communication is hidden under compute on any of the 2 ranks" in t.replace(
+            "\u00a0", " "
+        )
+    finally:
+        ctx.close()
+    page, ctx, _ = open_report(browser, report_of("dlrm_64_ranks"))
+    try:
+        box = page.locator(".chart-table[data-chart=mfu]")
+        text = box.locator("p").first.inner_text().replace("\u00a0", " ")
+        rows = [r.split("\t") for r in box.locator("table tr").all_inner_texts()[1:]]
+        assert [int(r[0]) for r in rows] == list(range(64))
+        vals = [float(r[1].replace("\u00a0%", "")) for r in rows]
+        m = re.search(
+            r"MFU in step 10: ([\d.]+) % \(mean over 64 rank\(s\); min ([\d.]+) %, max ([\d.]+) %\)", text
+        )
+        assert m, text
+        assert float(m[1]) == pytest.approx(sum(vals) / 64, abs=0.01)
+        assert (float(m[2]), float(m[3])) == (min(vals), max(vals))
+        # the wait of the one step: a bar per rank, not a one-column heat map
+        bars = page.evaluate(BARS_JS, ["wait", "x"])
+        assert len(bars) == 64 and {b["steps"] for b in bars} == {"step 10"}
+    finally:
+        ctx.close()
+
+
+def test_software_row_of_an_nsys_export(report_of):
+    """mfu_2gpu_before.sqlite's TARGET_INFO_SYSTEM_ENV (NvDriverVersion 580.95.05, CudaDriverVersion
+    13000) and META_DATA_EXPORT (nsys 2026.2.1.210, export schema 3.25.0), as the sources row
+    keeps them, in the summary's software row."""
+    html = report_of("nsys_no_steps").read_text()
+    assert (
+        "<tr><th>software</th><td>NVIDIA driver 580.95.05; CUDA driver API 13.0; Nsight Systems "
+        "2026.2.1.210; Nsight Systems export schema 3.25.0</td></tr>"
+    ) in html
+
+
+def test_nccl_tests_points_drawn(browser, report_of):
+    """The nccl-tests chart draws one point per row and placement of the file's table (lines 24-54
+    of ncclTests-gcp-a3mega-h100-16rank-allreduce.txt), at the printed busbw."""
+    page, ctx, log = open_report(browser, report_of("one_rank_with_bandwidth"))
+    try:
+        pts = page.evaluate(
+            """() => {
+          const id = document.querySelector('.chart[data-chart=nccl_tests]').id;
+          const v = window.tracelakeViews[id], out = [], sy = v.scale('y');
+          const walk = n => {
+            if (!n) return;
+            if (n.marktype === 'symbol' && n.role === 'mark')
+              for (const it of n.items) out.push({...it.datum, drawn: sy.invert(it.y)});
+            (n.items || []).forEach(walk);
+          };
+          walk(v.scenegraph().root);
+          return out;
+        }"""
+        )
+        assert sorted((p["line"], p["size_bytes"], p["placement"], p["busbw_gbps"]) for p in pts) == sorted(
+            gcp_rows()
+        )
+        assert all(p["drawn"] == pytest.approx(p["busbw_gbps"], abs=0.5) for p in pts)
+        assert log["pageerror"] == [] and log["console"] == []
     finally:
         ctx.close()

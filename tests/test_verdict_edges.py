@@ -224,3 +224,26 @@ def test_sampled_ranks_match_only_what_lines_up():
         ingest_paths([corpus("hta", "tests", "data", "trace_filter")], lk)
         calls = run(connect(lk), "collective_matching").to_dicts()
     assert len(calls) == 10 and sum(c["consistent"] for c in calls) == 4
+
+
+def test_headline_never_shows_a_number_beside_its_part():
+    """Every verdict's headline, with any other causes at their high bar, holds disjoint numbers:
+    no key twice, none a part of another (host wait inside host-bound, transfer inside exposed
+    communication, any idle cause inside GPU idle)."""
+    from itertools import combinations
+
+    from pipeline.diagnosis.verdict import CAUSES, HEADLINE, PARTS, headline_keys
+
+    cause_keys = [c[1] for c in CAUSES.values()] + ["exposed_comm_pct"]
+    for v, keys in HEADLINE.items():
+        for n in range(3):
+            for also in combinations([k for k in cause_keys if k != keys[0]], n):
+                h = headline_keys(keys, list(also))
+                assert h[0] == keys[0] and 2 <= len(h) <= 3, (v, also, h)
+                for a, b in combinations(h, 2):
+                    assert a != b and b not in PARTS.get(a, ()) and a not in PARTS.get(b, ()), (v, also, h)
+    assert headline_keys(HEADLINE["host-bound"], ["exposed_comm_wait_pct"]) == [
+        "host_bound_pct",
+        "exposed_comm_wait_pct",
+        "compute_pct",
+    ]

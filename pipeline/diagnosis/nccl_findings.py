@@ -141,3 +141,26 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             }
         )
     return out
+
+
+def _dicts(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:
+    cur = con.execute(sql)
+    cols = [d[0] for d in cur.description]
+    return [dict(zip(cols, r)) for r in cur.fetchall()]
+
+
+def tests_results(con: duckdb.DuckDBPyConnection) -> tuple[list[dict], list[dict]]:
+    """(rows, peaks) of the nccl-tests output in scope, for the report's chart: one row per
+    measured size and placement (nccl_tests_results, with the file's name; rows without a busbw
+    left out), and queries/nccl_tests_bandwidth.sql's best busbw and link peak per test."""
+    rows = _dicts(
+        con,
+        """SELECT r.run_id, r.source_id, regexp_extract(s.path, '[^/!]+$') AS file, r.line_no,
+                  r.table_index, r.test, r.placement, r.size_bytes, r.count, r.type, r.redop,
+                  r.time_ns, r.algbw_gbps, r.busbw_gbps
+           FROM nccl_tests_results r LEFT JOIN sources s ON s.run_id = r.run_id AND s.source_id = r.source_id
+           WHERE r.busbw_gbps IS NOT NULL
+           ORDER BY r.run_id, file, r.table_index, r.test, r.placement, r.size_bytes""",
+    )
+    peaks = _dicts(con, "SELECT * FROM nccl_tests_bandwidth") if rows else []
+    return rows, peaks

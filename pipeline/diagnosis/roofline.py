@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..kernelname import short_names
 from .findings import MIN_FLOP_COVERAGE_PCT, _ms
 
 MIN_COVERAGE_PCT = MIN_FLOP_COVERAGE_PCT
@@ -122,11 +123,6 @@ def note(run_id: str, s: dict | None, has_shapes: bool, has_compute: bool, devic
     return None
 
 
-def short_name(name: str, n: int = 60) -> str:
-    """A kernel name cut to n characters with an ellipsis (evidence and the report's line)."""
-    return name if len(name) <= n else name[: n - 1] + "…"
-
-
 def metrics_text(run_id: str, gpu_metrics: list[dict]) -> str | None:
     """'nsys GPU metrics over the trace (median over N rank(s)): SM active 41%, ...' from the
     whole-trace rows of queries/gpu_metrics.sql, or None when the run has none."""
@@ -181,9 +177,10 @@ def findings(run_id: str, s: dict | None, gpu_metrics: list[dict] | None = None)
     hw = metrics_text(run_id, gpu_metrics or [])
     if hw:
         ev.append(hw)
+    label = short_names(t["kernel_name"] for t in s["top"][:3])
     for t in s["top"][:3]:
         ev.append(
-            f"{short_name(t['kernel_name'])} ({t['op_name']}, {t['kernels']} kernels, {t['bound']}-bound): "
+            f"{label[t['kernel_name']]} ({t['op_name']}, {t['kernels']} kernels, {t['bound']}-bound): "
             f"{t['roof_pct']:.0f}% of its roof, {_ms(t['lost_ns'])} lost against it"
         )
     return [

@@ -113,17 +113,45 @@ LABELS = {
     "comm_comp_overlap_pct": "communication hidden under compute",
 }
 
-# the numbers shown next to each verdict (the two or three behind it)
+# the numbers shown next to each verdict (the two or three behind it): disjoint parts of the basis
+# time (or, for comm_comp_overlap_pct, a share of communication time), never a part beside its
+# whole (headline_keys also puts the other causes at their high bar right after the verdict's)
 HEADLINE = {
     "network-bound": ["exposed_comm_transfer_pct", "exposed_comm_wait_pct", "comm_comp_overlap_pct"],
     "straggler-bound": ["exposed_comm_wait_pct", "exposed_comm_transfer_pct", "compute_pct"],
-    "host-bound": ["host_bound_pct", "host_wait_pct", "compute_pct"],
-    "input-bound": ["idle_input_pct", "gpu_idle_pct", "compute_pct"],
+    "host-bound": ["host_bound_pct", "compute_pct", "exposed_comm_pct"],
+    "input-bound": ["idle_input_pct", "host_bound_pct", "compute_pct"],
     "copy-bound": ["exposed_memcpy_pct", "compute_pct", "gpu_idle_pct"],
     "compute-bound": ["compute_pct", "exposed_comm_pct", "gpu_idle_pct"],
     "balanced": ["compute_pct", "exposed_comm_pct", "gpu_idle_pct"],
     "unknown": ["unknown_pct", "compute_pct"],
 }
+
+
+# number key -> the keys that are parts of it (the idle causes of GPU idle, host wait and launch
+# gaps of host-bound, transfer and waiting of exposed communication)
+_IDLE_PARTS = ("host_bound_pct", "host_wait_pct", "kernel_wait_pct", "idle_input_pct", "idle_other_pct")
+PARTS = {
+    "gpu_idle_pct": set(_IDLE_PARTS),
+    "host_bound_pct": {"host_wait_pct", "kernel_wait_pct"},
+    "exposed_comm_pct": {"exposed_comm_transfer_pct", "exposed_comm_wait_pct"},
+}
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether one number is the other or a part of it (PARTS, transitively through gpu_idle)."""
+    return a == b or b in PARTS.get(a, ()) or a in PARTS.get(b, ())
+
+
+def headline_keys(keys: list[str], also: list[str], n: int = 3) -> list[str]:
+    """The headline under a verdict: its first number, then the other causes at their high bar,
+    then the rest of its list, leaving out any number that is another one shown or a part of it
+    (host wait beside host-bound), at most n."""
+    out: list[str] = []
+    for k in keys[:1] + also + keys[1:]:
+        if len(out) < n and not any(_overlap(k, o) for o in out):
+            out.append(k)
+    return out
 
 
 def steady_steps(step_time: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], int | None]:
@@ -353,10 +381,11 @@ def verdict_for_run(
     for _ in lowered:
         if conf in ("high", "moderate"):
             conf = CONFIDENCE[CONFIDENCE.index(conf) + 1]
-    headline = (
+    headline = headline_keys(
         HEADLINE[v]
         if split_known or v != "network-bound"
-        else ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"]
+        else ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"],
+        [a["key"] for a in out["also"]],
     )
     out.update(verdict=v, confidence=conf, headline=headline, reason=_reason(v, numbers, out))
     if out["also"]:

@@ -20,9 +20,25 @@ steps in groups, histograms).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 import altair as alt
 import polars as pl
+
+from ..kernelname import hover_name, short_names
+
+
+@dataclass
+class Table:
+    """What a builder returns instead of a chart when a chart would be a single dot or an empty
+    axis (one step, a 0 % bar): a sentence, with a small table when there is more than one row
+    (html.py renders it where the chart would be, with the same data-chart name)."""
+
+    title: str
+    text: str
+    header: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+
 
 MAX_BARS = 64
 MAX_STEP_COLS = 60
@@ -196,10 +212,19 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
         t = per.setdefault(r["rank"], [0.0, 0.0])
         t[0] += r.get("overlap_ns") or 0
         t[1] += r.get("comm_ns") or 0
-    data = [{"rank": k, "overlap_pct": 100 * o / c} for k, (o, c) in sorted(per.items()) if c > 0]
+    data = [
+        {"rank": k, "overlap_pct": 100 * o / c, "label": f"{100 * o / c:.0f}\u00a0%"}
+        for k, (o, c) in sorted(per.items())
+        if c > 0
+    ]
     if not data:
         return None, "no communication kernels: nothing to overlap"
     where = "over the analysed steps" if step_rows else "over the whole trace"
+    title = f"Communication–computation overlap per rank, {where}"
+    if all(d["overlap_pct"] == 0 for d in data):
+        ranks = [d["rank"] for d in data]
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"any of the {len(ranks)} ranks"
+        return Table(title, f"0 % of the communication is hidden under compute on {who}: none overlaps"), None
     if len(data) > MAX_BARS:
         chart = (
             alt.Chart(alt.Data(values=data))
@@ -215,23 +240,27 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
         )
         note = f"{len(data)} ranks: histogram over ranks"
     else:
-        chart = (
-            alt.Chart(alt.Data(values=data))
-            .mark_bar(color="#54a24b")
-            .encode(
-                x=alt.X("rank:O", title="rank"),
-                y=alt.Y(
-                    "overlap_pct:Q",
-                    title="communication hidden under compute (%)",
-                    scale=alt.Scale(domain=[0, 100]),
-                ),
-                tooltip=["rank:O", alt.Tooltip("overlap_pct:Q", format=".2f")],
-            )
+        base = alt.Chart(alt.Data(values=data)).encode(
+            x=alt.X("rank:O", title="rank", axis=alt.Axis(format="d")),
+            y=alt.Y(
+                "overlap_pct:Q",
+                title="communication hidden under compute (%)",
+                scale=alt.Scale(domain=[0, 100]),
+            ),
         )
+        bars = base.mark_bar(color="#54a24b").encode(
+            tooltip=[alt.Tooltip("rank:O", format="d"), alt.Tooltip("overlap_pct:Q", format=".2f")]
+        )
+        # every bar's value as text when they fit (up to 16), else the 0 % ones, which draw nothing
+        shown = data if len(data) <= 16 else [d for d in data if d["overlap_pct"] == 0]
+        labels = (
+            alt.Chart(alt.Data(values=shown))
+            .mark_text(dy=-6, fontSize=10, color="#333")
+            .encode(x=alt.X("rank:O"), y=alt.Y("overlap_pct:Q"), text="label:N")
+        )
+        chart = alt.layer(bars, labels) if shown else bars
         note = None
-    return chart.properties(
-        width=WIDTH, height=220, title=f"Communication–computation overlap per rank, {where}"
-    ), note
+    return chart.properties(width=WIDTH, height=220, title=title), note
 
 
 def busbw_chart(
@@ -332,6 +361,23 @@ def wait_heatmap(collectives: list[dict], n_ranks: int):
         note = f"{len(ranks)} ranks × {len(steps)} steps: cells are means over the ranks named" + (
             " and sums over the steps named" if len(sg) < len(steps) else ""
         )
+    if len(sg) == 1:  # one step: a heat map of one column is a bar per rank
+        (h,) = sg
+        chart = (
+            alt.Chart(alt.Data(values=data))
+            .mark_bar(color="#e45756")
+            .encode(
+                y=alt.Y("ranks:N", title=None, sort=None),
+                x=alt.X("wait_ms:Q", title="wait in collectives (ms)"),
+                tooltip=["ranks:N", "steps:N", alt.Tooltip("wait_ms:Q", format=",.3f")],
+            )
+        )
+        where = "outside steps" if h == [-1] else f"in {_group_label('step', h)}"
+        return chart.properties(
+            width=WIDTH,
+            height=alt.Step(14),
+            title=f"Collective wait per rank {where} (a straggler waits least: the others wait for it)",
+        ), note
     chart = (
         alt.Chart(alt.Data(values=data))
         .mark_rect()
@@ -363,18 +409,28 @@ def mfu_chart(steps: list[dict], reason: str | None):
         .sort("step")
     )
     data = agg.to_dicts()
+    if len(data) == 1:  # one step: a sentence and its ranks, not a single dot
+        (d,) = data
+        per = sorted(rows, key=lambda s: s["rank"])
+        text = f"MFU in step {d['step']}: {d['mean']:.2f} % (mean over {d['ranks']} rank(s)" + (
+            f"; min {d['lo']:.2f} %, max {d['hi']:.2f} %)" if d["ranks"] > 1 else ")"
+        )
+        table = [[str(s["rank"]), f"{s['mfu_pct']:.2f} %"] for s in per[:MAX_BARS]] if len(per) > 1 else []
+        return Table("Model FLOPs utilisation", text, ["rank", "MFU"] if table else [], table), (
+            f"first {MAX_BARS} of {len(per)} ranks shown" if len(per) > MAX_BARS else None
+        )
     base = alt.Chart(alt.Data(values=data)).encode(
-        x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1))
+        x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"))
     )
     band = base.mark_area(opacity=0.25, color="#4c78a8").encode(y=alt.Y("lo:Q", title="MFU (%)"), y2="hi:Q")
     line = base.mark_line(point=True, color="#4c78a8").encode(
         y="mean:Q",
         tooltip=[
-            "step:Q",
+            alt.Tooltip("step:Q", format="d"),
             alt.Tooltip("mean:Q", format=".2f"),
             alt.Tooltip("lo:Q", format=".2f"),
             alt.Tooltip("hi:Q", format=".2f"),
-            "ranks:Q",
+            alt.Tooltip("ranks:Q", format="d"),
         ],
     )
     return alt.layer(band, line).properties(
@@ -385,8 +441,15 @@ def mfu_chart(steps: list[dict], reason: str | None):
 def top_kernels_chart(top: list[dict]):
     if not top:
         return None, "no GPU activity in this run"
+    label = short_names(t["name"] for t in top[:15])
     data = [
-        {"name": t["name"][:90], "category": t["category"], "ms": t["total_ns"] / 1e6, "calls": t["calls"]}
+        {
+            "kernel": label[t["name"]],
+            "name": hover_name(t["name"]),
+            "category": t["category"],
+            "ms": t["total_ns"] / 1e6,
+            "calls": t["calls"],
+        }
         for t in top[:15]
     ]
     cats = list(_CATEGORY_COLORS)
@@ -394,28 +457,35 @@ def top_kernels_chart(top: list[dict]):
         alt.Chart(alt.Data(values=data))
         .mark_bar()
         .encode(
-            y=alt.Y("name:N", sort="-x", title=None),
+            y=alt.Y("kernel:N", sort="-x", title=None, axis=alt.Axis(labelLimit=380)),
             x=alt.X("ms:Q", title="total time, all ranks (ms)"),
             color=alt.Color(
                 "category:N",
                 title=None,
                 scale=alt.Scale(domain=cats, range=[_CATEGORY_COLORS[c] for c in cats]),
             ),
-            tooltip=["name:N", "category:N", "calls:Q", alt.Tooltip("ms:Q", format=",.3f")],
+            tooltip=[
+                alt.Tooltip("name:N", title="kernel"),
+                "category:N",
+                "calls:Q",
+                alt.Tooltip("ms:Q", format=",.3f"),
+            ],
         )
     )
-    return chart.properties(width=520, height=alt.Step(18), title="Top kernels by time"), None
+    return chart.properties(width=420, height=alt.Step(18), title="Top kernels by time"), None
 
 
 def _dur(ns: float) -> str:
     for unit, d in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
         if ns >= d:
-            return f"{ns / d:.3g} {unit}"
-    return f"{ns:.3g} ns"
+            return f"{ns / d:.3g}\u00a0{unit}"
+    return f"{ns:.3g}\u00a0ns"
 
 
 def idle_gap_chart(gaps: list[dict]):
-    """Histogram of the GPU's idle gaps (power-of-two length buckets), stacked by cause."""
+    """The GPU's idle time by gap length (power-of-two buckets, queries/idle_gaps.sql), stacked by
+    cause: each bar is the summed length of its gaps over all ranks (their count in the tooltip),
+    so a million 1 µs gaps weigh what they cost, not what they number."""
     if not gaps:
         return None, "no idle gaps between GPU work"
     data = [
@@ -435,7 +505,7 @@ def idle_gap_chart(gaps: list[dict]):
         .mark_bar()
         .encode(
             x=alt.X("bucket:N", sort=order, title="idle gap length"),
-            y=alt.Y("gaps:Q", title="gaps (all ranks)"),
+            y=alt.Y("total_ms:Q", title="idle time, all ranks (ms)", stack="zero"),
             color=alt.Color(
                 "cause:N",
                 title=None,
@@ -446,12 +516,14 @@ def idle_gap_chart(gaps: list[dict]):
             tooltip=[
                 "bucket:N",
                 "cause:N",
-                "gaps:Q",
-                alt.Tooltip("total_ms:Q", format=",.3f", title="total (ms)"),
+                alt.Tooltip("total_ms:Q", format=",.3f", title="idle time (ms)"),
+                alt.Tooltip("gaps:Q", format="d", title="gaps"),
             ],
         )
     )
-    return chart.properties(width=WIDTH, height=220, title="GPU idle gaps by length and cause"), None
+    return chart.properties(
+        width=WIDTH, height=220, title="GPU idle time by gap length and cause (all ranks, whole trace)"
+    ), None
 
 
 def comparison_chart(comp: dict):

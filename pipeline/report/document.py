@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from .. import __version__
 from ..diagnosis.compare import compare_run, pick_baseline_run
-from ..diagnosis.roofline import metrics_text, short_name
+from ..diagnosis.roofline import metrics_text
 from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
+from ..kernelname import short_name
 
 SCHEMA = "tracelake.report/2"
 
@@ -146,8 +147,55 @@ def basis_text(summary: dict, verdict: dict) -> str:
     return "Basis: none — the run has no GPU activity."
 
 
+def _cuda_int(v: str) -> str:
+    """CUDA's integer versions (1000 x major + 10 x minor: 12040 -> 12.4), other text as it is."""
+    return f"{int(v) // 1000}.{int(v) % 1000 // 10}" if v.isdigit() and int(v) >= 1000 else v
+
+
+def _hip_int(v: str) -> str:
+    """HIP_VERSION (10^7 x major + 10^5 x minor + patch: 60443483 -> 6.4.43483), other text as it is."""
+    n = int(v) if v.isdigit() else 0
+    return f"{n // 10**7}.{n // 10**5 % 100}.{n % 10**5}" if n >= 10**7 else v
+
+
+# sources.tool_versions key -> (label, formatter): the software of the job first (the CUDA stack,
+# NCCL, the driver), then the tools that wrote the inputs; other keys follow as they are
+_SOFTWARE = {
+    "cuda_runtime_version": ("CUDA runtime", _cuda_int),
+    "cuda_version": ("CUDA (NCCL's build)", str),
+    "nccl_version": ("NCCL", str),
+    "nvidia_driver_version": ("NVIDIA driver", str),
+    "cuda_driver_version": ("CUDA driver API", _cuda_int),
+    "hip_runtime_version": ("HIP runtime", _hip_int),
+    "hip_driver_version": ("HIP driver", _hip_int),
+    "cupti_version": ("CUPTI API", str),
+    "roctracer_version": ("roctracer", str),
+    "aws_ofi_nccl": ("aws-ofi-nccl", str),
+}
+_TOOLS = {
+    "nccl_tests_version": ("nccl-tests", str),
+    "nsys_version": ("Nsight Systems", str),
+    "nsys_export_schema": ("Nsight Systems export schema", str),
+    "flight_recorder_version": ("Flight Recorder format", str),
+    "schemaVersion": ("Kineto trace schema", str),
+}
+
+
 def versions_text(versions: dict) -> str:
-    return "; ".join(f"{k} {', '.join(v)}" for k, v in versions.items()) or "not recorded in the inputs"
+    """The summary's software line from the run's tool_versions ({key: [values]}): 'CUDA runtime
+    12.0; NCCL 2.17.1; CUPTI API 18; Kineto trace schema 1'; when the inputs hold none of the
+    job's software, says so before the tool versions they do hold."""
+
+    def item(key: str, label: str, fmt) -> str:
+        return f"{label} {', '.join(dict.fromkeys(fmt(str(v)) for v in versions[key]))}"
+
+    soft = [item(k, *_SOFTWARE[k]) for k in _SOFTWARE if versions.get(k)]
+    tools = [item(k, *_TOOLS[k]) for k in _TOOLS if versions.get(k)]
+    tools += [item(k, k, str) for k in versions if k not in _SOFTWARE and k not in _TOOLS and versions[k]]
+    if soft:
+        return "; ".join(soft + tools)
+    none = "PyTorch, CUDA, NCCL and driver versions not recorded in the inputs"
+    return none + (f" (they record: {'; '.join(tools)})" if tools else "")
 
 
 def gpus_text(gpus: list[dict]) -> str:

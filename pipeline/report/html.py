@@ -23,23 +23,29 @@ re-exported here).
   4. rank x step heat map of collective wait (stragglers are the ranks the others wait for);
   5. MFU per step;
   6. top kernels by time;
-  7. idle-gap histogram by cause;
-  8. with a baseline: the step-time components of both runs.
+  7. idle time by gap length and cause;
+  8. with a baseline: the step-time components of both runs;
+  9. nccl-tests output: bus bandwidth against message size per test, with the link peak
+     (nccl_tests_chart.py), for runs that hold it.
 - Each chart div gets data-rendered="1" when vega-embed has drawn it, or data-error with the
-  message, so a browser test can wait for all of them.
+  message, so a browser test can wait for all of them; its Vega view is window.tracelakeViews[id]
+  (a test reads the drawn marks and scales from it).
 """
 
 from __future__ import annotations
 
 import html
+import re
 
 from ..diagnosis.verdict import CAUSES, kept_rows
+from ..kernelname import hover_name, short_names
 from .charts import (
     MAX_BARS,
     MAX_STEP_COLS,
     STEP_PARTS,
     TRACE_PARTS,
     WIDTH,
+    Table,
     breakdown_chart,
     busbw_chart,
     comparison_chart,
@@ -51,6 +57,7 @@ from .charts import (
     wait_heatmap,
 )
 from .document import basis_text, build, gpus_text, roofline_text, throughput_text, timing_text, versions_text
+from .nccl_tests_chart import nccl_tests_chart
 from .roofline_chart import roofline_chart
 from .vega import _json_for_script, vega_bundle
 
@@ -86,6 +93,21 @@ def _fmt_pct2(p) -> str:
 
 
 _BARS = {key: (mod, high) for _, key, mod, high in CAUSES.values()}
+
+# a number and its unit never wrap apart: the space between them becomes a no-break space
+_UNIT_SPACE = re.compile(
+    r"(?<=\d) (?=(?:ns|µs|us|ms|s|min|h|[KMGT]i?B(?:/s)?|B|[KMGTP]?FLOP(?:/s)?|W|J|k?Wh|GPU-hours|%)"
+    r"(?![\w/]))"
+)
+_PRE = re.compile(r"(<pre\b.*?</pre>)", re.S)
+
+
+def nbsp_units(markup: str) -> str:
+    """The page's markup with '12.3 ms', '40 GB/s', '0 %' joined by &nbsp; (code in <pre>, the
+    SQL, left as it is)."""
+    return "".join(
+        part if part.startswith("<pre") else _UNIT_SPACE.sub("&nbsp;", part) for part in _PRE.split(markup)
+    )
 
 
 def _level(key: str, pct) -> str:
@@ -136,7 +158,7 @@ _STYLE = (
     "table.summary td, td.l { text-align: left; }\n"
     "tr.moved td { font-weight: bold; }\n"
     ".finding h4 { margin: .8em 0 .2em; } .rec { color: #555; font-weight: normal; }\n"
-    ".note, .hidden-chart { color: #666; font-style: italic; } .chart { margin: 1em 0; }\n"
+    ".note, .hidden-chart { color: #666; font-style: italic; } .chart, .chart-table { margin: 1em 0; }\n"
 )
 
 
@@ -155,6 +177,17 @@ def render(
         chart, note = res
         if chart is None:
             body.append(f'<p class="hidden-chart" data-chart="{kind}">Chart hidden: {e(note)}.</p>')
+            return
+        if isinstance(chart, Table):  # a sentence (and a small table) where a chart would be one dot
+            head = "".join(f"<th>{e(h)}</th>" for h in chart.header)
+            rows = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in chart.rows)
+            body.append(
+                f'<div class="chart-table" data-chart="{kind}">'
+                f"<p><b>{e(chart.title)}</b>: {e(chart.text)}.</p>"
+                + (f"<table><tr>{head}</tr>{rows}</table>" if chart.rows else "")
+                + (f'<p class="note">{e(note)}.</p>' if note else "")
+                + "</div>"
+            )
             return
         cid = f"chart{len(specs)}"
         specs.append((cid, kind, chart.to_dict(validate=False)))
@@ -229,8 +262,10 @@ def render(
                 )
                 chart_block("comparison", comparison_chart(comp))
             if comp["kernels"]:
+                label = short_names(k["name"] for k in comp["kernels"])
                 rows = "".join(
-                    f'<tr><td class="l"><code>{e(k["name"][:160])}</code></td><td>{e(k["category"])}</td>'
+                    f'<tr><td class="l"><code title="{e(hover_name(k["name"]))}">{e(label[k["name"]])}</code>'
+                    f"</td><td>{e(k['category'])}</td>"
                     f"<td>{_fmt_ms(k['baseline_ns'])}</td><td>{_fmt_ms(k['current_ns'])}</td>"
                     f"<td>{k['delta_ns'] / 1e6:+,.3f} ms</td></tr>"
                     for k in comp["kernels"]
@@ -309,6 +344,10 @@ def render(
         chart_block(
             "idle_gaps", idle_gap_chart([g for g in result.get("idle_gaps", []) if g["run_id"] == rid])
         )
+        nccl_rows = [x for x in result.get("nccl_tests", []) if x["run_id"] == rid]
+        if nccl_rows:  # only runs with nccl-tests output
+            peaks = [x for x in result.get("nccl_tests_bandwidth", []) if x["run_id"] == rid]
+            chart_block("nccl_tests", nccl_tests_chart(nccl_rows, peaks))
         rows = "".join(
             f"<tr><td>{r['rank']}</td><td>{_fmt_ms(r['span_ns'])}</td><td>{_fmt_ms(r['compute_ns'])}</td>"
             f"<td>{_fmt_ms(r['comm_ns'])}</td><td>{_fmt_ms(r['exposed_comm_ns'])}</td>"
@@ -350,9 +389,9 @@ def render(
 <style>
 {_STYLE}</style></head><body>
 <h1>{e(title)}</h1>
-{stamp}
-{"".join(body)}
-{"<h2>Notes</h2><ul>" + notes + "</ul>" if notes else ""}
+{nbsp_units(stamp)}
+{nbsp_units("".join(body))}
+{nbsp_units("<h2>Notes</h2><ul>" + notes + "</ul>") if notes else ""}
 <script>
 document.addEventListener('click', ev => {{
   if (!ev.target.classList.contains('copy')) return;
@@ -366,7 +405,8 @@ document.addEventListener('click', ev => {{
 <script type="module">
 function track(id, p) {{
   const el = document.getElementById(id);
-  p.then(() => {{ el.dataset.rendered = '1'; }})
+  window.tracelakeViews = window.tracelakeViews || {{}};
+  p.then(r => {{ window.tracelakeViews[id] = r.view; el.dataset.rendered = '1'; }})
    .catch(err => {{ el.dataset.error = String(err); el.textContent = 'chart failed: ' + err; }});
 }}
 {charts_js}

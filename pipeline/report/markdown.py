@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from ..kernelname import short_names
 from .document import basis_text, gpus_text, roofline_text, throughput_text, timing_text, versions_text
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -100,9 +101,10 @@ def render(doc: dict) -> str:
                     "| kernel | category | baseline ms | this run ms | change ms |",
                     "|---|---|---:|---:|---:|",
                 ]
+                label = short_names(k["name"] for k in c["kernels"][:10])
                 for k in c["kernels"][:10]:
                     out.append(
-                        f"| {esc(k['name'][:120])} | {esc(k['category'])} | {k['baseline_ns'] / 1e6:,.3f} | "
+                        f"| {esc(label[k['name']])} | {esc(k['category'])} | {k['baseline_ns'] / 1e6:,.3f} | "
                         f"{k['current_ns'] / 1e6:,.3f} | {k['delta_ns'] / 1e6:+,.3f} |"
                     )
                 out.append("")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import altair as alt
 
+from ..kernelname import hover_name, short_names
 from .charts import WIDTH
 
 
@@ -19,9 +20,11 @@ def roofline_chart(rows: list[dict], summary: dict | None):
     if not pts:
         why = "no compute kernel with modelled FLOPs and bytes (see the notes)"
         return None, why if summary is None else "the modelled kernels have no byte count"
+    label = short_names(r["kernel_name"] for r in pts)
     data = [
         {
-            "kernel": r["kernel_name"][:120],
+            "kernel": label[r["kernel_name"]],
+            "name": hover_name(r["kernel_name"]),
             "op": r["op_name"],
             "bound": r["bound"],
             "intensity": r["intensity"],
@@ -56,7 +59,7 @@ def roofline_chart(rows: list[dict], summary: dict | None):
             color=alt.Color("bound:N", title="bound"),
             size=alt.Size("ms:Q", title="time (ms)"),
             tooltip=[
-                "kernel:N",
+                alt.Tooltip("name:N", title="kernel"),
                 "op:N",
                 "bound:N",
                 "kernels:Q",

@@ -1,0 +1,161 @@
+"""The report's charts as data (their Vega-Lite specs' values and formats) and the run summary's
+software line: kernel labels, one step, 0 % bars, step-number formats, versions (the rendered
+page is tests/test_report_browser.py's)."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import corpus
+
+from pipeline.analyze import analyze
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.report import document
+from pipeline.report.charts import Table, mfu_chart, overlap_chart, top_kernels_chart
+
+ADD_F = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+    "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)"
+)
+ADD_L = ADD_F.replace("<float>", "<long>")
+
+
+def _layers(spec: dict) -> list[dict]:
+    return spec.get("layer", [spec])
+
+
+def _values(layer: dict, spec: dict) -> list[dict]:
+    data = layer.get("data") or spec["data"]
+    return data["values"]
+
+
+def test_top_kernels_short_labels_full_name_on_hover():
+    top = [
+        {"name": ADD_F, "category": "compute", "total_ns": 2_000_000, "calls": 3},
+        {"name": ADD_L, "category": "compute", "total_ns": 1_000_000, "calls": 1},
+        {"name": "ampere_sgemm_128x64_nn", "category": "compute", "total_ns": 500_000, "calls": 2},
+    ]
+    chart, _ = top_kernels_chart(top)
+    spec = chart.to_dict(validate=False)
+    vals = spec["data"]["values"]
+    assert [v["kernel"] for v in vals] == [
+        "vectorized_elementwise_kernel [CUDAFunctor_add<float>]",
+        "vectorized_elementwise_kernel [CUDAFunctor_add<long>]",
+        "ampere_sgemm_128x64_nn",
+    ]
+    assert [v["name"] for v in vals] == [ADD_F, ADD_L, "ampere_sgemm_128x64_nn"]
+    enc = spec["encoding"]
+    assert enc["y"]["field"] == "kernel"
+    assert {"field": "name", "type": "nominal", "title": "kernel"} in enc["tooltip"]
+
+
+def _steps(mfu_by_rank_step: dict) -> list[dict]:
+    return [{"rank": r, "step": s, "mfu_pct": v} for (r, s), v in mfu_by_rank_step.items()]
+
+
+def test_mfu_one_step_is_a_sentence_and_steps_print_without_separators():
+    t, note = mfu_chart(_steps({(0, 12): 30.0, (1, 12): 40.0}), None)
+    assert isinstance(t, Table) and note is None
+    assert t.text == "MFU in step 12: 35.00 % (mean over 2 rank(s); min 30.00 %, max 40.00 %)"
+    assert t.header == ["rank", "MFU"] and t.rows == [["0", "30.00 %"], ["1", "40.00 %"]]
+    one, _ = mfu_chart(_steps({(0, 5): 12.5}), None)
+    assert one.text == "MFU in step 5: 12.50 % (mean over 1 rank(s))" and one.rows == []
+    # two steps numbered past 1,000: a line, its axis and tooltip as integers without separators
+    chart, _ = mfu_chart(_steps({(0, 1233): 30.0, (0, 1234): 31.0}), None)
+    spec = chart.to_dict(validate=False)
+    assert all(layer["encoding"]["x"]["axis"]["format"] == "d" for layer in spec["layer"])
+    line = spec["layer"][1]
+    assert {"field": "step", "type": "quantitative", "format": "d"} in line["encoding"]["tooltip"]
+    assert [v["step"] for v in spec["data"]["values"]] == [1233, 1234]
+
+
+def test_zero_overlap_is_labelled():
+    rows = [
+        {"rank": 0, "overlap_ns": 0, "comm_ns": 100},
+        {"rank": 1, "overlap_ns": 50, "comm_ns": 100},
+    ]
+    chart, _ = overlap_chart(rows, [])
+    spec = chart.to_dict(validate=False)
+    bars, text = _layers(spec)
+    assert text["mark"]["type"] == "text" and text["encoding"]["text"]["field"] == "label"
+    assert [(v["rank"], v["label"]) for v in _values(text, spec)] == [(0, "0\u00a0%"), (1, "50\u00a0%")]
+    # every rank at 0 %: a sentence, not an empty axis
+    t, _ = overlap_chart([{"rank": r, "overlap_ns": 0, "comm_ns": 10} for r in range(3)], [])
+    assert isinstance(t, Table)
+    assert t.text == "0 % of the communication is hidden under compute on any of the 3 ranks: none overlaps"
+
+
+def test_software_line_from_kineto_versions(tmp_path):
+    """HTA's triton_example.json.gz holds schemaVersion 1 (line 3) and cupti_version 18,
+    cuda_runtime_version 12000, cuda_driver_version 12000 (lines 70-72); sample_traces only
+    schemaVersion; nccl_parser_config distributedInfo's nccl_version 2.17.1."""
+    lake = Lake(tmp_path / "lake")
+    for path, run in (
+        (corpus("hta", "tests", "data", "triton_example", "triton_example.json.gz"), "triton"),
+        (corpus("hta", "tests", "data", "nccl_parser_config"), "nccl"),
+    ):
+        assert all(r.status == "ok" for r in ingest_paths([path], lake, run=run))
+    doc = document.build(analyze(lake))
+    text = {r["run_id"]: document.versions_text(r["summary"]["tool_versions"]) for r in doc["runs"]}
+    assert text == {
+        "triton": "CUDA runtime 12.0; CUDA driver API 12.0; CUPTI API 18; Kineto trace schema 1",
+        "nccl": "NCCL 2.17.1; Kineto trace schema 1",
+    }
+    raw = {r["run_id"]: r["summary"]["tool_versions"] for r in json.loads(json.dumps(doc))["runs"]}
+    assert raw["triton"]["cuda_runtime_version"] == ["12000"]  # the JSON keeps the raw values
+    assert document.versions_text({"schemaVersion": ["1"]}) == (
+        "PyTorch, CUDA, NCCL and driver versions not recorded in the inputs "
+        "(they record: Kineto trace schema 1)"
+    )
+    # HIP's integer version (tracelens mi210 traces: hip_runtime_version 60443483)
+    assert document.versions_text({"hip_runtime_version": ["60443483"], "roctracer_version": ["4.1"]}) == (
+        "HIP runtime 6.4.43483; roctracer 4.1"
+    )
+
+
+GCP = ("nccl", "ncclTests-gcp-a3mega-h100-16rank-allreduce.txt")
+
+
+def gcp_rows() -> list[tuple[int, int, str, float]]:
+    """(line, size, placement, busbw) of the file's results table, read here by hand: lines 24-54
+    (8 B to 8 GiB), out-of-place busbw in column 8, in-place in column 12."""
+    lines = corpus(*GCP).read_text().splitlines()
+    out = []
+    for no in range(24, 55):
+        c = lines[no - 1].split()
+        out += [(no, int(c[0]), "out-of-place", float(c[7])), (no, int(c[0]), "in-place", float(c[11]))]
+    return out
+
+
+def test_nccl_tests_chart_points_are_the_files_rows(tmp_path):
+    """GCP A3-Mega all_reduce_perf (16 ranks on node01 and node02): one point per table row and
+    placement, equal to the printed busbw; the run spans two nodes, so no link-peak rule and the
+    note says why. With the device list cut to node01's 8 ranks (one node) the rule is the H100's
+    NVLink rate per direction, 450 GB/s (pipeline/catalog/devices.toml H100-SXM)."""
+    from pipeline.report.nccl_tests_chart import nccl_tests_chart
+
+    lake = Lake(tmp_path / "lake")
+    assert all(r.status == "ok" for r in ingest_paths([corpus(*GCP)], lake, run="gcp"))
+    res = analyze(lake)
+    chart, note = nccl_tests_chart(res["nccl_tests"], res["nccl_tests_bandwidth"])
+    spec = chart.to_dict(validate=False)
+    (layer,) = spec["layer"]
+    got = sorted((v["line"], v["size_bytes"], v["placement"], v["busbw_gbps"]) for v in _values(layer, spec))
+    assert got == sorted(gcp_rows()) and len(got) == 62
+    assert {v["test"] for v in _values(layer, spec)} == {"all_reduce_perf"}
+    assert layer["encoding"]["x"]["scale"]["type"] == "log"
+    assert note == "no link-peak line: spans 2 nodes: the inter-node NIC rate is not in the output"
+    # one node: the device lines of node02 (ranks 8-15, lines 12-19) removed
+    text = corpus(*GCP).read_text().splitlines(keepends=True)
+    one = tmp_path / "one_node.txt"
+    one.write_text("".join(x for x in text if " on node02 " not in x))
+    lake1 = Lake(tmp_path / "lake1")
+    assert all(r.status == "ok" for r in ingest_paths([one], lake1, run="one"))
+    res1 = analyze(lake1)
+    chart1, note1 = nccl_tests_chart(res1["nccl_tests"], res1["nccl_tests_bandwidth"])
+    spec1 = chart1.to_dict(validate=False)
+    pts, rule = spec1["layer"]
+    assert rule["mark"]["type"] == "rule" and note1 is None
+    assert [v["peak"] for v in _values(rule, spec1)] == [450.0]
+    assert len(_values(pts, spec1)) == 62
