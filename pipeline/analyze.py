@@ -16,7 +16,15 @@ from __future__ import annotations
 import polars as pl
 
 from . import query
-from .analyze_fields import RANK_FIELDS, STEP_FIELDS, _clean, _records, _summary, timeline_fields
+from .analyze_fields import (
+    RANK_FIELDS,
+    STEP_FIELDS,
+    _clean,
+    _records,
+    _summary,
+    nccl_matching,
+    timeline_fields,
+)
 from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
 from .diagnosis.findings import findings_for_run, rank_findings
@@ -196,11 +204,15 @@ def analyze(
     runs = []
     mfu_why: dict[str, str] = {}  # run -> why MFU is unavailable (the note's text)
     ok = src.filter(pl.col("status") != "failed")
+    log_match = (
+        _records(pl.from_arrow(con.sql("SELECT * FROM nccl_log_match").to_arrow_table())) if nccl else []
+    )
     for run_id in sorted(ok["run_id"].unique().to_list()):
         s = ok.filter(pl.col("run_id") == run_id)
         r_ranks = ranks.filter(pl.col("run_id") == run_id)
         r_steps = steps.filter(pl.col("run_id") == run_id)
-        world = s["world_size"].drop_nulls()
+        matching, summary_rows = nccl_matching(s, [m for m in log_match if m["run_id"] == run_id])
+        world = summary_rows["world_size"].drop_nulls()
         run = {
             "run_id": run_id,
             "ranks": sorted(
@@ -218,7 +230,8 @@ def analyze(
             ),
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
-            **_summary(s, devices.filter(pl.col("run_id") == run_id)),
+            **_summary(summary_rows, devices.filter(pl.col("run_id") == run_id)),
+            "nccl_matching": matching,
         }
         runs.append(run)
         for row in s.filter(pl.col("status") == "partial").sort("path").iter_rows(named=True):

@@ -1,6 +1,7 @@
 """The analysis document's row fields (STEP_FIELDS, RANK_FIELDS), the conversion of metric rows
-to its records (NaN and infinity become null: docs/analyze-json.md) and the run summary
-(hosts, GPUs, formats, tool versions), for pipeline/analyze.py."""
+to its records (NaN and infinity become null: docs/analyze-json.md), the run summary
+(hosts, GPUs, formats, tool versions) and how a run's NCCL logs were matched to its traced ranks
+(nccl_matching), for pipeline/analyze.py."""
 
 from __future__ import annotations
 
@@ -145,3 +146,49 @@ def timeline_fields(run_id: str, findings: list[dict], doc: dict) -> None:
             "command": f"tracelake timeline --run {shlex.quote(run_id)} --around {shlex.quote(fid)} "
             f"-o {shlex.quote(f'timeline-{fid}.json.gz')}",
         }
+
+
+# the sources.format values of NCCL-family files (pipeline/ingest/runs.py NCCL_FORMATS)
+NCCL_FORMATS = (
+    "nccl_log",
+    "nccl_tests",
+    "torch_watchdog",
+    "flight_recorder",
+    "nccl_ras",
+    "nccl_profiler",
+    "torchfrtrace",
+)
+
+
+def nccl_matching(s: pl.DataFrame, match: list[dict]) -> tuple[dict | None, pl.DataFrame]:
+    """How the NCCL-family files of one run were matched to its traced ranks, and the sources rows
+    the run summary reads. s: the run's sources rows; match: its nccl_log_match rows
+    (queries/views/50_nccl.sql). When the run holds both traces and NCCL files: {"logs": [{file,
+    source_id, ranks, matched_by}], "unmatched_logs": [file], "ranks_without_log": [rank]}, and the
+    summary reads the traces' rows and those of the logs that matched a traced rank (a stray log's
+    hosts and world size are not the run's); else None and every row."""
+    is_log = pl.col("format").is_in(NCCL_FORMATS)
+    traces = s.filter(~is_log)
+    traced = sorted(
+        {int(x) for x in traces["rank"].drop_nulls().to_list()}
+        | {int(x) for lst in traces["ranks"].drop_nulls().to_list() for x in lst}
+    )
+    if not traced or not match:
+        return None, s
+    logs = [
+        {
+            "file": m["file"],
+            "source_id": m["source_id"],
+            "ranks": sorted(m["ranks"] or []),
+            "matched_by": m["matched_by"],
+        }
+        for m in sorted(match, key=lambda m: (m["file"] or "", m["source_id"]))
+    ]
+    with_log = {r for m in logs for r in m["ranks"]}
+    doc = {
+        "logs": logs,
+        "unmatched_logs": [m["file"] for m in logs if not m["ranks"]],
+        "ranks_without_log": [r for r in traced if r not in with_log],
+    }
+    matched = [m["source_id"] for m in logs if m["ranks"]]
+    return doc, s.filter(~is_log | pl.col("source_id").is_in(matched))

@@ -19,6 +19,10 @@
 --   coll_mismatch      COLL lines of one communicator and opCount that disagree across ranks on op
 --                      or count (nccl.md 1.7), or a torchfrtrace mismatch report
 --   nccl_warn          NCCL WARN lines (IB completion errors, plugin failures, ...)
+-- Rows that compare files (watchdog_timeout: the timed-out ranks, the ranks behind, the known ranks
+-- that did not report) are computed within one job (views/50_nccl.sql nccl_jobs: files linked by a
+-- communicator id or a process), never across files of one run that share neither; coll_mismatch
+-- and channels_asymmetric within one communicator id (a masked '0x...' id names none).
 -- The file and line named are one place: the source of the row's first evidence line (arg_min on
 -- (line, source), so the pair is the same on every run when several logs hold the problem).
 -- @column run_id VARCHAR: Run.
@@ -49,29 +53,32 @@ env AS (
          json_extract_string(detail, '$.value') AS value
   FROM nccl_events WHERE kind = 'env' AND detail IS NOT NULL
 ),
+wd AS (SELECT w.*, j.job FROM nccl_watchdog w JOIN nccl_jobs j USING (run_id, source_id)),
 timeouts AS (
-  SELECT run_id, arg_min(source_id, (line_no, source_id)) AS source_id, coalesce(pg_name, pg_id::VARCHAR, '?') AS pg, seq,
+  SELECT run_id, job, arg_min(source_id, (line_no, source_id)) AS source_id, coalesce(pg_name, pg_id::VARCHAR, '?') AS pg, seq,
          any_value(op_type) AS op_type, list(DISTINCT rank ORDER BY rank) FILTER (WHERE rank IS NOT NULL) AS ranks,
          max(timeout_ns) AS timeout_ns, max(ran_for_ns) AS ran_for_ns, min(line_no) AS line_no, any_value(numel_in) AS numel_in
-  FROM nccl_watchdog WHERE kind = 'timeout' AND seq IS NOT NULL
-  GROUP BY run_id, coalesce(pg_name, pg_id::VARCHAR, '?'), seq
+  FROM wd WHERE kind = 'timeout' AND seq IS NOT NULL
+  GROUP BY run_id, job, coalesce(pg_name, pg_id::VARCHAR, '?'), seq
 ),
 behind AS (
-  SELECT w.run_id, t.seq, list(DISTINCT w.rank ORDER BY w.rank) AS ranks
-  FROM nccl_watchdog w JOIN timeouts t ON t.run_id = w.run_id
+  SELECT w.run_id, w.job, t.seq, list(DISTINCT w.rank ORDER BY w.rank) AS ranks
+  FROM wd w JOIN timeouts t ON t.run_id = w.run_id AND t.job = w.job
   WHERE w.last_enqueued IS NOT NULL AND w.last_enqueued < t.seq AND w.rank IS NOT NULL
-  GROUP BY w.run_id, t.seq
+  GROUP BY w.run_id, w.job, t.seq
 ),
+-- the ranks each job knows: its watchdog lines and Flight Recorder dumps, and the run's traced ranks
 known_ranks AS (
-  SELECT run_id, rank FROM nccl_watchdog WHERE rank IS NOT NULL
-  UNION SELECT run_id, rank FROM flight_recorder WHERE rank IS NOT NULL
-  UNION SELECT s.run_id, u.r FROM sources s, unnest(s.ranks) AS u(r) WHERE s.ranks IS NOT NULL
+  SELECT run_id, job, rank FROM wd WHERE rank IS NOT NULL
+  UNION SELECT f.run_id, j.job, f.rank FROM flight_recorder f JOIN nccl_jobs j USING (run_id, source_id) WHERE f.rank IS NOT NULL
+  UNION SELECT s.run_id, j.job, u.r FROM sources s JOIN (SELECT DISTINCT run_id, job FROM nccl_jobs) j USING (run_id),
+        unnest(s.ranks) AS u(r) WHERE s.ranks IS NOT NULL
 ),
 mismatch AS (
   SELECT run_id, comm_id, op_count, arg_min(source_id, (line_no, source_id)) AS source_id, min(line_no) AS line_no,
          list(DISTINCT op ORDER BY op) AS ops, list(DISTINCT count ORDER BY count) AS counts, count(DISTINCT rank) AS ranks
   FROM nccl_coll_calls
-  WHERE comm_id IS NOT NULL AND op NOT IN ('Send', 'Recv')
+  WHERE regexp_full_match(comm_id, '0x[0-9a-f]+') AND op NOT IN ('Send', 'Recv')
   GROUP BY run_id, comm_id, op_count
   HAVING count(DISTINCT op) > 1 OR count(DISTINCT count) > 1
 ),
@@ -105,7 +112,7 @@ FROM env WHERE var IN ('NCCL_MAX_NCHANNELS', 'NCCL_MIN_NCHANNELS', 'NCCL_MAX_CTA
 UNION ALL
 SELECT run_id, 'channels_asymmetric', 'moderate', arg_min(source_id, (first_line_no, source_id)), NULL, NULL::BIGINT, NULL::INTEGER, min(first_line_no),
        count(*), 'communicator ' || comm_id || ': ' || min(n_coll_channels) || ' to ' || max(n_coll_channels) || ' coll channels across its ranks'
-FROM nccl_processes WHERE comm_id IS NOT NULL AND n_coll_channels IS NOT NULL
+FROM nccl_processes WHERE regexp_full_match(comm_id, '0x[0-9a-f]+') AND n_coll_channels IS NOT NULL
 GROUP BY run_id, comm_id HAVING min(n_coll_channels) < max(n_coll_channels)
 UNION ALL
 SELECT t.run_id, 'watchdog_timeout', 'high', t.source_id, NULL, NULL::BIGINT, NULL::INTEGER, t.line_no, len(t.ranks),
@@ -113,8 +120,9 @@ SELECT t.run_id, 'watchdog_timeout', 'high', t.source_id, NULL, NULL::BIGINT, NU
        || round(coalesce(t.ran_for_ns, t.timeout_ns) / 1e9, 1) || ' s on rank(s) ' || array_to_string(t.ranks, ', ')
        || coalesce('; rank(s) that never enqueued it (stopped first): ' || array_to_string(b.ranks, ', '), '')
        || coalesce('; known rank(s) that did not report it: ' || nullif(array_to_string(
-            (SELECT list(k.rank ORDER BY k.rank) FROM known_ranks k WHERE k.run_id = t.run_id AND NOT list_contains(t.ranks, k.rank)), ', '), ''), '')
-FROM timeouts t LEFT JOIN behind b ON b.run_id = t.run_id AND b.seq = t.seq
+            (SELECT list(k.rank ORDER BY k.rank) FROM known_ranks k WHERE k.run_id = t.run_id AND k.job = t.job
+              AND NOT list_contains(t.ranks, k.rank)), ', '), ''), '')
+FROM timeouts t LEFT JOIN behind b ON b.run_id = t.run_id AND b.job = t.job AND b.seq = t.seq
 UNION ALL
 SELECT run_id, 'coll_mismatch', 'high', source_id, NULL, NULL::BIGINT, NULL::INTEGER, line_no, ranks,
        'communicator ' || comm_id || ' opCount ' || op_count || ': ranks disagree (ops ' || array_to_string(ops, '/')

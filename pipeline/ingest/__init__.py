@@ -34,7 +34,7 @@ from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial, run_threads
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
 from .rows import MAX_RANK, Options, content_sha256, failed, rank_from_name, read_bytes
-from .runs import Runs, done_index, run_for, stored_sources
+from .runs import Runs, done_entry, done_index, jobs, run_for, stored_identity, stored_sources
 
 __all__ = [
     "FileResult",
@@ -102,9 +102,14 @@ def ingest_paths(
         upgrade(lake)  # a lake of an older schema is brought up to date before it is written to
         stored = stored_sources(lake.sources())
         done = done_index(stored)
-        runs = Runs(stored)
+        runs = Runs(stored, lambda r, s: stored_identity(lake, r, s))
+        logs: list[tuple[int, object]] = []  # NCCL-family files placed after the rest (rule 4)
 
         def put(p) -> None:  # commit one outcome (in input order) and report it
+            if run is None and p.identity is not None and p.staged is not None and p.status != "failed":
+                results.append(None)  # its place in input order, filled by place_logs
+                logs.append((len(results) - 1, p))
+                return
             res = commit(p, lake, done, runs, force, run is None)
             results.append(res)
             if on_file:
@@ -138,8 +143,39 @@ def ingest_paths(
                         if not lake.writable():
                             raise
                         put(failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha))
+            _place_logs(logs, results, lake, done, runs, force, on_file)
         finally:
             close = getattr(stream, "close", None)
             if close:
                 close()
+            for i, p in logs:  # the staged parts of logs an interrupted ingest did not commit
+                if results[i] is None:
+                    lake.discard(p.staged)
     return results
+
+
+def _place_logs(logs, results, lake, done, runs: Runs, force: bool, on_file) -> None:
+    """Commit the batch's NCCL-family files (rule 4 of runs.py): those already in the lake as
+    commit() does; the others grouped into jobs per named run (runs.jobs), each job placed by
+    Runs.place, in the order of its first file."""
+    fresh = []
+    for i, p in logs:
+        if done_entry(done, p.sha, p.run_id, True) is not None:
+            results[i] = commit(p, lake, done, runs, force, True)
+            if on_file:
+                on_file(results[i])
+        else:
+            fresh.append((i, p))
+    by_name: dict[str, list] = {}
+    for i, p in fresh:
+        by_name.setdefault(p.run_id, []).append((i, p))
+    groups = []
+    for members in by_name.values():
+        groups += [[members[k] for k in g] for g in jobs([p.identity for _, p in members])]
+    for g in sorted(groups, key=lambda g: g[0][0]):
+        notes: list[str] = []
+        where = runs.place(g[0][1].run_id, g[0][1].source_id, [p.identity for _, p in g], notes)
+        for i, p in g:
+            results[i] = commit(p, lake, done, runs, force, True, place=where, place_notes=notes)
+            if on_file:
+                on_file(results[i])

@@ -31,9 +31,20 @@ class FileResult:
     unreadable_bytes: int = 0
 
 
-def commit(p: Prepared, lake: Lake, done: Done, runs: Runs, force: bool, by_time: bool = True) -> FileResult:
+def commit(
+    p: Prepared,
+    lake: Lake,
+    done: Done,
+    runs: Runs,
+    force: bool,
+    by_time: bool = True,
+    place: str | None = None,
+    place_notes: list[str] | None = None,
+) -> FileResult:
     """Put a worker's outcome into the lake (in input order, in this process). by_time: False when
-    --run named the run (Runs.claim); content is then looked up in that run only (_is_done)."""
+    --run named the run (Runs.claim); content is then looked up in that run only (_is_done).
+    place: the run Runs.place chose for an NCCL-family file not yet in the lake (rule 4), with
+    place_notes saying why when it is not its named run."""
     if p.status == "skipped":
         return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id)
     if p.oserror and not lake.writable():
@@ -62,6 +73,9 @@ def commit(p: Prepared, lake: Lake, done: Done, runs: Runs, force: bool, by_time
         if (run_id, p.source_id) in runs.rows:
             path, named, placed = runs.rows[(run_id, p.source_id)]
             notes += placed
+    elif place is not None:
+        run_id = place
+        notes += place_notes or []
     elif p.rank_list:
         run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time)
     if run_id != p.run_id:
@@ -83,7 +97,19 @@ def commit(p: Prepared, lake: Lake, done: Done, runs: Runs, force: bool, by_time
             bad.pop(k, None)
         lake.commit(lake.stage(p.run_id, p.source_id, {}), bad)
         return FileResult(p.path, p.run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
-    runs.add(run_id, named, p.source_id, p.sha, p.rank_list or [], t0, t1, row["notes"] or [], path)
+    runs.add(
+        run_id,
+        named,
+        p.source_id,
+        p.sha,
+        p.rank_list or [],
+        t0,
+        t1,
+        row["notes"] or [],
+        path,
+        row.get("format"),
+        p.identity,
+    )
     done[(p.sha, p.run_id)] = done[(p.sha, None)] = (run_id, True)
     return FileResult(
         p.path, run_id, p.rank, p.status, None, notes, p.source_id, p.uncompressed_bytes, p.unreadable_bytes

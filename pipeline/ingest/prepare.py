@@ -28,7 +28,7 @@ from . import kineto, nccl
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
-from .runs import is_done, run_for, skip_note, stored_run
+from .runs import is_done, log_identity, run_for, skip_note, stored_run
 from .spool import _Budget
 
 IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family JSON, pickles and reports)
@@ -259,6 +259,7 @@ def prepare_log(name: str, data, fmt: str, lake: Lake, base: dict, size: int | N
             return v.with_columns(ids).to_arrow() if v.height else None
         return (f.with_columns(ids).to_arrow() for f in v)  # a spool: streamed into its part
 
+    identity = log_identity(p.tables)  # before the tables are streamed into their parts
     tables = {t: with_ids(v) for t, v in p.tables.items()}
     tables = {t: v for t, v in tables.items() if v is not None}
     row = {
@@ -290,6 +291,7 @@ def prepare_log(name: str, data, fmt: str, lake: Lake, base: dict, size: int | N
         None,
         staged,
         size,
+        identity=identity,
     )
 
 

@@ -106,6 +106,7 @@ class Prepared:
     uncompressed_bytes: int = 0
     unreadable_bytes: int = 0
     oserror: bool = False  # failed with OSError (the committer checks that the lake is writable)
+    identity: dict | None = None  # an NCCL-family file's runs.log_identity (placed by it, rule 4)
 
 
 def apply_env(env: dict) -> None:

@@ -9,11 +9,28 @@
 3. Content already in the lake (without `--run` in any run, with it in that run) is skipped;
    `--force` re-ingests it where it is.
 
+4. An NCCL-family file (NCCL_DEBUG log, nccl-tests output, watchdog capture, Flight Recorder
+   dump, RAS report, profiler-plugin trace) is placed by its own identity (log_identity: the
+   communicator ids it states, commId / RAS and profiler comm hashes; its processes, host and
+   pid; its world communicator's nranks, NCCL versions and time span), without --run, after the
+   batch's other files. Files of one name that share a communicator id, or a process (host and
+   pid) with no contradiction (different NCCL versions, world sizes, or disjoint time spans), are
+   one job (linked; transitively within a batch). A job goes to the first run of its name (or one
+   it was moved to) holding a file it is linked to; else to the first of those holding traces
+   (a log put beside the traces of its job stays with them; whether it matched a traced rank is
+   the analysis's nccl_matching); else to the named run when it holds nothing yet; else to a new
+   run moved_run(), with a note. A file without any identity (a bare nccl-tests table, a watchdog
+   capture without NCCL lines) is a job of its own. --run puts every file in the run it names.
+
 Ranks come from the trace (pipeline/ingest/prepare.py). This module owns names (run_for), the
-index of what the lake already holds (done_index) and the rank and time claims (Runs).
+index of what the lake already holds (done_index), the rank and time claims (Runs) and the
+identity of NCCL-family files (log_identity, linked, Runs.place_jobs).
 """
 
 from __future__ import annotations
+
+import re
+from typing import Callable
 
 import polars as pl
 
@@ -86,6 +103,108 @@ def skip_note(done: Done, sha: str, run_id: str, any_run: bool) -> str:
     return f"already in the lake (same content{where}); --force re-ingests"
 
 
+# ------------------------------------------------------------------ NCCL-family files (rule 4)
+
+# the sources.format values of NCCL-family files (pipeline/ingest/nccl FORMATS)
+NCCL_FORMATS = (
+    "nccl_log",
+    "nccl_tests",
+    "torch_watchdog",
+    "flight_recorder",
+    "nccl_ras",
+    "nccl_profiler",
+    "torchfrtrace",
+)
+# the tables whose rows state a communicator id or a process (host, pid)
+IDENTITY_TABLES = ("nccl_processes", "nccl_ras", "nccl_profiler_events")
+_COMM_ID = re.compile(r"0x[0-9a-f]+")
+
+
+def comm_ids(values) -> set[str]:
+    """The communicator ids among values: '0x' + hex, not zero (NCCL's documentation masks them as
+    '0x...', which names no communicator)."""
+    return {v for v in values if isinstance(v, str) and _COMM_ID.fullmatch(v) and int(v, 16) != 0}
+
+
+def log_identity(tables: dict, t0: int | None = None, t1: int | None = None) -> dict:
+    """What identifies the job of an NCCL-family file, from its parsed tables (polars DataFrames;
+    other values, such as spools, are not read): comms (communicator ids), procs ('host:pid',
+    host as NCCL prints it, up to the first dot, lower case; processes without a host are left
+    out: a pid alone names no process), nranks (the largest communicator), versions (NCCL
+    versions of its processes) and span (t0, t1: the file's time span when known)."""
+    comms: set[str] = set()
+    procs: set[str] = set()
+    nranks, versions = None, set()
+    for t in IDENTITY_TABLES:
+        df = tables.get(t)
+        if not isinstance(df, pl.DataFrame) or df.height == 0:
+            continue
+        if "comm_id" in df.columns:
+            comms |= comm_ids(df["comm_id"].drop_nulls().unique().to_list())
+        if "host" in df.columns and "pid" in df.columns:
+            hp = df.select("host", "pid").drop_nulls().unique()
+            procs |= {f"{h.split('.')[0].lower()}:{p}" for h, p in hp.iter_rows() if h}
+        if t == "nccl_processes":
+            n = df["nranks"].max()
+            nranks = int(n) if n is not None else None
+            versions = set(df["nccl_version"].drop_nulls().unique().to_list())
+    return {
+        "comms": sorted(comms),
+        "procs": sorted(procs),
+        "nranks": nranks,
+        "versions": sorted(versions),
+        "span": [t0, t1] if t0 is not None and t1 is not None else None,
+    }
+
+
+def has_identity(ident: dict) -> bool:
+    return bool(ident["comms"] or ident["procs"])
+
+
+def linked(a: dict, b: dict) -> bool:
+    """Whether two identities are one job: a shared communicator id (a commId is drawn at random per
+    communicator), or a shared process without a contradiction (pids are reused: NCCL versions
+    that differ, world communicators of different sizes, or time spans that do not overlap)."""
+    if set(a["comms"]) & set(b["comms"]):
+        return True
+    if not set(a["procs"]) & set(b["procs"]):
+        return False
+    if a["versions"] and b["versions"] and not set(a["versions"]) & set(b["versions"]):
+        return False
+    if a["nranks"] and b["nranks"] and a["nranks"] != b["nranks"]:
+        return False
+    sa, sb = a["span"], b["span"]
+    return not (sa and sb and (sa[1] < sb[0] or sb[1] < sa[0]))
+
+
+def jobs(idents: list[dict]) -> list[list[int]]:
+    """The files of one name grouped into jobs: the connected parts of `linked` (union-find),
+    each a list of indices in input order, ordered by their first file; a file without identity
+    is a job of its own."""
+    parent = list(range(len(idents)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    by_key: dict[str, list[int]] = {}
+    for i, ident in enumerate(idents):
+        for k in ident["comms"] + ["p:" + p for p in ident["procs"]]:
+            by_key.setdefault(k, []).append(i)
+    for k, members in by_key.items():
+        for j in members[1:]:
+            # a communicator id links every file stating it; a process, those it does not contradict
+            for i in members[:1] if not k.startswith("p:") else members:
+                if i != j and root(i) != root(j) and linked(idents[i], idents[j]):
+                    parent[root(j)] = root(i)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(idents)):
+        groups.setdefault(root(i), []).append(i)
+    return sorted(groups.values(), key=lambda g: g[0])
+
+
 # ------------------------------------------------------------------ ranks and time windows (rule 2)
 
 
@@ -95,8 +214,13 @@ class Runs:
     files were moved to, the runs holding each content, and each source's stored row. Built from
     stored_sources(); add() keeps it current as files are committed."""
 
-    def __init__(self, stored: pl.DataFrame):
-        """stored: stored_sources() of the lake."""
+    def __init__(self, stored: pl.DataFrame, load: Callable[[str, str], dict] | None = None):
+        """stored: stored_sources() of the lake; load(run, source_id): the log_identity of a
+        stored NCCL-family source (read when a file of that run's name is placed, rule 4)."""
+        self.load = load
+        self.members: dict[str, int] = {}  # run -> sources it holds
+        self.traced: set[str] = set()  # runs holding a file that is not NCCL-family (traces)
+        self.logs: dict[str, list[list]] = {}  # run -> [source_id, identity or None (not loaded)]
         self.ranks: dict[tuple[str, int], str] = {}
         self.spans: dict[str, tuple[int, int]] = {}
         self.moved: dict[str, list[str]] = {}
@@ -114,10 +238,11 @@ class Runs:
             "trace_end_ns",
             "notes",
             "path",
+            "format",
         )
-        for r, n, s, h, k, ks, t0, t1, notes, path in zip(*[stored[c].to_list() for c in names]):
+        for r, n, s, h, k, ks, t0, t1, notes, path, fmt in zip(*[stored[c].to_list() for c in names]):
             rank_list = [k for k in (ks if ks is not None else [k]) if k is not None]
-            self.add(r, n, s, h, rank_list, t0, t1, notes or [], path)
+            self.add(r, n, s, h, rank_list, t0, t1, notes or [], path, fmt)
 
     def add(
         self,
@@ -130,9 +255,17 @@ class Runs:
         t1: int | None,
         notes: list[str],
         path: str,
+        fmt: str | None = None,
+        ident: dict | None = None,
     ) -> None:
-        """A committed source, with its sources path and notes."""
+        """A committed source, with its sources path, notes, format and (NCCL-family files
+        committed by this ingest) its log_identity."""
         self.rows[(run_id, source_id)] = (path, named, [n for n in notes if PLACED in n])
+        self.members[run_id] = self.members.get(run_id, 0) + 1
+        if fmt in NCCL_FORMATS:
+            self.logs.setdefault(run_id, []).append([source_id, ident])
+        elif fmt is not None:
+            self.traced.add(run_id)
         for r in rank_list:
             self.ranks[(run_id, r)] = source_id
         if t0 is not None and t1 is not None:
@@ -191,3 +324,58 @@ class Runs:
         moved = moved_run(run_id, source_id)
         notes.append(f"{why}{PLACED}{moved}")
         return moved
+
+    def _logs_of(self, run_id: str) -> list[dict]:
+        """The identities of the NCCL-family sources run_id holds (stored ones read by load)."""
+        out = []
+        for entry in self.logs.get(run_id, []):
+            if entry[1] is None:
+                entry[1] = self.load(run_id, entry[0]) if self.load else log_identity({})
+            out.append(entry[1])
+        return out
+
+    def place(self, run_id: str, source_id: str, job: list[dict], notes: list[str]) -> str:
+        """The run a job of NCCL-family files named run_id goes to (rule 4; source_id: its first
+        file's, for moved_run). The candidates are run_id and the runs files named run_id were
+        moved to: the first holding a file linked to one of the job's, else the first holding
+        traces, else run_id when it holds nothing yet, else a new run moved_run(). A note (also
+        printed) says when the job is not put in run_id."""
+        cands = [run_id] + self.moved.get(run_id, [])
+        for c in cands:
+            if any(linked(a, b) for b in self._logs_of(c) for a in job):
+                if c != run_id:
+                    notes.append(
+                        f"it shares a communicator or a process with the NCCL files of run {c}{PLACED}{c}"
+                    )
+                return c
+        for c in cands:
+            if c in self.traced:
+                if c != run_id:
+                    notes.append(
+                        f"run {run_id} holds other NCCL files and no traces{PLACED}{c}, with the traces"
+                    )
+                return c
+        if not self.members.get(run_id):
+            return run_id
+        moved = moved_run(run_id, source_id)
+        why = (
+            "states no communicator id or process"
+            if not any(has_identity(a) for a in job)
+            else ("shares no communicator and no process with them")
+        )
+        notes.append(f"run {run_id} holds files of another job (this NCCL file {why}){PLACED}{moved}")
+        return moved
+
+
+def stored_identity(lake, run_id: str, source_id: str) -> dict:
+    """log_identity of a committed NCCL-family source, from its parts of IDENTITY_TABLES."""
+    want = {"comm_id", "host", "pid", "nranks", "nccl_version"}
+    tables = {}
+    for t in IDENTITY_TABLES:
+        f = lake.part_path(t, run_id, source_id)
+        try:
+            cols = [c for c in pl.read_parquet_schema(f) if c in want]
+            tables[t] = pl.read_parquet(f, columns=cols)
+        except (FileNotFoundError, OSError, pl.exceptions.PolarsError):
+            continue
+    return log_identity(tables)

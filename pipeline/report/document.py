@@ -49,6 +49,7 @@ def build(result: dict, baseline: dict | None = None) -> dict:
             "gpus": run.get("gpus", []),
             "formats": run.get("formats", []),
             "tool_versions": run.get("tool_versions", {}),
+            "nccl_matching": run.get("nccl_matching"),
             "steps": len(run["steps"]),
             "steps_analysed": v["steps_used"],
             "basis": v["basis"],
@@ -179,6 +180,30 @@ _TOOLS = {
     "flight_recorder_version": ("Flight Recorder format", str),
     "schemaVersion": ("Kineto trace schema", str),
 }
+
+
+def nccl_matching_lines(m: dict | None) -> list[str]:
+    """The run summary's list of how each NCCL log was matched to the traced ranks (analysis
+    runs[].nccl_matching), then the logs that matched no traced rank and the traced ranks without a
+    log; [] when the run does not hold both traces and NCCL logs."""
+    if not m:
+        return []
+    how = {"host_pid": "host + pid", "rank": "rank in the world communicator"}
+
+    def ranks(rs: list[int]) -> str:
+        return f"rank {rs[0]}" if len(rs) == 1 else "ranks " + ", ".join(map(str, rs))
+
+    out = [
+        f"NCCL log {x['file']}: {ranks(x['ranks'])}, matched by "
+        + " and ".join(how.get(b, b) for b in (x["matched_by"] or "").split(", "))
+        for x in m["logs"]
+        if x["ranks"]
+    ]
+    if m["unmatched_logs"]:
+        out.append("NCCL log(s) matching no traced rank: " + ", ".join(m["unmatched_logs"]))
+    if m["ranks_without_log"]:
+        out.append(f"traced {ranks(m['ranks_without_log'])} without an NCCL log")
+    return out
 
 
 def versions_text(versions: dict) -> str:

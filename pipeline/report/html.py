@@ -56,7 +56,16 @@ from .charts import (
     top_kernels_chart,
     wait_heatmap,
 )
-from .document import basis_text, build, gpus_text, roofline_text, throughput_text, timing_text, versions_text
+from .document import (
+    basis_text,
+    build,
+    gpus_text,
+    nccl_matching_lines,
+    roofline_text,
+    throughput_text,
+    timing_text,
+    versions_text,
+)
 from .nccl_tests_chart import nccl_tests_chart
 from .roofline_chart import roofline_chart
 from .vega import _json_for_script, vega_bundle
@@ -226,6 +235,11 @@ def render(
             f"<tr><th>inputs</th><td>{s['sources']} source file(s): {e(', '.join(s['formats']))}</td></tr>"
             f"<tr><th>software</th><td>{e(versions_text(s['tool_versions']))}</td></tr></table>"
         )
+        matching = nccl_matching_lines(s.get("nccl_matching"))
+        if matching:
+            body.append(
+                '<ul class="nccl-matching">' + "".join(f"<li>{e(x)}</li>" for x in matching) + "</ul>"
+            )
         conf = f' <span class="conf">({e(v["confidence"])} confidence)</span>' if v["confidence"] else ""
         nums = "".join(
             f'<li class="num{_level(h["key"], h["pct"])}"><b>{_fmt_pct(h["pct"])}</b> {e(h["label"])}</li>'

@@ -13,7 +13,15 @@ from __future__ import annotations
 import re
 
 from ..kernelname import short_names
-from .document import basis_text, gpus_text, roofline_text, throughput_text, timing_text, versions_text
+from .document import (
+    basis_text,
+    gpus_text,
+    nccl_matching_lines,
+    roofline_text,
+    throughput_text,
+    timing_text,
+    versions_text,
+)
 
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
@@ -80,6 +88,8 @@ def render(doc: dict) -> str:
             f"| software | {esc(versions_text(s['tool_versions']))} |",
             "",
         ]
+        out += [f"- {esc(x)}" for x in nccl_matching_lines(s.get("nccl_matching"))]
+        out += [""] if s.get("nccl_matching") else []
         c = run["comparison"]
         if c is not None:
             out += [f"### Against baseline run {esc(c['baseline_run_id'])}", "", esc(c["summary"]), ""]

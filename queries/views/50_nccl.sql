@@ -15,9 +15,52 @@ FROM cpu_ops c JOIN sources s ON s.run_id = c.run_id AND s.source_id = c.source_
 WHERE c.pid IS NOT NULL
 GROUP BY c.run_id, c.rank;
 
+-- nccl_jobs: which NCCL-family files of a run are one job (pipeline/ingest/runs.py rule 4, as
+-- ingest places them): files linked by a communicator id they both state (commId, RAS and profiler
+-- comm hashes; NCCL's documentation masks ids as '0x...', which names none) or by a process (host
+-- up to the first dot and pid) they both name, transitively (label propagation, 8 rounds: chains
+-- of more than 8 links are not joined). A file without either is a job of its own. Findings that
+-- compare files (watchdog timeouts, the ranks behind them) are computed within one job.
+-- @view nccl_jobs: Each NCCL-family source's job: the files it shares a communicator or a process with.
+-- @column run_id VARCHAR: Run.
+-- @column source_id VARCHAR: The NCCL-family source (log, nccl-tests output, dump, report).
+-- @column job VARCHAR: The job: the smallest source_id among the files linked to it.
+CREATE OR REPLACE VIEW nccl_jobs AS
+WITH RECURSIVE logs AS (
+  SELECT DISTINCT run_id, source_id FROM sources
+  WHERE format IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace') AND status <> 'failed'
+),
+ids AS (
+  SELECT run_id, source_id, comm_id AS k FROM nccl_processes
+  UNION SELECT run_id, source_id, comm_id FROM nccl_ras
+  UNION SELECT run_id, source_id, comm_id FROM nccl_profiler_events
+),
+keys AS (
+  SELECT DISTINCT run_id, source_id, k FROM ids
+  WHERE regexp_full_match(k, '0x[0-9a-f]+') AND NOT regexp_full_match(k, '0x0+')
+  UNION
+  SELECT run_id, source_id, 'p:' || split_part(lower(host), '.', 1) || ':' || pid
+  FROM (SELECT run_id, source_id, host, pid FROM nccl_processes UNION SELECT run_id, source_id, host, pid FROM nccl_ras)
+  WHERE coalesce(host, '') <> '' AND pid IS NOT NULL
+),
+lab(it, run_id, source_id, job) AS (
+  SELECT 0, run_id, source_id, source_id FROM logs
+  UNION ALL
+  SELECT any_value(x.it) + 1, x.run_id, x.source_id, min(x.m) FROM (
+    SELECT l.it, l.run_id, l.source_id, least(l.job, coalesce(km.m, l.job)) AS m
+    FROM lab l
+    LEFT JOIN keys k ON k.run_id = l.run_id AND k.source_id = l.source_id
+    LEFT JOIN (SELECT k2.run_id, k2.k, min(l2.job) AS m FROM lab l2
+               JOIN keys k2 ON k2.run_id = l2.run_id AND k2.source_id = l2.source_id GROUP BY ALL) km
+      ON km.run_id = k.run_id AND km.k = k.k
+  ) x WHERE x.it < 8 GROUP BY x.run_id, x.source_id
+)
+SELECT run_id, source_id, min(job) AS job FROM lab GROUP BY run_id, source_id;
+
 -- rank_nccl: the NCCL process of each traced rank. Matched on pid and host (hosts compared up to
 -- the first dot, since NCCL prints the short name; a side without a host matches any), else on
--- the rank the log states in the run's largest communicator (the world communicator).
+-- the rank the log states in its job's largest communicator (the world communicator), when that
+-- communicator has as many ranks as the traces' world size (where the traces state one).
 -- @view rank_nccl: The NCCL process of each traced rank, matched on pid and host, else on rank.
 -- @column run_id VARCHAR: Run.
 -- @column rank INTEGER: The trace's rank.
@@ -31,16 +74,45 @@ by_pid AS (
   FROM trace_process t JOIN procs p ON p.run_id = t.run_id AND p.pid = t.pid
    AND (t.host IS NULL OR coalesce(p.host, '') = '' OR split_part(lower(t.host), '.', 1) = split_part(lower(p.host), '.', 1))
 ),
-world AS (SELECT run_id, max(nranks) AS n FROM nccl_processes GROUP BY run_id),
+job_procs AS (SELECT p.*, j.job FROM nccl_processes p JOIN nccl_jobs j USING (run_id, source_id)),
+world AS (SELECT run_id, job, max(nranks) AS n FROM job_procs GROUP BY run_id, job),
+traced_world AS (
+  SELECT run_id, max(world_size) AS n FROM sources
+  WHERE format NOT IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace') AND status <> 'failed' GROUP BY run_id
+),
 by_rank AS (
   SELECT DISTINCT p.run_id, p.rank, p.host AS nccl_host, p.pid AS nccl_pid, 'rank' AS matched_by
-  FROM nccl_processes p JOIN world w ON w.run_id = p.run_id AND p.nranks = w.n
+  FROM job_procs p JOIN world w ON w.run_id = p.run_id AND w.job = p.job AND p.nranks = w.n
   JOIN trace_process t ON t.run_id = p.run_id AND t.rank = p.rank
-  WHERE p.rank IS NOT NULL
+  LEFT JOIN traced_world tw ON tw.run_id = p.run_id
+  WHERE p.rank IS NOT NULL AND (tw.n IS NULL OR tw.n = w.n)
 )
 SELECT * FROM by_pid
 UNION ALL
 SELECT b.* FROM by_rank b WHERE NOT EXISTS (SELECT 1 FROM by_pid x WHERE x.run_id = b.run_id AND x.rank = b.rank);
+
+-- nccl_log_match: how each NCCL-family file of a run was matched to its traced ranks (rank_nccl
+-- joined to the file's processes on host and pid); a file that matched none has no ranks.
+-- @view nccl_log_match: Each NCCL-family file of a run and the traced ranks matched to its processes.
+-- @column run_id VARCHAR: Run.
+-- @column source_id VARCHAR: The NCCL-family source.
+-- @column file VARCHAR: Its file name (the last part of sources.path).
+-- @column host VARCHAR: The host its sources row names (NULL: none).
+-- @column ranks INTEGER[]: Traced ranks matched to one of its processes (NULL: none).
+-- @column matched_by VARCHAR: How: 'host_pid', 'rank', or both comma-separated (NULL: not matched).
+CREATE OR REPLACE VIEW nccl_log_match AS
+WITH logs AS (
+  SELECT run_id, source_id, regexp_extract(min(path), '[^/!]+$') AS file, min(host) AS host FROM sources
+  WHERE format IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace') AND status <> 'failed' GROUP BY run_id, source_id
+),
+procs AS (SELECT DISTINCT run_id, source_id, host, pid FROM nccl_processes WHERE pid IS NOT NULL)
+SELECT l.run_id, l.source_id, l.file, l.host,
+  list(DISTINCT r.rank ORDER BY r.rank) FILTER (WHERE r.rank IS NOT NULL) AS ranks,
+  string_agg(DISTINCT r.matched_by, ', ' ORDER BY r.matched_by) AS matched_by
+FROM logs l
+LEFT JOIN procs p ON p.run_id = l.run_id AND p.source_id = l.source_id
+LEFT JOIN rank_nccl r ON r.run_id = p.run_id AND r.nccl_pid = p.pid AND r.nccl_host IS NOT DISTINCT FROM p.host
+GROUP BY l.run_id, l.source_id, l.file, l.host;
 
 -- nccl_process_transport: the transports one NCCL process's channel lines state
 -- (../shared/reference/nccl.md section 1.5).

@@ -1,0 +1,229 @@
+"""NCCL-family files placed into runs by their own identity (pipeline/ingest/runs.py rule 4) and
+matched to the traced ranks of their run (queries/views/50_nccl.sql nccl_log_match, the analysis's
+runs[].nccl_matching, the report's list under the run summary). Expected groupings are read by
+hand from the files (lines cited)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from conftest import CORPUS, REPO
+
+from pipeline.analyze import analyze
+from pipeline.diagnosis.nccl_findings import findings
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.query import connect
+from pipeline.report import markdown
+from pipeline.report.document import build
+
+NCCL = CORPUS / "nccl"
+
+# Which corpus files are one job, written by hand from the files (PROVENANCE.md: 27 excerpts of
+# unrelated jobs). No two files share a commId / comm hash or a host:pid, so each is a job of its
+# own. What identifies each (or that nothing does):
+JOBS = [
+    # node01:21 and node02:21 (lines 8, 17), NCCL 2.12.7 (line 16), Init COMPLETE without commId
+    ["aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"],
+    # no host or pid: [rankN]: watchdog lines only (lines 1-5)
+    ["basicsr-issue-737-torch-watchdog-timeout-allreduce.log"],
+    # no host or pid: [rankN]: watchdog lines only
+    ["llamafactory-issue-6269-torch-watchdog-timeout-reduce-scatter-base.log"],
+    # node02:4015539, node02:4015540, node01:1789225 (lines 1, 2, 11); no commId
+    ["nccl-issue-1189-channels-net-ib-gdrdma-and-p2p-cumem-2node.log"],
+    # node01:615, node02:22754, node03:619 (lines 1-3: COLL lines, no commId)
+    ["nccl-issue-1193-coll-allreduce-ray-prefix-128rank.log"],
+    # node01:3468 (line 1)
+    ["nccl-issue-1405-warn-net-ib-completion-status12-error-chain.log"],
+    # node01:2017630, commId 0x49bbd7790311d5eb (line 2)
+    ["nccl-issue-1412-init-complete-and-init-timings-16rank.log"],
+    # node01:227602 (line 1), nRanks 24 (line 4); no commId
+    ["nccl-issue-1453-init-h100-3node-nvls-heads-rings-truncated.log"],
+    # node01:88 (line 4)
+    ["nccl-issue-1657-torch-processgroupnccl-init-env-and-nccl-bootstrap.log"],
+    # pid 12079 without a host, CommHash 6479621443159067765 = 0x59ec3d5f3e800c75 (line 3)
+    ["nccl-issue-1765-profiler-example-plugin-trace-truncated.json.txt"],
+    # node05:980/982/983/984, commId 0x5ae77eb5ea4ec1ee (lines 7-10)
+    ["nccl-issue-1814-init-complete-nvls-64rank-then-ib-status12.log"],
+    # RAS: comm hash fa93daea854b060b (line 24), process 323032 on node 192.0.2.1
+    ["nccl-issue-1911-ncclras-text-mismatch-32gpu.txt"],
+    # node01:199574 (line 1)
+    ["nccl-issue-584-coll-send-recv-nil-buffers.log"],
+    # node01:33347 (line 1)
+    ["nccl-issue-892-single-node-h800-p2p-direct-pointer-channels.log"],
+    # node01:5180-5186 (lines 1-16)
+    ["nccl-tests-issue-228-net-ib-using-hca-env-echo.log"],
+    # node02:475220, node01:3867861 (lines 2, 3)
+    ["nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log"],
+    # node01:14926, node02:9210 (device lines 4-5), NCCL 2.9.6
+    ["nccl-tests-issue-82-legacy-broadcast-header-error-column-socket.txt"],
+    # no host or pid: an srun "0: " nccl-tests table only
+    ["ncclTests-aws-p5-h100-16rank-efa-srun-prefix.txt"],
+    # node01:6899-6906, node02:6733-6740 (device lines 4-19)
+    ["ncclTests-gcp-a3mega-h100-16rank-allreduce.txt"],
+    # node01:43-50 and node02:43-50 (device lines 7-22)
+    ["ncclTests-oci-a100-16rank-roce-allreduce.txt"],
+    # node-01 with many pids, NCCL 2.30.3; its commIds are masked as 0x... (line 19): no id
+    ["nvidia-nccl-docs-2.30-logging-examples-by-subsystem.log"],
+    # no host or pid: legacy [E ProcessGroupNCCL.cpp:737] [Rank N] lines only
+    ["ofa-issue-271-torch-watchdog-timeout-legacy-format.log"],
+    # Flight Recorder dump: no host, pid or communicator id
+    ["pytorch-tutorial-flight-recorder-unpickled-dump-repr.txt"],
+    # torchfrtrace report: no host, pid or communicator id
+    ["pytorch-tutorial-torchfrtrace-output-missing-rank.txt"],
+    # empty host (":5202:5683", line 4): a pid alone names no process; NCCL 2.4.7
+    ["tensorflow-issue-34375-nccl-2.4.7-legacy-ring-format-empty-hostname.log"],
+    # node01:191370, node01:191369 (lines 1, 2)
+    ["torchtitan-issue-1369-coll-allgather-reducescatter-tp2.log"],
+    # node01:561, commId 0xa015ae7e0a50005d (line 5)
+    ["vllm-issue-8447-init-start-2node-ib-ray-prefix-nccl2.20.5.log"],
+]
+OFA = "ofa-issue-271-torch-watchdog-timeout-legacy-format.log"
+VLLM = "vllm-issue-8447-init-start-2node-ib-ray-prefix-nccl2.20.5.log"
+
+
+def _groups(lake: Lake) -> tuple[list[list[str]], dict[str, str]]:
+    src = lake.sources()
+    by_run: dict[str, list[str]] = {}
+    run_of = {}
+    for run, path in zip(src["run_id"].to_list(), src["path"].to_list()):
+        by_run.setdefault(run, []).append(Path(path).name)
+        run_of[Path(path).name] = run
+    return sorted(sorted(v) for v in by_run.values()), run_of
+
+
+def _timeout(con, run_id: str) -> list[str]:
+    (f,) = [f for f in findings(con, run_id) if f["title"] == "Collective timed out (hang)"]
+    return f["evidence"]
+
+
+def test_corpus_folder_is_one_run_per_job(tmp_path):
+    """The whole corpus folder in one call: one run per job of the hand-written table; the first
+    file (in path order) keeps the folder's name, the others are moved with a note. The ofa-issue-271
+    hang finding is the one of that log alone (it no longer names ranks of other jobs' logs)."""
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([NCCL], lake)
+    assert {r.status for r in res} == {"ok"} and len(res) == 27
+    groups, run_of = _groups(lake)
+    assert groups == sorted(sorted(g) for g in JOBS)
+    assert run_of["aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"] == "nccl"
+    moved = next(r for r in res if Path(r.path).name == OFA)
+    assert moved.run_id.startswith("nccl_") and len(moved.run_id) == len("nccl_") + 8
+    assert any("this file was put in run " + moved.run_id in n for n in moved.notes)
+
+    alone = Lake(tmp_path / "alone")
+    ingest_paths([NCCL / OFA], alone, run="alone")
+    want = _timeout(connect(alone), "alone")
+    assert _timeout(connect(lake), run_of[OFA]) == want
+    # lines 1-5: ranks 1, 3, 2, 6, 7 time out; the log states nothing about enqueued work
+    assert want == [
+        "ALLREDUCE SeqNum 469508 of process group ? timed out after 1802.2 s on rank(s) 1, 2, 3, 6, 7 "
+        f"({OFA}, line 1)"
+    ]
+
+    # --run puts them all in one run; the findings still stay within each job
+    together = Lake(tmp_path / "together")
+    ingest_paths([NCCL], together, run="all")
+    con = connect(together)
+    # one evidence line per job's timeout (basicsr, llamafactory, ofa), ofa's the one of that log alone
+    assert len(_timeout(con, "all")) == 3
+    assert [e for e in _timeout(con, "all") if OFA in e] == want
+    assert con.execute("SELECT count(DISTINCT job) FROM nccl_jobs").fetchone() == (27,)
+    # ingesting the folder again skips every file, wherever it was put
+    assert {r.status for r in ingest_paths([NCCL], lake)} == {"skipped"}
+
+
+def test_per_rank_logs_of_one_job_stay_together(tmp_path):
+    """nccl-issue-1814 split the way NCCL_DEBUG_FILE=nccl.%h.%p writes it: one file per process
+    (node05:980, 982, 983, 984), each with its Init COMPLETE line naming commId 0x5ae77eb5ea4ec1ee
+    (lines 7-10), beside a log of another job (nccl-issue-1412, commId 0x49bbd7790311d5eb): the four
+    are one run, the other is moved. A fifth rank's file added later joins them (its identity is
+    compared with the stored files')."""
+    lines = (NCCL / "nccl-issue-1814-init-complete-nvls-64rank-then-ib-status12.log").read_text().splitlines()
+    job = tmp_path / "job"
+    job.mkdir()
+    pids = sorted({ln.split(":")[1] for ln in lines if ln.startswith("node05:")})
+    assert pids == ["980", "982", "983", "984"]
+    for pid in pids[:3]:
+        (job / f"nccl.node05.{pid}.log").write_text(
+            "\n".join(ln for ln in lines if ln.startswith(f"node05:{pid}:")) + "\n"
+        )
+    shutil.copy(NCCL / "nccl-issue-1412-init-complete-and-init-timings-16rank.log", job / "other.log")
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([job], lake)
+    assert {Path(r.path).name: r.run_id for r in res if r.run_id == "job"} == {
+        f"nccl.node05.{p}.log": "job" for p in pids[:3]
+    }
+    other = next(r for r in res if Path(r.path).name == "other.log")
+    assert other.run_id.startswith("job_") and "shares no communicator and no process" in other.notes[0]
+    late = tmp_path / "late" / "job"
+    late.mkdir(parents=True)
+    (late / "nccl.node05.984.log").write_text(
+        "\n".join(ln for ln in lines if ln.startswith("node05:984:")) + "\n"
+    )
+    (r,) = ingest_paths([late], lake)
+    assert r.run_id == "job"
+
+
+def _trace_pair(tmp_path: Path, pid: str | None) -> tuple[Lake, str]:
+    """Rank 0 and rank 1 of sample_traces/hta_trace_filter (world size 128) and the vLLM corpus log
+    (node01:561, rank 0 of a 2-rank world communicator, line 5) in one directory; pid: the pid
+    the log's 'node01:561:' prefixes are edited to (None: the log as it is)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        shutil.copy(REPO / "sample_traces" / "hta_trace_filter" / f"sampled_rank-{r}.json.gz", job)
+    lake = Lake(tmp_path / "lake")
+    assert {r.status for r in ingest_paths([job], lake)} == {"ok"}
+    text = (NCCL / VLLM).read_text()
+    if pid is not None:
+        # the one edit: the process of the log's NCCL lines becomes the trace's process
+        assert text.count("node01:561:561") == 7
+        text = text.replace("node01:561:561", f"node01:{pid}:{pid}")
+    (job / "nccl.log").write_text(text)
+    (res,) = [r for r in ingest_paths([job], lake) if r.status == "ok"]
+    assert res.run_id == "job"  # the log stays with the traces of its directory
+    return lake, text
+
+
+def test_log_matched_to_a_traced_rank_by_host_and_pid(tmp_path):
+    job_lake = Lake(tmp_path / "probe")
+    ingest_paths([REPO / "sample_traces" / "hta_trace_filter" / "sampled_rank-0.json.gz"], job_lake, run="p")
+    # the pid that wrote rank 0's trace, read from the trace itself (its host calls)
+    ((pid,),) = connect(job_lake).execute("SELECT pid FROM trace_process WHERE rank = 0").fetchall()
+    lake, _ = _trace_pair(tmp_path, str(pid))
+    doc = analyze(lake)
+    (run,) = doc["runs"]
+    m = run["nccl_matching"]
+    assert m == {
+        "logs": [
+            {
+                "file": "nccl.log",
+                "source_id": m["logs"][0]["source_id"],
+                "ranks": [0],
+                "matched_by": "host_pid",
+            }
+        ],
+        "unmatched_logs": [],
+        "ranks_without_log": [1],
+    }
+    assert run["hosts"] == ["node01"]  # the traces name no host; the matched log does
+    md = markdown.render(build(doc))
+    assert "- NCCL log nccl.log: rank 0, matched by host + pid" in md
+    assert "- traced rank 1 without an NCCL log" in md
+
+
+def test_log_that_matches_no_traced_rank_is_listed(tmp_path):
+    """The vLLM log as it is: pid 561 is not a traced process, and its world communicator has 2
+    ranks against the traces' 128, so rank 0 is not matched on rank either."""
+    lake, _ = _trace_pair(tmp_path, None)
+    doc = analyze(lake)
+    (run,) = doc["runs"]
+    m = run["nccl_matching"]
+    assert m["unmatched_logs"] == ["nccl.log"] and m["ranks_without_log"] == [0, 1]
+    assert m["logs"][0]["ranks"] == [] and m["logs"][0]["matched_by"] is None
+    assert run["hosts"] == [] and run["world_size"] == 128  # not node01, not the log's 2
+    md = markdown.render(build(doc))
+    assert "- NCCL log(s) matching no traced rank: nccl.log" in md
+    assert "- traced ranks 0, 1 without an NCCL log" in md
