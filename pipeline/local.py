@@ -29,7 +29,9 @@ SchemaError (pipeline/schema.py) if a result does not conform, OSError from the 
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import os
+import queue
 import uuid
 from pathlib import Path
 
@@ -49,6 +51,19 @@ STORED["local_comm_cover"] = "local/comm_cover.sql"
 STORED["local_comm_phase"] = "local/comm_phase.sql"
 STORED["local_roofline"] = "local/roofline_parts.sql"
 TABLES = tuple(STORED)
+# STORED files run at once by compute() (_run_stored), and the order they start in: the longest
+# first (seconds for a 37k-activity rank: phases, breakdown, step_time 0.16-0.22, comm_cover 0.12,
+# roofline_parts 0.09, step_status and mfu 0.07, the rest under 0.05)
+QUERY_WORKERS = 2
+_COST = (
+    "local_phases",
+    "local_breakdown",
+    "local_step_time",
+    "local_comm_cover",
+    "local_roofline",
+    "local_step_status",
+    "local_mfu",
+)
 # the files of queries/views that no STORED file reads, directly or through another view, on a
 # source of one rank: the collective matching and the split it feeds (comm_wait is empty
 # there), the NCCL-log views, collective_exposure's compute pieces
@@ -102,10 +117,7 @@ def compute(
                 f"SELECT {lit[0]}::VARCHAR AS run_id, {lit[1]}::VARCHAR AS source_id, "
                 f"{lit[2]}::VARCHAR AS status"
             )
-        out = {}
-        for table, sql in STORED.items():
-            df = pl.from_arrow(con.sql((query.QUERIES_DIR / sql).read_text()).to_arrow_table())
-            out[table] = df.with_columns(pl.lit(source_id).alias("source_id"))
+        out = {t: df.with_columns(pl.lit(source_id).alias("source_id")) for t, df in _run_stored(con).items()}
         rank = con.execute("SELECT any_value(rank) FROM gpu_activities").fetchall()[0][0]
     finally:
         con.close()
@@ -114,6 +126,39 @@ def compute(
         {"run_id": [run_id], "source_id": [source_id], "rank": [rank], "sql_version": [version]}
     )
     return {t: sch.conform(t, df.to_arrow()) for t, df in out.items()}
+
+
+def _run_stored(con) -> dict[str, pl.DataFrame]:
+    """Table -> the rows of its STORED file on `con`, the files run QUERY_WORKERS at a time on
+    cursors of the connection (query.cursor: same tables, views and variables; DuckDB releases
+    the GIL while a query runs), longest first. Most of these files are one sort and a window
+    without PARTITION BY over the source's activities, which DuckDB runs on one thread: two side
+    by side took the ten files from 1.11-1.26 s to 0.72-0.94 s for a rank of 37k GPU activities
+    (2 cores, benchmarks/scale_trace.py's 50 MB rank). Raises what the first failing file raises."""
+    order = sorted(STORED, key=lambda t: _COST.index(t) if t in _COST else len(_COST))
+    texts = {t: (query.QUERIES_DIR / STORED[t]).read_text() for t in order}
+    workers = min(QUERY_WORKERS, os.cpu_count() or 1)
+    if workers <= 1:
+        return {t: pl.from_arrow(con.sql(texts[t]).to_arrow_table()) for t in STORED}
+    free: queue.SimpleQueue = queue.SimpleQueue()
+    curs = [query.cursor(con) for _ in range(workers)]
+    for c in curs:
+        free.put(c)
+
+    def one(t: str) -> pl.DataFrame:
+        c = free.get()
+        try:
+            return pl.from_arrow(c.sql(texts[t]).to_arrow_table())
+        finally:
+            free.put(c)
+
+    try:
+        with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracelake-local") as pool:
+            got = dict(zip(order, pool.map(one, order)))
+    finally:
+        for c in curs:
+            c.close()
+    return {t: got[t] for t in STORED}
 
 
 def stage_local(staged: Staged, status: str = "ok", min_rows: int | None = None) -> None:
