@@ -11,6 +11,8 @@ from typing import Any
 
 import polars as pl
 
+from . import schema as sch
+
 # per rank and step, all over the step's wall-clock window (views/25_step_window.sql), the window
 # MFU, tokens/s and the verdict divide by; gpu_span_ns (first to last GPU work launched in the
 # step) is a named extra, never a denominator
@@ -148,18 +150,6 @@ def timeline_fields(run_id: str, findings: list[dict], doc: dict) -> None:
         }
 
 
-# the sources.format values of NCCL-family files (pipeline/ingest/runs.py NCCL_FORMATS)
-NCCL_FORMATS = (
-    "nccl_log",
-    "nccl_tests",
-    "torch_watchdog",
-    "flight_recorder",
-    "nccl_ras",
-    "nccl_profiler",
-    "torchfrtrace",
-)
-
-
 def nccl_matching(s: pl.DataFrame, match: list[dict]) -> tuple[dict | None, pl.DataFrame]:
     """How the NCCL-family files of one run were matched to its traced ranks, and the sources rows
     the run summary reads. s: the run's sources rows; match: its nccl_log_match rows
@@ -167,7 +157,7 @@ def nccl_matching(s: pl.DataFrame, match: list[dict]) -> tuple[dict | None, pl.D
     source_id, ranks, matched_by}], "unmatched_logs": [file], "ranks_without_log": [rank]}, and the
     summary reads the traces' rows and those of the logs that matched a traced rank (a stray log's
     hosts and world size are not the run's); else None and every row."""
-    is_log = pl.col("format").is_in(NCCL_FORMATS)
+    is_log = pl.col("format").is_in(sch.NCCL_FORMATS)
     traces = s.filter(~is_log)
     traced = sorted(
         {int(x) for x in traces["rank"].drop_nulls().to_list()}

@@ -17,6 +17,19 @@ from .paths import SCHEMAS_DIR
 
 SCHEMA_VERSION = 3
 
+# the sources.format values of NCCL-family files (pipeline/ingest/nccl/ writes them; runs are
+# grouped by their identity, pipeline/ingest/runs.py rule 4; the analysis tells them from traces;
+# queries/views/50_nccl.sql lists the same values)
+NCCL_FORMATS = (
+    "nccl_log",
+    "nccl_tests",
+    "torch_watchdog",
+    "flight_recorder",
+    "nccl_ras",
+    "nccl_profiler",
+    "torchfrtrace",
+)
+
 _TYPES = {
     "int32": pa.int32(),
     "int64": pa.int64(),

@@ -278,7 +278,7 @@ def test_cli_limits_and_errors(hand, tmp_path):
     assert r.exit_code == 2 and "over the limit of 5" in r.output and len(r.output.strip().splitlines()) == 1
     assert not (tmp_path / "t.json").exists()
     for args, why in (
-        (["-o", str(tmp_path / "t.pftrace")], "not written"),
+        (["-o", str(tmp_path / "t.perfetto")], "name it .json"),
         (["--steps", "7"], "no such step"),
         (["--ranks", "5"], "not in run job"),
         (["--around", "nope"], "no such finding"),
@@ -300,3 +300,63 @@ def test_cli_limits_and_errors(hand, tmp_path):
     assert r.exit_code == 0 and "wrote" in r.output
     doc = json.loads((tmp_path / "w.json").read_text(), parse_float=Decimal)
     assert doc["otherData"]["ranks"] == [1] and doc["distributedInfo"]["rank"] == 1
+
+
+def _read_pftrace(path):
+    """The .pftrace read back with Perfetto's own message classes: (pid, track name, name, start,
+    end, category) per slice (BEGIN/END matched per track, innermost first), and the flow ids
+    begun and terminated."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+    t = Trace()
+    t.ParseFromString(path.read_bytes())
+    tracks, out, stacks, flows = {}, [], {}, ([], [])
+    last_ts = -(2**63)
+    for p in t.packet:
+        assert p.trusted_packet_sequence_id == 1
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            if d.HasField("thread"):
+                tracks[d.uuid] = (d.thread.pid, d.thread.thread_name)
+            continue
+        ev = p.track_event
+        assert p.timestamp >= last_ts  # written in time order
+        last_ts = p.timestamp
+        pid, track = tracks[ev.track_uuid]
+        if ev.type == TrackEvent.TYPE_SLICE_BEGIN:
+            stacks.setdefault(ev.track_uuid, []).append((p.timestamp, ev.name, list(ev.categories)))
+        elif ev.type == TrackEvent.TYPE_SLICE_END:
+            start, name, cats = stacks[ev.track_uuid].pop()
+            out.append((pid, track, name, start, p.timestamp, cats[0] if cats else None))
+        else:
+            assert ev.type == TrackEvent.TYPE_INSTANT
+            out.append((pid, track, ev.name, p.timestamp, p.timestamp, ev.categories[0]))
+        if ev.type != TrackEvent.TYPE_SLICE_END:
+            flows[0].extend(ev.flow_ids)
+            flows[1].extend(ev.terminating_flow_ids)
+    assert all(not s for s in stacks.values())  # every slice closed on its own track
+    return out, flows
+
+
+def test_pftrace_holds_the_same_slices_and_flows_to_the_ns(dlrm, hand, tmp_path):
+    """Perfetto's protobuf format: every lake row of the window once, on its track, with its
+    exact ns (no µs rounding), the idle and findings slices and the flows of the JSON trace."""
+    for lk in (hand, dlrm):
+        doc = _write(lk, tmp_path / "t.json")
+        tl = timeline.build(lk, _run(lk), doc=_doc(lk))
+        timeline.write(tl, tmp_path / "t.pftrace")
+        got, (begun, ended) = _read_pftrace(tmp_path / "t.pftrace")
+        host_gpu = Counter(
+            (p, _base(tr), n, a, b) for p, tr, n, a, b, c in got if c not in ("idle", "finding")
+        )
+        assert host_gpu == _expected(lk, doc)
+        tracks = _tracks(doc)
+        json_rest = Counter(
+            (e["pid"], tracks[(e["pid"], e["tid"])], e["name"], _ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
+            for e in _slices(doc)
+            if e["cat"] in ("idle", "finding")
+        )
+        assert Counter((p, tr, n, a, b) for p, tr, n, a, b, c in got if c in ("idle", "finding")) == json_rest
+        n_flows = sum(e["ph"] == "s" for e in doc["traceEvents"])
+        assert sorted(begun) == sorted(ended) == list(range(1, n_flows + 1))
+    assert n_flows > 0  # DLRM's matched collectives

@@ -32,7 +32,8 @@ RUN = typer.Option(
     "--run",
     metavar="ID",
     help="Run id for all files (default: the path of the file's directory below the directory given, else "
-    "its directory's name; docs/usage.md, Runs).",
+    "its directory's name; an NCCL log of another job than the run's gets a run of its own; "
+    "docs/usage.md, Runs).",
 )
 ONLY_RUNS = typer.Option(
     None,

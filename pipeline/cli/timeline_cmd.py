@@ -28,7 +28,7 @@ def timeline(
         "-o",
         "--output",
         metavar="FILE",
-        help="Trace file to write: .json or .json.gz (Chrome JSON; Perfetto's .pftrace is not written).",
+        help="Trace file to write: .json or .json.gz (Chrome JSON), or .pftrace (Perfetto's protobuf).",
     ),
     lake: Path = LAKE,
     run_id: Optional[str] = TIMELINE_RUN,

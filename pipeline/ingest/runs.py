@@ -34,6 +34,7 @@ from typing import Callable
 
 import polars as pl
 
+from .. import schema as sch
 from ..lake import safe_run_id
 
 # in the note of a file not put in its named run (Runs.claim), before the run it was put in
@@ -105,16 +106,7 @@ def skip_note(done: Done, sha: str, run_id: str, any_run: bool) -> str:
 
 # ------------------------------------------------------------------ NCCL-family files (rule 4)
 
-# the sources.format values of NCCL-family files (pipeline/ingest/nccl FORMATS)
-NCCL_FORMATS = (
-    "nccl_log",
-    "nccl_tests",
-    "torch_watchdog",
-    "flight_recorder",
-    "nccl_ras",
-    "nccl_profiler",
-    "torchfrtrace",
-)
+NCCL_FORMATS = sch.NCCL_FORMATS  # the sources.format values of NCCL-family files
 # the tables whose rows state a communicator id or a process (host, pid)
 IDENTITY_TABLES = ("nccl_processes", "nccl_ras", "nccl_profiler_events")
 _COMM_ID = re.compile(r"0x[0-9a-f]+")

@@ -1,5 +1,6 @@
 """`tracelake timeline`: one run's window as a trace file the Perfetto UI and chrome://tracing
-open (the Chrome JSON trace format, `.json` or `.json.gz`; pipeline/timeline/chrome.py).
+open: the Chrome JSON trace format (`.json` or `.json.gz`; pipeline/timeline/chrome.py) or
+Perfetto's protobuf format (`.pftrace`; pipeline/timeline/pftrace.py).
 
 What it holds (docs/usage.md, "Timeline"): one process per rank with a track per CPU thread
 and per GPU stream (kernels, copies, memsets, syncs, host ops, annotations: every row of the
@@ -9,8 +10,6 @@ and the run's findings as labelled ranges on a "findings" track. Slices that ove
 nesting on one track go to extra tracks (pipeline/timeline/layout.py). Which steps and ranks:
 pipeline/timeline/window.py. Times are the lake's int64 ns on its absolute clock.
 
-Perfetto's protobuf format (.pftrace) is not written: the maintained writer (PyPI `perfetto`,
-its trace_builder) is not a dependency of tracelake; the Perfetto UI opens the JSON as well.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ __all__ = [
 # the default size limit, in slices: about 100 MB of JSON, what the Perfetto UI loads in seconds
 # (chrome://tracing slows down past a few hundred thousand events)
 MAX_EVENTS = 500_000
-SUFFIXES = (".json", ".json.gz")
+SUFFIXES = (".json", ".json.gz", ".pftrace")
 
 
 class TimelineError(ValueError):
@@ -201,18 +200,18 @@ def _place(tl: Timeline) -> None:
 
 
 def check_output(path: Path) -> None:
-    """Raises TimelineError unless path names a format this writes (.json, .json.gz)."""
-    name = path.name.lower()
-    if name.endswith(".pftrace") or name.endswith(".perfetto-trace"):
+    """Raises TimelineError unless path names a format this writes (.json, .json.gz, .pftrace)."""
+    if not path.name.lower().endswith(SUFFIXES):
         raise TimelineError(
-            f"-o {path}: Perfetto's protobuf format is not written (the `perfetto` package that writes it "
-            "is not a dependency); write .json or .json.gz, which the Perfetto UI opens too"
+            f"-o {path}: name it .json or .json.gz (Chrome JSON), or .pftrace (Perfetto's protobuf format)"
         )
-    if not name.endswith(SUFFIXES):
-        raise TimelineError(f"-o {path}: the trace is written as Chrome JSON: name it .json or .json.gz")
 
 
 def write(tl: Timeline, path: Path) -> int:
-    """Write the timeline to path (.json or .json.gz); returns the bytes written."""
+    """Write the timeline to path (.json, .json.gz or .pftrace); returns the bytes written."""
     check_output(path)
+    if path.name.lower().endswith(".pftrace"):
+        from . import pftrace
+
+        return pftrace.write(tl, path)
     return chrome.write(tl, path)

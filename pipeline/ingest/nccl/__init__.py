@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import polars as pl
 
+from ... import schema as sch
 from ..errors import TraceError
 
 if TYPE_CHECKING:
@@ -47,15 +48,7 @@ def __getattr__(name: str):  # LogParsed, imported on first use (PEP 562)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-FORMATS = (
-    "nccl_log",
-    "nccl_tests",
-    "torch_watchdog",
-    "flight_recorder",
-    "nccl_ras",
-    "nccl_profiler",
-    "torchfrtrace",
-)
+FORMATS = sch.NCCL_FORMATS
 
 _SNIFF_BYTES = 65536
 _NCCL_LINE = re.compile(
