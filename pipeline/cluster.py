@@ -6,6 +6,10 @@ from __future__ import annotations
 
 from .lake import one_line
 
+# how long the handshake with the scheduler may take, in seconds (a refused port is retried until
+# then: distributed.comm.connect)
+CONNECT_TIMEOUT_S = 10
+
 
 class SchedulerError(RuntimeError):
     """The Dask scheduler could not be reached (one line, naming its address)."""
@@ -22,7 +26,7 @@ def client(scheduler: str):
     from distributed.comm.registry import get_backend
 
     async def handshake():  # Dask's own handshake: a port that refuses, or another service, fails here
-        comm = await connect(scheduler, timeout="10s")
+        comm = await connect(scheduler, timeout=f"{CONNECT_TIMEOUT_S}s")
         await comm.close()
 
     try:
@@ -31,7 +35,7 @@ def client(scheduler: str):
         scheme, _ = parse_address(scheduler)
         get_backend(scheme)
         if scheme in ("tcp", "tls"):  # inproc:// lives in this process's own loop
-            asyncio.run(asyncio.wait_for(handshake(), 15))
+            asyncio.run(asyncio.wait_for(handshake(), CONNECT_TIMEOUT_S + 5))
         return Client(scheduler, set_as_default=False, timeout="20s")
     except Exception as e:  # refused, timed out, not an address, or not a Dask scheduler answering
         why = str(e) or ("no Dask scheduler answered within 15 s" if isinstance(e, TimeoutError) else "")

@@ -219,8 +219,10 @@ def test_failed_run_task_keeps_the_others(cluster, runs_lake, local_doc, tmp_pat
     ]
 
 
-def test_unreachable_scheduler(runs_lake):
+def test_unreachable_scheduler(runs_lake, monkeypatch):
     import dask
+
+    monkeypatch.setattr("pipeline.cluster.CONNECT_TIMEOUT_S", 1)  # a refused port, retried for 1 s
 
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         r = CliRunner().invoke(
@@ -236,10 +238,11 @@ def test_unreachable_scheduler(runs_lake):
     )
 
 
-def test_ingest_unreachable_scheduler(tmp_path):
+def test_ingest_unreachable_scheduler(tmp_path, monkeypatch):
     """ingest says which scheduler it could not reach (not 'cannot write to the lake'), writes nothing."""
     import dask
 
+    monkeypatch.setattr("pipeline.cluster.CONNECT_TIMEOUT_S", 1)  # a refused port, retried for 1 s
     src = str(REPO / "sample_traces" / "hta_trace_filter")
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         r = CliRunner().invoke(

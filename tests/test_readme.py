@@ -1,25 +1,25 @@
 """The README's "Your own traces" commands, run as written (issue 19 point 1): each line of its
-first code block in a shell, in a fresh directory, with the venv's tracelake, the placeholder
-paths (`path/to/...`) standing for real traces: sample_traces/ (Kineto), a corpus Nsight Systems
-export, and a job directory holding Kineto traces and an NCCL_DEBUG log together."""
+first code block with its argv as the shell splits it (run in this process by typer's runner),
+in a fresh directory, the placeholder paths (`path/to/...`) standing for real traces:
+sample_traces/ (Kineto), a corpus Nsight Systems export, and a job directory holding Kineto
+traces and an NCCL_DEBUG log together."""
 
 from __future__ import annotations
 
 import gzip
 import json
 import re
+import shlex
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import polars as pl
 from conftest import REPO, corpus
+from typer.testing import CliRunner
 
+from pipeline.cli import app
 from pipeline.lake import Lake
-
-TRACELAKE = Path(sys.executable).parent / "tracelake"
 
 
 def _your_own_traces_block() -> list[str]:
@@ -29,7 +29,7 @@ def _your_own_traces_block() -> list[str]:
     return [ln for ln in block.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def test_the_readme_commands_run_as_written(tmp_path):
+def test_the_readme_commands_run_as_written(tmp_path, monkeypatch):
     job = tmp_path / "job"  # a one-rank trace of HTA's with an NCCL_DEBUG log beside it
     job.mkdir()
     shutil.copy(corpus("hta", "tests", "data", "nccl_parser_config", "nccl_data.json.gz"), job)
@@ -44,15 +44,18 @@ def test_the_readme_commands_run_as_written(tmp_path):
     assert len(lines) == 4 and all(ln.startswith(".venv/bin/tracelake ") for ln in lines), lines
     work = tmp_path / "work"
     work.mkdir()
+    monkeypatch.chdir(work)  # a fresh directory: the lake is ./.tracelake
     outputs = []
     for ln in lines:
-        cmd = ln.replace(".venv/bin/tracelake", str(TRACELAKE), 1)
+        cmd = ln
         for k, v in places.items():
             cmd = cmd.replace(k, v)
-        assert "path/to" not in cmd, cmd
-        p = subprocess.run(["bash", "-c", cmd], cwd=work, capture_output=True, text=True, timeout=300)
-        assert p.returncode == 0, (ln, p.stderr)
-        outputs.append(p)
+        argv = shlex.split(cmd)
+        assert argv[0] == ".venv/bin/tracelake" and "path/to" not in cmd, cmd
+        # the command in this process (typer's runner: the same argv the shell would pass)
+        r = CliRunner().invoke(app, argv[1:])
+        assert r.exit_code == 0, (ln, r.output)
+        outputs.append(r)
     # the three reports, each with its verdict on stderr; one lake, .tracelake, for all of them
     for name in ("report.html", "nsys_report.html", "job_report.html"):
         assert "verdict" in (work / name).read_text()

@@ -360,3 +360,38 @@ def test_pftrace_holds_the_same_slices_and_flows_to_the_ns(dlrm, hand, tmp_path)
         n_flows = sum(e["ph"] == "s" for e in doc["traceEvents"])
         assert sorted(begun) == sorted(ended) == list(range(1, n_flows + 1))
     assert n_flows > 0  # DLRM's matched collectives
+
+
+def test_run_writes_the_worst_steps_window_and_each_findings_command_works(tmp_path):
+    """`tracelake run … --timeline` writes REPORT.timeline.json.gz: the worst step (the longest
+    step time of any rank, from the analysis' step_time) with one step either side; and the
+    `timeline.command` each finding carries runs as written (with --lake added) and writes the
+    window of that finding."""
+    import shlex
+
+    job = tmp_path / "job"
+    info = {"backend": "nccl", "world_size": 2}
+    write_trace(job / "r0.json", rank0_events(), distributedInfo={**info, "rank": 0}, deviceProperties=H100)
+    write_trace(job / "r1.json", rank1_events(), distributedInfo={**info, "rank": 1}, deviceProperties=H100)
+    lake, out = tmp_path / "lake", tmp_path / "r.html"
+    runner = CliRunner()
+    r = runner.invoke(app, ["run", str(job), "--lake", str(lake), "-o", str(out), "--timeline", "-q"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(runner.invoke(app, ["analyze", "--lake", str(lake), "--json", "-q"]).stdout)
+    rows = doc["step_time"]
+    worst = max(rows, key=lambda s: (s["step_ns"], -s["step"]))["step"]
+    steps = sorted({s["step"] for s in rows})
+    want = [s for s in steps if abs(steps.index(s) - steps.index(worst)) <= 1]
+    tl = json.loads(gzip.decompress((tmp_path / "r.timeline.json.gz").read_bytes()))
+    assert tl["otherData"]["steps"] == [want[0], want[-1]] and tl["otherData"]["ranks"] == [0, 1]
+    assert doc["findings"]
+    for f in doc["findings"]:
+        args = shlex.split(f["timeline"]["command"])
+        assert args[:2] == ["tracelake", "timeline"] and "--around" in args
+        args = [a if not a.endswith(".json.gz") else str(tmp_path / a) for a in args[1:]]
+        r = runner.invoke(app, [*args, "--lake", str(lake)])
+        assert r.exit_code == 0, (f["timeline"]["command"], r.output)
+        written = json.loads(gzip.decompress((tmp_path / args[-1].split("/")[-1]).read_bytes()))
+        assert written["otherData"]["window"].startswith(f"--around {f['timeline']['id']}")
+        steps_of = f["timeline"]["steps"]
+        assert written["otherData"]["steps"] == (steps_of if steps_of is None else list(steps_of))
