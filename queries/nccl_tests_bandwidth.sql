@@ -6,6 +6,9 @@
 -- NVLink rate per direction when every rank is on one node (busbw models the bytes each rank
 -- sends on its link, one direction); for runs spanning nodes the bottleneck is the NIC, whose
 -- rate the output does not state, so the peak is NULL with link_note saying why.
+-- half_peak_size_bytes: the smallest message size whose busbw reaches half of the test's best
+-- (the n_1/2 of Hockney's model: below it latency, above it bandwidth dominates). Ties among
+-- sizes of equal busbw go to the smallest size, so every run names the same row.
 -- @column run_id VARCHAR: Run.
 -- @column source_id VARCHAR: The nccl-tests output (sources.source_id).
 -- @column file VARCHAR: Its file name (the last part of sources.path; an archive member's own name).
@@ -17,25 +20,31 @@
 -- @column catalog_key VARCHAR: The device_catalog entry it matches.
 -- @column peak_busbw_gbps DOUBLE GB/s: The best bus bandwidth measured.
 -- @column peak_algbw_gbps DOUBLE GB/s: The algorithm bandwidth of the same row.
--- @column size_at_peak_bytes BIGINT bytes: Message size S of the best row.
+-- @column size_at_peak_bytes BIGINT bytes: Message size S of the best row (the smallest, on a tie).
+-- @column half_peak_size_bytes BIGINT bytes: The smallest size whose busbw is at least half of peak_busbw_gbps.
 -- @column rows BIGINT count: Sizes measured.
 -- @column link_peak_gbps DOUBLE GB/s: NVLink per direction (NULL: unknown, see link_note).
 -- @column busbw_pct_of_link DOUBLE %: 100 * peak_busbw_gbps / link_peak_gbps.
 -- @column link_note VARCHAR: Which link the peak is, or why it is unknown.
 WITH best AS (
   SELECT run_id, source_id, test, placement, max(n_ranks) AS n_ranks, max(n_nodes) AS n_nodes,
-         max(busbw_gbps) AS peak_busbw_gbps, arg_max(algbw_gbps, busbw_gbps) AS peak_algbw_gbps,
-         arg_max(size_bytes, busbw_gbps) AS size_at_peak_bytes, count(*) AS rows
+         max(busbw_gbps) AS peak_busbw_gbps, arg_max(algbw_gbps, (busbw_gbps, -size_bytes)) AS peak_algbw_gbps,
+         arg_max(size_bytes, (busbw_gbps, -size_bytes)) AS size_at_peak_bytes, count(*) AS rows
   FROM nccl_tests_results WHERE busbw_gbps IS NOT NULL
   GROUP BY run_id, source_id, test, placement
 ),
-gpu AS (SELECT run_id, source_id, any_value(gpu_name) AS gpu_name FROM nccl_processes WHERE gpu_name IS NOT NULL GROUP BY ALL),
+half AS (
+  SELECT r.run_id, r.source_id, r.test, r.placement, min(r.size_bytes) AS half_peak_size_bytes
+  FROM nccl_tests_results r JOIN best b USING (run_id, source_id, test, placement)
+  WHERE r.busbw_gbps >= 0.5 * b.peak_busbw_gbps GROUP BY ALL
+),
+gpu AS (SELECT run_id, source_id, min(gpu_name) AS gpu_name FROM nccl_processes WHERE gpu_name IS NOT NULL GROUP BY ALL),
 matched AS (
   SELECT g.run_id, g.source_id, g.gpu_name, arg_min(c.key, c.priority) AS catalog_key, arg_min(c.nvlink_gbps, c.priority) AS nvlink_gbps
   FROM gpu g JOIN device_catalog c ON regexp_matches(g.gpu_name, c.match, 'i') GROUP BY ALL
 )
 SELECT b.run_id, b.source_id, f.file, b.test, b.placement, b.n_ranks, b.n_nodes, g.gpu_name, m.catalog_key,
-  b.peak_busbw_gbps, b.peak_algbw_gbps, b.size_at_peak_bytes, b.rows,
+  b.peak_busbw_gbps, b.peak_algbw_gbps, b.size_at_peak_bytes, h.half_peak_size_bytes, b.rows,
   CASE WHEN b.n_nodes = 1 THEN m.nvlink_gbps END AS link_peak_gbps,
   100 * b.peak_busbw_gbps / (CASE WHEN b.n_nodes = 1 THEN m.nvlink_gbps END) AS busbw_pct_of_link,
   CASE WHEN b.n_nodes IS NULL THEN 'node count unknown (no device list in the output)'
@@ -44,6 +53,7 @@ SELECT b.run_id, b.source_id, f.file, b.test, b.placement, b.n_ranks, b.n_nodes,
        WHEN m.nvlink_gbps IS NULL THEN 'no NVLink rate in the device catalog for ' || g.gpu_name
        ELSE 'NVLink per direction, ' || m.catalog_key END AS link_note
 FROM best b
+LEFT JOIN half h USING (run_id, source_id, test, placement)
 LEFT JOIN gpu g USING (run_id, source_id)
 LEFT JOIN matched m USING (run_id, source_id)
 LEFT JOIN (SELECT run_id, source_id, regexp_extract(min(path), '[^/!]+$') AS file FROM sources GROUP BY ALL) f

@@ -350,3 +350,69 @@ def test_json_output():
     # nccl-tests writes the whole environment before the results: recognized from its first keys
     big = json.dumps({**doc, "env": ["K=" + "v" * 100] * 1000}).encode()
     assert b'"results"' not in big[:65536] and nccl.sniff(big[:65536], "r.json") == "nccl_tests"
+
+
+def test_the_three_clusters_best_busbw_half_peak_size_and_report_lines(tmp_path):
+    """queries/nccl_tests_bandwidth.sql on the three ncclTests-* files, values read by hand from
+    their tables (best busbw of each placement, its size, and the smallest size whose busbw is
+    at least half of it), and the sentences the report's nccl-tests section prints from them."""
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+    from pipeline.query import connect
+    from pipeline.report.nccl_tests_chart import peak_lines
+
+    files = {
+        # lines 3-34: out-of-place 487.09 / in-place 487.26 GB/s at 17179869184 B (line 34); half
+        # (243.5 / 243.6) is first reached at 134217728 B (line 27: 289.16 / 287.01; line 26 209.19)
+        "ncclTests-aws-p5-h100-16rank-efa-srun-prefix.txt": {
+            "out_of_place": (487.09, 17179869184, 134217728),
+            "in_place": (487.26, 17179869184, 134217728),
+        },
+        # lines 24-54: 338.82 / 337.35 at 8589934592 (line 54); half at 268435456 (line 49: 213.19 /
+        # 213.28; line 48: 152.32 / 153.76)
+        "ncclTests-gcp-a3mega-h100-16rank-allreduce.txt": {
+            "out_of_place": (338.82, 8589934592, 268435456),
+            "in_place": (337.35, 8589934592, 268435456),
+        },
+        # lines 27-57: 237.94 / 237.52 at 8589934592 (line 57); half (118.97 / 118.76) at 33554432
+        # (line 49: 139.08 / 139.19; line 48: 111.29 / 118.32, just under)
+        "ncclTests-oci-a100-16rank-roce-allreduce.txt": {
+            "out_of_place": (237.94, 8589934592, 33554432),
+            "in_place": (237.52, 8589934592, 33554432),
+        },
+    }
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([corpus("nccl", f) for f in files], lake)
+    assert [r.status for r in res] == ["ok"] * 3
+    cols = "file, placement, peak_busbw_gbps, size_at_peak_bytes, half_peak_size_bytes, n_nodes"
+    rows = (
+        connect(lake).execute(f"SELECT {cols} FROM nccl_tests_bandwidth ORDER BY file, placement").fetchall()
+    )
+    got = {(f, p): (bw, s, h) for f, p, bw, s, h, _ in rows}
+    assert got == {(f, p): v for f, d in files.items() for p, v in d.items()}
+    # 16 ranks on 2 nodes, as the GCP and OCI device lists say; the AWS capture (line 1: the table
+    # header) lists no devices
+    assert {f: n for f, *_, n in rows} == dict(zip(sorted(files), (None, 2, 2)))
+    peaks = [
+        dict(
+            zip(
+                (
+                    "file",
+                    "placement",
+                    "peak_busbw_gbps",
+                    "size_at_peak_bytes",
+                    "half_peak_size_bytes",
+                    "n_nodes",
+                ),
+                r,
+            )
+        )
+        | {"test": "all_reduce_perf", "busbw_pct_of_link": None, "link_peak_gbps": None}
+        for r in rows
+    ]
+    lines = peak_lines(peaks)
+    assert lines[0] == (
+        "all_reduce_perf out-of-place (ncclTests-aws-p5-h100-16rank-efa-srun-prefix.txt): best "
+        "busbw 487.1\u00a0GB/s at 16\u00a0GiB, half of it from 128\u00a0MiB on"
+    )
+    assert len(lines) == 6

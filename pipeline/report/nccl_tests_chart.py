@@ -22,6 +22,33 @@ _SIZE_LABEL = (
 )
 
 
+def _size(n: int) -> str:
+    """A message size in binary units, as the chart's axis labels it (8\u00a0B, 64\u00a0MiB)."""
+    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= k:
+            return f"{n / k:g}\u00a0{unit}"
+    return f"{n}\u00a0B"
+
+
+def peak_lines(peaks: list[dict]) -> list[str]:
+    """One sentence per test and placement of queries/nccl_tests_bandwidth.sql: the best busbw and
+    its size, the smallest size reaching half of it (half_peak_size_bytes), and the share of the
+    link peak when it is known."""
+    out = []
+    for p in sorted(peaks, key=lambda p: (p["file"] or "", p["test"], p["placement"] != "out_of_place")):
+        nodes = f", {p['n_nodes']} node(s)" if p.get("n_nodes") else ""
+        line = (
+            f"{p['test']} {_PLACEMENT.get(p['placement'], p['placement'])} ({p['file']}{nodes}): best busbw "
+            f"{p['peak_busbw_gbps']:,.1f}\u00a0GB/s at {_size(p['size_at_peak_bytes'])}"
+        )
+        if p.get("half_peak_size_bytes") is not None:
+            line += f", half of it from {_size(p['half_peak_size_bytes'])} on"
+        if p.get("busbw_pct_of_link") is not None:
+            line += f", {p['busbw_pct_of_link']:.0f}\u00a0% of the {p['link_peak_gbps']:g}\u00a0GB/s link"
+        out.append(line)
+    return out
+
+
 def nccl_tests_chart(rows: list[dict], peaks: list[dict]):
     """rows: the run's nccl_tests rows of the analysis, peaks: its nccl_tests_bandwidth rows.
     Sizes of 0 bytes (no point on a log axis) are left out, and the note counts them."""
@@ -99,6 +126,7 @@ def nccl_tests_chart(rows: list[dict], peaks: list[dict]):
     zero = len(rows) - len(pts)
     if zero:
         note = (note + "; " if note else "") + f"{zero} measurement(s) of 0 bytes left out (log axis)"
+    note = ". ".join(peak_lines(peaks) + ([note] if note else []))
     return alt.layer(*layers).properties(
         width=WIDTH,
         height=280,
