@@ -16,6 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from . import query
+from . import schema as sch
 from .analyze_fields import (
     RANK_FIELDS,
     STEP_FIELDS,
@@ -231,6 +232,8 @@ def analyze(
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
             **_summary(summary_rows, devices.filter(pl.col("run_id") == run_id)),
+            # every file of the run is an input, matched or not (nccl_matching says which matched)
+            "formats": sorted({str(f) for f in s["format"].drop_nulls().to_list()}),
             "nccl_matching": matching,
         }
         runs.append(run)
@@ -246,8 +249,13 @@ def analyze(
                 "its steps (Kineto does not write in time order), so its steps are marked incomplete"
             )
         if r_ranks.height == 0:
+            only_logs = s["format"].is_in(sch.NCCL_FORMATS).all()
             notes.append(
-                f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not available"
+                f"run {run_id}: NCCL logs only, no trace: GPU time, overlap and MFU need the job's traces "
+                "(the findings below come from the logs)"
+                if only_logs
+                else f"run {run_id}: no GPU activity (CPU-only trace): GPU time, overlap and MFU are not "
+                "available"
             )
             continue
         if r_steps.height == 0:

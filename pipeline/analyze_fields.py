@@ -122,8 +122,15 @@ def timeline_fields(run_id: str, findings: list[dict], doc: dict) -> None:
     "#2", "#3", ... for a kind repeated in the run. steps [lo, hi]: slow_steps: its slowest
     left-out step; any other: the run's worst step (the longest step time of any rank,
     doc["step_time"]) among the rows the verdict kept; null when the run has no steps (the whole
-    run). ranks: null (every rank: the others are what a rank is compared with)."""
+    run). ranks: null (every rank: the others are what a rank is compared with). A run without
+    GPU work (NCCL logs only) has nothing to draw: its findings' timeline is null."""
     import shlex
+
+    run = next((r for r in doc.get("runs", []) if r["run_id"] == run_id), None) or {}
+    if not run.get("ranks_with_gpu_work"):
+        for f in findings:
+            f["timeline"] = None
+        return
 
     v = next((x for x in doc.get("verdicts", []) if x["run_id"] == run_id), None) or {}
     excluded = v.get("excluded_steps") or []

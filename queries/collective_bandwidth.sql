@@ -3,7 +3,7 @@
 -- Definitions (NVIDIA nccl-tests doc/PERFORMANCE.md; ../shared/reference/nccl.md section 2.2):
 --   algbw_gbps = msg_bytes / dur_ns (bytes per ns = 1e9 bytes/s); the time is this rank's
 --                kernel duration, which includes any wait for late peers (cross-rank transfer
---                time arrives with issue 3).
+--                time without the wait: collective_matching.sql transfer_ns).
 --   busbw_gbps = algbw_gbps * busbw_factor(op's kind, n) (views/05_macros.sql, pipeline/catalog/collectives.toml):
 --                all_reduce 2(n-1)/n; all_gather, reduce_scatter, all_to_all (n-1)/n; others 1;
 --                n = group_ranks (views/05_macros.sql): the call's group_size, else the run's world

@@ -1,4 +1,4 @@
--- Energy per rank and step from power counters in the lake (issue 17 point 5).
+-- Energy per rank and step from the power counters in the lake (Nsight Systems GPU metrics).
 --
 -- Definition:
 --   power series = counters rows whose name contains "power" (case-insensitive) and whose

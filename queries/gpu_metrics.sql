@@ -1,6 +1,6 @@
 -- GPU hardware metrics sampled by Nsight Systems (`nsys profile --gpu-metrics-devices=...`),
 -- per rank and step and over the whole trace: direct evidence of how busy the SMs, the tensor
--- cores and DRAM were, beside the roofline's modelled figures (issue 17 point 3).
+-- cores and DRAM were, beside the roofline's modelled figures (roofline.sql).
 --
 -- Definition: the counters rows of the GPU_METRICS samples (pipeline/ingest/nsys mapping
 -- COUNTER_SQL: name as nsys writes it, unit from its [brackets]); a metric is recognised by its

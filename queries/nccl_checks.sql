@@ -1,5 +1,5 @@
--- nccl_checks: problems the NCCL logs of a run state, one row per problem and place
--- (issue 5 part 5; line formats in ../shared/reference/nccl.md sections 1.4-1.10).
+-- nccl_checks: problems the NCCL logs of a run state, one row per problem and place (the line
+-- formats: docs/nccl.md).
 --
 -- kind values and their rule:
 --   socket_transport   NET channels over NET/Socket (inter-node traffic on TCP sockets instead of

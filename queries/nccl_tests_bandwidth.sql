@@ -1,5 +1,5 @@
 -- nccl_tests_bandwidth: the best bus bandwidth each nccl-tests run measured, against the link peak
--- from the device catalog (pipeline/catalog/devices.toml; ../shared/reference/nccl.md section 5).
+-- from the device catalog (pipeline/catalog/devices.toml; busbw: nccl-tests doc/PERFORMANCE.md).
 --
 -- One row per source, test and placement (out_of_place / in_place). busbw as nccl-tests prints
 -- it (algbw x the collective's factor, nccl-tests doc/PERFORMANCE.md). The link peak is the GPU's

@@ -227,3 +227,19 @@ def test_log_that_matches_no_traced_rank_is_listed(tmp_path):
     md = markdown.render(build(doc))
     assert "- NCCL log(s) matching no traced rank: nccl.log" in md
     assert "- traced ranks 0, 1 without an NCCL log" in md
+
+
+def test_a_run_of_logs_alone_is_analysed_with_kinds_and_no_timeline(tmp_path):
+    """The ofa-issue-271 watchdog log alone: analyze() gives its finding a kind (nccl_<check>) and
+    no timeline (nothing on a GPU to draw), the run a note that the traces are missing, and the
+    Markdown report renders it (an NCCL-log finding without a kind once broke the analysis)."""
+    log = CORPUS / "nccl" / "ofa-issue-271-torch-watchdog-timeout-legacy-format.log"
+    lake = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([log], lake)] == ["ok"]
+    doc = analyze(lake)
+    (f,) = doc["findings"]
+    # line 1 of the log: "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508"
+    assert f["kind"] == "nccl_watchdog_timeout" and f["timeline"] is None
+    assert any("NCCL logs only, no trace" in n for n in doc["notes"])
+    md = markdown.render(build(doc))
+    assert f["title"] in md and "Timeline:" not in md

@@ -42,7 +42,8 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"max_content_width": 80},
-    help="tracelake: is a distributed training run network-bound or compute-bound? Ingest PyTorch "
+    help="tracelake: is a distributed training run network-bound, waiting on a peer, or compute-bound? "
+    "Ingest PyTorch "
     "profiler traces, Nsight Systems exports and NCCL logs into a Parquet lake, query it with DuckDB, "
     "write an offline HTML report. " + EXIT_HELP,
 )

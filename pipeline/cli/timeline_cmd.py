@@ -86,6 +86,7 @@ def write_timeline(lk, run_id: str, output: Path, doc: dict | None = None, **sel
 
     from .. import timeline as tlm
     from ..lake import LakeError, one_line
+    from ..timeline.window import ranges_text
 
     try:
         tl = tlm.build(lk, run_id, doc=doc, **selection)
@@ -102,7 +103,7 @@ def write_timeline(lk, run_id: str, output: Path, doc: dict | None = None, **sel
     lanes = sum(1 for n in tl.thread_names.values() if "(overlap" in n)
     err.print(
         one_line(
-            f"wrote {output}: run {run_id}, {tl.window.how}, ranks {tl.ranks[0]}-{tl.ranks[-1]}: "
+            f"wrote {output}: run {run_id}, {tl.window.how}, ranks {ranges_text(tl.ranks)}: "
             f"{len(tl.slices):,} slices, {len(tl.flows):,} flows"
             + (f", {lanes} overlap track(s)" if lanes else "")
             + f", {size / 2**20:.1f} MiB"

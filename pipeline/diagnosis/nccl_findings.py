@@ -103,6 +103,7 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
             ev.append(f"... and {len(rs) - 5} more")
         out.append(
             {
+                "kind": f"nccl_{kind}",  # the nccl_checks kind it groups
                 "title": TITLES.get(kind, kind),
                 "severity": "high" if any(r[1] == "high" for r in rs) else "moderate",
                 "recoverable_ns": None,
@@ -124,6 +125,7 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
     if low:
         out.append(
             {
+                "kind": "nccl_tests_low_busbw",
                 "title": "nccl-tests bus bandwidth far below the link peak",
                 "severity": "moderate",
                 "recoverable_ns": None,

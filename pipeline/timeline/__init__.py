@@ -21,7 +21,7 @@ from .. import __version__, query
 from ..lake import Lake
 from . import chrome, rows
 from .layout import Slice, assign_lanes
-from .window import DEFAULT_WINDOW, Window, WindowError, parse_ranges, resolve
+from .window import DEFAULT_WINDOW, Window, WindowError, parse_ranges, ranges_text, resolve
 
 __all__ = [
     "DEFAULT_WINDOW",
@@ -166,7 +166,7 @@ def build(
     n = rows.count(con, w)
     if n > max_events:
         raise TimelineError(
-            f"the selection ({w.how}; ranks {w.ranks[0]}-{w.ranks[-1]}) holds {n:,} events, over the "
+            f"the selection ({w.how}; ranks {ranges_text(w.ranks)}) holds {n:,} events, over the "
             f"limit of {max_events:,}: narrow it with --steps / --ranks, or raise --max-events"
         )
     world = con.execute("SELECT max(world_size) FROM sources WHERE run_id = $r", {"r": run_id}).fetchone()[0]

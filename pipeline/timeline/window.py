@@ -32,6 +32,17 @@ class Window:
     how: str  # how the window was chosen, for the trace's otherData and messages
 
 
+def ranges_text(values: list[int]) -> str:
+    """Sorted integers as the --ranks syntax writes them: [0, 1, 2, 3, 5] -> '0-3, 5'."""
+    out: list[str] = []
+    for v in sorted(set(values)):
+        if out and out[-1][1] == v - 1:
+            out[-1] = (out[-1][0], v)
+        else:
+            out.append((v, v))
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
 def parse_ranges(text: str, what: str) -> list[int]:
     """'0-3,6' -> [0, 1, 2, 3, 6]. Raises WindowError for anything else."""
     out: set[int] = set()

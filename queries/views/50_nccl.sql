@@ -1,5 +1,5 @@
 -- trace_process / rank_nccl / nccl_process_transport / collectives_nccl: NCCL logs joined to the
--- traces of the same run (issue 5 part 4).
+-- traces of the same run (docs/nccl.md).
 --
 -- trace_process: the OS process that wrote each rank's trace: the pid that made most of its
 -- host calls (cpu_ops; Kineto and Nsight Systems both record OS pids there), and the host the

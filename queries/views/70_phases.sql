@@ -1,7 +1,7 @@
 -- phase_steps / phase_parts: which phase of the training step (forward, backward, optimizer,
 -- other) launched each piece of GPU work, from the trace's own host records.
 --
--- Definition (issue 17; PyTorch's profiler names): for the GPU work launched in a step (the
+-- Definition (PyTorch's profiler names): for the GPU work launched in a step (the
 -- launch's ProfilerStep window, gpu_work.step), by the host call that launched it (the runtime
 -- call's thread and start: gpu_work.launch_pid / launch_tid / launch_ns), the first that holds:
 --   optimizer  the launch lies inside an `Optimizer.step#…` or `Optimizer.zero_grad#…` range of
