@@ -16,6 +16,7 @@ Column docs: schemas/v3.toml, the SQL files' headers, docs/sql-reference.md.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import duckdb
@@ -37,13 +38,27 @@ def open_lake(
 ) -> LakeSession:
     """A session on the lake at path, with the analysis options of the CLI (docs/usage.md:
     window 'all' | 'hta', kernel_wait_us in µs, peak_tflops in TFLOP/s, model_flops_per_step in
-    FLOP per step and rank, tokens_per_step per rank). Raises FileNotFoundError when path holds
-    no lake (the TRACELAKE marker), ValueError for a bad window."""
+    FLOP per step and rank, tokens_per_step per rank), checked as the CLI checks them. Raises
+    FileNotFoundError when path holds no lake (the TRACELAKE marker), ValueError for a bad window
+    or a value that is not a finite number (kernel_wait_us >= 0, the others > 0)."""
     lake = Lake(path)
     if not lake.exists():
         raise FileNotFoundError(f"{path}: not a tracelake lake (run `tracelake ingest TRACES --lake {path}`)")
     if window not in ("all", "hta"):
         raise ValueError("window must be 'all' or 'hta'")
+    for name, v, least in (
+        ("kernel_wait_us", kernel_wait_us, 0),
+        ("peak_tflops", peak_tflops, None),
+        ("model_flops_per_step", model_flops_per_step, None),
+        ("tokens_per_step", tokens_per_step, None),
+    ):
+        if v is None and least is None:
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        if not ok or (v < least if least is not None else v <= 0):
+            raise ValueError(
+                f"{name} must be a finite number {'>= 0' if least is not None else '> 0'}: {v!r}"
+            )
     return LakeSession(
         lake,
         dict(
@@ -101,17 +116,23 @@ class LakeSession:
         )
 
     def names(self) -> list[str]:
-        """Every table and view a user can query, sorted."""
+        """Every table and view a user can query, sorted: what `tracelake sql --list` lists
+        (pipeline/sqldoc.py) that this lake's connection holds; the per-source results
+        (local_*) and the internal views are left out, though a query may still name them."""
+        from .sqldoc import listed
+
+        documented = {d.name for d in listed()}
         rows = self.connection.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY table_name"
         ).fetchall()
-        return [r[0] for r in rows]
+        return [r[0] for r in rows if r[0] in documented]
 
     def arrow(self, name: str, run: str | None = None) -> pa.Table:
         """The rows of a table, view or metric (a name of names()), of one run or of all.
         Raises KeyError naming the known names for another name, ValueError for a run of a
         view without runs (the device catalog)."""
         known = self.names()
+        name = name.lower() if name.lower() in known else name  # names are case-insensitive, as in SQL
         if name not in known:
             raise KeyError(f"{name!r}: no such table or view (known: {', '.join(known)})")
         ident = '"' + name.replace('"', '""') + '"'
@@ -129,8 +150,14 @@ class LakeSession:
 
     def sql_arrow(self, text: str, params: dict | list | None = None) -> pa.Table:
         """The result of one DuckDB query; params fill its `$name` (dict) or `?` (list)
-        parameters. Raises duckdb.Error for a bad query."""
-        return self.connection.sql(text, params=params).to_arrow_table()
+        parameters. Raises duckdb.Error for a bad query, ValueError for text that is no query (empty,
+        or a statement that returns no rows). Unlike `tracelake sql`, the session runs any
+        statement (CREATE TEMP TABLE for a notebook's own tables, COPY ... TO for exports): the
+        lake's files are the caller's to keep intact."""
+        rel = self.connection.sql(text, params=params)
+        if rel is None:
+            raise ValueError("the statement returns no rows (give a query)")
+        return rel.to_arrow_table()
 
     def sql(self, text: str, params: dict | list | None = None) -> pl.DataFrame:
         """sql_arrow(text, params) as a polars DataFrame."""

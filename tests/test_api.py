@@ -99,3 +99,19 @@ def test_the_readme_example_runs_as_written(lake_dir):
         )
         assert ms == pytest.approx(want / 1e3, abs=1e-3), rank
     assert env["steps"].height > 0 and env["doc"]["schema"] == "tracelake.analyze/4"
+
+
+def test_options_are_checked_and_names_are_the_listed_ones(lake_dir):
+    from pipeline.sqldoc import listed
+
+    for kw in ({"kernel_wait_us": -1}, {"kernel_wait_us": float("inf")}, {"kernel_wait_us": "30"}):
+        with pytest.raises(ValueError, match="kernel_wait_us must be a finite number"):
+            pipeline.open_lake(lake_dir, **kw)
+    with pytest.raises(ValueError, match="peak_tflops"):
+        pipeline.open_lake(lake_dir, peak_tflops=0)
+    lake = pipeline.open_lake(lake_dir)
+    names = lake.names()
+    assert set(names) <= {d.name for d in listed()} and not any(n.startswith("local_") for n in names)
+    assert lake.df("STEPS").equals(lake.df("steps"))
+    with pytest.raises(ValueError, match="returns no rows"):
+        lake.sql("")

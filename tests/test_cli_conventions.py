@@ -131,3 +131,34 @@ def test_sql_metric_views_take_the_analysis_options(tmp_path):
         got[k] = json.loads(r.stdout)[0]["kw"]
     doc = json.loads(runner.invoke(app, ["analyze", "--lake", str(lake), "--json", "-q"]).stdout)
     assert got["0"] == 0 and got["30"] == sum(r["idle_kernel_wait_ns"] for r in doc["ranks"]) > 0
+
+
+def test_sql_reads_and_never_writes(tmp_path, monkeypatch):
+    """`tracelake sql` runs one statement that reads: COPY ... TO (into the lake, or anywhere),
+    ATTACH, CREATE and SET are refused with one line, exit 2, and leave every file as it was;
+    results it cannot print are one line too; NaN is null in JSON; a cut table says so."""
+    import json
+
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["ingest", str(SAMPLE), "--lake", str(lake)]).exit_code == 0
+    monkeypatch.chdir(tmp_path)
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    target = lake / "sources" / "run=hta_trace_filter" / "evil.parquet"
+    for q in (
+        f"COPY (SELECT * FROM sources LIMIT 1) TO '{target}'",
+        "COPY (SELECT 1) TO 'out.csv'",
+        "ATTACH 'x.db' AS x",
+        "CREATE TABLE t AS SELECT 1",
+        "SET threads = 1",
+        "SELECT 1; SELECT 2",
+    ):
+        r = runner.invoke(app, ["sql", "--lake", str(lake), q])
+        assert r.exit_code == 2 and r.stdout == "" and len(r.output.strip().splitlines()) == 1, (q, r.output)
+    assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    for q in ("SELECT INTERVAL 1 DAY AS v", "SELECT union_value(k := 1) AS u"):
+        r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", q])
+        assert r.exit_code == 2 and "cannot print the result" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", "SELECT 'nan'::DOUBLE AS v"])
+    assert r.exit_code == 0 and json.loads(r.stdout) == [{"v": None}]
+    r = runner.invoke(app, ["sql", "--lake", str(lake), "SELECT range AS i FROM range(300)"])
+    assert r.exit_code == 0 and "shows 200 of 300 rows" in r.stderr and "299" in r.stdout

@@ -395,3 +395,22 @@ def test_run_writes_the_worst_steps_window_and_each_findings_command_works(tmp_p
         assert written["otherData"]["window"].startswith(f"--around {f['timeline']['id']}")
         steps_of = f["timeline"]["steps"]
         assert written["otherData"]["steps"] == (steps_of if steps_of is None else list(steps_of))
+
+
+def test_run_timeline_skips_a_run_of_logs_alone(tmp_path):
+    """A batch whose NCCL log is a run of its own (another job: it shares no process with the
+    traces): `run --timeline` writes the traces' timeline, says the log's run has none, exit 0."""
+    import shutil
+
+    from conftest import REPO
+
+    d = tmp_path / "multi"
+    shutil.copytree(REPO / "sample_traces" / "hta_trace_filter", d / "a")
+    shutil.copy(corpus("nccl", "aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"), d)
+    out = tmp_path / "r.md"
+    r = CliRunner().invoke(
+        app, ["run", str(d), "--lake", str(tmp_path / "lake"), "-o", str(out), "--timeline"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "run multi: no GPU work, so no timeline" in r.stderr
+    assert (tmp_path / "r.a.timeline.json.gz").exists() and not list(tmp_path.glob("r.multi*"))

@@ -462,7 +462,10 @@ def run(
         from .timeline_cmd import write_timeline
 
         ids = [r["run_id"] for r in res["runs"]]
-        for rid in ids:
+        for r in res["runs"]:
+            if not r.get("ranks_with_gpu_work"):  # NCCL logs alone: nothing to draw, not an error
+                err.print(f"note: run {r['run_id']}: no GPU work, so no timeline", markup=False)
+        for rid in (r["run_id"] for r in res["runs"] if r.get("ranks_with_gpu_work")):
             stem = output.name[: -len(output.suffix)] if output.suffix else output.name
             name = (
                 f"{stem}.timeline.json.gz" if len(ids) == 1 else f"{stem}.{safe_run_id(rid)}.timeline.json.gz"

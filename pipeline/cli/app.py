@@ -152,7 +152,9 @@ def existing_lake(lake_dir: Path):
     lake = Lake(lake_dir)
     if not lake.exists():
         hint = (
-            "a directory without the TRACELAKE marker"
+            "a file, not a directory"
+            if lake.root.exists() and not lake.root.is_dir()
+            else "a directory without the TRACELAKE marker"
             if lake.root.is_dir() and any(lake.root.iterdir())
             else f"run `tracelake ingest TRACES --lake {lake_dir}` first"
             if not lake.root.exists()

@@ -12,7 +12,7 @@ import typer
 
 from .analysis_cmd import _lake_read_error
 from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, err, existing_lake, exit_help, out
-from .options import KWAIT, LAKE, MFLOPS, PEAK, TOKENS, WINDOW, _clip, _model_options, _resolve_runs
+from .options import KWAIT, LAKE, MFLOPS, PEAK, QUIET, TOKENS, WINDOW, _clip, _model_options, _resolve_runs
 
 
 @command(epilog=exit_help())
@@ -26,6 +26,7 @@ def forget(
     ),
     failed: bool = typer.Option(False, "--failed", help="Only sources whose ingest failed."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; change nothing."),
+    quiet: bool = QUIET,
 ):
     """Remove sources from the lake with all their rows: those matching every filter given (whole runs, single
     sources, failed ingests). Crash-safe; a removed file is ingested again by the next ingest."""
@@ -91,6 +92,7 @@ def sql(
     peak_tflops: Optional[float] = PEAK,
     model_flops_per_step: Optional[float] = MFLOPS,
     tokens_per_step: Optional[float] = TOKENS,
+    quiet: bool = QUIET,
     list_: bool = typer.Option(
         False,
         "--list",
@@ -121,6 +123,8 @@ def sql(
     model = _model_options(model_flops_per_step, None, None, None, None, None, tokens_per_step)
     if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
         raise typer.BadParameter("--peak-tflops must be a positive finite number")
+    if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
+        raise typer.BadParameter("--kernel-wait-us must be a finite number >= 0")
     options = dict(
         window=window,
         kernel_wait_threshold_ns=int(kernel_wait_us * 1000),
@@ -134,19 +138,22 @@ def sql(
 def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
     """The query's rows on stdout in fmt; options: query.connect's analysis options."""
     import duckdb
+    import polars as pl
 
-    from ..lake import LakeError
+    from ..lake import LakeError, one_line
     from ..query import connect, for_query
 
     lk = existing_lake(lake)  # a usage error (exit 2) that creates nothing
     try:
         text = Path(query[1:]).read_text() if query.startswith("@") else query
-    except OSError as e:
-        err.print(f"error: {query[1:]}: {e.strerror or e}", markup=False)
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else f"not UTF-8 text ({e})"
+        err.print(one_line(f"error: {query[1:] or '@'}: {why}"), markup=False)
         raise typer.Exit(EXIT_USAGE)
     if not text.strip():
         err.print("error: empty query", markup=False)
         raise typer.Exit(EXIT_USAGE)
+    _check_read_only(text)
     try:
         con = connect(lk, **options, **for_query(text))
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
@@ -159,14 +166,52 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
         if rel is None:
             err.print("error: the statement returns no rows (tracelake sql runs queries)", markup=False)
             raise typer.Exit(EXIT_USAGE)
-        df = pl.from_arrow(rel.to_arrow_table())
+        table = rel.to_arrow_table()
     except duckdb.IOException as e:  # a part that cannot be read: the lake's failure, not the query's
         err.print(_lake_read_error(lake, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
     except duckdb.Error as e:  # the query's own error (syntax, unknown name, bad cast): a usage error
         err.print(f"error: {(str(e).splitlines() or [type(e).__name__])[0]}", markup=False)
         raise typer.Exit(EXIT_USAGE)
-    _write_frame(df, fmt)
+    try:
+        df = pl.from_arrow(table)
+        _write_frame(df, fmt)
+    except (pl.exceptions.PolarsError, ValueError, TypeError) as e:  # a type polars cannot take
+        bad = ", ".join(f"{f.name} ({f.type})" for f in table.schema) or "?"
+        err.print(
+            one_line(
+                f"error: cannot print the result as {fmt} (columns: {bad}): {str(e).splitlines()[0]}; "
+                "cast the column, e.g. col::VARCHAR"
+            ),
+            markup=False,
+        )
+        raise typer.Exit(EXIT_USAGE)
+
+
+READ_STATEMENTS = ("SELECT", "EXPLAIN")  # what `tracelake sql` runs: it reads, never writes
+
+
+def _check_read_only(text: str) -> None:
+    """Exit 2 (one line) unless text is one statement that reads (SELECT, which covers FROM,
+    VALUES, WITH, SHOW, DESCRIBE and SUMMARIZE, or EXPLAIN): COPY ... TO, CREATE, ATTACH, INSTALL,
+    SET and the rest could write files, into the lake too, so `tracelake sql` refuses them (the
+    Python API's connection does not: pipeline/api.py)."""
+    import duckdb
+
+    try:
+        stmts = duckdb.connect().extract_statements(text)
+    except duckdb.Error as e:
+        err.print(f"error: {(str(e).splitlines() or [type(e).__name__])[0]}", markup=False)
+        raise typer.Exit(EXIT_USAGE)
+    if len(stmts) != 1:
+        err.print(f"error: give one statement ({len(stmts)} given)", markup=False)
+        raise typer.Exit(EXIT_USAGE)
+    kind = stmts[0].type.name
+    if kind not in READ_STATEMENTS:
+        err.print(
+            f"error: tracelake sql runs queries (SELECT, EXPLAIN), not {kind}: it never writes", markup=False
+        )
+        raise typer.Exit(EXIT_USAGE)
 
 
 def _list(fmt: str) -> None:
@@ -264,6 +309,17 @@ def _json_value(v):
     return str(v)
 
 
+def _finite(v):
+    """v with every float NaN or infinity (not JSON) replaced by None, through lists and dicts."""
+    if isinstance(v, float):
+        return v if math.isfinite(v) else None
+    if isinstance(v, list):
+        return [_finite(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    return v
+
+
 def _write_frame(df, fmt: str) -> None:
     """A result frame on stdout as table, csv (nested values as JSON text) or json."""
     import polars as pl
@@ -279,8 +335,8 @@ def _write_frame(df, fmt: str) -> None:
             for c in nested
         )
         sys.stdout.write(df.write_csv())
-    elif fmt == "json":
-        sys.stdout.write(json.dumps(df.to_dicts(), default=_json_value) + "\n")
+    elif fmt == "json":  # NaN and infinities are not JSON: null
+        sys.stdout.write(json.dumps(_finite(df.to_dicts()), default=_json_value, allow_nan=False) + "\n")
     else:
         with pl.Config(
             tbl_rows=200,
@@ -291,3 +347,9 @@ def _write_frame(df, fmt: str) -> None:
             tbl_hide_column_data_types=True,
         ):
             out.print(str(df), markup=False)
+        if df.height > 200 or df.width > 50:
+            err.print(
+                f"note: the table shows {min(df.height, 200)} of {df.height} rows and {min(df.width, 50)} of "
+                f"{df.width} columns; --format csv or json prints them all",
+                markup=False,
+            )

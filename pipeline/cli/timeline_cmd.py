@@ -12,6 +12,7 @@ from .app import EXIT_FAILED, EXIT_OK, command, err, existing_lake, exit_help, u
 from .options import (
     LAKE,
     MAX_EVENTS,
+    QUIET,
     TIMELINE_ALL,
     TIMELINE_AROUND,
     TIMELINE_RANKS,
@@ -37,6 +38,7 @@ def timeline(
     around: Optional[str] = TIMELINE_AROUND,
     all_steps: bool = TIMELINE_ALL,
     max_events: int = MAX_EVENTS,
+    quiet: bool = QUIET,
 ):
     """Write one run's timeline for the Perfetto UI (ui.perfetto.dev) or chrome://tracing: a process per
     rank with its CPU threads and GPU streams, the GPU's idle gaps by cause, flows from the last rank into

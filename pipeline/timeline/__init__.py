@@ -200,7 +200,12 @@ def _place(tl: Timeline) -> None:
 
 
 def check_output(path: Path) -> None:
-    """Raises TimelineError unless path names a format this writes (.json, .json.gz, .pftrace)."""
+    """Raises TimelineError unless path names a format this writes (.json, .json.gz, .pftrace) in
+    a directory that exists, and is not itself a directory (checked before any work)."""
+    if path.is_dir():
+        raise TimelineError(f"-o {path}: is a directory")
+    if not path.absolute().parent.is_dir():
+        raise TimelineError(f"-o {path}: directory {path.absolute().parent} does not exist")
     if not path.name.lower().endswith(SUFFIXES):
         raise TimelineError(
             f"-o {path}: name it .json or .json.gz (Chrome JSON), or .pftrace (Perfetto's protobuf format)"
