@@ -84,7 +84,7 @@ def _two_rank_lake(d, ivs, shift) -> Lake:
     return lake
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(interval, min_size=1, max_size=25), st.integers(-80, 80), st.booleans())
 def test_breakdown_matches_brute_force(ivs, shift, materialize):
     """Two ranks with the same intervals, the second shifted in time (the sweep runs over all ranks
@@ -184,7 +184,7 @@ def _cause(graph, launches, prev_end, gap):
     return "kernel_wait" if gap < THRESHOLD else "other"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(activity, min_size=1, max_size=25), st.integers(-80, 80), st.booleans())
 def test_idle_breakdown_and_gaps_match_brute_force(acts, shift, materialize):
     """queries/idle_breakdown.sql (per stream, HTA's rule) and queries/idle_gaps.sql (per rank,
@@ -371,7 +371,7 @@ def collective_lake(d, ranks: dict[int, list], steps: dict[int, list] | None = N
     return lake
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(member, min_size=1, max_size=12), st.lists(member, min_size=1, max_size=12), st.booleans())
 def test_exposed_wait_and_transfer_match_brute_force(acts0, acts1, materialize):
     """Two ranks of random compute kernels and collectives of one process group (queries/breakdown.sql
@@ -398,7 +398,7 @@ def _brute_exposure(ivs) -> tuple[int, int, int]:
     return len(kernels), sum(e - s for s, e in kernels), exposed
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(interval, min_size=1, max_size=25), st.integers(-80, 80))
 def test_collective_exposure_matches_brute_force(ivs, shift):
     """Two ranks with the same intervals, the second shifted (the running sums run over all ranks

@@ -147,7 +147,7 @@ def test_a_truncated_source_keeps_its_steps_incomplete(tmp_path, monkeypatch):
     assert cut.height and set(cut["rank"]) == {3} and not cut["complete"].any()
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(member, min_size=1, max_size=12),
     st.lists(member, min_size=1, max_size=12),

@@ -233,7 +233,7 @@ def _write_rank(lake, rank, sid, steps, acts, loaders, dt):
     lake.write_source("r", sid, {"gpu_activities": gpu, "cpu_ops": cpu, "steps": stp}, _source_row(sid))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=18, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.lists(activity, min_size=1, max_size=10),
     st.lists(step, min_size=1, max_size=3),
