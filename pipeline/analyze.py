@@ -231,9 +231,7 @@ def analyze(
             ),
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
-            **_summary(summary_rows, devices.filter(pl.col("run_id") == run_id)),
-            # every file of the run is an input, matched or not (nccl_matching says which matched)
-            "formats": sorted({str(f) for f in s["format"].drop_nulls().to_list()}),
+            **_summary(summary_rows, devices.filter(pl.col("run_id") == run_id), inputs=s),
             "nccl_matching": matching,
         }
         runs.append(run)

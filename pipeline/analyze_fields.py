@@ -83,9 +83,10 @@ def _records(df: pl.DataFrame) -> list[dict]:
     return [{k: _clean(v) for k, v in r.items()} for r in df.iter_rows(named=True)]
 
 
-def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
-    """Run summary from its sources rows and its devices rows: hosts, GPUs by name, input formats
-    and tool versions (each key of sources.tool_versions with its distinct values)."""
+def _summary(s: pl.DataFrame, devices: pl.DataFrame, inputs: pl.DataFrame | None = None) -> dict:
+    """Run summary from its sources rows and its devices rows: hosts, GPUs by name and tool
+    versions (each key of sources.tool_versions with its distinct values) from s, the input
+    formats from inputs (every file of the run, matched or not; default s)."""
     versions: dict[str, set] = {}
     for raw in s["tool_versions"].drop_nulls().to_list():
         try:
@@ -111,7 +112,9 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame) -> dict:
     return {
         "hosts": sorted({str(h) for h in s["host"].drop_nulls().to_list() if h}),
         "gpus": [{"name": g["name"], "ranks": int(g["ranks"])} for g in gpus],
-        "formats": sorted({str(f) for f in s["format"].drop_nulls().to_list()}),
+        "formats": sorted(
+            {str(f) for f in (s if inputs is None else inputs)["format"].drop_nulls().to_list()}
+        ),
         "tool_versions": {k: sorted(v) for k, v in sorted(versions.items())},
     }
 

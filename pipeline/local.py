@@ -29,9 +29,7 @@ SchemaError (pipeline/schema.py) if a result does not conform, OSError from the 
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
-import queue
 import uuid
 from pathlib import Path
 
@@ -130,34 +128,19 @@ def compute(
 
 def _run_stored(con) -> dict[str, pl.DataFrame]:
     """Table -> the rows of its STORED file on `con`, the files run QUERY_WORKERS at a time on
-    cursors of the connection (query.cursor: same tables, views and variables; DuckDB releases
-    the GIL while a query runs), longest first. Most of these files are one sort and a window
-    without PARTITION BY over the source's activities, which DuckDB runs on one thread: two side
-    by side took the ten files from 1.11-1.26 s to 0.72-0.94 s for a rank of 37k GPU activities
-    (2 cores, benchmarks/scale_trace.py's 50 MB rank). Raises what the first failing file raises."""
+    cursors of the connection (query.on_cursors), longest first. Most of these files are one sort
+    and a window without PARTITION BY over the source's activities, which DuckDB runs on one
+    thread: two side by side took the ten files from 1.11-1.26 s to 0.72-0.94 s for a rank of 37k
+    GPU activities (2 cores, benchmarks/scale_trace.py's 50 MB rank). Raises what the first
+    failing file raises."""
     order = sorted(STORED, key=lambda t: _COST.index(t) if t in _COST else len(_COST))
     texts = {t: (query.QUERIES_DIR / STORED[t]).read_text() for t in order}
-    workers = min(QUERY_WORKERS, os.cpu_count() or 1)
-    if workers <= 1:
-        return {t: pl.from_arrow(con.sql(texts[t]).to_arrow_table()) for t in STORED}
-    free: queue.SimpleQueue = queue.SimpleQueue()
-    curs = [query.cursor(con) for _ in range(workers)]
-    for c in curs:
-        free.put(c)
-
-    def one(t: str) -> pl.DataFrame:
-        c = free.get()
-        try:
-            return pl.from_arrow(c.sql(texts[t]).to_arrow_table())
-        finally:
-            free.put(c)
-
-    try:
-        with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tracelake-local") as pool:
-            got = dict(zip(order, pool.map(one, order)))
-    finally:
-        for c in curs:
-            c.close()
+    got = query.on_cursors(
+        con,
+        lambda c, t: pl.from_arrow(c.sql(texts[t]).to_arrow_table()),
+        order,
+        min(QUERY_WORKERS, os.cpu_count() or 1),
+    )
     return {t: got[t] for t in STORED}
 
 

@@ -392,7 +392,6 @@ def run_many(
     take PARAM's 8-rank DLRM job's 13 metrics from 0.48 to 0.28 s on 2 cores; on a large one each
     query already uses every core (and two at once would add their memory), so the caller passes 1
     there. Raises what run() raises (the first failing name's error)."""
-    names = list(names)
     done = on_done or (lambda name: None)
 
     def run_and_report(c, name: str) -> pl.DataFrame:
@@ -400,23 +399,31 @@ def run_many(
         done(name)
         return df
 
-    if workers <= 1 or len(names) <= 1:
-        return {n: run_and_report(con, n) for n in names}
+    return on_cursors(con, run_and_report, list(names), workers)
+
+
+def on_cursors(con: duckdb.DuckDBPyConnection, fn, items: list, workers: int) -> dict:
+    """{item: fn(c, item)} for each item, at most `workers` at a time, each call on its own
+    cursor() of con (same tables, views and variables; DuckDB releases the GIL while a query
+    runs), started in the order of items; workers <= 1: one after another on con itself. Raises
+    what fn raises (the first failing item's error); the cursors are closed either way."""
+    if workers <= 1 or len(items) <= 1:
+        return {i: fn(con, i) for i in items}
     free: queue.SimpleQueue = queue.SimpleQueue()
-    curs = [cursor(con) for _ in range(min(workers, len(names)))]
+    curs = [cursor(con) for _ in range(min(workers, len(items)))]
     for c in curs:
         free.put(c)
 
-    def one(name: str) -> pl.DataFrame:
+    def one(item):
         c = free.get()
         try:
-            return run_and_report(c, name)
+            return fn(c, item)
         finally:
             free.put(c)
 
     try:
         with cf.ThreadPoolExecutor(max_workers=len(curs), thread_name_prefix="tracelake-query") as pool:
-            return dict(zip(names, pool.map(one, names)))
+            return dict(zip(items, pool.map(one, items)))
     finally:
         for c in curs:
             c.close()

@@ -37,6 +37,17 @@ def X(cat, name, ts, dur, pid=1, tid=1, **args):
     return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
 
 
+def raw_gpu_events(path: Path) -> int:
+    """Kernels, copies and memsets of a gzip'd Kineto file, counted in its raw JSON (complete
+    events of category kernel, gpu_memcpy, gpu_memset): what gpu_activities holds for a trace
+    without syncs."""
+    doc = json.load(gzip.open(path))
+    return sum(
+        e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+        for e in doc["traceEvents"]
+    )
+
+
 def union_ns(intervals) -> int:
     """Brute-force reference: total length of the union of [start, end) intervals."""
     total, cur_s, cur_e = 0, None, None

@@ -11,7 +11,7 @@ import re
 
 import pyarrow as pa
 import pytest
-from conftest import REPO, corpus
+from conftest import REPO, corpus, raw_gpu_events
 from typer.testing import CliRunner
 
 import pipeline
@@ -32,11 +32,7 @@ def lake_dir(tmp_path_factory):
 
 def _gpu_events(rank: int) -> int:
     """Kernels, copies and memsets of one rank, counted in the raw JSON."""
-    doc = json.load(gzip.open(corpus(*TRACES, f"sampled_rank-{rank}.json.gz")))
-    return sum(
-        e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-        for e in doc["traceEvents"]
-    )
+    return raw_gpu_events(corpus(*TRACES, f"sampled_rank-{rank}.json.gz"))
 
 
 def test_every_metric_view_and_the_tables_read_as_the_cli_reads_them(lake_dir):

@@ -6,8 +6,6 @@ traces and an NCCL_DEBUG log together."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 import shlex
 import shutil
@@ -15,7 +13,7 @@ import sqlite3
 from pathlib import Path
 
 import polars as pl
-from conftest import REPO, corpus
+from conftest import REPO, corpus, raw_gpu_events
 from typer.testing import CliRunner
 
 from pipeline.cli import app
@@ -75,9 +73,9 @@ def test_the_readme_commands_run_as_written(tmp_path, monkeypatch):
     }
     sample = REPO / "sample_traces" / "hta_trace_filter"
     want = {
-        ("hta_trace_filter", 0): _gpu_events(sample / "sampled_rank-0.json.gz"),
-        ("hta_trace_filter", 1): _gpu_events(sample / "sampled_rank-1.json.gz"),
-        ("job", 0): _gpu_events(job / "nccl_data.json.gz"),
+        ("hta_trace_filter", 0): raw_gpu_events(sample / "sampled_rank-0.json.gz"),
+        ("hta_trace_filter", 1): raw_gpu_events(sample / "sampled_rank-1.json.gz"),
+        ("job", 0): raw_gpu_events(job / "nccl_data.json.gz"),
     }
     assert {k: v for k, v in got.items() if k[0] != "nsys-ai"} == want, outputs[3].stdout
     con = sqlite3.connect(places["path/to/profile.sqlite"])
@@ -90,11 +88,3 @@ def test_the_readme_commands_run_as_written(tmp_path, monkeypatch):
     # the trace and the NCCL log of one directory are one run
     src = Lake(work / ".tracelake").sources().filter(pl.col("run_id") == "job")
     assert sorted(Path(x).name for x in src["path"]) == sorted([log.name, "nccl_data.json.gz"])
-
-
-def _gpu_events(path: Path) -> int:
-    doc = json.load(gzip.open(path))
-    return sum(
-        e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
-        for e in doc["traceEvents"]
-    )

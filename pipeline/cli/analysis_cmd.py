@@ -4,7 +4,6 @@ and its rendering (pipeline/report/)."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -54,6 +53,7 @@ from .options import (
     _format,
     _model_options,
     _resolve_runs,
+    _window_options,
 )
 
 
@@ -113,20 +113,13 @@ def _analysis_of(
     from ..analyze import analyze
     from ..lake import one_line
 
-    if window not in ("all", "hta"):
-        raise typer.BadParameter("--window must be 'all' or 'hta'")
+    window_options = _window_options(window, kernel_wait_us, peak_tflops)
     model = _model_options(model_flops_per_step, *palm_shape)
     lake = existing_lake(lake_dir)
-    if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
-        raise typer.BadParameter("--peak-tflops must be a positive finite number")
-    if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
-        raise typer.BadParameter("--kernel-wait-us must be a finite number >= 0")
     if runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
     options = dict(
-        window=window,
-        kernel_wait_threshold_ns=int(kernel_wait_us * 1000),
-        peak_tflops=peak_tflops,
+        **window_options,
         top_n=top_n,
         runs=sorted(set(runs)) if runs else None,
         **model,

@@ -12,7 +12,19 @@ import typer
 
 from .analysis_cmd import _lake_read_error
 from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, err, existing_lake, exit_help, out
-from .options import KWAIT, LAKE, MFLOPS, PEAK, QUIET, TOKENS, WINDOW, _clip, _model_options, _resolve_runs
+from .options import (
+    KWAIT,
+    LAKE,
+    MFLOPS,
+    PEAK,
+    QUIET,
+    TOKENS,
+    WINDOW,
+    _clip,
+    _model_options,
+    _resolve_runs,
+    _window_options,
+)
 
 
 @command(epilog=exit_help())
@@ -118,17 +130,9 @@ def sql(
         raise typer.Exit(EXIT_OK)
     if query is None:
         raise typer.BadParameter("give a query (or --list, --describe NAME)")
-    if window not in ("all", "hta"):
-        raise typer.BadParameter("--window must be 'all' or 'hta'")
     model = _model_options(model_flops_per_step, None, None, None, None, None, tokens_per_step)
-    if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
-        raise typer.BadParameter("--peak-tflops must be a positive finite number")
-    if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
-        raise typer.BadParameter("--kernel-wait-us must be a finite number >= 0")
     options = dict(
-        window=window,
-        kernel_wait_threshold_ns=int(kernel_wait_us * 1000),
-        peak_tflops=peak_tflops,
+        **_window_options(window, kernel_wait_us, peak_tflops),
         model_flops_per_step=model["model_flops_per_step"],
         tokens_per_step=model["tokens_per_step"],
     )

@@ -196,6 +196,21 @@ def _model_options(
     )
 
 
+def _window_options(window: str, kernel_wait_us: float, peak_tflops: float | None) -> dict:
+    """The analysis window options as query.connect and analyze() take them (window,
+    kernel_wait_threshold_ns, peak_tflops), for every command that computes metrics (analyze,
+    report, run, sql). Raises BadParameter (exit 2) for a window other than all / hta, a
+    --kernel-wait-us that is negative or not finite, a --peak-tflops that is not a positive
+    finite number."""
+    if window not in ("all", "hta"):
+        raise typer.BadParameter("--window must be 'all' or 'hta'")
+    if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
+        raise typer.BadParameter("--peak-tflops must be a positive finite number")
+    if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
+        raise typer.BadParameter("--kernel-wait-us must be a finite number >= 0")
+    return dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops)
+
+
 def _check_patterns(patterns: list[str]) -> None:
     for p in patterns:
         try:
