@@ -43,6 +43,10 @@ from .lake import Lake, Staged
 from .parts import write_parquet
 
 MIN_GPU_ROWS = 20_000
+# DuckDB threads of the per-source connection, and files run side by side (_run_stored); None:
+# every core. A process-pool worker of ingest sets its share of the cores
+# (pipeline/ingest/executors.py init_worker).
+THREADS: int | None = None
 # lake table -> the SQL it stores, run on the source alone (metric files: queries/<name>.sql)
 STORED = {f"local_{m}": f"{m}.sql" for m in query.LOCAL_METRICS}
 STORED["local_comm_cover"] = "local/comm_cover.sql"
@@ -87,7 +91,7 @@ def compute(
     # the row count from the Parquet footers first: a small source costs no DuckDB connection
     if sum(pq.ParquetFile(f).metadata.num_rows for f in files["gpu_activities"]) < min_rows:
         return {}
-    con = query.connect(None, parts=files, derived_views=False, metric_views=False)
+    con = query.connect(None, parts=files, derived_views=False, metric_views=False, threads=THREADS)
     try:
         n, ranks, run_id = con.execute(
             "SELECT count(*), count(DISTINCT rank), any_value(run_id) FROM gpu_activities"
@@ -139,7 +143,7 @@ def _run_stored(con) -> dict[str, pl.DataFrame]:
         con,
         lambda c, t: pl.from_arrow(c.sql(texts[t]).to_arrow_table()),
         order,
-        min(QUERY_WORKERS, os.cpu_count() or 1),
+        min(QUERY_WORKERS, THREADS or os.cpu_count() or 1),
     )
     return {t: got[t] for t in STORED}
 

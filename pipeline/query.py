@@ -80,11 +80,14 @@ def connect(
     local_results: bool = True,
     palm_flops_per_token: float | None = None,
     global_tokens_per_step: float | None = None,
+    skip_views: tuple[str, ...] = (),
 ) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. parts: read these Parquet files per table
     instead of the lake's (one staged source, pipeline/local.py; files of the current schema,
     outside the run= layout), `lake` then only names it. local_results=False: never read the
-    per-source results (use_local), always the full metric files. An ingest committing meanwhile
+    per-source results (use_local), always the full metric files. skip_views: stems of
+    queries/views files not to run (analyze leaves out 50_nccl, the NCCL logs' joins to the traces,
+    for runs without NCCL inputs: binding it cost a small job 30 ms). An ingest committing meanwhile
     (`--force` replaces a source's parts) can remove a part between listing and reading it: the
     lake is then listed again, up to 10 times. Raises ValueError for a bad window or override,
     duckdb.Error for an unreadable lake."""
@@ -106,6 +109,7 @@ def connect(
                 local_results,
                 palm_flops_per_token,
                 global_tokens_per_step,
+                skip_views,
             )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
@@ -130,6 +134,7 @@ def _connect(
     local_results=True,
     palm_flops_per_token=None,
     global_tokens_per_step=None,
+    skip_views=(),
 ):
     def files_of(t: str, committed=None) -> list[str]:
         return list(parts.get(t, ())) if parts is not None else lake.table_files(t, runs, committed)
@@ -204,7 +209,7 @@ def _connect(
                 raise ValueError(f"{name} must be positive, not {v}")
             con.execute(f"SET VARIABLE {name} = {float(v)!r}::DOUBLE")
     if derived_views:
-        create_views(con, materialized if materialize else ())
+        create_views(con, materialized if materialize else (), skip=skip_views)
     # the LOCAL_METRICS from the per-source results stored at ingest, when they hold for every
     # source in scope (pipeline/local.py)
     if derived_views and parts is None:
