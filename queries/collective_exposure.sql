@@ -63,7 +63,7 @@ kern0 AS (
   FROM scope s
   LEFT JOIN comm_wait w ON w.run_id = s.run_id AND w.source_id = s.source_id AND w.rank = s.rank
    AND w.correlation IS NOT DISTINCT FROM s.correlation AND w.start_ns = s.start_ns
-  LEFT JOIN (SELECT run_id, source_id, rank, correlation, start_ns, any_value(op) AS op FROM collectives
+  LEFT JOIN (SELECT run_id, source_id, rank, correlation, start_ns, min(op) AS op FROM collectives
              WHERE correlation IS NOT NULL GROUP BY ALL) c
     ON c.run_id = s.run_id AND c.source_id = s.source_id AND c.rank = s.rank AND c.correlation = s.correlation
    AND c.start_ns = s.start_ns

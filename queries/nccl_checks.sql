@@ -45,7 +45,7 @@ WITH proc AS (
 ),
 chan AS (
   SELECT run_id, source_id, host, pid, min(rank) AS rank, min(line_no) AS line_no, transport, net_name,
-         count(*) AS n, count(*) FILTER (WHERE gdr) AS n_gdr, any_value(via) AS via
+         count(*) AS n, count(*) FILTER (WHERE gdr) AS n_gdr, min(via) AS via
   FROM nccl_channels GROUP BY run_id, source_id, host, pid, transport, net_name
 ),
 env AS (
@@ -56,8 +56,8 @@ env AS (
 wd AS (SELECT w.*, j.job FROM nccl_watchdog w JOIN nccl_jobs j USING (run_id, source_id)),
 timeouts AS (
   SELECT run_id, job, arg_min(source_id, (line_no, source_id)) AS source_id, coalesce(pg_name, pg_id::VARCHAR, '?') AS pg, seq,
-         any_value(op_type) AS op_type, list(DISTINCT rank ORDER BY rank) FILTER (WHERE rank IS NOT NULL) AS ranks,
-         max(timeout_ns) AS timeout_ns, max(ran_for_ns) AS ran_for_ns, min(line_no) AS line_no, any_value(numel_in) AS numel_in
+         min(op_type) AS op_type, list(DISTINCT rank ORDER BY rank) FILTER (WHERE rank IS NOT NULL) AS ranks,
+         max(timeout_ns) AS timeout_ns, max(ran_for_ns) AS ran_for_ns, min(line_no) AS line_no, min(numel_in) AS numel_in
   FROM wd WHERE kind = 'timeout' AND seq IS NOT NULL
   GROUP BY run_id, job, coalesce(pg_name, pg_id::VARCHAR, '?'), seq
 ),

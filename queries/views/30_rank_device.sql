@@ -23,7 +23,7 @@
 --   it (Kineto deviceProperties numSms, nsys TARGET_INFO_GPU smCount); NULL when it does not.
 CREATE OR REPLACE VIEW rank_device AS
 WITH used AS (
-  SELECT run_id, rank, min(device) AS device, any_value(name) FILTER (WHERE name IS NOT NULL AND name <> '') AS device_name,
+  SELECT run_id, rank, min(device) AS device, min(name) FILTER (WHERE name IS NOT NULL AND name <> '') AS device_name,
     max(num_sms) AS num_sms
   FROM devices WHERE used GROUP BY ALL
 ),

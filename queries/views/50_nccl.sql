@@ -129,7 +129,7 @@ GROUP BY l.run_id, l.source_id, l.file, l.host;
 CREATE OR REPLACE VIEW nccl_process_transport AS
 SELECT run_id, host, pid,
   string_agg(DISTINCT label, ', ' ORDER BY label) AS transports,
-  any_value(net_name) FILTER (WHERE transport = 'NET') AS net_name,
+  min(net_name) FILTER (WHERE transport = 'NET') AS net_name,
   count(*) FILTER (WHERE transport = 'NET') AS net_channels,
   count(*) FILTER (WHERE transport = 'NET' AND gdr) AS gdr_channels,
   count(*) FILTER (WHERE transport = 'SHM') AS shm_channels
