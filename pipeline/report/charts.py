@@ -7,9 +7,8 @@ steps in groups, histograms).
   1. step-time breakdown per rank x step (compute, exposed communication, exposed memory, idle by
      cause) — whole trace per rank when the run has no steps (breakdown_chart);
   2. comm-compute overlap per rank (overlap_chart);
-  3. collective bus bandwidth against message size, with the link peak (busbw_chart);
-  4. rank x step heat map of collective wait (stragglers are the ranks the others wait for)
-     (wait_heatmap);
+  3. and 4. the collectives' charts, in collective_charts.py: bus bandwidth against message size
+     (busbw_chart) and the rank x step heat map of collective wait (wait_heatmap);
   5. MFU per step (mfu_chart);
   6. top kernels by time (top_kernels_chart);
   7. idle-gap histogram by cause (idle_gap_chart);
@@ -84,7 +83,7 @@ _CAUSE_LABELS = {
 }
 
 
-def _groups(values: list[int], limit: int) -> list[list[int]]:
+def group_values(values: list[int], limit: int) -> list[list[int]]:
     """Split sorted distinct values into at most `limit` runs of consecutive items."""
     if len(values) <= limit:
         return [[v] for v in values]
@@ -92,7 +91,7 @@ def _groups(values: list[int], limit: int) -> list[list[int]]:
     return [values[i : i + size] for i in range(0, len(values), size)]
 
 
-def _group_label(name: str, g: list[int]) -> str:
+def group_label(name: str, g: list[int]) -> str:
     return f"{name} {g[0]}" if len(g) == 1 else f"{name}s {g[0]}–{g[-1]}"
 
 
@@ -134,14 +133,14 @@ def _rank_step_bars(step_rows: list[dict], cols: list[str], view: str):
         return rows, [f"rank {r['rank']} · step {r['step']}" for r in rows], None
     n_ranks = len({r["rank"] for r in step_rows})
     n_steps = len({r["step"] for r in step_rows})
-    groups = _groups(sorted({r["rank"] for r in step_rows}), MAX_BARS)
+    groups = group_values(sorted({r["rank"] for r in step_rows}), MAX_BARS)
     rows = [_mean_rows([r for r in step_rows if r["rank"] in set(g)], cols) for g in groups]
     note = (
         f"{n_ranks} ranks × {n_steps} steps: each bar is the mean over the steps"
         + (" and the ranks named" if len(groups) < n_ranks else "")
         + f"; every row is in the {view} view of tracelake sql"
     )
-    return rows, [_group_label("rank", g) for g in groups], note
+    return rows, [group_label("rank", g) for g in groups], note
 
 
 def breakdown_chart(step_rows: list[dict], ranks: list[dict]):
@@ -166,13 +165,13 @@ def breakdown_chart(step_rows: list[dict], ranks: list[dict]):
         }
         for r in sorted(ranks, key=lambda r: r["rank"])
     ]
-    groups = _groups([r["rank"] for r in rows], MAX_BARS)
+    groups = group_values([r["rank"] for r in rows], MAX_BARS)
     if len(groups) == len(rows):
         labels, note = [f"rank {r['rank']} (whole trace)" for r in rows], None
     else:
         by = {r["rank"]: r for r in rows}
         rows = [_mean_rows([by[x] for x in g], cols) for g in groups]
-        labels = [_group_label("rank", g) for g in groups]
+        labels = [group_label("rank", g) for g in groups]
         note = f"{len(by)} ranks: each bar is the mean over the ranks named"
     return _stacked(
         rows, labels, TRACE_PARTS, "GPU time by rank over the whole trace (the run has no steps)", "time (ms)"
@@ -261,138 +260,6 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
         chart = alt.layer(bars, labels) if shown else bars
         note = None
     return chart.properties(width=WIDTH, height=220, title=title), note
-
-
-def busbw_chart(
-    per_rank_calls: list[dict], matched_calls: list[dict] | None = None, size_note: str | None = None
-):
-    """Median bus bandwidth per (collective, message size), log-log, with a dashed rule at each
-    link peak (NVLink per direction, when the group fits on one host). Over the matched calls'
-    transfer time (after the last rank arrived: queries/collective_matching.sql) when there are
-    any with a bandwidth, else over every rank's own kernel time (which includes waiting for
-    peers). size_note: why sizes are missing (the analysis note), shown when no call has one."""
-    if not per_rank_calls and not matched_calls:
-        return None, "no collectives in this run"
-    rows = [
-        c
-        for c in (matched_calls or [])
-        if c["busbw_gbps"] is not None and c["msg_bytes"] and c.get("consistent")
-    ]
-    over = "transfer time of matched calls" if rows else "each rank's kernel time, waiting included"
-    rows = rows or [c for c in per_rank_calls if c["busbw_gbps"] is not None and c["msg_bytes"]]
-    if not rows:
-        return None, (
-            "no collective has both a message size and a group size, so bandwidth is unknown"
-            + (f" ({size_note})" if size_note else "")
-        )
-    df = pl.DataFrame(
-        [{"op": c["op"], "msg_bytes": c["msg_bytes"], "busbw_gbps": c["busbw_gbps"]} for c in rows]
-    )
-    agg = (
-        df.group_by("op", "msg_bytes")
-        .agg(busbw_gbps=pl.col("busbw_gbps").median(), calls=pl.len())
-        .sort("op", "msg_bytes")
-    )
-    data = [{**r, "msg_mib": r["msg_bytes"] / 2**20} for r in agg.to_dicts()]
-    peaks = sorted({c["link_peak_gbps"] for c in rows if c["link_peak_gbps"]})
-    pts = (
-        alt.Chart(alt.Data(values=data))
-        .mark_point(filled=True, size=60)
-        .encode(
-            x=alt.X("msg_mib:Q", scale=alt.Scale(type="log"), title="message size (MiB)"),
-            y=alt.Y("busbw_gbps:Q", scale=alt.Scale(type="log"), title="bus bandwidth (GB/s)"),
-            color=alt.Color("op:N", title="collective"),
-            tooltip=[
-                "op:N",
-                alt.Tooltip("msg_mib:Q", format=",.4f"),
-                alt.Tooltip("busbw_gbps:Q", format=",.2f"),
-                "calls:Q",
-            ],
-        )
-    )
-    layers = [pts]
-    note = None
-    if peaks:
-        layers.append(
-            alt.Chart(alt.Data(values=[{"peak": p, "label": f"link peak {p:g} GB/s"} for p in peaks]))
-            .mark_rule(strokeDash=[6, 4], color="#333")
-            .encode(y="peak:Q", tooltip=["label:N"])
-        )
-    else:
-        note = (
-            "link peak unknown (the group spans hosts, or the device is not in "
-            "pipeline/catalog/devices.toml): no peak line"
-        )
-    return alt.layer(*layers).properties(
-        width=WIDTH, height=280, title=f"Collective bus bandwidth against message size (median over {over})"
-    ), note
-
-
-def wait_heatmap(collectives: list[dict], n_ranks: int):
-    """Wait in matched collectives (duration − transfer time) summed per rank and step: the ranks
-    that wait least are the late ones the others wait for."""
-    calls = [c for c in collectives if c.get("wait_ns")]
-    if n_ranks < 2 or not calls:
-        return None, "needs collectives matched across at least two ranks"
-    cells: dict[tuple[int, object], float] = {}
-    for c in calls:
-        for rk, w in c["wait_ns"].items():
-            k = (int(rk), c["step"] if c["step"] is not None else -1)
-            cells[k] = cells.get(k, 0.0) + (w or 0)
-    ranks = sorted({k[0] for k in cells})
-    steps = sorted({k[1] for k in cells})
-    if len(ranks) < 2:
-        return None, "needs collectives matched across at least two ranks"
-    rg, sg = _groups(ranks, MAX_BARS), _groups(steps, MAX_STEP_COLS)
-    data = []
-    for g in rg:
-        for h in sg:
-            vals = [cells.get((r, s), 0.0) for r in g for s in h]
-            per_rank = sum(vals) / len(g)
-            data.append(
-                {
-                    "ranks": _group_label("rank", g),
-                    "steps": ("outside steps" if h == [-1] else _group_label("step", h)),
-                    "wait_ms": per_rank / 1e6,
-                }
-            )
-    note = None
-    if len(rg) < len(ranks) or len(sg) < len(steps):
-        note = f"{len(ranks)} ranks × {len(steps)} steps: cells are means over the ranks named" + (
-            " and sums over the steps named" if len(sg) < len(steps) else ""
-        )
-    if len(sg) == 1:  # one step: a heat map of one column is a bar per rank
-        (h,) = sg
-        chart = (
-            alt.Chart(alt.Data(values=data))
-            .mark_bar(color="#e45756")
-            .encode(
-                y=alt.Y("ranks:N", title=None, sort=None),
-                x=alt.X("wait_ms:Q", title="wait in collectives (ms)"),
-                tooltip=["ranks:N", "steps:N", alt.Tooltip("wait_ms:Q", format=",.3f")],
-            )
-        )
-        where = "outside steps" if h == [-1] else f"in {_group_label('step', h)}"
-        return chart.properties(
-            width=WIDTH,
-            height=alt.Step(14),
-            title=f"Collective wait per rank {where} (a straggler waits least: the others wait for it)",
-        ), note
-    chart = (
-        alt.Chart(alt.Data(values=data))
-        .mark_rect()
-        .encode(
-            x=alt.X("steps:N", title="step", sort=None),
-            y=alt.Y("ranks:N", title=None, sort=None),
-            color=alt.Color("wait_ms:Q", title="wait (ms)", scale=alt.Scale(scheme="orangered")),
-            tooltip=["ranks:N", "steps:N", alt.Tooltip("wait_ms:Q", format=",.3f")],
-        )
-    )
-    return chart.properties(
-        width=min(WIDTH, 40 * len(sg) + 80),
-        height=alt.Step(14),
-        title="Collective wait per rank and step (a straggler waits least: the others wait for it)",
-    ), note
 
 
 def mfu_chart(steps: list[dict], reason: str | None):

@@ -47,15 +47,14 @@ from .charts import (
     WIDTH,
     Table,
     breakdown_chart,
-    busbw_chart,
     comparison_chart,
     idle_gap_chart,
     mfu_chart,
     overlap_chart,
     phase_chart,
     top_kernels_chart,
-    wait_heatmap,
 )
+from .collective_charts import busbw_chart, wait_heatmap
 from .document import (
     basis_text,
     build,

@@ -1,0 +1,147 @@
+"""The collectives' charts of the HTML report, in the (chart | None, note | None) shape of charts.py
+(html.py embeds their specs):
+  3. collective bus bandwidth against message size, with the link peak (busbw_chart);
+  4. rank x step heat map of collective wait: stragglers are the ranks the others wait for
+     (wait_heatmap).
+At most MAX_BARS heat-map rows and MAX_STEP_COLS columns: beyond that, consecutive ranks and steps
+are grouped (charts.group_values).
+"""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from .charts import MAX_BARS, MAX_STEP_COLS, WIDTH, group_label, group_values
+
+
+def busbw_chart(
+    per_rank_calls: list[dict], matched_calls: list[dict] | None = None, size_note: str | None = None
+):
+    """Median bus bandwidth per (collective, message size), log-log, with a dashed rule at each
+    link peak (NVLink per direction, when the group fits on one host). Over the matched calls'
+    transfer time (after the last rank arrived: queries/collective_matching.sql) when there are
+    any with a bandwidth, else over every rank's own kernel time (which includes waiting for
+    peers). size_note: why sizes are missing (the analysis note), shown when no call has one."""
+    if not per_rank_calls and not matched_calls:
+        return None, "no collectives in this run"
+    rows = [
+        c
+        for c in (matched_calls or [])
+        if c["busbw_gbps"] is not None and c["msg_bytes"] and c.get("consistent")
+    ]
+    over = "transfer time of matched calls" if rows else "each rank's kernel time, waiting included"
+    rows = rows or [c for c in per_rank_calls if c["busbw_gbps"] is not None and c["msg_bytes"]]
+    if not rows:
+        return None, (
+            "no collective has both a message size and a group size, so bandwidth is unknown"
+            + (f" ({size_note})" if size_note else "")
+        )
+    df = pl.DataFrame(
+        [{"op": c["op"], "msg_bytes": c["msg_bytes"], "busbw_gbps": c["busbw_gbps"]} for c in rows]
+    )
+    agg = (
+        df.group_by("op", "msg_bytes")
+        .agg(busbw_gbps=pl.col("busbw_gbps").median(), calls=pl.len())
+        .sort("op", "msg_bytes")
+    )
+    data = [{**r, "msg_mib": r["msg_bytes"] / 2**20} for r in agg.to_dicts()]
+    peaks = sorted({c["link_peak_gbps"] for c in rows if c["link_peak_gbps"]})
+    pts = (
+        alt.Chart(alt.Data(values=data))
+        .mark_point(filled=True, size=60)
+        .encode(
+            x=alt.X("msg_mib:Q", scale=alt.Scale(type="log"), title="message size (MiB)"),
+            y=alt.Y("busbw_gbps:Q", scale=alt.Scale(type="log"), title="bus bandwidth (GB/s)"),
+            color=alt.Color("op:N", title="collective"),
+            tooltip=[
+                "op:N",
+                alt.Tooltip("msg_mib:Q", format=",.4f"),
+                alt.Tooltip("busbw_gbps:Q", format=",.2f"),
+                "calls:Q",
+            ],
+        )
+    )
+    layers = [pts]
+    note = None
+    if peaks:
+        layers.append(
+            alt.Chart(alt.Data(values=[{"peak": p, "label": f"link peak {p:g} GB/s"} for p in peaks]))
+            .mark_rule(strokeDash=[6, 4], color="#333")
+            .encode(y="peak:Q", tooltip=["label:N"])
+        )
+    else:
+        note = (
+            "link peak unknown (the group spans hosts, or the device is not in "
+            "pipeline/catalog/devices.toml): no peak line"
+        )
+    return alt.layer(*layers).properties(
+        width=WIDTH, height=280, title=f"Collective bus bandwidth against message size (median over {over})"
+    ), note
+
+
+def wait_heatmap(collectives: list[dict], n_ranks: int):
+    """Wait in matched collectives (duration − transfer time) summed per rank and step: the ranks
+    that wait least are the late ones the others wait for."""
+    calls = [c for c in collectives if c.get("wait_ns")]
+    if n_ranks < 2 or not calls:
+        return None, "needs collectives matched across at least two ranks"
+    cells: dict[tuple[int, object], float] = {}
+    for c in calls:
+        for rk, w in c["wait_ns"].items():
+            k = (int(rk), c["step"] if c["step"] is not None else -1)
+            cells[k] = cells.get(k, 0.0) + (w or 0)
+    ranks = sorted({k[0] for k in cells})
+    steps = sorted({k[1] for k in cells})
+    if len(ranks) < 2:
+        return None, "needs collectives matched across at least two ranks"
+    rg, sg = group_values(ranks, MAX_BARS), group_values(steps, MAX_STEP_COLS)
+    data = []
+    for g in rg:
+        for h in sg:
+            vals = [cells.get((r, s), 0.0) for r in g for s in h]
+            per_rank = sum(vals) / len(g)
+            data.append(
+                {
+                    "ranks": group_label("rank", g),
+                    "steps": ("outside steps" if h == [-1] else group_label("step", h)),
+                    "wait_ms": per_rank / 1e6,
+                }
+            )
+    note = None
+    if len(rg) < len(ranks) or len(sg) < len(steps):
+        note = f"{len(ranks)} ranks × {len(steps)} steps: cells are means over the ranks named" + (
+            " and sums over the steps named" if len(sg) < len(steps) else ""
+        )
+    if len(sg) == 1:  # one step: a heat map of one column is a bar per rank
+        (h,) = sg
+        chart = (
+            alt.Chart(alt.Data(values=data))
+            .mark_bar(color="#e45756")
+            .encode(
+                y=alt.Y("ranks:N", title=None, sort=None),
+                x=alt.X("wait_ms:Q", title="wait in collectives (ms)"),
+                tooltip=["ranks:N", "steps:N", alt.Tooltip("wait_ms:Q", format=",.3f")],
+            )
+        )
+        where = "outside steps" if h == [-1] else f"in {group_label('step', h)}"
+        return chart.properties(
+            width=WIDTH,
+            height=alt.Step(14),
+            title=f"Collective wait per rank {where} (a straggler waits least: the others wait for it)",
+        ), note
+    chart = (
+        alt.Chart(alt.Data(values=data))
+        .mark_rect()
+        .encode(
+            x=alt.X("steps:N", title="step", sort=None),
+            y=alt.Y("ranks:N", title=None, sort=None),
+            color=alt.Color("wait_ms:Q", title="wait (ms)", scale=alt.Scale(scheme="orangered")),
+            tooltip=["ranks:N", "steps:N", alt.Tooltip("wait_ms:Q", format=",.3f")],
+        )
+    )
+    return chart.properties(
+        width=min(WIDTH, 40 * len(sg) + 80),
+        height=alt.Step(14),
+        title="Collective wait per rank and step (a straggler waits least: the others wait for it)",
+    ), note
