@@ -28,11 +28,12 @@ from .analyze_fields import (
 )
 from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
+from .diagnosis.caveats import caveats_for_run
 from .diagnosis.findings import findings_for_run, rank_findings
 from .diagnosis.phases import findings as phase_findings
 from .diagnosis.phases import phase_note
 from .diagnosis.straggler import straggler_profile
-from .diagnosis.verdict import OUTLIER_FACTOR, caveats_for_run, verdict_for_run
+from .diagnosis.verdict import OUTLIER_FACTOR, verdict_for_run
 from .lake import Lake
 
 SCHEMA = "tracelake.analyze/4"

@@ -37,7 +37,8 @@ from __future__ import annotations
 import statistics
 
 from ..kernelname import short_names
-from .findings import MIN_FLOP_COVERAGE_PCT, _ms
+from .basis import ms as _ms
+from .findings import MIN_FLOP_COVERAGE_PCT
 
 MIN_COVERAGE_PCT = MIN_FLOP_COVERAGE_PCT
 BOUND_PCT = 50.0

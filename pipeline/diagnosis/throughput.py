@@ -23,7 +23,7 @@ note(run) -> the line saying where the tokens came from when the trace gave them
 
 from __future__ import annotations
 
-from .findings import _median
+from .basis import median as _median
 
 
 def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], world_size) -> dict | None:

@@ -55,8 +55,8 @@ Rules, in order:
 for, or none when the waiting is spread over ranks (load imbalance), and its own cause where the
 data shows one.
 Confidence drops to "low" when the evidence is thin: less than 1 ms of analysed time per rank on
-average (a handful of kernels says little about a training run). Caveats (caveats_for_run) are
-shown beside the verdict, and each of missing ranks, a single analysed step and a truncated input
+average (a handful of kernels says little about a training run). Caveats (caveats.py) are shown
+beside the verdict, and each of missing ranks, a single analysed step and a truncated input
 lowers the confidence one level (high -> moderate -> low); MFU unavailable lowers a compute-bound
 or balanced verdict's (the claim is about compute efficiency the trace cannot measure then).
 """
@@ -66,6 +66,8 @@ from __future__ import annotations
 import statistics
 
 import polars as pl
+
+from .caveats import SINGLE_STEP_CAVEAT, lowers_confidence
 
 MODERATE_PCT = 5.0
 HIGH_PCT = 15.0
@@ -260,7 +262,7 @@ def verdict_for_run(
     gpu_idle_ns, idle_*_ns, comm_ns, overlap_ns); step_time: the run's rows of
     queries/step_time.sql, or None / empty when the run has no steps. straggler_of: called with
     the set of analysed steps (None on the trace basis), returns the straggler profile
-    (pipeline/diagnosis/straggler.py) or None; caveats: caveats_for_run's list (None: none);
+    (pipeline/diagnosis/straggler.py) or None; caveats: caveats.caveats_for_run's list (None: none);
     split_known: whether any collective was matched consistently on two or more ranks (else the
     split of exposed communication into waiting and transfer is unknown: both shares are None and
     the network cause reads all exposed communication).
@@ -413,93 +415,6 @@ def verdict_for_run(
     if lowered:
         out["reason"] += "; confidence lowered: " + "; ".join(c["kind"].replace("_", " ") for c in lowered)
     return out
-
-
-def caveats_for_run(
-    run: dict,
-    partial_paths: list[str],
-    mfu_why: str | None,
-    calls: list[dict] | None = None,
-    has_steps: bool = True,
-) -> list[dict]:
-    """What limits a run's verdict, shown beside it (docs/report.md, Caveats).
-
-    run: the analysis's `runs` entry (ranks, world_size); partial_paths: its sources with status
-    'partial' (truncated); mfu_why: why MFU is unavailable, with the option that would give it
-    (None: available); calls: its matched collectives (`collectives` records: ranks_seen,
-    consistent); has_steps: whether it has steps (else the verdict is on the whole trace).
-    Returns [{kind, text, lowers}], lowers = "all" (every verdict's confidence drops one level)
-    or a list of the verdicts whose confidence it lowers. verdict_for_run adds the single-step
-    caveat itself (it knows how many steps it used)."""
-    out = []
-    world, ranks = run.get("world_size"), run.get("ranks") or []
-    if world and len(ranks) < world:
-        missing = sorted(set(range(world)) - set(ranks))
-        shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-        out.append(
-            {
-                "kind": "missing_ranks",
-                "lowers": "all",
-                "text": f"{len(ranks)} of {world} ranks ingested (a sample of the job; missing: {shown}): "
-                "a collective waiting for a rank that was not ingested counts as transfer, and that "
-                "rank's own behaviour is not seen",
-            }
-        )
-    if partial_paths:
-        out.append(
-            {
-                "kind": "truncated_input",
-                "lowers": "all",
-                "text": f"{len(partial_paths)} input(s) truncated ({', '.join(partial_paths[:3])}"
-                f"{' ...' if len(partial_paths) > 3 else ''}): events after the cut are missing, from any "
-                "step (Kineto does not write in time order), so those steps are left out when others remain",
-            }
-        )
-    if not has_steps:
-        out.append(
-            {
-                "kind": "no_steps",
-                "lowers": "all",
-                "text": "no steps in the trace: the verdict is on the whole trace, start-up and idle time "
-                "between steps included (Nsight Systems exports: give --step-range)",
-            }
-        )
-    multi = [c for c in (calls or []) if (c.get("ranks_seen") or 0) >= 2]
-    bad = [c for c in multi if not c.get("consistent")]
-    if bad:
-        out.append(
-            {
-                "kind": "inconsistent_collectives",
-                "lowers": ["network-bound", "straggler-bound"] if len(bad) >= 0.1 * len(multi) else [],
-                "text": f"{len(bad)} of {len(multi)} collective calls seen on several ranks do not line up "
-                "(their kernels do not overlap in time, or the ranks disagree on op or size: sampled "
-                "traces, different calls matched by order, or host clocks far apart): no wait or "
-                "straggler is derived from them, and their time counts as transfer",
-            }
-        )
-    if mfu_why:
-        out.append(
-            {
-                "kind": "mfu_unavailable",
-                "lowers": ["compute-bound", "balanced"],
-                "text": f"MFU not available: {mfu_why}",
-            }
-        )
-    return out
-
-
-def lowers_confidence(caveat: dict, verdict: str) -> bool:
-    """Whether a caveat lowers the confidence of this verdict (caveats_for_run's `lowers`)."""
-    lw = caveat.get("lowers")
-    return lw == "all" or (isinstance(lw, (list, tuple)) and verdict in lw)
-
-
-# the caveat of a verdict that rests on one analysed step (verdict_for_run adds it)
-SINGLE_STEP_CAVEAT = {
-    "kind": "single_step",
-    "lowers": "all",
-    "text": "one step analysed: step-to-step variation (and whether this step is typical) is unknown",
-}
 
 
 def _f(x) -> str:

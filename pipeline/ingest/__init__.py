@@ -28,7 +28,6 @@ from typing import Callable, Iterable
 
 from ..lake import Lake, LakeError
 from ..upgrade import upgrade
-from .archive import max_uncompressed_bytes  # noqa: F401  (nsys_jax until it imports archive)
 from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial, run_threads

@@ -12,7 +12,8 @@ scratch space first).
   beyond TRACELAKE_MAX_UNCOMPRESSED_BYTES (default 16 GiB), or by more than
   TRACELAKE_MAX_COMPRESSION_RATIO (default 200:1) once past 64 MiB, fails cleanly as a possible
   gzip bomb; a zip or tar member that declares more than the limit is refused before it is read.
-  Memory stays bounded either way: everything is read in pieces.
+  Memory stays bounded either way: everything is read in pieces (the streams:
+  pipeline/ingest/streams.py).
 - .tar and .zip members are read by random access (each one can go to its own worker); a
   compressed tar can only be read front to back, so all its members are one unit of work.
 """
@@ -20,8 +21,6 @@ scratch space first).
 from __future__ import annotations
 
 import hashlib
-import io
-import os
 import stat
 import tarfile
 import zipfile
@@ -29,161 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import TraceError
-from .formats import ARCHIVE_SUFFIXES, GZIP_MAGIC, LOG_SUFFIXES, TRACE_SUFFIXES
-
-try:  # isal's inflate is ~2x faster than zlib's and gives the same bytes
-    from isal import isal_zlib as _zlib
-except ImportError:  # pragma: no cover
-    import zlib as _zlib
-
-RATIO_FLOOR = 64 << 20
-READ_BLOCK = 1 << 20
-
-
-def max_uncompressed_bytes() -> int:
-    return int(os.environ.get("TRACELAKE_MAX_UNCOMPRESSED_BYTES", 16 * 2**30))
-
-
-def max_ratio() -> float:
-    return float(os.environ.get("TRACELAKE_MAX_COMPRESSION_RATIO", 200))
-
-
-class Inflate(io.RawIOBase):
-    """The bytes of `raw` (a binary file object), gunzipped as a stream when they start with the
-    gzip magic (concatenated members too). read(n) never returns more than n bytes, so memory is
-    bounded by n whatever the compression ratio. Raises TraceError for corrupt gzip and for output
-    beyond the limits; a stream that simply ends early sets .truncated and ends the output there.
-    .in_bytes / .out_bytes count what was read and produced."""
-
-    def __init__(self, raw, limit: int | None = None, ratio: float | None = None):
-        self.raw = raw
-        self.limit = max_uncompressed_bytes() if limit is None else limit
-        self.ratio = max_ratio() if ratio is None else ratio
-        first = raw.read(2)
-        self.in_bytes = len(first)
-        self.out_bytes = 0
-        self.gzip = first == GZIP_MAGIC
-        self.truncated = False
-        self._pending = first  # input not yet given to the decompressor (or plain output)
-        self._d = _zlib.decompressobj(wbits=31) if self.gzip else None
-        self._started = False  # the current gzip member produced or consumed anything
-        self._eof = False
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            chunks = []
-            while c := self.read(READ_BLOCK):
-                chunks.append(c)
-            return b"".join(chunks)
-        if self._eof or n == 0:
-            return b""
-        if not self.gzip:
-            if self._pending:
-                out, self._pending = self._pending[:n], self._pending[n:]
-                if len(out) < n:
-                    out += self.raw.read(n - len(out))
-            else:
-                out = self.raw.read(n)
-            self.in_bytes += len(out)
-            self.out_bytes += len(out)
-            if not out:
-                self._eof = True
-            return out
-        while True:
-            if self._d.unconsumed_tail:
-                data = self._d.unconsumed_tail
-            elif self._pending:
-                data, self._pending = self._pending, b""
-            else:
-                data = self.raw.read(READ_BLOCK)
-                self.in_bytes += len(data)
-                if not data:
-                    if self._started and not self._d.eof:
-                        self.truncated = True  # the job was killed while the file was written
-                    self._eof = True
-                    return b""
-            try:
-                out = self._d.decompress(data, n)
-            except Exception as e:  # zlib/isal raise their own error types
-                raise TraceError(
-                    f"corrupt or truncated gzip ({str(e).strip() or type(e).__name__})"
-                ) from None
-            self._started = True
-            if self._d.eof:  # end of a member: another may follow
-                rest = self._d.unused_data
-                self._d = _zlib.decompressobj(wbits=31)
-                self._started = False
-                if rest.strip(b"\x00"):
-                    self._pending = rest
-            self.out_bytes += len(out)
-            if self.out_bytes > self.limit:
-                raise TraceError(
-                    f"gzip expands beyond {self.limit} bytes (TRACELAKE_MAX_UNCOMPRESSED_BYTES); "
-                    "refusing a possible gzip bomb"
-                )
-            if self.out_bytes > RATIO_FLOOR and self.out_bytes > self.ratio * max(self.in_bytes, 1):
-                raise TraceError(
-                    f"gzip expands more than {self.ratio:g}:1 (TRACELAKE_MAX_COMPRESSION_RATIO); "
-                    "refusing a possible gzip bomb"
-                )
-            if out:
-                return out
-            if self._eof:
-                return b""
-
-
-class Peek:
-    """A reader whose first `n` bytes are also available as .head."""
-
-    def __init__(self, read, n: int = 65536):
-        chunks, got = [], 0
-        while got < n:
-            c = read(n - got)
-            if not c:
-                break
-            chunks.append(c)
-            got += len(c)
-        self.head = b"".join(chunks)
-        self._head = self.head
-        self._read = read
-
-    def read(self, n: int = -1) -> bytes:
-        if self._head:
-            if n is None or n < 0:
-                out, self._head = self._head, b""
-                return out + self._read(-1)
-            out, self._head = self._head[:n], self._head[n:]
-            return out
-        return self._read(n)
-
+from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES
+from .streams import (
+    RATIO_FLOOR,
+    READ_BLOCK,
+    Closing,
+    Inflate,
+    Window,
+    max_ratio,
+    max_uncompressed_bytes,
+    open_regular,
+)
 
 # ------------------------------------------------------------------ inputs
-
-
-def open_regular(path) -> io.BufferedReader:
-    """The file at `path` opened for reading, binary. Raises TraceError("not a regular file") for a
-    FIFO, device or socket without blocking: it is opened with O_NONBLOCK (a plain open() of a FIFO
-    waits for a writer for ever, here while holding the lake's lock), then checked with fstat, so
-    a path swapped for a FIFO after any earlier check is refused too. OSError when it cannot be
-    opened."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise TraceError("not a regular file")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 @dataclass
@@ -255,13 +112,13 @@ class MemberInput(_Member):
         if self.kind == "zip":
             z = zipfile.ZipFile(self.archive)
             try:
-                return _Closing(z.open(self.member), z)
+                return Closing(z.open(self.member), z)
             except Exception:
                 z.close()
                 raise
         f = open_regular(self.archive)
         f.seek(self.offset)
-        return _Closing(_Window(f, self.length), f)
+        return Closing(Window(f, self.length), f)
 
 
 @dataclass
@@ -294,45 +151,6 @@ def member_run_name(archive: str, member: str, below: str | None = None) -> str:
                 name = name[: -len(s)] or name
                 break
     return f"{below}/{name}" if below not in (None, "", ".") else name
-
-
-class _Window(io.RawIOBase):
-    def __init__(self, f, length: int):
-        self.f, self.left = f, length
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0 or n > self.left:
-            n = self.left
-        out = self.f.read(n)
-        self.left -= len(out)
-        return out
-
-    def readinto(self, b) -> int:
-        data = self.read(len(b))
-        b[: len(data)] = data
-        return len(data)
-
-
-class _Closing:
-    def __init__(self, f, *others):
-        self.f, self.others = f, others
-
-    def read(self, n: int = -1) -> bytes:
-        return self.f.read(n)
-
-    def close(self):
-        self.f.close()
-        for o in self.others:
-            o.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
 
 def sha256_of(inp) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from . import archive as arc
-from . import nccl
+from . import nccl, streams
 from .errors import TraceError
 from .formats import (
     GZIP_MAGIC,
@@ -114,7 +114,7 @@ def sniff_path(path: Path) -> str | None:
     if path.is_dir():
         return "nsys_parquetdir" if is_parquetdir(path) else None
     try:
-        with arc.open_regular(path) as f:
+        with streams.open_regular(path) as f:
             head = f.read(512)
     except (OSError, TraceError):  # unreadable, or not a regular file (a FIFO: never blocks)
         return None
@@ -131,8 +131,8 @@ def sniff_path(path: Path) -> str | None:
         return "zip" if any(n.endswith(TRACE_SUFFIXES + LOG_SUFFIXES) for n in names) else "nsys_jax"
     if head[:2] == GZIP_MAGIC:
         try:
-            with arc.open_regular(path) as f:
-                block = arc.Inflate(f, limit=1 << 20).read(512)
+            with streams.open_regular(path) as f:
+                block = streams.Inflate(f, limit=1 << 20).read(512)
         except (TraceError, OSError):
             return None
         return "tar.gz" if len(block) == 512 and arc.is_tar_header(block) else None
@@ -157,7 +157,7 @@ def log_format(head: bytes, name: str) -> str | None:
 
 def _looks_like_log(f: Path) -> bool:
     try:
-        with arc.open_regular(f) as fh:
+        with streams.open_regular(f) as fh:
             head = fh.read(SNIFF_BYTES)
     except (OSError, TraceError):
         return True  # let ingest report why it cannot be read
@@ -167,7 +167,7 @@ def _looks_like_log(f: Path) -> bool:
 def _member_looks_like_log(m) -> bool:
     try:
         with m.open() as raw:
-            head = arc.Peek(arc.Inflate(raw).read).head
+            head = streams.Peek(streams.Inflate(raw).read).head
     except Exception:
         return True  # let ingest say why it cannot be read
     return log_format(head, m.name) is not None

@@ -24,7 +24,7 @@ from .. import local
 from .. import schema as sch
 from ..lake import Lake, one_line
 from . import archive as arc
-from . import kineto, nccl
+from . import kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
@@ -59,8 +59,8 @@ def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pre
     base = base_row(inp.display, run_id, sha, size, "kineto_json", t0)
     with inp.open() as raw:
         try:
-            stream = arc.Inflate(raw)
-            peek = arc.Peek(stream.read)
+            stream = streams.Inflate(raw)
+            peek = streams.Peek(stream.read)
         except TraceError as e:
             return failed(inp.display, run_id, str(e), sha, size, base={**base, "uncompressed_bytes": None})
         head = peek.head

@@ -16,6 +16,7 @@ from .. import __version__
 from .. import schema as sch
 from ..lake import Staged, one_line
 from . import archive as arc
+from . import streams
 from .discover import Unit
 from .errors import TraceError
 from .formats import GZIP_MAGIC
@@ -34,13 +35,13 @@ def read_bytes(path: Path, limit: int | None = None) -> tuple[bytes, bytes]:
     """(raw bytes as stored, decompressed bytes), read whole. gzip is detected by its magic
     number. Raises TraceError for corrupt gzip or output beyond `limit` bytes, OSError if
     unreadable. (Ingest itself streams; this is for callers that want the bytes.)"""
-    with arc.open_regular(path) as f:
+    with streams.open_regular(path) as f:
         raw = f.read()
     if raw[:2] != GZIP_MAGIC:
         return raw, raw
     import io
 
-    s = arc.Inflate(io.BytesIO(raw), limit=limit)
+    s = streams.Inflate(io.BytesIO(raw), limit=limit)
     data = s.read()
     if s.truncated:
         raise TraceError("corrupt or truncated gzip (the stream ends before its end marker)")

@@ -16,9 +16,10 @@ and findings:
 from __future__ import annotations
 
 from .. import __version__
+from ..diagnosis.caveats import lowers_confidence
 from ..diagnosis.compare import compare_run, pick_baseline_run
 from ..diagnosis.roofline import metrics_text
-from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR, lowers_confidence
+from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR
 from ..kernelname import short_name
 
 SCHEMA = "tracelake.report/2"

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 
 from ... import catalog
 from ...lake import one_line
-from ..archive import max_uncompressed_bytes
 from ..errors import TraceError
+from ..streams import max_uncompressed_bytes
 
 TRACE_MEMBER = "nvtx_gpu_proj_trace/trace.parquet"
 ANALYSIS_MEMBER = "nvtx_gpu_proj_trace/nvtx_gpu_proj_trace.nsys-analysis"

@@ -1,0 +1,213 @@
+"""Byte streams every input is read through: bounded gunzip (Inflate), a peek at the first
+bytes (Peek), regular files opened without blocking on a FIFO (open_regular), and a window onto
+an archive member's bytes (Window, Closing). Limits, from the environment:
+TRACELAKE_MAX_UNCOMPRESSED_BYTES (default 16 GiB) on what one gzip stream may expand to, and
+TRACELAKE_MAX_COMPRESSION_RATIO (default 200:1, applied once past RATIO_FLOOR, 64 MiB) on how
+much it may expand (docs/usage.md; what an archive is and how its members are found:
+pipeline/ingest/archive.py).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import stat
+
+from .errors import TraceError
+from .formats import GZIP_MAGIC
+
+try:  # isal's inflate is ~2x faster than zlib's and gives the same bytes
+    from isal import isal_zlib as _zlib
+except ImportError:  # pragma: no cover
+    import zlib as _zlib
+
+RATIO_FLOOR = 64 << 20
+READ_BLOCK = 1 << 20
+
+
+def max_uncompressed_bytes() -> int:
+    """TRACELAKE_MAX_UNCOMPRESSED_BYTES (default 16 GiB): bytes one gzip stream may expand to."""
+    return int(os.environ.get("TRACELAKE_MAX_UNCOMPRESSED_BYTES", 16 * 2**30))
+
+
+def max_ratio() -> float:
+    """TRACELAKE_MAX_COMPRESSION_RATIO (default 200): output over input bytes a stream may reach."""
+    return float(os.environ.get("TRACELAKE_MAX_COMPRESSION_RATIO", 200))
+
+
+class Inflate(io.RawIOBase):
+    """The bytes of `raw` (a binary file object), gunzipped as a stream when they start with the
+    gzip magic (concatenated members too). read(n) never returns more than n bytes, so memory is
+    bounded by n whatever the compression ratio. Raises TraceError for corrupt gzip and for output
+    beyond the limits; a stream that simply ends early sets .truncated and ends the output there.
+    .in_bytes / .out_bytes count what was read and produced."""
+
+    def __init__(self, raw, limit: int | None = None, ratio: float | None = None):
+        self.raw = raw
+        self.limit = max_uncompressed_bytes() if limit is None else limit
+        self.ratio = max_ratio() if ratio is None else ratio
+        first = raw.read(2)
+        self.in_bytes = len(first)
+        self.out_bytes = 0
+        self.gzip = first == GZIP_MAGIC
+        self.truncated = False
+        self._pending = first  # input not yet given to the decompressor (or plain output)
+        self._d = _zlib.decompressobj(wbits=31) if self.gzip else None
+        self._started = False  # the current gzip member produced or consumed anything
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            chunks = []
+            while c := self.read(READ_BLOCK):
+                chunks.append(c)
+            return b"".join(chunks)
+        if self._eof or n == 0:
+            return b""
+        if not self.gzip:
+            if self._pending:
+                out, self._pending = self._pending[:n], self._pending[n:]
+                if len(out) < n:
+                    out += self.raw.read(n - len(out))
+            else:
+                out = self.raw.read(n)
+            self.in_bytes += len(out)
+            self.out_bytes += len(out)
+            if not out:
+                self._eof = True
+            return out
+        while True:
+            if self._d.unconsumed_tail:
+                data = self._d.unconsumed_tail
+            elif self._pending:
+                data, self._pending = self._pending, b""
+            else:
+                data = self.raw.read(READ_BLOCK)
+                self.in_bytes += len(data)
+                if not data:
+                    if self._started and not self._d.eof:
+                        self.truncated = True  # the job was killed while the file was written
+                    self._eof = True
+                    return b""
+            try:
+                out = self._d.decompress(data, n)
+            except Exception as e:  # zlib/isal raise their own error types
+                raise TraceError(
+                    f"corrupt or truncated gzip ({str(e).strip() or type(e).__name__})"
+                ) from None
+            self._started = True
+            if self._d.eof:  # end of a member: another may follow
+                rest = self._d.unused_data
+                self._d = _zlib.decompressobj(wbits=31)
+                self._started = False
+                if rest.strip(b"\x00"):
+                    self._pending = rest
+            self.out_bytes += len(out)
+            if self.out_bytes > self.limit:
+                raise TraceError(
+                    f"gzip expands beyond {self.limit} bytes (TRACELAKE_MAX_UNCOMPRESSED_BYTES); "
+                    "refusing a possible gzip bomb"
+                )
+            if self.out_bytes > RATIO_FLOOR and self.out_bytes > self.ratio * max(self.in_bytes, 1):
+                raise TraceError(
+                    f"gzip expands more than {self.ratio:g}:1 (TRACELAKE_MAX_COMPRESSION_RATIO); "
+                    "refusing a possible gzip bomb"
+                )
+            if out:
+                return out
+            if self._eof:
+                return b""
+
+
+class Peek:
+    """A reader whose first `n` bytes are also available as .head."""
+
+    def __init__(self, read, n: int = 65536):
+        chunks, got = [], 0
+        while got < n:
+            c = read(n - got)
+            if not c:
+                break
+            chunks.append(c)
+            got += len(c)
+        self.head = b"".join(chunks)
+        self._head = self.head
+        self._read = read
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            if n is None or n < 0:
+                out, self._head = self._head, b""
+                return out + self._read(-1)
+            out, self._head = self._head[:n], self._head[n:]
+            return out
+        return self._read(n)
+
+
+def open_regular(path) -> io.BufferedReader:
+    """The file at `path` opened for reading, binary. Raises TraceError("not a regular file") for a
+    FIFO, device or socket without blocking: it is opened with O_NONBLOCK (a plain open() of a FIFO
+    waits for a writer for ever, here while holding the lake's lock), then checked with fstat, so
+    a path swapped for a FIFO after any earlier check is refused too. OSError when it cannot be
+    opened."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise TraceError("not a regular file")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class Window(io.RawIOBase):
+    """The next `length` bytes of the binary file f (read from where it is), then EOF."""
+
+    def __init__(self, f, length: int):
+        self.f, self.left = f, length
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0 or n > self.left:
+            n = self.left
+        out = self.f.read(n)
+        self.left -= len(out)
+        return out
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+class Closing:
+    """f's reads; closing it closes f, then each of others (the archive behind a member)."""
+
+    def __init__(self, f, *others):
+        self.f, self.others = f, others
+
+    def read(self, n: int = -1) -> bytes:
+        return self.f.read(n)
+
+    def close(self):
+        self.f.close()
+        for o in self.others:
+            o.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
