@@ -53,6 +53,8 @@ def timeline(
         raise usage_error(f"-o {output}: directory {output.absolute().parent} does not exist")
     if all_steps and steps is not None:
         raise usage_error("give --steps or --all, not both")
+    if all_steps and around is not None:
+        raise usage_error("give --around or --all, not both (--around shows the finding's steps)")
     lk = existing_lake(lake)
     known = set(lk.sources().filter(lk.sources()["status"] != "failed")["run_id"].drop_nulls().to_list())
     if run_id is None:

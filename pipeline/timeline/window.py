@@ -1,7 +1,8 @@
 """Which part of a run a timeline shows: its ranks, its steps and the time window they span.
 
 - Ranks: `--ranks 0-3,6` (default: every rank of the run with GPU work, host ops or steps).
-- Steps: `--steps 10-12` or `--steps 11`; default DEFAULT_WINDOW: the worst step (the longest
+- Steps: `--steps 10-12` or `--steps 11` (one step or one range: a window is one span of time,
+  so a list such as `1,552` is refused rather than shown as everything between); default DEFAULT_WINDOW: the worst step (the longest
   step time of any rank of the selection, views/25_step_window.sql step_ns; the lower step
   number on a tie) with the step before and after it when the run has them. A run without steps
   is shown whole (as `--all` does).
@@ -120,6 +121,11 @@ def resolve(
         how = "--all: the whole run" if all_steps else "the whole run (it has no steps)"
         return Window(run_id, chosen, None, None, None, how)
     if steps is not None:
+        if "," in steps:
+            raise WindowError(
+                f"--steps {steps}: give one step N or one range N-M (a timeline shows one span of "
+                "time; write one file per range)"
+            )
         want = parse_ranges(steps, "steps")
         lo, hi = want[0], want[-1]
         if not any(lo <= s <= hi for s in have):
