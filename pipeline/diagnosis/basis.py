@@ -32,7 +32,8 @@ _STEP_COLUMNS = {
     "comm": "comm_ns",
     "overlap": "overlap_ns",
 }
-# the whole trace has no DataLoader split (breakdown.sql): input idle is counted as other idle
+# the whole trace has no DataLoader split (breakdown.sql): idle while loading data falls in the
+# other idle causes there
 _TRACE_COLUMNS = {
     **_STEP_COLUMNS,
     "total": "span_ns",

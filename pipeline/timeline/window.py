@@ -2,10 +2,10 @@
 
 - Ranks: `--ranks 0-3,6` (default: every rank of the run with GPU work, host ops or steps).
 - Steps: `--steps 10-12` or `--steps 11` (one step or one range: a window is one span of time,
-  so a list such as `1,552` is refused rather than shown as everything between); default DEFAULT_WINDOW: the worst step (the longest
-  step time of any rank of the selection, views/25_step_window.sql step_ns; the lower step
-  number on a tie) with the step before and after it when the run has them. A run without steps
-  is shown whole (as `--all` does).
+  so a list such as `1,552` is refused rather than shown as everything between); default
+  DEFAULT_WINDOW: the worst step (the longest step time of any rank of the selection,
+  views/25_step_window.sql step_ns; the lower step number on a tie) with the step before and
+  after it when the run has them. A run without steps is shown whole (as `--all` does).
 - Time: [first step_start_ns, last step_end_ns) of the selected steps over the selected ranks
   (step_window: the wall-clock windows that cover each rank's time), in ns on the lake's absolute
   clock. An event belongs to the window when it overlaps it: start < window end and (end >
