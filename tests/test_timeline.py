@@ -285,6 +285,7 @@ def test_cli_limits_and_errors(hand, tmp_path):
         (["--run", "other"], "not in the lake"),
         # one span of time per file: a list of steps is not read as everything between them
         (["--steps", "1,3"], "one step N or one range N-M"),
+        (["--steps", "x"], "expected N or N-M"),
         (["--all", "--around", "host_idle"], "give --around or --all, not both"),
     ):
         r = runner.invoke(

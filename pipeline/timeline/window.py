@@ -53,9 +53,8 @@ def parse_ranges(text: str, what: str) -> list[int]:
             a = int(lo)
             b = int(hi) if sep else a
         except ValueError:
-            raise WindowError(
-                f"--{what} {text!r}: expected N, N-M or a comma-separated list of them"
-            ) from None
+            form = "N or N-M" if what == "steps" else "N, N-M or a comma-separated list of them"
+            raise WindowError(f"--{what} {text!r}: expected {form}") from None
         if b < a or b - a > 1_000_000:
             raise WindowError(f"--{what} {text!r}: {part} is not an increasing range")
         out.update(range(a, b + 1))
