@@ -243,3 +243,30 @@ def test_a_run_of_logs_alone_is_analysed_with_kinds_and_no_timeline(tmp_path):
     assert any("NCCL logs only, no trace" in n for n in doc["notes"])
     md = markdown.render(build(doc))
     assert f["title"] in md and "Timeline:" not in md
+
+
+def test_an_unmatched_log_of_a_larger_job_leaves_the_traces_collectives_alone(tmp_path):
+    """PARAM's 8 DLRM ranks (distributedInfo world_size 8) with nccl-issue-1412's log of a
+    16-rank job (its 'nranks 16' init lines) in one directory: the log matches no traced rank, so
+    the collectives keep the traces' world of 8 ranks (expected ranks, completeness, busbw's n,
+    the NVLink peak), as the traces ingested alone give them."""
+    dlrm = CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto"
+    job = tmp_path / "job"
+    shutil.copytree(dlrm, job)
+    shutil.copy(CORPUS / "nccl" / "nccl-issue-1412-init-complete-and-init-timings-16rank.log", job)
+
+    def calls(src, name):
+        lake = Lake(tmp_path / name)
+        assert all(r.status == "ok" for r in ingest_paths([str(src)], lake, jobs=1))
+        con = connect(lake)
+        got = con.execute(
+            "SELECT op, call_key, expected_ranks, complete FROM collective_calls ORDER BY ALL"
+        ).fetchall()
+        bw = con.execute(
+            "SELECT rank, op, busbw_gbps, link_peak_gbps FROM collective_bandwidth ORDER BY ALL"
+        ).fetchall()
+        return got, bw
+
+    with_log, alone = calls(job, "with_log"), calls(dlrm, "alone")
+    assert with_log[0] and all(e == 8 and c for _, _, e, c in with_log[0])
+    assert with_log == alone

@@ -9,6 +9,12 @@ CREATE OR REPLACE MACRO busbw_factor(kind, n) AS
        WHEN kind = '(n-1)/n' THEN (n - 1) / n
        ELSE 1.0 END;
 
+-- nccl_family(format): whether a sources.format is an NCCL-family input (NCCL_DEBUG log, nccl-tests
+-- output, watchdog, flight recorder, RAS, profiler plugin, torchfrtrace): such a file's world
+-- size is its job's, which may not be the traced job's (pipeline/ingest/runs.py).
+CREATE OR REPLACE MACRO nccl_family(format) AS
+  format IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace');
+
 -- group_ranks(group_size, process_group, world_size): how many ranks a collective's group has:
 -- its recorded group size, else the run's world size when the call names no process group (the
 -- default group spans the world), else NULL. Used for busbw's n (collective_bandwidth.sql) and a

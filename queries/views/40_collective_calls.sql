@@ -103,7 +103,12 @@ LEFT JOIN collective_step g
 -- @column consistent BOOLEAN: Seen on two or more ranks that agree on op and size, kernels overlapping.
 -- @column arrival_spread_ns BIGINT ns: last_start_ns - first_start_ns.
 CREATE OR REPLACE VIEW collective_calls AS
-WITH world AS (SELECT run_id, max(world_size) AS world_size FROM sources GROUP BY ALL),
+-- the world size of the traced ranks only: an NCCL log in the run may be of another job (one that
+-- matched no traced rank still lands in the run, views/50_nccl.sql nccl_log_match)
+WITH world AS (
+  SELECT run_id, max(world_size) AS world_size FROM sources
+  WHERE NOT nccl_family(format) AND status <> 'failed' GROUP BY ALL
+),
 -- each rank's (latest) start in each call, and how many ranks share the call's latest start
 rank_starts AS (
   SELECT *, max(rank_start_ns) OVER (PARTITION BY run_id, pg_key, call_key) AS last_ns

@@ -28,7 +28,7 @@ GROUP BY c.run_id, c.rank;
 CREATE OR REPLACE VIEW nccl_jobs AS
 WITH RECURSIVE logs AS (
   SELECT DISTINCT run_id, source_id FROM sources
-  WHERE format IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace') AND status <> 'failed'
+  WHERE nccl_family(format) AND status <> 'failed'
 ),
 ids AS (
   SELECT run_id, source_id, comm_id AS k FROM nccl_processes
@@ -78,7 +78,7 @@ job_procs AS (SELECT p.*, j.job FROM nccl_processes p JOIN nccl_jobs j USING (ru
 world AS (SELECT run_id, job, max(nranks) AS n FROM job_procs GROUP BY run_id, job),
 traced_world AS (
   SELECT run_id, max(world_size) AS n FROM sources
-  WHERE format NOT IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace') AND status <> 'failed' GROUP BY run_id
+  WHERE NOT nccl_family(format) AND status <> 'failed' GROUP BY run_id
 ),
 by_rank AS (
   SELECT DISTINCT p.run_id, p.rank, p.host AS nccl_host, p.pid AS nccl_pid, 'rank' AS matched_by
@@ -103,7 +103,7 @@ SELECT b.* FROM by_rank b WHERE NOT EXISTS (SELECT 1 FROM by_pid x WHERE x.run_i
 CREATE OR REPLACE VIEW nccl_log_match AS
 WITH logs AS (
   SELECT run_id, source_id, regexp_extract(min(path), '[^/!]+$') AS file, min(host) AS host FROM sources
-  WHERE format IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace') AND status <> 'failed' GROUP BY run_id, source_id
+  WHERE nccl_family(format) AND status <> 'failed' GROUP BY run_id, source_id
 ),
 procs AS (SELECT DISTINCT run_id, source_id, host, pid FROM nccl_processes WHERE pid IS NOT NULL)
 SELECT l.run_id, l.source_id, l.file, l.host,
