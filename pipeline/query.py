@@ -194,6 +194,9 @@ def _connect(
         con.register(f"_{name}", arrow)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM _{name}")
         con.unregister(f"_{name}")
+    # the NCCL-family formats (views/05_macros.sql doc), from their one list in pipeline/schema.py
+    fams = ", ".join("'" + f + "'" for f in sch.NCCL_FORMATS)
+    con.execute(f"CREATE OR REPLACE MACRO nccl_family(format) AS format IN ({fams})")
     con.execute(f"SET VARIABLE analysis_window = '{window}'")
     con.execute(f"SET VARIABLE kernel_wait_threshold_ns = {int(kernel_wait_threshold_ns)}")
     con.execute(f"SET VARIABLE roofline_latency_ns = {int(catalog.roofline()['latency_kernel_ns'])}")

@@ -19,7 +19,7 @@ SCHEMA_VERSION = 3
 
 # the sources.format values of NCCL-family files (pipeline/ingest/nccl/ writes them; runs are
 # grouped by their identity, pipeline/ingest/runs.py rule 4; the analysis tells them from traces;
-# queries/views/50_nccl.sql lists the same values)
+# SQL reads them through the macro nccl_family, which pipeline/query.py defines from this list)
 NCCL_FORMATS = (
     "nccl_log",
     "nccl_tests",

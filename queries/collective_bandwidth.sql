@@ -40,8 +40,7 @@ SELECT c.run_id, c.rank, g.step, c.op, c.process_group, c.group_size, c.seq, c.s
   c.algorithm, c.protocol
 FROM collectives c
 LEFT JOIN collective_catalog k USING (op)
-LEFT JOIN (SELECT run_id, max(world_size) AS world_size FROM sources
-           WHERE NOT nccl_family(format) AND status <> 'failed' GROUP BY ALL) w ON w.run_id = c.run_id
+LEFT JOIN traced_world w ON w.run_id = c.run_id
 LEFT JOIN rank_device d ON d.run_id = c.run_id AND d.rank = c.rank
 LEFT JOIN collective_step g
   ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns

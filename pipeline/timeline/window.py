@@ -53,12 +53,32 @@ def parse_ranges(text: str, what: str) -> list[int]:
             a = int(lo)
             b = int(hi) if sep else a
         except ValueError:
-            form = "N or N-M" if what == "steps" else "N, N-M or a comma-separated list of them"
-            raise WindowError(f"--{what} {text!r}: expected {form}") from None
+            raise WindowError(
+                f"--{what} {text!r}: expected N, N-M or a comma-separated list of them"
+            ) from None
         if b < a or b - a > 1_000_000:
             raise WindowError(f"--{what} {text!r}: {part} is not an increasing range")
         out.update(range(a, b + 1))
     return sorted(out)
+
+
+def parse_span(text: str) -> tuple[int, int]:
+    """--steps: '11' -> (11, 11), '10-12' -> (10, 12). A timeline shows one span of time, so a list
+    ('1,552') is refused rather than read as everything between. Raises WindowError."""
+    if "," in text:
+        raise WindowError(
+            f"--steps {text}: give one step N or one range N-M (a timeline shows one span of "
+            "time; write one file per range)"
+        )
+    lo, sep, hi = text.replace(" ", "").partition("-")
+    try:
+        a = int(lo)
+        b = int(hi) if sep else a
+    except ValueError:
+        raise WindowError(f"--steps {text!r}: expected N or N-M") from None
+    if b < a:
+        raise WindowError(f"--steps {text!r}: {text} is not an increasing range")
+    return a, b
 
 
 def _span(xs: list[int]) -> str:
@@ -120,13 +140,7 @@ def resolve(
         how = "--all: the whole run" if all_steps else "the whole run (it has no steps)"
         return Window(run_id, chosen, None, None, None, how)
     if steps is not None:
-        if "," in steps:
-            raise WindowError(
-                f"--steps {steps}: give one step N or one range N-M (a timeline shows one span of "
-                "time; write one file per range)"
-            )
-        want = parse_ranges(steps, "steps")
-        lo, hi = want[0], want[-1]
+        lo, hi = parse_span(steps)
         if not any(lo <= s <= hi for s in have):
             raise WindowError(f"--steps {steps}: no such step in run {run_id} (steps {_span(have)})")
         how = f"--steps {lo}-{hi}"

@@ -11,9 +11,8 @@ CREATE OR REPLACE MACRO busbw_factor(kind, n) AS
 
 -- nccl_family(format): whether a sources.format is an NCCL-family input (NCCL_DEBUG log, nccl-tests
 -- output, watchdog, flight recorder, RAS, profiler plugin, torchfrtrace): such a file's world
--- size is its job's, which may not be the traced job's (pipeline/ingest/runs.py).
-CREATE OR REPLACE MACRO nccl_family(format) AS
-  format IN ('nccl_log', 'nccl_tests', 'torch_watchdog', 'flight_recorder', 'nccl_ras', 'nccl_profiler', 'torchfrtrace');
+-- size is its job's, which may not be the traced job's (pipeline/ingest/runs.py). Defined by
+-- pipeline/query.py from pipeline/schema.py NCCL_FORMATS, the one list of those formats.
 
 -- group_ranks(group_size, process_group, world_size): how many ranks a collective's group has:
 -- its recorded group size, else the run's world size when the call names no process group (the

@@ -34,6 +34,16 @@
 -- (views/25_step_window.sql) holds its start, as step_time.sql cuts time; only those activities
 -- are read.
 --   Columns: run_id, source_id, rank, correlation, start_ns, step.
+-- @view traced_world: Each run's world size from its traces (Kineto distributedInfo, Nsight), not
+--   its NCCL logs: a log in the run may be of another job (one that matched no traced rank still
+--   lands in the run, nccl_log_match). Read by collective_calls, collective_bandwidth.sql and
+--   rank_nccl (views/50_nccl.sql).
+-- @column run_id VARCHAR: Run.
+-- @column world_size INTEGER count: The largest world size its traced sources record (NULL: none does).
+CREATE OR REPLACE VIEW traced_world AS
+SELECT run_id, max(world_size) AS world_size FROM sources
+WHERE NOT nccl_family(format) AND status <> 'failed' GROUP BY run_id;
+
 -- @internal collective_step: the step of each collective's kernel, read by collective_ranks.
 CREATE OR REPLACE VIEW collective_step AS
 WITH by_launch AS (
@@ -103,12 +113,7 @@ LEFT JOIN collective_step g
 -- @column consistent BOOLEAN: Seen on two or more ranks that agree on op and size, kernels overlapping.
 -- @column arrival_spread_ns BIGINT ns: last_start_ns - first_start_ns.
 CREATE OR REPLACE VIEW collective_calls AS
--- the world size of the traced ranks only: an NCCL log in the run may be of another job (one that
--- matched no traced rank still lands in the run, views/50_nccl.sql nccl_log_match)
-WITH world AS (
-  SELECT run_id, max(world_size) AS world_size FROM sources
-  WHERE NOT nccl_family(format) AND status <> 'failed' GROUP BY ALL
-),
+WITH world AS (SELECT * FROM traced_world),
 -- each rank's (latest) start in each call, and how many ranks share the call's latest start
 rank_starts AS (
   SELECT *, max(rank_start_ns) OVER (PARTITION BY run_id, pg_key, call_key) AS last_ns

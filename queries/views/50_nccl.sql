@@ -76,16 +76,12 @@ by_pid AS (
 ),
 job_procs AS (SELECT p.*, j.job FROM nccl_processes p JOIN nccl_jobs j USING (run_id, source_id)),
 world AS (SELECT run_id, job, max(nranks) AS n FROM job_procs GROUP BY run_id, job),
-traced_world AS (
-  SELECT run_id, max(world_size) AS n FROM sources
-  WHERE NOT nccl_family(format) AND status <> 'failed' GROUP BY run_id
-),
 by_rank AS (
   SELECT DISTINCT p.run_id, p.rank, p.host AS nccl_host, p.pid AS nccl_pid, 'rank' AS matched_by
   FROM job_procs p JOIN world w ON w.run_id = p.run_id AND w.job = p.job AND p.nranks = w.n
   JOIN trace_process t ON t.run_id = p.run_id AND t.rank = p.rank
   LEFT JOIN traced_world tw ON tw.run_id = p.run_id
-  WHERE p.rank IS NOT NULL AND (tw.n IS NULL OR tw.n = w.n)
+  WHERE p.rank IS NOT NULL AND (tw.world_size IS NULL OR tw.world_size = w.n)
 )
 SELECT * FROM by_pid
 UNION ALL
