@@ -205,6 +205,7 @@ def analyze(
     ]
 
     runs = []
+    log_only: set[str] = set()  # runs of NCCL logs or nccl-tests output alone (no trace)
     mfu_why: dict[str, str] = {}  # run -> why MFU is unavailable (the note's text)
     ok = src.filter(pl.col("status") != "failed")
     log_match = (
@@ -250,6 +251,8 @@ def analyze(
             )
         if r_ranks.height == 0:
             only_logs = s["format"].is_in(sch.NCCL_FORMATS).all()
+            if only_logs:
+                log_only.add(run_id)
             notes.append(
                 f"run {run_id}: NCCL logs only, no trace: GPU time, overlap and MFU need the job's traces "
                 "(the findings below come from the logs)"
@@ -366,6 +369,7 @@ def analyze(
                 ),
                 caveats=caveats,
                 split_known=any(c["consistent"] for c in r_calls),
+                no_trace=rid in log_only,
             )
         )
     for v in verdicts:

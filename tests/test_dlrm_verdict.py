@@ -114,3 +114,35 @@ def test_first_findings_name_the_wait(dlrm):
     assert kinds.index("straggler") <= 1
     assert strag["title"] == "Waiting for a straggler: rank 7 arrives last"
     assert "profile a window that includes the previous step" in strag["recommendation"]
+
+
+def test_run_and_analyze_print_the_same_verdict_and_findings(dlrm, tmp_path):
+    """`tracelake run` (on stderr, beside the report) and `tracelake analyze` print the verdict
+    checked above with its confidence, each on one line however long (not wrapped when piped),
+    and the same numbered findings; analyze's per-rank table says it covers each rank's whole GPU
+    span, while the verdict rests on the analysed steps (basis 'steps': one ProfilerStep#10)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    res, _ = dlrm
+    (v,) = res["verdicts"]
+    assert v["basis"] == "steps" and v["confidence"] == "moderate"  # lowered: single step
+    head = f"run dlrm_kineto: host-bound (moderate) — {v['reason']}"
+    titles = [f["title"] for f in res["findings"]]
+    lake = str(tmp_path / "lake")
+    d = str(corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto"))
+    r = CliRunner().invoke(app, ["run", d, "--lake", lake, "-o", str(tmp_path / "r.json")])
+    assert r.exit_code == 0, r.output
+    lines = r.stderr.splitlines()
+    assert head in lines
+    listed = [ln for ln in lines if ln.startswith("  ") and ln[2:3].isdigit()]
+    assert [ln.split(". ", 1)[1].split(" — ")[0] for ln in listed] == titles
+    a = CliRunner().invoke(app, ["analyze", "--lake", lake])
+    assert a.exit_code == 0, a.output
+    out = a.stdout.splitlines()
+    assert out[0] == head and out[1 : 1 + len(listed)] == listed
+    assert (
+        "per rank, over its whole GPU span in the analysis window (the verdict is on the analysed steps)"
+        in (a.stdout)
+    )

@@ -9,8 +9,10 @@ import shutil
 from pathlib import Path
 
 from conftest import CORPUS, REPO
+from typer.testing import CliRunner
 
 from pipeline.analyze import analyze
+from pipeline.cli import app
 from pipeline.diagnosis.nccl_findings import findings
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -241,8 +243,18 @@ def test_a_run_of_logs_alone_is_analysed_with_kinds_and_no_timeline(tmp_path):
     # line 1 of the log: "[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=469508"
     assert f["kind"] == "nccl_watchdog_timeout" and f["timeline"] is None
     assert any("NCCL logs only, no trace" in n for n in doc["notes"])
+    # the verdict abstains saying the traces are missing, not that they had no GPU activity
+    (v,) = doc["verdicts"]
+    assert v["verdict"] == "unknown" and v["reason"].startswith("NCCL logs only, no trace")
     md = markdown.render(build(doc))
     assert f["title"] in md and "Timeline:" not in md
+    # `run` prints that verdict and the log's finding, as `analyze` does
+    r = CliRunner().invoke(
+        app, ["run", str(log), "--lake", str(tmp_path / "l2"), "-o", str(tmp_path / "r.md")]
+    )
+    assert r.exit_code == 0, r.output
+    assert f"run {v['run_id']}: unknown — NCCL logs only, no trace" in r.stderr
+    assert f"  1. {f['title']} — not timed" in r.stderr.splitlines()
 
 
 def test_an_unmatched_log_of_a_larger_job_leaves_the_traces_collectives_alone(tmp_path):

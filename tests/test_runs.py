@@ -323,14 +323,22 @@ def test_the_same_bytes_are_one_trace_whichever_directory_is_given(tmp_path):
     before = _listing(lake)
     # jobA given itself names its files "traces"; their bytes are already in the lake (in run
     # jobA/traces), so they are skipped, and the note says where they are
+    # under another name (run "traces"), which therefore does not hold them: the note says so
     res = ingest_paths([root / "jobA"], lake, jobs=1)
-    assert [(r.status, r.run_id) for r in res] == [("skipped", a)] * 2
-    assert res[0].notes == [f"already in the lake (same content, in run {a}); --force re-ingests"]
+    assert [(r.status, r.run_id, r.held_in) for r in res] == [("skipped", a, a)] * 2
+    assert res[0].notes == [
+        f"same content already in the lake in run {a}, so run traces does not hold it; "
+        "--run traces ingests it into that run too"
+    ]
     # a copy of them in another directory: the same bytes are the same trace, skipped too
     shutil.copytree(root / "jobA" / "traces", tmp_path / "copyA")
     res = ingest_paths([tmp_path / "copyA"], lake, jobs=1)
-    assert [(r.status, r.run_id) for r in res] == [("skipped", a)] * 2
-    assert res[0].notes == [f"already in the lake (same content, in run {a}); --force re-ingests"]
+    assert [(r.status, r.run_id, r.held_in) for r in res] == [("skipped", a, a)] * 2
+    assert "so run copyA does not hold it; --run copyA ingests it" in res[0].notes[0]
+    # given as the same directory again they are in the run they name: the plain note, no held_in
+    res = ingest_paths([root], lake, jobs=1)
+    assert {(r.status, r.held_in) for r in res} == {("skipped", None)}
+    assert res[0].notes == ["already in the lake (same content); --force re-ingests"]
     # --force re-ingests them where they are
     assert [r.run_id for r in ingest_paths([root / "jobA"], lake, force=True, jobs=1)] == [a, a]
     assert _listing(lake) == before
@@ -390,3 +398,35 @@ def test_an_empty_run_id_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(app, ["ingest", str(HTA[0]), "--lake", str(tmp_path / "lake"), "--run", " "])
     assert r.exit_code == 2 and "empty run id" in r.output
     assert not (tmp_path / "lake").exists()
+
+
+def test_a_rank_whose_content_another_run_holds_is_named_and_can_be_added(tmp_path):
+    """Ranks 0-1 of PARAM's DLRM job ingested from one directory, then all 8 from another: the
+    second run lacks ranks 0 and 1 (their bytes are stored once, in the first run). ingest says
+    so for those two files, on stderr, and --run puts them in the second run, which then holds
+    the 8 ranks the files' distributedInfo names (rank 0-7)."""
+    part, full = tmp_path / "part", tmp_path / "full"
+    part.mkdir()
+    for r in (0, 1):
+        shutil.copy(_dlrm(r), part)
+    shutil.copytree(_dlrm(0).parent, full)
+    lake = str(tmp_path / "lake")
+    assert CliRunner().invoke(app, ["ingest", str(part), "--lake", lake]).exit_code == 0
+    out = CliRunner().invoke(app, ["ingest", str(full), "--lake", lake])
+    assert out.exit_code == 0, out.output
+    notes = [ln for ln in out.stderr.splitlines() if ln.startswith("note ")]
+    assert sorted(ln.split(":")[0] for ln in notes) == [f"note {full / _dlrm(r).name}" for r in (0, 1)]
+    assert all("in run part, so run full does not hold it; --run full ingests it" in ln for ln in notes)
+    ranks = lambda: {  # noqa: E731
+        x["run_id"]: x["ranks"]
+        for x in json.loads(CliRunner().invoke(app, ["analyze", "--lake", lake, "--json"]).output)["runs"]
+    }
+    assert ranks() == {"part": [0, 1], "full": [2, 3, 4, 5, 6, 7]}
+    # re-ingesting the directory says it again (still true); --run full adds the two ranks
+    again = CliRunner().invoke(app, ["ingest", str(full), "--lake", lake])
+    assert sum(ln.startswith("note ") for ln in again.stderr.splitlines()) == 2
+    assert CliRunner().invoke(app, ["ingest", str(full), "--lake", lake, "--run", "full"]).exit_code == 0
+    assert ranks() == {"part": [0, 1], "full": list(range(8))}
+    # a directory given again whose content is in its own run: nothing said
+    quiet = CliRunner().invoke(app, ["ingest", str(part), "--lake", lake])
+    assert not [ln for ln in quiet.stderr.splitlines() if ln.startswith("note ")]

@@ -189,49 +189,9 @@ def analyze(
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
         raise typer.Exit(code)
-    from rich.table import Table
-
     from ..lake import one_line
-    from ..report.document import timing_text
 
-    for v in res["verdicts"]:
-        out.print(
-            f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}"
-            + (f" ({v['confidence']})" if v["confidence"] else "")
-            + f" — {escape(v['reason'])}",
-            markup=True,
-        )
-        for i, f in enumerate((f for f in res["findings"] if f["run_id"] == v["run_id"]), 1):
-            out.print(f"  {i}. {f['title']} — {timing_text(f)}", markup=False)
-        rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
-        if rows:
-            t = Table(
-                "rank",
-                "span ms",
-                "compute ms",
-                "comm ms",
-                "exposed comm ms",
-                "overlap %",
-                "idle ms",
-                "host wait ms",
-                "MFU %",
-                "FLOP cov. %",
-            )
-            f = lambda x, d=1e6: "—" if x is None else f"{x / d:,.3f}"  # noqa: E731
-            for r in rows[:64]:
-                t.add_row(
-                    str(r["rank"]),
-                    f(r["span_ns"]),
-                    f(r["compute_ns"]),
-                    f(r["comm_ns"]),
-                    f(r["exposed_comm_ns"]),
-                    f(r["comm_comp_overlap_pct"], 1),
-                    f(r["gpu_idle_ns"]),
-                    f(r["idle_host_wait_ns"]),
-                    f(r["mfu_pct"], 1),
-                    f(r["flop_coverage_pct"], 1),
-                )
-            out.print(t)
+    print_summary(out, res, ranks_table=True)
     for n in res["notes"]:
         out.print(f"note: {n}", markup=False)
     if not res["verdicts"]:
@@ -242,6 +202,62 @@ def analyze(
             markup=False,
         )
     raise typer.Exit(code)
+
+
+def print_summary(console, res: dict, ranks_table: bool = False) -> None:
+    """Print each run's verdict (with its confidence) and its numbered findings, as `analyze` and
+    `run` show them; ranks_table: also the per-rank table (rank rows of the analysis document:
+    each rank's whole GPU span in scope, captioned so, since the verdict may rest on the steps).
+    Lines are not wrapped by rich (soft wrap): a piped verdict stays one line."""
+    from rich.table import Table
+
+    from ..report.document import timing_text
+
+    for v in res["verdicts"]:
+        console.print(
+            f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}"
+            + (f" ({v['confidence']})" if v["confidence"] else "")
+            + f" — {escape(v['reason'])}",
+            markup=True,
+            soft_wrap=True,
+        )
+        for i, f in enumerate((f for f in res["findings"] if f["run_id"] == v["run_id"]), 1):
+            console.print(f"  {i}. {f['title']} — {timing_text(f)}", markup=False, soft_wrap=True)
+        rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
+        if not (ranks_table and rows):
+            continue
+        on = {"steps": "the verdict is on the analysed steps", "trace": "as the verdict"}.get(v["basis"])
+        t = Table(
+            "rank",
+            "span ms",
+            "compute ms",
+            "comm ms",
+            "exposed comm ms",
+            "overlap %",
+            "idle ms",
+            "host wait ms",
+            "MFU %",
+            "FLOP cov. %",
+            caption_justify="left",
+            caption="per rank, over its whole GPU span in the analysis window"
+            + (f" ({on})" if on else "")
+            + (f"; first 64 of {len(rows)} ranks" if len(rows) > 64 else ""),
+        )
+        f = lambda x, d=1e6: "—" if x is None else f"{x / d:,.3f}"  # noqa: E731
+        for r in rows[:64]:
+            t.add_row(
+                str(r["rank"]),
+                f(r["span_ns"]),
+                f(r["compute_ns"]),
+                f(r["comm_ns"]),
+                f(r["exposed_comm_ns"]),
+                f(r["comm_comp_overlap_pct"], 1),
+                f(r["gpu_idle_ns"]),
+                f(r["idle_host_wait_ns"]),
+                f(r["mfu_pct"], 1),
+                f(r["flop_coverage_pct"], 1),
+            )
+        console.print(t)
 
 
 def _lake_read_error(lake_dir: Path, e: Exception) -> str:
@@ -446,8 +462,7 @@ def run(
         sys.stdout.write(_render(res, fmt, quiet=quiet))
     else:
         _write(output, _render(res, fmt, quiet=quiet))
-    for v in res["verdicts"]:
-        err.print(f"run {v['run_id']}: {v['verdict']} — {v['reason']}", markup=False)
+    print_summary(err, res)
     if str(output) != "-":
         err.print(f"wrote {output}", markup=False)
     if timeline:

@@ -131,8 +131,10 @@ def _ingest(
                 prog.console.print(one_line(f"failed {res.path}: {res.error}"), markup=False, style="red")
                 if (res.error or "").startswith("not a Kineto trace"):
                     not_traces.append(res.path)
+            # a skipped file's note only when its content is held in another run (so the run
+            # this file names lacks it); re-ingesting a directory already in the lake stays quiet
             for n in res.notes:
-                if res.status != "skipped":
+                if res.status != "skipped" or res.held_in is not None:
                     prog.console.print(one_line(f"note {res.path}: {n}"), markup=False)
 
         try:

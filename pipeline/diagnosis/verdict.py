@@ -247,6 +247,10 @@ def network_key(numbers: dict) -> str:
     )
 
 
+# the reason of a run of NCCL logs alone (its findings come from the logs: diagnosis/nccl_findings.py)
+NO_TRACE_REASON = "NCCL logs only, no trace: GPU time cannot be attributed (the findings come from the logs)"
+
+
 def verdict_for_run(
     run_id: str,
     ranks: pl.DataFrame,
@@ -254,6 +258,7 @@ def verdict_for_run(
     straggler_of=None,
     caveats: list[dict] | None = None,
     split_known: bool = True,
+    no_trace: bool = False,
 ) -> dict:
     """The verdict for one run.
 
@@ -265,7 +270,9 @@ def verdict_for_run(
     (pipeline/diagnosis/straggler.py) or None; caveats: caveats.caveats_for_run's list (None: none);
     split_known: whether any collective was matched consistently on two or more ranks (else the
     split of exposed communication into waiting and transfer is unknown: both shares are None and
-    the network cause reads all exposed communication).
+    the network cause reads all exposed communication). no_trace: the run holds NCCL logs or
+    nccl-tests output and no trace, so the "unknown" verdict says that, not that the traces had
+    no GPU activity.
     Returns {run_id, verdict (one of VERDICTS), confidence ("high" | "moderate" | "low" | None),
     reason (one sentence), basis ("steps" | "trace" | None), numbers ({key: pct 0-100 or None},
     keys of LABELS), headline (the number keys behind the verdict), also (the other causes at
@@ -343,7 +350,7 @@ def verdict_for_run(
         out.update(basis="trace", ranks=n_ranks, analysed_ns=int(total))
         numbers = _numbers(total, s, float(ranks["comm_ns"].sum()), float(ranks["overlap_ns"].sum()))
     else:
-        out["reason"] = "no GPU activity in the traces: nothing to attribute"
+        out["reason"] = NO_TRACE_REASON if no_trace else "no GPU activity in the traces: nothing to attribute"
         return out
     if not split_known:
         numbers["exposed_comm_transfer_pct"] = numbers["exposed_comm_wait_pct"] = None

@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import schema as sch
 from ..lake import Lake, LakeError, one_line
 from .prepare import Prepared, content_sha256, failed
-from .runs import Done, Runs, done_entry, run_for, skip_note
+from .runs import Done, Runs, done_entry, held_elsewhere, run_for, skip_note
 
 
 @dataclass
@@ -29,6 +29,9 @@ class FileResult:
     source_id: str | None = None
     uncompressed_bytes: int = 0
     unreadable_bytes: int = 0
+    # skipped: the run holding its content when that content was ingested under another run name
+    # (another directory or --run), so the run this file names does not hold it; else None
+    held_in: str | None = None
 
 
 def commit(
@@ -46,7 +49,7 @@ def commit(
     place: the run Runs.place chose for an NCCL-family file not yet in the lake (rule 4), with
     place_notes saying why when it is not its named run."""
     if p.status == "skipped":
-        return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id)
+        return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id, held_in=p.held_in)
     if p.oserror and not lake.writable():
         if p.staged is not None:
             lake.discard(p.staged)
@@ -62,7 +65,14 @@ def commit(
     ):  # the same content earlier in this batch (even with --force)
         lake.discard(p.staged)
         return FileResult(
-            p.path, stored[0], None, "skipped", None, [skip_note(done, p.sha, p.run_id, by_time)], p.source_id
+            p.path,
+            stored[0],
+            None,
+            "skipped",
+            None,
+            [skip_note(done, p.sha, p.run_id, by_time)],
+            p.source_id,
+            held_in=held_elsewhere(done, p.sha, p.run_id, by_time),
         )
     notes = list(p.notes)
     run_id = p.run_id

@@ -28,7 +28,7 @@ from . import kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
-from .runs import is_done, log_identity, run_for, skip_note, stored_run
+from .runs import held_elsewhere, is_done, log_identity, run_for, skip_note, stored_run
 from .spool import _Budget
 
 IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family JSON, pickles and reports)
@@ -53,6 +53,7 @@ def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pre
             stored_run(done, sha, run_id, opts.run is None),
             "skipped",
             notes=[skip_note(done, sha, run_id, opts.run is None)],
+            held_in=held_elsewhere(done, sha, run_id, opts.run is None),
             source_id=source_id,
             sha=sha,
         )
@@ -316,6 +317,7 @@ def prepare_nsys(
             stored_run(done, sha, run_id, opts.run is None),
             "skipped",
             notes=[skip_note(done, sha, run_id, opts.run is None)],
+            held_in=held_elsewhere(done, sha, run_id, opts.run is None),
             source_id=source_id,
             sha=sha,
         )

@@ -108,6 +108,7 @@ class Prepared:
     unreadable_bytes: int = 0
     oserror: bool = False  # failed with OSError (the committer checks that the lake is writable)
     identity: dict | None = None  # an NCCL-family file's runs.log_identity (placed by it, rule 4)
+    held_in: str | None = None  # skipped: runs.held_elsewhere (its content is in another run)
 
 
 def apply_env(env: dict) -> None:

@@ -95,9 +95,28 @@ def stored_run(done: Done, sha: str, run_id: str, any_run: bool) -> str:
     return (done_entry(done, sha, run_id, any_run) or (run_id,))[0]
 
 
+def held_elsewhere(done: Done, sha: str, run_id: str, any_run: bool) -> str | None:
+    """The run holding content `sha` when it was stored under another run name than run_id (from
+    another directory, or with another --run), so that run_id's run does not hold it; else None
+    (not in the lake, or stored under this name, wherever rank claims moved it)."""
+    if not any_run or (sha, run_id) in done:
+        return None
+    entry = done.get((sha, None))
+    return entry[0] if entry is not None else None
+
+
 def skip_note(done: Done, sha: str, run_id: str, any_run: bool) -> str:
-    """The note of a file skipped because its content is already in the lake or the batch."""
+    """The note of a file skipped because its content is already in the lake or the batch. When
+    that content is held under another run name (held_elsewhere), the note says that run_id's run
+    lacks it and that --run puts a copy there (--force would re-ingest it where it is)."""
     run, in_batch = done_entry(done, sha, run_id, any_run) or (run_id, False)
+    other = held_elsewhere(done, sha, run_id, any_run)
+    if other is not None:
+        seen = "ingested earlier in this batch" if in_batch else "already in the lake"
+        return (
+            f"same content {seen} in run {other}, so run {run_id} does not hold it; "
+            f"--run {run_id} ingests it into that run too"
+        )
     where = f", in run {run}" if run != run_id else ""
     if in_batch:
         return f"same content as a file ingested earlier in this batch{where}; --force re-ingests"

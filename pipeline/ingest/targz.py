@@ -17,7 +17,7 @@ from .errors import TraceError
 from .formats import LOG_SUFFIXES
 from .prepare import prepare
 from .rows import Options, Prepared, content_sha256, failed
-from .runs import is_done, run_for, skip_note, stored_run
+from .runs import held_elsewhere, is_done, run_for, skip_note, stored_run
 
 
 def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = None) -> list[Prepared]:
@@ -57,6 +57,7 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                         stored_run(done, shas[m.name], run_id, opts.run is None),
                         "skipped",
                         notes=[skip_note(done, shas[m.name], run_id, opts.run is None)],
+                        held_in=held_elsewhere(done, shas[m.name], run_id, opts.run is None),
                         source_id=shas[m.name][:16],
                         sha=shas[m.name],
                     )
