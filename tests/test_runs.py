@@ -430,3 +430,19 @@ def test_a_rank_whose_content_another_run_holds_is_named_and_can_be_added(tmp_pa
     # a directory given again whose content is in its own run: nothing said
     quiet = CliRunner().invoke(app, ["ingest", str(part), "--lake", lake])
     assert not [ln for ln in quiet.stderr.splitlines() if ln.startswith("note ")]
+
+
+def test_symlinked_files_are_named_by_the_directory_given(tmp_path):
+    """Rule 1 (docs/usage.md): files lying directly in the directory given are in the run of
+    that directory's name, also when they are symbolic links to files elsewhere (here to
+    PARAM's DLRM ranks 0-1 in .../dlrm_kineto): the run is 'job', not 'dlrm_kineto'. A link
+    given by name is named by the directory holding the link."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        (job / _dlrm(r).name).symlink_to(_dlrm(r))
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([job], lake, jobs=1)
+    assert [(r.status, r.run_id) for r in res] == [("ok", "job")] * 2
+    (r,) = ingest_paths([job / _dlrm(0).name], Lake(tmp_path / "lake2"), jobs=1)
+    assert (r.status, r.run_id) == ("ok", "job")

@@ -193,7 +193,7 @@ def analyze(
 
     print_summary(out, res, ranks_table=True)
     for n in res["notes"]:
-        out.print(f"note: {n}", markup=False)
+        err.print(one_line(f"note: {n}"), markup=False)  # soft-wrapped: one line
     if not res["verdicts"]:
         err.print(
             one_line(

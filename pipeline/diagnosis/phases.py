@@ -93,6 +93,10 @@ def findings(run_id: str, result: dict) -> list[dict]:
     total = statistics.median(r["exposed_comm_transfer_ns"] for r in st.values())
     waiting = statistics.median(r["exposed_comm_wait_ns"] for r in st.values())
     if total > fwd_c and total >= MODERATE_PCT / 100 * step_ns:
+        # no collective matched on two or more ranks (one rank traced): the verdict's split of
+        # exposed communication into transfer and waiting is unknown, and all of it is in the
+        # transfer columns, so the finding says exposed communication and no 0 ms of waiting
+        split = v["numbers"].get("exposed_comm_transfer_pct") is not None
         worst = max(transfer, key=transfer.get)
         by = ", ".join(f"{p} {_ms(ns)}" for p, ns in transfer.items() if ns > 0)
         advice = {
@@ -109,16 +113,29 @@ def findings(run_id: str, result: dict) -> list[dict]:
             "The exposed transfer is launched outside forward and backward: move it off the "
             "critical path (asynchronous metric reductions, fewer barriers) or overlap it with compute.",
         )
+        if not split:
+            advice += (
+                " Part of it may be waiting for a late peer rather than transfer: trace every rank of "
+                "the job to tell them apart before tuning communication."
+            )
+        what = "exposed transfer" if split else "exposed communication"
         out.append(
             {
                 "kind": "comm_over_forward",
-                "title": "Exposed communication transfer takes longer than the forward pass",
+                "title": "Exposed communication transfer takes longer than the forward pass"
+                if split
+                else "Exposed communication takes longer than the forward pass",
                 "recoverable_ns": None,
                 "per_step_ns": None,
                 "evidence": [
-                    f"{over}: exposed transfer {_ms(total)} against forward compute {_ms(fwd_c)} "
-                    f"(step {_ms(step_ns)}; exposed waiting for peers, not counted here: {_ms(waiting)})",
-                    f"exposed transfer launched in (phases can overlap): {by}",
+                    f"{over}: {what} {_ms(total)} against forward compute {_ms(fwd_c)} (step {_ms(step_ns)}; "
+                    + (
+                        f"exposed waiting for peers, not counted here: {_ms(waiting)})"
+                        if split
+                        else "whether it is transfer or waiting for peers is unknown: no collective was "
+                        "matched on two or more ranks)"
+                    ),
+                    f"{what} launched in (phases can overlap): {by}",
                 ],
                 "recommendation": advice,
                 "sql": sql,

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from .errors import TraceError
 from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES
+from .runs import dir_name
 from .streams import (
     RATIO_FLOOR,
     READ_BLOCK,
@@ -67,7 +68,7 @@ class FileInput:
 
     @property
     def run_name(self) -> str:
-        return self.run if self.run is not None else Path(self.path).resolve().parent.name
+        return self.run if self.run is not None else dir_name(self.path)
 
     def size(self) -> int:
         return Path(self.path).stat().st_size

@@ -13,7 +13,7 @@ from pathlib import Path
 from .. import schema as sch
 from ..lake import Lake, LakeError, one_line
 from .prepare import Prepared, content_sha256, failed
-from .runs import Done, Runs, done_entry, held_elsewhere, run_for, skip_note
+from .runs import Done, Runs, dir_name, done_entry, held_elsewhere, run_for, skip_note
 
 
 @dataclass
@@ -136,4 +136,4 @@ def problem_failure(lake: Lake, path: Path, run: str | None, error: str) -> Prep
         size = Path(path).stat().st_size
     except OSError:
         size = 0
-    return failed(display, run_for(Path(path).resolve().parent.name, run), error, sha, size)
+    return failed(display, run_for(dir_name(path), run), error, sha, size)

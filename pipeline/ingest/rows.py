@@ -20,7 +20,7 @@ from . import streams
 from .discover import Unit
 from .errors import TraceError
 from .formats import GZIP_MAGIC
-from .runs import run_for
+from .runs import dir_name, run_for
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 MAX_RANK = 2**31 - 1
@@ -172,7 +172,7 @@ def unit_failure(u: Unit, opts: Options, error: str) -> list[Prepared]:
         return [
             failed(
                 str(p.absolute()),
-                run_for(p.resolve().parent.name, opts.run),
+                run_for(dir_name(p), opts.run),
                 error,
                 sha_or_none(arc.FileInput(str(p))),
             )

@@ -29,7 +29,9 @@ identity of NCCL-family files (log_identity, linked, Runs.place_jobs).
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Callable
 
 import polars as pl
@@ -39,6 +41,13 @@ from ..lake import safe_run_id
 
 # in the note of a file not put in its named run (Runs.claim), before the run it was put in
 PLACED = "; this file was put in run "
+
+
+def dir_name(path) -> str:
+    """The name of the directory a file lies in, as the path was given (rule 1): a symbolic link
+    is named by the directory holding the link, not by its target's (os.path.abspath, which
+    removes '.' and '..' without resolving links)."""
+    return Path(os.path.abspath(path)).parent.name
 
 
 def run_for(name: str, run: str | None) -> str:

@@ -17,7 +17,7 @@ from .errors import TraceError
 from .formats import LOG_SUFFIXES
 from .prepare import prepare
 from .rows import Options, Prepared, content_sha256, failed
-from .runs import held_elsewhere, is_done, run_for, skip_note, stored_run
+from .runs import dir_name, held_elsewhere, is_done, run_for, skip_note, stored_run
 
 
 def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = None) -> list[Prepared]:
@@ -102,7 +102,7 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
         return [
             failed(
                 display,
-                run_for(Path(path).resolve().parent.name, opts.run),
+                run_for(dir_name(path), opts.run),
                 err,
                 sha,
                 Path(path).stat().st_size if Path(path).exists() else 0,
