@@ -247,3 +247,27 @@ def test_headline_never_shows_a_number_beside_its_part():
         "exposed_comm_wait_pct",
         "compute_pct",
     ]
+
+
+def test_queued_idle_no_cause_explains_is_an_abstention_not_balanced(tmp_path):
+    """HTA's MTIA trace (corpus hta/tests/data/mtia_trace_single_rank, one rank, one step): HTA
+    0.5.0 on this file, run by hand (get_temporal_breakdown): idle 42.39 % of kernel time,
+    compute 54.81 %; get_idle_time_breakdown: on stream 1, 93 % of the idle is 'other' (neither
+    host wait nor kernel wait: the next kernel was already queued). No cause reaches its moderate
+    bar, so the run used to read 'balanced' beside a top finding of 39 % queued idle; the largest
+    share is time no cause explains, so the verdict abstains and says what it is."""
+    lk = Lake(tmp_path / "lake")
+    d = corpus("hta", "tests", "data", "mtia_trace_single_rank")
+    assert [r.status for r in ingest_paths([d], lk)] == ["ok"]
+    doc = analyze(lk)
+    (v,) = doc["verdicts"]
+    n = v["numbers"]
+    assert abs(n["gpu_idle_pct"] - 42.39) < 0.5 and abs(n["compute_pct"] - 54.81) < 0.5
+    assert n["idle_other_pct"] >= 0.9 * n["gpu_idle_pct"]  # HTA: 93 % of stream 1's idle is other
+    causes = ("host_bound_pct", "idle_input_pct", "exposed_memcpy_pct", "exposed_comm_pct")
+    assert all((n[k] or 0) < 5 for k in causes)
+    assert (v["verdict"], v["confidence"]) == ("unknown", None)
+    assert v["reason"].startswith(f"the GPU idles {n['idle_other_pct']:.1f}% of step time with its next work")
+    assert "confidence lowered" not in v["reason"]  # an abstention has no confidence to lower
+    assert v["headline"][0] == "idle_other_pct"
+    assert doc["findings"][0]["kind"] == "queued_idle"

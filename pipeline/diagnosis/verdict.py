@@ -128,6 +128,8 @@ HEADLINE = {
     "balanced": ["compute_pct", "exposed_comm_pct", "gpu_idle_pct"],
     "unknown": ["unknown_pct", "compute_pct"],
 }
+# the numbers of an abstention because idle with work queued is the largest share
+QUEUED_HEADLINE = ["idle_other_pct", "compute_pct", "exposed_comm_pct"]
 
 
 # number key -> the keys that are parts of it (the idle causes of GPU idle, host wait and launch
@@ -365,8 +367,16 @@ def verdict_for_run(
 
     high = sorted((c for c in CAUSES if level(c)[0] >= level(c)[2]), key=lambda c: -level(c)[0])
     moderate = sorted((c for c in CAUSES if level(c)[0] >= level(c)[1]), key=lambda c: -level(c)[0])
+    other = numbers["idle_other_pct"] or 0.0
+    lead = level((high or moderate)[0])[0] if high or moderate else 0.0  # the largest cause's share
+    queued = False
     if numbers["unknown_pct"] >= UNKNOWN_PCT:
         v, conf = "unknown", None
+    elif numbers["compute_pct"] < COMPUTE_BOUND_PCT and other >= HIGH_PCT and other > lead:
+        # idle with the next work already queued (events, synchronizations, other streams) is the
+        # largest share and no cause explains it: abstain rather than name a smaller cause or
+        # call the run balanced while the GPU idles (the queued-idle finding names it)
+        v, conf, queued = "unknown", None, True
     elif high:
         v, conf = CAUSES[high[0]][0], "high"
         keys = {c: network_key(numbers) if c == "network" else CAUSES[c][1] for c in high[1:]}
@@ -379,7 +389,6 @@ def verdict_for_run(
         v, conf = "balanced", "moderate"
     if straggler_of is not None and (numbers["exposed_comm_wait_pct"] or 0) >= MODERATE_PCT:
         out["straggler"] = straggler_of(analysed_steps)
-    other = numbers["idle_other_pct"] or 0.0
     capped = conf == "high" and other >= HIGH_PCT
     if capped:
         conf = "moderate"
@@ -391,12 +400,15 @@ def verdict_for_run(
         if conf in ("high", "moderate"):
             conf = CONFIDENCE[CONFIDENCE.index(conf) + 1]
     headline = headline_keys(
-        HEADLINE[v]
+        QUEUED_HEADLINE
+        if queued
+        else HEADLINE[v]
         if split_known or v != "network-bound"
         else ["exposed_comm_pct", "comm_comp_overlap_pct", "compute_pct"],
         [a["key"] for a in out["also"]],
     )
-    out.update(verdict=v, confidence=conf, headline=headline, reason=_reason(v, numbers, out))
+    reason = _queued_reason(numbers, out, (high or moderate)[:1]) if queued else _reason(v, numbers, out)
+    out.update(verdict=v, confidence=conf, headline=headline, reason=reason)
     if out["also"]:
         out["reason"] += "; also above the high bar: " + ", ".join(
             f"{LABELS[a['key']]} {_f(a['pct'])}"
@@ -419,7 +431,7 @@ def verdict_for_run(
         )
     if conf == "low" and per_rank_ns < THIN_NS:
         out["reason"] += f"; low confidence: only {per_rank_ns / 1e6:.3f} ms of GPU time per rank"
-    if lowered:
+    if lowered and conf is not None:  # an abstention has no confidence to lower
         out["reason"] += "; confidence lowered: " + "; ".join(c["kind"].replace("_", " ") for c in lowered)
     return out
 
@@ -438,6 +450,23 @@ def _who(st: dict | None) -> str:
             + (f"; {st['cause_text']}" if st.get("cause_text") else "")
         )
     return st.get("cause_text") or "no single rank is last (load imbalance)"
+
+
+def _queued_reason(n: dict, out: dict, top: list[str]) -> str:
+    """The reason of an abstention because idle with work already queued is the largest share."""
+    of = "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
+    largest = (
+        f"; the largest cause, {LABELS[CAUSES[top[0]][1]]}, is {_f(n[CAUSES[top[0]][1]])}"
+        if top and top[0] != "network"
+        else f"; the largest cause, {LABELS[network_key(n)]}, is {_f(n[network_key(n)])}"
+        if top
+        else ""
+    )
+    return (
+        f"the GPU idles {_f(n['idle_other_pct'])} {of} with its next work already queued (waiting on "
+        "events, synchronizations or other streams), which no cause explains (GPU idle in all "
+        f"{_f(n['gpu_idle_pct'])}, compute {_f(n['compute_pct'])}){largest}: see the queued-idle finding"
+    )
 
 
 def _reason(v: str, n: dict, out: dict) -> str:
