@@ -146,3 +146,39 @@ def test_run_and_analyze_print_the_same_verdict_and_findings(dlrm, tmp_path):
         "per rank, over its whole GPU span in the analysis window (the verdict is on the analysed steps)"
         in (a.stdout)
     )
+
+
+def test_without_the_late_rank_no_present_rank_is_blamed(dlrm, tmp_path):
+    """Ranks 0-6 only (worker7, the rank the raw starts show last in calls 1-5, left out): every
+    call is traced on 7 of its 8 ranks (distributedInfo world_size 8), so whoever started last
+    among the seven did not necessarily keep the others waiting; the straggler is not named (it
+    was rank 6, 3 µs behind rank 2 at call 0) and the exposed transfer is marked an upper bound
+    (each call's transfer is its shortest kernel, which the missing rank would have had)."""
+    _, raw = dlrm
+    lasts = [max(raw, key=lambda r: raw[r]["nccl"][i][0]) for i in range(len(raw[0]["nccl"]))]
+    assert lasts.count(7) == 5  # the late rank is the one left out
+    d = tmp_path / "seven"
+    d.mkdir()
+    src = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+    for f in sorted(src.glob("worker[0-6]_*.json")):
+        (d / f.name).write_bytes(f.read_bytes())
+    lk = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([d], lk)] == ["ok"] * 7
+    res = analyze(lk)
+    (v,) = res["verdicts"]
+    assert {(c["ranks_seen"], c["expected_ranks"], c["complete"]) for c in res["collectives"]} == {
+        (7, 8, False)
+    }
+    st = v["straggler"]
+    assert (st["rank"], st["cause"]) == (None, "untraced_ranks")
+    assert (
+        "may be one not in the traces: every matched collective was traced on 7 of its 8 ranks" in v["reason"]
+    )
+    strag = next(f for f in res["findings"] if f["kind"] == "straggler")
+    assert strag["title"] == "Waiting for peers: the late rank may not be in the traces"
+    assert "Trace every rank" in strag["recommendation"]
+    xfer = next(f for f in res["findings"] if f["kind"] == "exposed_comm")
+    assert any(
+        e.startswith("an upper bound: 8 matched collective(s) were traced on 7 of 8")
+        for e in xfer["evidence"]
+    )

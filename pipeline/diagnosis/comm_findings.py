@@ -88,6 +88,19 @@ def comm_findings(b: Basis, v: dict, result: dict) -> list[dict]:
                 )
             elif per_rank_calls and all(c["msg_bytes"] is None for c in per_rank_calls if c["op"] == main_op):
                 ev.append(f"{main_op} bus bandwidth unknown: no message size in the trace (see the notes)")
+        part = [
+            c
+            for c in result.get("collectives", [])
+            if c["run_id"] == run_id and c["consistent"] and c.get("complete") is False
+        ]
+        if split_known and part:
+            # transfer = the shortest kernel of a call, which would be the missing late rank's:
+            # on the ranks traced it is an upper bound, part of it perhaps waiting for that rank
+            ev.append(
+                f"an upper bound: {len(part)} matched collective(s) were traced on "
+                f"{max(c['ranks_seen'] for c in part)} of {max(c['expected_ranks'] for c in part)} ranks, "
+                "and a missing rank that arrived last would turn part of this transfer into waiting for it"
+            )
         out.append(
             {
                 "kind": "exposed_comm",
@@ -120,6 +133,10 @@ def comm_findings(b: Basis, v: dict, result: dict) -> list[dict]:
             )
             ev.append(f"its cause: {st['cause_text']}")
             rec = STRAGGLER_ADVICE.get(st["cause"], STRAGGLER_ADVICE["unknown"]).format(rank=st["rank"])
+        elif st.get("cause") == "untraced_ranks":
+            title = "Waiting for peers: the late rank may not be in the traces"
+            ev.append(st["cause_text"])
+            rec = STRAGGLER_ADVICE["untraced_ranks"]
         else:
             title = "Waiting for peers: load imbalance across ranks"
             if st.get("cause_text"):
@@ -192,6 +209,9 @@ STRAGGLER_ADVICE = {
     "unknown": "Inspect rank {rank}: its host (CPU contention, data loading, GC pauses), its GPU (clocks, "
     "thermals, ECC errors), and load imbalance in its shard of the data or model; if ranks span hosts, "
     "check clock sync.",
+    "untraced_ranks": "Trace every rank of the job (the profiler on all of them, the same steps): the "
+    "collectives waited for a rank whose trace is missing, so who was late, and why, cannot be told "
+    "from these files.",
     "imbalance": "Ranks take turns arriving last: the work per rank varies from step to step. Balance it "
     "(sequence-length bucketing or packing, equal shards, MoE capacity limits) or make the collective "
     "asynchronous so the wait overlaps compute.",

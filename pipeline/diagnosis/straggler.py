@@ -5,7 +5,9 @@ straggler_profile(calls, rows, steps) reads the run's matched collective calls (
 the call's transfer time, TraceLens NcclAnalyser / torch-tb-profiler) and its step rows.
 
 Who: over the consistent calls of the analysed steps (seen on two or more ranks that agree on op
-and size, kernels overlapping in time: views/40_collective_calls.sql), each call's wait (the sum of
+and size, kernels overlapping in time: views/40_collective_calls.sql) that were traced on every
+rank of their group (a call missing ranks cannot tell who came last: the late rank may be a
+missing one; when no call is whole, cause "untraced_ranks" and no rank), each call's wait (the sum of
 the other ranks' wait_ns) is caused by its straggler_rank, the rank that started last (none on a
 tie). The rank that causes the most wait is named when it causes at least NAMED_SHARE of all
 wait; otherwise the waiting is spread over ranks that arrive last in turn: load imbalance, no
@@ -47,17 +49,39 @@ def _ms(ns: float) -> str:
 def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) -> dict | None:
     """The straggler profile of one run, or None when it has no consistent call.
 
-    calls: the run's `collectives` records (step, consistent, straggler_rank, wait_ns {rank str: ns});
+    calls: the run's `collectives` records (step, consistent, complete, ranks_seen, expected_ranks,
+    straggler_rank, wait_ns {rank str: ns});
     rows: the run's analysed step rows (queries/step_time.sql: rank, step, step_start_ns,
     compute_ns, idle_input_ns, idle_host_wait_ns, idle_kernel_wait_ns), or the whole-trace rank
     rows when steps is None (then entered_step_late cannot be told); steps: the analysed step
     numbers, None on the whole-trace basis.
     Returns {rank (int | None: no single straggler), times_last, calls, caused_wait_ns,
     total_wait_ns, share_pct (0-100), lateness_ns, cause (entered_step_late | longer_compute |
-    data_loading | host | unknown | imbalance), cause_ns, cause_text}."""
+    data_loading | host | unknown | imbalance | untraced_ranks), cause_ns, cause_text}."""
     sel = [c for c in calls if c.get("consistent") and (steps is None or c.get("step") in steps)]
     if not sel:
         return None
+    # a call not traced on every rank of its group (complete false) cannot say who arrived last:
+    # the rank the others waited for may be one of those missing (its shortest kernel, the
+    # transfer, is missing too), so only complete calls (or calls of unknown group size) name one
+    whole = [c for c in sel if c.get("complete") is not False]
+    if not whole:
+        seen = max(c.get("ranks_seen") or 0 for c in sel)
+        expected = max(c.get("expected_ranks") or 0 for c in sel)
+        return {
+            "rank": None,
+            "times_last": 0,
+            "calls": len(sel),
+            "caused_wait_ns": 0,
+            "total_wait_ns": int(sum(sum((c.get("wait_ns") or {}).values()) for c in sel)),
+            "share_pct": None,
+            "lateness_ns": None,
+            "cause": "untraced_ranks",
+            "cause_ns": None,
+            "cause_text": f"the rank the others waited for may be one not in the traces: every matched "
+            f"collective was traced on {seen} of its {expected} ranks",
+        }
+    sel = whole
     caused: dict[int, int] = {}
     times: dict[int, int] = {}
     total = 0
