@@ -452,7 +452,9 @@ def analyze(
         "notes": notes,
     }
     for r in runs:
-        logs = nccl_findings.findings(con, r["run_id"]) if nccl else []
+        m = r.get("nccl_matching") or {}
+        stray = {x["source_id"] for x in m.get("logs", []) if not x["ranks"]}  # logs matching no traced rank
+        logs = nccl_findings.findings(con, r["run_id"], stray) if nccl else []
         roof = next((x for x in roof_summary if x["run_id"] == r["run_id"]), None)
         fs = rank_findings(
             findings_for_run(r["run_id"], doc)

@@ -282,3 +282,26 @@ def test_an_unmatched_log_of_a_larger_job_leaves_the_traces_collectives_alone(tm
     with_log, alone = calls(job, "with_log"), calls(dlrm, "alone")
     assert with_log[0] and all(e == 8 and c for _, _, e, c in with_log[0])
     assert with_log == alone
+
+
+def test_a_finding_only_in_a_log_matching_no_traced_rank_says_so(tmp_path):
+    """PARAM's 8 DLRM ranks with nccl-tests-issue-284's output of another job in one directory:
+    its lines 4-6 ('node01:3867861:3867877 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via
+    NET/Socket/0') are host node01, pid 3867861, none of the DLRM traces' pids (59811-59818, their
+    cpu_op events), and the log matches no traced rank. Its socket finding is still shown, marked as
+    seen only in that log, ranked after the traces' findings and not high."""
+    job = tmp_path / "job"
+    shutil.copytree(CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto", job)
+    log = CORPUS / "nccl" / "nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log"
+    shutil.copy(log, job)
+    lake = Lake(tmp_path / "lake")
+    assert all(r.status == "ok" for r in ingest_paths([job], lake, jobs=1))
+    doc = analyze(lake)
+    (run,) = doc["runs"]
+    assert run["nccl_matching"]["unmatched_logs"] == [log.name]
+    (f,) = [f for f in doc["findings"] if f["kind"] == "nccl_socket_transport"]
+    assert f["title"].endswith("(in a log matching no traced rank)") and f["severity"] == "moderate"
+    assert f["evidence"][0].startswith(f"seen only in {log.name}, which matched no traced rank of this run")
+    trace_kinds = {"host_idle", "straggler", "input_idle"}
+    ranks = {g["kind"]: i for i, g in enumerate(doc["findings"])}
+    assert all(ranks[k] < ranks["nccl_socket_transport"] for k in trace_kinds & ranks.keys())

@@ -78,34 +78,50 @@ def _q(s: str) -> str:
     return s.replace("'", "''")
 
 
-def findings(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict]:
-    """NCCL findings of one run, most severe first. con: pipeline.query.connect() of the lake.
-    Returns [] for runs without NCCL logs or nccl-tests output."""
+def findings(con: duckdb.DuckDBPyConnection, run_id: str, stray: set[str] = frozenset()) -> list[dict]:
+    """NCCL findings of one run, most severe first. con: pipeline.query.connect() of the lake;
+    stray: source ids of the run's NCCL logs that matched no traced rank (analyze_fields.
+    nccl_matching): a finding seen only in those is marked as possibly another job's, ranked
+    after the others and never high. Returns [] for runs without NCCL logs or nccl-tests output."""
     rid = _q(run_id)
     rows = con.execute(f"""
-        SELECT c.kind, c.severity, c.detail, c.line_no, c.n, c.file
+        SELECT c.kind, c.severity, c.detail, c.line_no, c.n, c.file, c.source_id
         FROM nccl_checks c
         WHERE c.run_id = '{rid}' ORDER BY c.source_id, c.line_no""").fetchall()
     by_kind: dict[str, list] = {}
     for r in rows:
         by_kind.setdefault(r[0], []).append(r)
     out = []
+
+    def only_stray(k: str) -> bool:
+        return all(r[6] in stray for r in by_kind[k])
+
     for kind in sorted(
         by_kind,
         key=lambda k: (
+            only_stray(k),
             min(0 if r[1] == "high" else 1 for r in by_kind[k]),
             ORDER.index(k) if k in ORDER else 99,
         ),
     ):
         rs = by_kind[kind]
-        ev = [f"{d} ({f}{', line ' + str(ln) if ln is not None else ''})" for _, _, d, ln, _, f in rs[:5]]
+        ev = [f"{d} ({f}{', line ' + str(ln) if ln is not None else ''})" for _, _, d, ln, _, f, _ in rs[:5]]
         if len(rs) > 5:
             ev.append(f"... and {len(rs) - 5} more")
+        elsewhere = only_stray(kind)
+        if elsewhere:
+            files = ", ".join(sorted({r[5] for r in rs}))
+            ev.insert(
+                0,
+                f"seen only in {files}, which matched no traced rank of this run: it may be another job's "
+                "log; check that it belongs to this job before acting on it",
+            )
         out.append(
             {
                 "kind": f"nccl_{kind}",  # the nccl_checks kind it groups
-                "title": TITLES.get(kind, kind),
-                "severity": "high" if any(r[1] == "high" for r in rs) else "moderate",
+                "title": TITLES.get(kind, kind)
+                + (" (in a log matching no traced rank)" if elsewhere else ""),
+                "severity": "high" if any(r[1] == "high" for r in rs) and not elsewhere else "moderate",
                 "recoverable_ns": None,
                 "evidence": ev,
                 "recommendation": ADVICE.get(kind, ""),
