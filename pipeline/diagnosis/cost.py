@@ -5,9 +5,11 @@ per token where the lake holds power counters (queries/energy.sql).
 GPU-hours per 1,000 steps = per-step recoverable time (s) x 1,000 x world size / 3,600: a
 finding's recoverable time is what one rank could win (pipeline/diagnosis/findings.py), and
 every rank of a synchronous job waits for the slowest, so the job's GPUs all get that time back.
-The per-step time is the finding's per_step_ns, else (a finding timed over the steps as a whole,
-such as slow_steps) recoverable_ns / the run's profiled steps; a finding timed over a trace
-without steps, or untimed, gets None. world size: the run's world_size, else the ranks traced.
+The per-step time is the finding's per_step_ns; a finding without one gets None: untimed, timed
+over a trace without steps, or timed over the profiled window as a whole (slow_steps: how often
+a slow step such as a warm-up comes in the whole run is not known from the window; dividing its
+excess by the profiled steps would price a one-off JIT compilation as if it came every N steps).
+world size: the run's world_size, else the ranks traced.
 cost_per_1000_steps = gpu_hours_per_1000_steps x gpu_hour_cost (any currency, as given), only
 when a cost is given.
 
@@ -28,11 +30,8 @@ NS_PER_HOUR = 3.6e12
 def annotate(findings: list[dict], run: dict, gpu_hour_cost: float | None) -> None:
     """Add gpu_hours_per_1000_steps and cost_per_1000_steps to each finding of `run` in place."""
     world = run.get("world_size") or len(run.get("ranks") or []) or None
-    n_steps = len(run.get("steps") or [])
     for f in findings:
         per_step = f.get("per_step_ns")
-        if per_step is None and f.get("recoverable_ns") is not None and n_steps:
-            per_step = f["recoverable_ns"] / n_steps
         hours = per_step * 1000 * world / NS_PER_HOUR if per_step is not None and world else None
         money = hours * gpu_hour_cost if hours is not None and gpu_hour_cost else None
         f["gpu_hours_per_1000_steps"] = hours
