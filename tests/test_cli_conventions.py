@@ -151,10 +151,20 @@ def test_sql_reads_and_never_writes(tmp_path, monkeypatch):
         "CREATE TABLE t AS SELECT 1",
         "SET threads = 1",
         "SELECT 1; SELECT 2",
+        # EXPLAIN ANALYZE runs what it explains: a COPY under it wrote the file (found by an attack)
+        f"EXPLAIN ANALYZE COPY (SELECT 'x' AS y) TO '{target}' (FORMAT parquet)",
+        "explain analyze copy (select 1) to 'out.csv'",
+        "EXPLAIN ANALYZE CREATE TABLE t AS SELECT 1",
+        "/* first */ EXPLAIN ANALYZE COPY (SELECT 1) TO 'out.csv'",
     ):
         r = runner.invoke(app, ["sql", "--lake", str(lake), q])
         assert r.exit_code == 2 and r.stdout == "" and len(r.output.strip().splitlines()) == 1, (q, r.output)
     assert sorted(str(p) for p in tmp_path.rglob("*")) == before
+    # EXPLAIN [ANALYZE] of a query still runs
+    r = runner.invoke(
+        app, ["sql", "--lake", str(lake), "--format", "csv", "EXPLAIN ANALYZE SELECT count(*) FROM sources"]
+    )
+    assert r.exit_code == 0 and "explain_value" in r.stdout.splitlines()[0]
     for q in ("SELECT INTERVAL 1 DAY AS v", "SELECT union_value(k := 1) AS u"):
         r = runner.invoke(app, ["sql", "--lake", str(lake), "--format", "json", q])
         assert r.exit_code == 2 and "cannot print the result" in r.output and "Traceback" not in r.output

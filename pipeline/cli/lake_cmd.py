@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -192,13 +193,14 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
         raise typer.Exit(EXIT_USAGE)
 
 
-READ_STATEMENTS = ("SELECT", "EXPLAIN")  # what `tracelake sql` runs: it reads, never writes
+READ_STATEMENTS = ("SELECT",)  # what `tracelake sql` runs (and EXPLAIN of it): it reads, never writes
 
 
 def _check_read_only(text: str) -> None:
     """Exit 2 (one line) unless text is one statement that reads (SELECT, which covers FROM,
-    VALUES, WITH, SHOW, DESCRIBE and SUMMARIZE, or EXPLAIN): COPY ... TO, CREATE, ATTACH, INSTALL,
-    SET and the rest could write files, into the lake too, so `tracelake sql` refuses them (the
+    VALUES, WITH, SHOW, DESCRIBE and SUMMARIZE, or EXPLAIN [ANALYZE] of one): COPY ... TO, CREATE,
+    ATTACH, INSTALL, SET and the rest could write files, into the lake too, so `tracelake sql`
+    refuses them, also under EXPLAIN ANALYZE, which runs what it explains (the
     Python API's connection does not: pipeline/api.py)."""
     import duckdb
 
@@ -211,9 +213,27 @@ def _check_read_only(text: str) -> None:
         err.print(f"error: give one statement ({len(stmts)} given)", markup=False)
         raise typer.Exit(EXIT_USAGE)
     kind = stmts[0].type.name
+    if kind == "EXPLAIN":
+        # EXPLAIN ANALYZE runs the statement it explains (EXPLAIN ANALYZE COPY ... TO writes the
+        # file), so the statement explained must be a query too; it is found by dropping the
+        # leading keywords of the statement's own text (comments before them are refused)
+        m = re.match(r"\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(.*)\Z", stmts[0].query, re.IGNORECASE | re.DOTALL)
+        try:
+            inner = duckdb.connect().extract_statements(m.group(1)) if m else []
+        except duckdb.Error:
+            inner = []
+        if len(inner) == 1 and inner[0].type.name == "SELECT":
+            return
+        kind = (
+            f"EXPLAIN {inner[0].type.name}"
+            if len(inner) == 1
+            else "an EXPLAIN it cannot read (a comment first?)"
+        )
     if kind not in READ_STATEMENTS:
         err.print(
-            f"error: tracelake sql runs queries (SELECT, EXPLAIN), not {kind}: it never writes", markup=False
+            f"error: tracelake sql runs queries (SELECT, EXPLAIN [ANALYZE] SELECT), not {kind}: "
+            "it never writes",
+            markup=False,
         )
         raise typer.Exit(EXIT_USAGE)
 
