@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+import shutil
 
 from conftest import REPO, X, write_trace
 from typer.testing import CliRunner
@@ -277,3 +278,28 @@ def test_an_archive_with_every_member_excluded_is_nothing_to_ingest(tmp_path):
     assert r.exit_code == 4 and "nothing to ingest" in r.output and "left out by --exclude" in r.output, (
         r.output
     )
+
+
+def test_a_report_never_replaces_an_input_or_a_lake_part(tmp_path):
+    """`run -o` naming one of the traces it ingests, or `report -o` / `run -o` inside the lake,
+    is a usage error before any work, and every file stays as it was (an attack replaced a
+    sources part, and rank 0's trace, with the report). Beside the inputs, a report is fine."""
+    traces = tmp_path / "traces"
+    shutil.copytree(REPO / "sample_traces" / "hta_trace_filter", traces)
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["ingest", str(traces), "--lake", str(lake)]).exit_code == EXIT_OK
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    part = next((lake / "sources").rglob("*.parquet"))
+    rank0 = sorted(traces.glob("*.json.gz"))[0]
+    for argv in (
+        ["run", str(traces), "--lake", str(lake), "-o", str(rank0), "--format", "json"],
+        ["report", "--lake", str(lake), "-o", str(part), "--format", "json"],
+        ["report", "--lake", str(lake), "-o", str(lake / "report.html")],
+        ["run", str(traces), "--lake", str(lake), "-o", str(lake / "report.md")],
+    ):
+        r = runner.invoke(app, argv)
+        assert r.exit_code == 2 and r.stdout == "", (argv, r.output)
+        assert "is one of the inputs" in r.output or "lies inside the lake" in r.output, r.output
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    r = runner.invoke(app, ["run", str(traces), "--lake", str(lake), "-o", str(traces / "report.md")])
+    assert r.exit_code == EXIT_OK and (traces / "report.md").read_text().startswith("#")

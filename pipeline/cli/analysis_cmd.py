@@ -338,7 +338,7 @@ def report(
     runs: Optional[List[str]] = ONLY_RUNS,
     quiet: bool = QUIET,
 ):
-    fmt = _format(fmt, output)
+    fmt = _format(fmt, output, lake)
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
     top_n = None if baseline is not None else 20
@@ -426,7 +426,7 @@ def run(
 ):
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
     _model_options(model_flops_per_step, *shape)  # option errors before any ingest work
-    fmt = _format(fmt, output)
+    fmt = _format(fmt, output, lake, paths)
     if timeline and str(output) == "-":
         raise typer.BadParameter("--timeline writes beside the report: give -o FILE")
     runs: set = set()

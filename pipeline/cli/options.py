@@ -250,10 +250,13 @@ def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
     return out
 
 
-def _format(fmt: str | None, output: Path | None) -> str:
+def _format(fmt: str | None, output: Path | None, lake: Path | None = None, inputs=()) -> str:
     """The report format: --format (any case), else the output's suffix (.json, .md), else html.
     Raises BadParameter (exit 2) for another format, or an output that is a directory or lies in
-    a directory that does not exist (checked before any work; '-' is standard output)."""
+    a directory that does not exist, inside the lake directory `lake` (it would replace a part or
+    add a stray file there), or that is an existing trace or log among `inputs` (a file given, or
+    one with a trace or log suffix inside a directory given: the report would replace the input);
+    checked before any work; '-' is standard output."""
     if fmt is None:
         fmt = (
             {".json": "json", ".md": "md"}.get(output.suffix.lower(), "html")
@@ -268,7 +271,32 @@ def _format(fmt: str | None, output: Path | None) -> str:
             raise typer.BadParameter(f"-o {output}: is a directory")
         if not output.absolute().parent.is_dir():
             raise typer.BadParameter(f"-o {output}: directory {output.absolute().parent} does not exist")
+        where = output.resolve()
+        if lake is not None and where.is_relative_to(Path(lake).resolve()):
+            raise typer.BadParameter(f"-o {output}: lies inside the lake {lake}: write the report elsewhere")
+        if where.is_file() and _is_input(where, inputs):
+            raise typer.BadParameter(
+                f"-o {output}: is one of the inputs: it would be overwritten by the report"
+            )
     return fmt
+
+
+def _is_input(where: Path, inputs) -> bool:
+    """Whether the existing file `where` (resolved) is one of inputs or a trace or log file that
+    ingest would read inside one of the input directories."""
+    from ..ingest.formats import LOG_SUFFIXES, TRACE_SUFFIXES
+
+    for p in inputs:
+        q = Path(p).resolve()
+        if where == q:
+            return True
+        if (
+            q.is_dir()
+            and where.is_relative_to(q)
+            and where.name.lower().endswith(TRACE_SUFFIXES + LOG_SUFFIXES)
+        ):
+            return True
+    return False
 
 
 TIMELINE_RUN = typer.Option(
