@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import polars as pl
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, corpus
@@ -149,3 +150,41 @@ def test_a_second_ingest_is_refused_while_one_holds_the_lake(inputs, reference, 
     assert any(code == 3 for code, _ in outs)
     assert_clean(lake)
     assert snapshot(lake) == reference
+
+
+def test_a_trace_replaced_while_it_is_read_fails_and_is_ingested_later(tmp_path, monkeypatch):
+    """rank0.json is hashed, then, while it is parsed, replaced by another rank's trace (an
+    attack did this with mv in a loop: the lake stored one file's hash with the other's rows, so
+    the real content was later skipped as already in the lake). The file fails with one line
+    naming the change, nothing of it is stored, and ingesting it again, complete, stores it with
+    the hash of its own bytes (hashlib here) and the rows of that file."""
+    import hashlib
+
+    from pipeline.ingest import ingest_paths
+    from pipeline.ingest import prepare as prep
+
+    d = tmp_path / "job"
+    d.mkdir()
+    src = sorted(corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto").glob("worker*.json"))
+    f = d / "rank0.json"
+    shutil.copy(src[0], f)
+    real = prep.kineto.parse_stream
+
+    def parse_then_replace(*a, **k):
+        out = real(*a, **k)
+        tmp = d / ".swap"
+        shutil.copy(src[1], tmp)
+        os.replace(tmp, f)  # what `mv -f` does: a new inode under the same name
+        return out
+
+    monkeypatch.setattr(prep.kineto, "parse_stream", parse_then_replace)
+    lake = Lake(tmp_path / "lake")
+    (r,) = ingest_paths([f], lake, jobs=1)
+    assert r.status == "failed" and r.error.startswith("the file changed while it was read")
+    assert "\n" not in r.error
+    monkeypatch.setattr(prep.kineto, "parse_stream", real)
+    (r,) = ingest_paths([f], lake, jobs=1)
+    assert r.status == "ok"
+    src_rows = lake.sources().filter(pl.col("status") == "ok")
+    assert src_rows["content_sha256"].to_list() == [hashlib.sha256(f.read_bytes()).hexdigest()]
+    assert src_rows["rank"].to_list() == [1]  # worker1's distributedInfo rank: the bytes now there

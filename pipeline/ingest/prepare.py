@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -35,7 +36,38 @@ IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family JSON, pickles and r
 LOG_SPOOL_BYTES = 64 << 20  # a text log's built rows kept in memory up to this, then on disk
 
 
+def _identity(path: str) -> tuple | None:
+    """What tells a file's bytes changed between two reads of it: (device, inode, size, mtime in
+    ns); None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Prepared:
+    """A unit's outcome (module doc). A file is hashed in one read and parsed in another: when it
+    was replaced or written to in between or during the parse (its device, inode, size or mtime
+    changed), its rows and its hash may be of different bytes (the hash would then mark content
+    as in the lake that is not), so it fails instead, saying so."""
+    before = _identity(inp.path) if isinstance(inp, arc.FileInput) else None
+    p = _prepare(inp, opts, done, lake, sha)
+    if before is None or p.status not in ("ok", "partial") or _identity(inp.path) == before:
+        return p
+    if p.staged is not None:
+        lake.discard(p.staged)
+    return failed(
+        p.path,
+        p.run_id,
+        "the file changed while it was read (replaced or written to during ingest): ingest it again "
+        "once it is complete",
+        None,
+        before[2],
+    )
+
+
+def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Prepared:
     run_id = run_for(inp.run_name, opts.run)
     if isinstance(inp, arc.FileInput):
         path = Path(inp.path)
