@@ -267,3 +267,31 @@ def test_exclude_on_the_command_line(tmp_path):
     assert r.exit_code == EXIT_FAILED and "(2 left out by --exclude)" in r.output, r.output
     r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "e"), "--exclude", "/"])
     assert r.exit_code == 2 and "empty pattern" in r.output, r.output
+
+
+def test_a_zip_with_two_members_of_one_name_refuses_both_and_says_why(tmp_path):
+    """A zip whose entries job/rank0.json are PARAM's DLRM worker0 and then worker1 (zipfile
+    writes both; it opens a name as its last entry): both used to be read as worker1, the first
+    then skipped as 'already in the lake', so worker0's rank was lost unsaid. Both are refused,
+    one line each naming the duplicate; the other member of the zip is ingested."""
+    import warnings
+
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    src = sorted(corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto").glob("worker*.json"))
+    z = tmp_path / "a.zip"
+    with zipfile.ZipFile(z, "w") as f, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it writes
+        f.write(src[0], "job/rank0.json")
+        f.write(src[1], "job/rank0.json")
+        f.write(src[2], "job/rank2.json")
+    res = ingest_paths([z], Lake(tmp_path / "lake"), jobs=1)
+    assert sorted((r.status, r.path.rsplit("!", 1)[-1]) for r in res) == [
+        ("failed", "job/rank0.json"),
+        ("failed", "job/rank0.json"),
+        ("ok", "job/rank2.json"),
+    ]
+    for r in res:
+        if r.status == "failed":
+            assert "the zip holds 2 members of this name" in r.error and "\n" not in r.error
