@@ -218,3 +218,44 @@ def test_numbers_too_large_for_their_columns():
     assert "nccl_processes.pid: 1 values outside int64 stored as null" in p.notes
     for t, df in p.tables.items():
         sch.conform(t, df.with_columns(run_id=pl.lit("r"), source_id=pl.lit("s")).to_arrow())
+
+
+def test_a_log_padded_with_nul_bytes_is_still_the_log(tmp_path):
+    """nccl-issue-1189's log with 100 NUL bytes after its last line (a node that died leaves its
+    log padded so), or 3,000 before its first: the same rows as the log itself, in every table;
+    a file of NULs alone is still not a log (one line, failed)."""
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    (log,) = corpus("nccl").glob("nccl-issue-1189-*.log")
+    text = log.read_bytes()
+    variants = {"tail": text + b"\0" * 100, "head": b"\0" * 3000 + text, "plain": text}
+
+    def rows(name: str, data: bytes) -> dict:
+        f = tmp_path / name / "node.log"
+        f.parent.mkdir()
+        f.write_bytes(data)
+        lake = Lake(tmp_path / f"lake_{name}")
+        (r,) = ingest_paths([f], lake, jobs=1)
+        assert r.status == "ok", (name, r.error)
+        return {
+            t: pl.read_parquet(lake.table_files(t))
+            .drop("source_id", "run_id", strict=False)
+            .sort(pl.all())
+            .rows()
+            for t in sch.tables()
+            if t != "sources" and lake.table_files(t)
+        }
+
+    want = rows("plain", variants["plain"])
+    assert want and rows("tail", variants["tail"]) == want and rows("head", variants["head"]) == want
+    f = tmp_path / "noted" / "node.log"
+    f.parent.mkdir()
+    f.write_bytes(variants["tail"])
+    (r,) = ingest_paths([f], Lake(tmp_path / "lake_n"), jobs=1)
+    assert "100 NUL bytes left out (a log padded when its writer died?)" in r.notes
+    z = tmp_path / "zeros" / "node.log"
+    z.parent.mkdir()
+    z.write_bytes(b"\0" * 5000)
+    (r,) = ingest_paths([z], Lake(tmp_path / "lake_z"), jobs=1)
+    assert r.status == "failed" and "\n" not in r.error

@@ -76,8 +76,15 @@ _KINETO_KEYS = (b'"traceEvents"', b'"schemaVersion"', b'"deviceProperties"', b'"
 _CONTROL = re.compile("[\x00-\x08\x0b\x0e-\x1a\x1c-\x1f]")
 
 
+_NUL_RUN = re.compile(rb"\x00{8,}")
+
+
 def _is_binary(head: bytes) -> bool:
-    if b"\x00" in head:
+    """Whether the first bytes of a file are not text. Runs of 8 or more NUL bytes are left out
+    first: a log whose writer died leaves its file padded with NULs (the file system extends it
+    before the data lands), which is still a log; a lone NUL (binary data, UTF-16) is not text."""
+    head = _NUL_RUN.sub(b"", head)
+    if b"\x00" in head or (not head.strip() and head):
         return True
     text = head.decode("utf-8", "replace")
     if not text:

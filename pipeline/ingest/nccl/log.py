@@ -171,8 +171,9 @@ class LogParser(WarnLines, InfoLines, CommLines, TopoLines, NetLines, TorchLines
 
 
 def parse_text(text: str, name: str, fmt: str) -> tuple[LogParsed, int]:
-    """Parse a text log held whole (a str): parse_lines over its lines split on \n."""
-    lines = text.split("\n")
+    """Parse a text log held whole (a str): parse_lines over its lines split on \n, NUL bytes left
+    out (the padding of a log cut short, as stream.lines does)."""
+    lines = text.replace("\0", "").split("\n")
     if lines and lines[-1] == "":
         lines.pop()
     return parse_lines(lines, name, fmt)

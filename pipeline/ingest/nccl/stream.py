@@ -7,7 +7,8 @@ line), so line numbers are those of the file. Each chunk is decoded as UTF-8 up 
 newline; invalid bytes are replaced (U+FFFD) with one note. A line still without its newline
 after MAX_LINE_BYTES is cut there (the rest of it is skipped, one note counts such lines): no real
 NCCL, nccl-tests or PyTorch line comes near it, and memory then stays bounded by the chunk and the
-line cap (a line is never longer than MAX_LINE_BYTES + CHUNK_BYTES).
+line cap (a line is never longer than MAX_LINE_BYTES + CHUNK_BYTES). NUL bytes are left out
+(one note counts them): the padding a log gets when its writer dies, never text.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class _State:
         self.notes = notes
         self.invalid = False
         self.cut = 0
+        self.nul = 0  # NUL bytes left out
 
     def decode(self, b: bytes) -> str:
         try:
@@ -36,6 +38,8 @@ class _State:
             self.notes.append("invalid UTF-8 replaced")
         if self.cut:
             self.notes.append(f"{self.cut} lines longer than {MAX_LINE_BYTES >> 20} MB cut there")
+        if self.nul:
+            self.notes.append(f"{self.nul} NUL bytes left out (a log padded when its writer died?)")
 
 
 def lines(read: Callable[[int], bytes], notes: list[str]) -> Iterator[str]:
@@ -48,6 +52,12 @@ def lines(read: Callable[[int], bytes], notes: list[str]) -> Iterator[str]:
         chunk = read(CHUNK_BYTES)
         if not chunk:
             break
+        if b"\0" in chunk:  # no text log holds NULs: padding of a file cut short (nccl._is_binary)
+            n = len(chunk)
+            chunk = chunk.replace(b"\0", b"")
+            st.nul += n - len(chunk)
+            if not chunk:
+                continue
         if skipping:
             nl = chunk.find(b"\n")
             if nl < 0:
