@@ -7,10 +7,20 @@ defined); this module applies them to a polars frame of GPU activities.
 from __future__ import annotations
 
 import re
+import warnings
 
 import polars as pl
 
 from . import catalog
+
+
+def check_regex(pattern: str) -> None:
+    """Raise re.error early for a user's pattern (--comm-pattern, --step-range), without printing
+    Python's FutureWarnings about syntax it may read differently one day (a nested set such as
+    [[:alpha:]]): the user gets one error line or none."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        re.compile(pattern)
 
 
 def _any_regex(patterns: list[str]) -> str | None:
@@ -18,7 +28,7 @@ def _any_regex(patterns: list[str]) -> str | None:
     if not pats:
         return None
     for p in pats:
-        re.compile(p)  # raise re.error early with the user's pattern
+        check_regex(p)  # raise re.error early with the user's pattern
     return "|".join(f"(?:{p})" for p in pats)
 
 

@@ -499,3 +499,51 @@ def test_invalid_utf8_in_the_sqlite_schema_fails_in_one_line(tmp_path):
     assert r.status == "failed" and ok.status == "ok"
     assert r.error.startswith("not a readable SQLite database (malformed database schema (ENUM")
     assert "\n" not in r.error and "please report" not in r.error
+
+
+def test_a_step_number_past_int64_drops_that_step_and_keeps_the_file(tmp_path):
+    """PARAM's DLRM worker0 with its ProfilerStep#10 renamed ProfilerStep#9223372036854775808
+    (2**63): the file failed whole with a polars cast error ('please report this file'); now it
+    is ingested with every event, and only that step, whose number no step column can hold, is
+    gone (the file has one step: the run then has none)."""
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+    from pipeline.query import connect
+
+    src = next((CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto").glob("worker0_*.json"))
+    text = src.read_text()
+    assert text.count('"ProfilerStep#10"') == 1
+    for name, body in (
+        ("plain", text),
+        ("huge", text.replace('"ProfilerStep#10"', '"ProfilerStep#9223372036854775808"')),
+    ):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "rank0.json").write_text(body)
+    got = {}
+    for name in ("plain", "huge"):
+        lake = Lake(tmp_path / f"lake_{name}")
+        (r,) = ingest_paths([tmp_path / name], lake, jobs=1)
+        assert r.status == "ok", r.error
+        con = connect(lake)
+        got[name] = con.execute(
+            "SELECT (SELECT count(*) FROM gpu_activities), (SELECT count(*) FROM cpu_ops), "
+            "(SELECT count(*) FROM steps)"
+        ).fetchone()
+    assert got["plain"][:2] == got["huge"][:2] and (got["plain"][2], got["huge"][2]) == (1, 0)
+
+
+def test_a_pattern_python_warns_about_gives_no_warning_text(tmp_path):
+    """`--step-range '[[:alpha:]]'`: Python's re warns 'Possible nested set' (a FutureWarning),
+    which printed two lines of source to the user; the pattern is valid, so ingest says nothing
+    of it. With the file already in the lake, --comm-pattern gets a note that it applies only to
+    files ingested now (it changes rows, and a skipped file is not read again)."""
+    src = next((CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto").glob("worker0_*.json"))
+    d = tmp_path / "job"
+    d.mkdir()
+    shutil.copy(src, d)
+    tl = [sys.executable, "-m", "pipeline.cli", "ingest", str(d), "--lake", str(tmp_path / "lake")]
+    p = subprocess.run([*tl, "--step-range", "[[:alpha:]]"], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0 and "Warning" not in p.stderr and "re.compile" not in p.stderr, p.stderr
+    p = subprocess.run([*tl, "--comm-pattern", "gemm"], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0
+    assert "note: --comm-pattern applies to the files ingested now, not to the 1 skipped" in p.stderr

@@ -17,6 +17,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from ..classify import check_regex
 from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, usage_error
 from .options import (
     COMM,
@@ -76,7 +77,7 @@ def _ingest(
         raise typer.BadParameter("--run: empty run id (leave --run out to name runs by their directories)")
     if step_range:
         try:
-            re.compile(step_range)
+            check_regex(step_range)
         except re.error as e:
             raise typer.BadParameter(f"--step-range {step_range!r}: {e}")
     if jobs < 0:
@@ -167,6 +168,15 @@ def _ingest(
         ),
         markup=False,
     )
+    given = [o for o, v in (("--comm-pattern", comm_pattern), ("--step-range", step_range)) if v]
+    if given and counts["skipped"] and not force:
+        # they change the rows ingest writes, but a file already in the lake is not read again
+        err.print(
+            f"note: {' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to the files "
+            f"ingested now, not to the {counts['skipped']} skipped as already in the lake: --force "
+            "re-ingests those with them",
+            markup=False,
+        )
     if not_traces:
         err.print(
             one_line(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from ..classify import check_regex
 from .app import _clip
 
 PATHS = typer.Argument(
@@ -214,7 +215,7 @@ def _window_options(window: str, kernel_wait_us: float, peak_tflops: float | Non
 def _check_patterns(patterns: list[str]) -> None:
     for p in patterns:
         try:
-            re.compile(p)
+            check_regex(p)
         except re.error as e:
             raise typer.BadParameter(f"--comm-pattern {p!r}: {e}")
 

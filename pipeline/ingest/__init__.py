@@ -22,10 +22,10 @@ The lake itself (staging, committing, locking, recovery) is pipeline/lake.py.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ..classify import check_regex
 from ..lake import Lake, LakeError
 from ..upgrade import upgrade
 from .commit import FileResult, commit, problem_failure
@@ -78,9 +78,9 @@ def ingest_paths(
     leave out (see excluded()). Raises LakeError when the lake itself cannot be created or written,
     or another ingest holds its lock; re.error for a bad step_regex."""
     if step_regex:
-        re.compile(step_regex)
+        check_regex(step_regex)
     for p in comm_patterns or []:
-        re.compile(p)
+        check_regex(p)
     exclude = exclude_patterns(exclude)
     units, _ = plan(paths, exclude)
     if on_plan:

@@ -155,16 +155,22 @@ def steps_frame(parts: list[pl.DataFrame], base_ns: int) -> pl.DataFrame:
             }
         )
     )
-    steps = steps.select(
-        step=pl.col("name").str.extract(r"(\d+)$").cast(pl.Int64),
-        name="name",
-        start_ns=pl.col("start_ns") + base_ns,
-        end_ns=pl.col("start_ns") + base_ns + pl.col("dur_ns"),
-        dur_ns="dur_ns",
-        source=pl.lit("profiler_step"),
-        pid="pid",
-        tid="tid",
-    ).sort("start_ns", maintain_order=True)
+    # a step number past int64 (ProfilerStep#9223372036854775808: no profiler writes one) is no
+    # step: that annotation is dropped rather than failing the whole file
+    steps = (
+        steps.select(
+            step=pl.col("name").str.extract(r"(\d+)$").cast(pl.Int64, strict=False),
+            name="name",
+            start_ns=pl.col("start_ns") + base_ns,
+            end_ns=pl.col("start_ns") + base_ns + pl.col("dur_ns"),
+            dur_ns="dur_ns",
+            source=pl.lit("profiler_step"),
+            pid="pid",
+            tid="tid",
+        )
+        .filter(pl.col("step").is_not_null())
+        .sort("start_ns", maintain_order=True)
+    )
     # one row per step number: some traces write ProfilerStep#N twice (a user_annotation and a
     # cpu_op), and every per-step join would count it twice; the first (then longest) is kept
     return steps.sort(["start_ns", "dur_ns"], descending=[False, True], maintain_order=True).unique(

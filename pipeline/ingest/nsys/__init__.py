@@ -39,7 +39,6 @@ parquetdir readers); .build (staging and the derived tables), .steps (devices, s
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 from contextlib import contextmanager
@@ -47,6 +46,7 @@ from pathlib import Path
 
 import duckdb
 
+from ...classify import check_regex
 from ..formats import REPORT_MAGIC, SQLITE_MAGIC
 from . import jax
 from .build import _build
@@ -103,7 +103,7 @@ def open_export(
     DuckDB database under `scratch` and yield an Export. Raises NsysError for unreadable
     exports, re.error for a bad step_regex."""
     if step_regex:
-        re.compile(step_regex)
+        check_regex(step_regex)
     notes: list[str] = []
     if fmt == "nsys_rep":
         ex = _Sqlite(_convert_report(path, scratch, notes))
