@@ -547,3 +547,41 @@ def test_a_pattern_python_warns_about_gives_no_warning_text(tmp_path):
     p = subprocess.run([*tl, "--comm-pattern", "gemm"], capture_output=True, text=True, cwd=REPO)
     assert p.returncode == 0
     assert "note: --comm-pattern applies to the files ingested now, not to the 1 skipped" in p.stderr
+
+
+def test_a_rank_outside_its_world_size_is_ingested_with_a_note(tmp_path):
+    """PARAM's DLRM worker1 with distributedInfo rank 8 (its world_size is 8: ranks 0..7), and
+    with world_size -8: both were taken silently; each now has a note saying what is wrong."""
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    src = next((CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto").glob("worker1_*.json"))
+    doc = json.loads(src.read_text())
+    assert doc["distributedInfo"]["world_size"] == 8 and doc["distributedInfo"]["rank"] == 1
+    cases = {"rank8": {"rank": 8}, "negative_world": {"world_size": -8}}
+    for name, change in cases.items():
+        d = tmp_path / name
+        d.mkdir()
+        (d / "t.json").write_text(
+            json.dumps({**doc, "distributedInfo": {**doc["distributedInfo"], **change}})
+        )
+    (r,) = ingest_paths([tmp_path / "rank8"], Lake(tmp_path / "a"), jobs=1)
+    assert r.status == "ok" and r.rank == 8
+    assert "distributedInfo rank 8 is not below its world_size 8 (ranks are 0..7)" in " ".join(r.notes)
+    (r,) = ingest_paths([tmp_path / "negative_world"], Lake(tmp_path / "b"), jobs=1)
+    assert r.status == "ok" and "distributedInfo world_size -8 is not a world size: left out" in r.notes
+
+
+def test_a_rank_option_outside_the_rank_column_is_a_usage_error(tmp_path):
+    """`--rank -1` and `--rank 99999999999` were file failures (exit 4, a failed sources row);
+    they are usage errors (exit 2) before any work: no lake is created."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    for bad in ("-1", "99999999999"):
+        r = CliRunner().invoke(
+            app, ["ingest", str(REPO / "sample_traces"), "--lake", str(tmp_path / "l"), "--rank", bad]
+        )
+        assert r.exit_code == 2 and f"--rank {bad}: a rank is 0 to 2147483647" in r.output
+        assert not (tmp_path / "l").exists()

@@ -82,6 +82,8 @@ def _ingest(
             raise typer.BadParameter(f"--step-range {step_range!r}: {e}")
     if jobs < 0:
         raise typer.BadParameter("--jobs must be 0 (one per core) or more")
+    if rank is not None and not 0 <= rank < 2**31:  # the lake's rank column is INTEGER
+        raise typer.BadParameter(f"--rank {rank}: a rank is 0 to {2**31 - 1}")
     try:
         exclude = exclude_patterns(exclude)
     except ValueError as e:

@@ -171,6 +171,16 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         if err is not None:
             return failed(display, run_id, err, base["content_sha256"], base["size_bytes"], base=base)
         notes = list(parsed.notes)
+        ws = parsed.world_size
+        if ws is not None and not 0 < ws <= MAX_RANK:
+            notes.append(f"distributedInfo world_size {ws} is not a world size: left out")
+        elif ws is not None and rsrc == "distributed_info" and r >= ws:
+            # a rank of world size W is 0..W-1 (torch.distributed): one of the two is wrong, and
+            # the run would count more ranks than its world
+            notes.append(
+                f"distributedInfo rank {r} is not below its world_size {ws} (ranks are 0..{ws - 1}): "
+                "kept as stated; check how this trace was written"
+            )
         if stream.truncated:
             notes.append(
                 f"the gzip stream ends early (after {stream.in_bytes} compressed bytes): "
