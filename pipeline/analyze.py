@@ -364,8 +364,8 @@ def analyze(
                 rid,
                 ranks.filter(pl.col("run_id") == rid),
                 r_st,
-                straggler_of=lambda analysed, calls=r_calls, rows=rows: straggler_profile(
-                    calls, rows, analysed
+                straggler_of=lambda analysed, kept=None, calls=r_calls, rows=rows: straggler_profile(
+                    calls, rows if kept is None else kept, analysed
                 ),
                 caveats=caveats,
                 split_known=any(c["consistent"] for c in r_calls),

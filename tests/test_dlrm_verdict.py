@@ -182,3 +182,30 @@ def test_without_the_late_rank_no_present_rank_is_blamed(dlrm, tmp_path):
         e.startswith("an upper bound: 8 matched collective(s) were traced on 7 of 8")
         for e in xfer["evidence"]
     )
+
+
+def test_a_rank_cut_short_is_not_counted_in_the_basis_nor_explained_from_its_cut_step(dlrm, tmp_path):
+    """worker7 cut after its first 600,000 bytes (a profiler killed while writing) beside ranks
+    0-6: its step 10 is incomplete and left out, so the basis is 7 ranks of 8 (the report said 8)
+    and, rank 7 being last at the first call (the raw starts), its cause is not read from the
+    step that was left out (it was 'nothing in its trace explains', from a step cut short)."""
+    from pipeline.report import markdown
+    from pipeline.report.document import build
+
+    _, raw = dlrm
+    assert max(raw, key=lambda r: raw[r]["nccl"][0][0]) == 7
+    d = tmp_path / "cut"
+    d.mkdir()
+    src = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+    for f in sorted(src.glob("worker*.json")):
+        data = f.read_bytes()
+        (d / f.name).write_bytes(data[:600_000] if f.name.startswith("worker7_") else data)
+    lk = Lake(tmp_path / "lake")
+    assert sorted(r.status for r in ingest_paths([d], lk)) == ["ok"] * 7 + ["partial"]
+    res = analyze(lk)
+    (v,) = res["verdicts"]
+    assert v["ranks"] == 7 and [(e["rank"], e["why"]) for e in v["excluded_steps"]] == [(7, "incomplete")]
+    assert "Basis: step time — 1 step(s) on 7 rank(s) of 8," in markdown.render(build(res))
+    st = v["straggler"]
+    assert st["rank"] == 7 and st["cause"] == "unknown"
+    assert st["cause_text"].startswith("its own rows of the steps it was late in are left out of the verdict")

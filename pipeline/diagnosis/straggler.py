@@ -136,12 +136,14 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
     for r in rows:
         by_step.setdefault(r.get("step") if steps is not None else None, []).append(r)
     excess = {"entered_step_late": 0.0, **{k: 0.0 for k in CAUSE_FIELDS}}
+    compared = 0  # steps where its row and its peers' rows could be compared
     for key, L in late.items():
         rs = by_step.get(key, [])
         mine = [r for r in rs if r["rank"] == top]
         peers = [r for r in rs if r["rank"] != top]
         if not mine or not peers:
             continue
+        compared += 1
         me = mine[0]
         if steps is not None and me.get("step_start_ns") is not None:
             d = me["step_start_ns"] - statistics.median(p["step_start_ns"] for p in peers)
@@ -151,6 +153,12 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
                 sum(p.get(f) or 0 for f in fields) for p in peers
             )
             excess[cause] += min(max(d, 0), L)
+    if not compared:  # its rows of those steps are not among the rows given (left out: cut short)
+        out["cause_text"] = (
+            f"its own rows of the steps it was late in are left out of the verdict (cut short or "
+            f"outliers), so its trace cannot tell what made it {_ms(lateness)} late"
+        )
+        return out
     cause = max(excess, key=lambda k: excess[k])
     if excess[cause] >= CAUSE_SHARE * lateness:
         out.update(cause=cause, cause_ns=int(excess[cause]))

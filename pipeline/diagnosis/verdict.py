@@ -268,7 +268,9 @@ def verdict_for_run(
     exposed_comm_ns, exposed_comm_wait_ns, exposed_comm_transfer_ns, exposed_memcpy_ns,
     gpu_idle_ns, idle_*_ns, comm_ns, overlap_ns); step_time: the run's rows of
     queries/step_time.sql, or None / empty when the run has no steps. straggler_of: called with
-    the set of analysed steps (None on the trace basis), returns the straggler profile
+    the set of analysed steps (None on the trace basis) and the step rows kept on the steps basis
+    (None on the trace basis: a step left out, cut short or an outlier, tells no cause), returns
+    the straggler profile
     (pipeline/diagnosis/straggler.py) or None; caveats: caveats.caveats_for_run's list (None: none);
     split_known: whether any collective was matched consistently on two or more ranks (else the
     split of exposed communication into waiting and transfer is unknown: both shares are None and
@@ -388,7 +390,9 @@ def verdict_for_run(
     else:
         v, conf = "balanced", "moderate"
     if straggler_of is not None and (numbers["exposed_comm_wait_pct"] or 0) >= MODERATE_PCT:
-        out["straggler"] = straggler_of(analysed_steps)
+        out["straggler"] = straggler_of(
+            analysed_steps, kept.to_dicts() if analysed_steps is not None else None
+        )
     capped = conf == "high" and other >= HIGH_PCT
     if capped:
         conf = "moderate"

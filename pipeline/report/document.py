@@ -66,6 +66,7 @@ def build(result: dict, baseline: dict | None = None) -> dict:
                 "numbers",
                 "excluded_steps",
                 "median_step_ns",
+                "ranks",
             )
         }
         verdict["headline"] = [
@@ -122,8 +123,13 @@ def basis_text(summary: dict, verdict: dict) -> str:
     """One sentence saying what the verdict's shares divide (shared by the HTML and markdown)."""
     if verdict["basis"] == "steps":
         s = (
-            f"Basis: step time — {summary['steps_analysed']} step(s) on {summary['ranks_with_gpu_work']} "
-            f"rank(s), {summary['analysed_ns'] / 1e6:,.3f} ms in all (each step from the start of its host "
+            f"Basis: step time — {summary['steps_analysed']} step(s) on {verdict['ranks']} rank(s)"
+            + (
+                f" of {summary['ranks_with_gpu_work']}"
+                if verdict["ranks"] != summary["ranks_with_gpu_work"]
+                else ""
+            )
+            + f", {summary['analysed_ns'] / 1e6:,.3f} ms in all (each step from the start of its host "
             "step range, ProfilerStep or NVTX, to the end of the GPU work it launched)"
         )
         out = [e for e in verdict["excluded_steps"] if e["why"] == "outlier"]
