@@ -229,7 +229,7 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
             out.append(
                 {
                     "kind": "low_mfu",
-                    "title": f"Low model FLOPs utilisation: {mfu:.1f}%",
+                    "title": f"Low model FLOPs utilisation: {mfu:.1f}% per analysed step",
                     "recoverable_ns": None,
                     "per_step_ns": None,
                     "evidence": [

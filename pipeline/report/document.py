@@ -308,7 +308,8 @@ def throughput_text(t: dict | None, energy: dict | None) -> str | None:
     if t is not None and t["mfu_pct"] is not None:
         cov = t["flop_coverage_pct"]
         parts.append(
-            f"MFU {_mfu(t['mfu_pct'])} from op shapes"
+            f"MFU {_mfu(t['mfu_pct'])} from op shapes over the whole trace (median of the ranks; the "
+            "low-MFU finding is per analysed step)"
             + (f" (FLOP coverage {cov:.0f}%)" if cov is not None else "")
             + (f" of {t['peak_tflops']:g} TFLOP/s" if t["peak_tflops"] else "")
         )
