@@ -28,7 +28,7 @@ from .analyze_fields import (
 )
 from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
-from .diagnosis.caveats import caveats_for_run
+from .diagnosis.caveats import MAX_SPAN_NS, caveats_for_run
 from .diagnosis.findings import findings_for_run, rank_findings
 from .diagnosis.phases import findings as phase_findings
 from .diagnosis.phases import phase_note
@@ -356,7 +356,15 @@ def analyze(
             str(p)
             for p in ok.filter((pl.col("run_id") == rid) & (pl.col("status") == "partial"))["path"].to_list()
         )
-        caveats = caveats_for_run(r, partial, mfu_why.get(rid), r_calls, has_steps=bool(r_st.height))
+        run_ok = ok.filter(pl.col("run_id") == rid)
+        long_spans = sorted(
+            str(p)
+            for p, t0, t1 in run_ok.select("path", "trace_start_ns", "trace_end_ns").iter_rows()
+            if t0 is not None and t1 is not None and t1 - t0 > MAX_SPAN_NS
+        )
+        caveats = caveats_for_run(
+            r, partial, mfu_why.get(rid), r_calls, has_steps=bool(r_st.height), long_spans=long_spans
+        )
         # straggler_profile reads only the rows of the steps it is given (or the rank rows on the trace basis)
         rows = r_st.to_dicts() if r_st.height else ranks.filter(pl.col("run_id") == rid).to_dicts()
         verdicts.append(
@@ -456,10 +464,18 @@ def analyze(
         stray = {x["source_id"] for x in m.get("logs", []) if not x["ranks"]}  # logs matching no traced rank
         logs = nccl_findings.findings(con, r["run_id"], stray) if nccl else []
         roof = next((x for x in roof_summary if x["run_id"] == r["run_id"]), None)
+        v = next(v for v in verdicts if v["run_id"] == r["run_id"])
+        # events on two clocks: the trace's times mean nothing (the verdict abstains), so only
+        # what the NCCL logs state is a finding
+        two_clocks = any(c["kind"] == "clock_mismatch" for c in v["caveats"])
         fs = rank_findings(
-            findings_for_run(r["run_id"], doc)
-            + phase_findings(r["run_id"], doc)
-            + roofline_diag.findings(r["run_id"], roof, gpu_metrics)
+            (
+                []
+                if two_clocks
+                else findings_for_run(r["run_id"], doc)
+                + phase_findings(r["run_id"], doc)
+                + roofline_diag.findings(r["run_id"], roof, gpu_metrics)
+            )
             + logs
         )
         cost.annotate(fs, r, gpu_hour_cost)

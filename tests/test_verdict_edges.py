@@ -271,3 +271,31 @@ def test_queued_idle_no_cause_explains_is_an_abstention_not_balanced(tmp_path):
     assert "confidence lowered" not in v["reason"]  # an abstention has no confidence to lower
     assert v["headline"][0] == "idle_other_pct"
     assert doc["findings"][0]["kind"] == "queued_idle"
+
+
+def test_events_on_two_clocks_give_no_verdict_and_no_trace_findings(tmp_path):
+    """PARAM's DLRM worker0 with every kernel's ts moved to the first millisecond after 0 while
+    its host events stay on the epoch (1694128201... µs): the trace spans 53 years, and its
+    shares ('host-bound 92.3%' with no note, in an attack) mean nothing. The verdict abstains,
+    naming the file, and no finding is drawn from those times."""
+    import json
+
+    (src,) = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto").glob("worker0_*.json")
+    doc = json.loads(src.read_text())
+    host = [e["ts"] for e in doc["traceEvents"] if e.get("cat") == "cpu_op"]
+    assert min(host) > 1.6e15  # µs since 1970: 2023
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel":
+            e["ts"] = e["ts"] % 1000
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "worker0.json").write_text(json.dumps(doc))
+    lk = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([d], lk)] == ["ok"]
+    res = analyze(lk)
+    (v,) = res["verdicts"]
+    assert (v["verdict"], v["confidence"]) == ("unknown", None)
+    assert "clock_mismatch" in [c["kind"] for c in v["caveats"]]
+    assert v["reason"].startswith("no verdict: 1 input(s) span more than a day of clock (")
+    assert str(d / "worker0.json") in v["reason"]
+    assert res["findings"] == []

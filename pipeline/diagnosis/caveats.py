@@ -15,19 +15,26 @@ from __future__ import annotations
 __all__ = ["SINGLE_STEP_CAVEAT", "caveats_for_run", "lowers_confidence"]
 
 
+# a profiled window is seconds to minutes: events of one trace spread over more than a day are on
+# two clocks (an attack zeroed the kernels' ts beside host events on the epoch: a 53-year span)
+MAX_SPAN_NS = 86_400 * 10**9
+
+
 def caveats_for_run(
     run: dict,
     partial_paths: list[str],
     mfu_why: str | None,
     calls: list[dict] | None = None,
     has_steps: bool = True,
+    long_spans: list[str] = (),
 ) -> list[dict]:
     """What limits a run's verdict, shown beside it (docs/report.md, Caveats).
 
     run: the analysis's `runs` entry (ranks, world_size); partial_paths: its sources with status
     'partial' (truncated); mfu_why: why MFU is unavailable, with the option that would give it
     (None: available); calls: its matched collectives (`collectives` records: ranks_seen,
-    consistent); has_steps: whether it has steps (else the verdict is on the whole trace).
+    consistent); has_steps: whether it has steps (else the verdict is on the whole trace);
+    long_spans: its sources whose events span more than MAX_SPAN_NS (events on two clocks).
     Returns [{kind, text, lowers}], lowers = "all" (every verdict's confidence drops one level)
     or a list of the verdicts whose confidence it lowers. verdict_for_run adds the single-step
     caveat itself (it knows how many steps it used)."""
@@ -53,6 +60,17 @@ def caveats_for_run(
                 "text": f"{len(partial_paths)} input(s) truncated ({', '.join(partial_paths[:3])}"
                 f"{' ...' if len(partial_paths) > 3 else ''}): events after the cut are missing, from any "
                 "step (Kineto does not write in time order), so those steps are left out when others remain",
+            }
+        )
+    if long_spans:
+        out.append(
+            {
+                "kind": "clock_mismatch",
+                "lowers": "all",
+                "text": f"{len(long_spans)} input(s) span more than a day of clock "
+                f"({', '.join(long_spans[:3])}{' ...' if len(long_spans) > 3 else ''}): their events are "
+                "on different clocks (timestamps at 0, or GPU and host clocks far apart), so spans, idle "
+                "and the shares across them are not trustworthy",
             }
         )
     if not has_steps:

@@ -412,6 +412,10 @@ def verdict_for_run(
         [a["key"] for a in out["also"]],
     )
     reason = _queued_reason(numbers, out, (high or moderate)[:1]) if queued else _reason(v, numbers, out)
+    clock = next((c for c in out["caveats"] if c["kind"] == "clock_mismatch"), None)
+    if clock is not None:  # shares of a span that crosses two clocks mean nothing: abstain
+        v, conf, capped, lowered, out["also"] = "unknown", None, False, [], []
+        reason = "no verdict: " + clock["text"]
     out.update(verdict=v, confidence=conf, headline=headline, reason=reason)
     if out["also"]:
         out["reason"] += "; also above the high bar: " + ", ".join(
