@@ -210,3 +210,22 @@ def test_analyze_says_when_every_source_was_forgotten(dirs, tmp_path):
     assert runner.invoke(app, ["forget", "--lake", str(lake), "--run", "job_b"]).exit_code == EXIT_OK
     r = runner.invoke(app, ["analyze", "--lake", str(lake)])
     assert r.exit_code == EXIT_OK and "the lake holds no runs" in r.output, r.output
+
+
+def test_a_source_named_as_dry_run_lists_it(tmp_path):
+    """`forget --dry-run` lists sources as RUN/SOURCE_ID; that form is accepted by --source (it
+    was 'not in the lake') and names the source in that run only: the same bytes stored in two
+    runs (here HTA's sampled_rank-0 in run a and, with --run b, in run b) keep the other copy."""
+    f = REPO / "sample_traces" / "hta_trace_filter" / "sampled_rank-0.json.gz"
+    lake = str(tmp_path / "lake")
+    runner = CliRunner()
+    for run in ("a", "b"):
+        assert runner.invoke(app, ["ingest", str(f), "--lake", lake, "--run", run]).exit_code == EXIT_OK
+    (sid,) = {s for s in Lake(lake).sources()["source_id"].to_list()}
+    dry = runner.invoke(app, ["forget", "--lake", lake, "--run", "a", "--dry-run"])
+    assert dry.stdout.split()[:3] == ["would", "remove", f"a/{sid}"]
+    r = runner.invoke(app, ["forget", "--lake", lake, "--source", f"a/{sid}"])
+    assert r.exit_code == EXIT_OK, r.output
+    assert sorted(Lake(lake).sources()["run_id"].to_list()) == ["b"]
+    r = runner.invoke(app, ["forget", "--lake", lake, "--source", f"a/{sid}"])
+    assert r.exit_code == 2 and f"--source a/{sid}: not in the lake" in r.output

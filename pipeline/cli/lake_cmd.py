@@ -35,7 +35,10 @@ def forget(
         None, "--run", metavar="ID", help="Only sources of this run (repeatable)."
     ),
     source_ids: Optional[List[str]] = typer.Option(
-        None, "--source", metavar="ID", help="Only this source id (sources.source_id; repeatable)."
+        None,
+        "--source",
+        metavar="ID",
+        help="Only this source: its sources.source_id, or RUN/SOURCE_ID as --dry-run lists it (repeatable).",
     ),
     failed: bool = typer.Option(False, "--failed", help="Only sources whose ingest failed."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List what would be removed; change nothing."),
@@ -54,13 +57,24 @@ def forget(
     def select():
         src = lk.sources()
         want_runs = _resolve_runs(runs, set(src["run_id"].drop_nulls().to_list())) if runs else []
-        missing = sorted(set(source_ids or ()) - set(src["source_id"].drop_nulls().to_list()))
+        # a source as --dry-run lists it, RUN/SOURCE_ID, names that run's source (the same
+        # content can be stored in two runs); a bare SOURCE_ID names it in every run
+        bare = {s for s in source_ids or () if "/" not in s}
+        pairs = {tuple(s.rsplit("/", 1)) for s in source_ids or () if "/" in s}
+        held = set(zip(src["run_id"].to_list(), src["source_id"].to_list()))
+        missing = sorted(
+            [s for s in bare if s not in {sid for _, sid in held}]
+            + [f"{r}/{i}" for r, i in pairs if (r, i) not in held]
+        )
         if missing:
             raise typer.BadParameter(one_line(_clip(f"--source {', '.join(missing)}: not in the lake")))
         if want_runs:
             src = src.filter(pl.col("run_id").is_in(want_runs))
         if source_ids:
-            src = src.filter(pl.col("source_id").is_in(source_ids))
+            src = src.filter(
+                pl.col("source_id").is_in(list(bare))
+                | pl.struct("run_id", "source_id").is_in([{"run_id": r, "source_id": i} for r, i in pairs])
+            )
         if failed:
             src = src.filter(pl.col("status") == "failed")
         return src.sort("run_id", "path").select("run_id", "source_id", "path", "status").rows()
