@@ -305,3 +305,29 @@ def test_a_finding_only_in_a_log_matching_no_traced_rank_says_so(tmp_path):
     trace_kinds = {"host_idle", "straggler", "input_idle"}
     ranks = {g["kind"]: i for i, g in enumerate(doc["findings"])}
     assert all(ranks[k] < ranks["nccl_socket_transport"] for k in trace_kinds & ranks.keys())
+
+
+def test_a_log_of_another_gpu_is_not_matched_by_rank(tmp_path):
+    """HTA's df_index_resolver trace (distributedInfo rank 1 of world_size 2, deviceProperties
+    'Tesla V100-SXM2-32GB') beside the aws-eks-efa log of another 2-rank job, whose nccl-tests
+    device list says 'Rank  1 Group  0 Pid     21 on node02 device  0 [0xf5] Tesla T4' (line 7):
+    the rank and world size agree, the GPU does not, so the log is not this rank's (it was
+    matched by rank, and its GDR finding and NCCL version became the run's)."""
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(CORPUS / "hta" / "tests" / "data" / "df_index_resolver" / "df_index_resolver.json.gz", job)
+    log = CORPUS / "nccl" / "aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"
+    shutil.copy(log, job)
+    lake = Lake(tmp_path / "lake")
+    assert all(r.status == "ok" for r in ingest_paths([job], lake, jobs=1))
+    con = connect(lake)
+    assert con.execute("SELECT DISTINCT rank, name FROM devices").fetchall() == [(1, "Tesla V100-SXM2-32GB")]
+    assert ("node02", 1, "Tesla T4") in con.execute(
+        "SELECT host, rank, gpu_name FROM nccl_processes"
+    ).fetchall()
+    assert con.execute("SELECT count(*) FROM rank_nccl").fetchone() == (0,)
+    doc = analyze(lake)
+    (run,) = doc["runs"]
+    assert run["nccl_matching"]["unmatched_logs"] == [log.name]
+    nccl = [f for f in doc["findings"] if f["kind"].startswith("nccl_")]
+    assert nccl and all(f["title"].endswith("(in a log matching no traced rank)") for f in nccl)

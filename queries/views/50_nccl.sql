@@ -60,7 +60,9 @@ SELECT run_id, source_id, min(job) AS job FROM lab GROUP BY run_id, source_id;
 -- rank_nccl: the NCCL process of each traced rank. Matched on pid and host (hosts compared up to
 -- the first dot, since NCCL prints the short name; a side without a host matches any), else on
 -- the rank the log states in its job's largest communicator (the world communicator), when that
--- communicator has as many ranks as the traces' world size (where the traces state one).
+-- communicator has as many ranks as the traces' world size (where the traces state one) and the
+-- GPU the log names (nccl-tests' device list) is the trace's (devices.name; both come from
+-- cudaDeviceProp.name, compared case-insensitively; either unknown: no objection).
 -- @view rank_nccl: The NCCL process of each traced rank, matched on pid and host, else on rank.
 -- @column run_id VARCHAR: Run.
 -- @column rank INTEGER: The trace's rank.
@@ -81,7 +83,12 @@ by_rank AS (
   FROM job_procs p JOIN world w ON w.run_id = p.run_id AND w.job = p.job AND p.nranks = w.n
   JOIN trace_process t ON t.run_id = p.run_id AND t.rank = p.rank
   LEFT JOIN traced_world tw ON tw.run_id = p.run_id
+  LEFT JOIN (
+    SELECT run_id, rank, min(lower(trim(name))) AS gpu FROM devices WHERE trim(coalesce(name, '')) <> ''
+    GROUP BY ALL
+  ) d ON d.run_id = p.run_id AND d.rank = p.rank
   WHERE p.rank IS NOT NULL AND (tw.world_size IS NULL OR tw.world_size = w.n)
+    AND (d.gpu IS NULL OR trim(coalesce(p.gpu_name, '')) = '' OR lower(trim(p.gpu_name)) = d.gpu)
 )
 SELECT * FROM by_pid
 UNION ALL
