@@ -23,7 +23,6 @@ from .analyze_fields import (
     _clean,
     _records,
     _summary,
-    lake_option,
     nccl_matching,
     timeline_fields,
 )
@@ -460,7 +459,6 @@ def analyze(
         "findings": [],
         "notes": notes,
     }
-    lake_arg = lake_option(lake.root)  # the --lake a printed command needs
     for r in runs:
         m = r.get("nccl_matching") or {}
         stray = {x["source_id"] for x in m.get("logs", []) if not x["ranks"]}  # logs matching no traced rank
@@ -481,7 +479,7 @@ def analyze(
             + logs
         )
         cost.annotate(fs, r, gpu_hour_cost)
-        timeline_fields(r["run_id"], fs, doc, lake_arg)  # the `tracelake timeline --around` window of each
+        timeline_fields(r["run_id"], fs, doc)  # the `tracelake timeline --around` window of each
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]
     advance("findings")
     return doc

