@@ -32,8 +32,9 @@ from .diagnosis.caveats import MAX_SPAN_NS, caveats_for_run
 from .diagnosis.findings import findings_for_run, rank_findings
 from .diagnosis.phases import findings as phase_findings
 from .diagnosis.phases import phase_note
+from .diagnosis.steady import OUTLIER_FACTOR
 from .diagnosis.straggler import straggler_profile
-from .diagnosis.verdict import OUTLIER_FACTOR, verdict_for_run
+from .diagnosis.verdict import verdict_for_run
 from .lake import Lake
 
 SCHEMA = "tracelake.analyze/4"

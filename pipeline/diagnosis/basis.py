@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .verdict import kept_rows
+from .steady import kept_rows
 
 # the priority breakdown's columns per cause (queries/step_time.sql, queries/breakdown.sql)
 _STEP_COLUMNS = {

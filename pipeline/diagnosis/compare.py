@@ -15,7 +15,7 @@ trace) time: smaller changes are within step-to-step noise of real runs.
 
 from __future__ import annotations
 
-from .verdict import kept_rows
+from .steady import kept_rows
 
 MOVED_PCT = 1.0
 TOP_KERNELS = 15

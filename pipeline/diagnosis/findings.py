@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from .basis import basis_for_run, median, ms, quote
 from .comm_findings import comm_findings
-from .verdict import INPUT_MODERATE_PCT, MODERATE_PCT, kept_rows
+from .steady import kept_rows
+from .verdict import INPUT_MODERATE_PCT, MODERATE_PCT
 
 LOW_MFU_PCT = 20.0  # nsys-ai docs/agent_skills/skills/mfu.md: step MFU < 20 % is a problem (peers.md 4.2)
 MIN_FLOP_COVERAGE_PCT = 50.0  # below this the MFU describes too little of the compute to act on

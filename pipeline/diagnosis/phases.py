@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import statistics
 
-from .verdict import MODERATE_PCT, kept_rows
+from .steady import kept_rows
+from .verdict import MODERATE_PCT
 
 BWD_FWD_HIGH = 2.5  # expected ~2 (PaLM appendix B), ~3 with activation checkpointing: module doc
 OPTIMIZER_PCT = 2 * MODERATE_PCT  # tracelake's bar: twice the verdict's moderate share (10 %)

@@ -19,7 +19,8 @@ from .. import __version__
 from ..diagnosis.caveats import lowers_confidence
 from ..diagnosis.compare import compare_run, pick_baseline_run
 from ..diagnosis.roofline import metrics_text
-from ..diagnosis.verdict import LABELS, OUTLIER_FACTOR
+from ..diagnosis.steady import OUTLIER_FACTOR
+from ..diagnosis.verdict import LABELS
 from ..kernelname import short_name
 
 SCHEMA = "tracelake.report/2"

@@ -37,7 +37,8 @@ from __future__ import annotations
 import html
 import re
 
-from ..diagnosis.verdict import CAUSES, kept_rows
+from ..diagnosis.steady import kept_rows
+from ..diagnosis.verdict import CAUSES
 from ..kernelname import hover_name, short_names
 from .charts import (
     MAX_BARS,
