@@ -284,19 +284,26 @@ def test_an_unmatched_log_of_a_larger_job_leaves_the_traces_collectives_alone(tm
     assert with_log == alone
 
 
+def _beside(tmp_path: Path, traces: list[Path], log: Path) -> Lake:
+    """A lake of one directory holding copies of `traces` and `log` (one run), every file ok."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in [*traces, log]:
+        shutil.copy(f, job)
+    lake = Lake(tmp_path / "lake")
+    assert all(r.status == "ok" for r in ingest_paths([job], lake, jobs=1))
+    return lake
+
+
 def test_a_finding_only_in_a_log_matching_no_traced_rank_says_so(tmp_path):
     """PARAM's 8 DLRM ranks with nccl-tests-issue-284's output of another job in one directory:
     its lines 4-6 ('node01:3867861:3867877 [0] NCCL INFO Channel 00/0 : 1[0] -> 0[0] [receive] via
     NET/Socket/0') are host node01, pid 3867861, none of the DLRM traces' pids (59811-59818, their
     cpu_op events), and the log matches no traced rank. Its socket finding is still shown, marked as
     seen only in that log, ranked after the traces' findings and not high."""
-    job = tmp_path / "job"
-    shutil.copytree(CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto", job)
     log = CORPUS / "nccl" / "nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log"
-    shutil.copy(log, job)
-    lake = Lake(tmp_path / "lake")
-    assert all(r.status == "ok" for r in ingest_paths([job], lake, jobs=1))
-    doc = analyze(lake)
+    traces = sorted((CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto").glob("*.json"))
+    doc = analyze(_beside(tmp_path, traces, log))
     (run,) = doc["runs"]
     assert run["nccl_matching"]["unmatched_logs"] == [log.name]
     (f,) = [f for f in doc["findings"] if f["kind"] == "nccl_socket_transport"]
@@ -313,13 +320,9 @@ def test_a_log_of_another_gpu_is_not_matched_by_rank(tmp_path):
     device list says 'Rank  1 Group  0 Pid     21 on node02 device  0 [0xf5] Tesla T4' (line 7):
     the rank and world size agree, the GPU does not, so the log is not this rank's (it was
     matched by rank, and its GDR finding and NCCL version became the run's)."""
-    job = tmp_path / "job"
-    job.mkdir()
-    shutil.copy(CORPUS / "hta" / "tests" / "data" / "df_index_resolver" / "df_index_resolver.json.gz", job)
     log = CORPUS / "nccl" / "aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"
-    shutil.copy(log, job)
-    lake = Lake(tmp_path / "lake")
-    assert all(r.status == "ok" for r in ingest_paths([job], lake, jobs=1))
+    trace = CORPUS / "hta" / "tests" / "data" / "df_index_resolver" / "df_index_resolver.json.gz"
+    lake = _beside(tmp_path, [trace], log)
     con = connect(lake)
     assert con.execute("SELECT DISTINCT rank, name FROM devices").fetchall() == [(1, "Tesla V100-SXM2-32GB")]
     assert ("node02", 1, "Tesla T4") in con.execute(
