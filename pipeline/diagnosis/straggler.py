@@ -65,22 +65,28 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
     # the rank the others waited for may be one of those missing (its shortest kernel, the
     # transfer, is missing too), so only complete calls (or calls of unknown group size) name one
     whole = [c for c in sel if c.get("complete") is not False]
+    out = {
+        "rank": None,
+        "times_last": 0,
+        "calls": len(whole or sel),
+        "caused_wait_ns": 0,
+        "total_wait_ns": 0,
+        "share_pct": None,
+        "lateness_ns": None,
+        "cause": "imbalance",
+        "cause_ns": None,
+        "cause_text": None,
+    }
     if not whole:
         seen = max(c.get("ranks_seen") or 0 for c in sel)
         expected = max(c.get("expected_ranks") or 0 for c in sel)
-        return {
-            "rank": None,
-            "times_last": 0,
-            "calls": len(sel),
-            "caused_wait_ns": 0,
-            "total_wait_ns": int(sum(sum((c.get("wait_ns") or {}).values()) for c in sel)),
-            "share_pct": None,
-            "lateness_ns": None,
-            "cause": "untraced_ranks",
-            "cause_ns": None,
-            "cause_text": f"the rank the others waited for may be one not in the traces: every matched "
+        out.update(
+            total_wait_ns=int(sum(sum((c.get("wait_ns") or {}).values()) for c in sel)),
+            cause="untraced_ranks",
+            cause_text=f"the rank the others waited for may be one not in the traces: every matched "
             f"collective was traced on {seen} of its {expected} ranks",
-        }
+        )
+        return out
     sel = whole
     caused: dict[int, int] = {}
     times: dict[int, int] = {}
@@ -93,18 +99,7 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
         if r is not None:
             caused[r] = caused.get(r, 0) + w - waits.get(r, 0)
             times[r] = times.get(r, 0) + 1
-    out = {
-        "rank": None,
-        "times_last": 0,
-        "calls": len(sel),
-        "caused_wait_ns": 0,
-        "total_wait_ns": int(total),
-        "share_pct": None,
-        "lateness_ns": None,
-        "cause": "imbalance",
-        "cause_ns": None,
-        "cause_text": None,
-    }
+    out["total_wait_ns"] = int(total)
     if not caused or total <= 0:
         out["cause_text"] = "no rank arrives last on its own (ties or no wait)"
         return out

@@ -400,9 +400,14 @@ def _who(st: dict | None) -> str:
     return st.get("cause_text") or "no single rank is last (load imbalance)"
 
 
+def _of(out: dict) -> str:
+    """What the shares of a verdict are of, in words."""
+    return "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
+
+
 def _queued_reason(n: dict, out: dict, top: list[str]) -> str:
     """The reason of an abstention because idle with work already queued is the largest share."""
-    of = "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
+    of = _of(out)
     largest = (
         f"; the largest cause, {LABELS[CAUSES[top[0]][1]]}, is {_f(n[CAUSES[top[0]][1]])}"
         if top and top[0] != "network"
@@ -418,7 +423,7 @@ def _queued_reason(n: dict, out: dict, top: list[str]) -> str:
 
 
 def _reason(v: str, n: dict, out: dict) -> str:
-    of = "of step time" if out["basis"] == "steps" else "of GPU time (whole trace: the run has no steps)"
+    of = _of(out)
     split = (
         f"host launched late {_f(n['host_wait_pct'])}, launch gaps {_f(n['kernel_wait_pct'])}; not counted: "
         f"idle with the next work already queued {_f(n['idle_other_pct'])}"

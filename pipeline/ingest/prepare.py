@@ -28,8 +28,18 @@ from . import archive as arc
 from . import kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
-from .rows import MAX_RANK, Options, Prepared, _size, base_row, content_sha256, failed, rank_from_name
-from .runs import held_elsewhere, is_done, log_identity, run_for, skip_note, stored_run
+from .rows import (
+    MAX_RANK,
+    Options,
+    Prepared,
+    _size,
+    base_row,
+    content_sha256,
+    failed,
+    rank_from_name,
+    skipped,
+)
+from .runs import is_done, log_identity, run_for
 from .spool import _Budget
 
 IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family JSON, pickles and reports)
@@ -78,17 +88,8 @@ def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pr
     size = inp.size()
     if sha is None:
         sha = arc.sha256_of(inp)
-    source_id = sha[:16]
     if not opts.force and is_done(done, sha, run_id, opts.run is None):
-        return Prepared(
-            inp.display,
-            stored_run(done, sha, run_id, opts.run is None),
-            "skipped",
-            notes=[skip_note(done, sha, run_id, opts.run is None)],
-            held_in=held_elsewhere(done, sha, run_id, opts.run is None),
-            source_id=source_id,
-            sha=sha,
-        )
+        return skipped(inp.display, done, sha, run_id, opts.run is None)
     base = base_row(inp.display, run_id, sha, size, "kineto_json", t0)
     with inp.open() as raw:
         try:
@@ -354,15 +355,7 @@ def prepare_nsys(
     source_id = sha[:16]
     size = _size(path)
     if not opts.force and is_done(done, sha, run_id, opts.run is None):
-        return Prepared(
-            display,
-            stored_run(done, sha, run_id, opts.run is None),
-            "skipped",
-            notes=[skip_note(done, sha, run_id, opts.run is None)],
-            held_in=held_elsewhere(done, sha, run_id, opts.run is None),
-            source_id=source_id,
-            sha=sha,
-        )
+        return skipped(display, done, sha, run_id, opts.run is None)
     base = base_row(display, run_id, sha, size, fmt, t0)
     scratch = lake.scratch()
     try:

@@ -20,7 +20,7 @@ from . import streams
 from .discover import Unit
 from .errors import TraceError
 from .formats import GZIP_MAGIC
-from .runs import dir_name, run_for
+from .runs import dir_name, held_elsewhere, run_for, skip_note, stored_run
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 MAX_RANK = 2**31 - 1
@@ -130,6 +130,20 @@ def base_row(display: str, run_id: str, sha: str, size: int, fmt: str, t0: int) 
         "tracelake_version": __version__,
         "ingested_at_ns": t0,
     }
+
+
+def skipped(display: str, done, sha: str, run_id: str, any_run: bool) -> Prepared:
+    """The outcome of an input whose content `sha` is already in the lake (runs.is_done): the run
+    holding it, the skip note, and held_in when that run is not the one run_id names."""
+    return Prepared(
+        display,
+        stored_run(done, sha, run_id, any_run),
+        "skipped",
+        notes=[skip_note(done, sha, run_id, any_run)],
+        held_in=held_elsewhere(done, sha, run_id, any_run),
+        source_id=sha[:16],
+        sha=sha,
+    )
 
 
 def failed(

@@ -16,8 +16,8 @@ from .discover import excluded
 from .errors import TraceError
 from .formats import LOG_SUFFIXES
 from .prepare import prepare
-from .rows import Options, Prepared, content_sha256, failed
-from .runs import dir_name, held_elsewhere, is_done, run_for, skip_note, stored_run
+from .rows import Options, Prepared, content_sha256, failed, skipped
+from .runs import dir_name, is_done, run_for
 
 
 def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = None) -> list[Prepared]:
@@ -51,17 +51,7 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                 out.append(failed(disp, run_id, why))
                 continue
             if m.name not in todo:
-                out.append(
-                    Prepared(
-                        disp,
-                        stored_run(done, shas[m.name], run_id, opts.run is None),
-                        "skipped",
-                        notes=[skip_note(done, shas[m.name], run_id, opts.run is None)],
-                        held_in=held_elsewhere(done, shas[m.name], run_id, opts.run is None),
-                        source_id=shas[m.name][:16],
-                        sha=shas[m.name],
-                    )
-                )
+                out.append(skipped(disp, done, shas[m.name], run_id, opts.run is None))
                 continue
             inp = arc.StreamMember(display, m.name, m.size, f, below)
             try:
