@@ -155,7 +155,7 @@ def test_batch_never_stops(tmp_path):
             ok.append(name)
         except TraceError as e:
             failed.append((name, str(e)))
-    assert len(ok) == 27 + 1  # the corpus and ras_garbage.txt
+    assert len(ok) == 29 + 1  # the corpus and ras_garbage.txt
     assert {n for n, _ in failed} == set(BAD) - {"ras_garbage.txt"} | {"sqlite.db"}
     assert all(msg and "\n" not in msg for _, msg in failed)
 

@@ -22,7 +22,7 @@ from pipeline.report.document import build
 
 NCCL = CORPUS / "nccl"
 
-# Which corpus files are one job, written by hand from the files (PROVENANCE.md: 27 excerpts of
+# Which corpus files are one job, written by hand from the files (PROVENANCE.md: 29 excerpts of
 # unrelated jobs). No two files share a commId / comm hash or a host:pid, so each is a job of its
 # own. What identifies each (or that nothing does):
 JOBS = [
@@ -56,8 +56,12 @@ JOBS = [
     ["nccl-issue-892-single-node-h800-p2p-direct-pointer-channels.log"],
     # node01:5180-5186 (lines 1-16)
     ["nccl-tests-issue-228-net-ib-using-hca-env-echo.log"],
+    # node01:6287-6294, node02:7438-7445 (device lines 6-21) and the VMs' pids (lines 36-51); no NCCL line
+    ["nccl-tests-issue-256-h200-cx7-400g-topo-dump-xml-speed-and-allreduce-baremetal-vs-vm.log"],
     # node02:475220, node01:3867861 (lines 2, 3)
     ["nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log"],
+    # node01:101855, node02:34424 (device lines 6-7), NCCL 2.16.5 (line 13)
+    ["nccl-tests-issue-350-a100-cx5-200g-topo-graph-net-speed-and-gather-perf-same-run.log"],
     # node01:14926, node02:9210 (device lines 4-5), NCCL 2.9.6
     ["nccl-tests-issue-82-legacy-broadcast-header-error-column-socket.txt"],
     # no host or pid: an srun "0: " nccl-tests table only
@@ -106,7 +110,7 @@ def test_corpus_folder_is_one_run_per_job(tmp_path):
     hang finding is the one of that log alone (it no longer names ranks of other jobs' logs)."""
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([NCCL], lake)
-    assert {r.status for r in res} == {"ok"} and len(res) == 27
+    assert {r.status for r in res} == {"ok"} and len(res) == 29
     groups, run_of = _groups(lake)
     assert groups == sorted(sorted(g) for g in JOBS)
     assert run_of["aws-eks-efa-t4-2rank-nccl2.12.7-init-and-ncclTests.log"] == "nccl"
@@ -131,7 +135,7 @@ def test_corpus_folder_is_one_run_per_job(tmp_path):
     # one evidence line per job's timeout (basicsr, llamafactory, ofa), ofa's the one of that log alone
     assert len(_timeout(con, "all")) == 3
     assert [e for e in _timeout(con, "all") if OFA in e] == want
-    assert con.execute("SELECT count(DISTINCT job) FROM nccl_jobs").fetchone() == (27,)
+    assert con.execute("SELECT count(DISTINCT job) FROM nccl_jobs").fetchone() == (29,)
     # ingesting the folder again skips every file, wherever it was put
     assert {r.status for r in ingest_paths([NCCL], lake)} == {"skipped"}
 
