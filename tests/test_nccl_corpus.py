@@ -193,10 +193,12 @@ def test_link_rate_logs_yield_their_nccl_tests_tables():
     assert set(t["n_ranks"]) == {16} and set(t["n_nodes"]) == {2}  # 16 ranks on node01/node02 (-vm)
     row = {(r["line_no"], r["placement"]): r for r in t.to_dicts()}
     # line 26: "1073741824 268435456 float sum -1 4389.5 244.62 458.65 0 4331.1 247.92 464.84 0"
-    assert row[(26, "out_of_place")]["busbw_gbps"] == 458.65 and row[(26, "out_of_place")]["time_ns"] == 4_389_500
+    oop = row[(26, "out_of_place")]
+    assert oop["busbw_gbps"] == 458.65 and oop["time_ns"] == 4_389_500
     assert row[(26, "in_place")]["busbw_gbps"] == 464.84 and row[(26, "in_place")]["algbw_gbps"] == 247.92
     # line 57 (VM): "100663296 25165824 float sum -1 84462 1.19 2.23 0 52765 1.91 3.58 0"
-    assert row[(57, "out_of_place")]["size_bytes"] == 100663296 and row[(57, "out_of_place")]["busbw_gbps"] == 2.23
+    oop = row[(57, "out_of_place")]
+    assert oop["size_bytes"] == 100663296 and oop["busbw_gbps"] == 2.23
     assert row[(57, "in_place")]["table_index"] == 1
 
     g = _results("nccl-tests-issue-350-")
@@ -209,7 +211,8 @@ def test_link_rate_logs_yield_their_nccl_tests_tables():
     assert row[(88, "out_of_place")]["busbw_gbps"] == 20.19 and row[(88, "in_place")]["busbw_gbps"] == 22.34
     # line 127 (5 GiB, before the cliff) 17.98 GB/s; line 137 (6.25 GiB, after it) 10.83 GB/s
     assert row[(127, "out_of_place")]["busbw_gbps"] == 17.98
-    assert row[(137, "out_of_place")]["size_bytes"] == 6710886400 and row[(137, "out_of_place")]["busbw_gbps"] == 10.83
+    oop = row[(137, "out_of_place")]
+    assert oop["size_bytes"] == 6710886400 and oop["busbw_gbps"] == 10.83
 
 
 def test_corpus_writes_a_conforming_lake(tmp_path):
