@@ -233,6 +233,9 @@ def analyze(
             "steps": sorted(
                 int(x) for x in status.filter(pl.col("run_id") == run_id)["step"].unique().to_list()
             ),
+            "steps_found_by": sorted(
+                str(x) for x in status.filter(pl.col("run_id") == run_id)["found_by"].drop_nulls().unique()
+            ),
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
             **_summary(summary_rows, devices.filter(pl.col("run_id") == run_id), inputs=s),

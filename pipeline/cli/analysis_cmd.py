@@ -211,8 +211,9 @@ def print_summary(console, res: dict, ranks_table: bool = False) -> None:
     Lines are not wrapped by rich (soft wrap): a piped verdict stays one line."""
     from rich.table import Table
 
-    from ..report.document import timing_text
+    from ..report.document import steps_found_text, timing_text
 
+    found = {r["run_id"]: r.get("steps_found_by") or [] for r in res["runs"]}
     for v in res["verdicts"]:
         console.print(
             f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}"
@@ -221,6 +222,10 @@ def print_summary(console, res: dict, ranks_table: bool = False) -> None:
             markup=True,
             soft_wrap=True,
         )
+        if set(found.get(v["run_id"], [])) & {"nvtx_repeat", "kernel_period"}:
+            console.print(
+                f"  steps found from {steps_found_text(found[v['run_id']])}", markup=False, soft_wrap=True
+            )
         for i, f in enumerate((f for f in res["findings"] if f["run_id"] == v["run_id"]), 1):
             console.print(f"  {i}. {f['title']} — {timing_text(f)}", markup=False, soft_wrap=True)
         rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]

@@ -53,6 +53,7 @@ def build(result: dict, baseline: dict | None = None) -> dict:
             "tool_versions": run.get("tool_versions", {}),
             "nccl_matching": run.get("nccl_matching"),
             "steps": len(run["steps"]),
+            "steps_found_by": run.get("steps_found_by", []),
             "steps_analysed": v["steps_used"],
             "basis": v["basis"],
             "analysed_ns": v["analysed_ns"],
@@ -120,6 +121,21 @@ def build(result: dict, baseline: dict | None = None) -> dict:
     }
 
 
+# how a run's steps were found (steps.source, pipeline/ingest/nsys/step_detect.py), for people
+FOUND_BY = {
+    "profiler_step": "the profiler's ProfilerStep ranges",
+    "nvtx": "NVTX step ranges",
+    "nvtx_repeat": "a repeating top-level NVTX range (the trace has no ProfilerStep)",
+    "kernel_period": "the period of the kernel sequence (no ProfilerStep or step range: a step is one "
+    "repetition of the GPU work, which may be a layer rather than a training iteration)",
+}
+
+
+def steps_found_text(found_by: list[str]) -> str:
+    """How the steps were found, in words ('' for an unknown list): shared by the HTML, markdown and CLI."""
+    return " and ".join(FOUND_BY.get(f, f) for f in found_by) or "step ranges"
+
+
 def basis_text(summary: dict, verdict: dict) -> str:
     """One sentence saying what the verdict's shares divide (shared by the HTML and markdown)."""
     if verdict["basis"] == "steps":
@@ -130,8 +146,9 @@ def basis_text(summary: dict, verdict: dict) -> str:
                 if verdict["ranks"] != summary["ranks_with_gpu_work"]
                 else ""
             )
-            + f", {summary['analysed_ns'] / 1e6:,.3f} ms in all (each step from the start of its host "
-            "step range, ProfilerStep or NVTX, to the end of the GPU work it launched)"
+            + f", {summary['analysed_ns'] / 1e6:,.3f} ms in all (steps from "
+            + steps_found_text(summary.get("steps_found_by", []))
+            + "; each from the start of its host step window to the end of the GPU work it launched)"
         )
         out = [e for e in verdict["excluded_steps"] if e["why"] == "outlier"]
         inc = [e for e in verdict["excluded_steps"] if e["why"] == "incomplete"]

@@ -42,7 +42,7 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
         notes.append("export schema version unknown (no META_DATA_EXPORT / EXPORT_META_DATA)")
 
     # ---- steps
-    steps = _steps(con, step_regex)
+    steps = _steps(con, step_regex, notes)
     if step_regex and steps.height == 0:
         notes.append(f"--step-range {step_regex!r} matched no NVTX range of a rank process")
 

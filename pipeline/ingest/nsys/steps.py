@@ -10,6 +10,7 @@ import polars as pl
 
 from .export import _STEP_SCHEMA
 from .readers import _small
+from .step_detect import detect
 
 _I32 = (-(2**31), 2**31 - 1)
 
@@ -89,10 +90,11 @@ def _devices(ex, con, ranks: dict[int, int], host, notes: list[str] | None = Non
 _STEP_RE = r"^ProfilerStep\s*#\s*\d+$"
 
 
-def _steps(con, step_regex: str | None) -> pl.DataFrame:
+def _steps(con, step_regex: str | None, notes: list[str] | None = None) -> pl.DataFrame:
     """Steps: NVTX ranges of rank processes named ProfilerStep#N, or matching step_regex; step
     number = the last integer in the name, else the range's order; ranges nested inside another
-    matching range of the same rank are dropped (outermost wins)."""
+    matching range of the same rank are dropped (outermost wins). Without step_regex and without
+    ProfilerStep ranges, the steps step_detect.detect finds from the data (notes say how)."""
     rx = step_regex or _STEP_RE
     con.execute("SET VARIABLE step_regex = ?", [rx])
     df = pl.from_arrow(
@@ -106,6 +108,8 @@ def _steps(con, step_regex: str | None) -> pl.DataFrame:
         ORDER BY m.rank, start_ns, end_ns DESC""").to_arrow_table()
     )
     if df.height == 0:
+        if step_regex is None:
+            return detect(con, [] if notes is None else notes)
         return pl.DataFrame(schema=_STEP_SCHEMA)
     rows = []
     for (rank,), g in df.group_by(["rank"], maintain_order=True):
