@@ -53,7 +53,8 @@ WITH launch AS (
 SELECT m.rank, k.deviceId AS device, k.start, k."end", coalesce(k.demangledName, k.shortName) AS name_id,
        l.launch_ns, l.gt
 FROM kernel k JOIN rank_map m ON m.gp = coalesce(k.globalPid, getvariable('single_gp'))
-LEFT JOIN launch l ON l.gp = coalesce(k.globalPid, getvariable('single_gp')) AND l.correlationId = k.correlationId
+LEFT JOIN launch l
+  ON l.gp = coalesce(k.globalPid, getvariable('single_gp')) AND l.correlationId = k.correlationId
 WHERE k.start IS NOT NULL AND k."end" IS NOT NULL
 ORDER BY m.rank, k.start
 """
@@ -226,10 +227,11 @@ def _kernel_period(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFrame
                 }
             )
         named = con.execute("SELECT any_value(value) FROM strings WHERE id = ?", [int(code)]).fetchall()[0]
+        anchor = short_name(named[0]) if named and named[0] else f"kernel name id {code}"
         notes.append(
             f"steps of rank {rank}: {len(at) - 1} repetitions of its kernel sequence ({p} kernels each, "
             f"{100 * match:.0f} % of the sequence repeats; each starts at the launch of "
-            f"{(short_name(named[0]) if named and named[0] else f'kernel name id {code}')!r}); no ProfilerStep or "
+            f"{anchor!r}); no ProfilerStep or "
             "repeating NVTX range, so a step may be a layer rather than a training iteration"
         )
     return pl.DataFrame(rows)
