@@ -24,11 +24,7 @@
 -- @column run_id VARCHAR: Run.
 -- @column rank INTEGER: Rank.
 -- @column step BIGINT: Step.
--- @column name VARCHAR: The ProfilerStep's name (or the range's, or 'kernel period #N').
--- @column found_by VARCHAR: How the step was found (steps.source): profiler_step (Kineto's
---   ProfilerStep#N), nvtx (an Nsight Systems ProfilerStep#N range, or one chosen by --step-range),
---   nvtx_repeat (a repeating top-level NVTX range), kernel_period (the period of the kernel
---   sequence), pipeline/ingest/nsys/step_detect.py.
+-- @column name VARCHAR: The ProfilerStep's name.
 -- @column start_ns BIGINT ns: Host window start (absolute clock).
 -- @column end_ns BIGINT ns: Host window end.
 -- @column dur_ns BIGINT ns: Host window length.
@@ -70,7 +66,7 @@ per_step AS (
   WHERE l.start_ns < s.end_ns
   GROUP BY ALL
 )
-SELECT s.run_id, s.rank, s.step, s.name, s.source AS found_by, s.start_ns, s.end_ns, s.dur_ns,
+SELECT s.run_id, s.rank, s.step, s.name, s.start_ns, s.end_ns, s.dur_ns,
   coalesce(p.launches, 0) AS launches, coalesce(p.missing, 0) AS launches_without_gpu_work,
   coalesce(p.cut_off, 0) AS launches_cut_off, s.in_truncated_source,
   coalesce(p.cut_off, 0) = 0 AND NOT s.in_truncated_source AS complete,

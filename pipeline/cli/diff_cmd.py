@@ -1,0 +1,177 @@
+"""`tracelake diff BASELINE CANDIDATE`: run against run, the CI regression gate
+(pipeline/diagnosis/diff.py; docs/usage.md "Diff: the CI gate"; docs/diff-json.md)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import tempfile
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .app import EXIT_FAILED, _write, command, err, usage_error
+from .options import KWAIT, LAKE, QUIET, STEPS, WINDOW
+
+EPILOG = (
+    "Exit codes: 0 compared, the gate (if any) passed; 1 the gate failed (--fail-on-regression, --fail-on); "
+    "2 usage error; 4 failed (an input could not be ingested or read); 5 not comparable (the reason is "
+    "printed)."
+)
+
+
+def _side(arg: str, run: str | None, lake_dir: Path, step_range, stack, what: str) -> tuple[Path, str | None]:
+    """(lake directory, run id or None) of one side: a lake; traces (a file or directory, ingested
+    into a temporary lake removed on exit); or a run of --lake."""
+    from ..ingest import ingest_paths
+    from ..lake import Lake
+
+    p = Path(arg)
+    if p.exists():
+        if Lake(p).exists():
+            return p, run
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tracelake-diff-"))) / "lake"
+        results = ingest_paths([p], Lake(tmp), step_regex=step_range)
+        for r in results:
+            if r.status == "failed":
+                err.print(f"warning: {r.path}: {r.error}", markup=False, style="yellow", soft_wrap=True)
+        if not any(r.status == "ok" for r in results):
+            err.print(f"error: {what} {arg}: nothing could be ingested", markup=False)
+            raise typer.Exit(EXIT_FAILED)
+        return tmp, run
+    lake = Lake(lake_dir)
+    if lake.exists() and arg in set(lake.sources()["run_id"].drop_nulls().to_list()):
+        if run is not None and run != arg:
+            raise usage_error(f"{what} {arg} is a run of {lake_dir}; --{what}-run {run} contradicts it")
+        return lake_dir, arg
+    raise usage_error(f"{what} {arg}: no such file or directory, and not a run of the lake {lake_dir}")
+
+
+def _pick(doc: dict, run: str | None, other: str | None, arg: str, what: str) -> str:
+    """The run of a side's analysis to compare: the one asked for, else the only run with GPU
+    work, else the run of the other side's name."""
+    ids = [v["run_id"] for v in doc["verdicts"] if v["basis"] is not None]
+    if run is not None:
+        if run not in {r["run_id"] for r in doc["runs"]}:
+            raise usage_error(f"{what} {arg}: no run {run} (runs: {', '.join(sorted(ids)) or 'none'})")
+        return run
+    if len(ids) == 1:
+        return ids[0]
+    if other in ids:
+        return other
+    if not ids:
+        raise usage_error(f"{what} {arg}: no run with GPU work to compare")
+    raise usage_error(f"{what} {arg}: holds runs {', '.join(sorted(ids))}: choose one with --{what}-run")
+
+
+def _thresholds(items: list[str]) -> dict[str, float]:
+    from ..diagnosis.diff import COMPONENT_KEYS
+
+    out = {}
+    for item in items:
+        key, sep, pct = item.partition("=")
+        try:
+            val = float(pct)
+        except ValueError:
+            val = float("nan")
+        if not sep or key not in COMPONENT_KEYS or not (val >= 0):
+            raise usage_error(
+                f"--fail-on {item!r}: COMPONENT=PCT with PCT >= 0 and COMPONENT one of "
+                + ", ".join(COMPONENT_KEYS)
+            )
+        out[key] = val
+    return out
+
+
+@command(epilog=EPILOG)
+def diff(
+    baseline: str = typer.Argument(
+        ...,
+        metavar="BASELINE",
+        help="The baseline: traces (a file or directory), a lake, or a run of --lake.",
+    ),
+    candidate: str = typer.Argument(..., metavar="CANDIDATE", help="The candidate, in the same forms."),
+    lake: Path = LAKE,
+    baseline_run: Optional[str] = typer.Option(
+        None, "--baseline-run", metavar="RUN", help="The baseline's run."
+    ),
+    candidate_run: Optional[str] = typer.Option(
+        None, "--candidate-run", metavar="RUN", help="The candidate's run."
+    ),
+    fmt: str = typer.Option("text", "--format", "-f", metavar="text|md|json", help="Output format."),
+    output: Optional[Path] = typer.Option(
+        None, "-o", "--output", metavar="FILE", help="File to write (default: standard output)."
+    ),
+    fail_on_regression: Optional[float] = typer.Option(
+        None,
+        "--fail-on-regression",
+        min=0.0,
+        metavar="PCT",
+        help="Exit 1 when the verdict is a regression of at least PCT % of the baseline step time.",
+    ),
+    fail_on: List[str] = typer.Option(
+        [],
+        "--fail-on",
+        metavar="COMPONENT=PCT",
+        help="Exit 1 when a component (compute, exposed_transfer, peer_wait, memory_copies, host_idle, "
+        "input_idle, other) grew by PCT % of the baseline step time or more; repeatable.",
+    ),
+    min_change: float = typer.Option(
+        1.0,
+        "--min-change",
+        min=0.0,
+        metavar="PCT",
+        help="Smallest change called a regression or improvement.",
+    ),
+    align: str = typer.Option(
+        "steady",
+        "--align",
+        metavar="steady|step",
+        help="Compare the steady steps of each side, or equal step numbers.",
+    ),
+    step_range: Optional[str] = STEPS,
+    window: str = WINDOW,
+    kernel_wait_us: float = KWAIT,
+    quiet: bool = QUIET,
+):
+    """Compare two runs' step time (a confidence interval from their steps), say what moved, gate CI."""
+    from ..diagnosis.diff import diff as diff_runs
+    from ..report.diff_render import render
+    from .analysis_cmd import _analysis
+
+    if fmt not in ("text", "md", "json"):
+        raise usage_error(f"--format {fmt!r}: text, md or json")
+    if align not in ("steady", "step"):
+        raise usage_error(f"--align {align!r}: steady or step")
+    gates = _thresholds(fail_on)
+    with contextlib.ExitStack() as stack:
+        bdir, brun = _side(baseline, baseline_run, lake, step_range, stack, "baseline")
+        cdir, crun = _side(candidate, candidate_run, lake, step_range, stack, "candidate")
+        bdoc, _ = _analysis(bdir, window, kernel_wait_us, None, None, *([None] * 8), top_n=None, quiet=quiet)
+        cdoc = (
+            bdoc
+            if cdir == bdir
+            else _analysis(cdir, window, kernel_wait_us, None, None, *([None] * 8), top_n=None, quiet=quiet)[
+                0
+            ]
+        )
+        brun = _pick(bdoc, brun, crun, baseline, "baseline")
+        crun = _pick(cdoc, crun, brun, candidate, "candidate")
+        doc = diff_runs(
+            bdoc,
+            brun,
+            cdoc,
+            crun,
+            align=align,
+            min_change_pct=min_change,
+            fail_on_regression_pct=fail_on_regression,
+            fail_on=gates,
+        )
+    doc["baseline"]["input"], doc["candidate"]["input"] = baseline, candidate
+    text = render(doc, fmt)
+    if output is None or str(output) == "-":
+        sys.stdout.write(text)
+    else:
+        _write(output, text)
+    raise typer.Exit(doc["exit_code"])
