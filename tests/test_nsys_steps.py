@@ -11,55 +11,14 @@ import numpy as np
 import polars as pl
 import pytest
 from conftest import CORPUS
+from nsys_handmade import MS
+from nsys_handmade import export as _export
 
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.query import connect
 
 NSYS = CORPUS / "nsys"
-GP = 100 << 24  # globalPid of process 100 (nsys: pid << 24)
-TID = GP | 101  # globalTid of its thread 101
-MS = 1_000_000
-
-
-def _export(path: Path, iterations: int, nvtx: list[tuple[int, int, str]] = ()) -> None:
-    """A minimal Nsight Systems export of one process on one GPU: each iteration k (10 ms apart)
-    waits 2 ms (data loading) and then runs kernels A B C B D, 1 ms each back to back, each
-    launched 10 us before it starts (cudaLaunchKernel rows with the kernel's correlation id);
-    nvtx: extra NVTX push/pop ranges (start, end, text) on the launching thread."""
-    c = sqlite3.connect(path)
-    c.executescript(
-        """
-        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
-        CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INT, "end" INT, deviceId INT, contextId INT,
-          streamId INT, correlationId INT, globalPid INT, shortName INT, demangledName INT);
-        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INT, "end" INT, eventClass INT, globalTid INT,
-          correlationId INT, nameId INT);
-        CREATE TABLE NVTX_EVENTS (start INT, "end" INT, eventType INT, text TEXT, textId INT,
-          globalTid INT, domainId INT);
-        INSERT INTO META_DATA_EXPORT VALUES ('EXPORT_SCHEMA_VERSION', '3.25.0');
-        INSERT INTO StringIds VALUES (1, 'A'), (2, 'B'), (3, 'C'), (4, 'D'), (9, 'cudaLaunchKernel_v7000');
-        """
-    )
-    corr = 0
-    for k in range(iterations):
-        t = k * 10 * MS + 2 * MS
-        for name in (1, 2, 3, 2, 4):
-            corr += 1
-            c.execute(
-                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, 0, ?, ?, 9)",
-                (t - 10_000, t - 5_000, TID, corr),
-            )
-            c.execute(
-                "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, 0, 1, 7, ?, ?, ?, ?)",
-                (t, t + MS, corr, GP, name, name),
-            )
-            t += MS
-    for s, e, text in nvtx:
-        c.execute("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, NULL, ?, 0)", (s, e, text, TID))
-    c.commit()
-    c.close()
 
 
 def _steps(lake: Lake) -> pl.DataFrame:

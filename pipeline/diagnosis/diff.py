@@ -65,7 +65,7 @@ COMPONENTS = [
     ("compute", "compute", ("compute_ns",)),
     ("exposed_transfer", "exposed transfer", ("exposed_comm_transfer_ns",)),
     ("peer_wait", "waiting for peers", ("exposed_comm_wait_ns",)),
-    ("memory_copies", "memory copies", ("exposed_memcpy_ns",)),
+    ("memory_copies", "memory copies", ("exposed_memory_ns",)),
     ("host_idle", "host-bound idle", ("idle_host_wait_ns", "idle_kernel_wait_ns")),
     ("input_idle", "input-bound idle", ("idle_input_ns",)),
     ("other", "other (unknown work, other waits, graph replays)",
@@ -320,7 +320,7 @@ def diff(
 def _reason(verdict: str, st: dict, min_change_pct: float, comps: list[dict]) -> str:
     ci = f"95 % interval {st['ci_low_pct']:+.1f} % to {st['ci_high_pct']:+.1f} %"
     head = (
-        f"step time {st['baseline_ns'] / 1e6:,.3f} -> {st['candidate_ns'] / 1e6:,.3f} ms "
+        f"step time {st['baseline_ns'] / 1e6:,.3f} → {st['candidate_ns'] / 1e6:,.3f} ms "
         f"({st['change_pct']:+.1f} %, {ci})"
     )
     if verdict == "no change":

@@ -24,8 +24,7 @@ def _who(doc: dict) -> str:
     if not w:
         return ""
     return (
-        f" (the candidate waits for rank {w['rank']}: last into {w['times_last']} of {w['calls']} "
-        "collectives)"
+        f"the candidate waits for rank {w['rank']}: last into {w['times_last']} of {w['calls']} collectives"
     )
 
 
@@ -34,8 +33,7 @@ def _lines(doc: dict) -> list[tuple[str, str, str, str]]:
     st = doc["step_time"]
     rows = [("step time", _ms(st["baseline_ns"]), _ms(st["candidate_ns"]), _d(st["change_ns"]))]
     for c in doc["components"]:
-        label = c["label"] + (_who(doc) if c["key"] == "peer_wait" else "")
-        rows.append((f"  {label}", _ms(c["baseline_ns"]), _ms(c["candidate_ns"]), _d(c["delta_ns"])))
+        rows.append((f"  {c['label']}", _ms(c["baseline_ns"]), _ms(c["candidate_ns"]), _d(c["delta_ns"])))
     return rows
 
 
@@ -77,6 +75,8 @@ def text(doc: dict) -> str:
     out.append(f"  {'ms per step':<60} {'baseline':>10} {'candidate':>10} {'change':>10}")
     for label, b, c, d in _lines(doc):
         out.append(f"  {label:<60} {b:>10} {c:>10} {d:>10}")
+    if _who(doc):
+        out.append(f"  ({_who(doc)})")
     if doc["kernels"]:
         out.append("")
         out.append("  kernels that moved (ms per step and rank):")
@@ -109,6 +109,8 @@ def markdown(doc: dict) -> str:
     out += ["| ms per step | baseline | candidate | change |", "|---|---:|---:|---:|"]
     for label, bb, cc, d in _lines(doc):
         out.append(f"| {_md_cell(label.strip())} | {bb} | {cc} | {d} |")
+    if _who(doc):
+        out += ["", f"Waiting for peers: {_who(doc)}."]
     if doc["kernels"]:
         out += [
             "",

@@ -18,6 +18,7 @@ from __future__ import annotations
 from .. import __version__
 from ..diagnosis.caveats import lowers_confidence
 from ..diagnosis.compare import compare_run, pick_baseline_run
+from ..diagnosis.diff import diff as diff_runs
 from ..diagnosis.roofline import metrics_text
 from ..diagnosis.steady import OUTLIER_FACTOR
 from ..diagnosis.verdict import LABELS
@@ -91,6 +92,16 @@ def build(result: dict, baseline: dict | None = None) -> dict:
                 )
             else:
                 comparison = compare_run(result, rid, baseline, base_id)
+                # the verdict of `tracelake diff` (pipeline/diagnosis/diff.py: a confidence interval
+                # from both runs' steps, comparability checked) leads the comparison
+                gate = diff_runs(baseline, base_id, result, rid)
+                comparison["diff"] = {
+                    k: gate[k] for k in ("verdict", "reason", "step_time", "who_waited_for")
+                }
+                comparison["diff"]["not_comparable"] = gate["comparability"]["reasons"]
+                comparison["summary"] = (
+                    f"{gate['verdict']}: {gate['reason']}. Components: {comparison['summary']}"
+                )
         findings = [
             {k: x for k, x in f.items() if k != "run_id"}
             for f in result.get("findings", [])
