@@ -46,6 +46,7 @@ UNITS = {
     "ns": "nanoseconds",
     "bytes": "bytes",
     "GB/s": "1e9 bytes per second",
+    "Gb/s": "1e9 bits per second (a NIC's line rate as vendors state it)",
     "%": "percent, 0-100",
     "FLOP": "floating-point operations",
     "TFLOP/s": "1e12 FLOP per second",

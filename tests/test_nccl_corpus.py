@@ -79,11 +79,11 @@ EXPECTED = {
     ),
     "nccl-tests-issue-228-net-ib-using-hca-env-echo.log": (
         "nccl_log",
-        {"nccl_processes", "nccl_net_devices", "nccl_events"},
+        {"nccl_processes", "nccl_net_devices", "nccl_link_rates", "nccl_events"},
     ),
     "nccl-tests-issue-256-h200-cx7-400g-topo-dump-xml-speed-and-allreduce-baremetal-vs-vm.log": (
         "nccl_tests",
-        {"nccl_processes", "nccl_events", "nccl_tests_results"},
+        {"nccl_processes", "nccl_link_rates", "nccl_events", "nccl_tests_results"},
     ),
     "nccl-tests-issue-284-socket-transport-info-interleaved-in-table.log": (
         "nccl_tests",
@@ -94,6 +94,7 @@ EXPECTED = {
         {
             "nccl_processes",
             "nccl_net_devices",
+            "nccl_link_rates",
             "nccl_channels",
             "nccl_rings",
             "nccl_events",

@@ -25,6 +25,7 @@ from .common import INT32, MAX_HELD_ROWS, LogParsed, TableFull, dumps, finish, t
 from .log_comm import CommLines
 from .log_info import InfoLines, WarnLines
 from .log_nccl_tests import TestsLines, TestsTables
+from .log_rates import RateLines
 from .log_state import WRAPPER, held, split_wrapper, wrapper_rank
 from .log_topo import NetLines, TopoLines
 from .log_torch import APP_VERSION, GLOG, TorchLines, glog_time
@@ -59,7 +60,9 @@ def _local_ns(ts: str | None) -> int | None:
     return secs * 1_000_000_000 + (int((frac or "").ljust(9, "0")) if frac else 0)
 
 
-class LogParser(WarnLines, InfoLines, CommLines, TopoLines, NetLines, TorchLines, TestsLines, TestsTables):
+class LogParser(
+    WarnLines, InfoLines, CommLines, TopoLines, NetLines, RateLines, TorchLines, TestsLines, TestsTables
+):
     """One pass over the lines of a text log; see the module docstring. Use parse_text()."""
 
     # --- dispatch -----------------------------------------------------------------------------------
@@ -108,6 +111,8 @@ class LogParser(WarnLines, InfoLines, CommLines, TopoLines, NetLines, TorchLines
                 wrapper_rank=wrapper_rank(text[: m.start()]),
             )
             self.event(li, "torch")
+            return
+        if "<" in text and self.xml_line(li, text):
             return
         m = APP_VERSION.search(text)
         if m:
@@ -163,6 +168,7 @@ class LogParser(WarnLines, InfoLines, CommLines, TopoLines, NetLines, TorchLines
         """End of file: finish the tables, in this order (each step reads the rows the one before
         added): processes, nccl-tests device lists, ring truncation, nccl-tests ranks and test names."""
         self.close_processes()
+        self.close_rates()
         self.close_devices()
         self.close_rings()
         self.close_tests()

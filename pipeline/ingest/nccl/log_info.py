@@ -125,7 +125,12 @@ class InfoLines(LogState):
 
     def info(self, li: dict, msg: str) -> None:
         """An NCCL INFO line: the first grammar that claims it, else an 'info' event."""
-        if self.comm_info(li, msg) or self._info_init(li, msg) or self._info_misc(li, msg):
+        if (
+            self.comm_info(li, msg)
+            or self.rate_line(li, msg)
+            or self._info_init(li, msg)
+            or self._info_misc(li, msg)
+        ):
             return
         self.event(li, "info")
 

@@ -23,6 +23,7 @@ LOG_TABLES = (
     "nccl_events",
     "nccl_watchdog",
     "nccl_tests_results",
+    "nccl_link_rates",
 )
 #: append-only tables (no row is read or updated after it is added) -> the column whose distinct
 #: values parse_lines still needs at the end; these are built into spools as the lines come

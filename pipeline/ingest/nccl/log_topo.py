@@ -208,6 +208,8 @@ class NetLines(LogState):
     """NET/, Bootstrap and 'Using network' lines (see the module docstring)."""
 
     def net_line(self, li: dict, msg: str) -> None:
+        if self.ib_rate_line(li, msg):
+            return
         nd = self.t["nccl_net_devices"]
         base = dict(
             line_no=li["line_no"], host=li["host"], pid=li["pid"], tid=li["tid"], cuda_dev=li.get("cuda_dev")
@@ -227,6 +229,13 @@ class NetLines(LogState):
                     relaxed_ordering=m.group("ro") is not None,
                     oob_if=m.group("oobif"),
                     oob_ip=m.group("oobip"),
+                )
+                self.nic_using(
+                    li,
+                    to_int(d.group("i"), INT32),
+                    d.group("name"),
+                    to_int(d.group("port"), INT32),
+                    d.group("ll"),
                 )
             self.event(li, "net")
             return
