@@ -56,7 +56,8 @@ IB_VIRTUAL = re.compile(
     r"NET/IB ?: Made virtual device \[(?P<i>\d+)\] name=(?P<name>\S+) speed=(?P<speed>-?\d+)"
 )
 IB_CHANGE = re.compile(
-    r"NET/IB ?: (?P<name>[^:\s]+):(?P<port>\d+) speed change detected: (?P<old>-?\d+) -> (?P<speed>-?\d+) Mbps"
+    r"NET/IB ?: (?P<name>[^:\s]+):(?P<port>\d+) speed change detected: "
+    r"(?P<old>-?\d+) -> (?P<speed>-?\d+) Mbps"
 )
 XML_TAG = re.compile(r"^\s*<(?P<tag>net|pci)\s")
 XML_ATTR = re.compile(r'(\w+)="([^"]*)"')
