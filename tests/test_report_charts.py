@@ -149,7 +149,7 @@ def test_nccl_tests_chart_points_are_the_files_rows(tmp_path):
     # then why there is no link-peak line
     assert note.endswith(
         "half of it from 256\u00a0MiB on. "
-        "no link-peak line: spans 2 nodes: the inter-node NIC rate is not in the output"
+        "no link-peak line: spans 2 nodes: line rate unknown: run with NCCL_DEBUG_SUBSYS=INIT,GRAPH,NET"
     ) and note.startswith(
         "all_reduce_perf out-of-place (ncclTests-gcp-a3mega-h100-16rank-allreduce.txt, 2 node(s))"
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import duckdb
 
 from .. import schema as sch
+from . import link_findings
 
 # busbw below this share of the per-direction link peak is reported: nccl.md section 5 gives
 # ~77-82 % of the per-direction NVLink rate as what NCCL reaches on healthy A100/H100 nodes, so
@@ -133,7 +134,7 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, stray: set[str] = froz
         """
         SELECT b.test, b.placement, b.peak_busbw_gbps, b.link_peak_gbps, b.busbw_pct_of_link,"""
         f""" b.size_at_peak_bytes,
-               b.gpu_name, b.file
+               b.gpu_name, b.file, b.link_kind, b.nic_names
         FROM nccl_tests_bandwidth b
         WHERE b.run_id = '{rid}' AND b.busbw_pct_of_link < {LOW_BUSBW_PCT} ORDER BY b.busbw_pct_of_link"""
     )
@@ -146,19 +147,24 @@ def findings(con: duckdb.DuckDBPyConnection, run_id: str, stray: set[str] = froz
                 "severity": "moderate",
                 "recoverable_ns": None,
                 "evidence": [
-                    f"{t} ({p}): best busbw {bw:.1f} GB/s at {size} B = {pct:.0f}% of {peak:.0f} GB/s per "
-                    f"direction ({gpu}; {f})"
-                    for t, p, bw, peak, pct, size, gpu, f in low[:5]
+                    f"{t} ({p}): best busbw {bw:.1f} GB/s at {size} B = {pct:.0f}% of "
+                    + (
+                        f"the {peak:g} GB/s the NICs give ({nics}; {f})"
+                        if kind == "nic"
+                        else f"{peak:.0f} GB/s per direction ({gpu}; {f})"
+                    )
+                    for t, p, bw, peak, pct, size, gpu, f, kind, nics in low[:5]
                 ],
                 "recommendation": "Healthy NVLink nodes reach ~77-82% of the per-direction line rate in "
-                "nccl-tests (nccl.md section 5). Check the transport lines of an NCCL_DEBUG=INFO run (SHM "
-                "or Socket instead of P2P/NET/IB), NVLink health (nvidia-smi nvlink -s), and test node by "
-                "node to find the slow link.",
+                "nccl-tests, and IB/RoCE fabrics ~90 % of the NIC rate (HDR 200 Gb/s gives ~20-24 GB/s per "
+                "NIC, NDR 400 Gb/s 46-48 GB/s: nccl.md sections 1.11 and 5). Check the transport lines of an "
+                "NCCL_DEBUG=INFO run (SHM or Socket instead of P2P/NET/IB, GDRDMA missing), NVLink health "
+                "(nvidia-smi nvlink -s), and test node by node to find the slow link.",
                 "sql": f"SELECT * FROM nccl_tests_bandwidth WHERE run_id = '{rid}'",
                 "source": "nccl_tests",
             }
         )
-    return out
+    return out + link_findings.findings(con, run_id)
 
 
 def _dicts(con: duckdb.DuckDBPyConnection, sql: str) -> list[dict]:

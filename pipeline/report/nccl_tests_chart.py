@@ -2,7 +2,8 @@
 note | None) shape of charts.py: bus bandwidth against message size, log x, one line per test and
 placement (out-of-place, in-place) as the output printed them (nccl_tests_results rows), with a
 dashed rule at each test's link peak (queries/nccl_tests_bandwidth.sql: NVLink per direction when
-every rank is on one node; otherwise unknown, and the note says why, from its link_note)."""
+every rank is on one node; across nodes the NICs' rate as the run's NCCL lines state it; otherwise
+unknown, and the note says why, from its link_note)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,22 @@ def peak_lines(peaks: list[dict]) -> list[str]:
         )
         if p.get("half_peak_size_bytes") is not None:
             line += f", half of it from {_size(p['half_peak_size_bytes'])} on"
-        if p.get("busbw_pct_of_link") is not None:
-            line += f", {p['busbw_pct_of_link']:.0f}\u00a0% of the {p['link_peak_gbps']:g}\u00a0GB/s link"
+        pct, peak = p.get("busbw_pct_of_link"), p.get("link_peak_gbps")
+        if pct is not None and p.get("link_kind") == "nic" and pct > 100:
+            # a ring cannot pass the NICs' rate, Tree / NVLS-Tree can (link_note says so): not a share
+            line += (
+                f", above the {peak:g}\u00a0GB/s ring bound of the {p['nics']} NIC(s) the logs state "
+                "(Tree or NVLS-Tree can pass it)"
+            )
+        elif pct is not None and p.get("link_kind") == "nic":
+            line += f", {pct:.0f}\u00a0% of the {peak:g}\u00a0GB/s the NICs give ({p['nic_names']})"
+        elif pct is not None:
+            line += f", {pct:.0f}\u00a0% of the {peak:g}\u00a0GB/s link"
+        if p.get("busbw_pct_of_expected") is not None:
+            line += (
+                f", {p['busbw_pct_of_expected']:.0f}\u00a0% of NCCL's own estimate "
+                f"({p['nccl_expected_gbps']:g}\u00a0GB/s)"
+            )
         out.append(line)
     return out
 

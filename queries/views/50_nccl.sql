@@ -172,3 +172,97 @@ FROM collectives c
 LEFT JOIN rank_nccl r ON r.run_id = c.run_id AND r.rank = c.rank
 LEFT JOIN nccl_process_transport t ON t.run_id = c.run_id AND t.host IS NOT DISTINCT FROM r.nccl_host AND t.pid = r.nccl_pid
 LEFT JOIN only_comm o ON o.run_id = c.run_id AND o.host IS NOT DISTINCT FROM r.nccl_host AND o.pid = r.nccl_pid;
+
+-- nccl_line_rate: the network line rate each host's NCCL logs state (nccl_link_rates;
+-- ../shared/reference/nccl.md section 1.11; docs/nccl.md "Line rate"): the NICs its channels go
+-- through (`Channel ... via NET/IB/<index>`, named from the NET/IB Using line), else every NIC it
+-- states a rate for, each at the best rate stated for it; their sum is the bound of a ring that
+-- crosses the node through them (each channel's ring leaves the node through one NIC; nccl-tests
+-- busbw of a ring on several nodes cannot pass it, Tree and NVLS-Tree can: nccl-tests#196). A
+-- topology dump printed without an NCCL line prefix names no host (host NULL). ring_*: NCCL's own
+-- expectation, its ring graph's search result (`Pattern 4`, NCCL_TOPO_PATTERN_RING in
+-- src/include/graph.h): bandwidth per channel x channels, inside the node and between nodes.
+-- @view nccl_line_rate: Per run and host, the NICs NCCL states a rate for and their sum, and NCCL's ring estimate.
+-- @column run_id VARCHAR: Run.
+-- @column host VARCHAR: Host (NULL: a topology dump printed without an NCCL line prefix).
+-- @column nics BIGINT count: NICs counted.
+-- @column nic_names VARCHAR: Their names (dev_name, else NET/<index>), comma-separated.
+-- @column nic_gbps DOUBLE GB/s: The slowest of them.
+-- @column nic_max_gbps DOUBLE GB/s: The fastest.
+-- @column sum_gbps DOUBLE GB/s: Their sum: the network bound of a ring through them.
+-- @column from_channels BOOLEAN: The NICs are those NCCL's channels use (else every NIC stated).
+-- @column ring_intra_gbps DOUBLE GB/s: NCCL's ring graph, bandwidth per channel x channels inside the node (NULL: no Pattern 4 line).
+-- @column ring_inter_gbps DOUBLE GB/s: The same between nodes.
+CREATE OR REPLACE VIEW nccl_line_rate AS
+WITH nic AS (
+  SELECT run_id, host, coalesce(dev_name, 'NET/' || dev_index) AS nic, max(bw_gbps) AS bw_gbps
+  FROM nccl_link_rates WHERE kind = 'nic' AND bw_gbps > 0 GROUP BY ALL
+),
+used AS (
+  SELECT DISTINCT c.run_id, c.host, coalesce(d.dev_name, 'NET/' || c.idx) AS nic
+  FROM (SELECT run_id, host, pid, TRY_CAST(regexp_extract(via, '^NET/[^/]+/(\d+)', 1) AS INTEGER) AS idx
+        FROM nccl_channels WHERE via LIKE 'NET/%') c
+  LEFT JOIN (SELECT DISTINCT run_id, host, pid, dev_index, dev_name FROM nccl_net_devices WHERE kind = 'ib') d
+    ON d.run_id = c.run_id AND d.host = c.host AND d.pid = c.pid AND d.dev_index = c.idx
+  WHERE c.idx IS NOT NULL
+),
+chosen AS (
+  SELECT n.*, u.nic IS NOT NULL AS from_channels FROM nic n
+  LEFT JOIN used u ON u.run_id = n.run_id AND u.host IS NOT DISTINCT FROM n.host AND u.nic = n.nic
+  WHERE u.nic IS NOT NULL
+     OR NOT EXISTS (SELECT 1 FROM used x WHERE x.run_id = n.run_id AND x.host IS NOT DISTINCT FROM n.host)
+),
+ring AS (
+  SELECT run_id, host, max(bw_gbps * n_channels) AS ring_intra_gbps, max(bw_inter_gbps * n_channels) AS ring_inter_gbps
+  FROM nccl_link_rates WHERE form = 'pattern' AND pattern = 4 AND n_channels > 0 GROUP BY ALL
+)
+SELECT c.run_id, c.host, count(*) AS nics, string_agg(c.nic, ', ' ORDER BY c.nic) AS nic_names,
+       min(c.bw_gbps) AS nic_gbps, max(c.bw_gbps) AS nic_max_gbps, sum(c.bw_gbps) AS sum_gbps,
+       bool_and(c.from_channels) AS from_channels, any_value(r.ring_intra_gbps) AS ring_intra_gbps,
+       any_value(r.ring_inter_gbps) AS ring_inter_gbps
+FROM chosen c LEFT JOIN ring r ON r.run_id = c.run_id AND r.host IS NOT DISTINCT FROM c.host
+GROUP BY c.run_id, c.host;
+
+-- nccl_process_settings: what each NCCL process of a run says of its own configuration, one row
+-- per process and setting, for comparing the ranks of one job (pipeline/diagnosis/link_findings.py
+-- drift): its NCCL and CUDA versions (nccl_processes), every NCCL_* variable it reports "set by
+-- environment" (nccl_events kind env), the network it chose ('Using network ...'), and the
+-- inter-node transports its channels use (nccl_channels via NET/<name>, with GDRDMA or not).
+-- A process that states no value for a setting has no row for it (unknown, not different).
+-- @view nccl_process_settings: Per NCCL process (host and pid) of a run, each setting it states and its value.
+-- @column run_id VARCHAR: Run.
+-- @column job VARCHAR: The process's job (nccl_jobs.job of its source).
+-- @column source_id VARCHAR: The log that states it.
+-- @column host VARCHAR: Host.
+-- @column pid BIGINT: Process id.
+-- @column rank INTEGER: Its rank in its largest communicator (NULL: none stated).
+-- @column setting VARCHAR: nccl_version, cuda_version, network, net_transport, or the NCCL_* variable's name.
+-- @column value VARCHAR: Its value as printed (net_transport: the NET transports of its channels, sorted).
+-- @column line_no BIGINT: The first line that states it.
+CREATE OR REPLACE VIEW nccl_process_settings AS
+WITH procs AS (
+  SELECT run_id, source_id, host, pid, arg_max(rank, coalesce(nranks, 0)) AS rank,
+         max(nccl_version) AS nccl_version, max(cuda_version) AS cuda_version, max(net_name) AS net_name,
+         min(first_line_no) AS line_no
+  FROM nccl_processes WHERE pid IS NOT NULL GROUP BY ALL
+),
+vals AS (
+  SELECT run_id, source_id, host, pid, 'nccl_version' AS setting, nccl_version AS value, line_no FROM procs
+  UNION ALL SELECT run_id, source_id, host, pid, 'cuda_version', cuda_version, line_no FROM procs
+  UNION ALL SELECT run_id, source_id, host, pid, 'network', net_name, line_no FROM procs
+  UNION ALL
+  SELECT run_id, source_id, host, pid, json_extract_string(detail, '$.var'), any_value(json_extract_string(detail, '$.value')),
+         min(line_no)
+  FROM nccl_events WHERE kind = 'env' AND pid IS NOT NULL GROUP BY ALL
+  UNION ALL
+  SELECT run_id, source_id, host, pid, 'net_transport',
+         string_agg(DISTINCT regexp_extract(via, '^(NET/[^/]+)', 1) || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END, ', '
+                    ORDER BY regexp_extract(via, '^(NET/[^/]+)', 1) || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END),
+         min(line_no)
+  FROM nccl_channels WHERE via LIKE 'NET/%' AND pid IS NOT NULL GROUP BY ALL
+)
+SELECT v.run_id, j.job, v.source_id, v.host, v.pid, p.rank, v.setting, v.value, v.line_no
+FROM vals v
+JOIN procs p USING (run_id, source_id, host, pid)
+LEFT JOIN nccl_jobs j ON j.run_id = v.run_id AND j.source_id = v.source_id
+WHERE v.value IS NOT NULL AND v.setting IS NOT NULL;
