@@ -180,6 +180,21 @@ def test_dlrm_with_one_rank_slowed_is_a_regression_of_waiting_for_that_rank(dlrm
     assert d["gate"]["failed"] and d["gate"]["reasons"][0].startswith("waiting for peers +")
 
 
+def test_ops_that_moved_are_the_launching_ops(dlrm_pair):
+    """The slowed copy's communication kernels are launched inside record_param_comms (PyTorch's
+    c10d op; the raw JSON nests each NCCL launch in it): the op whose GPU time grew most, by as
+    much as the NCCL kernels did."""
+    from pipeline import query
+
+    (base, slow), _ = dlrm_pair
+    b, c = analyze(base, top_n=None), analyze(slow, top_n=None)
+    rows = [query.run(query.connect(lake), "step_ops").to_dicts() for lake in (base, slow)]
+    d = diff(b, b["runs"][0]["run_id"], c, c["runs"][0]["run_id"], ops=(rows[0], rows[1]))
+    assert d["ops"][0]["op"] == "record_param_comms"
+    nccl = sum(k["delta_ns"] for k in d["kernels"] if k["category"] == "communication")
+    assert d["ops"][0]["delta_ns"] == pytest.approx(nccl, rel=0.01)
+
+
 def test_two_models_are_not_comparable(loop_pair, tmp_path):
     """The hand-made loop (kernels A-D) against nsightful's CuPy power iteration: one rank each, no
     kernel name in common: not comparable, exit 5, and the reason says so."""

@@ -48,6 +48,18 @@ def _side(arg: str, run: str | None, lake_dir: Path, step_range, stack, what: st
     raise usage_error(f"{what} {arg}: no such file or directory, and not a run of the lake {lake_dir}")
 
 
+def _ops(lake_dir: Path, run: str) -> list[dict]:
+    """queries/step_ops.sql's rows of one run of a lake (GPU time per launching op)."""
+    from .. import query
+    from ..lake import Lake
+
+    con = query.connect(Lake(lake_dir), runs=[run])
+    try:
+        return query.run(con, "step_ops").to_dicts()
+    finally:
+        con.close()
+
+
 def _pick(doc: dict, run: str | None, other: str | None, arg: str, what: str) -> str:
     """The run of a side's analysis to compare: the one asked for, else the only run with GPU
     work, else the run of the other side's name."""
@@ -158,6 +170,7 @@ def diff(
         )
         brun = _pick(bdoc, brun, crun, baseline, "baseline")
         crun = _pick(cdoc, crun, brun, candidate, "candidate")
+        ops = (_ops(bdir, brun), _ops(cdir, crun))
         doc = diff_runs(
             bdoc,
             brun,
@@ -167,6 +180,7 @@ def diff(
             min_change_pct=min_change,
             fail_on_regression_pct=fail_on_regression,
             fail_on=gates,
+            ops=ops,
         )
     doc["baseline"]["input"], doc["candidate"]["input"] = baseline, candidate
     text = render(doc, fmt)

@@ -25,9 +25,10 @@ results, computed with top_n=None so every kernel is listed) and one run of each
    input-bound idle + other = step), averaged the same way as the step time, so the components'
    changes add up to the step-time change exactly. Waiting for peers names the candidate's
    straggler (the verdict's: the rank last into most collectives) when there is one.
-4. **Kernels that moved**: time per step and rank of each kernel launched inside the steps
+4. **Kernels and ops that moved**: time per step and rank of each kernel launched inside the steps
    (queries/step_kernels.sql, as pipeline/diagnosis/compare.py), the TOP_KERNELS largest changes,
-   each with a label that tells it apart from the others (pipeline/kernelname.short_names).
+   each with a label that tells it apart from the others (pipeline/kernelname.short_names); and
+   the same for the GPU time of each launching op (queries/step_ops.sql) when it is given.
 5. **Verdict**: `not comparable`; `regression` when the whole interval is above 0 and the change
    is at least min_change_pct of the baseline; `improvement` when the whole interval is below 0
    and the change is at most -min_change_pct; else `no change`.
@@ -214,10 +215,13 @@ def diff(
     min_change_pct: float = 1.0,
     fail_on_regression_pct: float | None = None,
     fail_on: dict[str, float] | None = None,
+    ops: tuple[list[dict], list[dict]] | None = None,
 ) -> dict:
     """The `tracelake.diff/1` document of candidate run cand_run against baseline run base_run
     (module doc). align: "steady" (each side's analysed steps) or "step" (step numbers on both
-    sides only). Raises ValueError for an unknown align or fail_on component."""
+    sides only). ops: the rows of queries/step_ops.sql of each side (GPU time per launching op),
+    for the ops that moved (None: no `ops` list). Raises ValueError for an unknown align or
+    fail_on component."""
     if align not in ("steady", "step"):
         raise ValueError(f"align: 'steady' or 'step', not {align!r}")
     bad = sorted(set(fail_on or {}) - set(COMPONENT_KEYS))
@@ -245,6 +249,7 @@ def diff(
         "components": [],
         "who_waited_for": None,
         "kernels": [],
+        "ops": [],
         "gate": {"fail_on_regression_pct": fail_on_regression_pct, "fail_on": fail_on or {}, "failed": False,
                  "reasons": []},
         "exit_code": EXIT_NOT_COMPARABLE,
@@ -295,6 +300,8 @@ def diff(
     for m in moved:
         m["label"] = labels.get(m["name"], m["name"])
     doc["kernels"] = moved
+    if ops is not None:
+        doc["ops"] = _ops_moved(base_doc, base_run, ops[0], cand_doc, cand_run, ops[1])
     if lo > 0 and pct >= min_change_pct:
         verdict = "regression"
     elif hi < 0 and pct <= -min_change_pct:
@@ -315,6 +322,28 @@ def diff(
     gate["failed"] = bool(gate["reasons"])
     doc["exit_code"] = EXIT_GATE if gate["failed"] else 0
     return doc
+
+
+def _per_step(doc: dict, run_id: str, rows: list[dict]) -> dict[str, float]:
+    """op -> GPU ns per step and rank (as compare._kernels divides the kernels)."""
+    st = [s for s in doc["step_time"] if s["run_id"] == run_id]
+    n = len({s["rank"] for s in st}) * len({s["step"] for s in st})
+    return {r["op"]: r["total_ns"] / n for r in rows if r["run_id"] == run_id} if n else {}
+
+
+def _ops_moved(base_doc, base_run, base_rows, cand_doc, cand_run, cand_rows) -> list[dict]:
+    ob, oc = _per_step(base_doc, base_run, base_rows), _per_step(cand_doc, cand_run, cand_rows)
+    out = [
+        {
+            "op": o,
+            "baseline_ns": ob.get(o, 0.0),
+            "candidate_ns": oc.get(o, 0.0),
+            "delta_ns": oc.get(o, 0.0) - ob.get(o, 0.0),
+        }
+        for o in set(ob) | set(oc)
+    ]
+    out.sort(key=lambda m: (-abs(m["delta_ns"]), m["op"]))
+    return out[:TOP_KERNELS]
 
 
 def _reason(verdict: str, st: dict, min_change_pct: float, comps: list[dict]) -> str:

@@ -85,6 +85,14 @@ def text(doc: dict) -> str:
                 f"    {_d(k['delta_ns']):>10}  {k['label']} [{k['category']}] "
                 f"({_ms(k['baseline_ns'])} -> {_ms(k['candidate_ns'])})"
             )
+    if doc.get("ops"):
+        out.append("")
+        out.append("  ops that moved (GPU time they launched, ms per step and rank):")
+        for o in doc["ops"]:
+            out.append(
+                f"    {_d(o['delta_ns']):>10}  {o['op']} "
+                f"({_ms(o['baseline_ns'])} -> {_ms(o['candidate_ns'])})"
+            )
     out.append("")
     out.append(f"  {_gate(doc)}")
     return "\n".join(out) + "\n"
@@ -121,6 +129,17 @@ def markdown(doc: dict) -> str:
             out.append(
                 f"| `{_md_cell(k['label'])}` | {k['category']} | {_ms(k['baseline_ns'])} | "
                 f"{_ms(k['candidate_ns'])} | {_d(k['delta_ns'])} |"
+            )
+    if doc.get("ops"):
+        out += [
+            "",
+            "| op (GPU time it launched) | baseline ms | candidate ms | change ms |",
+            "|---|---:|---:|---:|",
+        ]
+        for o in doc["ops"]:
+            out.append(
+                f"| `{_md_cell(o['op'])}` | {_ms(o['baseline_ns'])} | {_ms(o['candidate_ns'])} | "
+                f"{_d(o['delta_ns'])} |"
             )
     out += ["", f"**{_md_cell(_gate(doc))}**"]
     return "\n".join(out) + "\n"
