@@ -62,6 +62,33 @@ METRICS = (
 COUNTER_METRICS = ("energy", "gpu_metrics")  # read only the counters table
 
 
+def _link_kind(coll: pl.DataFrame) -> pl.Expr:
+    return (
+        pl.when(pl.col("link_peak_gbps").is_not_null())
+        .then(pl.lit("nvlink"))
+        .otherwise(pl.lit(None, pl.String))
+    )
+
+
+def _nic_peak(con, coll: pl.DataFrame) -> pl.DataFrame:
+    """Collectives per rank with the NICs' rate as the link peak where the device catalog's NVLink
+    peak does not apply (the group spans hosts) and the rank's NCCL log states its host's NICs
+    (views/50_nccl.sql rank_line_rate; docs/nccl.md "Line rate"); link_kind says which peak."""
+    rates = pl.from_arrow(con.sql("SELECT run_id, rank, nic_rate_gbps FROM rank_line_rate").to_arrow_table())
+    if rates.height == 0:
+        return coll.with_columns(link_kind=_link_kind(coll))
+    out = coll.join(rates, on=["run_id", "rank"], how="left")
+    nic = pl.col("link_peak_gbps").is_null() & pl.col("nic_rate_gbps").is_not_null()
+    return (
+        out.with_columns(
+            link_kind=pl.when(nic).then(pl.lit("nic")).otherwise(_link_kind(out)),
+            link_peak_gbps=pl.when(nic).then(pl.col("nic_rate_gbps")).otherwise(pl.col("link_peak_gbps")),
+        )
+        .with_columns(busbw_util_pct=100.0 * pl.col("busbw_gbps") / pl.col("link_peak_gbps"))
+        .drop("nic_rate_gbps")
+    )
+
+
 def analyze(
     lake: Lake,
     window: str = "all",
@@ -124,6 +151,7 @@ def analyze(
     m = query.run_many(con, names, query.query_workers(lake, runs), on_done=advance)
     bd, idle, mfu, status = m["breakdown"], m["idle_breakdown"], m["mfu"], m["step_status"]
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
+    coll = _nic_peak(con, coll) if nccl else coll.with_columns(link_kind=_link_kind(coll))
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
     idle_gaps, step_kernels, phases = m["idle_gaps"], m["step_kernels"], m["phases"]
     roofline = m["roofline"]

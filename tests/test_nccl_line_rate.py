@@ -219,3 +219,30 @@ def test_report_json_carries_the_line_rate(tmp_path):
     doc = json.loads(out.read_text())
     kinds = [f["kind"] for run in doc["runs"] for f in run["findings"]]
     assert "nccl_cliff" in kinds
+
+
+def test_traced_collectives_across_hosts_against_the_nic(tmp_path):
+    """sample_traces' ranks 0 and 1 of a 128-rank job (their collectives span hosts: no NVLink peak)
+    beside an NCCL log for rank 0's process (pid 4037, the trace's cpu_ops) made of nccl-tests#350's
+    NCCL lines with their prefix's host:pid changed: rank 0's calls are held against that log's
+    25 GB/s NIC (mlx5_2, the one its channels use); rank 1 has no log, so no peak."""
+    root = Path(__file__).resolve().parent.parent
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in (root / "sample_traces" / "hta_trace_filter").glob("*.json.gz"):
+        (job / f.name).write_bytes(f.read_bytes())
+    lines = [
+        line.replace("node01:101855:", "nodeA:4037:", 1)
+        for line in corpus("nccl", ISSUE_350).read_text().split("\n")
+        if line.startswith("node01:101855:")
+    ]
+    (job / "nccl.nodeA.4037.log").write_text("\n".join(lines) + "\n")
+    lake = _lake(tmp_path, job)
+    doc = analyze(lake)
+    assert doc["runs"][0]["nccl_matching"]["logs"][0]["ranks"] == [0]
+    rows = doc["collectives_per_rank"]
+    r0 = [r for r in rows if r["rank"] == 0 and r["busbw_gbps"] is not None]
+    r1 = [r for r in rows if r["rank"] == 1]
+    assert r0 and all(r["link_kind"] == "nic" and r["link_peak_gbps"] == 25.0 for r in r0)
+    assert all(r["busbw_util_pct"] == pytest.approx(100 * r["busbw_gbps"] / 25.0) for r in r0)
+    assert r1 and all(r["link_peak_gbps"] is None and r["link_kind"] is None for r in r1)

@@ -266,3 +266,19 @@ FROM vals v
 JOIN procs p USING (run_id, source_id, host, pid)
 LEFT JOIN nccl_jobs j ON j.run_id = v.run_id AND j.source_id = v.source_id
 WHERE v.value IS NOT NULL AND v.setting IS NOT NULL;
+
+-- rank_line_rate: the NICs' rate behind each traced rank, from its matched NCCL process (rank_nccl)
+-- and the line rate that process's host states (nccl_line_rate): the peak a collective of a group
+-- that spans hosts is held against (pipeline/analyze.py fills collectives_per_rank's link peak
+-- with it where the device catalog's NVLink peak does not apply).
+-- @view rank_line_rate: Per traced rank, the rate of the NICs its NCCL process's host states.
+-- @column run_id VARCHAR: Run.
+-- @column rank INTEGER: The trace's rank.
+-- @column nic_rate_gbps DOUBLE GB/s: nccl_line_rate.sum_gbps of the rank's NCCL host.
+-- @column nics BIGINT count: NICs behind it.
+-- @column nic_names VARCHAR: Their names.
+CREATE OR REPLACE VIEW rank_line_rate AS
+SELECT r.run_id, r.rank, any_value(l.sum_gbps) AS nic_rate_gbps, any_value(l.nics) AS nics,
+       any_value(l.nic_names) AS nic_names
+FROM rank_nccl r JOIN nccl_line_rate l ON l.run_id = r.run_id AND l.host = r.nccl_host
+GROUP BY r.run_id, r.rank;
