@@ -60,14 +60,15 @@ def _gate(doc: dict) -> str:
     return "gate passed"
 
 
+def _comparability(doc: dict, reason: str, warning: str, cell) -> list[str]:
+    """One line per reason the pair is not comparable, then per version that differs."""
+    comp = doc["comparability"]
+    return [reason + cell(r) for r in comp["reasons"]] + [warning + cell(w) for w in comp["warnings"]]
+
+
 def text(doc: dict) -> str:
     """The diff for a terminal: verdict line, comparability, step time and components, kernels, gate."""
-    out = [_head(doc)]
-    comp = doc["comparability"]
-    for r in comp["reasons"]:
-        out.append(f"  not comparable: {r}")
-    for w in comp["warnings"]:
-        out.append(f"  note: versions differ: {w}")
+    out = [_head(doc)] + _comparability(doc, "  not comparable: ", "  note: versions differ: ", str)
     if doc["step_time"] is None:
         return "\n".join(out) + "\n"
     out.append(f"  {_basis(doc)}")
@@ -106,11 +107,7 @@ def markdown(doc: dict) -> str:
     """The diff as a pull-request comment (GitHub-flavoured Markdown)."""
     b, c = doc["baseline"], doc["candidate"]
     out = [f"### tracelake diff: **{doc['verdict']}**", "", _md_cell(doc["reason"]), ""]
-    comp = doc["comparability"]
-    for r in comp["reasons"]:
-        out.append(f"- not comparable: {_md_cell(r)}")
-    for w in comp["warnings"]:
-        out.append(f"- versions differ: {_md_cell(w)}")
+    out += _comparability(doc, "- not comparable: ", "- versions differ: ", _md_cell)
     if doc["step_time"] is None:
         return "\n".join(out) + "\n"
     out += [f"Baseline `{b['run_id']}`, candidate `{c['run_id']}`; {_md_cell(_basis(doc))}.", ""]

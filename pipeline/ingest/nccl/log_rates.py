@@ -216,22 +216,26 @@ class RateLines(LogState):
         for form, rx in (("ib_speed", IB_SPEED), ("ib_virtual", IB_VIRTUAL), ("ib_speed_change", IB_CHANGE)):
             m = rx.search(msg)
             if m:
-                gbit, gbps = _mbps(m.group("speed"))
                 d = m.groupdict()
-                self._rate(
-                    li,
-                    form=form,
-                    kind="nic",
-                    dev_index=to_int(d.get("i"), INT32),
-                    dev_name=m.group("name"),
-                    port=to_int(d.get("port"), INT32),
-                    link_layer=d.get("ll"),
-                    speed_gbit=gbit,
-                    bw_gbps=gbps,
-                )
+                self._nic(li, form, d.get("i"), d["name"], d.get("port"), d["speed"], link_layer=d.get("ll"))
                 self.event(li, "net")
                 return True
         return False
+
+    def _nic(self, li: dict, form: str, index, name, port, mbps: str, **kw) -> None:
+        """A NIC row with its speed in Mb/s as NCCL prints it (index and port as text)."""
+        gbit, gbps = _mbps(mbps)
+        self._rate(
+            li,
+            form=form,
+            kind="nic",
+            dev_index=to_int(index, INT32),
+            dev_name=name,
+            port=to_int(port, INT32),
+            speed_gbit=gbit,
+            bw_gbps=gbps,
+            **kw,
+        )
 
     def nic_using(self, li: dict, index, name, port, link_layer) -> None:
         """A NIC of a `NET/IB : Using` line: no speed, its name, port and link layer."""
@@ -246,17 +250,8 @@ class RateLines(LogState):
             return False
         a = dict(XML_ATTR.findall(text))
         if m.group("tag") == "net" and "speed" in a:
-            gbit, gbps = _mbps(a["speed"])
-            self._rate(
-                li,
-                form="xml_net",
-                kind="nic",
-                dev_index=to_int(a.get("dev"), INT32),
-                dev_name=a.get("name"),
-                port=to_int(a.get("port"), INT32),
-                guid=a.get("guid"),
-                speed_gbit=gbit,
-                bw_gbps=gbps,
+            self._nic(
+                li, "xml_net", a.get("dev"), a.get("name"), a.get("port"), a["speed"], guid=a.get("guid")
             )
         elif m.group("tag") == "pci" and "link_speed" in a:
             width = to_int(a.get("link_width"), INT32)
