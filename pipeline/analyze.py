@@ -163,10 +163,12 @@ def analyze(
     phase_rows, step_rows = _records(phases), _records(step_time)  # once, for the notes and the document
     devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
     # how each run's steps were found (steps.source: pipeline/ingest/nsys/step_detect.py)
-    found_by = {
-        r: sorted(s)
-        for r, s in con.execute("SELECT run_id, list(DISTINCT source) FROM steps GROUP BY run_id").fetchall()
-    }
+    found_by, step_kinds = {}, {}
+    for r, s, k in con.execute(
+        "SELECT run_id, list(DISTINCT source), list(DISTINCT regexp_replace(name, '\\d+', '#', 'g')) "
+        "FROM steps GROUP BY run_id"
+    ).fetchall():
+        found_by[r], step_kinds[r] = sorted(s), sorted(k)
     collectives_notes = pl.from_arrow(
         con.sql(
             "SELECT run_id, msg_bytes_note, count(*) AS n FROM collectives WHERE msg_bytes IS NULL "
@@ -267,6 +269,7 @@ def analyze(
                 int(x) for x in status.filter(pl.col("run_id") == run_id)["step"].unique().to_list()
             ),
             "steps_found_by": found_by.get(run_id, []),
+            "step_kinds": step_kinds.get(run_id, []),
             "incomplete_steps": r_steps.filter(pl.col("complete") == False).select("rank", "step").to_dicts(),  # noqa: E712
             "ranks_with_gpu_work": r_ranks.height,
             **_summary(summary_rows, devices.filter(pl.col("run_id") == run_id), inputs=s),

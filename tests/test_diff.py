@@ -237,3 +237,35 @@ def test_nsys_ai_pair_per_block_and_why_nsys_ai_reads_an_improvement(tmp_path):
             last = max(last, e)
         blocks[side] = sum(1 for s, _, n in ks if n.startswith("nvjet_tst_192x208") and s < cut)
     assert blocks == {"before": 14, "after": 9}
+
+
+def test_what_a_ci_user_gets_wrong_is_said_in_one_line(loop_pair, tmp_path):
+    """A bad --step-range is a usage error (exit 2, not the gate's 1); an empty directory says so;
+    --fail-on COMPONENT=0 does not fail a component that did not grow; two exports of one
+    directory are named by their files."""
+    base, cand = loop_pair
+    bad = _cli(base, cand, "--step-range", "(")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--step-range '('" in bad.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = _cli(empty, cand)
+    assert r.returncode == 2 and "no trace, export or NCCL log found there" in r.stderr
+    assert _cli(cand, cand, "--fail-on", "compute=0", "--fail-on", "input_idle=0").returncode == 0
+    r = _cli(base, cand)
+    assert r.stdout.startswith("REGRESSION: cand.sqlite against base.sqlite")
+    assert "5 sample(s) from 5 steps (0 to 4) against 5 from 5 steps (0 to 4)" in r.stdout
+
+
+def test_steps_defined_differently_are_not_comparable(tmp_path):
+    """nsightful's power iteration ingested twice: steps from its 'Step N to M' ranges and from its
+    'Compute & Residual N' ranges. The same data, but a step of one is not a step of the other: not
+    comparable (it read as a 41.6 % improvement before this check)."""
+    f = CORPUS / "nsys" / "nsightful" / "power_iteration__baseline.sqlite"
+    lakes = []
+    for name, rx in (("steps", r"^Step \d+ to \d+$"), ("compute", r"^Compute & Residual \d+$")):
+        lake = Lake(tmp_path / name)
+        assert ingest_paths([f], lake, step_regex=rx)[0].status == "ok"
+        lakes.append(lake.root)
+    r = _cli(*lakes)
+    assert r.returncode == 5, r.stdout + r.stderr
+    assert "steps defined differently: 'Step # to #' (nvtx) against 'Compute & Residual #' (nvtx)" in r.stdout

@@ -16,8 +16,8 @@ from .options import KWAIT, LAKE, QUIET, STEPS, WINDOW
 
 EPILOG = (
     "Exit codes: 0 compared, the gate (if any) passed; 1 the gate failed (--fail-on-regression, --fail-on); "
-    "2 usage error; 4 failed (an input could not be ingested or read); 5 not comparable (the reason is "
-    "printed)."
+    "2 usage error; 4 failed (an input could not be ingested or read, or -o could not be written); 5 not "
+    "comparable (the reason is printed)."
 )
 
 
@@ -30,12 +30,20 @@ def _side(arg: str, run: str | None, lake_dir: Path, step_range, stack, what: st
     p = Path(arg)
     if p.exists():
         if Lake(p).exists():
+            if step_range:
+                err.print(
+                    f"note: {what} {arg} is a lake: --step-range applies only to traces ingested now",
+                    markup=False,
+                    soft_wrap=True,
+                )
             return p, run
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tracelake-diff-"))) / "lake"
         results = ingest_paths([p], Lake(tmp), step_regex=step_range)
         for r in results:
             if r.status == "failed":
                 err.print(f"warning: {r.path}: {r.error}", markup=False, style="yellow", soft_wrap=True)
+        if not results:
+            raise usage_error(f"{what} {arg}: no trace, export or NCCL log found there")
         if not any(r.status == "ok" for r in results):
             err.print(f"error: {what} {arg}: nothing could be ingested", markup=False)
             raise typer.Exit(EXIT_FAILED)
@@ -156,6 +164,15 @@ def diff(
         raise usage_error(f"--format {fmt!r}: text, md or json")
     if align not in ("steady", "step"):
         raise usage_error(f"--align {align!r}: steady or step")
+    if step_range:
+        import re
+
+        from ..classify import check_regex
+
+        try:
+            check_regex(step_range)
+        except re.error as e:
+            raise usage_error(f"--step-range {step_range!r}: {e}")
     gates = _thresholds(fail_on)
     with contextlib.ExitStack() as stack:
         bdir, brun = _side(baseline, baseline_run, lake, step_range, stack, "baseline")

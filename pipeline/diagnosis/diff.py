@@ -5,8 +5,10 @@ diff(base_doc, base_run, cand_doc, cand_run, ...) takes two analysis documents (
 results, computed with top_n=None so every kernel is listed) and one run of each, and says:
 
 1. **Comparable or not** (`comparability`): not comparable when a side has no steps to compare
-   (the gate compares step times; docs/usage.md "Steps"), fewer than 2 samples on a side (no
-   noise bound), another world size, other GPU models, or a kernel mix too different: less than
+   (the gate compares step times; docs/usage.md "Steps"), steps defined differently (found by
+   other rules or from other ranges: runs' steps_found_by and step_kinds; a ProfilerStep against
+   a kernel period is an iteration against a layer), fewer than 2 samples on a side (no noise
+   bound), another world size, other GPU models, or a kernel mix too different: less than
    MIN_SHARED_PCT of a side's step kernel time in kernel names the other side also ran (two
    models, not two versions of one). Other software versions (CUDA, NCCL, PyTorch: the runs'
    tool_versions) are warnings: a version upgrade is often the change being measured.
@@ -34,7 +36,8 @@ results, computed with top_n=None so every kernel is listed) and one run of each
    and the change is at most -min_change_pct; else `no change`.
 6. **Gate**: fail_on_regression_pct fails a regression whose change is at least that share of the
    baseline step; fail_on {component: pct} fails when that component grew by at least pct % of
-   the baseline step time (a point estimate). exit_code: EXIT_GATE when the gate fails,
+   the baseline step time (a point estimate; a component that did not grow never fails
+   it). exit_code: EXIT_GATE when the gate fails,
    EXIT_NOT_COMPARABLE for a pair that is not comparable, else 0.
 """
 
@@ -160,8 +163,17 @@ def comparability(base_doc, base_run, cand_doc, cand_run, kb, kc, nb, nc) -> dic
         if _verdict(doc, rid).get("basis") != "steps":
             reasons.append(
                 f"the {side} run {rid} has no steps to compare (the gate compares step times; for an "
-                "Nsight Systems export whose steps are not found give --step-range)"
+                "Nsight Systems export whose steps are not found give --step-range, or check the one given)"
             )
+    fb, fc = (
+        (rb.get("steps_found_by"), rb.get("step_kinds")),
+        (rc.get("steps_found_by"), rc.get("step_kinds")),
+    )
+    if not reasons and fb != fc and None not in (fb[0], fc[0]):
+        reasons.append(
+            f"steps defined differently: {_steps_text(fb)} against {_steps_text(fc)} (one step of each is "
+            "not the same unit of work; give both the same --step-range)"
+        )
     if not reasons and (nb < 2 or nc < 2):
         reasons.append(f"fewer than 2 samples of the step time on a side ({nb} and {nc}): no noise bound")
     wb = rb.get("world_size") or rb.get("ranks_with_gpu_work")
@@ -196,6 +208,11 @@ def comparability(base_doc, base_run, cand_doc, cand_run, kb, kc, nb, nc) -> dic
         "shared_kernel_pct": [shared_b, shared_c],
         "versions": versions,
     }
+
+
+def _steps_text(found: tuple) -> str:
+    by, kinds = found
+    return f"{', '.join(repr(k) for k in (kinds or [])[:3]) or '?'} ({', '.join(by or []) or '?'})"
 
 
 def _who(cand_doc: dict, cand_run: str) -> dict | None:
@@ -294,6 +311,7 @@ def diff(
     ]
     for m in moved:
         m["delta_ns"] = m["candidate_ns"] - m["baseline_ns"]
+    moved = [m for m in moved if m["delta_ns"] != 0]  # a kernel that did not move is not listed
     moved.sort(key=lambda m: (-abs(m["delta_ns"]), m["name"], m["category"]))
     moved = moved[:TOP_KERNELS]
     labels = short_names([m["name"] for m in moved])
@@ -315,7 +333,7 @@ def diff(
         gate["reasons"].append(f"step time +{pct:.1f} % (at least {fail_on_regression_pct:g} %)")
     for key, limit in sorted((fail_on or {}).items()):
         c = next(x for x in comps if x["key"] == key)
-        if c["delta_pct_of_step"] is not None and c["delta_pct_of_step"] >= limit:
+        if c["delta_ns"] > 0 and c["delta_pct_of_step"] is not None and c["delta_pct_of_step"] >= limit:
             gate["reasons"].append(
                 f"{c['label']} +{c['delta_pct_of_step']:.1f} % of the baseline step (at least {limit:g} %)"
             )
@@ -342,6 +360,7 @@ def _ops_moved(base_doc, base_run, base_rows, cand_doc, cand_run, cand_rows) -> 
         }
         for o in set(ob) | set(oc)
     ]
+    out = [m for m in out if m["delta_ns"] != 0]
     out.sort(key=lambda m: (-abs(m["delta_ns"]), m["op"]))
     return out[:TOP_KERNELS]
 

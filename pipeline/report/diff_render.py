@@ -14,9 +14,18 @@ def _d(ns: float) -> str:
     return f"{ns / 1e6:+,.3f}"
 
 
-def _head(doc: dict) -> str:
+def _names(doc: dict) -> tuple[str, str]:
+    """How the two sides are named: their run ids, or the inputs given when the ids are the same
+    (two exports of one directory)."""
     b, c = doc["baseline"], doc["candidate"]
-    return f"{doc['verdict'].upper()}: {c['run_id']} against {b['run_id']} — {doc['reason']}"
+    if b["run_id"] == c["run_id"] and b.get("input") and c.get("input") and b["input"] != c["input"]:
+        return b["input"].rstrip("/").rsplit("/", 1)[-1], c["input"].rstrip("/").rsplit("/", 1)[-1]
+    return b["run_id"], c["run_id"]
+
+
+def _head(doc: dict) -> str:
+    b, c = _names(doc)
+    return f"{doc['verdict'].upper()}: {c} against {b} — {doc['reason']}"
 
 
 def _who(doc: dict) -> str:
@@ -40,15 +49,15 @@ def _lines(doc: dict) -> list[tuple[str, str, str, str]]:
 def _basis(doc: dict) -> str:
     b, c = doc["baseline"], doc["candidate"]
     return (
-        f"per {b['unit']}: {b['samples']} sample(s) of steps {_span(b['steps'])} against {c['samples']} of "
+        f"per {b['unit']}: {b['samples']} sample(s) from {_span(b['steps'])} against {c['samples']} from "
         f"{_span(c['steps'])}, aligned by {'step number' if doc['align'] == 'step' else 'the steady steps'}"
     )
 
 
 def _span(steps: list[int]) -> str:
     if not steps:
-        return "none"
-    return str(steps[0]) if len(steps) == 1 else f"{steps[0]}-{steps[-1]}"
+        return "no step"
+    return f"step {steps[0]}" if len(steps) == 1 else f"{len(steps)} steps ({steps[0]} to {steps[-1]})"
 
 
 def _gate(doc: dict) -> str:
@@ -105,12 +114,17 @@ def _md_cell(s: str) -> str:
 
 def markdown(doc: dict) -> str:
     """The diff as a pull-request comment (GitHub-flavoured Markdown)."""
-    b, c = doc["baseline"], doc["candidate"]
-    out = [f"### tracelake diff: **{doc['verdict']}**", "", _md_cell(doc["reason"]), ""]
+    bn, cn = _names(doc)
+    out = [
+        f"### tracelake diff: **{doc['verdict']}**",
+        "",
+        f"Candidate `{_md_cell(cn)}` against baseline `{_md_cell(bn)}`: {_md_cell(doc['reason'])}",
+        "",
+    ]
     out += _comparability(doc, "- not comparable: ", "- versions differ: ", _md_cell)
     if doc["step_time"] is None:
         return "\n".join(out) + "\n"
-    out += [f"Baseline `{b['run_id']}`, candidate `{c['run_id']}`; {_md_cell(_basis(doc))}.", ""]
+    out += [f"{_md_cell(_basis(doc))[0].upper()}{_md_cell(_basis(doc))[1:]}.", ""]
     out += ["| ms per step | baseline | candidate | change |", "|---|---:|---:|---:|"]
     for label, bb, cc, d in _lines(doc):
         out.append(f"| {_md_cell(label.strip())} | {bb} | {cc} | {d} |")

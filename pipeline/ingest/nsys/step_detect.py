@@ -1,16 +1,19 @@
 """Steps of an Nsight Systems export that has no ProfilerStep ranges (and no --step-range), found
 from the data, in this order:
 
-1. **A repeating top-level NVTX range** (source ``nvtx_repeat``): on one thread of a rank, ranges
-   not nested in another range of that thread, whose names are the same once digits are taken
-   out ("iteration 12" and "iteration 13" are one name; PyTorch's ``aten::to, op_id = 7`` and
-   Megatron's, NeMo's or a user's ``train_step``/``iteration`` ranges alike), at least
-   MIN_STEPS of them, that together hold at least MIN_COVER of the rank's kernels and of its
-   kernel time (a kernel belongs to the range whose host window holds its launch). Op-level
+1. **A repeating NVTX range** (source ``nvtx_repeat``): on one thread of a rank, ranges of one
+   nesting level (the top level, or up to MAX_DEPTH - 1 levels inside it: nsightful's 'Step N to
+   M' ranges inside one 'Loop'), whose names are the same once digits are taken out ("iteration
+   12" and "iteration 13" are one name; PyTorch's ``aten::to, op_id = 7`` and Megatron's, NeMo's
+   or a user's ``train_step``/``iteration`` ranges alike), at least MIN_STEPS of them, that
+   together hold at least MIN_COVER of the rank's GPU activities (kernels, copies and memsets) and
+   of their time (an activity belongs to the range whose host window holds its launch: pipit's
+   saxpy ranges hold its kernels but not the copies that take three times as long). Op-level
    ranges (``aten::*``, ``FlashAttnFunc``) repeat too but hold few of the kernels (FlashAttnFunc
    holds 51 % of the kernel time of nsys-ai's mfu_2gpu_after.sqlite in 2 % of its kernels), so
    they are passed over. Among several candidates
-   the one whose name says iteration/step/batch wins, then the one holding more kernel time.
+   the one whose name says iteration/step/batch wins, then the one holding more GPU time, then
+   the outermost.
    Step number: the last integer of the name when those are distinct, else the range's order.
 2. **The period of the kernel sequence** (source ``kernel_period``): on the device of the rank
    with the most kernels, the kernel names in GPU start order repeat with a period of P kernels
@@ -43,20 +46,26 @@ from .export import _STEP_SCHEMA
 MIN_STEPS = 2  # complete steps a rule must find
 MIN_COVER = 0.5  # share of the rank's kernel time the repeating ranges must hold
 MIN_MATCH = 0.9  # share of positions where the kernel sequence equals itself shifted by P
+MAX_DEPTH = 3  # NVTX nesting levels searched for a repeating range (a lone 'Loop' around 'Step N' ones)
 ITERATION_NAME = re.compile(r"(?i)(iter|step|batch)")
 
 _KERNELS_SQL = """
 WITH launch AS (
   SELECT globalTid & ~16777215 AS gp, correlationId, min(start) AS launch_ns, min(globalTid) AS gt
   FROM runtime WHERE correlationId IS NOT NULL GROUP BY 1, 2
+),
+work AS (
+  SELECT 'kernel' AS kind, globalPid, deviceId, start, "end", correlationId,
+         coalesce(demangledName, shortName) AS name_id FROM kernel
+  UNION ALL SELECT 'memcpy', globalPid, deviceId, start, "end", correlationId, NULL FROM memcpy
+  UNION ALL SELECT 'memset', globalPid, deviceId, start, "end", correlationId, NULL FROM memset
 )
-SELECT m.rank, k.deviceId AS device, k.start, k."end", coalesce(k.demangledName, k.shortName) AS name_id,
-       l.launch_ns, l.gt
-FROM kernel k JOIN rank_map m ON m.gp = coalesce(k.globalPid, getvariable('single_gp'))
+SELECT m.rank, w.kind, w.deviceId AS device, w.start, w."end", w.name_id, l.launch_ns, l.gt
+FROM work w JOIN rank_map m ON m.gp = coalesce(w.globalPid, getvariable('single_gp'))
 LEFT JOIN launch l
-  ON l.gp = coalesce(k.globalPid, getvariable('single_gp')) AND l.correlationId = k.correlationId
-WHERE k.start IS NOT NULL AND k."end" IS NOT NULL
-ORDER BY m.rank, k.start
+  ON l.gp = coalesce(w.globalPid, getvariable('single_gp')) AND l.correlationId = w.correlationId
+WHERE w.start IS NOT NULL AND w."end" IS NOT NULL
+ORDER BY m.rank, w.start
 """
 
 _RANGES_SQL = """
@@ -77,7 +86,7 @@ def detect(con, notes: list[str]) -> pl.DataFrame:
     base = con.execute("SELECT getvariable('base_ns')").fetchall()[0][0] or 0
     found = _repeating_ranges(con, kernels, notes)
     if found.height == 0:
-        found = _kernel_period(con, kernels, notes)
+        found = _kernel_period(con, kernels.filter(pl.col("kind") == "kernel"), notes)
     if found.height == 0:
         return pl.DataFrame(schema=_STEP_SCHEMA)
     return (
@@ -95,15 +104,21 @@ def _repeating_ranges(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFr
     ranges = pl.from_arrow(con.sql(_RANGES_SQL).to_arrow_table())
     if ranges.height == 0:
         return pl.DataFrame()
-    # top level on its thread: starts at or after the end of every range before it (sorted by start,
-    # the longer first at equal starts, as NVTX push/pop nests)
-    ranges = (
-        ranges.sort("gt", "start", "end", descending=[False, False, True])
-        .with_columns(prev_end=pl.col("end").cum_max().shift(1).over("gt"))
-        .filter(pl.col("prev_end").is_null() | (pl.col("start") >= pl.col("prev_end")))
-        .with_columns(key=pl.col("name").str.replace_all(r"\d+", "#"))
-    )
-    cands = ranges.group_by("rank", "gt", "key").agg(n=pl.len()).filter(pl.col("n") >= MIN_STEPS)
+    # nesting levels, peeled from the outside: the top level of a thread's ranges is those that
+    # start at or after the end of every range before them (sorted by start, the longer first at
+    # equal starts, as NVTX push/pop nests); the next level is the top level of the rest
+    rest = ranges.sort("gt", "start", "end", descending=[False, False, True]).with_row_index("rid")
+    levels = []
+    for depth in range(MAX_DEPTH):
+        top = rest.with_columns(prev_end=pl.col("end").cum_max().shift(1).over("gt")).filter(
+            pl.col("prev_end").is_null() | (pl.col("start") >= pl.col("prev_end"))
+        )
+        if top.height == 0:
+            break
+        levels.append(top.drop("prev_end").with_columns(depth=pl.lit(depth)))
+        rest = rest.join(top.select("rid"), on="rid", how="anti")
+    ranges = pl.concat(levels).with_columns(key=pl.col("name").str.replace_all(r"\d+", "#"))
+    cands = ranges.group_by("rank", "gt", "depth", "key").agg(n=pl.len()).filter(pl.col("n") >= MIN_STEPS)
     if cands.height == 0:
         return pl.DataFrame()
     launched = kernels.filter(pl.col("launch_ns").is_not_null()).with_columns(
@@ -112,7 +127,9 @@ def _repeating_ranges(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFr
     total = kernels.group_by("rank").agg(total=(pl.col("end") - pl.col("start")).sum(), n=pl.len())
     best: dict[int, tuple] = {}
     for c in cands.iter_rows(named=True):
-        rs = ranges.filter((pl.col("gt") == c["gt"]) & (pl.col("key") == c["key"])).sort("start")
+        rs = ranges.filter(
+            (pl.col("gt") == c["gt"]) & (pl.col("depth") == c["depth"]) & (pl.col("key") == c["key"])
+        ).sort("start")
         ks = launched.filter(pl.col("rank") == c["rank"]).sort("launch_ns")
         win = rs.select(r_start="start", r_end="end")
         held = ks.join_asof(win, left_on="launch_ns", right_on="r_start", strategy="backward")
@@ -121,7 +138,7 @@ def _repeating_ranges(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFr
         cover = inside["dur"].sum() / tot["total"].sum() if tot["total"].sum() else 0.0
         if cover < MIN_COVER or inside.height < MIN_COVER * tot["n"].sum():
             continue
-        score = (bool(ITERATION_NAME.search(c["key"])), cover)
+        score = (bool(ITERATION_NAME.search(c["key"])), cover, -c["depth"])
         if c["rank"] not in best or score > best[c["rank"]][0]:
             best[c["rank"]] = (score, c, rs)
     rows = []
@@ -142,8 +159,9 @@ def _repeating_ranges(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFr
                 }
             )
         notes.append(
-            f"steps of rank {rank}: {rs.height} repeating top-level NVTX ranges {c['key']!r} "
-            f"(holding {100 * score[1]:.0f} % of its kernel time; no ProfilerStep range)"
+            f"steps of rank {rank}: {rs.height} repeating NVTX ranges {c['key']!r} "
+            + ("at the top level" if c["depth"] == 0 else f"{c['depth']} level(s) inside the top one")
+            + f" (holding {100 * score[1]:.0f} % of its GPU time; no ProfilerStep range)"
         )
     return pl.DataFrame(rows) if rows else pl.DataFrame()
 
