@@ -201,6 +201,8 @@ def test_two_models_are_not_comparable(loop_pair, tmp_path):
     r = _cli(loop_pair[0], CORPUS / "nsys" / "nsightful" / "power_iteration__baseline.sqlite")
     assert r.returncode == 5, r.stderr
     assert r.stdout.startswith("NOT COMPARABLE") and "different kernel mix: 0.0 %" in r.stdout
+    # its steps are nsightful's own 'Step N to M' ranges, the loop's a kernel period: said too
+    assert "steps defined differently: 'kernel period ##' (kernel_period) against 'Step # to #'" in r.stdout
 
 
 def test_nsys_ai_pair_per_block_and_why_nsys_ai_reads_an_improvement(tmp_path):
@@ -269,3 +271,99 @@ def test_steps_defined_differently_are_not_comparable(tmp_path):
     r = _cli(*lakes)
     assert r.returncode == 5, r.stdout + r.stderr
     assert "steps defined differently: 'Step # to #' (nvtx) against 'Compute & Residual #' (nvtx)" in r.stdout
+
+
+def test_a_recurring_stall_is_a_regression_and_said_so(tmp_path):
+    """22 iterations of the GPU-bound loop; in the candidate every 4th waits 30 ms more for data.
+    The verdict leaves those steps out as outliers (over 3x the median), but a gate must see them:
+    the candidate's mean step is (4 x 7.012 + 30 + ...) / 4 by hand, far above the baseline's."""
+    base, cand = tmp_path / "base.sqlite", tmp_path / "stall.sqlite"
+    export(base, 22, period_ns=None, idle_ns=_idle)
+    export(cand, 22, period_ns=None, idle_ns=lambda k: _idle(k) + (30 * MS if k % 4 == 0 else 0))
+    r = _cli(base, cand, "--format", "json", "--fail-on-regression", "5")
+    d = json.loads(r.stdout)
+    assert d["verdict"] == "regression" and r.returncode == 1
+    # step k holds idle(k + 1): the steps ending before iterations 4, 8, ..., 20 hold the stall
+    stalled = [k for k in range(21) if (k + 1) % 4 == 0]
+    assert len(stalled) == 5 and d["step_time"]["change_ns"] == pytest.approx(5 * 30 * MS / 21)
+    assert any("5 slow step(s)" in w for w in d["comparability"]["warnings"])
+
+
+def test_an_iteration_against_a_layer_is_not_comparable(tmp_path):
+    """Both sides' steps are 'train_step N' ranges, but the candidate's wrap three iterations: 15
+    GPU activities per step against 5."""
+
+    def ranges(every: int) -> list[tuple[int, int, str]]:
+        return [(k * 10 * MS + 1, (k + every) * 10 * MS, f"train_step {k}") for k in range(0, 12, every)]
+
+    base, cand = tmp_path / "one.sqlite", tmp_path / "three.sqlite"
+    export(base, 12, nvtx=ranges(1))
+    export(cand, 12, nvtx=ranges(3))
+    r = _cli(base, cand)
+    assert (
+        r.returncode == 5 and "steps hold different amounts of work: 5 against 15 GPU activities" in r.stdout
+    )
+
+
+def test_bad_arguments_and_odd_sides(loop_pair, tmp_path):
+    base, cand = loop_pair
+    assert _cli("", cand).returncode == 2  # an empty argument is not the current directory
+    for bad in (("--fail-on-regression", "inf"), ("--min-change", "inf"), ("--fail-on", "compute=inf")):
+        r = _cli(base, cand, *bad)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, bad
+    assert _cli(base, cand, "--min-change", "nan").returncode == 2  # click's own check
+    r = _cli(base, cand, "--fail-on", "compute=5", "--fail-on", "compute=100")
+    assert r.returncode == 2 and "given twice" in r.stderr
+    # -o onto an input is refused before any work, and the input is left as it was
+    before = base.read_bytes()
+    r = _cli(base, cand, "-o", base)
+    assert r.returncode == 2 and "is one of the inputs" in r.stderr and base.read_bytes() == before
+    # a CPU-only trace has nothing to compare: not comparable, exit 5
+    cpu = next((CORPUS / "hta" / "tests" / "data" / "cpu_only").rglob("*.json*"))
+    assert _cli(cpu, cand).returncode == 5
+    # one lake of two runs, the candidate's not named: asked for, not a run against itself
+    lake = Lake(tmp_path / "two")
+    ingest_paths([base], lake, run="a")
+    ingest_paths([cand], lake, run="b")
+    r = _cli(lake.root, lake.root, "--baseline-run", "a")
+    assert r.returncode == 2 and "--candidate-run" in r.stderr
+
+
+def test_a_cancelled_diff_leaves_no_temporary_lake(tmp_path):
+    """CI cancels a job with SIGTERM: the temporary lakes are removed all the same."""
+    import os
+    import signal
+    import time
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    p = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "diff", str(DLRM), str(DLRM), "-q"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline and not list(tmp_path.glob("tracelake-diff-*")):
+        time.sleep(0.05)
+    assert list(tmp_path.glob("tracelake-diff-*")), "the diff made no temporary lake"
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(timeout=60)
+    assert rc in (143, 0) and not list(tmp_path.glob("tracelake-diff-*"))
+
+
+def test_nvtx_times_out_of_range_are_ignored(tmp_path):
+    """A damaged export: one NVTX range starting at -2^63, beside a session start time; the range
+    is passed over (times are ns since the session), ingest and analyze go on."""
+    f = tmp_path / "neg.sqlite"
+    export(f, 6, nvtx=[(-(2**63), 5 * MS, "train_step 0")])
+    c = sqlite3.connect(f)
+    c.executescript(
+        "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INT, utcTime TEXT, localTime TEXT);"
+        "INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, '', '');"
+    )
+    c.commit()
+    c.close()
+    lake = Lake(tmp_path / "lake")
+    assert ingest_paths([f], lake)[0].status == "ok"
+    doc = analyze(lake)
+    assert doc["runs"][0]["steps_found_by"] == ["kernel_period"]

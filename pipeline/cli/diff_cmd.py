@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import contextlib
+import math
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -12,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from .app import EXIT_FAILED, _write, command, err, usage_error
-from .options import KWAIT, LAKE, QUIET, STEPS, WINDOW
+from .options import KWAIT, LAKE, QUIET, STEPS, WINDOW, check_output
 
 EPILOG = (
     "Exit codes: 0 compared, the gate (if any) passed; 1 the gate failed (--fail-on-regression, --fail-on); "
@@ -56,6 +58,10 @@ def _side(arg: str, run: str | None, lake_dir: Path, step_range, stack, what: st
     raise usage_error(f"{what} {arg}: no such file or directory, and not a run of the lake {lake_dir}")
 
 
+def _exit_on(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _ops(lake_dir: Path, run: str) -> list[dict]:
     """queries/step_ops.sql's rows of one run of a lake (GPU time per launching op)."""
     from .. import query
@@ -68,9 +74,10 @@ def _ops(lake_dir: Path, run: str) -> list[dict]:
         con.close()
 
 
-def _pick(doc: dict, run: str | None, other: str | None, arg: str, what: str) -> str:
+def _pick(doc: dict, run: str | None, other: str | None, arg: str, what: str, same_lake: bool) -> str:
     """The run of a side's analysis to compare: the one asked for, else the only run with GPU
-    work, else the run of the other side's name."""
+    work, else the run of the other side's name (not when both sides are one lake: that would
+    compare a run with itself). A side without a run with GPU work is not comparable (exit 5)."""
     ids = [v["run_id"] for v in doc["verdicts"] if v["basis"] is not None]
     if run is not None:
         if run not in {r["run_id"] for r in doc["runs"]}:
@@ -78,10 +85,16 @@ def _pick(doc: dict, run: str | None, other: str | None, arg: str, what: str) ->
         return run
     if len(ids) == 1:
         return ids[0]
-    if other in ids:
+    if other in ids and not same_lake:
         return other
     if not ids:
-        raise usage_error(f"{what} {arg}: no run with GPU work to compare")
+        from ..diagnosis.diff import EXIT_NOT_COMPARABLE
+
+        err.print(
+            f"not comparable: {what} {arg}: no run with GPU work (CPU-only traces or NCCL logs only)",
+            markup=False,
+        )
+        raise typer.Exit(EXIT_NOT_COMPARABLE)
     raise usage_error(f"{what} {arg}: holds runs {', '.join(sorted(ids))}: choose one with --{what}-run")
 
 
@@ -95,11 +108,13 @@ def _thresholds(items: list[str]) -> dict[str, float]:
             val = float(pct)
         except ValueError:
             val = float("nan")
-        if not sep or key not in COMPONENT_KEYS or not (val >= 0):
+        if not sep or key not in COMPONENT_KEYS or not (val >= 0) or not math.isfinite(val):
             raise usage_error(
                 f"--fail-on {item!r}: COMPONENT=PCT with PCT >= 0 and COMPONENT one of "
                 + ", ".join(COMPONENT_KEYS)
             )
+        if key in out:
+            raise usage_error(f"--fail-on {key} given twice ({out[key]:g} and {val:g}): give one threshold")
         out[key] = val
     return out
 
@@ -162,6 +177,20 @@ def diff(
 
     if fmt not in ("text", "md", "json"):
         raise usage_error(f"--format {fmt!r}: text, md or json")
+    for what, arg in (("BASELINE", baseline), ("CANDIDATE", candidate)):
+        if not arg.strip():
+            raise usage_error(
+                f"{what} is empty: give a directory or file of traces, a lake, or a run of --lake"
+            )
+    for name, v in (("--fail-on-regression", fail_on_regression), ("--min-change", min_change)):
+        if v is not None and not math.isfinite(v):
+            raise usage_error(f"{name} {v}: give a finite percentage")
+    from ..lake import Lake
+
+    sides = [Path(a) for a in (baseline, candidate) if Path(a).exists()]
+    check_output(
+        output, [p for p in sides + [lake] if Lake(p).exists()], [p for p in sides if not Lake(p).exists()]
+    )
     if align not in ("steady", "step"):
         raise usage_error(f"--align {align!r}: steady or step")
     if step_range:
@@ -174,6 +203,10 @@ def diff(
         except re.error as e:
             raise usage_error(f"--step-range {step_range!r}: {e}")
     gates = _thresholds(fail_on)
+    # a CI job cancelled with SIGTERM (or a hang-up) still removes the temporary lakes: the signal
+    # becomes an exit that unwinds the ExitStack below
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on)
     with contextlib.ExitStack() as stack:
         bdir, brun = _side(baseline, baseline_run, lake, step_range, stack, "baseline")
         cdir, crun = _side(candidate, candidate_run, lake, step_range, stack, "candidate")
@@ -185,8 +218,9 @@ def diff(
                 0
             ]
         )
-        brun = _pick(bdoc, brun, crun, baseline, "baseline")
-        crun = _pick(cdoc, crun, brun, candidate, "candidate")
+        same = cdir == bdir
+        brun = _pick(bdoc, brun, crun, baseline, "baseline", same)
+        crun = _pick(cdoc, crun, brun, candidate, "candidate", same)
         ops = (_ops(bdir, brun), _ops(cdir, crun))
         doc = diff_runs(
             bdoc,

@@ -267,19 +267,29 @@ def _format(fmt: str | None, output: Path | None, lake: Path | None = None, inpu
     fmt = fmt.lower()
     if fmt not in FORMATS:
         raise typer.BadParameter("--format must be html, json or md")
+    check_output(output, [lake] if lake is not None else [], inputs)
+    return fmt
+
+
+def check_output(output: Path | None, lakes, inputs=()) -> None:
+    """Raise BadParameter (exit 2) for an -o that is a directory, lies in a directory that does not
+    exist, inside one of `lakes`, or is one of the `inputs` (module doc of _format); '-' and None
+    pass."""
     if output is not None and str(output) != "-":
         if output.is_dir():
             raise typer.BadParameter(f"-o {output}: is a directory")
         if not output.absolute().parent.is_dir():
             raise typer.BadParameter(f"-o {output}: directory {output.absolute().parent} does not exist")
         where = output.resolve()
-        if lake is not None and where.is_relative_to(Path(lake).resolve()):
-            raise typer.BadParameter(f"-o {output}: lies inside the lake {lake}: write the report elsewhere")
+        for lake in lakes:
+            if where.is_relative_to(Path(lake).resolve()):
+                raise typer.BadParameter(
+                    f"-o {output}: lies inside the lake {lake}: write the report elsewhere"
+                )
         if where.is_file() and _is_input(where, inputs):
             raise typer.BadParameter(
                 f"-o {output}: is one of the inputs: it would be overwritten by the report"
             )
-    return fmt
 
 
 def _is_input(where: Path, inputs) -> bool:

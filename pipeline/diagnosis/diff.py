@@ -12,16 +12,19 @@ results, computed with top_n=None so every kernel is listed) and one run of each
    MIN_SHARED_PCT of a side's step kernel time in kernel names the other side also ran (two
    models, not two versions of one). Other software versions (CUDA, NCCL, PyTorch: the runs'
    tool_versions) are warnings: a version upgrade is often the change being measured.
-2. **The step-time change with a 95 % confidence interval from the runs' own steps**: each side's
-   samples are its analysed steps (the verdict's steady steps: incomplete and outlier steps left
-   out, pipeline/diagnosis/steady.py), one sample per step = the mean over ranks of step_ns
-   (queries/step_time.sql). With `align="step"` only step numbers found on both sides are used.
-   When a side has fewer than 2 steps, the samples are its (rank, step) rows and the unit says so
-   (ranks of one step are not independent: the interval then holds the rank-to-rank spread
-   only). The interval is Welch's: change = mean_c - mean_b, se = sqrt(s_b^2/n_b + s_c^2/n_c),
-   Welch-Satterthwaite degrees of freedom, Student's t at 0.975 (T975, rounded down to a listed
-   df: conservative). A run of 20 steps with 1 % jitter gives a far tighter interval than a run
-   of 2, which is the point: no fixed noise floor.
+2. **The step-time change with a 95 % confidence interval from the runs' own steps**: each
+   side's samples are its complete steps from its first steady step on (the warm-up outliers
+   before it left out, pipeline/diagnosis/steady.py; later slow steps kept: a recurring stall is
+   a regression, and the document warns of them), one sample per step = the mean over ranks of
+   step_ns (queries/step_time.sql). Sides whose mean GPU activities per step differ more than
+   twofold are not comparable (an iteration against a layer). With `align="step"` only step
+   numbers found on both sides are used. When a side has fewer than 2 steps, the samples are its
+   (rank, step) rows and the unit says so, with a warning (ranks of one step are not
+   independent: the interval then holds the rank-to-rank spread only). The interval is
+   Welch's: change = mean_c - mean_b, se = sqrt(s_b^2/n_b + s_c^2/n_c), Welch-Satterthwaite
+   degrees of freedom, Student's t at 0.975 (T975, rounded down to a listed df: conservative).
+   A run of 20 steps with 1 % jitter gives a far tighter interval than a run of 2, which is the
+   point: no fixed noise floor.
 3. **Attribution**: the change split into COMPONENTS, which partition step_ns in step_time.sql
    (compute + exposed transfer + waiting for peers + memory copies + host-bound idle +
    input-bound idle + other = step), averaged the same way as the step time, so the components'
@@ -111,9 +114,23 @@ def _verdict(doc: dict, run_id: str) -> dict:
     return next((v for v in doc["verdicts"] if v["run_id"] == run_id), {})
 
 
-def _rows(doc: dict, run_id: str) -> list[dict]:
+def _rows(doc: dict, run_id: str) -> tuple[list[dict], int]:
+    """The step_time rows a side compares, and how many slow steps among them the verdict had left
+    out: incomplete (rank, step) rows and the warm-up (the outlier steps before the first steady
+    step) are left out; slow steps after it are kept, since a stall that recurs is exactly what a
+    gate must see (the verdict's steady selection, pipeline/diagnosis/steady.py, leaves every
+    outlier out: a stall every 4th step read as no change)."""
     rows = [s for s in doc["step_time"] if s["run_id"] == run_id and s.get("step_ns") is not None]
-    return kept_rows(rows, _verdict(doc, run_id))
+    v = _verdict(doc, run_id)
+    outliers = {e["step"] for e in v.get("excluded_steps", []) if e["why"] == "outlier"}
+    rows = kept_rows(
+        rows, {"excluded_steps": [e for e in v.get("excluded_steps", []) if e["why"] != "outlier"]}
+    )
+    steady = sorted({r["step"] for r in rows} - outliers)
+    if not steady:
+        return rows, 0
+    rows = [r for r in rows if r["step"] >= steady[0]]
+    return rows, len({r["step"] for r in rows} & outliers)
 
 
 def _samples(rows: list[dict], by_step: bool) -> list[dict]:
@@ -184,6 +201,8 @@ def comparability(base_doc, base_run, cand_doc, cand_run, kb, kc, nb, nc) -> dic
     gc = sorted({g["name"] for g in rc.get("gpus", [])})
     if gb and gc and gb != gc:
         reasons.append(f"GPU models {', '.join(gb)} against {', '.join(gc)}")
+    if any("has no steps" in r for r in reasons):  # no step kernels: the mix would say nothing more
+        kb = kc = {}
     names_b = {k[0] for k in kb}
     names_c = {k[0] for k in kc}
     shared = names_b & names_c
@@ -244,9 +263,11 @@ def diff(
     bad = sorted(set(fail_on or {}) - set(COMPONENT_KEYS))
     if bad:
         raise ValueError(f"unknown component(s) {', '.join(bad)}: one of {', '.join(COMPONENT_KEYS)}")
-    rb, rc = _rows(base_doc, base_run), _rows(cand_doc, cand_run)
+    (rb, slow_b), (rc, slow_c) = _rows(base_doc, base_run), _rows(cand_doc, cand_run)
+    no_common = False
     if align == "step":
         common = {r["step"] for r in rb} & {r["step"] for r in rc}
+        no_common = bool(rb and rc and not common)
         rb, rc = [r for r in rb if r["step"] in common], [r for r in rc if r["step"] in common]
     by_step = len({r["step"] for r in rb}) >= 2 and len({r["step"] for r in rc}) >= 2
     unit = "step (mean over ranks)" if by_step else "rank and step"
@@ -254,6 +275,26 @@ def diff(
     kb = _kernels(base_doc, base_run, "steps")
     kc = _kernels(cand_doc, cand_run, "steps")
     comp = comparability(base_doc, base_run, cand_doc, cand_run, kb, kc, len(sb), len(sc))
+    if no_common:
+        comp["reasons"].append("no step number is on both sides (--align step): use --align steady")
+    work = [sum(r.get("activities") or 0 for r in rows) / len(rows) for rows in (rb, rc) if rows]
+    if len(work) == 2 and min(work) > 0 and max(work) > 2 * min(work) and not comp["reasons"]:
+        comp["reasons"].append(
+            f"steps hold different amounts of work: {work[0]:,.0f} against {work[1]:,.0f} GPU activities per "
+            "step and rank (one side's step is not the other's: an iteration against a layer?)"
+        )
+    if not by_step and len(sb) >= 2 and len(sc) >= 2:
+        comp["warnings"].append(
+            "fewer than 2 steps on a side: the samples are its ranks, so the interval holds the ranks' "
+            "spread, not step-to-step noise; profile several steps before trusting a gate on it"
+        )
+    for side, slow in (("baseline", slow_b), ("candidate", slow_c)):
+        if slow:
+            comp["warnings"].append(
+                f"the {side} has {slow} slow step(s) (over the verdict's outlier bar) after its first steady "
+                "step: they are compared, as a recurring stall should be"
+            )
+    comp["comparable"] = not comp["reasons"]
     doc = {
         "schema": SCHEMA,
         "baseline": _side(base_doc, base_run, rb, sb, unit),

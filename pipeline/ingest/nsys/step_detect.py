@@ -73,6 +73,7 @@ SELECT m.rank, n.globalTid AS gt, coalesce(n.text, s.value) AS name, n.start, n.
 FROM nvtx n JOIN rank_map m ON m.gp = n.globalTid & ~16777215 LEFT JOIN strings s ON s.id = n.textId
 WHERE n.eventType IN (SELECT unnest(getvariable('nvtx_range_only'))) AND n."end" IS NOT NULL
   AND n."end" >= n.start AND n.globalTid IS NOT NULL AND coalesce(n.text, s.value) IS NOT NULL
+  AND n.start >= 0 AND n."end" < 4611686018427387904  -- ns since the session; past 2^62 is damage
 """
 
 
@@ -121,23 +122,39 @@ def _repeating_ranges(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFr
     cands = ranges.group_by("rank", "gt", "depth", "key").agg(n=pl.len()).filter(pl.col("n") >= MIN_STEPS)
     if cands.height == 0:
         return pl.DataFrame()
-    launched = kernels.filter(pl.col("launch_ns").is_not_null()).with_columns(
-        dur=pl.col("end") - pl.col("start")
+    launched = (
+        kernels.filter(pl.col("launch_ns").is_not_null())
+        .with_columns(dur=pl.col("end") - pl.col("start"))
+        .sort("launch_ns")
     )
     total = kernels.group_by("rank").agg(total=(pl.col("end") - pl.col("start")).sum(), n=pl.len())
+    # the ranges of one thread and level do not overlap: one as-of join per (rank, thread, level)
+    # gives every launch the range of that level around it, and so each candidate's share at once
+    held = []
+    for (rank, gt, depth), rs in ranges.group_by(["rank", "gt", "depth"]):
+        win = rs.sort("start").select(r_start="start", r_end="end", key="key")
+        ks = launched.filter(pl.col("rank") == rank)
+        h = ks.join_asof(win, left_on="launch_ns", right_on="r_start", strategy="backward")
+        held.append(
+            h.filter(pl.col("launch_ns") < pl.col("r_end"))
+            .group_by("key")
+            .agg(held_n=pl.len(), held_ns=pl.col("dur").sum())
+            .with_columns(rank=pl.lit(rank), gt=pl.lit(gt), depth=pl.lit(depth))
+        )
+    cover_of = {
+        (r["rank"], r["gt"], r["depth"], r["key"]): (r["held_n"], r["held_ns"])
+        for r in pl.concat(held, how="diagonal_relaxed").iter_rows(named=True)
+    }
     best: dict[int, tuple] = {}
     for c in cands.iter_rows(named=True):
+        held_n, held_ns = cover_of.get((c["rank"], c["gt"], c["depth"], c["key"]), (0, 0))
+        tot = total.filter(pl.col("rank") == c["rank"])
+        cover = held_ns / tot["total"].sum() if tot["total"].sum() else 0.0
+        if cover < MIN_COVER or held_n < MIN_COVER * tot["n"].sum():
+            continue
         rs = ranges.filter(
             (pl.col("gt") == c["gt"]) & (pl.col("depth") == c["depth"]) & (pl.col("key") == c["key"])
         ).sort("start")
-        ks = launched.filter(pl.col("rank") == c["rank"]).sort("launch_ns")
-        win = rs.select(r_start="start", r_end="end")
-        held = ks.join_asof(win, left_on="launch_ns", right_on="r_start", strategy="backward")
-        inside = held.filter(pl.col("launch_ns") < pl.col("r_end"))
-        tot = total.filter(pl.col("rank") == c["rank"])
-        cover = inside["dur"].sum() / tot["total"].sum() if tot["total"].sum() else 0.0
-        if cover < MIN_COVER or inside.height < MIN_COVER * tot["n"].sum():
-            continue
         score = (bool(ITERATION_NAME.search(c["key"])), cover, -c["depth"])
         if c["rank"] not in best or score > best[c["rank"]][0]:
             best[c["rank"]] = (score, c, rs)
@@ -166,6 +183,19 @@ def _repeating_ranges(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFr
     return pl.DataFrame(rows) if rows else pl.DataFrame()
 
 
+def _gaps(codes: np.ndarray) -> pl.DataFrame:
+    """(code, pos, gap): each position of a code and its distance to the code's previous position
+    (null at its first), sorted by code then position; vectorized (one argsort)."""
+    order = np.argsort(codes, kind="stable")
+    sc = codes[order]
+    gap = np.diff(order, prepend=0).astype(np.int64)
+    first = np.ones(len(sc), dtype=bool)
+    first[1:] = sc[1:] != sc[:-1]
+    return pl.DataFrame({"code": sc, "pos": order, "gap": gap}).with_columns(
+        gap=pl.when(pl.Series(first)).then(None).otherwise(pl.col("gap"))
+    )
+
+
 def period(codes: np.ndarray) -> tuple[int, float] | None:
     """(P, agreement) for a sequence of integer codes: the smallest period P >= 2 of a code that
     occurs at every P-th position (its most common gap, on at least 80 % of its gaps, and at
@@ -175,21 +205,21 @@ def period(codes: np.ndarray) -> tuple[int, float] | None:
     n = len(codes)
     if n < 2 * (MIN_STEPS + 1):
         return None
-    order = np.argsort(codes, kind="stable")
-    sc = codes[order]
-    same = sc[1:] == sc[:-1]
-    gaps = np.diff(order)[same]
-    gcode = sc[1:][same]
-    periods: set[int] = set()
-    for code in np.unique(gcode):
-        g = gaps[gcode == code]
-        if len(g) < MIN_STEPS:
-            continue
-        vals, counts = np.unique(g, return_counts=True)
-        p = int(vals[counts.argmax()])
-        if p >= 2 and counts.max() >= 0.8 * len(g) and n // p >= MIN_STEPS + 1:
-            periods.add(p)
-    scored = [(p, float(np.mean(codes[:-p] == codes[p:]))) for p in sorted(periods)[:500]]
+    gaps = _gaps(codes)  # one row per consecutive pair of positions of one code
+    per_gap = gaps.group_by("code", "gap").agg(k=pl.len())
+    per_code = (
+        per_gap.sort("k", "gap", descending=[True, False])
+        .group_by("code")
+        .agg(gap=pl.col("gap").first(), k=pl.col("k").first(), total=pl.col("k").sum())
+        .filter(
+            (pl.col("total") >= MIN_STEPS)
+            & (pl.col("gap") >= 2)
+            & (pl.col("k") >= 0.8 * pl.col("total"))
+            & (n // pl.col("gap") >= MIN_STEPS + 1)
+        )
+    )
+    periods = sorted(set(per_code["gap"].to_list()))
+    scored = [(p, float(np.mean(codes[:-p] == codes[p:]))) for p in periods[:500]]
     scored = [s for s in scored if s[1] >= MIN_MATCH]
     if not scored:
         return None
@@ -211,17 +241,26 @@ def _kernel_period(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFrame
         idle_before = np.zeros(len(k))
         idle_before[1:] = np.maximum(start[1:] - np.maximum.accumulate(end)[:-1], 0)
         launch = k["launch_ns"]
-        best = None
-        for code in np.unique(codes):
-            pos = np.flatnonzero(codes == code)
-            if len(pos) < MIN_STEPS + 1 or not np.all(np.diff(pos) == p) or launch.gather(pos).null_count():
-                continue
-            score = float(np.median(idle_before[pos]))
-            if best is None or score > best[0]:
-                best = (score, code, pos)
-        if best is None:
+        # anchors: codes found at every P-th position and nowhere else, every launch known; the one
+        # the GPU idles longest before (median)
+        g = _gaps(codes)
+        at_pos = g["pos"].to_numpy()
+        g = g.with_columns(idle=idle_before[at_pos], no_launch=launch.is_null().to_numpy()[at_pos])
+        anchors = (
+            g.group_by("code")
+            .agg(
+                n=pl.len(),
+                steady=(pl.col("gap").drop_nulls() == p).all(),
+                missing=pl.col("no_launch").any(),
+                idle=pl.col("idle").median(),
+            )
+            .filter((pl.col("n") >= MIN_STEPS + 1) & pl.col("steady") & ~pl.col("missing"))
+            .sort("idle", "code", descending=[True, False])
+        )
+        if anchors.height == 0:
             continue
-        _, code, pos = best
+        code = anchors["code"][0]
+        pos = np.flatnonzero(codes == code)
         at = launch.gather(pos).to_numpy()
         gt = k["gt"].gather(pos).to_list()
         per_rank.append((rank, p, match, code, at, gt))
