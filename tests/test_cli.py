@@ -238,6 +238,23 @@ def test_a_broken_symlink_found_in_a_directory_fails_with_one_line(tmp_path):
     assert re.search(r"failed .*rank1\.json\.gz: broken symbolic link", r.output), r.output
 
 
+def test_a_symlink_loop_or_a_link_we_may_not_follow_is_one_line(tmp_path):
+    """A directory holding a link to itself named like a trace, a link loop and a link into /proc
+    (found by an adversarial helper: a traceback, and 'cannot write to the lake')."""
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "self").symlink_to("self")  # no input suffix: passed over
+    (d / "loop.json").symlink_to("loop.json")
+    (d / "pc").symlink_to("/proc/1/cwd")
+    for sub in REPO.joinpath("sample_traces", "hta_trace_filter").glob("*.json.gz"):
+        (d / sub.name).write_bytes(sub.read_bytes())
+        break
+    r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
+    assert r.exit_code == 3, r.output
+    assert re.search(r"failed .*loop\.json: symbolic link loop", r.output), r.output
+    assert "Traceback" not in r.output and "cannot write to the lake" not in r.output
+
+
 def test_run_reports_the_run_a_skipped_file_is_stored_in(tmp_path):
     """A file moved to its own run (its rank was taken) and skipped later is reported under that
     run, not under its directory's."""

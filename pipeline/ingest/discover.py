@@ -232,8 +232,15 @@ def discover(
                 f = Path(root) / name
                 if leave(f, (rel / name).as_posix()):
                     continue
-                root_of(f, top, rel)
                 low = name.lower()
+                if not low.endswith(TRACE_SUFFIXES + LOG_SUFFIXES):
+                    continue  # not an input: never resolved (a link into /proc or a link loop)
+                try:
+                    f.resolve()
+                except (RuntimeError, OSError) as e:  # a symbolic link loop, a link we may not follow
+                    problem(f, "symbolic link loop" if isinstance(e, RuntimeError) else f"cannot follow: {e}")
+                    continue
+                root_of(f, top, rel)
                 if low.endswith(TRACE_SUFFIXES) and f.is_file():
                     out.append(f)
                 elif low.endswith(TRACE_SUFFIXES) and f.is_symlink() and not f.exists():
