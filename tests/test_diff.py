@@ -26,13 +26,17 @@ NSYS_AI = CORPUS / "nsys" / "nsys-ai"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _cli(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "diff", *map(str, args), "-q"],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-    )
+def _cli(*args) -> subprocess.CompletedProcess:
+    """`tracelake diff ARGS -q` in this process (typer's runner: the command's exit code, standard
+    output and error apart); test_a_cancelled_diff_leaves_no_temporary_lake runs a real process."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    r = CliRunner().invoke(app, ["diff", *map(str, args), "-q"])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
 
 
 def _idle(k: int) -> int:

@@ -205,9 +205,9 @@ def diff(
     gates = _thresholds(fail_on)
     # a CI job cancelled with SIGTERM (or a hang-up) still removes the temporary lakes: the signal
     # becomes an exit that unwinds the ExitStack below
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _exit_on)
     with contextlib.ExitStack() as stack:
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            stack.callback(signal.signal, sig, signal.signal(sig, _exit_on))  # restored on the way out
         bdir, brun = _side(baseline, baseline_run, lake, step_range, stack, "baseline")
         cdir, crun = _side(candidate, candidate_run, lake, step_range, stack, "candidate")
         bdoc, _ = _analysis(bdir, window, kernel_wait_us, None, None, *([None] * 8), top_n=None, quiet=quiet)
