@@ -165,6 +165,29 @@ def _line_of(path: Path, text: str) -> int:
     return next(i for i, line in enumerate(path.read_text().split("\n"), 1) if text in line)
 
 
+def test_drift_of_the_algorithm_chosen_for_one_size(tmp_path):
+    """Each rank's log gains one TUNING line in the 2.30 grammar (nvidia-nccl-docs logging example,
+    line 78: "AllReduce: 33554432 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}"); rank 1
+    chose TREE/LL128 for the same size."""
+    tuning = (
+        "node0{n}:21:27 [0] NCCL INFO AllReduce: 33554432 Bytes -> Algo {a} proto {p} "
+        "channel{{Lo..Hi}}={{0..31}}"
+    )
+
+    def add(rank, line):
+        if "Init COMPLETE" in line:
+            a, p = ("RING", "SIMPLE") if rank == 0 else ("TREE", "LL128")
+            return line + "\n" + tuning.format(n=rank + 1, a=a, p=p)
+        return line
+
+    f = _findings(_lake(tmp_path, *_split_eks(tmp_path / "algo", add), name="algo"))
+    ev = f["nccl_drift"]["evidence"]
+    assert len(ev) == 1 and ev[0].startswith(
+        "algorithm AllReduce 33554432 B: RING/SIMPLE on node01:21 (rank 0)"
+    )
+    assert "; TREE/LL128 on node02:21 (rank 1)" in ev[0]
+
+
 def test_a_rank_on_sockets_where_its_peers_use_the_nic(tmp_path):
     def sock(rank, line):
         return line.replace("via NET/AWS Libfabric/0", "via NET/Socket/0") if rank == 1 else line

@@ -226,8 +226,10 @@ GROUP BY c.run_id, c.host;
 -- nccl_process_settings: what each NCCL process of a run says of its own configuration, one row
 -- per process and setting, for comparing the ranks of one job (pipeline/diagnosis/link_findings.py
 -- drift): its NCCL and CUDA versions (nccl_processes), every NCCL_* variable it reports "set by
--- environment" (nccl_events kind env), the network it chose ('Using network ...'), and the
--- inter-node transports its channels use (nccl_channels via NET/<name>, with GDRDMA or not).
+-- environment" (nccl_events kind env), the network it chose ('Using network ...'), the
+-- inter-node transports its channels use (nccl_channels via NET/<name>, with GDRDMA or not), and
+-- the algorithm/protocol it chose for each collective and size (TUNING lines `AllReduce: N Bytes
+-- -> Algo RING proto SIMPLE`, nccl_events kind tuning).
 -- A process that states no value for a setting has no row for it (unknown, not different).
 -- @view nccl_process_settings: Per NCCL process (host and pid) of a run, each setting it states and its value.
 -- @column run_id VARCHAR: Run.
@@ -236,7 +238,7 @@ GROUP BY c.run_id, c.host;
 -- @column host VARCHAR: Host.
 -- @column pid BIGINT: Process id.
 -- @column rank INTEGER: Its rank in its largest communicator (NULL: none stated).
--- @column setting VARCHAR: nccl_version, cuda_version, network, net_transport, or the NCCL_* variable's name.
+-- @column setting VARCHAR: nccl_version, cuda_version, network, net_transport, 'algorithm <op> <bytes> B', or the NCCL_* variable's name.
 -- @column value VARCHAR: Its value as printed (net_transport: the NET transports of its channels, sorted).
 -- @column line_no BIGINT: The first line that states it.
 CREATE OR REPLACE VIEW nccl_process_settings AS
@@ -254,6 +256,14 @@ vals AS (
   SELECT run_id, source_id, host, pid, json_extract_string(detail, '$.var'), any_value(json_extract_string(detail, '$.value')),
          min(line_no)
   FROM nccl_events WHERE kind = 'env' AND pid IS NOT NULL GROUP BY ALL
+  UNION ALL
+  SELECT run_id, source_id, host, pid,
+         'algorithm ' || json_extract_string(detail, '$.op') || ' ' || json_extract_string(detail, '$.bytes') || ' B',
+         string_agg(DISTINCT json_extract_string(detail, '$.algo') || '/' || json_extract_string(detail, '$.proto'), ', '
+                    ORDER BY json_extract_string(detail, '$.algo') || '/' || json_extract_string(detail, '$.proto')),
+         min(line_no)
+  FROM nccl_events WHERE kind = 'tuning' AND pid IS NOT NULL AND json_extract_string(detail, '$.op') IS NOT NULL
+  GROUP BY ALL
   UNION ALL
   SELECT run_id, source_id, host, pid, 'net_transport',
          string_agg(DISTINCT regexp_extract(via, '^(NET/[^/]+)', 1) || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END, ', '
