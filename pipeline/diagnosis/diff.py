@@ -254,8 +254,8 @@ def diff(
     ops: tuple[list[dict], list[dict]] | None = None,
 ) -> dict:
     """The `tracelake.diff/1` document of candidate run cand_run against baseline run base_run
-    (module doc). align: "steady" (each side's analysed steps) or "step" (step numbers on both
-    sides only). ops: the rows of queries/step_ops.sql of each side (GPU time per launching op),
+    (module doc). align: "steady" (each side's complete steps from its first steady step on) or
+    "step" (step numbers on both sides only). ops: the rows of queries/step_ops.sql of each side (GPU time per launching op),
     for the ops that moved (None: no `ops` list). Raises ValueError for an unknown align or
     fail_on component."""
     if align not in ("steady", "step"):
