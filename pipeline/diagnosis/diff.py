@@ -256,8 +256,8 @@ def diff(
     """The `tracelake.diff/1` document of candidate run cand_run against baseline run base_run
     (module doc). align: "steady" (each side's complete steps from its first steady step on) or
     "step" (step numbers on both sides only). ops: the rows of queries/step_ops.sql of each side
-    (GPU time per launching op), for the ops that moved (None: no `ops` list). Raises ValueError for an unknown align or
-    fail_on component."""
+    (GPU time per launching op), for the ops that moved (None: no `ops` list). Raises ValueError
+    for an unknown align or fail_on component."""
     if align not in ("steady", "step"):
         raise ValueError(f"align: 'steady' or 'step', not {align!r}")
     bad = sorted(set(fail_on or {}) - set(COMPONENT_KEYS))
