@@ -226,30 +226,28 @@ def test_a_non_empty_directory_that_is_not_a_lake_is_refused(tmp_path):
     )
 
 
-def test_a_broken_symlink_found_in_a_directory_fails_with_one_line(tmp_path):
+def _ingest_with_links(tmp_path, links: dict[str, str]):
+    """Ingest a directory holding one sample trace and the symbolic links {name: target}."""
     d = tmp_path / "job"
     d.mkdir()
-    (d / "rank1.json.gz").symlink_to(tmp_path / "gone.json.gz")
-    for sub in REPO.joinpath("sample_traces", "hta_trace_filter").glob("*.json.gz"):
-        (d / sub.name).write_bytes(sub.read_bytes())
-        break
-    r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
+    for name, target in links.items():
+        (d / name).symlink_to(target)
+    sub = next(REPO.joinpath("sample_traces", "hta_trace_filter").glob("*.json.gz"))
+    (d / sub.name).write_bytes(sub.read_bytes())
+    return runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
+
+
+def test_a_broken_symlink_found_in_a_directory_fails_with_one_line(tmp_path):
+    r = _ingest_with_links(tmp_path, {"rank1.json.gz": str(tmp_path / "gone.json.gz")})
     assert r.exit_code == 3, r.output
     assert re.search(r"failed .*rank1\.json\.gz: broken symbolic link", r.output), r.output
 
 
 def test_a_symlink_loop_or_a_link_we_may_not_follow_is_one_line(tmp_path):
-    """A directory holding a link to itself named like a trace, a link loop and a link into /proc
-    (found by an adversarial helper: a traceback, and 'cannot write to the lake')."""
-    d = tmp_path / "job"
-    d.mkdir()
-    (d / "self").symlink_to("self")  # no input suffix: passed over
-    (d / "loop.json").symlink_to("loop.json")
-    (d / "pc").symlink_to("/proc/1/cwd")
-    for sub in REPO.joinpath("sample_traces", "hta_trace_filter").glob("*.json.gz"):
-        (d / sub.name).write_bytes(sub.read_bytes())
-        break
-    r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "lake")])
+    """A directory holding a link to itself (no input suffix: passed over), a link loop named like a
+    trace and a link into /proc (found by an adversarial helper: a traceback, and 'cannot write to
+    the lake')."""
+    r = _ingest_with_links(tmp_path, {"self": "self", "loop.json": "loop.json", "pc": "/proc/1/cwd"})
     assert r.exit_code == 3, r.output
     assert re.search(r"failed .*loop\.json: symbolic link loop", r.output), r.output
     assert "Traceback" not in r.output and "cannot write to the lake" not in r.output
