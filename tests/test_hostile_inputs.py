@@ -585,3 +585,21 @@ def test_a_rank_option_outside_the_rank_column_is_a_usage_error(tmp_path):
         )
         assert r.exit_code == 2 and f"--rank {bad}: a rank is 0 to 2147483647" in r.output
         assert not (tmp_path / "l").exists()
+
+
+def test_a_rank_that_is_not_a_number_is_not_read_from_its_digits(tmp_path):
+    """distributedInfo rank "v10" was read as rank 10 (the digits in it); it is no number: left
+    out with a note, and the rank comes from the file name (worker1) as for a trace without one."""
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    src = next((CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto").glob("worker1_*.json"))
+    doc = json.loads(src.read_text())
+    d = tmp_path / "in"
+    d.mkdir()
+    (d / "worker1_x.json").write_text(
+        json.dumps({**doc, "distributedInfo": {**doc["distributedInfo"], "rank": "v10"}})
+    )
+    (r,) = ingest_paths([d], Lake(tmp_path / "lake"), jobs=1)
+    assert r.status == "ok" and r.rank == 1
+    assert "distributedInfo rank 'v10' is not an integer: left out" in r.notes

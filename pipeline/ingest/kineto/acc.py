@@ -193,6 +193,9 @@ class _Acc:
             raise TraceError("timestamps plus baseTimeNanoseconds fall outside the int64 ns range")
         notes = self._notes(sp, has_base)
         di = top.distributed_info if isinstance(top.distributed_info, dict) else {}
+        for key in ("rank", "world_size"):
+            if di.get(key) is not None and _int(di.get(key)) is None:
+                notes.append(f"distributedInfo {key} {str(di.get(key))[:40]!r} is not an integer: left out")
         process_groups = summary.process_groups_frame(di)
         vendor = summary.vendor(top, self.vendor_hip, self.vendor_cu, self.vendor_mtia)
         devices = summary.devices_frame(top, vendor, self.used_devices)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import operator
-import re
 
 import msgspec
 import polars as pl
 
 
 def _int(v) -> int | None:
+    """An integer value of a Kineto field: an int in int64, an integral-valued float, or a string
+    holding a number (decimal, 0x hex, or with a decimal point); anything else (text such as
+    "v10", which is no number) is None rather than the digits found in it."""
     if type(v) is int:
         return v if -(2**63) <= v < 2**63 else None
     if v is None or isinstance(v, bool):
@@ -27,10 +29,10 @@ def _int(v) -> int | None:
     if isinstance(v, str):
         s = v.strip()
         try:
-            return int(s, 16) if s.lower().startswith("0x") else int(float(s)) if "." in s else int(s)
-        except ValueError:
-            m = re.search(r"-?\d+", s)
-            return int(m.group()) if m else None
+            out = int(s, 16) if s.lower().startswith("0x") else int(float(s)) if "." in s else int(s)
+        except (ValueError, OverflowError):
+            return None
+        return out if -(2**63) <= out < 2**63 else None
     return None
 
 
