@@ -11,7 +11,7 @@ import shutil
 from conftest import REPO, X, write_trace
 from typer.testing import CliRunner
 
-from pipeline.cli import EXIT_OK, app
+from pipeline.cli import EXIT_FAILED, EXIT_OK, app
 
 runner = CliRunner()
 
@@ -318,3 +318,16 @@ def test_a_report_never_replaces_an_input_or_a_lake_part(tmp_path):
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
     r = runner.invoke(app, ["run", str(traces), "--lake", str(lake), "-o", str(traces / "report.md")])
     assert r.exit_code == EXIT_OK and (traces / "report.md").read_text().startswith("#")
+
+
+def test_analyze_of_a_lake_whose_every_source_failed_is_a_failure(tmp_path):
+    """A CI job reading exit 0 would take 'nothing to analyse' for success (issue 39 item 12)."""
+    bad = tmp_path / "in" / "x.json"
+    bad.parent.mkdir()
+    bad.write_text("not json")
+    lake = str(tmp_path / "lake")
+    assert runner.invoke(app, ["ingest", str(bad.parent), "--lake", lake]).exit_code == EXIT_FAILED
+    for args in (["analyze"], ["analyze", "--json"], ["report", "-o", str(tmp_path / "r.html")]):
+        r = runner.invoke(app, [*args, "--lake", lake])
+        assert r.exit_code == EXIT_FAILED, (args, r.output)
+        assert "every source in scope failed to ingest (1 file(s))" in r.output

@@ -118,6 +118,18 @@ def _analysis_of(
     lake = existing_lake(lake_dir)
     if runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
+    src = lake.sources(sorted(set(runs)) if runs else None)
+    if src.height and (src["status"] == "failed").all():
+        # nothing to analyse is a failure a CI job must see, not a success with a note
+        err.print(
+            one_line(
+                f"error: {lake_dir}: every source in scope failed to ingest ({src.height} file(s)), nothing "
+                "to analyse; their errors: tracelake sql "
+                "\"SELECT path, error FROM sources WHERE status = 'failed'\""
+            ),
+            markup=False,
+        )
+        raise typer.Exit(EXIT_FAILED)
     options = dict(
         **window_options,
         top_n=top_n,
