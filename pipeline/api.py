@@ -101,17 +101,30 @@ class LakeSession:
 
     def runs(self) -> pl.DataFrame:
         """One row per run: run_id, sources (files), failed (of them, failed ingests), ranks
-        (distinct ranks of the files read), formats (sorted list), first_path (one file of it)."""
+        (distinct ranks of the files read: a file's rank, or the ranks of a file of several
+        processes, sources.ranks, as an Nsight Systems export of 2 processes), formats (sorted
+        list), first_path (one file of it)."""
         src = self.lake.sources()
+        ok = src.filter(pl.col("status") != "failed")
+        parts = [ok.select("run_id", r=pl.col("rank").cast(pl.Int64))]
+        if "ranks" in ok.columns:
+            parts.append(
+                ok.select("run_id", r=pl.col("ranks"))
+                .explode("r")
+                .select("run_id", pl.col("r").cast(pl.Int64))
+            )
+        ranks = pl.concat(parts).drop_nulls("r").group_by("run_id").agg(ranks=pl.col("r").n_unique())
         return (
             src.group_by("run_id")
             .agg(
                 sources=pl.len(),
                 failed=(pl.col("status") == "failed").sum(),
-                ranks=pl.col("rank").filter(pl.col("status") != "failed").n_unique(),
                 formats=pl.col("format").unique().sort(),
                 first_path=pl.col("path").sort().first(),
             )
+            .join(ranks, on="run_id", how="left")
+            .with_columns(pl.col("ranks").fill_null(0).cast(pl.UInt32))
+            .select("run_id", "sources", "failed", "ranks", "formats", "first_path")
             .sort("run_id")
         )
 

@@ -111,3 +111,17 @@ def test_options_are_checked_and_names_are_the_listed_ones(lake_dir):
     assert lake.df("STEPS").equals(lake.df("steps"))
     with pytest.raises(ValueError, match="returns no rows"):
         lake.sql("")
+
+
+def test_runs_counts_the_ranks_of_an_export_of_several_processes(tmp_path):
+    """nsys-ai's mfu_2gpu_before.sqlite holds 2 processes with GPU work (KERNEL deviceId 0 and 1,
+    PROVENANCE.md), one file: runs() said 1 rank (it counted sources.rank, NULL for such a file)."""
+    from pipeline.ingest import ingest_paths
+
+    lake = Lake(tmp_path / "lake")
+    assert (
+        ingest_paths([corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite")], lake, run="two")[0].status == "ok"
+    )
+    with pipeline.open_lake(lake.root) as s:
+        row = s.runs().to_dicts()[0]
+    assert (row["run_id"], row["sources"], row["ranks"]) == ("two", 1, 2)
