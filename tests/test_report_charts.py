@@ -112,6 +112,11 @@ def test_software_line_from_kineto_versions(tmp_path):
     assert document.versions_text({"hip_runtime_version": ["60443483"], "roctracer_version": ["4.1"]}) == (
         "HIP runtime 6.4.43483; roctracer 4.1"
     )
+    # the NVIDIA driver as pipit's Perlmutter exports store it (TARGET_INFO_SYSTEM_ENV NvDriverVersion
+    # 52510517, beside CudaDriverVersion 12000: the 525.105.17 driver of CUDA 12.0), and as text
+    # (nsys-ai's 580.95.05)
+    assert document.versions_text({"nvidia_driver_version": ["52510517"]}) == "NVIDIA driver 525.105.17"
+    assert document.versions_text({"nvidia_driver_version": ["580.95.05"]}) == "NVIDIA driver 580.95.05"
 
 
 GCP = ("nccl", "ncclTests-gcp-a3mega-h100-16rank-allreduce.txt")

@@ -195,13 +195,23 @@ def _hip_int(v: str) -> str:
     return f"{n // 10**7}.{n // 10**5 % 100}.{n % 10**5}" if n >= 10**7 else v
 
 
+def _nv_driver(v: str) -> str:
+    """An NVIDIA driver version as older Nsight Systems exports store it, an integer of major x 10^5
+    + minor x 100 + patch (pipit's Perlmutter exports: 52510517 = 525.105.17, a CUDA 12.0 driver);
+    text (580.95.05) as it is."""
+    if not (v.isdigit() and len(v) == 8):
+        return v
+    n = int(v)
+    return f"{n // 100000}.{n // 100 % 1000}.{n % 100:02d}"
+
+
 # sources.tool_versions key -> (label, formatter): the software of the job first (the CUDA stack,
 # NCCL, the driver), then the tools that wrote the inputs; other keys follow as they are
 _SOFTWARE = {
     "cuda_runtime_version": ("CUDA runtime", _cuda_int),
     "cuda_version": ("CUDA (NCCL's build)", str),
     "nccl_version": ("NCCL", str),
-    "nvidia_driver_version": ("NVIDIA driver", str),
+    "nvidia_driver_version": ("NVIDIA driver", _nv_driver),
     "cuda_driver_version": ("CUDA driver API", _cuda_int),
     "hip_runtime_version": ("HIP runtime", _hip_int),
     "hip_driver_version": ("HIP driver", _hip_int),
