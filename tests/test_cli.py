@@ -331,3 +331,25 @@ def test_analyze_of_a_lake_whose_every_source_failed_is_a_failure(tmp_path):
         r = runner.invoke(app, [*args, "--lake", lake])
         assert r.exit_code == EXIT_FAILED, (args, r.output)
         assert "every source in scope failed to ingest (1 file(s))" in r.output
+
+
+def test_sql_json_writes_integers_past_2_53_as_text(tmp_path):
+    """A double-based JSON reader rounds 9007199254740993 to ...992 (issue 39 item 13): such
+    integers, a HUGEINT sum among them, are written as text; smaller ones stay numbers."""
+    lake = str(tmp_path / "lake")
+    assert runner.invoke(app, ["ingest", str(REPO / "sample_traces"), "--lake", lake]).exit_code == EXIT_OK
+    r = runner.invoke(
+        app,
+        [
+            "sql",
+            "SELECT 9007199254740993 AS big, 9007199254740991 AS safe, sum(start_ns)::HUGEINT AS s, 2.5 AS d "
+            "FROM gpu_activities",
+            "--lake",
+            lake,
+            "--format",
+            "json",
+        ],
+    )
+    row = json.loads(r.stdout)[0]
+    assert row["big"] == "9007199254740993" and row["safe"] == 9007199254740991 and row["d"] == 2.5
+    assert isinstance(row["s"], str) and int(row["s"]) > 2**53

@@ -336,19 +336,31 @@ def _describe(name: str, fmt: str) -> None:
         )
 
 
+# integers JavaScript, jq and pandas read exactly (IEEE doubles): above it JSON gets text
+MAX_SAFE_INT = 2**53 - 1
+
+
 def _json_value(v):
     """JSON for what json cannot write itself: a DECIMAL (DuckDB's sum of integers is HUGEINT,
-    polars reads it as a decimal) as a number, an integer when it is whole; dates, times and the
-    rest as text."""
+    polars reads it as a decimal) as a number, an integer when it is whole (as text past
+    MAX_SAFE_INT); dates, times and the rest as text."""
     import decimal
 
     if isinstance(v, decimal.Decimal):
-        return int(v) if v == v.to_integral_value() else float(v)
+        if v != v.to_integral_value():
+            return float(v)
+        return int(v) if abs(v) <= MAX_SAFE_INT else str(int(v))
     return str(v)
 
 
 def _finite(v):
-    """v with every float NaN or infinity (not JSON) replaced by None, through lists and dicts."""
+    """v with every float NaN or infinity (not JSON) replaced by None, and every integer past
+    MAX_SAFE_INT as its decimal text (a double-based reader would round it), through lists and
+    dicts."""
+    if isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        return v if abs(v) <= MAX_SAFE_INT else str(v)
     if isinstance(v, float):
         return v if math.isfinite(v) else None
     if isinstance(v, list):
