@@ -67,7 +67,7 @@ def _basis_rows(result: dict, run_id: str, basis: str) -> list[dict]:
     return [r for r in result["ranks"] if r["run_id"] == run_id]
 
 
-def _kernels(result: dict, run_id: str, basis: str) -> dict[tuple[str, str], float]:
+def kernel_times(result: dict, run_id: str, basis: str) -> dict[tuple[str, str], float]:
     """(name, category) -> ns per rank (and per step on the steps basis)."""
     if basis == "steps":
         rows = [s for s in result["step_time"] if s["run_id"] == run_id]
@@ -138,7 +138,7 @@ def compare_run(current: dict, run_id: str, baseline: dict, base_run_id: str) ->
                 "moved": total_b > 0 and abs(d) >= MOVED_PCT / 100 * total_b,
             }
         )
-    kb, kc = _kernels(baseline, base_run_id, basis), _kernels(current, run_id, basis)
+    kb, kc = kernel_times(baseline, base_run_id, basis), kernel_times(current, run_id, basis)
     ks = [
         {
             "name": k[0],

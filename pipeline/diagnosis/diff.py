@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 
 from ..kernelname import short_names
-from .compare import _kernels
+from .compare import kernel_times
 from .steady import kept_rows
 
 SCHEMA = "tracelake.diff/1"
@@ -219,7 +219,7 @@ def comparability(base_doc, base_run, cand_doc, cand_run, kb, kc, nb, nc) -> dic
     vb, vc = _versions(rb), _versions(rc)
     versions = {k: [vb.get(k), vc.get(k)] for k in sorted(set(vb) | set(vc)) if vb.get(k) != vc.get(k)}
     for k, (a, b) in versions.items():
-        warnings.append(f"{k}: {', '.join(a or ['?'])} against {', '.join(b or ['?'])}")
+        warnings.append(f"versions differ: {k}: {', '.join(a or ['?'])} against {', '.join(b or ['?'])}")
     return {
         "comparable": not reasons,
         "reasons": reasons,
@@ -272,8 +272,8 @@ def diff(
     by_step = len({r["step"] for r in rb}) >= 2 and len({r["step"] for r in rc}) >= 2
     unit = "step (mean over ranks)" if by_step else "rank and step"
     sb, sc = _samples(rb, by_step), _samples(rc, by_step)
-    kb = _kernels(base_doc, base_run, "steps")
-    kc = _kernels(cand_doc, cand_run, "steps")
+    kb = kernel_times(base_doc, base_run, "steps")
+    kc = kernel_times(cand_doc, cand_run, "steps")
     comp = comparability(base_doc, base_run, cand_doc, cand_run, kb, kc, len(sb), len(sc))
     if no_common:
         comp["reasons"].append("no step number is on both sides (--align step): use --align steady")

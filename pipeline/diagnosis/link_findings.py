@@ -182,8 +182,7 @@ def topology_findings(con, run_id: str) -> list[dict]:
     used = {
         (h, p, i)
         for h, p, i in con.execute(
-            """SELECT DISTINCT host, pid, TRY_CAST(regexp_extract(via, '^NET/[^/]+/(\\d+)', 1) AS INTEGER)
-               FROM nccl_channels WHERE run_id = ? AND via LIKE 'NET/%'""",
+            "SELECT DISTINCT host, pid, net_dev FROM nccl_channels WHERE run_id = ? AND transport = 'NET'",
             [run_id],
         ).fetchall()
         if i is not None

@@ -70,14 +70,15 @@ def _gate(doc: dict) -> str:
 
 
 def _comparability(doc: dict, reason: str, warning: str, cell) -> list[str]:
-    """One line per reason the pair is not comparable, then per version that differs."""
+    """One line per reason the pair is not comparable, then per warning (versions that differ,
+    slow steps kept, one-step sides)."""
     comp = doc["comparability"]
     return [reason + cell(r) for r in comp["reasons"]] + [warning + cell(w) for w in comp["warnings"]]
 
 
 def text(doc: dict) -> str:
     """The diff for a terminal: verdict line, comparability, step time and components, kernels, gate."""
-    out = [_head(doc)] + _comparability(doc, "  not comparable: ", "  note: versions differ: ", str)
+    out = [_head(doc)] + _comparability(doc, "  not comparable: ", "  note: ", str)
     if doc["step_time"] is None:
         return "\n".join(out) + "\n"
     out.append(f"  {_basis(doc)}")
@@ -121,7 +122,7 @@ def markdown(doc: dict) -> str:
         f"Candidate `{_md_cell(cn)}` against baseline `{_md_cell(bn)}`: {_md_cell(doc['reason'])}",
         "",
     ]
-    out += _comparability(doc, "- not comparable: ", "- versions differ: ", _md_cell)
+    out += _comparability(doc, "- not comparable: ", "- note: ", _md_cell)
     if doc["step_time"] is None:
         return "\n".join(out) + "\n"
     out += [f"{_md_cell(_basis(doc))[0].upper()}{_md_cell(_basis(doc))[1:]}.", ""]

@@ -136,7 +136,7 @@ def build(result: dict, baseline: dict | None = None) -> dict:
 FOUND_BY = {
     "profiler_step": "the profiler's ProfilerStep ranges",
     "nvtx": "NVTX step ranges",
-    "nvtx_repeat": "a repeating top-level NVTX range (the trace has no ProfilerStep)",
+    "nvtx_repeat": "a repeating NVTX range (the trace has no ProfilerStep)",
     "kernel_period": "the period of the kernel sequence (no ProfilerStep or step range: a step is one "
     "repetition of the GPU work, which may be a layer rather than a training iteration)",
 }

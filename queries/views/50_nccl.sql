@@ -175,7 +175,7 @@ LEFT JOIN only_comm o ON o.run_id = c.run_id AND o.host IS NOT DISTINCT FROM r.n
 
 -- nccl_line_rate: the network line rate each host's NCCL logs state (nccl_link_rates;
 -- ../shared/reference/nccl.md section 1.11; docs/nccl.md "Line rate"): the NICs its channels go
--- through (`Channel ... via NET/IB/<index>`, named from the NET/IB Using line), else every NIC it
+-- through (`Channel ... via NET/IB/<index>`: nccl_channels.net_dev, named from the NET/IB Using line), else every NIC it
 -- states a rate for, each at the best rate stated for it; their sum is the bound of a ring that
 -- crosses the node through them (each channel's ring leaves the node through one NIC; nccl-tests
 -- busbw of a ring on several nodes cannot pass it, Tree and NVLS-Tree can: nccl-tests#196). A
@@ -199,12 +199,11 @@ WITH nic AS (
   FROM nccl_link_rates WHERE kind = 'nic' AND bw_gbps > 0 GROUP BY ALL
 ),
 used AS (
-  SELECT DISTINCT c.run_id, c.host, coalesce(d.dev_name, 'NET/' || c.idx) AS nic
-  FROM (SELECT run_id, host, pid, TRY_CAST(regexp_extract(via, '^NET/[^/]+/(\d+)', 1) AS INTEGER) AS idx
-        FROM nccl_channels WHERE via LIKE 'NET/%') c
+  SELECT DISTINCT c.run_id, c.host, coalesce(d.dev_name, 'NET/' || c.net_dev) AS nic
+  FROM nccl_channels c
   LEFT JOIN (SELECT DISTINCT run_id, host, pid, dev_index, dev_name FROM nccl_net_devices WHERE kind = 'ib') d
-    ON d.run_id = c.run_id AND d.host = c.host AND d.pid = c.pid AND d.dev_index = c.idx
-  WHERE c.idx IS NOT NULL
+    ON d.run_id = c.run_id AND d.host = c.host AND d.pid = c.pid AND d.dev_index = c.net_dev
+  WHERE c.transport = 'NET' AND c.net_dev IS NOT NULL
 ),
 chosen AS (
   SELECT n.*, u.nic IS NOT NULL AS from_channels FROM nic n
@@ -266,10 +265,10 @@ vals AS (
   GROUP BY ALL
   UNION ALL
   SELECT run_id, source_id, host, pid, 'net_transport',
-         string_agg(DISTINCT regexp_extract(via, '^(NET/[^/]+)', 1) || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END, ', '
-                    ORDER BY regexp_extract(via, '^(NET/[^/]+)', 1) || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END),
+         string_agg(DISTINCT 'NET/' || net_name || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END, ', '
+                    ORDER BY 'NET/' || net_name || CASE WHEN gdr THEN '/GDRDMA' ELSE '' END),
          min(line_no)
-  FROM nccl_channels WHERE via LIKE 'NET/%' AND pid IS NOT NULL GROUP BY ALL
+  FROM nccl_channels WHERE transport = 'NET' AND net_name IS NOT NULL AND pid IS NOT NULL GROUP BY ALL
 )
 SELECT v.run_id, j.job, v.source_id, v.host, v.pid, p.rank, v.setting, v.value, v.line_no
 FROM vals v

@@ -13,6 +13,7 @@ Nothing here imports the SQLite builder or the nsys-jax reader.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import duckdb
@@ -42,6 +43,15 @@ _DEVICE_SCHEMA = {
     "bus_id": pl.String,
     "used": pl.Boolean,
 }
+
+
+def step_number(name: str) -> int | None:
+    """The step number a range's name gives: its last integer (ProfilerStep#12, 'iteration 12',
+    'Step 0 to 10' -> 10), None when it has none or one past int64 (17 digits at most)."""
+    m = re.findall(r"\d+", name)
+    return int(m[-1]) if m and len(m[-1]) < 18 else None
+
+
 _STEP_SCHEMA = {
     "rank": pl.Int32,
     "step": pl.Int64,

@@ -41,7 +41,7 @@ import numpy as np
 import polars as pl
 
 from ...kernelname import short_name
-from .export import _STEP_SCHEMA
+from .export import _STEP_SCHEMA, step_number
 
 MIN_STEPS = 2  # complete steps a rule must find
 MIN_COVER = 0.5  # share of the rank's kernel time the repeating ranges must hold
@@ -160,13 +160,13 @@ def _repeating_ranges(con, kernels: pl.DataFrame, notes: list[str]) -> pl.DataFr
             best[c["rank"]] = (score, c, rs)
     rows = []
     for rank, (score, c, rs) in sorted(best.items()):
-        nums = [(m[-1] if (m := re.findall(r"\d+", n)) and len(m[-1]) < 18 else None) for n in rs["name"]]
+        nums = [step_number(n) for n in rs["name"]]
         numbered = None not in nums and len(set(nums)) == len(nums)
         for i, r in enumerate(rs.iter_rows(named=True)):
             rows.append(
                 {
                     "rank": rank,
-                    "step": int(nums[i]) if numbered else i,
+                    "step": nums[i] if numbered else i,
                     "name": r["name"],
                     "start_ns": r["start"],
                     "end_ns": r["end"],

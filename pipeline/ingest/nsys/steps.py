@@ -4,11 +4,9 @@ step ranges (_steps: ProfilerStep#N NVTX ranges or a --step-range regex)."""
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 
-from .export import _STEP_SCHEMA
+from .export import _STEP_SCHEMA, step_number
 from .readers import _small
 from .step_detect import detect
 
@@ -119,11 +117,11 @@ def _steps(con, step_regex: str | None, notes: list[str] | None = None) -> pl.Da
             if outer_end is not None and r["end_ns"] <= outer_end:
                 continue
             outer_end = r["end_ns"]
-            m = re.findall(r"\d+", r["name"])
+            n = step_number(r["name"])
             rows.append(
                 {
                     **r,
-                    "step": int(m[-1]) if m and len(m[-1]) < 18 else order,
+                    "step": order if n is None else n,
                     "dur_ns": max(r["end_ns"] - r["start_ns"], 0),
                     "source": "nvtx",
                 }
