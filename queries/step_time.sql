@@ -16,7 +16,8 @@
 -- Idle by cause (the parts sum to idle_ns), the first that applies:
 --   idle_input_ns      the host was inside a DataLoader fetch (a cpu_ops event named
 --                      'enumerate(DataLoader)#...__next__' or 'enumerate(DataPipe)#...', the names
---                      torch-tb-profiler counts as DataLoader time, event_parser.py _parse_step);
+--                      torch-tb-profiler counts as DataLoader time: is_data_loading,
+--                      views/05_macros.sql);
 --   idle_unreliable_ns the work ending the gap is a CUDA/HIP graph replay (no per-kernel launch);
 --   idle_host_wait_ns  everything ending the gap was launched after the GPU drained, or no more
 --                      work was launched before the window ended (HTA's host-wait rule applied to
@@ -69,7 +70,7 @@ work AS (
 loader_ev AS (
   SELECT b.rr, c.start_ns, c.end_ns FROM cpu_ops c JOIN bounds b ON b.run_id = c.run_id AND b.rank = c.rank
   WHERE c.end_ns > c.start_ns
-    AND ((c.name LIKE 'enumerate(DataLoader)#%' AND c.name LIKE '%.\_\_next\_\_' ESCAPE '\') OR c.name LIKE 'enumerate(DataPipe)#%')
+    AND is_data_loading(c.name)
 ),
 wins AS (SELECT b.rr, w.step, w.ws, w.we FROM win w JOIN bounds b USING (run_id, rank)),
 -- One sweep per rank over every instant where something changes, as edges with deltas:

@@ -59,6 +59,13 @@ def c10d_args() -> dict[str, dict[str, int]]:
 
 
 @lru_cache(maxsize=1)
+def replay() -> dict:
+    """The what-if replay's facts (replay.toml): blocking_calls, cross_stream_max_gap_ns,
+    explained_gap_ns."""
+    return _load("replay.toml")
+
+
+@lru_cache(maxsize=1)
 def roofline() -> dict:
     """Roofline constants (roofline.toml): latency_kernel_ns."""
     return _load("roofline.toml")

@@ -1,0 +1,125 @@
+"""What-if: a run's dependency graph across ranks, its critical path, and replays with changes.
+
+Rooms: graph.py (the graph from the lake, queries/replay/*.sql), replay.py (re-timing it),
+steps.py (step windows of a replay), critical.py (each step's critical path), changes.py (the
+changes a what-if applies). `whatif()` is the face: the measured baseline, the identity replay's
+error and, per change, the predicted step time with the new critical path's top segments
+(docs/whatif-json.md, `tracelake.whatif/1`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import duckdb
+import polars as pl
+
+from . import changes as changes  # noqa: PLC0414  (re-exported for the CLI and the API)
+from .changes import Change
+from .critical import KINDS, paths
+from .graph import Graph, build
+from .replay import Durations, Timing, measured, replay
+from .steps import windows
+
+CONTRACT = "tracelake.whatif/1"
+TOP_SEGMENTS = 5
+
+
+@dataclass
+class Replayed:
+    """One replay of a graph: its durations, times, step windows and critical paths."""
+
+    durations: Durations
+    timing: Timing
+    steps: pl.DataFrame
+    path: pl.DataFrame | None
+
+    def step_ns(self) -> float:
+        return float(self.steps["step_ns"].mean()) if self.steps.height else 0.0
+
+
+def run_replay(g: Graph, d: Durations, with_path: bool = True) -> Replayed:
+    t = replay(g, d)
+    w = windows(g, t)
+    return Replayed(d, t, w, paths(g, d, t, w) if with_path else None)
+
+
+def summary(path: pl.DataFrame, n_steps: int) -> list[dict]:
+    """The critical path's time per step by kind and rank, longest first: kind, rank, ns (a mean
+    per step over the steps replayed)."""
+    if path is None or path.height == 0 or n_steps == 0:
+        return []
+    s = (
+        path.group_by("kind", "rank")
+        .agg(pl.col("dur_ns").sum())
+        .sort(["dur_ns", "kind", "rank"], descending=[True, False, False])
+    )
+    return [{"kind": k, "rank": int(r), "ns": int(round(v / n_steps))} for k, r, v in s.iter_rows()]
+
+
+def whatif(con: duckdb.DuckDBPyConnection, run: str, wanted: list[Change], top: int = TOP_SEGMENTS) -> dict:
+    """The `tracelake.whatif/1` document of `run` (docs/whatif-json.md) for a pipeline.query
+    connection: baseline_step_ns (the measured mean step time over the ranks and steps replayed,
+    step_window), identity_step_ns and identity_error_pct (the replay with nothing changed), notes
+    (per step, what the graph leaves out) and one entry per change (predicted_step_ns, gain_ns,
+    gain_pct, critical path top segments). Raises ValueError for a run without GPU work, steps or
+    a graph that does not settle."""
+    g = build(con, run)
+    ident = run_replay(g, measured(g))
+    if ident.steps.height == 0:
+        raise ValueError(f"run {run}: no steps to replay (the trace has no ProfilerStep or step range)")
+    meas = pl.from_arrow(
+        con.sql(
+            "SELECT rank::BIGINT AS rank, step, step_ns FROM step_window "
+            "WHERE run_id = getvariable('replay_run')"
+        ).to_arrow_table()
+    )
+    both = ident.steps.join(meas, on=["rank", "step"], how="inner", suffix="_measured")
+    baseline = float(both["step_ns_measured"].mean()) if both.height else ident.step_ns()
+    ident_ns = float(both["step_ns"].mean()) if both.height else ident.step_ns()
+    err = abs(ident_ns - baseline) / baseline * 100 if baseline else 0.0
+    n_steps = ident.steps["step"].n_unique()
+    out = {
+        "contract": CONTRACT,
+        "run_id": run,
+        "ranks": len(g.ranks),
+        "steps": n_steps,
+        "baseline_step_ns": int(round(baseline)),
+        "identity_step_ns": int(round(ident_ns)),
+        "identity_error_pct": round(err, 3),
+        "critical_path": summary(ident.path, n_steps)[:top],
+        "notes": [f"step {s}: {n}" for s, ns in sorted(g.notes.items()) for n in ns],
+        "changes": [],
+    }
+    base = measured(g)
+    for ch in wanted:
+        r = run_replay(g, ch.apply(g, base))
+        pred = r.step_ns()
+        out["changes"].append(
+            {
+                "change": ch.key,
+                "label": ch.label,
+                "predicted_step_ns": int(round(pred)),
+                "gain_ns": int(round(ident.step_ns() - pred)),
+                "gain_pct": round((ident.step_ns() - pred) / ident.step_ns() * 100, 2)
+                if ident.step_ns()
+                else 0.0,
+                "critical_path": summary(r.path, n_steps)[:top],
+            }
+        )
+    return out
+
+
+__all__ = [
+    "CONTRACT",
+    "KINDS",
+    "Change",
+    "Graph",
+    "build",
+    "changes",
+    "measured",
+    "replay",
+    "run_replay",
+    "summary",
+    "whatif",
+]

@@ -1,0 +1,183 @@
+"""The changes a what-if applies to a run's graph (pipeline/whatif/graph.py), each one a function
+of the measured durations (replay.Durations) that returns the changed ones. Every dependency is
+kept; only times change.
+
+- scale: GPU work whose name matches a glob (`kernel:flash_fwd*=0.5`) or of a category
+  (`category:compute=0.8`) takes that factor of its time (a collective's kernel: its transfer);
+- collectives at peak: each matched collective transfers at its link's peak bus bandwidth
+  (collective_matching.sql link_peak_gbps: transfer = msg_bytes x busbw factor / peak, nccl-tests'
+  definitions), never slower than measured;
+- collectives overlapped: collective kernels take no time and wait for nobody (the most that
+  hiding communication behind compute could win);
+- rank R on time: at every matched collective rank R arrives when the last other rank does,
+  whatever delayed it (the straggler's lateness removed);
+- no launch gaps: the host work between consecutive launches of a step, and the launch calls,
+  take no time, and work starts as soon as its stream and dependencies allow (what capturing the
+  step in a CUDA graph would give);
+- no data loading: DataLoader fetches take no time;
+- durations from another run: every kernel, copy and memset takes the median duration of the
+  other run's activities of the same name and shape (grid and block, or bytes), else of the same
+  name; collective kernels keep their transfer (their durations in the other run include waiting).
+Raises ValueError for a change it cannot read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, replace
+
+import numpy as np
+import polars as pl
+
+from .graph import Graph
+from .replay import Durations
+
+
+@dataclass(frozen=True)
+class Change:
+    """One what-if: `label` says it in words, `key` in the --format json contract."""
+
+    key: str
+    label: str
+    apply: object  # (Graph, Durations) -> Durations
+
+
+def _scaled(g: Graph, d: Durations, mask: np.ndarray, factor: float) -> Durations:
+    g_d = d.g_d.copy()
+    g_d[mask] = np.round(g_d[mask] * factor).astype(np.int64)
+    # a collective's time after the last arrival shrinks with its transfer
+    g_wc = d.g_wc.copy()
+    m = mask & (g.g_coll >= 0)
+    g_wc[m] = d.g_wc[m] - (d.g_d[m] - g_d[m])
+    return replace(d, g_d=g_d, g_wc=g_wc)
+
+
+_SCALE = re.compile(r"^(kernel|category):(.+)=([0-9]*\.?[0-9]+)$")
+
+
+def scale(spec: str) -> Change:
+    """`kernel:GLOB=F` or `category:NAME=F` (F >= 0)."""
+    m = _SCALE.match(spec.strip())
+    if not m:
+        raise ValueError(f"--scale {spec!r}: expected kernel:GLOB=FACTOR or category:NAME=FACTOR")
+    what, pat, f = m.group(1), m.group(2), float(m.group(3))
+
+    def apply(g: Graph, d: Durations) -> Durations:
+        if what == "kernel":
+            rx = re.compile(fnmatch.translate(pat))
+            names = g.frame["name"].to_list()
+            mask = np.fromiter((bool(rx.match(n)) for n in names), dtype=bool, count=len(names))
+        else:
+            mask = (g.frame["category"] == pat).to_numpy()
+        return _scaled(g, d, mask, f)
+
+    return Change(
+        f"scale {what}:{pat}={f:g}",
+        f"{'kernels ' + pat if what == 'kernel' else pat + ' work'} x{f:g}",
+        apply,
+    )
+
+
+def collectives_at_peak() -> Change:
+    def apply(g: Graph, d: Durations) -> Durations:
+        members = g.g_coll >= 0
+        peak = np.where(members, g.c_peak_ns[np.maximum(g.g_coll, 0)] if len(g.c_peak_ns) else -1, -1)
+        ok = members & (peak >= 0) & (peak < d.g_d)
+        g_d = d.g_d.copy()
+        g_d[ok] = peak[ok]
+        g_wc = d.g_wc.copy()
+        g_wc[ok] = d.g_wc[ok] - (d.g_d[ok] - g_d[ok])
+        return replace(d, g_d=g_d, g_wc=g_wc)
+
+    return Change("collectives at peak", "collectives at the link's peak bus bandwidth", apply)
+
+
+def collectives_overlapped() -> Change:
+    def apply(g: Graph, d: Durations) -> Durations:
+        members = g.g_coll >= 0
+        comm = members | (g.frame["category"] == "communication").to_numpy()
+        g_d = np.where(comm, 0, d.g_d)
+        return replace(d, g_d=g_d, coll_free=members.copy())
+
+    return Change("collectives overlapped", "collectives fully overlapped (no time, no waiting)", apply)
+
+
+def on_time(rank: int) -> Change:
+    def apply(g: Graph, d: Durations) -> Durations:
+        if rank not in g.ranks:
+            raise ValueError(
+                f"--on-time {rank}: the run has no rank {rank} (ranks {g.ranks[0]}..{g.ranks[-1]})"
+            )
+        return replace(d, on_time_rank=int(rank))
+
+    return Change(f"rank {rank} on time", f"rank {rank} on time at every collective", apply)
+
+
+def no_launch_gaps() -> Change:
+    def apply(g: Graph, d: Durations) -> Durations:
+        launch = g.h_what == "launch"
+        prev_launch = np.zeros(len(launch), dtype=bool)
+        prev_launch[1:] = launch[:-1] & ~g.h_chain_first[1:]
+        h_gap = np.where(launch & prev_launch, np.minimum(d.h_gap, 0), d.h_gap)
+        h_b = np.where(launch & (g.h_dep < 0), 0, d.h_b)
+        g_wl = np.zeros_like(d.g_wl)
+        return replace(d, h_gap=h_gap, h_b=h_b, g_wl=g_wl)
+
+    return Change("no launch gaps", "no host launch gaps (as with CUDA graphs)", apply)
+
+
+def no_data_loading() -> Change:
+    def apply(g: Graph, d: Durations) -> Durations:
+        return replace(d, h_b=np.where(g.h_what == "data_loading", 0, d.h_b))
+
+    return Change("no data loading", "no data loading", apply)
+
+
+def _occurrence(frame: pl.DataFrame, d: np.ndarray) -> pl.DataFrame:
+    """The frame's activities with their duration and occurrence: the how-manieth activity of
+    that name and shape it is in its rank's step (in stream order; -1 outside steps)."""
+    f = frame.select("rank", "step", "name", "shape").with_columns(
+        pl.Series("d", d), pl.int_range(pl.len()).alias("i")
+    )
+    return f.with_columns(
+        pl.when(pl.col("step").is_not_null())
+        .then(pl.int_range(pl.len()).over("rank", "step", "name", "shape"))
+        .otherwise(-1)
+        .alias("occ")
+    )
+
+
+def durations_from(other: Graph) -> Change:
+    """Every activity takes the mean duration of `other`'s activities of its name, shape and
+    occurrence in the step, else of its name and shape, else of its name."""
+    theirs = _occurrence(other.frame, other.g_e - other.g_s)
+    by_occ = (
+        theirs.filter(pl.col("occ") >= 0)
+        .group_by("name", "shape", "occ")
+        .agg(pl.col("d").mean().alias("d_occ"))
+    )
+    by_shape = theirs.group_by("name", "shape").agg(pl.col("d").mean().alias("d_shape"))
+    by_name = theirs.group_by("name").agg(pl.col("d").mean().alias("d_name"))
+
+    def apply(g: Graph, d: Durations) -> Durations:
+        mine = _occurrence(g.frame, d.g_d)
+        j = (
+            mine.join(by_occ, on=["name", "shape", "occ"], how="left", nulls_equal=True)
+            .join(by_shape, on=["name", "shape"], how="left", nulls_equal=True)
+            .join(by_name, on="name", how="left")
+            .sort("i")
+        )
+        new = j.select(pl.coalesce("d_occ", "d_shape", "d_name")).to_series().to_numpy().astype(float)
+        ok = ~np.isnan(new) & (g.g_coll < 0)
+        g_d = d.g_d.copy()
+        g_d[ok] = np.round(new[ok]).astype(np.int64)
+        return replace(d, g_d=g_d)
+
+    return Change(f"durations from {other.run}", f"kernel durations of run {other.run}", apply)
+
+
+def matched_fraction(g: Graph, other: Graph) -> float:
+    """Share of g's activities that have a same-named activity in `other` (0-1)."""
+    names = set(other.frame["name"].unique().to_list())
+    return float(g.frame["name"].is_in(list(names)).mean()) if g.frame.height else 0.0

@@ -1,0 +1,333 @@
+"""One run's dependency graph, read from the lake (queries/replay/*.sql), as numpy arrays.
+
+The graph has two kinds of chains, each replayed in its own order:
+- per rank, one **host chain**: the calls that launched GPU work, the blocking calls, DataLoader
+  fetches and the step marks, in start order (the threads of a rank are replayed as one
+  sequence: a rank's threads that launch work take turns, as PyTorch's main and autograd threads
+  do); what the host did between two of them is kept as it was;
+- per rank and stream, one **stream chain**: the kernels, copies and memsets in stream order.
+
+Edges between chains, each with the weight that reproduces the trace exactly (the one edge that
+explains a start carries the measured delay; the others are ordering constraints of weight 0):
+- launch: a call -> the work it launched (correlation id);
+- cross-stream: an activity on another stream of the rank -> a kernel whose start its stream
+  predecessor and launch do not explain (pipeline/catalog/replay.toml; inferred, not recorded);
+- sync: GPU work -> a blocking call it ended inside (replay.toml blocking_calls);
+- collective: every rank's kernel of a matched call (collective_matching.sql, consistent calls
+  only) cannot end before the last rank arrives plus what it took after that arrival.
+
+Times are int64 ns relative to `t0` (the run's first event), so that sums stay far from int64's
+limits. Raises ValueError when the run has no GPU work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from ..catalog import replay as replay_facts
+from ..paths import QUERIES_DIR
+
+NEG = np.int64(-(2**60))  # "no such edge": below every time
+
+
+@dataclass
+class Graph:
+    """The arrays of one run's graph. GPU arrays (g_*) have one row per activity in stream order,
+    host arrays (h_*) one row per host node in chain order; collective arrays (c_*) one row per
+    matched call."""
+
+    run: str
+    t0: int
+    ranks: list[int]
+    # GPU
+    g_rank: np.ndarray
+    g_chain: np.ndarray  # chain id: rank x stream
+    g_s: np.ndarray
+    g_e: np.ndarray
+    g_d: np.ndarray  # duration (a collective member: the call's transfer time)
+    g_gap: np.ndarray  # weight of the edge from the stream predecessor's end
+    g_fixed: np.ndarray  # start that nothing explains (NEG: explained)
+    g_launch: np.ndarray  # host node index of the launch (-1: none)
+    g_wl: np.ndarray
+    g_cross: np.ndarray  # GPU index it waited for on another stream (-1: none)
+    g_wx: np.ndarray
+    g_coll: np.ndarray  # collective index (-1: none)
+    g_wc: np.ndarray  # end - last arrival, for collective members
+    g_step: np.ndarray  # -1: outside steps
+    frame: pl.DataFrame  # the GPU rows (name, category, kind, shape, ...)
+    # host
+    h_rank: np.ndarray
+    h_chain_first: np.ndarray  # True where a rank's chain starts
+    h_s: np.ndarray
+    h_e: np.ndarray
+    h_gap: np.ndarray  # start - previous node's end
+    h_b: np.ndarray  # own time
+    h_dep: np.ndarray  # GPU index it waits for (-1: none)
+    h_t: np.ndarray  # end - that work's end, when binding
+    h_what: np.ndarray  # launch, blocking, data_loading, step_start, step_end
+    h_step: np.ndarray
+    h_name: np.ndarray
+    # collectives
+    c_key: list[tuple[str, int]]
+    c_transfer: np.ndarray
+    c_peak_ns: np.ndarray  # transfer time at the link's peak (-1: unknown)
+    notes: dict[int, list[str]] = field(default_factory=dict)  # step -> why parts are not replayed
+
+
+def _first_of_chain(chain: np.ndarray) -> np.ndarray:
+    first = np.ones(len(chain), dtype=bool)
+    first[1:] = chain[1:] != chain[:-1]
+    return first
+
+
+def _read(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
+    return pl.from_arrow(con.sql((QUERIES_DIR / "replay" / name).read_text()).to_arrow_table())
+
+
+def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
+    """The graph of `run` from a pipeline.query connection (derived and metric views bound)."""
+    facts = replay_facts()
+    con.execute("SET VARIABLE replay_run = ?", [run])
+    con.execute("SET VARIABLE replay_blocking = ?", [facts["blocking_calls"]])
+    gpu = _read(con, "gpu_nodes.sql")
+    if gpu.height == 0:
+        raise ValueError(f"run {run}: no GPU work to replay")
+    host = _read(con, "host_nodes.sql")
+    coll = pl.from_arrow(
+        con.sql(
+            "SELECT pg_key, call_key, consistent, transfer_ns, msg_bytes, algbw_gbps, busbw_gbps, "
+            "link_peak_gbps FROM collective_matching WHERE run_id = getvariable('replay_run')"
+        ).to_arrow_table()
+    )
+    t0 = int(min(gpu["start_ns"].min(), host["start_ns"].min() if host.height else gpu["start_ns"].min()))
+    return _assemble(run, t0, gpu, host, coll, facts)
+
+
+def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
+    notes: dict[int, list[str]] = {}
+    # --- host chain: rank, start; a step's end mark before the next step's start mark at one instant
+    order = {"step_end": 0, "launch": 1, "blocking": 1, "data_loading": 1, "step_start": 2}
+    host = (
+        host.with_columns(
+            pl.col("what").replace_strict(order, return_dtype=pl.Int8).alias("_o"),
+            (pl.col("start_ns") - t0).alias("s"),
+            (pl.col("end_ns") - t0).alias("e"),
+        )
+        .sort(["rank", "s", "_o", "e"], descending=[False, False, False, True])
+        .with_row_index("hi")
+    )
+    h_rank = host["rank"].to_numpy().astype(np.int64)
+    h_s = host["s"].to_numpy().astype(np.int64)
+    h_e = host["e"].to_numpy().astype(np.int64)
+    h_first = _first_of_chain(h_rank)
+    prev_e = np.empty_like(h_e)
+    prev_e[0:1] = h_s[0:1]
+    prev_e[1:] = h_e[:-1]
+    prev_e[h_first] = h_s[h_first]
+    h_gap = h_s - prev_e
+    h_b = h_e - h_s
+
+    # --- GPU chains
+    gpu = gpu.with_columns(
+        (pl.col("start_ns") - t0).alias("s"), (pl.col("end_ns") - t0).alias("e")
+    ).with_row_index("gi")
+    g_rank = gpu["rank"].to_numpy().astype(np.int64)
+    g_stream = gpu["stream"].to_numpy().astype(np.int64)
+    chain_keys = (
+        gpu.select(pl.struct("rank", "stream").rank("dense").alias("c"))["c"].to_numpy().astype(np.int64)
+    )
+    g_s = gpu["s"].to_numpy().astype(np.int64)
+    g_e = gpu["e"].to_numpy().astype(np.int64)
+    g_d = g_e - g_s
+    n = len(g_s)
+    first = _first_of_chain(chain_keys)
+    prev_end = np.full(n, NEG, dtype=np.int64)
+    prev_end[1:] = g_e[:-1]
+    prev_end[first] = NEG
+
+    # launch: host node of the same rank and correlation
+    launch_nodes = (
+        host.filter(pl.col("what") == "launch")
+        .select("rank", "correlation", "hi")
+        .unique(["rank", "correlation"], keep="first")
+    )
+    lk = (
+        gpu.select("gi", "rank", "correlation")
+        .join(launch_nodes, on=["rank", "correlation"], how="left")
+        .sort("gi")
+    )
+    g_launch = lk["hi"].fill_null(-1).to_numpy().astype(np.int64)
+    launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG)
+    graph_replay = gpu["graph_replay"].to_numpy()
+    # a graph replay's kernels share one launch: only its first kernel is released by it
+    launch_t = np.where(graph_replay & ~first & (g_launch == np.roll(g_launch, 1)), NEG, launch_t)
+
+    # cross-stream: the latest end on another stream of the rank at or before the start
+    explained = np.maximum(prev_end, launch_t)
+    cand = np.full(n, -1, dtype=np.int64)
+    by_end = np.lexsort((g_e, g_rank))
+    for r in np.unique(g_rank):
+        rows = by_end[g_rank[by_end] == r]
+        for st in np.unique(g_stream[rows]):
+            other = rows[g_stream[rows] != st]
+            if len(other) == 0:
+                continue
+            mine = np.nonzero((g_rank == r) & (g_stream == st))[0]
+            pos = np.searchsorted(g_e[other], g_s[mine], side="right") - 1
+            ok = pos >= 0
+            cand[mine[ok]] = other[pos[ok]]
+    cand_end = np.where(cand >= 0, g_e[np.maximum(cand, 0)], NEG)
+    use_cross = (
+        (cand >= 0)
+        & (g_s - explained > facts["explained_gap_ns"])
+        & (g_s - cand_end <= facts["cross_stream_max_gap_ns"])
+        & (cand_end > explained)
+    )
+    g_cross = np.where(use_cross, cand, -1)
+    cross_t = np.where(use_cross, cand_end, NEG)
+
+    # binding edge: the latest of predecessor, launch and cross; it carries the measured delay
+    best = np.maximum(np.maximum(prev_end, launch_t), cross_t)
+    fixed = best == NEG  # nothing explains the start: it stays where it was
+    g_gap = np.where(~fixed & (prev_end == best), g_s - prev_end, 0)
+    g_wl = np.where(~fixed & (launch_t == best) & (prev_end != best), g_s - launch_t, 0)
+    g_wx = np.where(~fixed & (cross_t == best) & (prev_end != best) & (launch_t != best), g_s - cross_t, 0)
+    g_fixed = np.where(fixed, g_s, NEG)
+    g_step = gpu["step"].fill_null(-1).to_numpy().astype(np.int64)
+    no_launch = fixed & (g_step >= 0)
+    for st, cnt in zip(*np.unique(g_step[no_launch], return_counts=True)):
+        notes.setdefault(int(st), []).append(
+            f"{cnt} activities have no recorded launch and nothing before them on their stream: "
+            "they start where they started"
+        )
+
+    # collectives: consistent matched calls
+    g_coll = np.full(n, -1, dtype=np.int64)
+    g_wc = np.zeros(n, dtype=np.int64)
+    c_key: list[tuple[str, int]] = []
+    c_transfer = np.zeros(0, dtype=np.int64)
+    c_peak = np.zeros(0, dtype=np.int64)
+    members = gpu.filter(pl.col("pg_key").is_not_null()).select("gi", "pg_key", "call_key", "s", "e", "step")
+    if members.height and coll.height:
+        ok = coll.filter(pl.col("consistent")).with_columns(
+            pl.when((pl.col("link_peak_gbps") > 0) & (pl.col("algbw_gbps") > 0) & (pl.col("msg_bytes") > 0))
+            .then(
+                pl.col("msg_bytes") * (pl.col("busbw_gbps") / pl.col("algbw_gbps")) / pl.col("link_peak_gbps")
+            )
+            .otherwise(-1)
+            .round(0)
+            .cast(pl.Int64)
+            .alias("peak_ns")
+        )
+        ok = ok.with_row_index("ci")
+        m = members.join(
+            ok.select("pg_key", "call_key", "ci", "peak_ns"), on=["pg_key", "call_key"], how="inner"
+        )
+        # one kernel per rank and call (the latest-starting, as collective_matching's wait)
+        m = m.join(gpu.select("gi", "rank"), on="gi").sort("s").unique(["ci", "rank"], keep="last")
+        agg = m.group_by("ci").agg(
+            pl.col("s").max().alias("x0"), (pl.col("e") - pl.col("s")).min().alias("t"), pl.len().alias("k")
+        )
+        agg = agg.filter(pl.col("k") >= 2)
+        m = m.join(agg, on="ci", how="inner")
+        if m.height:
+            # renumber the calls that kept two or more members
+            ids = agg.sort("ci").with_row_index("cj")
+            m = m.join(ids.select("ci", "cj"), on="ci")
+            gi = m["gi"].to_numpy().astype(np.int64)
+            g_coll[gi] = m["cj"].to_numpy().astype(np.int64)
+            g_wc[gi] = (m["e"] - m["x0"]).to_numpy().astype(np.int64)
+            g_d[gi] = m["t"].to_numpy().astype(np.int64)
+            ids = ids.join(ok.select("ci", "pg_key", "call_key", "peak_ns"), on="ci").sort("cj")
+            c_key = list(zip(ids["pg_key"].to_list(), ids["call_key"].to_list()))
+            c_transfer = ids["t"].to_numpy().astype(np.int64)
+            c_peak = ids["peak_ns"].to_numpy().astype(np.int64)
+    unmatched = members.join(gpu.select("gi"), on="gi").filter(
+        ~pl.col("gi").is_in(np.nonzero(g_coll >= 0)[0].tolist())
+    )
+    for st, cnt in unmatched.group_by("step").len().iter_rows():
+        if st is not None:
+            notes.setdefault(int(st), []).append(
+                f"{cnt} collective kernels are not matched across ranks: their waiting is kept as measured"
+            )
+
+    # --- sync edges: a blocking node waits for work that ended inside it
+    h_dep = np.full(len(h_s), -1, dtype=np.int64)
+    h_t = np.zeros(len(h_s), dtype=np.int64)
+    what = host["what"].to_numpy()
+    names = host["name"].to_numpy()
+    blocking = set(facts["blocking_calls"])
+    is_block_name = (
+        np.array([nm in blocking for nm in names], dtype=bool) if len(names) else np.zeros(0, bool)
+    )
+    # a launching blocking call: its own work, when that ended inside it
+    own = np.full(len(h_s), -1, dtype=np.int64)
+    li = np.nonzero(g_launch >= 0)[0]
+    own[g_launch[li]] = li  # the last of its activities in stream order
+    cand_h = np.where((what == "launch") & is_block_name & (own >= 0), own, -1)
+    # a blocking call that launched nothing: per stream, the last activity launched before it;
+    # the one that ended latest inside the call
+    bl = np.nonzero((what == "blocking"))[0]
+    if len(bl):
+        launch_abs = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], g_s)
+        for r in np.unique(h_rank[bl]):
+            nodes = bl[h_rank[bl] == r]
+            best_i = np.full(len(nodes), -1, dtype=np.int64)
+            best_e = np.full(len(nodes), NEG, dtype=np.int64)
+            for st in np.unique(g_stream[g_rank == r]):
+                rows = np.nonzero((g_rank == r) & (g_stream == st))[0]
+                o = rows[np.argsort(launch_abs[rows], kind="stable")]
+                pos = np.searchsorted(launch_abs[o], h_s[nodes], side="left") - 1
+                okp = pos >= 0
+                gi = np.where(okp, o[np.maximum(pos, 0)], -1)
+                e = np.where(okp, g_e[np.maximum(gi, 0)], NEG)
+                inside = okp & (e <= h_e[nodes]) & (e > best_e)
+                best_i = np.where(inside, gi, best_i)
+                best_e = np.where(inside, e, best_e)
+            cand_h[nodes] = best_i
+    dep_e = np.where(cand_h >= 0, g_e[np.maximum(cand_h, 0)], NEG)
+    valid = (cand_h >= 0) & (dep_e <= h_e)
+    h_dep = np.where(valid, cand_h, -1)
+    binding = valid & (dep_e > h_s)
+    h_t = np.where(binding, h_e - dep_e, 0)
+    h_b = np.where(binding, h_t, h_b)
+
+    return Graph(
+        run=run,
+        t0=t0,
+        ranks=sorted({int(r) for r in g_rank}),
+        g_rank=g_rank,
+        g_chain=chain_keys,
+        g_s=g_s,
+        g_e=g_e,
+        g_d=g_d,
+        g_gap=g_gap,
+        g_fixed=g_fixed,
+        g_launch=np.where(launch_t == NEG, -1, g_launch),
+        g_wl=g_wl,
+        g_cross=g_cross,
+        g_wx=g_wx,
+        g_coll=g_coll,
+        g_wc=g_wc,
+        g_step=g_step,
+        frame=gpu.select("rank", "stream", "kind", "category", "name", "shape", "step", "pg_key", "call_key"),
+        h_rank=h_rank,
+        h_chain_first=h_first,
+        h_s=h_s,
+        h_e=h_e,
+        h_gap=h_gap,
+        h_b=h_b,
+        h_dep=h_dep,
+        h_t=h_t,
+        h_what=what,
+        h_step=host["step"].fill_null(-1).to_numpy().astype(np.int64),
+        h_name=names,
+        c_key=c_key,
+        c_transfer=c_transfer,
+        c_peak_ns=c_peak,
+        notes=notes,
+    )
