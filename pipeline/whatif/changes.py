@@ -181,3 +181,35 @@ def matched_fraction(g: Graph, other: Graph) -> float:
     """Share of g's activities that have a same-named activity in `other` (0-1)."""
     names = set(other.frame["name"].unique().to_list())
     return float(g.frame["name"].is_in(list(names)).mean()) if g.frame.height else 0.0
+
+
+def straggler_rank(g: Graph, t_start: np.ndarray) -> int | None:
+    """The rank that arrives last at the most matched collectives (ties: the lowest rank), or None
+    when no call has a single last rank."""
+    members = g.g_coll >= 0
+    if not members.any():
+        return None
+    f = pl.DataFrame({"c": g.g_coll[members], "rank": g.g_rank[members], "s": t_start[members]})
+    last = f.filter(pl.col("s") == pl.col("s").max().over("c")).filter(pl.len().over("c") == 1)
+    if last.height == 0:
+        return None
+    counts = last.group_by("rank").len().sort(["len", "rank"], descending=[True, False])
+    return int(counts["rank"][0])
+
+
+def defaults(g: Graph) -> list[Change]:
+    """The what-ifs worth asking of any run: the straggler on time (when there is one), collectives
+    at peak and overlapped (when there are any), no launch gaps, and no data loading (when the
+    host fetched data)."""
+    out: list[Change] = []
+    r = straggler_rank(g, g.g_s)
+    if r is not None and len(g.ranks) > 1:
+        out.append(on_time(r))
+    if (g.g_coll >= 0).any() or (g.frame["category"] == "communication").any():
+        if (g.c_peak_ns >= 0).any():
+            out.append(collectives_at_peak())
+        out.append(collectives_overlapped())
+    out.append(no_launch_gaps())
+    if (g.h_what == "data_loading").any():
+        out.append(no_data_loading())
+    return out

@@ -57,13 +57,11 @@ def _path(
         guard -= 1
         if where == "g_end":
             x = t.g_x[k]
-            if (
-                x != NEG
-                and x + d.g_wc[k] == t.g_end[k]
-                and (x + d.g_wc[k] > t.g_start[k] + d.g_d[k] or d.on_time_rank == g.g_rank[k])
-            ):
+            if x != NEG and x + d.g_wc[k] == t.g_end[k] and x + d.g_wc[k] > t.g_start[k] + d.g_d[k]:
                 segs.append(("transfer", int(g.g_rank[k]), int(x), int(t.g_end[k]), names[int(k)]))
                 last = int(t.g_last[k])
+                if g.g_rank[k] == d.on_time_rank and t.g_start[k] >= x:
+                    last = int(k)  # the on-time rank waited for its own arrival
                 where, k = "g_start", (last if last >= 0 else k)
                 if t.g_start[k] <= stop_ns:
                     break
@@ -138,7 +136,7 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
     rows = []
     if win.height == 0:
         return _empty()
-    last = win.sort("end_ns").group_by("step").last()
+    last = win.sort(["end_ns", "rank"]).group_by("step", maintain_order=True).last()
     gs = pl.DataFrame({"gi": np.arange(len(g.g_s)), "rank": g.g_rank, "step": g.g_step, "e": t.g_end}).filter(
         pl.col("step") >= 0
     )

@@ -22,8 +22,6 @@ import numpy as np
 
 from .graph import NEG, Graph
 
-ON_TIME_SHIFT = np.int64(2**40)  # far more than any step, far from int64's limits
-
 
 @dataclass
 class Durations:
@@ -141,29 +139,23 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
         rel = np.maximum(rel, np.where(has_cross, g_end[np.maximum(g.g_cross, 0)] + g.g_wx, NEG))
         rel = np.maximum(rel, g.g_fixed)
         if ncoll:
-            # the last arrival of each call; a rank that is "on time" never arrives after the others
+            # the last arrival of each call; the others do not wait for a rank that is "on time"
+            # (its own kernel still cannot end before it arrived itself)
             arr = np.where(waited & ~on_time, g_start, NEG)
             x = np.full(ncoll, NEG, dtype=np.int64)
             np.maximum.at(x, coll[waited], arr[waited])
             g_x = np.where(waited, x[np.maximum(coll, 0)], NEG)
+            g_x = np.where(on_time, np.maximum(g_x, g_start), g_x)
             cterm = np.where(waited, g_x + dur.g_wc, NEG)
         else:
             cterm = np.full(n, NEG, dtype=np.int64)
         a = np.where(rel == NEG, cterm, np.maximum(rel + dur.g_d, cterm))
-        c = dur.g_gap + dur.g_d
-        if on_time.any():
-            # the on-time rank joins each call when the last other rank does, whatever kept it
-            # (its own predecessor's term is pushed far below every time)
-            a = np.where(on_time, cterm, a)
-            c = np.where(on_time, -ON_TIME_SHIFT, c)
-        new_g_end = _scan(c, a, g_first, None)
+        new_g_end = _scan(dur.g_gap + dur.g_d, a, g_first, None)
         prev = np.empty_like(new_g_end)
         prev[1:] = new_g_end[:-1]
         prev[g_first] = NEG
         pterm = np.where(g_first, NEG, prev + dur.g_gap)
         new_g_start = np.maximum(pterm, rel)
-        if on_time.any():
-            new_g_start = np.where(on_time, g_x, new_g_start)
         done = (
             np.array_equal(new_g_end, g_end)
             and np.array_equal(new_h_end, h_end)

@@ -1,0 +1,273 @@
+"""What-if (pipeline/whatif/): the graph, the replay, the critical path and the changes.
+
+Expected values come from outside the code under test:
+- a hand-made 2-rank step whose every replay is worked out by hand below;
+- the corpus: the identity replay must give back each step's measured time (step_window);
+- PARAM's DLRM: rank 7's arrivals read from the lake's collectives (cited per call);
+- the nsys-ai before/after pair: the measured step of "after" (step_window) and its host steps.
+"""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from conftest import X, corpus, write_trace
+from typer.testing import CliRunner
+
+from pipeline import query
+from pipeline.cli import app
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+from pipeline.whatif import build, changes, measured, run_replay, whatif
+
+# ---------------------------------------------------------------- a hand-made step, by hand
+#
+# Both ranks, host thread (pid 10, tid 10), one stream (7), times in µs:
+#   ProfilerStep#1 [1000, 2300)
+#   launches at 1010 (gemm_a), 1030 (the all-reduce), 1040 (gemm_c), each 5 µs
+#   cudaDeviceSynchronize [1050, 2230)
+# rank 0: gemm_a [1020, 1520)  all-reduce [1520, 2120)  gemm_c [2120, 2220)
+# rank 1: gemm_a [1020, 2020)  all-reduce [2020, 2120)  gemm_c [2120, 2220)
+# Rank 1 arrives last at the all-reduce (2020); its transfer is 100 µs; both end at 2120.
+# Measured step: [1000, 2300) = 1300 µs on both ranks.
+# Critical path (rank 1, the last rank on ties): host 1000-1010, launch 1010-1020, gemm_a
+# 1020-2020, all-reduce 2020-2120, gemm_c 2120-2220, sync 2220-2230 (the call returns 10 µs after
+# the work), host 2230-2300.
+
+H100 = [
+    {"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 85e9}
+]
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+COMM = {
+    "Collective name": "allreduce",
+    "In msg nelems": 1 << 20,
+    "Out msg nelems": 1 << 20,
+    "Group size": 2,
+    "dtype": "Float",
+    "Process Group Name": "0",
+    "Process Group Description": "default_pg",
+    "Process Group Ranks": "[0, 1]",
+}
+
+
+def _gpu(name, ts, dur, corr, **extra):
+    return X("kernel", name, ts, dur, pid=0, tid=7, device=0, stream=7, correlation=corr, **extra)
+
+
+def _rank(gemm_a_us: int) -> list[dict]:
+    a_end = 1020 + gemm_a_us
+    return [
+        X("user_annotation", "ProfilerStep#1", 1000, 1300, pid=10, tid=10),
+        X("cuda_runtime", "cudaLaunchKernel", 1010, 5, pid=10, tid=10, correlation=1),
+        X("cuda_runtime", "cudaLaunchKernel", 1030, 5, pid=10, tid=10, correlation=2),
+        X("cuda_runtime", "cudaLaunchKernel", 1040, 5, pid=10, tid=10, correlation=3),
+        X("cuda_runtime", "cudaDeviceSynchronize", 1050, 1180, pid=10, tid=10, correlation=4),
+        _gpu("gemm_a", 1020, gemm_a_us, 1),
+        _gpu(NCCL, a_end, 2120 - a_end, 2, **COMM),
+        _gpu("gemm_c", 2120, 100, 3),
+    ]
+
+
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    d = tmp_path_factory.mktemp("whatif")
+    for r, a in ((0, 500), (1, 1000)):
+        write_trace(
+            d / "job" / f"r{r}.json",
+            _rank(a),
+            distributedInfo={"backend": "nccl", "rank": r, "world_size": 2},
+            deviceProperties=H100,
+        )
+    lk = Lake(d / "lake")
+    assert [r.status for r in ingest_paths([d / "job"], lk)] == ["ok", "ok"]
+    con = query.connect(lk)
+    return lk, con, build(con, "job")
+
+
+def _steps_us(g, change=None) -> dict[int, float]:
+    d = measured(g) if change is None else change.apply(g, measured(g))
+    r = run_replay(g, d)
+    return {rank: ns / 1000 for rank, ns in zip(r.steps["rank"], r.steps["step_ns"])}
+
+
+def test_hand_identity_and_path(hand):
+    _, con, g = hand
+    assert _steps_us(g) == {0: 1300, 1: 1300}
+    doc = whatif(con, "job", [])
+    assert doc["baseline_step_ns"] == doc["identity_step_ns"] == 1_300_000
+    assert doc["identity_error_pct"] == 0
+    r = run_replay(g, measured(g))
+    p = r.path
+    assert p["end_rank"].unique().to_list() == [1]
+    t0 = g.t0  # the run's first event: the step start, 1000 µs on the trace's clock
+    assert [
+        (k, (s + t0) // 1000, (e + t0) // 1000) for k, s, e in zip(p["kind"], p["start_ns"], p["end_ns"])
+    ] == [
+        ("host", 1000, 1010),
+        ("launch", 1010, 1020),
+        ("compute", 1020, 2020),
+        ("communication", 2020, 2120),
+        ("compute", 2120, 2220),
+        ("sync", 2220, 2230),
+        ("host", 2230, 2300),
+    ]
+    assert p["dur_ns"].sum() == 1_300_000
+
+
+def test_hand_changes(hand):
+    _, _, g = hand
+    # gemm_a halved: rank 1's ends at 1520, the all-reduce at 1620, gemm_c at 1720, the sync
+    # returns at 1730, the step's host window ends 70 µs later: 1800 - 1000 = 800 on both ranks
+    assert _steps_us(g, changes.scale("kernel:gemm_a=0.5")) == {0: 800, 1: 800}
+    # rank 1 on time: rank 0 does not wait for it: its all-reduce ends 100 µs after its own
+    # arrival (1520 + 100), gemm_c at 1720, sync 1730, end 1800 -> 800; rank 1's own step is
+    # what it was (its gemm_a still ends at 2020): 1300
+    assert _steps_us(g, changes.on_time(1)) == {0: 800, 1: 1300}
+    # collectives free: rank 0 gemm_c [1520, 1620), sync 1630, end 1700 -> 700;
+    # rank 1 gemm_c [2020, 2120), sync 2130, end 2200 -> 1200
+    assert _steps_us(g, changes.collectives_overlapped()) == {0: 700, 1: 1200}
+    # no launch gaps: gemm_a starts with its launch (1010, not 1020): everything 10 µs earlier
+    assert _steps_us(g, changes.no_launch_gaps()) == {0: 1290, 1: 1290}
+    # compute x2 on both: rank 1 gemm_a ends 3020, all-reduce 3120, gemm_c [3120, 3320), sync
+    # 3330, end 3400 -> 2400
+    assert _steps_us(g, changes.scale("category:compute=2")) == {0: 2400, 1: 2400}
+
+
+def test_hand_cli(hand, tmp_path):
+    lk, _, _ = hand
+    res = CliRunner().invoke(
+        app, ["whatif", "--lake", str(lk.root), "--scale", "kernel:gemm_a=0.5", "-f", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["contract"] == "tracelake.whatif/1"
+    (c,) = doc["changes"]
+    assert (c["predicted_step_ns"], c["gain_ns"]) == (800_000, 500_000)
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root)])
+    assert res.exit_code == 0
+    assert "rank 1 on time at every collective" in res.stdout
+    assert "measured step 1.300 ms; identity replay 1.300 ms (error 0.000 %)" in res.stdout
+    for bad in (["--scale", "kernel:gemm_a"], ["--collectives", "fast"], ["--run", "nope"]):
+        res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), *bad])
+        assert res.exit_code == 2
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), "--on-time", "5"])
+    assert res.exit_code == 4 and "no rank 5" in res.stderr
+
+
+def test_no_steps_says_why(tmp_path):
+    write_trace(
+        tmp_path / "t" / "r0.json",
+        [X("cuda_runtime", "cudaLaunchKernel", 10, 5, pid=1, tid=1, correlation=1), _gpu("k", 20, 5, 1)],
+    )
+    lk = Lake(tmp_path / "lake")
+    ingest_paths([tmp_path / "t"], lk)
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root)])
+    assert res.exit_code == 4
+    assert "no steps to replay" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------- real traces
+
+
+@pytest.fixture(scope="module")
+def dlrm(tmp_path_factory):
+    lk = Lake(tmp_path_factory.mktemp("dlrm") / "lake")
+    ingest_paths([corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")], lk)
+    return query.connect(lk)
+
+
+def test_identity_replay_on_the_corpus(tmp_path):
+    """The identity replay gives back every measured step (step_window) within 2 % (here: exactly)
+    on the corpus's multi-step and multi-rank traces."""
+    cases = [
+        corpus("hta", "tests", "data", "trace_filter"),
+        corpus("hta", "tests", "data", "trace_diff", "control"),
+        corpus("tracelens", "tests", "traces", "mi300", "resnet_act_checkpoint.json.gz"),
+        corpus("tracelens", "tests", "traces", "h100", "gaunernst_bert-small-uncased__1016001.json.gz"),
+        corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite"),
+        corpus("nsys", "nsys-ai", "mfu_2gpu_after.sqlite"),
+    ]
+    for i, p in enumerate(cases):
+        lk = Lake(tmp_path / f"l{i}")
+        ingest_paths([p], lk)
+        con = query.connect(lk)
+        (run,) = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM step_window").fetchall()]
+        g = build(con, run)
+        r = run_replay(g, measured(g))
+        m = con.execute("SELECT rank, step, step_ns FROM step_window ORDER BY rank, step").fetchall()
+        got = sorted(zip(r.steps["rank"].to_list(), r.steps["step"].to_list(), r.steps["step_ns"].to_list()))
+        assert len(got) == len(m) >= 1, p
+        for (r0, s0, ns0), (r1, s1, ns1) in zip(got, m):
+            assert (r0, s0) == (r1, s1)
+            assert abs(ns0 - ns1) <= 0.02 * ns1, (p, r0, s0, ns0, ns1)
+        # the critical path of every step adds up to the step time of its last rank
+        for step, end_rank, total in (
+            r.path.group_by("step", "end_rank").agg(pl.col("dur_ns").sum()).iter_rows()
+        ):
+            w = r.steps.filter((pl.col("step") == step) & (pl.col("rank") == end_rank))
+            assert w["end_ns"][0] == r.steps.filter(pl.col("step") == step)["end_ns"].max()
+            assert total == w["step_ns"][0]
+
+
+def test_dlrm_straggler_replayed(dlrm):
+    """Rank 7 arrives last at DLRM's first all-to-all: 7,624 µs after rank 1, 505 µs after the
+    second-last (rank 6 at 7,119 µs; collective_ranks.start_ns). With rank 7 on time that call ends
+    about 505 µs earlier on every other rank (worked out per rank below); the step gains at most what rank 7's late step entry costs
+    (it enters 626 µs after ranks 2 and 6: step_window.step_start_ns), far less than the 5.66 ms
+    of waiting the straggler finding used to count."""
+    run = "dlrm_kineto"
+    rows = dlrm.execute(
+        "SELECT rank, start_ns, end_ns FROM collective_ranks WHERE run_id = ? AND call_key = 0", [run]
+    ).fetchall()
+    arr = {r: s for r, s, _ in rows}
+    late = arr[7] - max(v for r, v in arr.items() if r != 7)
+    assert late == 505_000
+    # by hand: without rank 7 the call's last arrival is x1 = rank 6's; each other rank's kernel
+    # then ends (its end - the old last arrival) after x1, and never before its own start plus the
+    # call's transfer (its shortest kernel, 10 µs: collective_calls.transfer_ns)
+    x0, x1 = arr[7], max(v for r, v in arr.items() if r != 7)
+    transfer = min(e - s for _, s, e in rows)
+    assert transfer == 10_000
+    expected = {r: max(x1 + (e - x0), s + transfer) for r, s, e in rows if r != 7}
+    assert max(e for r, s, e in rows if r != 7) - max(expected.values()) == late
+    g = build(dlrm, run)
+    on = run_replay(g, changes.on_time(7).apply(g, measured(g)))
+    first = [i for i in range(len(g.g_s)) if g.g_coll[i] >= 0 and g.c_key[g.g_coll[i]][1] == 0]
+    assert len(first) == 8
+    got = {int(g.g_rank[i]): int(on.timing.g_end[i]) + g.t0 for i in first if g.g_rank[i] != 7}
+    assert got == expected
+    base = run_replay(g, measured(g))
+    gain = base.step_ns() - on.step_ns()
+    entry = dict(
+        dlrm.execute("SELECT rank, step_start_ns FROM step_window WHERE run_id = ?", [run]).fetchall()
+    )
+    assert entry[7] - max(entry[2], entry[6]) == 626_000
+    assert 0 < gain <= 626_000
+
+
+def test_nsys_before_after(tmp_path):
+    """Replaying nsys-ai's "before" with "after"'s kernel durations: the kernels of the pair take
+    the same time (the replay changes the mean step by under 1 %), while "after"'s measured step is
+    12 % longer because its host is slower (its host step, step_window.host_step_ns, grew as
+    much): what a replay of kernel durations leaves out, and why it misses "after" by 11 %."""
+    cons = {}
+    for side in ("before", "after"):
+        lk = Lake(tmp_path / side)
+        ingest_paths([corpus("nsys", "nsys-ai", f"mfu_2gpu_{side}.sqlite")], lk)
+        cons[side] = query.connect(lk)
+    after = build(cons["after"], "nsys-ai")
+    doc = whatif(cons["before"], "nsys-ai", [changes.durations_from(after)])
+    pred = doc["changes"][0]["predicted_step_ns"]
+    base = doc["baseline_step_ns"]
+    (meas_after, host_after) = (
+        cons["after"].execute("SELECT avg(step_ns), avg(host_step_ns) FROM step_window").fetchall()[0]
+    )
+    (host_before,) = cons["before"].execute("SELECT avg(host_step_ns) FROM step_window").fetchall()[0]
+    assert abs(pred - base) / base < 0.01
+    miss = (meas_after - pred) / meas_after
+    assert 0.09 < miss < 0.13
+    # the miss is the host's: "after"'s host step is longer by about what the replay misses
+    assert abs((host_after - host_before) - (meas_after - pred)) < 0.05 * meas_after
