@@ -1,12 +1,12 @@
 """Run the metric queries over a lake and assemble the analysis (the `analyze --json` contract).
 
-Contract "tracelake.analyze/4" (documented in docs/analyze-json.md):
-  {"schema": "tracelake.analyze/4", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
+Contract "tracelake.analyze/5" (documented in docs/analyze-json.md):
+  {"schema": "tracelake.analyze/5", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
    "runs": [...], "steps": [...], "ranks": [...], "step_time": [...], "idle_streams": [...],
    "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "collective_exposure": [...],
    "stragglers": [...], "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "phases": [...],
    "nccl_tests": [...], "nccl_tests_bandwidth": [...], "verdicts": [...],
-   "findings": [...], "notes": [...]}
+   "findings": [...], "whatif": [...], "critical_path": [...], "notes": [...]}
 Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
 and a note says why (never 0 or NaN).
 """
@@ -30,6 +30,7 @@ from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
 from .diagnosis.caveats import MAX_SPAN_NS, caveats_for_run
 from .diagnosis.findings import findings_for_run, rank_findings
+from .whatif import analysis as whatif_analysis
 from .diagnosis.phases import findings as phase_findings
 from .diagnosis.phases import phase_note
 from .diagnosis.steady import OUTLIER_FACTOR
@@ -37,7 +38,7 @@ from .diagnosis.straggler import straggler_profile
 from .diagnosis.verdict import verdict_for_run
 from .lake import Lake
 
-SCHEMA = "tracelake.analyze/4"
+SCHEMA = "tracelake.analyze/5"
 
 # the metric files analyze() runs, the slowest first (run_many starts them in this order)
 METRICS = (
@@ -103,7 +104,7 @@ def analyze(
     gpu_hour_cost: float | None = None,
     on_progress=None,
 ) -> dict:
-    """Analysis of every run in the lake (the `tracelake.analyze/4` document, docs/analyze-json.md).
+    """Analysis of every run in the lake (the `tracelake.analyze/5` document, docs/analyze-json.md).
 
     window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
     shorter than this (and not host wait) are kernel wait; top_n: kernels kept per run in
@@ -495,6 +496,8 @@ def analyze(
         "nccl_tests_bandwidth": nccl_tests_bw,
         "verdicts": verdicts,
         "findings": [],
+        "whatif": [],
+        "critical_path": [],
         "notes": notes,
     }
     for r in runs:
@@ -516,6 +519,11 @@ def analyze(
             )
             + logs
         )
+        if not two_clocks:  # each timed finding's gain replayed across ranks (pipeline/whatif/analysis.py)
+            wi, cp = whatif_analysis.for_run(con, r["run_id"], fs)
+            fs = rank_findings(fs)
+            doc["whatif"] += [wi] if wi else []
+            doc["critical_path"] += cp
         cost.annotate(fs, r, gpu_hour_cost)
         timeline_fields(r["run_id"], fs, doc)  # the `tracelake timeline --around` window of each
         doc["findings"] += [{"run_id": r["run_id"], **f} for f in fs]

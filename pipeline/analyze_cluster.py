@@ -3,7 +3,7 @@
 analyze_on_cluster(lake, scheduler, ...) lists the lake's runs, submits one task per run to the
 cluster (each worker opens the lake from the same path, which must be on a file system the workers
 share, and calls pipeline.analyze.analyze(lake, runs=[run_id]) with the same options), and merges
-the per-run documents into the one `tracelake.analyze/4` document that analyze(lake) returns on
+the per-run documents into the one `tracelake.analyze/5` document that analyze(lake) returns on
 one machine: every metric is computed per run, every list of the document is ordered by run first,
 and the runs are sorted by id, so the lists are the per-run lists concatenated in run order.
 The notes are the exception (analyze() writes them in three groups: per run, then the verdicts'

@@ -7,7 +7,7 @@ a view, returned as polars DataFrames or Arrow tables.
     lake.runs()                                         # one row per run
     lake.df("step_time", run="dlrm_kineto")             # any table, view or metric, one run or all
     lake.sql("SELECT * FROM mfu WHERE rank = $rank", {"rank": 0})   # DuckDB SQL with parameters
-    doc = lake.analysis()                               # the tracelake.analyze/4 document
+    doc = lake.analysis()                               # the tracelake.analyze/5 document
 
 Names a user can query: `lake.names()` (the schema tables, the metric files of queries/, the
 derived views of queries/views/; DuckDB's schema `internal` holds helpers and is not listed).
@@ -177,7 +177,7 @@ class LakeSession:
         return pl.from_arrow(self.sql_arrow(text, params))
 
     def analysis(self, **options) -> dict:
-        """The `tracelake.analyze/4` document (docs/analyze-json.md) with this session's options;
+        """The `tracelake.analyze/5` document (docs/analyze-json.md) with this session's options;
         options: more of pipeline.analyze.analyze's keyword arguments (runs, top_n, gpu_hour_cost,
         global_tokens_per_step, palm_flops_per_token)."""
         from .analyze import analyze

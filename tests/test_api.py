@@ -94,7 +94,7 @@ def test_the_readme_example_runs_as_written(lake_dir):
             if e.get("cat") == "kernel" and e["name"].startswith("ncclKernel")
         )
         assert ms == pytest.approx(want / 1e3, abs=1e-3), rank
-    assert env["steps"].height > 0 and env["doc"]["schema"] == "tracelake.analyze/4"
+    assert env["steps"].height > 0 and env["doc"]["schema"] == "tracelake.analyze/5"
 
 
 def test_options_are_checked_and_names_are_the_listed_ones(lake_dir):

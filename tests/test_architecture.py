@@ -42,6 +42,8 @@ FORBIDDEN = {
     # the timeline reads the lake through query and the findings through analyze; analyze never
     # imports it (a finding only names the `tracelake timeline` command)
     "timeline": {"ingest", "analyze_cluster", "cluster", "report", "cli"},
+    # the replay reads the lake through a query connection it is given; analyze calls it
+    "whatif": {"ingest", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli", "cluster"},
     "derive": {"lake"} | _AFTER_LAKE,
     "parts": {"lake"} | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering

@@ -30,7 +30,7 @@ def test_run_analyze_sql_report(tmp_path):
     r = runner.invoke(app, ["analyze", "--lake", str(lake), "--json", "--window", "hta"])
     assert r.exit_code == EXIT_OK
     res = json.loads(r.stdout)
-    assert res["schema"] == "tracelake.analyze/4" and res["window"] == "hta"
+    assert res["schema"] == "tracelake.analyze/5" and res["window"] == "hta"
     ranks = {x["rank"]: x for x in res["ranks"]}
     # HTA's figures for these files (../shared/reference/hta.md 4.2): overlap rank0 11.81 %, rank1 20.05 %
     assert (

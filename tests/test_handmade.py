@@ -310,7 +310,7 @@ def test_step_completeness(lake):
 
 def test_analyze_contract(lake):
     res = analyze(lake)
-    assert res["schema"] == "tracelake.analyze/4"
+    assert res["schema"] == "tracelake.analyze/5"
     step = [s for s in res["steps"] if s["rank"] == 0 and s["step"] == 1][0]
     for k in (
         "rank",

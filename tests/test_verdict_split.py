@@ -206,7 +206,7 @@ def test_tokens_per_step_alone_gives_tokens_per_second(tmp_path):
     r = runner.invoke(app, ["analyze", "--lake", str(lk), "--json", "--tokens-per-step", "2048"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert doc["schema"] == "tracelake.analyze/4"
+    assert doc["schema"] == "tracelake.analyze/5"
     (s,) = doc["steps"]
     assert s["tokens_per_s"] == pytest.approx(2048 / 1e-3)
 

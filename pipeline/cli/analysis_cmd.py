@@ -162,7 +162,7 @@ def _analysis_of(
 @command(epilog=exit_help(scheduler=True))
 def analyze(
     lake: Path = LAKE,
-    as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/4 JSON document."),
+    as_json: bool = typer.Option(False, "--json", help="Print the tracelake.analyze/5 JSON document."),
     window: str = WINDOW,
     kernel_wait_us: float = KWAIT,
     peak_tflops: Optional[float] = PEAK,

@@ -12,7 +12,9 @@ explains a start carries the measured delay; the others are ordering constraints
 - launch: a call -> the work it launched (correlation id);
 - cross-stream: an activity on another stream of the rank -> a kernel whose start its stream
   predecessor and launch do not explain (pipeline/catalog/replay.toml; inferred, not recorded);
-- sync: GPU work -> a blocking call it ended inside (replay.toml blocking_calls);
+- sync: GPU work -> a blocking call it ended inside (replay.toml blocking_calls), and the last
+  work launched in a step -> the step's host end when that end follows it within
+  explained_gap_ns (a wait the trace does not record as a call);
 - collective: every rank's kernel of a matched call (collective_matching.sql, consistent calls
   only) cannot end before the last rank arrives plus what it took after that arrival.
 
@@ -97,10 +99,13 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     if gpu.height == 0:
         raise ValueError(f"run {run}: no GPU work to replay")
     host = _read(con, "host_nodes.sql")
+    from ..query import metric_sql  # collective_matching.sql, whether or not its view is bound
+
     coll = pl.from_arrow(
         con.sql(
             "SELECT pg_key, call_key, consistent, transfer_ns, msg_bytes, algbw_gbps, busbw_gbps, "
-            "link_peak_gbps FROM collective_matching WHERE run_id = getvariable('replay_run')"
+            f"link_peak_gbps FROM ({metric_sql(con, 'collective_matching').strip().rstrip(';')}) "
+            "WHERE run_id = getvariable('replay_run')"
         ).to_arrow_table()
     )
     t0 = int(min(gpu["start_ns"].min(), host["start_ns"].min() if host.height else gpu["start_ns"].min()))
@@ -289,10 +294,34 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
                 best_i = np.where(inside, gi, best_i)
                 best_e = np.where(inside, e, best_e)
             cand_h[nodes] = best_i
+    # a step's host window that ends right after the last GPU work launched in it (within
+    # explained_gap_ns) was waiting for that work, even where the trace records no sync call:
+    # its end mark waits for the work instead of keeping the host time before it
+    h_step = host["step"].fill_null(-1).to_numpy().astype(np.int64)
+    ends = np.nonzero(what == "step_end")[0]
+    if len(ends):
+        last = (
+            pl.DataFrame({"gi": np.arange(n), "rank": g_rank, "step": g_step, "e": g_e})
+            .filter(pl.col("step") >= 0)
+            .sort("e")
+            .group_by("rank", "step")
+            .last()
+        )
+        mk = pl.DataFrame({"hi": ends, "rank": h_rank[ends], "step": h_step[ends]}).join(
+            last, on=["rank", "step"], how="inner"
+        )
+        hi, gi, ge = (mk[c].to_numpy().astype(np.int64) for c in ("hi", "gi", "e"))
+        waits = (ge <= h_e[hi]) & (h_e[hi] - ge <= facts["explained_gap_ns"]) & (cand_h[hi] < 0)
+        cand_h[hi[waits]] = gi[waits]
+        h_gap[hi[waits]] = np.minimum(h_gap[hi[waits]], 0)
+        inferred_end = np.zeros(len(h_s), dtype=bool)
+        inferred_end[hi[waits]] = True
+    else:
+        inferred_end = np.zeros(len(h_s), dtype=bool)
     dep_e = np.where(cand_h >= 0, g_e[np.maximum(cand_h, 0)], NEG)
     valid = (cand_h >= 0) & (dep_e <= h_e)
     h_dep = np.where(valid, cand_h, -1)
-    binding = valid & (dep_e > h_s)
+    binding = valid & ((dep_e > h_s) | inferred_end)
     h_t = np.where(binding, h_e - dep_e, 0)
     h_b = np.where(binding, h_t, h_b)
 
@@ -324,7 +353,7 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
         h_dep=h_dep,
         h_t=h_t,
         h_what=what,
-        h_step=host["step"].fill_null(-1).to_numpy().astype(np.int64),
+        h_step=h_step,
         h_name=names,
         c_key=c_key,
         c_transfer=c_transfer,

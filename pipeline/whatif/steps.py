@@ -22,7 +22,7 @@ def windows(g: Graph, t: Timing) -> pl.DataFrame:
             "rank": g.h_rank,
             "step": g.h_step,
             "what": g.h_what.astype(str),
-            "t": t.h_start,
+            "t": np.where(g.h_what == "step_end", t.h_end, t.h_start),
         }
     ).filter(pl.col("what").is_in(["step_start", "step_end"]))
     if marks.height == 0:
