@@ -30,13 +30,13 @@ from .diagnosis import cost, nccl_findings, throughput
 from .diagnosis import roofline as roofline_diag
 from .diagnosis.caveats import MAX_SPAN_NS, caveats_for_run
 from .diagnosis.findings import findings_for_run, rank_findings
-from .whatif import analysis as whatif_analysis
 from .diagnosis.phases import findings as phase_findings
 from .diagnosis.phases import phase_note
 from .diagnosis.steady import OUTLIER_FACTOR
 from .diagnosis.straggler import straggler_profile
 from .diagnosis.verdict import verdict_for_run
 from .lake import Lake
+from .whatif import analysis as whatif_analysis
 
 SCHEMA = "tracelake.analyze/5"
 

@@ -215,9 +215,10 @@ def test_identity_replay_on_the_corpus(tmp_path):
 def test_dlrm_straggler_replayed(dlrm):
     """Rank 7 arrives last at DLRM's first all-to-all: 7,624 µs after rank 1, 505 µs after the
     second-last (rank 6 at 7,119 µs; collective_ranks.start_ns). With rank 7 on time that call ends
-    about 505 µs earlier on every other rank (worked out per rank below); the step gains at most what rank 7's late step entry costs
-    (it enters 626 µs after ranks 2 and 6: step_window.step_start_ns), far less than the 5.66 ms
-    of waiting the straggler finding used to count."""
+    about 505 µs earlier on every other rank (worked out per rank below); the step gains at most
+    what rank 7's late step entry costs (it enters 626 µs after ranks 2 and 6:
+    step_window.step_start_ns), far less than the 5.66 ms of waiting the straggler finding used
+    to count."""
     run = "dlrm_kineto"
     rows = dlrm.execute(
         "SELECT rank, start_ns, end_ns FROM collective_ranks WHERE run_id = ? AND call_key = 0", [run]

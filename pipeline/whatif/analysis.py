@@ -55,7 +55,8 @@ def for_run(con: duckdb.DuckDBPyConnection, run: str, findings: list[dict]) -> t
         return None, []
     meas = pl.from_arrow(
         con.sql(
-            "SELECT rank::BIGINT AS rank, step, step_ns FROM step_window WHERE run_id = getvariable('replay_run')"
+            "SELECT rank::BIGINT AS rank, step, step_ns FROM step_window "
+            "WHERE run_id = getvariable('replay_run')"
         ).to_arrow_table()
     )
     both = ident.steps.join(meas, on=["rank", "step"], how="inner", suffix="_measured")
