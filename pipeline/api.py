@@ -183,3 +183,41 @@ class LakeSession:
         from .analyze import analyze
 
         return analyze(self.lake, **{**self.options, **options})
+
+    def whatif(self, run: str | None = None, changes: list | None = None) -> dict:
+        """The `tracelake.whatif/1` document (docs/whatif.md) of `run` (default: the lake's only
+        run): the measured step, the identity replay's error and, per change, the predicted step
+        with its critical path. changes: pipeline.whatif.changes objects (scale("kernel:gemm*=0.5"),
+        on_time(7), ...); None: the defaults. Raises ValueError for an unknown run, a lake of
+        several runs without `run`, or a run without GPU work or steps."""
+        from . import whatif as wi
+
+        known = self.runs()["run_id"].to_list()
+        if run is None:
+            if len(known) != 1:
+                raise ValueError(
+                    f"the lake holds {len(known)} runs: name one (runs: {', '.join(known) or 'none'})"
+                )
+            run = known[0]
+        elif run not in known:
+            raise ValueError(f"run {run!r}: not in the lake (runs: {', '.join(known) or 'none'})")
+        con = self.connection
+        wanted = changes if changes is not None else wi.changes.defaults(wi.build(con, run))
+        return wi.whatif(con, run, wanted)
+
+    def critical_path(self, run: str | None = None) -> pl.DataFrame:
+        """Each step's critical path across ranks as segments (docs/whatif.md): step, end_rank,
+        seq, kind, rank, start_ns, end_ns (absolute clock), dur_ns, name. Raises ValueError as
+        whatif()."""
+        from . import whatif as wi
+
+        if run is None:
+            known = self.runs()["run_id"].to_list()
+            if len(known) != 1:
+                raise ValueError(
+                    f"the lake holds {len(known)} runs: name one (runs: {', '.join(known) or 'none'})"
+                )
+            run = known[0]
+        g = wi.build(self.connection, run)
+        p = wi.run_replay(g, wi.measured(g)).path
+        return p.with_columns(pl.col("start_ns") + g.t0, pl.col("end_ns") + g.t0)

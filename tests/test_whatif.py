@@ -272,3 +272,35 @@ def test_nsys_before_after(tmp_path):
     assert 0.09 < miss < 0.13
     # the miss is the host's: "after"'s host step is longer by about what the replay misses
     assert abs((host_after - host_before) - (meas_after - pred)) < 0.05 * meas_after
+
+
+def test_api_and_sql_views(hand):
+    """The Python API returns the CLI's document; `critical_path` and `critical_path_summary` are
+    queryable in `tracelake sql` (the hand-made step's path, worked out at the top)."""
+    import pipeline
+
+    lk, con, _ = hand
+    with pipeline.open_lake(lk.root) as api:
+        doc = api.whatif(changes=[changes.scale("kernel:gemm_a=0.5")])
+        assert doc == whatif(con, "job", [changes.scale("kernel:gemm_a=0.5")])
+        assert api.critical_path()["dur_ns"].sum() == 1_300_000
+    res = CliRunner().invoke(
+        app,
+        [
+            "sql",
+            "--lake",
+            str(lk.root),
+            "SELECT kind, sum(ns)::BIGINT AS ns FROM critical_path_summary GROUP BY kind ORDER BY ns DESC, kind",
+            "-f",
+            "json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [(r["kind"], r["ns"]) for r in rows] == [
+        ("compute", 1_100_000),
+        ("communication", 100_000),
+        ("host", 80_000),
+        ("launch", 10_000),
+        ("sync", 10_000),
+    ]

@@ -173,8 +173,15 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
         err.print("error: empty query", markup=False)
         raise typer.Exit(EXIT_USAGE)
     _check_read_only(text)
+    # critical_path and critical_path_summary are computed by the replay (docs/whatif.md), on demand
+    replay = re.search(r"\bcritical_path", text, re.IGNORECASE) is not None
     try:
-        con = connect(lk, **options, **for_query(text))
+        con = connect(lk, **options, **({"metric_views": ()} if replay else for_query(text)))
+        if replay:
+            from ..whatif import register
+
+            for why in register(con):
+                err.print(one_line(f"note: critical_path: {why}"), markup=False)
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
         err.print(_lake_read_error(lake, e), markup=False)
         raise typer.Exit(EXIT_FAILED)

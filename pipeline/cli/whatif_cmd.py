@@ -1,5 +1,5 @@
 """`tracelake whatif`: what a run's step would take after a change, replayed across ranks
-(pipeline/whatif/; docs/usage.md "What-if"; docs/whatif-json.md)."""
+(pipeline/whatif/; docs/usage.md "What-if"; docs/whatif.md)."""
 
 from __future__ import annotations
 

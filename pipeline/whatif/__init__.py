@@ -4,7 +4,7 @@ Rooms: graph.py (the graph from the lake, queries/replay/*.sql), replay.py (re-t
 steps.py (step windows of a replay), critical.py (each step's critical path), changes.py (the
 changes a what-if applies). `whatif()` is the face: the measured baseline, the identity replay's
 error and, per change, the predicted step time with the new critical path's top segments
-(docs/whatif-json.md, `tracelake.whatif/1`).
+(docs/whatif.md, `tracelake.whatif/1`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def summary(path: pl.DataFrame, n_steps: int) -> list[dict]:
 
 
 def whatif(con: duckdb.DuckDBPyConnection, run: str, wanted: list[Change], top: int = TOP_SEGMENTS) -> dict:
-    """The `tracelake.whatif/1` document of `run` (docs/whatif-json.md) for a pipeline.query
+    """The `tracelake.whatif/1` document of `run` (docs/whatif.md) for a pipeline.query
     connection: baseline_step_ns (the measured mean step time over the ranks and steps replayed,
     step_window), identity_step_ns and identity_error_pct (the replay with nothing changed), notes
     (per step, what the graph leaves out) and one entry per change (predicted_step_ns, gain_ns,
@@ -123,3 +123,41 @@ __all__ = [
     "summary",
     "whatif",
 ]
+
+
+def register(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Bind `critical_path` (one row per segment of each step's critical path: run_id, step,
+    end_rank, seq, kind, rank, start_ns, end_ns on the absolute clock, dur_ns, name) and
+    `critical_path_summary` (run_id, step, end_rank, kind, rank, ns: the segments' time by kind
+    and rank) on a pipeline.query connection, for every run with GPU work and steps. Returns the
+    runs that could not be replayed, with why."""
+    runs = [r for (r,) in con.sql("SELECT DISTINCT run_id FROM gpu_activities ORDER BY 1").fetchall()]
+    frames, skipped = [], []
+    for run in runs:
+        try:
+            g = build(con, run)
+        except ValueError as e:
+            skipped.append(str(e))
+            continue
+        p = run_replay(g, measured(g)).path
+        if p is None or p.height == 0:
+            skipped.append(f"run {run}: no steps to replay")
+            continue
+        frames.append(
+            p.with_columns(pl.lit(run).alias("run_id"), pl.col("start_ns") + g.t0, pl.col("end_ns") + g.t0)
+        )
+    cols = ["run_id", "step", "end_rank", "seq", "kind", "rank", "start_ns", "end_ns", "dur_ns", "name"]
+    cp = (
+        pl.concat(frames).select(cols)
+        if frames
+        else pl.DataFrame(
+            schema={c: pl.Int64 for c in cols} | {"run_id": pl.String, "kind": pl.String, "name": pl.String}
+        ).select(cols)
+    )
+    con.register("critical_path_rows", cp.to_arrow())
+    con.execute("CREATE OR REPLACE TEMP VIEW critical_path AS SELECT * FROM critical_path_rows")
+    con.execute(
+        "CREATE OR REPLACE TEMP VIEW critical_path_summary AS SELECT run_id, step, end_rank, kind, rank, "
+        "sum(dur_ns) AS ns FROM critical_path GROUP BY ALL ORDER BY run_id, step, ns DESC"
+    )
+    return skipped

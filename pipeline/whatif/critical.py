@@ -165,6 +165,31 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def path_in_window(g: Graph, d: Durations, t: Timing, rank: int, start_ns: int, end_ns: int) -> pl.DataFrame:
+    """The critical path of one rank's window [start_ns, end_ns] (relative to g.t0), as HTA's
+    CriticalPathAnalysis takes one annotation instance: from the latest end, at or before end_ns,
+    of the rank's GPU work launched in the window or its host nodes starting in it, back to
+    start_ns. Columns as paths() without step and end_rank. Empty when nothing is in the window."""
+    cats = g.frame["category"].to_numpy()
+    launch = np.where(g.g_launch >= 0, t.h_start[np.maximum(g.g_launch, 0)], t.g_start)
+    gi = np.nonzero((g.g_rank == rank) & (launch >= start_ns) & (launch <= end_ns) & (t.g_end <= end_ns))[0]
+    hi = np.nonzero((g.h_rank == rank) & (t.h_start >= start_ns) & (t.h_end <= end_ns))[0]
+    best_g = gi[np.argmax(t.g_end[gi])] if len(gi) else -1
+    best_h = hi[np.argmax(t.h_end[hi])] if len(hi) else -1
+    if best_g < 0 and best_h < 0:
+        return _empty().drop("step", "end_rank")
+    if best_h < 0 or (best_g >= 0 and t.g_end[best_g] >= t.h_end[best_h]):
+        pos, end = ("g_end", int(best_g)), int(t.g_end[best_g])
+    else:
+        pos, end = ("h_end", int(best_h)), int(t.h_end[best_h])
+    segs = _telescope(_path(g, d, t, pos, start_ns, cats), end, start_ns)
+    return pl.DataFrame(
+        [(i, k, r, lo, hi, hi - lo, n) for i, (k, r, lo, hi, n) in enumerate(segs)],
+        schema=["seq", "kind", "rank", "start_ns", "end_ns", "dur_ns", "name"],
+        orient="row",
+    )
+
+
 def _empty() -> pl.DataFrame:
     return pl.DataFrame(
         schema={
