@@ -290,7 +290,8 @@ def test_api_and_sql_views(hand):
             "sql",
             "--lake",
             str(lk.root),
-            "SELECT kind, sum(ns)::BIGINT AS ns FROM critical_path_summary GROUP BY kind ORDER BY ns DESC, kind",
+            "SELECT kind, sum(ns)::BIGINT AS ns FROM critical_path_summary GROUP BY kind "
+            "ORDER BY ns DESC, kind",
             "-f",
             "json",
         ],
