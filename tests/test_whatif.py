@@ -305,3 +305,34 @@ def test_api_and_sql_views(hand):
         ("launch", 10_000),
         ("sync", 10_000),
     ]
+
+
+def test_analysis_and_report_chart(hand):
+    """analyze --json carries the hand-made step's critical path (by kind and rank) and the report
+    draws it: one bar, step 1 ending on rank 1, its parts the path worked out at the top."""
+    from pipeline.analyze import analyze
+    from pipeline.report.charts import critical_path_chart
+
+    lk, _, _ = hand
+    doc = analyze(lk)
+    rows = [r for r in doc["critical_path"] if r["run_id"] == "job"]
+    assert {(r["kind"], r["rank"], r["ns"]) for r in rows} == {
+        ("compute", 1, 1_100_000),
+        ("communication", 1, 100_000),
+        ("host", 1, 80_000),
+        ("launch", 1, 10_000),
+        ("sync", 1, 10_000),
+    }
+    (wi,) = doc["whatif"]
+    assert (wi["baseline_step_ns"], wi["identity_error_pct"]) == (1_300_000, 0.0)
+    chart, note = critical_path_chart(rows)
+    assert note is None
+    vals = chart.to_dict(validate=False)["data"]["values"]
+    assert {v["bar"] for v in vals} == {"step 1 · ends on rank 1"}
+    assert {v["part"]: v["ms"] for v in vals if v["ms"]} == {
+        "compute": 1.1,
+        "communication": 0.1,
+        "host": 0.08,
+        "launch": 0.01,
+        "sync": 0.01,
+    }

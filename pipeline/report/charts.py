@@ -14,6 +14,7 @@ steps in groups, histograms).
   7. idle-gap histogram by cause (idle_gap_chart);
   8. with a baseline: the step-time components of both runs (comparison_chart);
   9. the step's phases per rank x step: forward, backward, optimizer, other (phase_chart).
+ 10. each step's critical path across ranks by kind (critical_path_chart; docs/whatif.md).
 """
 
 from __future__ import annotations
@@ -201,6 +202,53 @@ def phase_chart(phases: list[dict]):
     return _stacked(
         rows, labels, PHASE_PARTS, "Step time by phase (the phase that launched the GPU work)", "time (ms)"
     ), note
+
+
+# the critical path's segment kinds (pipeline/whatif/critical.py KINDS) and their colours
+CRITICAL_COLOURS = {
+    "compute": "#4c78a8",
+    "communication": "#e45756",
+    "memory": "#b279a2",
+    "unknown": "#bab0ac",
+    "transfer": "#ff9d98",
+    "gpu_gap": "#9ecae9",
+    "launch": "#f58518",
+    "cross_stream": "#72b7b2",
+    "sync": "#eeca3b",
+    "host": "#ffbf79",
+    "data_loading": "#54a24b",
+    "untraced": "#d6d6d6",
+}
+
+
+def critical_path_chart(rows: list[dict]):
+    """What each step's time was spent on along its critical path across ranks (analyze's
+    critical_path rows of one run: step, end_rank, kind, rank, ns), one bar per step (at most
+    MAX_BARS: the longest). Returns (chart | None, note | None)."""
+    from ..whatif.critical import KINDS
+
+    if not rows:
+        return None, "no critical path: the run has no steps or no GPU work to replay (docs/whatif.md)"
+    by: dict[int, dict] = {}
+    for r in rows:
+        b = by.setdefault(r["step"], {"step": r["step"], "end_rank": r["end_rank"], "others": set()})
+        b[r["kind"]] = b.get(r["kind"], 0) + r["ns"]
+        if r["rank"] != r["end_rank"]:
+            b["others"].add(r["rank"])
+    bars = sorted(by.values(), key=lambda b: -sum(b.get(k, 0) for k in KINDS))[:MAX_BARS]
+    bars.sort(key=lambda b: b["step"])
+    note = f"the {MAX_BARS} longest of {len(by)} steps" if len(by) > MAX_BARS else None
+    labels = [
+        f"step {b['step']} · ends on rank {b['end_rank']}"
+        + (
+            f" · through rank{'s' if len(b['others']) > 1 else ''} {', '.join(map(str, sorted(b['others'])))}"
+            if b["others"]
+            else ""
+        )
+        for b in bars
+    ]
+    parts = [(k, k.replace("_", " "), CRITICAL_COLOURS[k]) for k in KINDS if any(b.get(k) for b in bars)]
+    return _stacked(bars, labels, parts, "Each step's critical path across ranks, by kind", "time (ms)"), note
 
 
 def overlap_chart(step_rows: list[dict], ranks: list[dict]):

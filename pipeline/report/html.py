@@ -49,6 +49,7 @@ from .charts import (
     Table,
     breakdown_chart,
     comparison_chart,
+    critical_path_chart,
     idle_gap_chart,
     mfu_chart,
     overlap_chart,
@@ -322,6 +323,10 @@ def render(
                     ]
                 ),
             )
+        chart_block(
+            "critical_path",
+            critical_path_chart([c for c in result.get("critical_path", []) if c["run_id"] == rid]),
+        )
         size_note = next(
             (
                 n.split("no message size: ", 1)[1]
