@@ -134,7 +134,7 @@ def _check(lk, doc) -> list[dict]:
         per_tid.setdefault((e["pid"], e["tid"]), []).append(
             Slice(e["pid"], (), e["name"], e["cat"], start, end)
         )
-        if e["cat"] not in ("idle", "finding"):
+        if e["cat"] not in ("idle", "finding", "critical_path"):
             got[(e["pid"], _base(tracks[(e["pid"], e["tid"])]), e["name"], start, end)] += 1
     assert got == _expected(lk, doc)
     assert all(proper(v) for v in per_tid.values())
@@ -161,7 +161,11 @@ def test_handmade_event_by_event(hand, tmp_path):
         "thread 10 (overlap 2)",
     ]
     # ... but its launches [1010, 1015), [1011, 1016), [1012, 1017) overlap without nesting: a lane each
-    lanes = {tracks[(1, e["tid"])] for e in evs if e["pid"] == 1 and 1010 * US <= _ns(e["ts"]) <= 1012 * US}
+    lanes = {
+        tracks[(1, e["tid"])]
+        for e in evs
+        if e["pid"] == 1 and 1010 * US <= _ns(e["ts"]) <= 1012 * US and e["cat"] != "critical_path"
+    }
     assert lanes == {"thread 10", "thread 10 (overlap 1)", "thread 10 (overlap 2)"}
     k1 = next(e for e in evs if e["name"] == "sm90_xmma_gemm_bf16")
     assert (k1["ts"], k1["dur"]) == (Decimal("1100.000"), Decimal("200.000"))
@@ -174,8 +178,8 @@ def test_handmade_event_by_event(hand, tmp_path):
     assert idle == [(0, 1500 * US, 50 * US, "other"), (0, 1600 * US, 150 * US, "host_wait")]
     assert all(tracks[(e["pid"], e["tid"])] == "idle (GPU gaps by cause)" for e in evs if e["cat"] == "idle")
     # the all-reduce: rank 0 started last (1200 vs 1150 µs): one flow from its kernel to rank 1's
-    s = [e for e in doc["traceEvents"] if e["ph"] == "s"]
-    f = [e for e in doc["traceEvents"] if e["ph"] == "f"]
+    s = [e for e in doc["traceEvents"] if e["ph"] == "s" and e["cat"] == "collective"]
+    f = [e for e in doc["traceEvents"] if e["ph"] == "f" and e["cat"] == "collective"]
     assert len(s) == len(f) == 1 and s[0]["id"] == f[0]["id"] and f[0]["bp"] == "e"
     assert (s[0]["pid"], _ns(s[0]["ts"]), f[0]["pid"], _ns(f[0]["ts"])) == (0, 1200 * US, 1, 1200 * US)
     assert tracks[(0, s[0]["tid"])] == "stream 20 · GPU 0" and tracks[(1, f[0]["tid"])] == "stream 20 · GPU 0"
@@ -200,9 +204,19 @@ def test_dlrm_eight_ranks_event_by_event(dlrm, tmp_path):
     # each flow runs from the last rank's collective kernel to another rank's kernel of that call
     tracks = _tracks(doc)
     kernels = {(e["pid"], e["tid"], _ns(e["ts"])): e for e in evs}
-    s = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s"}
-    f = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f"}
+    s = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "s" and e["cat"] == "collective"}
+    f = {e["id"]: e for e in doc["traceEvents"] if e["ph"] == "f" and e["cat"] == "collective"}
     assert s and s.keys() == f.keys()
+    # the critical path of step 10 (docs/whatif.md): its segments, on each rank's "critical path"
+    # track, add up to the step time of the rank that ended last (step_window), and the path
+    # passes from rank 7 (the straggler it waited for) to that rank
+    cp = [e for e in evs if e["cat"] == "critical_path"]
+    assert {tracks[(e["pid"], e["tid"])] for e in cp} == {"critical path (each step's, across ranks)"}
+    end_rank = cp[0]["args"]["end_rank"]
+    (step_ns,) = [r["step_ns"] for r in _doc(dlrm)["step_time"] if r["rank"] == end_rank and r["step"] == 10]
+    assert sum(_ns(e["dur"]) for e in cp) == step_ns
+    hops = [e["name"] for e in doc["traceEvents"] if e["ph"] == "s" and e["cat"] == "critical_path"]
+    assert f"critical path: rank 7 -> rank {end_rank}" in hops
     for i in s:
         assert s[i]["pid"] != f[i]["pid"] and "last" in s[i]["name"]
         src = kernels[(s[i]["pid"], s[i]["tid"], _ns(s[i]["ts"]))]  # bound at the kernel's start
@@ -353,16 +367,19 @@ def test_pftrace_holds_the_same_slices_and_flows_to_the_ns(dlrm, hand, tmp_path)
         timeline.write(tl, tmp_path / "t.pftrace")
         got, (begun, ended) = _read_pftrace(tmp_path / "t.pftrace")
         host_gpu = Counter(
-            (p, _base(tr), n, a, b) for p, tr, n, a, b, c in got if c not in ("idle", "finding")
+            (p, _base(tr), n, a, b)
+            for p, tr, n, a, b, c in got
+            if c not in ("idle", "finding", "critical_path")
         )
         assert host_gpu == _expected(lk, doc)
         tracks = _tracks(doc)
         json_rest = Counter(
             (e["pid"], tracks[(e["pid"], e["tid"])], e["name"], _ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
             for e in _slices(doc)
-            if e["cat"] in ("idle", "finding")
+            if e["cat"] in ("idle", "finding", "critical_path")
         )
-        assert Counter((p, tr, n, a, b) for p, tr, n, a, b, c in got if c in ("idle", "finding")) == json_rest
+        rest = ("idle", "finding", "critical_path")
+        assert Counter((p, tr, n, a, b) for p, tr, n, a, b, c in got if c in rest) == json_rest
         n_flows = sum(e["ph"] == "s" for e in doc["traceEvents"])
         assert sorted(begun) == sorted(ended) == list(range(1, n_flows + 1))
     assert n_flows > 0  # DLRM's matched collectives

@@ -6,7 +6,9 @@ What it holds (docs/usage.md, "Timeline"): one process per rank with a track per
 and per GPU stream (kernels, copies, memsets, syncs, host ops, annotations: every row of the
 lake in the window, pipeline/timeline/rows.py), a per-rank "idle" track of the GPU's idle gaps
 by cause, flows between the kernels of each matched collective (from the last rank to arrive),
-and the run's findings as labelled ranges on a "findings" track. Slices that overlap without
+the run's findings as labelled ranges on a "findings" track, and each step's critical path
+across ranks on a per-rank "critical path" track with flows where it changes rank
+(pipeline/timeline/critical.py). Slices that overlap without
 nesting on one track go to extra tracks (pipeline/timeline/layout.py). Which steps and ranks:
 pipeline/timeline/window.py. Times are the lake's int64 ns on its absolute clock.
 
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from .. import __version__, query
 from ..lake import Lake
-from . import chrome, rows
+from . import chrome, critical, rows
 from .layout import Slice, assign_lanes
 from .window import DEFAULT_WINDOW, Window, WindowError, parse_ranges, ranges_text, resolve
 
@@ -85,11 +87,15 @@ def _track_name(track: tuple) -> str:
         return f"thread {track[1]}"
     if track[0] == "gpu":
         return f"stream {track[2]} · GPU {track[1]}"
-    return {"idle": "idle (GPU gaps by cause)", "findings": "findings"}[track[0]]
+    return {
+        "idle": "idle (GPU gaps by cause)",
+        "findings": "findings",
+        "critical": "critical path (each step's, across ranks)",
+    }[track[0]]
 
 
 def _track_order(track: tuple) -> tuple:
-    kind = {"findings": 0, "cpu": 1, "gpu": 2, "idle": 3}[track[0]]
+    kind = {"findings": 0, "critical": 1, "cpu": 2, "gpu": 3, "idle": 4}[track[0]]
     return (kind, *(-1 if x is None else x for x in track[1:]))
 
 
@@ -175,12 +181,14 @@ def build(
     lo = w.start_ns if w.start_ns is not None else min((s.start_ns for s in tl.slices), default=0)
     hi = w.end_ns if w.end_ns is not None else max((s.end_ns for s in tl.slices), default=0)
     tl.slices += _findings(con, w, analysis(), lo, hi)
+    path, path_flows = critical.slices_and_flows(con, w)
+    tl.slices += path
     names = rows.processes(con, w)
     tl.processes = [(chrome.FINDINGS_PID, f"run {run_id} · findings", -1)] + [
         (r, names[r], r) for r in w.ranks
     ]
     _place(tl)
-    tl.flows = rows.flows(con, w, {s.key: s for s in tl.slices if s.key is not None})
+    tl.flows = rows.flows(con, w, {s.key: s for s in tl.slices if s.key is not None}) + path_flows
     return tl
 
 

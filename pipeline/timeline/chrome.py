@@ -63,7 +63,8 @@ def events(tl) -> list[dict]:
             ev["cname"] = s.cname
         out.append(ev)
     for i, (src, dst, ts_src, ts_dst, name) in enumerate(tl.flows, start=1):
-        common = {"id": i, "name": name, "cat": "collective"}
+        # a flow between two critical-path segments is the path's; the others join a collective
+        common = {"id": i, "name": name, "cat": src.cat if src.cat == "critical_path" else "collective"}
         out.append({"ph": "s", "pid": src.pid, "tid": tl.tid_of(src), "ts": us(ts_src), **common})
         out.append({"ph": "f", "bp": "e", "pid": dst.pid, "tid": tl.tid_of(dst), "ts": us(ts_dst), **common})
     return out
