@@ -520,7 +520,8 @@ def analyze(
             + logs
         )
         if not two_clocks:  # each timed finding's gain replayed across ranks (pipeline/whatif/analysis.py)
-            wi, cp = whatif_analysis.for_run(con, r["run_id"], fs)
+            left_out = {(x["rank"], x["step"]) for x in v.get("excluded_steps") or []}
+            wi, cp = whatif_analysis.for_run(con, r["run_id"], fs, left_out)
             fs = rank_findings(fs)
             doc["whatif"] += [wi] if wi else []
             doc["critical_path"] += cp

@@ -39,11 +39,18 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
-def for_run(con: duckdb.DuckDBPyConnection, run: str, findings: list[dict]) -> tuple[dict | None, list[dict]]:
+def for_run(
+    con: duckdb.DuckDBPyConnection,
+    run: str,
+    findings: list[dict],
+    excluded: set[tuple[int, int]] = frozenset(),
+) -> tuple[dict | None, list[dict]]:
     """(the run's what-if summary or None, its critical path rows) and the timed findings of
     `findings` annotated in place (replay, estimated_ns, recoverable_ns, per_step_ns, a first
-    evidence line). None, [] when the run cannot be replayed (no GPU work, no steps); the reason
-    is then the summary's absence, the findings keep their estimates."""
+    evidence line). excluded: the (rank, step) rows the verdict's basis leaves out (incomplete and
+    outlier steps), left out of the gains too, so a gain and its estimate are over the same steps.
+    None, [] when the run cannot be replayed (no GPU work, no steps); the reason is then the
+    summary's absence, the findings keep their estimates."""
     from . import run_replay
 
     try:
@@ -60,13 +67,26 @@ def for_run(con: duckdb.DuckDBPyConnection, run: str, findings: list[dict]) -> t
         ).to_arrow_table()
     )
     both = ident.steps.join(meas, on=["rank", "step"], how="inner", suffix="_measured")
-    baseline = float(both["step_ns_measured"].mean()) if both.height else ident.step_ns()
-    err_pct = abs(ident.step_ns() - baseline) / baseline * 100 if baseline else 0.0
+    keep = pl.DataFrame(
+        {"rank": [r for r, _ in excluded], "step": [s for _, s in excluded]},
+        schema={"rank": pl.Int64, "step": pl.Int64},
+    )
+    basis = both.join(keep, on=["rank", "step"], how="anti")
+    if basis.height == 0:
+        basis = both
+    baseline = float(basis["step_ns_measured"].mean()) if basis.height else ident.step_ns()
+    ident_ns = float(basis["step_ns"].mean()) if basis.height else ident.step_ns()
+    err_pct = abs(ident_ns - baseline) / baseline * 100 if baseline else 0.0
+
+    def basis_mean(steps: pl.DataFrame) -> float:
+        m = steps.join(basis.select("rank", "step"), on=["rank", "step"], how="semi")
+        return float(m["step_ns"].mean()) if m.height else 0.0
+
     out = {
         "run_id": run,
         "steps": int(ident.steps["step"].n_unique()),
         "baseline_step_ns": int(round(baseline)),
-        "identity_step_ns": int(round(ident.step_ns())),
+        "identity_step_ns": int(round(ident_ns)),
         "identity_error_pct": round(err_pct, 3),
         "notes": [f"step {s}: {n}" for s, ns in sorted(g.notes.items()) for n in ns],
         "changes": [],
@@ -80,7 +100,7 @@ def for_run(con: duckdb.DuckDBPyConnection, run: str, findings: list[dict]) -> t
         if ch is None:
             continue
         r = run_replay(g, ch.apply(g, base), with_path=False)
-        gain = ident.step_ns() - r.step_ns()
+        gain = ident_ns - basis_mean(r.steps)
         est_step, est = f["per_step_ns"], f["recoverable_ns"]
         kept = max(0.0, min(gain, est_step))
         f["estimated_ns"], f["estimated_per_step_ns"] = est, est_step

@@ -119,7 +119,7 @@ def no_launch_gaps() -> Change:
         launch = g.h_what == "launch"
         prev_launch = np.zeros(len(launch), dtype=bool)
         prev_launch[1:] = launch[:-1] & ~g.h_chain_first[1:]
-        h_gap = np.where(launch & prev_launch, np.minimum(d.h_gap, 0), d.h_gap)
+        h_gap = np.where(launch & prev_launch, 0, d.h_gap)
         h_b = np.where(launch & (g.h_dep < 0), 0, d.h_b)
         g_wl = np.zeros_like(d.g_wl)
         return replace(d, h_gap=h_gap, h_b=h_b, g_wl=g_wl)

@@ -166,7 +166,7 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
         .sort("gi")
     )
     g_launch = lk["hi"].fill_null(-1).to_numpy().astype(np.int64)
-    launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG)
+    launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)
     graph_replay = gpu["graph_replay"].to_numpy()
     # a graph replay's kernels share one launch: only its first kernel is released by it
     launch_t = np.where(graph_replay & ~first & (g_launch == np.roll(g_launch, 1)), NEG, launch_t)
