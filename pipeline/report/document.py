@@ -283,10 +283,23 @@ def gpus_text(gpus: list[dict]) -> str:
 
 def timing_text(f: dict) -> str:
     """'12.345 ms per rank (0.617 ms per rank and step; 1.37 GPU-hours per 1,000 steps, cost 4.11)' or
-    'not timed' (pipeline/diagnosis/cost.py for the GPU-hours)."""
+    'not timed' (pipeline/diagnosis/cost.py for the GPU-hours); a replayed finding starts with
+    'if fixed, the step goes from A to B ms (replayed across ranks, identity replay error E %): '."""
     if f.get("recoverable_ns") is None:
         return "not timed"
     s = f"{f['recoverable_ns'] / 1e6:,.3f} ms per rank"
+    rp = f.get("replay")
+    if rp:  # the fix's gain replayed across ranks (docs/whatif.md): say the step before and after
+        s = (
+            f"if fixed, the step goes from {rp['baseline_step_ns'] / 1e6:,.3f} to "
+            f"{rp['predicted_step_ns'] / 1e6:,.3f} ms (replayed across ranks, identity replay error "
+            f"{rp['identity_error_pct']:.2f} %)"
+            + (
+                f"; counted {s}, the time it names (findings never count an instant twice)"
+                if f.get("per_step_ns") is not None and rp["gain_ns"] > f["per_step_ns"] + 500
+                else f": {s}"
+            )
+        )
     extra = []
     if f.get("per_step_ns") is not None:
         extra.append(f"{f['per_step_ns'] / 1e6:,.3f} ms per rank and step")

@@ -175,16 +175,22 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
     explained = np.maximum(prev_end, launch_t)
     cand = np.full(n, -1, dtype=np.int64)
     by_end = np.lexsort((g_e, g_rank))
-    for r in np.unique(g_rank):
-        rows = by_end[g_rank[by_end] == r]
-        for st in np.unique(g_stream[rows]):
-            other = rows[g_stream[rows] != st]
+    # the GPU rows are in (rank, stream, start) order, so a rank's and a chain's rows are slices
+    ranks_u, rank_lo = np.unique(g_rank, return_index=True)
+    rank_hi = np.append(rank_lo[1:], n)
+    chain_lo = np.nonzero(first)[0]
+    chain_hi = np.append(chain_lo[1:], n)
+    for r, a, b in zip(ranks_u, rank_lo, rank_hi):
+        rows = by_end[a:b]  # by_end is in (rank, end) order: the same slice holds rank r
+        for c0, c1 in zip(
+            chain_lo[(chain_lo >= a) & (chain_lo < b)], chain_hi[(chain_lo >= a) & (chain_lo < b)]
+        ):
+            other = rows[g_stream[rows] != g_stream[c0]]
             if len(other) == 0:
                 continue
-            mine = np.nonzero((g_rank == r) & (g_stream == st))[0]
-            pos = np.searchsorted(g_e[other], g_s[mine], side="right") - 1
+            pos = np.searchsorted(g_e[other], g_s[c0:c1], side="right") - 1
             ok = pos >= 0
-            cand[mine[ok]] = other[pos[ok]]
+            cand[c0:c1][ok] = other[pos[ok]]
     cand_end = np.where(cand >= 0, g_e[np.maximum(cand, 0)], NEG)
     use_cross = (
         (cand >= 0)
@@ -283,8 +289,13 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
             nodes = bl[h_rank[bl] == r]
             best_i = np.full(len(nodes), -1, dtype=np.int64)
             best_e = np.full(len(nodes), NEG, dtype=np.int64)
-            for st in np.unique(g_stream[g_rank == r]):
-                rows = np.nonzero((g_rank == r) & (g_stream == st))[0]
+            k = np.searchsorted(ranks_u, r)
+            if k >= len(ranks_u) or ranks_u[k] != r:
+                continue
+            a, b = rank_lo[k], rank_hi[k]
+            sel = (chain_lo >= a) & (chain_lo < b)
+            for c0, c1 in zip(chain_lo[sel], chain_hi[sel]):
+                rows = np.arange(c0, c1)
                 o = rows[np.argsort(launch_abs[rows], kind="stable")]
                 pos = np.searchsorted(launch_abs[o], h_s[nodes], side="left") - 1
                 okp = pos >= 0
