@@ -25,8 +25,9 @@ def test_run_analyze_sql_report(tmp_path):
     assert not re.search(r"""(src|href)=["']https?://""", html)
     # breakdown, overlap, phases (the sample ranks have backward and optimizer ops), bus bandwidth
     # (the all-to-alls are sized from their nccl:all_to_all records since issue 14), collective
-    # wait, top kernels, idle gaps, roofline (the sample ranks' ops carry Input Dims)
-    assert html.count("vegaEmbed('#chart") == 8
+    # wait, top kernels, idle gaps, roofline (the sample ranks' ops carry Input Dims), and each
+    # step's critical path across ranks (docs/whatif.md)
+    assert html.count("vegaEmbed('#chart") == 9
     r = runner.invoke(app, ["analyze", "--lake", str(lake), "--json", "--window", "hta"])
     assert r.exit_code == EXIT_OK
     res = json.loads(r.stdout)

@@ -32,7 +32,19 @@ EXPECTED = {
     # busbw: the sampled ranks' all_to_all / all_gather sizes come from their nccl:<op> records
     # phases: HTA's sampled ranks (and trace_diff's) have autograd backward and Optimizer.step ops
     # roofline: their ops carry Input Dims (aten::mm, addmm, elementwise); DLRM's too
-    "kineto_2_ranks": {"breakdown", "overlap", "phases", "busbw", "wait", "kernels", "idle_gaps", "roofline"},
+    # critical_path (docs/whatif.md): every report here has a run with GPU work and steps (the nsys
+    # export's steps are found from its kernel sequence, the injection trace has ProfilerSteps)
+    "kineto_2_ranks": {
+        "breakdown",
+        "overlap",
+        "phases",
+        "busbw",
+        "wait",
+        "kernels",
+        "idle_gaps",
+        "roofline",
+        "critical_path",
+    },
     # nccl_tests: its second run, GCP's all_reduce_perf output
     "one_rank_with_bandwidth": {
         "breakdown",
@@ -42,13 +54,23 @@ EXPECTED = {
         "kernels",
         "idle_gaps",
         "nccl_tests",
+        "critical_path",
     },
     # overlap: 0 % on both ranks, a sentence (EXPECTED_TABLES)
-    "nsys_no_steps": {"breakdown", "wait", "kernels", "idle_gaps"},
+    "nsys_no_steps": {"breakdown", "wait", "kernels", "idle_gaps", "critical_path"},
     # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch;
     # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops);
     # mfu: one step (ProfilerStep#10), a sentence and a table; wait: one step, a bar per rank
-    "dlrm_64_ranks": {"breakdown", "overlap", "wait", "busbw", "kernels", "idle_gaps", "roofline"},
+    "dlrm_64_ranks": {
+        "breakdown",
+        "overlap",
+        "wait",
+        "busbw",
+        "kernels",
+        "idle_gaps",
+        "roofline",
+        "critical_path",
+    },
     # busbw: trace_diff's all_to_alls are sized from their nccl:all_to_all records, and the group
     # of an unnamed process group is the world (distributedInfo world_size)
     "comparison": {
@@ -61,8 +83,9 @@ EXPECTED = {
         "kernels",
         "idle_gaps",
         "roofline",
+        "critical_path",
     },  # fmt: skip
-    "injection": {"breakdown", "kernels", "idle_gaps"},
+    "injection": {"breakdown", "kernels", "idle_gaps", "critical_path"},
 }
 # report name -> the charts it shows as a sentence (and a table) instead: a single dot or a 0 % bar
 EXPECTED_TABLES = {
