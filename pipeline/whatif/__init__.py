@@ -19,7 +19,7 @@ from .changes import Change
 from .critical import KINDS, paths
 from .graph import Graph, build
 from .replay import Durations, Timing, measured, replay
-from .steps import windows
+from .steps import beside_measured, windows
 
 CONTRACT = "tracelake.whatif/1"
 TOP_SEGMENTS = 5
@@ -68,13 +68,7 @@ def whatif(con: duckdb.DuckDBPyConnection, run: str, wanted: list[Change], top: 
     ident = run_replay(g, measured(g))
     if ident.steps.height == 0:
         raise ValueError(f"run {run}: no steps to replay (the trace has no ProfilerStep or step range)")
-    meas = pl.from_arrow(
-        con.sql(
-            "SELECT rank::BIGINT AS rank, step, step_ns FROM step_window "
-            "WHERE run_id = getvariable('replay_run')"
-        ).to_arrow_table()
-    )
-    both = ident.steps.join(meas, on=["rank", "step"], how="inner", suffix="_measured")
+    both = beside_measured(con, ident.steps)
     baseline = float(both["step_ns_measured"].mean()) if both.height else ident.step_ns()
     ident_ns = float(both["step_ns"].mean()) if both.height else ident.step_ns()
     err = abs(ident_ns - baseline) / baseline * 100 if baseline else 0.0

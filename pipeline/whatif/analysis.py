@@ -19,6 +19,7 @@ import polars as pl
 from . import changes
 from .graph import Graph, build
 from .replay import measured
+from .steps import beside_measured
 
 
 def _straggler(g: Graph):
@@ -60,13 +61,7 @@ def for_run(
     ident = run_replay(g, measured(g))
     if ident.steps.height == 0:
         return None, []
-    meas = pl.from_arrow(
-        con.sql(
-            "SELECT rank::BIGINT AS rank, step, step_ns FROM step_window "
-            "WHERE run_id = getvariable('replay_run')"
-        ).to_arrow_table()
-    )
-    both = ident.steps.join(meas, on=["rank", "step"], how="inner", suffix="_measured")
+    both = beside_measured(con, ident.steps)
     keep = pl.DataFrame(
         {"rank": [r for r, _ in excluded], "step": [s for _, s in excluded]},
         schema={"rank": pl.Int64, "step": pl.Int64},

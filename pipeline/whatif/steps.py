@@ -60,3 +60,16 @@ def windows(g: Graph, t: Timing) -> pl.DataFrame:
         .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("step_ns"))
     )
     return w.select("rank", "step", "start_ns", "end_ns", "step_ns").sort("rank", "step")
+
+
+def beside_measured(con, replayed: pl.DataFrame) -> pl.DataFrame:
+    """A replay's step rows (windows()) joined to the measured ones of the same run (step_window,
+    the run set by graph.build in getvariable('replay_run')): rank, step, start_ns, end_ns,
+    step_ns (replayed), step_ns_measured. Only rows both have."""
+    meas = pl.from_arrow(
+        con.sql(
+            "SELECT rank::BIGINT AS rank, step, step_ns FROM step_window "
+            "WHERE run_id = getvariable('replay_run')"
+        ).to_arrow_table()
+    )
+    return replayed.join(meas, on=["rank", "step"], how="inner", suffix="_measured")
