@@ -523,7 +523,13 @@ def analyze(
             left_out = {(x["rank"], x["step"]) for x in v.get("excluded_steps") or []}
             wi, cp = whatif_analysis.for_run(con, r["run_id"], fs, left_out)
             fs = rank_findings(fs)
-            doc["whatif"] += [wi] if wi else []
+            if wi and "skipped" in wi:
+                notes.append(
+                    f"run {r['run_id']}: the findings' gains are not replayed ({wi['skipped']}; "
+                    "`tracelake whatif` replays it): they are the additive estimates"
+                )
+            elif wi:
+                doc["whatif"].append(wi)
             doc["critical_path"] += cp
         cost.annotate(fs, r, gpu_hour_cost)
         timeline_fields(r["run_id"], fs, doc)  # the `tracelake timeline --around` window of each

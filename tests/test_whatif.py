@@ -336,3 +336,19 @@ def test_analysis_and_report_chart(hand):
         "launch": 0.01,
         "sync": 0.01,
     }
+
+
+def test_analyze_leaves_a_large_run_unreplayed(hand, monkeypatch):
+    """Past the replay's size limit analyze keeps the additive estimates and says so."""
+    from pipeline.analyze import analyze
+    from pipeline.whatif import analysis
+
+    lk, _, _ = hand
+    monkeypatch.setattr(analysis, "MAX_NODES", 5)  # the hand-made run has 6 activities
+    doc = analyze(lk)
+    assert doc["whatif"] == [] and doc["critical_path"] == []
+    assert any(
+        "the findings' gains are not replayed (6 GPU activities, over the limit of 5" in n
+        for n in doc["notes"]
+    )
+    assert all("replay" not in f for f in doc["findings"])

@@ -40,6 +40,12 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
+# the most GPU activities a run may have for analyze to replay its findings: the graph and the
+# replays take about 1.3 KB and 5 us of CPU per activity (benchmarks/whatif_bench.py), so a run
+# past it would cost the analysis more than its own metrics; `tracelake whatif` replays any run
+MAX_NODES = 1_000_000
+
+
 def for_run(
     con: duckdb.DuckDBPyConnection,
     run: str,
@@ -50,10 +56,19 @@ def for_run(
     `findings` annotated in place (replay, estimated_ns, recoverable_ns, per_step_ns, a first
     evidence line). excluded: the (rank, step) rows the verdict's basis leaves out (incomplete and
     outlier steps), left out of the gains too, so a gain and its estimate are over the same steps.
-    None, [] when the run cannot be replayed (no GPU work, no steps); the reason is then the
-    summary's absence, the findings keep their estimates."""
+    None, [] when the run cannot be replayed (no GPU work, no steps): the findings keep their
+    estimates; ({run_id, skipped: why}, []) for a run of more than MAX_NODES GPU activities, which
+    analyze does not replay (it says so in a note)."""
     from . import run_replay
 
+    (n,) = con.execute(
+        "SELECT count(*) FROM gpu_activities WHERE run_id = ? AND kind <> 'sync'", [run]
+    ).fetchall()[0]
+    if n > MAX_NODES:
+        return {
+            "run_id": run,
+            "skipped": f"{n:,} GPU activities, over the limit of {MAX_NODES:,} for analyze",
+        }, []
     try:
         g = build(con, run)
     except ValueError:

@@ -93,82 +93,153 @@ def _scan(c: np.ndarray, a: np.ndarray, first: np.ndarray, base: np.ndarray | No
     return e + _seg_cummax(v, first, base)
 
 
-def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
-    n, m = len(g.g_s), len(g.h_s)
-    g_first = np.ones(n, dtype=bool)
-    g_first[1:] = g.g_chain[1:] != g.g_chain[:-1]
-    h_first = g.h_chain_first
-    h_base = (
-        np.repeat(g.h_s[h_first], np.diff(np.append(np.nonzero(h_first)[0], m)))
-        if m
-        else np.zeros(0, np.int64)
-    )
+BLOCK_NODES = 200_000  # nodes per block of a long run's replay (below it: one block)
 
-    g_end = g.g_e.copy()
-    g_start = g.g_s.copy()
-    h_end = g.h_e.copy()
-    h_start = g.h_s.copy()
-    coll = g.g_coll
-    members = coll >= 0
-    ncoll = len(g.c_transfer)
-    has_launch = g.g_launch >= 0
-    has_cross = g.g_cross >= 0
-    has_dep = g.h_dep >= 0
-    on_time = members & (g.g_rank == dur.on_time_rank) & ~dur.coll_free
-    waited = members & ~dur.coll_free
-    g_x = np.full(n, NEG, dtype=np.int64)
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The indices of the ranges [lo, hi) one after another, and a mask of each range's first."""
+    lens = hi - lo
+    keep = lens > 0
+    lo, lens = lo[keep], lens[keep]
+    if not len(lo):
+        return np.zeros(0, np.int64), np.zeros(0, bool)
+    offs = np.cumsum(lens) - lens
+    idx = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs, lens) + np.repeat(lo, lens)
+    first = np.zeros(len(idx), dtype=bool)
+    first[offs] = True
+    return idx, first
+
+
+def _blocks(first: np.ndarray, t: np.ndarray, edges: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per block [edges[b], edges[b+1]) of recorded start time: the indices of the nodes of every
+    chain that start in it (chains are contiguous and in start order) and the range starts."""
+    n = len(t)
+    lo = np.nonzero(first)[0]
+    hi = np.append(lo[1:], n)
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        # per chain, the first node at or after a and the first at or after b
+        pa = np.array(
+            [lo[i] + np.searchsorted(t[lo[i] : hi[i]], a, "left") for i in range(len(lo))], np.int64
+        )
+        pb = np.array(
+            [lo[i] + np.searchsorted(t[lo[i] : hi[i]], b, "left") for i in range(len(lo))], np.int64
+        )
+        out.append(_ranges(pa, pb))
+    return out
+
+
+class _State:
+    """The times being replayed, and the settled parts of one replay (replay())."""
+
+    def __init__(self, g: Graph, dur: Durations):
+        self.g, self.d = g, dur
+        n = len(g.g_s)
+        self.g_start, self.g_end = g.g_s.copy(), g.g_e.copy()
+        self.h_start, self.h_end = g.h_s.copy(), g.h_e.copy()
+        self.g_prev = np.arange(n, dtype=np.int64) - 1
+        g_first = np.ones(n, dtype=bool)
+        g_first[1:] = g.g_chain[1:] != g.g_chain[:-1]
+        self.g_first = g_first
+        self.g_prev[g_first] = -1
+        m = len(g.h_s)
+        self.h_prev = np.arange(m, dtype=np.int64) - 1
+        self.h_prev[g.h_chain_first] = -1
+        members = g.g_coll >= 0
+        self.waited = members & ~dur.coll_free
+        self.on_time = members & (g.g_rank == dur.on_time_rank) & ~dur.coll_free
+        self.g_x = np.full(n, NEG, dtype=np.int64)
+        self.arrivers = np.nonzero(self.waited & ~self.on_time)[0]  # whose arrival others wait for
+
+    def round(self, gi: np.ndarray, gfirst: np.ndarray, hi: np.ndarray, hfirst: np.ndarray) -> bool:
+        """Re-time the host nodes hi, then the GPU nodes gi (each chain-contiguous ranges whose
+        starts gfirst / hfirst mark; a range continues from its chain predecessor's current time).
+        True when a time changed."""
+        g, d = self.g, self.d
+        changed = False
+        if len(hi):
+            dep = g.h_dep[hi]
+            a = np.where(dep >= 0, self.g_end[np.maximum(dep, 0)] + g.h_t[hi], NEG)
+            hp = self.h_prev[hi]
+            base = np.where(hp >= 0, self.h_end[np.maximum(hp, 0)], g.h_s[hi])  # read at range starts
+            lens = np.diff(np.append(np.nonzero(hfirst)[0], len(hi)))
+            base = np.repeat(base[hfirst], lens)
+            end = _scan(d.h_gap[hi] + d.h_b[hi], a, hfirst, base)
+            prev = np.empty_like(end)
+            prev[1:] = end[:-1]
+            prev[hfirst] = base[hfirst]
+            start = prev + d.h_gap[hi]
+            changed = not (np.array_equal(end, self.h_end[hi]) and np.array_equal(start, self.h_start[hi]))
+            self.h_end[hi], self.h_start[hi] = end, start
+        if len(gi):
+            launch, cross = g.g_launch[gi], g.g_cross[gi]
+            rel = np.where(launch >= 0, self.h_start[np.maximum(launch, 0)] + d.g_wl[gi], NEG)
+            rel = np.maximum(rel, np.where(cross >= 0, self.g_end[np.maximum(cross, 0)] + g.g_wx[gi], NEG))
+            rel = np.maximum(rel, g.g_fixed[gi])
+            cterm = np.full(len(gi), NEG, dtype=np.int64)
+            if len(g.c_transfer) and self.waited[gi].any():
+                # the last arrival of each call; the others do not wait for a rank that is "on
+                # time" (its own kernel still cannot end before it arrived itself)
+                x = np.full(len(g.c_transfer), NEG, dtype=np.int64)
+                np.maximum.at(x, g.g_coll[self.arrivers], self.g_start[self.arrivers])
+                wi = self.waited[gi]
+                gx = np.where(wi, x[np.maximum(g.g_coll[gi], 0)], NEG)
+                gx = np.where(self.on_time[gi], np.maximum(gx, self.g_start[gi]), gx)
+                self.g_x[gi] = gx
+                cterm = np.where(wi, gx + d.g_wc[gi], NEG)
+            dd = d.g_d[gi]
+            a = np.where(rel == NEG, cterm, np.maximum(rel + dd, cterm))
+            c = d.g_gap[gi] + dd
+            gp = self.g_prev[gi]
+            prev_end = np.where(gp >= 0, self.g_end[np.maximum(gp, 0)], NEG)  # read at range starts
+            e = _seg_cumsum(c, gfirst)
+            v = a - e
+            lens = np.diff(np.append(np.nonzero(gfirst)[0], len(gi)))
+            base = np.repeat(np.where(prev_end[gfirst] != NEG, prev_end[gfirst], v[gfirst]), lens)
+            end = e + _seg_cummax(v, gfirst, base)
+            prev = np.empty_like(end)
+            prev[1:] = end[:-1]
+            prev[gfirst] = prev_end[gfirst]
+            start = np.maximum(np.where(prev == NEG, NEG, prev + d.g_gap[gi]), rel)
+            changed = changed or not (
+                np.array_equal(end, self.g_end[gi]) and np.array_equal(start, self.g_start[gi])
+            )
+            self.g_end[gi], self.g_start[gi] = end, start
+        return changed
+
+
+def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
+    """Re-time g with durations dur. A run of more than BLOCK_NODES nodes is re-timed block by
+    block in recorded start order (each block's rounds touch only its nodes; most edges point
+    forward in time, so a block settles in a few rounds), then checked by a round over every node;
+    blocks are gone through again until that round changes nothing. Raises ValueError when it
+    does not settle in max_rounds rounds (a cycle)."""
+    n, m = len(g.g_s), len(g.h_s)
+    st = _State(g, dur)
+    all_g, all_gf = np.arange(n, dtype=np.int64), st.g_first
+    all_h, all_hf = np.arange(m, dtype=np.int64), g.h_chain_first.copy()
+    rounds = 1
+    changed = st.round(all_g, all_gf, all_h, all_hf)  # nothing changes in the identity replay
+    blocks: list = []
+    if changed and n + m > BLOCK_NODES:
+        t = np.concatenate([g.g_s, g.h_s])
+        edges = np.unique(np.quantile(t, np.linspace(0, 1, (n + m) // BLOCK_NODES + 2)).astype(np.int64))
+        edges[0], edges[-1] = NEG, -NEG
+        blocks = list(zip(_blocks(st.g_first, g.g_s, edges), _blocks(g.h_chain_first, g.h_s, edges)))
+    while changed:
+        for (gi, gf), (hi, hf) in blocks:
+            while st.round(gi, gf, hi, hf) and rounds <= max_rounds:
+                rounds += 1
+        rounds += 1
+        changed = st.round(all_g, all_gf, all_h, all_hf)
+        if changed and rounds > max_rounds:
+            raise ValueError(
+                f"run {g.run}: the replay did not settle in {max_rounds} rounds (the graph has a cycle)"
+            )
+    g_start, g_end, h_start, h_end, g_x = st.g_start, st.g_end, st.h_start, st.h_end, st.g_x
+    coll, ncoll = g.g_coll, len(g.c_transfer)
+    waited, on_time = st.waited, st.on_time
     last = np.full(n, -1, dtype=np.int64)
-    for rounds in range(1, max_rounds + 1):
-        # host chains
-        if m:
-            dep_end = np.where(has_dep, g_end[np.maximum(g.h_dep, 0)], NEG)
-            a = np.where(has_dep, dep_end + g.h_t, NEG)
-            new_h_end = _scan(dur.h_gap + dur.h_b, a, h_first, h_base)
-            prev = np.empty_like(new_h_end)
-            prev[1:] = new_h_end[:-1]
-            prev[h_first] = h_base[h_first]
-            new_h_start = prev + dur.h_gap
-        else:
-            new_h_end, new_h_start = h_end, h_start
-        # stream chains
-        rel = (
-            np.where(has_launch, new_h_start[np.maximum(g.g_launch, 0)] + dur.g_wl, NEG)
-            if m
-            else np.full(n, NEG)
-        )
-        rel = np.maximum(rel, np.where(has_cross, g_end[np.maximum(g.g_cross, 0)] + g.g_wx, NEG))
-        rel = np.maximum(rel, g.g_fixed)
-        if ncoll:
-            # the last arrival of each call; the others do not wait for a rank that is "on time"
-            # (its own kernel still cannot end before it arrived itself)
-            arr = np.where(waited & ~on_time, g_start, NEG)
-            x = np.full(ncoll, NEG, dtype=np.int64)
-            np.maximum.at(x, coll[waited], arr[waited])
-            g_x = np.where(waited, x[np.maximum(coll, 0)], NEG)
-            g_x = np.where(on_time, np.maximum(g_x, g_start), g_x)
-            cterm = np.where(waited, g_x + dur.g_wc, NEG)
-        else:
-            cterm = np.full(n, NEG, dtype=np.int64)
-        a = np.where(rel == NEG, cterm, np.maximum(rel + dur.g_d, cterm))
-        new_g_end = _scan(dur.g_gap + dur.g_d, a, g_first, None)
-        prev = np.empty_like(new_g_end)
-        prev[1:] = new_g_end[:-1]
-        prev[g_first] = NEG
-        pterm = np.where(g_first, NEG, prev + dur.g_gap)
-        new_g_start = np.maximum(pterm, rel)
-        done = (
-            np.array_equal(new_g_end, g_end)
-            and np.array_equal(new_h_end, h_end)
-            and np.array_equal(new_g_start, g_start)
-            and np.array_equal(new_h_start, h_start)
-        )
-        g_end, g_start, h_end, h_start = new_g_end, new_g_start, new_h_end, new_h_start
-        if done:
-            break
-    else:
-        raise ValueError(
-            f"run {g.run}: the replay did not settle in {max_rounds} rounds (the graph has a cycle)"
-        )
     if ncoll and waited.any():
         key = np.where(waited & ~on_time, g_start, NEG)
         order = np.lexsort((key, coll))
