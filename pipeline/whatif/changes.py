@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from .graph import Graph
+from .graph import CATEGORIES, DATA_LOADING, LAUNCH, Graph
 from .replay import Durations
 
 
@@ -66,10 +66,12 @@ def scale(spec: str) -> Change:
     def apply(g: Graph, d: Durations) -> Durations:
         if what == "kernel":
             rx = re.compile(fnmatch.translate(pat))
-            names = g.frame["name"].to_list()
-            mask = np.fromiter((bool(rx.match(n)) for n in names), dtype=bool, count=len(names))
+            hit = [
+                n for n in g.frame["name"].cast(pl.String).unique().to_list() if n is not None and rx.match(n)
+            ]
+            mask = g.frame["name"].cast(pl.String).is_in(hit).to_numpy()
         else:
-            mask = (g.frame["category"] == pat).to_numpy()
+            mask = g.g_cat == (CATEGORIES.index(pat) if pat in CATEGORIES else -1)
         return _scaled(g, d, mask, f)
 
     return Change(
@@ -96,7 +98,7 @@ def collectives_at_peak() -> Change:
 def collectives_overlapped() -> Change:
     def apply(g: Graph, d: Durations) -> Durations:
         members = g.g_coll >= 0
-        comm = members | (g.frame["category"] == "communication").to_numpy()
+        comm = members | (g.g_cat == CATEGORIES.index("communication"))
         g_d = np.where(comm, 0, d.g_d)
         return replace(d, g_d=g_d, coll_free=members.copy())
 
@@ -116,7 +118,7 @@ def on_time(rank: int) -> Change:
 
 def no_launch_gaps() -> Change:
     def apply(g: Graph, d: Durations) -> Durations:
-        launch = g.h_what == "launch"
+        launch = g.h_what == LAUNCH
         prev_launch = np.zeros(len(launch), dtype=bool)
         prev_launch[1:] = launch[:-1] & ~g.h_chain_first[1:]
         h_gap = np.where(launch & prev_launch, 0, d.h_gap)
@@ -129,7 +131,7 @@ def no_launch_gaps() -> Change:
 
 def no_data_loading() -> Change:
     def apply(g: Graph, d: Durations) -> Durations:
-        return replace(d, h_b=np.where(g.h_what == "data_loading", 0, d.h_b))
+        return replace(d, h_b=np.where(g.h_what == DATA_LOADING, 0, d.h_b))
 
     return Change("no data loading", "no data loading", apply)
 
@@ -179,8 +181,8 @@ def durations_from(other: Graph) -> Change:
 
 def matched_fraction(g: Graph, other: Graph) -> float:
     """Share of g's activities that have a same-named activity in `other` (0-1)."""
-    names = set(other.frame["name"].unique().to_list())
-    return float(g.frame["name"].is_in(list(names)).mean()) if g.frame.height else 0.0
+    names = other.frame["name"].cast(pl.String).unique()
+    return float(g.frame["name"].cast(pl.String).is_in(names).mean()) if g.frame.height else 0.0
 
 
 def straggler_rank(g: Graph, t_start: np.ndarray) -> int | None:
@@ -205,11 +207,11 @@ def defaults(g: Graph) -> list[Change]:
     r = straggler_rank(g, g.g_s)
     if r is not None and len(g.ranks) > 1:
         out.append(on_time(r))
-    if (g.g_coll >= 0).any() or (g.frame["category"] == "communication").any():
+    if (g.g_coll >= 0).any() or (g.g_cat == CATEGORIES.index("communication")).any():
         if (g.c_peak_ns >= 0).any():
             out.append(collectives_at_peak())
         out.append(collectives_overlapped())
     out.append(no_launch_gaps())
-    if (g.h_what == "data_loading").any():
+    if (g.h_what == DATA_LOADING).any():
         out.append(no_data_loading())
     return out

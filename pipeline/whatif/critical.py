@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .graph import NEG, Graph
+from .graph import CATEGORIES, DATA_LOADING, NEG, STEP_END, Graph
 from .replay import Durations, Timing
 
 KINDS = (
@@ -96,7 +96,7 @@ def _path(
                 segs.append(("sync", int(g.h_rank[k]), int(t.g_end[dep]), int(t.h_end[k]), str(g.h_name[k])))
                 where, k = "g_end", dep
                 continue
-            kind = "data_loading" if g.h_what[k] == "data_loading" else "host"
+            kind = "data_loading" if g.h_what[k] == DATA_LOADING else "host"
             segs.append((kind, int(g.h_rank[k]), int(t.h_start[k]), int(t.h_end[k]), str(g.h_name[k])))
             where = "h_start"
         else:  # h_start
@@ -132,7 +132,7 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
     """The critical path of every step: one row per segment, in time order. Columns: step,
     end_rank (the rank whose step ended last), seq (from 0), kind (KINDS), rank (whose chain the
     segment is on), start_ns, end_ns (relative to g.t0), dur_ns, name (the kernel or call)."""
-    cats = g.frame["category"].to_numpy()
+    cats = np.array(CATEGORIES, dtype=object)[g.g_cat]
     rows = []
     if win.height == 0:
         return _empty()
@@ -142,8 +142,8 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
     )
     gmax = gs.sort("e").group_by("rank", "step").last()
     hm = pl.DataFrame(
-        {"hi": np.arange(len(g.h_s)), "rank": g.h_rank, "step": g.h_step, "what": g.h_what.astype(str)}
-    ).filter(pl.col("what") == "step_end")
+        {"hi": np.arange(len(g.h_s)), "rank": g.h_rank, "step": g.h_step, "what": g.h_what}
+    ).filter(pl.col("what") == STEP_END)
     ends = last.join(gmax, on=["rank", "step"], how="left").join(hm, on=["rank", "step"], how="left")
     for r in ends.sort("step").iter_rows(named=True):
         start, end = int(r["start_ns"]), int(r["end_ns"])
@@ -170,7 +170,7 @@ def path_in_window(g: Graph, d: Durations, t: Timing, rank: int, start_ns: int, 
     CriticalPathAnalysis takes one annotation instance: from the latest end, at or before end_ns,
     of the rank's GPU work launched in the window or its host nodes starting in it, back to
     start_ns. Columns as paths() without step and end_rank. Empty when nothing is in the window."""
-    cats = g.frame["category"].to_numpy()
+    cats = np.array(CATEGORIES, dtype=object)[g.g_cat]
     launch = np.where(g.g_launch >= 0, t.h_start[np.maximum(g.g_launch, 0)], t.g_start)
     gi = np.nonzero((g.g_rank == rank) & (launch >= start_ns) & (launch <= end_ns) & (t.g_end <= end_ns))[0]
     hi = np.nonzero((g.h_rank == rank) & (t.h_start >= start_ns) & (t.h_end <= end_ns))[0]

@@ -34,6 +34,10 @@ from ..catalog import replay as replay_facts
 from ..paths import QUERIES_DIR
 
 NEG = np.int64(-(2**60))  # "no such edge": below every time
+# host node kinds (Graph.h_what holds their index) and GPU categories (Graph.g_cat)
+WHAT = ("launch", "blocking", "data_loading", "step_start", "step_end")
+LAUNCH, BLOCKING, DATA_LOADING, STEP_START, STEP_END = range(len(WHAT))
+CATEGORIES = ("compute", "communication", "memory", "unknown")
 
 
 @dataclass
@@ -60,7 +64,8 @@ class Graph:
     g_coll: np.ndarray  # collective index (-1: none)
     g_wc: np.ndarray  # end - last arrival, for collective members
     g_step: np.ndarray  # -1: outside steps
-    frame: pl.DataFrame  # the GPU rows (name, category, kind, shape, ...)
+    g_cat: np.ndarray  # index into CATEGORIES
+    frame: pl.DataFrame  # the GPU rows (name, category, kind, shape, ...; categorical strings)
     # host
     h_rank: np.ndarray
     h_chain_first: np.ndarray  # True where a rank's chain starts
@@ -70,9 +75,9 @@ class Graph:
     h_b: np.ndarray  # own time
     h_dep: np.ndarray  # GPU index it waits for (-1: none)
     h_t: np.ndarray  # end - that work's end, when binding
-    h_what: np.ndarray  # launch, blocking, data_loading, step_start, step_end
+    h_what: np.ndarray  # index into WHAT
     h_step: np.ndarray
-    h_name: np.ndarray
+    h_name: pl.Series  # categorical
     # collectives
     c_key: list[tuple[str, int]]
     c_transfer: np.ndarray
@@ -95,10 +100,14 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     facts = replay_facts()
     con.execute("SET VARIABLE replay_run = ?", [run])
     con.execute("SET VARIABLE replay_blocking = ?", [facts["blocking_calls"]])
-    gpu = _read(con, "gpu_nodes.sql")
+    cat = [pl.col(c).cast(pl.Categorical) for c in ("kind", "category", "name", "shape")]
+    gpu = _read(con, "gpu_nodes.sql").with_columns(cat)
     if gpu.height == 0:
         raise ValueError(f"run {run}: no GPU work to replay")
-    host = _read(con, "host_nodes.sql")
+    host = _read(con, "host_nodes.sql").with_columns(
+        pl.col("what").replace_strict({w: i for i, w in enumerate(WHAT)}, return_dtype=pl.Int8),
+        pl.col("name").cast(pl.Categorical),
+    )
     from ..query import metric_sql  # collective_matching.sql, whether or not its view is bound
 
     coll = pl.from_arrow(
@@ -115,7 +124,7 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
 def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
     notes: dict[int, list[str]] = {}
     # --- host chain: rank, start; a step's end mark before the next step's start mark at one instant
-    order = {"step_end": 0, "launch": 1, "blocking": 1, "data_loading": 1, "step_start": 2}
+    order = {STEP_END: 0, LAUNCH: 1, BLOCKING: 1, DATA_LOADING: 1, STEP_START: 2}
     host = (
         host.with_columns(
             pl.col("what").replace_strict(order, return_dtype=pl.Int8).alias("_o"),
@@ -137,9 +146,11 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
     h_b = h_e - h_s
 
     # --- GPU chains
-    gpu = gpu.with_columns(
-        (pl.col("start_ns") - t0).alias("s"), (pl.col("end_ns") - t0).alias("e")
-    ).with_row_index("gi")
+    gpu = (
+        gpu.sort("rank", "stream", "start_ns", "end_ns", "event_index")
+        .with_columns((pl.col("start_ns") - t0).alias("s"), (pl.col("end_ns") - t0).alias("e"))
+        .with_row_index("gi")
+    )
     g_rank = gpu["rank"].to_numpy().astype(np.int64)
     g_stream = gpu["stream"].to_numpy().astype(np.int64)
     chain_keys = (
@@ -156,7 +167,7 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
 
     # launch: host node of the same rank and correlation
     launch_nodes = (
-        host.filter(pl.col("what") == "launch")
+        host.filter(pl.col("what") == LAUNCH)
         .select("rank", "correlation", "hi")
         .unique(["rank", "correlation"], keep="first")
     )
@@ -279,10 +290,10 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
     own = np.full(len(h_s), -1, dtype=np.int64)
     li = np.nonzero(g_launch >= 0)[0]
     own[g_launch[li]] = li  # the last of its activities in stream order
-    cand_h = np.where((what == "launch") & is_block_name & (own >= 0), own, -1)
+    cand_h = np.where((what == LAUNCH) & is_block_name & (own >= 0), own, -1)
     # a blocking call that launched nothing: per stream, the last activity launched before it;
     # the one that ended latest inside the call
-    bl = np.nonzero((what == "blocking"))[0]
+    bl = np.nonzero(what == BLOCKING)[0]
     if len(bl):
         launch_abs = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], g_s)
         for r in np.unique(h_rank[bl]):
@@ -309,7 +320,7 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
     # explained_gap_ns) was waiting for that work, even where the trace records no sync call:
     # its end mark waits for the work instead of keeping the host time before it
     h_step = host["step"].fill_null(-1).to_numpy().astype(np.int64)
-    ends = np.nonzero(what == "step_end")[0]
+    ends = np.nonzero(what == STEP_END)[0]
     if len(ends):
         last = (
             pl.DataFrame({"gi": np.arange(n), "rank": g_rank, "step": g_step, "e": g_e})
@@ -354,6 +365,10 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
         g_coll=g_coll,
         g_wc=g_wc,
         g_step=g_step,
+        g_cat=gpu["category"]
+        .cast(pl.String)
+        .replace_strict({c: i for i, c in enumerate(CATEGORIES)}, default=3, return_dtype=pl.Int8)
+        .to_numpy(),
         frame=gpu.select("rank", "stream", "kind", "category", "name", "shape", "step", "pg_key", "call_key"),
         h_rank=h_rank,
         h_chain_first=h_first,
@@ -365,7 +380,7 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
         h_t=h_t,
         h_what=what,
         h_step=h_step,
-        h_name=names,
+        h_name=host["name"],
         c_key=c_key,
         c_transfer=c_transfer,
         c_peak_ns=c_peak,

@@ -10,21 +10,23 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from .graph import Graph
+from .graph import STEP_END, STEP_START, Graph
 from .replay import Timing
 
 
 def windows(g: Graph, t: Timing) -> pl.DataFrame:
     """One row per rank and step: rank, step, start_ns, end_ns, step_ns (relative to g.t0; ns).
     Only ranks with GPU work and steps with both marks."""
+    idx = np.nonzero((g.h_what == STEP_START) | (g.h_what == STEP_END))[0]
+    is_end = g.h_what[idx] == STEP_END
     marks = pl.DataFrame(
         {
-            "rank": g.h_rank,
-            "step": g.h_step,
-            "what": g.h_what.astype(str),
-            "t": np.where(g.h_what == "step_end", t.h_end, t.h_start),
+            "rank": g.h_rank[idx],
+            "step": g.h_step[idx],
+            "what": np.where(is_end, "step_end", "step_start"),
+            "t": np.where(is_end, t.h_end[idx], t.h_start[idx]),
         }
-    ).filter(pl.col("what").is_in(["step_start", "step_end"]))
+    )
     if marks.height == 0:
         return pl.DataFrame(
             schema={

@@ -58,15 +58,15 @@ SELECT b.run_id, b.source_id, b.rank, b.correlation, b.start_ns,
 FROM by_launch b
 ASOF LEFT JOIN step_window w ON w.run_id = b.run_id AND w.rank = b.rank AND b.start_ns >= w.step_start_ns;
 
--- @view collective_ranks: Each rank's collective with its matching key (pg_key, call_key) and step.
+-- @view collective_keys: Each rank's collective with its matching key (pg_key, call_key), without
+--   its step (collective_ranks adds it; the replay reads this cheaper view).
 -- @columns_of collectives
 -- @column pg_key VARCHAR: The group part of the key: the process group, else 'comm stream #N' (N:
 --   the rank's communication streams in order of their first collective), else 'unnamed'; ' p2p'
 --   appended for point-to-point calls with a seq.
 -- @column ord BIGINT: The call's position in start order among the rank's calls of pg_key (from 0).
 -- @column call_key BIGINT: The call part of the key: seq, else ord.
--- @column step BIGINT: The kernel's step (collective_step; NULL: outside steps).
-CREATE OR REPLACE VIEW collective_ranks AS
+CREATE OR REPLACE VIEW collective_keys AS
 WITH streams AS (
   SELECT run_id, rank, stream, row_number() OVER (PARTITION BY run_id, rank ORDER BY first_ns, stream) - 1 AS stream_ord
   FROM (SELECT run_id, rank, stream, min(start_ns) AS first_ns FROM collectives
@@ -82,8 +82,14 @@ keyed AS (
 c AS (
   SELECT *, row_number() OVER (PARTITION BY run_id, rank, pg_key ORDER BY start_ns, correlation) - 1 AS ord FROM keyed
 )
-SELECT c.*, coalesce(c.seq, c.ord) AS call_key, g.step
-FROM c
+SELECT c.*, coalesce(c.seq, c.ord) AS call_key FROM c;
+
+-- @view collective_ranks: Each rank's collective with its matching key (pg_key, call_key) and step.
+-- @columns_of collective_keys
+-- @column step BIGINT: The kernel's step (collective_step; NULL: outside steps).
+CREATE OR REPLACE VIEW collective_ranks AS
+SELECT c.*, g.step
+FROM collective_keys c
 LEFT JOIN collective_step g
   ON g.run_id = c.run_id AND g.source_id = c.source_id AND g.rank = c.rank AND g.correlation = c.correlation AND g.start_ns = c.start_ns;
 
