@@ -66,10 +66,8 @@ def scale(spec: str) -> Change:
     def apply(g: Graph, d: Durations) -> Durations:
         if what == "kernel":
             rx = re.compile(fnmatch.translate(pat))
-            hit = [
-                n for n in g.frame["name"].cast(pl.String).unique().to_list() if n is not None and rx.match(n)
-            ]
-            mask = g.frame["name"].cast(pl.String).is_in(hit).to_numpy()
+            hit = [i for i, n in enumerate(g.names) if rx.match(n)]
+            mask = np.isin(g.frame["name_id"].to_numpy(), hit)
         else:
             mask = g.g_cat == (CATEGORIES.index(pat) if pat in CATEGORIES else -1)
         return _scaled(g, d, mask, f)
@@ -136,34 +134,29 @@ def no_data_loading() -> Change:
     return Change("no data loading", "no data loading", apply)
 
 
-def _occurrence(frame: pl.DataFrame, d: np.ndarray) -> pl.DataFrame:
-    """The frame's activities with their duration and occurrence: the how-manieth activity of
-    that name and shape it is in its rank's step (in stream order; -1 outside steps)."""
-    f = frame.select("rank", "step", "name", "shape").with_columns(
-        pl.Series("d", d), pl.int_range(pl.len()).alias("i")
+def _occurrence(g: Graph, d: np.ndarray) -> pl.DataFrame:
+    """g's activities with their name, shape, duration and occurrence: the how-manieth activity
+    of that name and shape it is in its rank's step (in stream order; -1 outside steps)."""
+    names = pl.DataFrame({"name_id": np.arange(len(g.names), dtype=np.int32), "name": g.names})
+    f = (
+        g.frame.select("rank", "step", "name_id", "shape")
+        .with_columns(pl.Series("d", d), pl.int_range(pl.len()).alias("i"))
+        .join(names, on="name_id", how="left")
     )
-    return f.with_columns(
-        pl.when(pl.col("step").is_not_null())
-        .then(pl.int_range(pl.len()).over("rank", "step", "name", "shape"))
-        .otherwise(-1)
-        .alias("occ")
-    )
+    occ = pl.int_range(pl.len()).over("rank", "step", "name_id", "shape")
+    return f.with_columns(pl.when(pl.col("step").is_not_null()).then(occ).otherwise(-1).alias("occ"))
 
 
 def durations_from(other: Graph) -> Change:
     """Every activity takes the mean duration of `other`'s activities of its name, shape and
     occurrence in the step, else of its name and shape, else of its name."""
-    theirs = _occurrence(other.frame, other.g_e - other.g_s)
-    by_occ = (
-        theirs.filter(pl.col("occ") >= 0)
-        .group_by("name", "shape", "occ")
-        .agg(pl.col("d").mean().alias("d_occ"))
-    )
-    by_shape = theirs.group_by("name", "shape").agg(pl.col("d").mean().alias("d_shape"))
-    by_name = theirs.group_by("name").agg(pl.col("d").mean().alias("d_name"))
+    theirs = _occurrence(other, other.g_e - other.g_s)
+    by_occ = theirs.filter(pl.col("occ") >= 0).group_by("name", "shape", "occ").agg(d_occ=pl.col("d").mean())
+    by_shape = theirs.group_by("name", "shape").agg(d_shape=pl.col("d").mean())
+    by_name = theirs.group_by("name").agg(d_name=pl.col("d").mean())
 
     def apply(g: Graph, d: Durations) -> Durations:
-        mine = _occurrence(g.frame, d.g_d)
+        mine = _occurrence(g, d.g_d)
         j = (
             mine.join(by_occ, on=["name", "shape", "occ"], how="left", nulls_equal=True)
             .join(by_shape, on=["name", "shape"], how="left", nulls_equal=True)
@@ -181,8 +174,9 @@ def durations_from(other: Graph) -> Change:
 
 def matched_fraction(g: Graph, other: Graph) -> float:
     """Share of g's activities that have a same-named activity in `other` (0-1)."""
-    names = other.frame["name"].cast(pl.String).unique()
-    return float(g.frame["name"].cast(pl.String).is_in(names).mean()) if g.frame.height else 0.0
+    theirs = set(other.names)
+    known = np.array([n in theirs for n in g.names], dtype=bool)
+    return float(known[g.frame["name_id"].to_numpy()].mean()) if g.frame.height else 0.0
 
 
 def straggler_rank(g: Graph, t_start: np.ndarray) -> int | None:

@@ -50,7 +50,7 @@ def _path(
     segs: list[tuple] = []  # (kind, rank, lo, hi, node label)
     first = np.ones(len(g.g_s), dtype=bool)
     first[1:] = g.g_chain[1:] != g.g_chain[:-1]
-    names = g.frame["name"]
+    name_id = g.frame["name_id"].to_numpy()
     where, k = pos
     guard = 4 * (len(g.g_s) + len(g.h_s)) + 10
     while guard > 0:
@@ -58,7 +58,7 @@ def _path(
         if where == "g_end":
             x = t.g_x[k]
             if x != NEG and x + d.g_wc[k] == t.g_end[k] and x + d.g_wc[k] > t.g_start[k] + d.g_d[k]:
-                segs.append(("transfer", int(g.g_rank[k]), int(x), int(t.g_end[k]), names[int(k)]))
+                segs.append(("transfer", int(g.g_rank[k]), int(x), int(t.g_end[k]), g.names[name_id[int(k)]]))
                 last = int(t.g_last[k])
                 if g.g_rank[k] == d.on_time_rank and t.g_start[k] >= x:
                     last = int(k)  # the on-time rank waited for its own arrival
@@ -66,7 +66,9 @@ def _path(
                 if t.g_start[k] <= stop_ns:
                     break
                 continue
-            segs.append((cats[k], int(g.g_rank[k]), int(t.g_start[k]), int(t.g_end[k]), names[int(k)]))
+            segs.append(
+                (cats[k], int(g.g_rank[k]), int(t.g_start[k]), int(t.g_end[k]), g.names[name_id[int(k)]])
+            )
             where = "g_start"
         elif where == "g_start":
             s = t.g_start[k]

@@ -65,7 +65,8 @@ class Graph:
     g_wc: np.ndarray  # end - last arrival, for collective members
     g_step: np.ndarray  # -1: outside steps
     g_cat: np.ndarray  # index into CATEGORIES
-    frame: pl.DataFrame  # the GPU rows (name, category, kind, shape, ...; categorical strings)
+    frame: pl.DataFrame  # the GPU rows: rank, stream, name_id, shape, step, pg_key, call_key
+    names: list[str]  # name_id -> kernel name or copy label
     # host
     h_rank: np.ndarray
     h_chain_first: np.ndarray  # True where a rank's chain starts
@@ -100,8 +101,10 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     facts = replay_facts()
     con.execute("SET VARIABLE replay_run = ?", [run])
     con.execute("SET VARIABLE replay_blocking = ?", [facts["blocking_calls"]])
-    cat = [pl.col(c).cast(pl.Categorical) for c in ("kind", "category", "name", "shape")]
-    gpu = _read(con, "gpu_nodes.sql").with_columns(cat)
+    con.execute("SET VARIABLE replay_categories = ?", [list(CATEGORIES)])
+    con.execute((QUERIES_DIR / "replay" / "gpu_names.sql").read_text())
+    names = [n for (n,) in con.execute("SELECT name FROM replay_names ORDER BY name_id").fetchall()]
+    gpu = _read(con, "gpu_nodes.sql")
     if gpu.height == 0:
         raise ValueError(f"run {run}: no GPU work to replay")
     host = _read(con, "host_nodes.sql").with_columns(
@@ -118,10 +121,10 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
         ).to_arrow_table()
     )
     t0 = int(min(gpu["start_ns"].min(), host["start_ns"].min() if host.height else gpu["start_ns"].min()))
-    return _assemble(run, t0, gpu, host, coll, facts)
+    return _assemble(run, t0, gpu, host, coll, facts, names)
 
 
-def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
+def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     notes: dict[int, list[str]] = {}
     # --- host chain: rank, start; a step's end mark before the next step's start mark at one instant
     order = {STEP_END: 0, LAUNCH: 1, BLOCKING: 1, DATA_LOADING: 1, STEP_START: 2}
@@ -281,11 +284,7 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
     h_dep = np.full(len(h_s), -1, dtype=np.int64)
     h_t = np.zeros(len(h_s), dtype=np.int64)
     what = host["what"].to_numpy()
-    names = host["name"].to_numpy()
-    blocking = set(facts["blocking_calls"])
-    is_block_name = (
-        np.array([nm in blocking for nm in names], dtype=bool) if len(names) else np.zeros(0, bool)
-    )
+    is_block_name = host["blocking"].fill_null(False).to_numpy()
     # a launching blocking call: its own work, when that ended inside it
     own = np.full(len(h_s), -1, dtype=np.int64)
     li = np.nonzero(g_launch >= 0)[0]
@@ -365,11 +364,9 @@ def _assemble(run, t0, gpu, host, coll, facts) -> Graph:
         g_coll=g_coll,
         g_wc=g_wc,
         g_step=g_step,
-        g_cat=gpu["category"]
-        .cast(pl.String)
-        .replace_strict({c: i for i, c in enumerate(CATEGORIES)}, default=3, return_dtype=pl.Int8)
-        .to_numpy(),
-        frame=gpu.select("rank", "stream", "kind", "category", "name", "shape", "step", "pg_key", "call_key"),
+        g_cat=gpu["category_id"].to_numpy(),
+        frame=gpu.select("rank", "stream", "name_id", "shape", "step", "pg_key", "call_key"),
+        names=names,
         h_rank=h_rank,
         h_chain_first=h_first,
         h_s=h_s,
