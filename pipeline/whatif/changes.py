@@ -172,13 +172,6 @@ def durations_from(other: Graph) -> Change:
     return Change(f"durations from {other.run}", f"kernel durations of run {other.run}", apply)
 
 
-def matched_fraction(g: Graph, other: Graph) -> float:
-    """Share of g's activities that have a same-named activity in `other` (0-1)."""
-    theirs = set(other.names)
-    known = np.array([n in theirs for n in g.names], dtype=bool)
-    return float(known[g.frame["name_id"].to_numpy()].mean()) if g.frame.height else 0.0
-
-
 def straggler_rank(g: Graph, t_start: np.ndarray) -> int | None:
     """The rank that arrives last at the most matched collectives (ties: the lowest rank), or None
     when no call has a single last rank."""
