@@ -202,8 +202,9 @@ class LakeSession:
         elif run not in known:
             raise ValueError(f"run {run!r}: not in the lake (runs: {', '.join(known) or 'none'})")
         con = self.connection
-        wanted = changes if changes is not None else wi.changes.defaults(wi.build(con, run))
-        return wi.whatif(con, run, wanted)
+        g = wi.build(con, run)
+        wanted = changes if changes is not None else wi.changes.defaults(g)
+        return wi.whatif(con, run, wanted, graph=g)
 
     def critical_path(self, run: str | None = None) -> pl.DataFrame:
         """Each step's critical path across ranks as segments (docs/whatif.md): step, end_rank,

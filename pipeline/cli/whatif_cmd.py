@@ -146,9 +146,10 @@ def whatif(
             ocon = query.connect(olk, runs=[durations_from])
             wanted.append(wi.changes.durations_from(wi.build(ocon, durations_from)))
             ocon.close()
+        g = wi.build(con, run_id)
         if not wanted:
-            wanted = wi.changes.defaults(wi.build(con, run_id))
-        doc = wi.whatif(con, run_id, wanted)
+            wanted = wi.changes.defaults(g)
+        doc = wi.whatif(con, run_id, wanted, graph=g)
     except ValueError as e:
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)

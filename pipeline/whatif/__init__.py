@@ -57,14 +57,22 @@ def summary(path: pl.DataFrame, n_steps: int) -> list[dict]:
     return [{"kind": k, "rank": int(r), "ns": int(round(v / n_steps))} for k, r, v in s.iter_rows()]
 
 
-def whatif(con: duckdb.DuckDBPyConnection, run: str, wanted: list[Change], top: int = TOP_SEGMENTS) -> dict:
+def whatif(
+    con: duckdb.DuckDBPyConnection,
+    run: str,
+    wanted: list[Change],
+    top: int = TOP_SEGMENTS,
+    graph: Graph | None = None,
+) -> dict:
     """The `tracelake.whatif/1` document of `run` (docs/whatif.md) for a pipeline.query
     connection: baseline_step_ns (the measured mean step time over the ranks and steps replayed,
     step_window), identity_step_ns and identity_error_pct (the replay with nothing changed), notes
     (per step, what the graph leaves out) and one entry per change (predicted_step_ns, gain_ns,
-    gain_pct, critical path top segments). Raises ValueError for a run without GPU work, steps or
-    a graph that does not settle."""
-    g = build(con, run)
+    gain_pct, critical path top segments). graph: run's graph when the caller built it already
+    (build(con, run)). Raises ValueError for a run without GPU work, steps or a graph that does not
+    settle."""
+    g = graph if graph is not None else build(con, run)
+    con.execute("SET VARIABLE replay_run = ?", [run])
     ident = run_replay(g, measured(g))
     if ident.steps.height == 0:
         raise ValueError(f"run {run}: no steps to replay (the trace has no ProfilerStep or step range)")

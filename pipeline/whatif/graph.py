@@ -349,7 +349,7 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     return Graph(
         run=run,
         t0=t0,
-        ranks=sorted({int(r) for r in g_rank}),
+        ranks=[int(r) for r in np.unique(g_rank)],
         g_rank=g_rank,
         g_chain=chain_keys,
         g_s=g_s,
