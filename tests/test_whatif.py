@@ -352,3 +352,22 @@ def test_analyze_leaves_a_large_run_unreplayed(hand, monkeypatch):
         for n in doc["notes"]
     )
     assert all("replay" not in f for f in doc["findings"])
+
+
+def test_gpu_only_trace_has_no_host_to_replay(tmp_path):
+    """A trace of GPU events only (no host event at all): analyze still works (nothing to replay,
+    no steps) and whatif says why in one line."""
+    from pipeline.analyze import analyze
+
+    write_trace(tmp_path / "t" / "r0.json", [_gpu("k1", 100, 50, 1), _gpu("k2", 200, 50, 2)])
+    lk = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([tmp_path / "t"], lk)] == ["ok"]
+    doc = analyze(lk)
+    assert doc["whatif"] == [] and doc["critical_path"] == []
+    con = query.connect(lk)
+    (run,) = [r for (r,) in con.execute("SELECT DISTINCT run_id FROM gpu_activities").fetchall()]
+    g = build(con, run)
+    assert len(g.h_s) == 0 and len(g.g_s) == 2
+    assert run_replay(g, measured(g)).steps.height == 0
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root)])
+    assert res.exit_code == 4 and "no steps to replay" in res.stderr

@@ -173,7 +173,11 @@ class _State:
             self.h_end[hi], self.h_start[hi] = end, start
         if len(gi):
             launch, cross = g.g_launch[gi], g.g_cross[gi]
-            rel = np.where(launch >= 0, self.h_start[np.maximum(launch, 0)] + d.g_wl[gi], NEG)
+            rel = (
+                np.where(launch >= 0, self.h_start[np.maximum(launch, 0)] + d.g_wl[gi], NEG)
+                if len(self.h_start)
+                else np.full(len(gi), NEG, dtype=np.int64)
+            )
             rel = np.maximum(rel, np.where(cross >= 0, self.g_end[np.maximum(cross, 0)] + g.g_wx[gi], NEG))
             rel = np.maximum(rel, g.g_fixed[gi])
             cterm = np.full(len(gi), NEG, dtype=np.int64)
