@@ -376,6 +376,11 @@ def test_findings_by_hand(hand_lake):
         (205 * US, 205 * US),
         (None, None),
     ]
+    from pipeline.report.document import timing_text
+
+    assert timing_text(fs[1]).startswith(
+        "replayed across ranks, fixing it alone does not shorten the step (1.000 ms; "
+    )
     assert fs[0]["evidence"][0].startswith(
         "Replayed across ranks: with no host launch gaps (as with CUDA graphs), the step goes from "
         "1.000 ms to 0.776 ms"

@@ -289,6 +289,12 @@ def timing_text(f: dict) -> str:
         return "not timed"
     s = f"{f['recoverable_ns'] / 1e6:,.3f} ms per rank"
     rp = f.get("replay")
+    if rp and rp["gain_ns"] <= 0:  # the step's end does not wait for what the finding names
+        return (
+            "replayed across ranks, fixing it alone does not shorten the step "
+            f"({rp['baseline_step_ns'] / 1e6:,.3f} ms; identity replay error "
+            f"{rp['identity_error_pct']:.2f} %): the step waits for other work"
+        )
     if rp:  # the fix's gain replayed across ranks (docs/whatif.md): say the step before and after
         s = (
             f"if fixed, the step goes from {rp['baseline_step_ns'] / 1e6:,.3f} to "
