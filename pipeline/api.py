@@ -184,6 +184,19 @@ class LakeSession:
 
         return analyze(self.lake, **{**self.options, **options})
 
+    def _one_run(self, run: str | None) -> str:
+        """`run`, else the lake's only run; ValueError for an unknown run or a lake of several."""
+        known = self.runs()["run_id"].to_list()
+        if run is None:
+            if len(known) != 1:
+                raise ValueError(
+                    f"the lake holds {len(known)} runs: name one (runs: {', '.join(known) or 'none'})"
+                )
+            return known[0]
+        if run not in known:
+            raise ValueError(f"run {run!r}: not in the lake (runs: {', '.join(known) or 'none'})")
+        return run
+
     def whatif(self, run: str | None = None, changes: list | None = None) -> dict:
         """The `tracelake.whatif/1` document (docs/whatif.md) of `run` (default: the lake's only
         run): the measured step, the identity replay's error and, per change, the predicted step
@@ -192,15 +205,7 @@ class LakeSession:
         several runs without `run`, or a run without GPU work or steps."""
         from . import whatif as wi
 
-        known = self.runs()["run_id"].to_list()
-        if run is None:
-            if len(known) != 1:
-                raise ValueError(
-                    f"the lake holds {len(known)} runs: name one (runs: {', '.join(known) or 'none'})"
-                )
-            run = known[0]
-        elif run not in known:
-            raise ValueError(f"run {run!r}: not in the lake (runs: {', '.join(known) or 'none'})")
+        run = self._one_run(run)
         con = self.connection
         g = wi.build(con, run)
         wanted = changes if changes is not None else wi.changes.defaults(g)
@@ -212,13 +217,4 @@ class LakeSession:
         whatif()."""
         from . import whatif as wi
 
-        if run is None:
-            known = self.runs()["run_id"].to_list()
-            if len(known) != 1:
-                raise ValueError(
-                    f"the lake holds {len(known)} runs: name one (runs: {', '.join(known) or 'none'})"
-                )
-            run = known[0]
-        g = wi.build(self.connection, run)
-        p = wi.run_replay(g, wi.measured(g)).path
-        return p.with_columns(pl.col("start_ns") + g.t0, pl.col("end_ns") + g.t0)
+        return wi.critical_path(self.connection, self._one_run(run))

@@ -336,3 +336,23 @@ MAX_EVENTS = typer.Option(
     metavar="N",
     help="Refuse a selection of more events than this (counted before anything is written).",
 )
+
+
+def one_run(lk, lake: Path, run_id: str | None) -> str:
+    """The run a one-run command (timeline, whatif) works on: --run resolved as _resolve_runs
+    does, else the lake's only run (failed sources left out). Raises a one-line usage error (exit
+    2) for an unknown run or a lake of several runs without --run."""
+    from .app import usage_error
+
+    known = set(lk.sources().filter(lk.sources()["status"] != "failed")["run_id"].drop_nulls().to_list())
+    if run_id is None:
+        if len(known) != 1:
+            raise usage_error(
+                f"{lake}: the lake holds {len(known)} runs: name one with --run (runs: "
+                f"{', '.join(sorted(known)) or 'none'})"
+            )
+        return next(iter(known))
+    try:
+        return _resolve_runs([run_id], known)[0]
+    except typer.BadParameter as e:
+        raise usage_error(str(e.message))

@@ -18,7 +18,7 @@ from .options import (
     TIMELINE_RANKS,
     TIMELINE_RUN,
     TIMELINE_STEPS,
-    _resolve_runs,
+    one_run,
 )
 
 
@@ -56,19 +56,7 @@ def timeline(
     if all_steps and around is not None:
         raise usage_error("give --around or --all, not both (--around shows the finding's steps)")
     lk = existing_lake(lake)
-    known = set(lk.sources().filter(lk.sources()["status"] != "failed")["run_id"].drop_nulls().to_list())
-    if run_id is None:
-        if len(known) != 1:
-            raise usage_error(
-                f"{lake}: the lake holds {len(known)} runs: name one with --run (runs: "
-                f"{', '.join(sorted(known)) or 'none'})"
-            )
-        run_id = next(iter(known))
-    else:
-        try:
-            run_id = _resolve_runs([run_id], known)[0]
-        except typer.BadParameter as e:
-            raise usage_error(str(e.message))
+    run_id = one_run(lk, lake, run_id)
     code = write_timeline(
         lk,
         run_id,

@@ -11,7 +11,7 @@ from typing import List, Optional
 import typer
 
 from .app import EXIT_FAILED, _write, command, err, existing_lake, exit_help, usage_error
-from .options import LAKE, check_output
+from .options import LAKE, check_output, one_run
 
 EPILOG = exit_help()
 
@@ -110,16 +110,7 @@ def whatif(
         )
     check_output(output, [lake])
     lk = existing_lake(lake)
-    known = set(lk.sources().filter(lk.sources()["status"] != "failed")["run_id"].drop_nulls().to_list())
-    if run_id is None:
-        if len(known) != 1:
-            raise usage_error(
-                f"{lake}: the lake holds {len(known)} runs: name one with --run "
-                f"(runs: {', '.join(sorted(known)) or 'none'})"
-            )
-        run_id = next(iter(known))
-    elif run_id not in known:
-        raise usage_error(f"--run {run_id}: not a run of {lake} (runs: {', '.join(sorted(known)) or 'none'})")
+    run_id = one_run(lk, lake, run_id)
     try:
         wanted = [wi.changes.scale(s) for s in scale]
     except ValueError as e:

@@ -16,14 +16,13 @@ def slices_and_flows(con, w: Window) -> tuple[list[Slice], list[tuple]]:
     """The path's segments in the window on the window's ranks, and the rank-to-rank flows
     between consecutive segments of a step's path (source segment, target segment, source ts,
     target ts, name). Nothing for a run that cannot be replayed (no GPU work, no steps)."""
-    from ..whatif import build, measured, run_replay
+    from ..whatif import critical_path
 
     try:
-        g = build(con, w.run_id)
+        p = critical_path(con, w.run_id)
     except ValueError:
         return [], []
-    p = run_replay(g, measured(g)).path
-    if p is None or p.height == 0:
+    if p.height == 0:
         return [], []
     lo = w.start_ns if w.start_ns is not None else -(2**62)
     hi = w.end_ns if w.end_ns is not None else 2**62
@@ -33,7 +32,7 @@ def slices_and_flows(con, w: Window) -> tuple[list[Slice], list[tuple]]:
     prev: Slice | None = None
     prev_step = None
     for r in p.sort("step", "seq").iter_rows(named=True):
-        a, b = r["start_ns"] + g.t0, r["end_ns"] + g.t0
+        a, b = r["start_ns"], r["end_ns"]
         if b <= lo or a >= hi or r["rank"] not in ranks:
             prev = None
             continue

@@ -119,12 +119,22 @@ __all__ = [
     "Graph",
     "build",
     "changes",
+    "critical_path",
     "measured",
     "replay",
     "run_replay",
     "summary",
     "whatif",
 ]
+
+
+def critical_path(con: duckdb.DuckDBPyConnection, run: str) -> pl.DataFrame:
+    """Each step's critical path of `run` across ranks (docs/whatif.md) as segments on the lake's
+    absolute clock: step, end_rank, seq, kind, rank, start_ns, end_ns, dur_ns, name; empty when the
+    run has no steps. Raises ValueError for a run without GPU work."""
+    g = build(con, run)
+    p = run_replay(g, measured(g)).path
+    return p.with_columns(pl.col("start_ns") + g.t0, pl.col("end_ns") + g.t0)
 
 
 def register(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -137,17 +147,14 @@ def register(con: duckdb.DuckDBPyConnection) -> list[str]:
     frames, skipped = [], []
     for run in runs:
         try:
-            g = build(con, run)
+            p = critical_path(con, run)
         except ValueError as e:
             skipped.append(str(e))
             continue
-        p = run_replay(g, measured(g)).path
-        if p is None or p.height == 0:
+        if p.height == 0:
             skipped.append(f"run {run}: no steps to replay")
             continue
-        frames.append(
-            p.with_columns(pl.lit(run).alias("run_id"), pl.col("start_ns") + g.t0, pl.col("end_ns") + g.t0)
-        )
+        frames.append(p.with_columns(pl.lit(run).alias("run_id")))
     cols = ["run_id", "step", "end_rank", "seq", "kind", "rank", "start_ns", "end_ns", "dur_ns", "name"]
     cp = (
         pl.concat(frames).select(cols)

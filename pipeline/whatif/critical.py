@@ -48,8 +48,7 @@ def _path(
     g: Graph, d: Durations, t: Timing, pos: tuple[str, int], stop_ns: int, cats: np.ndarray
 ) -> list[tuple]:
     segs: list[tuple] = []  # (kind, rank, lo, hi, node label)
-    first = np.ones(len(g.g_s), dtype=bool)
-    first[1:] = g.g_chain[1:] != g.g_chain[:-1]
+    first = g.g_first
     name_id = g.frame["name_id"].to_numpy()
     where, k = pos
     guard = 4 * (len(g.g_s) + len(g.h_s)) + 10

@@ -52,6 +52,7 @@ class Graph:
     # GPU
     g_rank: np.ndarray
     g_chain: np.ndarray  # chain id: rank x stream
+    g_first: np.ndarray  # True where a stream chain starts
     g_s: np.ndarray
     g_e: np.ndarray
     g_d: np.ndarray  # duration (a collective member: the call's transfer time)
@@ -352,6 +353,7 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
         ranks=[int(r) for r in np.unique(g_rank)],
         g_rank=g_rank,
         g_chain=chain_keys,
+        g_first=first,
         g_s=g_s,
         g_e=g_e,
         g_d=g_d,

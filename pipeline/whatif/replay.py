@@ -138,10 +138,8 @@ class _State:
         self.g_start, self.g_end = g.g_s.copy(), g.g_e.copy()
         self.h_start, self.h_end = g.h_s.copy(), g.h_e.copy()
         self.g_prev = np.arange(n, dtype=np.int64) - 1
-        g_first = np.ones(n, dtype=bool)
-        g_first[1:] = g.g_chain[1:] != g.g_chain[:-1]
-        self.g_first = g_first
-        self.g_prev[g_first] = -1
+        self.g_first = g.g_first
+        self.g_prev[g.g_first] = -1
         m = len(g.h_s)
         self.h_prev = np.arange(m, dtype=np.int64) - 1
         self.h_prev[g.h_chain_first] = -1
