@@ -40,6 +40,8 @@ def render_text(doc: dict) -> str:
             f"{c['gain_pct']:>7.2f}"
         )
         lines.append(f"  critical path: {_segments(c['critical_path'])}")
+        if c.get("leaves_out"):
+            lines.append(f"  leaves out: {c['leaves_out']}")
     for n in doc["notes"]:
         lines.append(f"note: {n}")
     return "\n".join(lines) + "\n"
@@ -84,6 +86,12 @@ def whatif(
     durations_lake: Optional[Path] = typer.Option(
         None, "--durations-lake", metavar="DIR", help="The lake that holds --durations-from's run."
     ),
+    host_durations: bool = typer.Option(
+        False,
+        "--host-durations",
+        help="With --durations-from: the host's calls and the host work between them take RUN's "
+        "durations too (by name and occurrence in the step).",
+    ),
     fmt: str = typer.Option("text", "--format", "-f", metavar="text|json", help="Output format."),
     output: Optional[Path] = typer.Option(
         None, "-o", "--output", metavar="FILE", help="File to write (default: standard output)."
@@ -104,10 +112,10 @@ def whatif(
     for c in collectives:
         if c not in ("peak", "overlap"):
             raise usage_error(f"--collectives {c!r}: peak or overlap")
-    if durations_lake is not None and durations_from is None:
-        raise usage_error(
-            "--durations-lake names the lake of --durations-from RUN: give --durations-from too"
-        )
+    given_alone = (("--durations-lake", durations_lake is not None), ("--host-durations", host_durations))
+    for flag, given in given_alone:
+        if given and durations_from is None:
+            raise usage_error(f"{flag} goes with --durations-from RUN: give --durations-from too")
     check_output(output, [lake])
     lk = existing_lake(lake)
     run_id = one_run(lk, lake, run_id)
@@ -135,7 +143,7 @@ def whatif(
                     f"(runs: {', '.join(sorted(okn)) or 'none'})"
                 )
             ocon = query.connect(olk, runs=[durations_from])
-            wanted.append(wi.changes.durations_from(wi.build(ocon, durations_from)))
+            wanted.append(wi.changes.durations_from(wi.build(ocon, durations_from), host=host_durations))
             ocon.close()
         g = wi.build(con, run_id)
         if not wanted:

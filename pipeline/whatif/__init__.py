@@ -68,9 +68,9 @@ def whatif(
     connection: baseline_step_ns (the measured mean step time over the ranks and steps replayed,
     step_window), identity_step_ns and identity_error_pct (the replay with nothing changed), notes
     (per step, what the graph leaves out) and one entry per change (predicted_step_ns, gain_ns,
-    gain_pct, critical path top segments). graph: run's graph when the caller built it already
-    (build(con, run)). Raises ValueError for a run without GPU work, steps or a graph that does not
-    settle."""
+    gain_pct, critical path top segments, leaves_out: what the projection does not model). graph:
+    run's graph when the caller built it already (build(con, run)). Raises ValueError for a run
+    without GPU work, steps or a graph that does not settle."""
     g = graph if graph is not None else build(con, run)
     con.execute("SET VARIABLE replay_run = ?", [run])
     ident = run_replay(g, measured(g))
@@ -107,6 +107,7 @@ def whatif(
                 if ident.step_ns()
                 else 0.0,
                 "critical_path": summary(r.path, n_steps)[:top],
+                "leaves_out": ch.leaves_out,
             }
         )
     return out

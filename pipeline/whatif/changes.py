@@ -15,9 +15,14 @@ kept; only times change.
   take no time, and work starts as soon as its stream and dependencies allow (what capturing the
   step in a CUDA graph would give);
 - no data loading: DataLoader fetches take no time;
-- durations from another run: every kernel, copy and memset takes the median duration of the
-  other run's activities of the same name and shape (grid and block, or bytes), else of the same
-  name; collective kernels keep their transfer (their durations in the other run include waiting).
+- durations from another run: every kernel, copy and memset takes the mean duration of the
+  other run's activities of the same name, shape (grid and block, or bytes) and occurrence in the
+  step, else of the same name and shape, else of the same name; collective kernels keep their
+  transfer (their durations in the other run include waiting). With `host=True` the host's
+  durations too: each host node (launch, blocking call, DataLoader fetch, step mark) takes the
+  mean own time and the mean host work before it of the other run's nodes of the same name and
+  occurrence in the step, else of the same name (a blocking call's own time is what it took after
+  the work it waited for).
 Raises ValueError for a change it cannot read.
 """
 
@@ -30,17 +35,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 import polars as pl
 
-from .graph import CATEGORIES, DATA_LOADING, LAUNCH, Graph
+from .graph import CATEGORIES, DATA_LOADING, LAUNCH, STEP_END, STEP_START, Graph
 from .replay import Durations
 
 
 @dataclass(frozen=True)
 class Change:
-    """One what-if: `label` says it in words, `key` in the --format json contract."""
+    """One what-if: `label` says it in words, `key` in the --format json contract, `leaves_out`
+    what its projection does not model (docs/whatif.md)."""
 
     key: str
     label: str
     apply: object  # (Graph, Durations) -> Durations
+    leaves_out: str = ""
 
 
 def _scaled(g: Graph, d: Durations, mask: np.ndarray, factor: float) -> Durations:
@@ -76,6 +83,7 @@ def scale(spec: str) -> Change:
         f"scale {what}:{pat}={f:g}",
         f"{'kernels ' + pat if what == 'kernel' else pat + ' work'} x{f:g}",
         apply,
+        "work beside the scaled kernels keeps its time (no contention between streams modelled)",
     )
 
 
@@ -90,7 +98,12 @@ def collectives_at_peak() -> Change:
         g_wc[ok] = d.g_wc[ok] - (d.g_d[ok] - g_d[ok])
         return replace(d, g_d=g_d, g_wc=g_wc)
 
-    return Change("collectives at peak", "collectives at the link's peak bus bandwidth", apply)
+    return Change(
+        "collectives at peak",
+        "collectives at the link's peak bus bandwidth",
+        apply,
+        "the per-call latency of a real transfer; calls with no link peak keep their time",
+    )
 
 
 def collectives_overlapped() -> Change:
@@ -100,7 +113,12 @@ def collectives_overlapped() -> Change:
         g_d = np.where(comm, 0, d.g_d)
         return replace(d, g_d=g_d, coll_free=members.copy())
 
-    return Change("collectives overlapped", "collectives fully overlapped (no time, no waiting)", apply)
+    return Change(
+        "collectives overlapped",
+        "collectives fully overlapped (no time, no waiting)",
+        apply,
+        "the compute that would hide them is not slowed by sharing the GPU with them",
+    )
 
 
 def on_time(rank: int) -> Change:
@@ -111,7 +129,12 @@ def on_time(rank: int) -> Change:
             )
         return replace(d, on_time_rank=int(rank))
 
-    return Change(f"rank {rank} on time", f"rank {rank} on time at every collective", apply)
+    return Change(
+        f"rank {rank} on time",
+        f"rank {rank} on time at every collective",
+        apply,
+        f"what made rank {rank} late: its own step keeps its time",
+    )
 
 
 def no_launch_gaps() -> Change:
@@ -124,14 +147,21 @@ def no_launch_gaps() -> Change:
         g_wl = np.zeros_like(d.g_wl)
         return replace(d, h_gap=h_gap, h_b=h_b, g_wl=g_wl)
 
-    return Change("no launch gaps", "no host launch gaps (as with CUDA graphs)", apply)
+    return Change(
+        "no launch gaps",
+        "no host launch gaps (as with CUDA graphs)",
+        apply,
+        "host work outside the launch sequence (blocking calls, data loading) keeps its time",
+    )
 
 
 def no_data_loading() -> Change:
     def apply(g: Graph, d: Durations) -> Durations:
         return replace(d, h_b=np.where(g.h_what == DATA_LOADING, 0, d.h_b))
 
-    return Change("no data loading", "no data loading", apply)
+    return Change(
+        "no data loading", "no data loading", apply, "the host work that uses the batch keeps its time"
+    )
 
 
 def _occurrence(g: Graph, d: np.ndarray) -> pl.DataFrame:
@@ -147,9 +177,69 @@ def _occurrence(g: Graph, d: np.ndarray) -> pl.DataFrame:
     return f.with_columns(pl.when(pl.col("step").is_not_null()).then(occ).otherwise(-1).alias("occ"))
 
 
-def durations_from(other: Graph) -> Change:
+def _host_occurrence(g: Graph, b: np.ndarray, gap: np.ndarray) -> pl.DataFrame:
+    """g's host nodes with their name, own time, the host work before them and their occurrence:
+    the how-manieth node of that name it is in its rank's step (-1 outside steps)."""
+    what = pl.col("what")
+    f = pl.DataFrame(
+        {
+            "name": g.h_name.cast(pl.Utf8),
+            "rank": g.h_rank,
+            "mark": g.h_step,
+            "what": g.h_what,
+            "b": b,
+            "gap": gap,
+            "first": g.h_chain_first,
+        }
+    ).with_row_index("i")
+    # a node's step: that of the last step mark before it on its rank's chain (-1 after an end)
+    f = f.with_columns(
+        pl.when(what == STEP_START)
+        .then(pl.col("mark"))
+        .when(what == STEP_END)
+        .then(-1)
+        .otherwise(None)
+        .forward_fill()
+        .over("rank")
+        .fill_null(-1)
+        .alias("step")
+    ).with_columns(pl.when(what == STEP_END).then(pl.col("mark")).otherwise(pl.col("step")).alias("step"))
+    occ = pl.int_range(pl.len()).over("rank", "step", "name")
+    return f.with_columns(pl.when(pl.col("step") >= 0).then(occ).otherwise(-1).alias("occ"))
+
+
+def _host_from(other: Graph):
+    theirs = _host_occurrence(other, other.h_b, other.h_gap).filter(~pl.col("first"))
+    by_occ = (
+        theirs.filter(pl.col("occ") >= 0)
+        .group_by("name", "occ")
+        .agg(b_occ=pl.col("b").mean(), gap_occ=pl.col("gap").mean())
+    )
+    by_name = theirs.group_by("name").agg(b_name=pl.col("b").mean(), gap_name=pl.col("gap").mean())
+
+    def apply(g: Graph, d: Durations) -> Durations:
+        j = (
+            _host_occurrence(g, d.h_b, d.h_gap)
+            .join(by_occ, on=["name", "occ"], how="left")
+            .join(by_name, on="name", how="left")
+            .sort("i")
+        )
+        b = j.select(pl.coalesce("b_occ", "b_name", "b")).to_series().to_numpy()
+        # a chain's first node has no host work before it on this rank's clock: kept
+        gap = j.select(
+            pl.when(pl.col("first")).then(pl.col("gap")).otherwise(pl.coalesce("gap_occ", "gap_name", "gap"))
+        )
+        gap = gap.to_series().to_numpy()
+        return replace(d, h_b=np.round(b).astype(np.int64), h_gap=np.round(gap).astype(np.int64))
+
+    return apply
+
+
+def durations_from(other: Graph, host: bool = False) -> Change:
     """Every activity takes the mean duration of `other`'s activities of its name, shape and
-    occurrence in the step, else of its name and shape, else of its name."""
+    occurrence in the step, else of its name and shape, else of its name; with `host`, every host
+    node also takes `other`'s own time and host work before it (by name and occurrence in the
+    step, else by name)."""
     theirs = _occurrence(other, other.g_e - other.g_s)
     by_occ = theirs.filter(pl.col("occ") >= 0).group_by("name", "shape", "occ").agg(d_occ=pl.col("d").mean())
     by_shape = theirs.group_by("name", "shape").agg(d_shape=pl.col("d").mean())
@@ -169,7 +259,22 @@ def durations_from(other: Graph) -> Change:
         g_d[ok] = np.round(new[ok]).astype(np.int64)
         return replace(d, g_d=g_d)
 
-    return Change(f"durations from {other.run}", f"kernel durations of run {other.run}", apply)
+    if not host:
+        return Change(
+            f"durations from {other.run}",
+            f"kernel durations of run {other.run}",
+            apply,
+            f"host time: this run's as recorded (--host-durations takes run {other.run}'s); work that "
+            f"exists only in run {other.run} is not added",
+        )
+    host_apply = _host_from(other)
+    return Change(
+        f"durations from {other.run} with host",
+        f"kernel and host durations of run {other.run}",
+        lambda g, d: host_apply(g, apply(g, d)),
+        f"work that exists only in run {other.run} is not added; this run's dependencies (syncs, "
+        "collectives) are kept",
+    )
 
 
 def straggler_rank(g: Graph, t_start: np.ndarray) -> int | None:
