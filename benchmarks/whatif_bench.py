@@ -10,7 +10,7 @@ rank of a 128-rank NCCL job with ProfilerSteps and collectives, its rows repeate
 --workdir for the next run; the DLRM job (../shared/corpus/param/et_replay/tests/inputs/dlrm_kineto)
 is ingested there once. Each lake is measured in a fresh child process (its own peak RSS), timed
 after imports, one stage after another:
-- connect: pipeline.query.connect(Lake, runs=[run]);
+- connect: pipeline.query.connect(Lake, runs=[run], materialize=True), as `tracelake whatif` connects;
 - build: pipeline.whatif.build (the graph);
 - defaults: pipeline.whatif.changes.defaults(graph);
 - identity: run_replay(g, measured(g)): replay, step windows and the critical paths;
@@ -87,7 +87,7 @@ def measure(lake_dir: str, run: str) -> None:
     print(f"  {'stage':34s} {'wall s':>8s} {'CPU s':>8s} {'peak RSS MB':>12s}")
     total = 0.0
     with Stage("connect") as s:
-        con = connect(Lake(lake_dir), runs=[run])
+        con = connect(Lake(lake_dir), runs=[run], materialize=True)
     total += s.wall
     with Stage("build (graph)") as s:
         g = wi.build(con, run)

@@ -85,6 +85,8 @@ class Graph:
     c_transfer: np.ndarray
     c_peak_ns: np.ndarray  # transfer time at the link's peak (-1: unknown)
     notes: dict[int, list[str]] = field(default_factory=dict)  # step -> why parts are not replayed
+    # (GPU, host) replay windows, made by replay.windows() on a large graph's first changed replay
+    windows: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
 
 def _first_of_chain(chain: np.ndarray) -> np.ndarray:
@@ -172,13 +174,11 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     # launch: host node of the same rank and correlation
     launch_nodes = (
         host.filter(pl.col("what") == LAUNCH)
-        .select("rank", "correlation", "hi")
-        .unique(["rank", "correlation"], keep="first")
+        .group_by("rank", "correlation")
+        .agg(pl.col("hi").min())  # the first, in chain order
     )
-    lk = (
-        gpu.select("gi", "rank", "correlation")
-        .join(launch_nodes, on=["rank", "correlation"], how="left")
-        .sort("gi")
+    lk = gpu.select("rank", "correlation").join(
+        launch_nodes, on=["rank", "correlation"], how="left", maintain_order="left"
     )
     g_launch = lk["hi"].fill_null(-1).to_numpy().astype(np.int64)
     launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)

@@ -7,7 +7,8 @@ chain's running sum of c, end_k = E_k + max(end_-1, max_{j<=k} (A_j - E_j)): a c
 a cumulative maximum per chain, so a whole chain is re-timed in a few vectorized passes. The
 chains are re-timed in turn (host chains, then stream chains) until no time changes: each round
 settles at least one more edge between chains along every path, and the graph is acyclic, so the
-rounds stop (a graph that does not settle in `max_rounds` has a cycle: ValueError).
+rounds stop (a graph that does not settle in `max_rounds` has a cycle: ValueError). A large run
+goes window by window (windows()), each window's rounds touching only its nodes.
 
 With nothing changed the replay reproduces every recorded time exactly (graph.py gives each node
 the edge and weight that explain its start), so the identity replay's error measures only what
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .graph import NEG, Graph
+from .graph import NEG, STEP_START, Graph
 
 
 @dataclass
@@ -93,40 +94,61 @@ def _scan(c: np.ndarray, a: np.ndarray, first: np.ndarray, base: np.ndarray | No
     return e + _seg_cummax(v, first, base)
 
 
-BLOCK_NODES = 200_000  # nodes per block of a long run's replay (below it: one block)
+BLOCK_NODES = 200_000  # nodes (GPU + host) above which a changed replay goes window by window
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The indices of the ranges [lo, hi) one after another, and a mask of each range's first."""
-    lens = hi - lo
-    keep = lens > 0
-    lo, lens = lo[keep], lens[keep]
-    if not len(lo):
-        return np.zeros(0, np.int64), np.zeros(0, bool)
-    offs = np.cumsum(lens) - lens
-    idx = np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs, lens) + np.repeat(lo, lens)
-    first = np.zeros(len(idx), dtype=bool)
-    first[offs] = True
-    return idx, first
+def _chain_cummax(w: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Cumulative maximum of the small non-negative integers w within each chain."""
+    seg = np.cumsum(first) - 1
+    big = int(w.max()) + 1 if len(w) else 1
+    off = seg.astype(np.int64) * big
+    return np.maximum.accumulate(w + off) - off
 
 
-def _blocks(first: np.ndarray, t: np.ndarray, edges: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per block [edges[b], edges[b+1]) of recorded start time: the indices of the nodes of every
-    chain that start in it (chains are contiguous and in start order) and the range starts."""
-    n = len(t)
-    lo = np.nonzero(first)[0]
-    hi = np.append(lo[1:], n)
-    out = []
-    for a, b in zip(edges[:-1], edges[1:]):
-        # per chain, the first node at or after a and the first at or after b
-        pa = np.array(
-            [lo[i] + np.searchsorted(t[lo[i] : hi[i]], a, "left") for i in range(len(lo))], np.int64
-        )
-        pb = np.array(
-            [lo[i] + np.searchsorted(t[lo[i] : hi[i]], b, "left") for i in range(len(lo))], np.int64
-        )
-        out.append(_ranges(pa, pb))
-    return out
+def windows(g: Graph) -> tuple[np.ndarray, np.ndarray]:
+    """A window per GPU and host node such that every edge of g points to the same or a later
+    window: each node starts in its step's (0 before a rank's first step), then the windows are
+    raised along the edges (chain order, launch, cross-stream, sync; all members of a collective
+    share their call's latest) until none changes. Windows are non-decreasing along every chain,
+    so a window's nodes are chain-contiguous ranges, and once the windows before it are settled a
+    window settles by itself. Returns (GPU windows, host windows)."""
+    gw = np.maximum(g.g_step, 0).astype(np.int64)
+    hw = np.where(g.h_what == STEP_START, np.maximum(g.h_step, 0), 0).astype(np.int64)
+    gl, gx, hd, gc = g.g_launch, g.g_cross, g.h_dep, g.g_coll
+    has_l, has_x, has_d, has_c = gl >= 0, gx >= 0, hd >= 0, gc >= 0
+    ncoll = len(g.c_transfer)
+    while True:
+        hw2 = _chain_cummax(hw, g.h_chain_first) if len(hw) else hw
+        if has_d.any():
+            hw2[has_d] = np.maximum(hw2[has_d], gw[hd[has_d]])
+            hw2 = _chain_cummax(hw2, g.h_chain_first)
+        gw2 = gw.copy()
+        if has_l.any():
+            gw2[has_l] = np.maximum(gw2[has_l], hw2[gl[has_l]])
+        if has_x.any():
+            gw2[has_x] = np.maximum(gw2[has_x], gw[gx[has_x]])
+        if ncoll and has_c.any():
+            cw = np.zeros(ncoll, dtype=np.int64)
+            np.maximum.at(cw, gc[has_c], gw2[has_c])
+            gw2[has_c] = cw[gc[has_c]]
+        gw2 = _chain_cummax(gw2, g.g_first)
+        if np.array_equal(gw2, gw) and np.array_equal(hw2, hw):
+            return gw, hw
+        gw, hw = gw2, hw2
+
+
+def _by_window(w: np.ndarray, first: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per window (ascending), its nodes in chain order and the starts of their chain ranges."""
+    if not len(w):
+        return []
+    order = np.argsort(w, kind="stable")
+    ws = w[order]
+    chain = np.cumsum(first) - 1
+    rf = np.ones(len(order), dtype=bool)
+    rf[1:] = (chain[order][1:] != chain[order][:-1]) | (ws[1:] != ws[:-1])
+    cuts = np.nonzero(np.append(True, ws[1:] != ws[:-1]))[0]
+    bounds = np.append(cuts, len(order))
+    return [(int(ws[a]), order[a:b], rf[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 class _State:
@@ -149,10 +171,24 @@ class _State:
         self.g_x = np.full(n, NEG, dtype=np.int64)
         self.arrivers = np.nonzero(self.waited & ~self.on_time)[0]  # whose arrival others wait for
 
-    def round(self, gi: np.ndarray, gfirst: np.ndarray, hi: np.ndarray, hfirst: np.ndarray) -> bool:
+    def arrivers_in(self, gi: np.ndarray) -> np.ndarray:
+        """The arrivers (whose arrival others wait for) among the GPU nodes gi."""
+        mask = np.zeros(len(self.waited), dtype=bool)
+        mask[gi] = True
+        return self.arrivers[mask[self.arrivers]]
+
+    def round(
+        self,
+        gi: np.ndarray,
+        gfirst: np.ndarray,
+        hi: np.ndarray,
+        hfirst: np.ndarray,
+        arrivers: np.ndarray | None = None,
+    ) -> bool:
         """Re-time the host nodes hi, then the GPU nodes gi (each chain-contiguous ranges whose
         starts gfirst / hfirst mark; a range continues from its chain predecessor's current time).
-        True when a time changed."""
+        arrivers: the arrivers whose calls gi's members are in (default: all). True when a time
+        changed."""
         g, d = self.g, self.d
         changed = False
         if len(hi):
@@ -182,8 +218,9 @@ class _State:
             if len(g.c_transfer) and self.waited[gi].any():
                 # the last arrival of each call; the others do not wait for a rank that is "on
                 # time" (its own kernel still cannot end before it arrived itself)
+                arr = self.arrivers if arrivers is None else arrivers
                 x = np.full(len(g.c_transfer), NEG, dtype=np.int64)
-                np.maximum.at(x, g.g_coll[self.arrivers], self.g_start[self.arrivers])
+                np.maximum.at(x, g.g_coll[arr], self.g_start[arr])
                 wi = self.waited[gi]
                 gx = np.where(wi, x[np.maximum(g.g_coll[gi], 0)], NEG)
                 gx = np.where(self.on_time[gi], np.maximum(gx, self.g_start[gi]), gx)
@@ -210,34 +247,44 @@ class _State:
         return changed
 
 
+def _cycle(g: Graph, max_rounds: int) -> ValueError:
+    return ValueError(
+        f"run {g.run}: the replay did not settle in {max_rounds} rounds (the graph has a cycle)"
+    )
+
+
 def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
-    """Re-time g with durations dur. A run of more than BLOCK_NODES nodes is re-timed block by
-    block in recorded start order (each block's rounds touch only its nodes; most edges point
-    forward in time, so a block settles in a few rounds), then checked by a round over every node;
-    blocks are gone through again until that round changes nothing. Raises ValueError when it
-    does not settle in max_rounds rounds (a cycle)."""
+    """Re-time g with durations dur. A first round over every node: with nothing changed nothing
+    moves. Otherwise a graph of at most BLOCK_NODES nodes is re-timed by rounds over every node
+    until none changes; a larger one window by window (windows(): every edge points to the same or
+    a later window), each window's rounds touching only its nodes, so a window settled stays
+    settled. Raises ValueError when it does not settle in max_rounds rounds (a cycle)."""
     n, m = len(g.g_s), len(g.h_s)
     st = _State(g, dur)
     all_g, all_gf = np.arange(n, dtype=np.int64), st.g_first
     all_h, all_hf = np.arange(m, dtype=np.int64), g.h_chain_first.copy()
     rounds = 1
     changed = st.round(all_g, all_gf, all_h, all_hf)  # nothing changes in the identity replay
-    blocks: list = []
     if changed and n + m > BLOCK_NODES:
-        t = np.concatenate([g.g_s, g.h_s])
-        edges = np.unique(np.quantile(t, np.linspace(0, 1, (n + m) // BLOCK_NODES + 2)).astype(np.int64))
-        edges[0], edges[-1] = NEG, -NEG
-        blocks = list(zip(_blocks(st.g_first, g.g_s, edges), _blocks(g.h_chain_first, g.h_s, edges)))
-    while changed:
-        for (gi, gf), (hi, hf) in blocks:
-            while st.round(gi, gf, hi, hf) and rounds <= max_rounds:
+        if g.windows is None:
+            g.windows = windows(g)
+        gw, hw = g.windows
+        hb = {w: (i, f) for w, i, f in _by_window(hw, g.h_chain_first)}
+        gb = {w: (i, f) for w, i, f in _by_window(gw, st.g_first)}
+        empty = (np.zeros(0, np.int64), np.zeros(0, bool))
+        for w in sorted(set(hb) | set(gb)):
+            (gi, gf), (hi, hf) = gb.get(w, empty), hb.get(w, empty)
+            arr = st.arrivers_in(gi)
+            while st.round(gi, gf, hi, hf, arr):
                 rounds += 1
+                if rounds > max_rounds:
+                    raise _cycle(g, max_rounds)
+        changed = False
+    while changed:
         rounds += 1
         changed = st.round(all_g, all_gf, all_h, all_hf)
         if changed and rounds > max_rounds:
-            raise ValueError(
-                f"run {g.run}: the replay did not settle in {max_rounds} rounds (the graph has a cycle)"
-            )
+            raise _cycle(g, max_rounds)
     g_start, g_end, h_start, h_end, g_x = st.g_start, st.g_end, st.h_start, st.h_end, st.g_x
     coll, ncoll = g.g_coll, len(g.c_transfer)
     waited, on_time = st.waited, st.on_time
