@@ -147,7 +147,9 @@ def test_findings_split_and_never_count_twice(skew):
     assert [f["kind"] for f in res["findings"]] == ["straggler", "exposed_comm"]
     assert fs["straggler"]["title"] == "Waiting for a straggler: rank 1 arrives last"
     assert "balance the work per rank" in fs["straggler"]["recommendation"]
-    assert any("median 40.0 GB/s" in e for e in fs["exposed_comm"]["evidence"])
+    assert any(
+        "40.0 GB/s weighted by transfer time over 2 call(s)" in e for e in fs["exposed_comm"]["evidence"]
+    )
     (c1, _) = res["collectives"]
     assert c1["busbw_gbps"] == pytest.approx(4e6 / 100_000)
 
@@ -227,3 +229,26 @@ def test_caveats_missing_ranks_and_single_step(tmp_path):
     assert "missing_ranks" in kinds and "single_step" in kinds
     assert "1 of 8 ranks ingested" in next(c["text"] for c in v["caveats"] if c["kind"] == "missing_ranks")
     assert v["confidence"] == "low"  # high -> moderate -> low
+
+
+def test_busbw_evidence_shows_the_sizes_apart():
+    """Two sizes (issue 39 item 7: 1.4 MB calls at 2.5-9.9 GB/s and 1.79 GB calls at 130-153 GB/s
+    read "median 69.7 GB/s at a median message of 855 MiB", a figure no call had): the evidence
+    gives the busbw weighted by transfer time and each size apart. By hand: (2.0 x 1 ms + 4.0 x
+    0.5 ms + 100 x 10 ms) / 11.5 ms = 1.004e9 / 1.15e7 = 87.3 GB/s, 19 % of 450 GB/s."""
+    from pipeline.diagnosis.comm_findings import busbw_text
+
+    def call(size, gbps, t_ns):
+        return {"msg_bytes": size, "busbw_gbps": gbps, "transfer_ns": t_ns, "link_peak_gbps": 450.0}
+
+    calls = [call(2**20, 2.0, 1_000_000), call(2**20, 4.0, 500_000), call(2**30, 100.0, 10_000_000)]
+    assert busbw_text(calls) == (
+        "87.3 GB/s weighted by transfer time over 3 call(s) = 19% of the 450 GB/s link peak; "
+        "by message size: 1.00 MiB x2: 2.0-4.0 GB/s, 1.00 GiB x1: 100.0 GB/s"
+    )
+    # more sizes than listed one by one: their range and the size that took the most time
+    many = [call(2**k, float(k), 1000 * k) for k in range(10, 16)]
+    text = busbw_text(many)
+    assert text.endswith(
+        "; 6 message sizes from 1.00 KiB to 32.00 KiB, the most time at 32.00 KiB x1: 15.0 GB/s"
+    )

@@ -16,6 +16,53 @@ from __future__ import annotations
 from .basis import Basis, median, ms, quote
 from .verdict import MODERATE_PCT
 
+MAX_SIZES = 4  # message sizes listed one by one in the bus bandwidth evidence
+
+
+def busbw_text(calls: list[dict]) -> str:
+    """The bus bandwidth of collective calls (collective_matching rows of one op: busbw_gbps,
+    transfer_ns, msg_bytes, link_peak_gbps) in words: the busbw weighted by transfer time (the bus
+    bytes of all calls over their total transfer time, so a call counts as long as it took), against
+    the link peak, then the sizes apart (each size's call count and busbw range; at most MAX_SIZES
+    sizes, else the range of sizes and the size that took the most time). A median of the calls
+    would average two calls of different sizes and describe none (issue 39 item 7)."""
+    t = sum(c["transfer_ns"] for c in calls)
+    w = (
+        sum(c["busbw_gbps"] * c["transfer_ns"] for c in calls) / t
+        if t
+        else median([c["busbw_gbps"] for c in calls])
+    )
+    peak = median([c["link_peak_gbps"] for c in calls])
+    head = f"{w:.1f} GB/s weighted by transfer time over {len(calls)} call(s)" + (
+        f" = {100 * w / peak:.0f}% of the {peak:.0f} GB/s link peak"
+        if peak
+        else " (link peak unknown: the group spans hosts or the device is not in the catalog)"
+    )
+    sizes: dict[int, list[dict]] = {}
+    for c in calls:
+        sizes.setdefault(c["msg_bytes"], []).append(c)
+
+    def one(size: int, cs: list[dict]) -> str:
+        lo, hi = min(c["busbw_gbps"] for c in cs), max(c["busbw_gbps"] for c in cs)
+        rng = f"{lo:.1f} GB/s" if f"{lo:.1f}" == f"{hi:.1f}" else f"{lo:.1f}-{hi:.1f} GB/s"
+        return f"{_size(size)} x{len(cs)}: {rng}"
+
+    if len(sizes) <= MAX_SIZES:
+        return head + "; by message size: " + ", ".join(one(s, sizes[s]) for s in sorted(sizes))
+    top = max(sizes, key=lambda s: (sum(c["transfer_ns"] for c in sizes[s]), s))
+    return (
+        head
+        + f"; {len(sizes)} message sizes from {_size(min(sizes))} to {_size(max(sizes))}, "
+        + f"the most time at {one(top, sizes[top])}"
+    )
+
+
+def _size(n: int) -> str:
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            return f"{n / f:.2f} {unit}"
+    return f"{n} B"
+
 
 def comm_findings(b: Basis, v: dict, result: dict) -> list[dict]:
     """The exposed_comm and straggler findings of the run of basis b (its verdict v, the analysis
@@ -69,23 +116,12 @@ def comm_findings(b: Basis, v: dict, result: dict) -> list[dict]:
             # a call that does not line up across ranks has no transfer time of its own
             bw = [c for c in mine if c["consistent"]] or [c for c in mine if c["ranks_seen"] == 1]
             if bw:
-                med = median([c["busbw_gbps"] for c in bw])
-                peak = median([c["link_peak_gbps"] for c in bw])
-                size = median([c["msg_bytes"] for c in bw])
                 over_t = (
                     "over its transfer time (after the last rank arrived)"
                     if any(c["consistent"] for c in bw)
                     else "over its kernel time (not matched across ranks: waiting for peers included)"
                 )
-                ev.append(
-                    f"{main_op} bus bandwidth {over_t}: median {med:.1f} GB/s "
-                    f"at a median message of {size / 2**20:.2f} MiB"
-                    + (
-                        f" = {100 * med / peak:.0f}% of the {peak:.0f} GB/s link peak"
-                        if peak
-                        else " (link peak unknown: the group spans hosts or the device is not in the catalog)"
-                    )
-                )
+                ev.append(f"{main_op} bus bandwidth {over_t}: {busbw_text(bw)}")
             elif per_rank_calls and all(c["msg_bytes"] is None for c in per_rank_calls if c["op"] == main_op):
                 ev.append(f"{main_op} bus bandwidth unknown: no message size in the trace (see the notes)")
         part = [
