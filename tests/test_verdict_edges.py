@@ -299,3 +299,40 @@ def test_events_on_two_clocks_give_no_verdict_and_no_trace_findings(tmp_path):
     assert v["reason"].startswith("no verdict: 1 input(s) span more than a day of clock (")
     assert str(d / "worker0.json") in v["reason"]
     assert res["findings"] == []
+
+
+def _copy_bound(kind: str, steps: bool) -> list[dict]:
+    """One rank: gemm [20, 220) µs, then a 600 µs host-to-device copy [220, 820) of 1 GB from
+    `kind` host memory (Pinned or Pageable) that nothing hides, then gemm [820, 1000); with
+    `steps`, inside ProfilerStep#1 [0, 1000)."""
+    ev = [X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10)] if steps else []
+    return ev + [
+        launch("cudaLaunchKernel", 5, 1),
+        launch("cudaMemcpyAsync", 6, 2),
+        launch("cudaLaunchKernel", 7, 3),
+        gpu("kernel", "gemm", 20, 200, 7, 1),
+        gpu("gpu_memcpy", f"Memcpy HtoD ({kind} -> Device)", 220, 600, 7, 2, bytes=10**9),
+        gpu("kernel", "gemm", 820, 180, 7, 3),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["Pinned", "Pageable"])
+@pytest.mark.parametrize("steps", [True, False])
+def test_copy_advice_follows_the_copies(tmp_path, kind, steps):
+    """Exposed copies (60 % of the step) from pinned memory must not be told to use pinned
+    buffers (issue 39 item 8: that advice sat under evidence that 98 % of the copy time was already
+    pinned): the evidence says 100 % pinned and the advice is to overlap and copy less; with no
+    training step in the trace, that it looks like a weight load: profile the steps. Pageable
+    copies keep the pinned-buffer advice."""
+    lk = _lake(tmp_path, {0: _copy_bound(kind, steps)})
+    (f,) = [f for f in analyze(lk)["findings"] if f["kind"] == "exposed_memcpy"]
+    rec = f["recommendation"]
+    if kind == "Pinned":
+        assert "100% of the host-device copy time is from/to pinned host memory" in f["evidence"]
+        assert "pinned buffers" not in rec and "pin_memory" not in rec
+        assert rec.startswith("The host-device copies already use pinned host memory")
+        assert ("weight or checkpoint load" in rec) is (not steps)
+    else:
+        assert not any("pinned host memory" in e for e in f["evidence"])
+        assert "1 copies from/to pageable host memory, 953.7 MiB" in f["evidence"]
+        assert rec.startswith("Use pinned host buffers")

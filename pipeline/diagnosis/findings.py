@@ -40,6 +40,9 @@ from .verdict import INPUT_MODERATE_PCT, MODERATE_PCT
 
 LOW_MFU_PCT = 20.0  # nsys-ai docs/agent_skills/skills/mfu.md: step MFU < 20 % is a problem (peers.md 4.2)
 MIN_FLOP_COVERAGE_PCT = 50.0  # below this the MFU describes too little of the compute to act on
+# pinned buffers are advised when pageable copies take at least this share of the host-device
+# copy time (CUDA C++ Best Practices Guide, "Pinned Memory": pageable copies are staged and slower)
+PAGEABLE_ADVICE_PCT = 10.0
 
 
 def rank_findings(findings: list[dict]) -> list[dict]:
@@ -160,10 +163,23 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                 f"most copy time is {main}: {ms(by_kind[main])} over all ranks, "
                 f"{100 * by_kind[main] / max(sum(by_kind.values()), 1):.0f}% of it"
             )
+        # host-device copies by host memory kind: advice must follow what the copies already do
+        host = [m for m in copies if m["copy_kind"] in ("HtoD", "DtoH")]
+        host_ns = sum(m["total_ns"] or 0 for m in host)
+        pinned_ns = sum(
+            m["total_ns"] or 0
+            for m in host
+            if "Pinned" in ((m.get("src_kind") or "") + (m.get("dst_kind") or ""))
+        )
+        pageable_ns = sum(m["total_ns"] or 0 for m in pageable)
         if pageable:
             ev.append(
                 f"{sum(m['copies'] for m in pageable)} copies from/to pageable host memory, "
                 f"{sum(m['total_bytes'] or 0 for m in pageable) / 2**20:.1f} MiB"
+            )
+        if host_ns and pinned_ns:
+            ev.append(
+                f"{100 * pinned_ns / host_ns:.0f}% of the host-device copy time is from/to pinned host memory"
             )
         if main == "DtoD":
             rec = (
@@ -171,6 +187,18 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                 "torch.cat/stack, dtype casts and non-fused optimizers; use in-place or fused ops (fused "
                 "AdamW, foreach) and preallocated buffers."
             )
+        elif host_ns and pageable_ns < PAGEABLE_ADVICE_PCT / 100 * host_ns and pinned_ns:
+            # already pinned (issue 39 item 8): pinning is not the fix
+            rec = (
+                "The host-device copies already use pinned host memory, so pinning will not help: overlap "
+                "them with compute (non_blocking=True copies on a side stream, prefetch the next batch) "
+                "and copy less (keep tensors on the GPU; avoid .item() and .cpu() inside the step)."
+            )
+            if b.kind != "steps" and main == "HtoD":
+                rec += (
+                    " This trace has no training step and is mostly host-to-device copies, as a weight "
+                    "or checkpoint load is: profile the training steps to see what limits them."
+                )
         else:
             rec = (
                 "Use pinned host buffers (DataLoader pin_memory=True, tensor.pin_memory()) with "
