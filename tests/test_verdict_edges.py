@@ -336,3 +336,60 @@ def test_copy_advice_follows_the_copies(tmp_path, kind, steps):
         assert not any("pinned host memory" in e for e in f["evidence"])
         assert "1 copies from/to pageable host memory, 953.7 MiB" in f["evidence"]
         assert rec.startswith("Use pinned host buffers")
+
+
+def _low_coverage() -> list[dict]:
+    """One step [0, 1000) µs: an aten::mm [[1024,1024],[1024,1024]] bf16 launches gemm [20, 70)
+    (50 µs with modelled FLOPs), then an unmodelled kernel [70, 970) (900 µs): FLOP coverage
+    50 / 950 = 5.3 % of compute-kernel time, under the 50 % bar."""
+    return [
+        X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
+        X(
+            "cpu_op",
+            "aten::mm",
+            2,
+            8,
+            pid=10,
+            tid=10,
+            **{
+                "External id": 5,
+                "Input Dims": [[1024, 1024], [1024, 1024]],
+                "Input type": ["c10::BFloat16", "c10::BFloat16"],
+            },
+        ),
+        launch("cudaLaunchKernel", 5, 1, ext=5),
+        launch("cudaLaunchKernel", 12, 2),
+        gpu("kernel", "sm90_xmma_gemm_bf16", 20, 50, 7, 1, ext=5),
+        gpu("kernel", "my_custom_kernel", 70, 900, 7, 2),
+    ]
+
+
+def test_mfu_not_measurable_at_low_flop_coverage(tmp_path):
+    """At 5 % FLOP coverage the MFU (0.2 %) describes too little of the compute: the report says
+    MFU is not measurable instead of printing a figure (issue 39 item 9: "MFU 0.094 %" at 1 %
+    coverage), and never refers to a low-MFU finding that is not there."""
+    from pipeline.report.document import throughput_text
+
+    lk = _lake(tmp_path, {0: _low_coverage()})
+    res = analyze(lk)
+    (t,) = res["throughput"]
+    assert t["flop_coverage_pct"] == pytest.approx(100 * 50 / 950)
+    assert t["mfu_measurable"] is False and t["mfu_pct"] is not None
+    assert not [f for f in res["findings"] if f["kind"] == "low_mfu"]
+    text = throughput_text(t, None, res["findings"])
+    assert text == (
+        "Throughput: MFU not measurable from op shapes: only 5% of compute-kernel time has modelled "
+        "FLOPs (give --model-flops-per-step for a figure)."
+    )
+    html = runner.invoke(app, ["report", "--lake", str(lk.root), "-o", str(tmp_path / "r.html")])
+    assert html.exit_code == 0, html.output
+    page = (tmp_path / "r.html").read_text()
+    assert "MFU not measurable from op shapes" in page and "low-MFU finding" not in page
+    # measurable, without a low-MFU finding: the line names no finding
+    ok = dict(t, mfu_measurable=True, flop_coverage_pct=80.0, mfu_pct=35.0, peak_tflops=989.4)
+    assert throughput_text(ok, None, []) == (
+        "Throughput: MFU 35.0% from op shapes over the whole trace (median of the ranks) "
+        "(FLOP coverage 80%) of 989.4 TFLOP/s."
+    )
+    low = [{"kind": "low_mfu"}]
+    assert "(median of the ranks; the low-MFU finding is per analysed step)" in throughput_text(ok, None, low)

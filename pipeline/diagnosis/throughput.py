@@ -15,6 +15,8 @@ neither tokens nor an MFU):
   world_size            the multiplier used
   mfu_pct               median over ranks of the shape-derived whole-run MFU (analyze's ranks rows)
   flop_coverage_pct     median over ranks of its FLOP coverage
+  mfu_measurable        mfu_pct describes enough of the compute to be stated: FLOP coverage at
+                        least findings.MIN_FLOP_COVERAGE_PCT (the low-MFU finding's bar)
   palm_mfu_pct          median over ranks of the step-time-weighted palm_mfu_pct of their steps
   palm_flops_per_token  PaLM's 6N + 12LHQT as given (FLOP/token)
   peak_tflops           the peak the shape-derived MFU used (median over ranks)
@@ -24,6 +26,7 @@ note(run) -> the line saying where the tokens came from when the trace gave them
 from __future__ import annotations
 
 from .basis import median as _median
+from .findings import MIN_FLOP_COVERAGE_PCT
 
 
 def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], world_size) -> dict | None:
@@ -39,6 +42,7 @@ def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], wor
             palm.setdefault(r["rank"], []).append((r["palm_mfu_pct"], r["step_ns"]))
     per_gpu = _median(sum(t for t, _ in v) / (sum(ns for _, ns in v) * 1e-9) for v in per_rank.values())
     mfu = _median(r["mfu_pct"] for r in ranks)
+    cov = _median(r["flop_coverage_pct"] for r in ranks)
     if per_gpu is None and mfu is None and not palm:
         return None
     world = world_size or len({r["rank"] for r in rows}) or None
@@ -51,12 +55,13 @@ def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], wor
         "tokens_per_s": per_gpu * world if per_gpu is not None and world else None,
         "world_size": world,
         "mfu_pct": mfu,
-        "flop_coverage_pct": _median(r["flop_coverage_pct"] for r in ranks),
+        "flop_coverage_pct": cov,
         "palm_mfu_pct": _median(sum(p * ns for p, ns in v) / sum(ns for _, ns in v) for v in palm.values()),
         "palm_flops_per_token": next(
             (r["palm_flops_per_token"] for r in rows if r["palm_flops_per_token"]), None
         ),
         "peak_tflops": _median(r["peak_tflops"] for r in ranks),
+        "mfu_measurable": mfu is not None and (cov or 0) >= MIN_FLOP_COVERAGE_PCT,
     }
 
 

@@ -348,10 +348,12 @@ def roofline_text(s: dict | None) -> str | None:
     return out + "."
 
 
-def throughput_text(t: dict | None, energy: dict | None) -> str | None:
+def throughput_text(t: dict | None, energy: dict | None, findings: list[dict] = ()) -> str | None:
     """The throughput line under the verdict: tokens/s per GPU and for the job with their source,
-    MFU from op shapes and by PaLM's formula with their inputs, energy per step and token; None
-    when the run has none of them (pipeline/diagnosis/throughput.py, cost.py)."""
+    MFU from op shapes (or that it is not measurable, when too little of the compute has op shapes:
+    throughput.mfu_measurable) and by PaLM's formula with their inputs, energy per step and token;
+    None when the run has none of them (pipeline/diagnosis/throughput.py, cost.py). findings: the
+    run's, so that the line refers to the low-MFU finding only when there is one."""
     parts = []
     if t is not None and t["tokens_per_s_per_gpu"] is not None:
         src = {
@@ -365,12 +367,20 @@ def throughput_text(t: dict | None, energy: dict | None) -> str | None:
         )
     if t is not None and t["mfu_pct"] is not None:
         cov = t["flop_coverage_pct"]
-        parts.append(
-            f"MFU {_mfu(t['mfu_pct'])} from op shapes over the whole trace (median of the ranks; the "
-            "low-MFU finding is per analysed step)"
-            + (f" (FLOP coverage {cov:.0f}%)" if cov is not None else "")
-            + (f" of {t['peak_tflops']:g} TFLOP/s" if t["peak_tflops"] else "")
-        )
+        if not t.get("mfu_measurable", True):
+            # too little of the compute has op shapes: a figure would describe the rest as idle
+            parts.append(
+                f"MFU not measurable from op shapes: only {cov or 0:.0f}% of compute-kernel time has "
+                "modelled FLOPs (give --model-flops-per-step for a figure)"
+            )
+        else:
+            low = any(f.get("kind") == "low_mfu" for f in findings)
+            parts.append(
+                f"MFU {_mfu(t['mfu_pct'])} from op shapes over the whole trace (median of the ranks"
+                + ("; the low-MFU finding is per analysed step)" if low else ")")
+                + (f" (FLOP coverage {cov:.0f}%)" if cov is not None else "")
+                + (f" of {t['peak_tflops']:g} TFLOP/s" if t["peak_tflops"] else "")
+            )
     if t is not None and t["palm_mfu_pct"] is not None:
         parts.append(
             f"MFU {_mfu(t['palm_mfu_pct'])} by PaLM's formula "

@@ -246,7 +246,7 @@ def render(
             f'<li class="num{_level(h["key"], h["pct"])}"><b>{_fmt_pct(h["pct"])}</b> {e(h["label"])}</li>'
             for h in v["headline"]
         )
-        tp = throughput_text(run["throughput"], run["energy"])
+        tp = throughput_text(run["throughput"], run["energy"], run["findings"])
         body.append(
             f'<div class="verdict v-{e(v["verdict"])}"><h3>Verdict: {e(v["verdict"])}{conf}</h3>'
             f'<p>{e(v["reason"])}.</p><ul class="headline">{nums}</ul>'
@@ -354,7 +354,19 @@ def render(
                 s["ranks_with_gpu_work"],
             ),
         )
-        chart_block("mfu", mfu_chart(steps, mfu_note.split(": ", 1)[1] if mfu_note else None))
+        tput = run["throughput"] or {}
+        if tput.get("mfu_pct") is not None and not tput.get("mfu_measurable", True):
+            # too little of the compute has op shapes (throughput.mfu_measurable): no figure
+            chart_block(
+                "mfu",
+                mfu_chart(
+                    [dict(s, mfu_pct=None) for s in steps],
+                    f"MFU not measurable from op shapes: only {tput['flop_coverage_pct'] or 0:.0f}% of "
+                    "compute-kernel time has modelled FLOPs",
+                ),
+            )
+        else:
+            chart_block("mfu", mfu_chart(steps, mfu_note.split(": ", 1)[1] if mfu_note else None))
         chart_block("kernels", top_kernels_chart([t for t in result["top_kernels"] if t["run_id"] == rid]))
         chart_block(
             "roofline",

@@ -59,7 +59,7 @@ def render(doc: dict) -> str:
         out += [f"## Run {esc(run['run_id'])}: {esc(v['verdict'])}{conf}", "", esc(v["reason"]), ""]
         for h in v["headline"]:
             out.append(f"- **{_pct(h['pct'])}** {esc(h['label'])}")
-        tp = throughput_text(run.get("throughput"), run.get("energy"))
+        tp = throughput_text(run.get("throughput"), run.get("energy"), run.get("findings") or [])
         if tp:
             out += ["", esc(tp)]
         if run.get("gpu_metrics"):
