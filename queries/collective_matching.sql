@@ -23,6 +23,11 @@
 --   transfer.
 -- @column transfer_ns BIGINT ns: The shortest duration among the ranks.
 -- @column arrival_spread_ns BIGINT ns: Last start - first start.
+-- @column end_spread_ns BIGINT ns: Last end - first end. A collective completes on every rank at
+--   about one instant (no rank finishes before the last one's data arrived: NCCL's ring and tree
+--   algorithms end with every rank receiving), so on a consistent call this bounds the offset
+--   between the ranks' clocks (pipeline/diagnosis/straggler.py: whether clock skew can explain a
+--   late rank).
 -- @column algbw_gbps DOUBLE GB/s: msg_bytes / transfer_ns.
 -- @column busbw_gbps DOUBLE GB/s: algbw_gbps * the op's bus-bandwidth factor for expected_ranks.
 -- @column link_peak_gbps DOUBLE GB/s: NVLink peak per direction of the straggler's (else the lowest
@@ -32,6 +37,7 @@
 -- @column wait_ns MAP(INTEGER, BIGINT) ns: Each rank's wait (its longest kernel in the call - transfer_ns).
 SELECT k.run_id, k.process_group, k.pg_key, k.call_key, k.seq, k.step, k.op, k.msg_bytes, k.group_size,
   k.expected_ranks, k.ranks_seen, k.complete, k.consistent, k.transfer_ns, k.arrival_spread_ns,
+  k.last_end_ns - k.first_end_ns AS end_spread_ns,
   CASE WHEN k.transfer_ns > 0 THEN k.msg_bytes / k.transfer_ns END AS algbw_gbps,
   CASE WHEN k.transfer_ns > 0 THEN k.msg_bytes / k.transfer_ns * busbw_factor(cat.busbw_factor, k.expected_ranks) END AS busbw_gbps,
   CASE WHEN k.expected_ranks <= d.visible_devices THEN d.nvlink_gbps END AS link_peak_gbps,

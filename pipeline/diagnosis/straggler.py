@@ -17,7 +17,9 @@ Why (the straggler's own cause, where its trace shows one): its lateness at a ca
 of the other ranks' waits there (how long a typical peer waited for it), summed over the calls it
 was last in per step. Against the other ranks' medians in the same step it may have
   entered_step_late  begun the step later (step_start_ns; the delay lies before the step's first
-                     kernel: work before the profiled step, or clock skew between hosts),
+                     kernel: work before the profiled step, or clock skew between hosts; skew is
+                     not offered when the ranks' collective ends agree within a tenth of the
+                     lateness: clock_skew_bound_ns),
   longer_compute     spent more time computing (compute_ns: load imbalance),
   data_loading       idled longer in DataLoader fetches (idle_input_ns),
   host               idled longer waiting for its host (idle_host_wait_ns + idle_kernel_wait_ns).
@@ -157,21 +159,43 @@ def straggler_profile(calls: list[dict], rows: list[dict], steps: set | None) ->
     cause = max(excess, key=lambda k: excess[k])
     if excess[cause] >= CAUSE_SHARE * lateness:
         out.update(cause=cause, cause_ns=int(excess[cause]))
-    out["cause_text"] = _cause_text(out["cause"], excess.get(out["cause"], 0.0), lateness)
+    out["cause_text"] = _cause_text(
+        out["cause"], excess.get(out["cause"], 0.0), lateness, clock_skew_bound_ns(calls)
+    )
     return out
 
 
-def _cause_text(cause: str, ns: float, lateness: float) -> str:
+def clock_skew_bound_ns(calls: list[dict]) -> int | None:
+    """How far apart the ranks' clocks can be, as their collectives show it: the median end spread
+    (collective_matching.end_spread_ns: last end - first end) of the consistent calls. A call
+    completes on every rank at about one instant, so clocks offset by D would spread the ends by
+    about D. None when no consistent call has one."""
+    spreads = [
+        c["end_spread_ns"] for c in calls if c.get("consistent") and c.get("end_spread_ns") is not None
+    ]
+    return int(statistics.median(spreads)) if spreads else None
+
+
+def _cause_text(cause: str, ns: float, lateness: float, skew_ns: int | None = None) -> str:
     of = f"{_ms(ns)} of its {_ms(lateness)} lateness"
+    # clock skew is offered only where the clocks allow it: not when the ranks' collective ends
+    # agree to within a tenth of the lateness (issue 39 item 10)
+    clocks_agree = skew_ns is not None and skew_ns * 10 < lateness
+    agree = f"; not clock skew: the ranks' collectives end within {skew_ns / 1e3:,.1f} µs of each other"
     return {
         "entered_step_late": f"it began the step later than the others ({of}): the delay lies before the "
-        "step's first kernel (work before the profiled step, or clock skew between hosts), not inside the "
-        "step",
+        "step's first kernel ("
+        + (
+            "work before the profiled step: a slower previous step, data loading or a checkpoint" + agree
+            if clocks_agree
+            else "work before the profiled step, or clock skew between hosts"
+        )
+        + "), not inside the step",
         "longer_compute": f"its compute took longer than the other ranks' ({of}): load imbalance (a larger "
         "shard, uneven sequence lengths, expert routing)",
         "data_loading": f"its GPU idled longer in data loading than the others' ({of})",
         "host": f"its GPU idled longer waiting for its host to launch work ({of}): CPU contention, Python "
         "overhead, garbage collection on that rank",
         "unknown": f"nothing in its trace explains its {_ms(lateness)} lateness (compare its host and GPU: "
-        "clocks, thermals; or host clock skew)",
+        + ("clocks, thermals" + agree + ")" if clocks_agree else "clocks, thermals; or host clock skew)"),
     }[cause]

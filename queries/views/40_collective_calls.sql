@@ -109,6 +109,7 @@ LEFT JOIN collective_step g
 -- @column first_start_ns BIGINT ns: The first kernel start among the ranks.
 -- @column last_start_ns BIGINT ns: The last kernel start.
 -- @column first_end_ns BIGINT ns: The first kernel end.
+-- @column last_end_ns BIGINT ns: The last kernel end.
 -- @column low_rank INTEGER: The lowest rank that has the call.
 -- @column step BIGINT: The lowest step of its kernels (NULL: outside steps).
 -- @column straggler_rank INTEGER: The rank that started last (NULL: one rank, a tie for last, or not
@@ -140,7 +141,7 @@ calls AS (
     min(op) AS op, max(msg_bytes) AS msg_bytes, max(group_size) AS group_size,
     min(process_group) AS process_group, min(seq) AS seq,
     min(dur_ns) AS transfer_ns, min(start_ns) AS first_start_ns, max(start_ns) AS last_start_ns,
-    min(end_ns) AS first_end_ns, min(rank) AS low_rank, min(step) AS step
+    min(end_ns) AS first_end_ns, max(end_ns) AS last_end_ns, min(rank) AS low_rank, min(step) AS step
   FROM collective_ranks GROUP BY ALL
 )
 SELECT c.* EXCLUDE (consistent), CASE WHEN c.consistent THEN g.straggler_rank0 END AS straggler_rank,
