@@ -439,3 +439,37 @@ def test_all_gather_group_size_from_its_shapes(tmp_path):
     ingest_paths([corpus("hta", "tests", "data", "trace_filter", "sampled_rank-0.json.gz")], lk)
     ag = run(connect(lk), "collective_bandwidth").filter(op="all_gather").to_dicts()
     assert ag and all((c["group_size"], c["msg_bytes"]) == (64, 1073741824) for c in ag)
+
+
+def test_wait_is_not_a_collective(tmp_path):
+    """A CPU-only (gloo) trace: record_param_comms ops get one collectives row each when they name
+    a collective, but a Work's wait() and a communicator's init record themselves the same way
+    ("wait" / "init" with 0 elements: ProcessGroupNCCL::WorkNCCL::wait) and are not collective
+    calls (issue 39 item 10: "collective bandwidth not available for 10 of 45 calls" counted the
+    waits). Here: 3 all-reduces (4,000 B each) and 3 waits, 1 init: 3 rows, every one sized."""
+    from conftest import X, write_trace
+
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+    from pipeline.query import connect
+
+    def rpc(name, ts, n):
+        args = {
+            "Collective name": name,
+            "In msg nelems": n,
+            "Out msg nelems": n,
+            "Group size": 1,
+            "dtype": "Float",
+        }
+        return X("cpu_op", "record_param_comms", ts, 10, pid=1, tid=1, **{"External id": ts, **args})
+
+    ev = [rpc("init", 0, 0)]
+    for k in range(3):
+        ev += [rpc("allreduce", 100 + 100 * k, 1000), rpc("wait", 150 + 100 * k, 0)]
+    write_trace(
+        tmp_path / "t" / "cpu.json", ev, distributedInfo={"backend": "gloo", "rank": 0, "world_size": 1}
+    )
+    lk = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([tmp_path / "t"], lk)] == ["ok"]
+    rows = connect(lk).execute("SELECT op, msg_bytes FROM collectives ORDER BY start_ns").fetchall()
+    assert rows == [("all_reduce", 4000)] * 3

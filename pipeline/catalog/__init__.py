@@ -52,6 +52,13 @@ def collectives() -> dict:
 
 
 @lru_cache(maxsize=1)
+def not_collectives() -> frozenset[str]:
+    """RECORD_PARAM_COMMS titles that are not collective calls ("wait", "init"; collectives.toml),
+    lower case."""
+    return frozenset(n.lower() for n in _load("collectives.toml")["not_collectives"])
+
+
+@lru_cache(maxsize=1)
 def c10d_args() -> dict[str, dict[str, int]]:
     """c10d op name (after "c10d::") -> {"in": i, "out": j}: which of its Input Dims entries is
     the input and which the output (collectives.toml [c10d_args])."""

@@ -221,8 +221,11 @@ def _collectives(
     if comm.height == 0 and cpu_meta:
         for r in rpc.iter_rows(named=True):
             a = cpu_meta[r["event_index"]]
-            if a.collective_name is None:
-                continue
+            if (
+                a.collective_name is None
+                or str(a.collective_name).strip().lower() in catalog.not_collectives()
+            ):
+                continue  # a Work's wait() or a communicator's init records no collective
             meta, odd = _plausible(_meta_row(a))
             mb, note = msg_bytes(
                 meta["op"], meta["in_nelems"], meta["out_nelems"], meta["dtype_bytes"], meta["dtype"], odd
