@@ -393,3 +393,29 @@ def test_mfu_not_measurable_at_low_flop_coverage(tmp_path):
     )
     low = [{"kind": "low_mfu"}]
     assert "(median of the ranks; the low-MFU finding is per analysed step)" in throughput_text(ok, None, low)
+
+
+def test_no_steps_caveat_names_what_the_inputs_allow(tmp_path):
+    """The no-steps caveat's hint follows the run's inputs (issue 39 item 10: a run of NCCL logs
+    alone read "Nsight Systems exports: give --step-range"): an NCCL log alone gets no such caveat
+    (it has no trace), a Kineto trace the ProfilerStep hint, an Nsight export --step-range."""
+    from pipeline.diagnosis.caveats import caveats_for_run
+
+    def no_steps(formats):
+        return [
+            c["text"]
+            for c in caveats_for_run({"formats": formats}, [], None, has_steps=False)
+            if c["kind"] == "no_steps"
+        ]
+
+    assert no_steps(["nccl_log"]) == [] and no_steps(["nccl_tests", "flight_recorder"]) == []
+    (k,) = no_steps(["kineto_json"])
+    assert "prof.step()" in k and "Nsight" not in k
+    (n,) = no_steps(["nsys_sqlite"])
+    assert "--step-range" in n and "ProfilerStep" not in n
+    # end to end: an NCCL log alone
+    lk = Lake(tmp_path / "lake")
+    ingest_paths([corpus("nccl", "nccl-issue-1193-coll-allreduce-ray-prefix-128rank.log")], lk)
+    res = analyze(lk)
+    texts = [c["text"] for v in res["verdicts"] for c in v.get("caveats", [])]
+    assert not any("Nsight Systems" in t or "no steps in the trace" in t for t in texts), texts

@@ -12,6 +12,8 @@ balanced (the claim is then about compute efficiency the trace cannot measure). 
 
 from __future__ import annotations
 
+from ..schema import NCCL_FORMATS
+
 __all__ = ["SINGLE_STEP_CAVEAT", "caveats_for_run", "lowers_confidence"]
 
 
@@ -30,7 +32,8 @@ def caveats_for_run(
 ) -> list[dict]:
     """What limits a run's verdict, shown beside it (docs/report.md, Caveats).
 
-    run: the analysis's `runs` entry (ranks, world_size); partial_paths: its sources with status
+    run: the analysis's `runs` entry (ranks, world_size, formats: a run of NCCL logs alone gets no
+    no-steps caveat, its verdict is not on a trace); partial_paths: its sources with status
     'partial' (truncated); mfu_why: why MFU is unavailable, with the option that would give it
     (None: available); calls: its matched collectives (`collectives` records: ranks_seen,
     consistent); has_steps: whether it has steps (else the verdict is on the whole trace);
@@ -73,13 +76,27 @@ def caveats_for_run(
                 "and the shares across them are not trustworthy",
             }
         )
-    if not has_steps:
+    formats = set(run.get("formats") or [])
+    traced = formats - set(NCCL_FORMATS)
+    if not has_steps and (traced or not formats):
+        # the hint names what the run's own inputs allow (issue 39 item 10: an NCCL-logs-only run
+        # was told to give --step-range for Nsight Systems exports it does not have)
+        hints = []
+        if not formats or "kineto_json" in traced:
+            hints.append(
+                "PyTorch profiler traces: record ProfilerStep ranges with "
+                "torch.profiler.profile(schedule=...) and prof.step() each iteration"
+            )
+        if any(f.startswith("nsys") for f in traced):
+            hints.append(
+                "Nsight Systems exports: give --step-range REGEX naming the NVTX range of an iteration"
+            )
         out.append(
             {
                 "kind": "no_steps",
                 "lowers": "all",
                 "text": "no steps in the trace: the verdict is on the whole trace, start-up and idle time "
-                "between steps included (Nsight Systems exports: give --step-range)",
+                "between steps included" + (f" ({'; '.join(hints)})" if hints else ""),
             }
         )
     multi = [c for c in (calls or []) if (c.get("ranks_seen") or 0) >= 2]
