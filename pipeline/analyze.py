@@ -23,6 +23,7 @@ from .analyze_fields import (
     _clean,
     _records,
     _summary,
+    is_pytorch,
     nccl_matching,
     timeline_fields,
 )
@@ -276,6 +277,7 @@ def analyze(
             **_summary(summary_rows, devices.filter(pl.col("run_id") == run_id), inputs=s),
             "nccl_matching": matching,
         }
+        run["pytorch"] = is_pytorch(con, run_id, run.get("formats") or [])
         runs.append(run)
         for row in s.filter(pl.col("status") == "partial").sort("path").iter_rows(named=True):
             cut = (

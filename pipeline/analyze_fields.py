@@ -192,3 +192,20 @@ def nccl_matching(s: pl.DataFrame, match: list[dict]) -> tuple[dict | None, pl.D
     }
     matched = [m["source_id"] for m in logs if m["ranks"]]
     return doc, s.filter(~is_log | pl.col("source_id").is_in(matched))
+
+
+def is_pytorch(con, run_id: str, formats: list[str]) -> bool:
+    """Whether the run is a PyTorch program, so that advice may speak of PyTorch: a PyTorch profiler
+    trace is one; an Nsight Systems export is one when its host recorded PyTorch's NVTX ranges
+    (aten:: ops or ProfilerStep#N); a CUDA C/C++ or Fortran application is not (issue 39 item 10)."""
+    if "kineto_json" in formats:
+        return True
+    if not any(f.startswith("nsys") for f in formats):
+        return False
+    return bool(
+        con.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM cpu_ops WHERE run_id = ? AND (starts_with(name, 'aten::') "
+            "OR starts_with(name, 'ProfilerStep#')) LIMIT 1)",
+            [run_id],
+        ).fetchall()[0][0]
+    )

@@ -419,3 +419,23 @@ def test_no_steps_caveat_names_what_the_inputs_allow(tmp_path):
     res = analyze(lk)
     texts = [c["text"] for v in res["verdicts"] for c in v.get("caveats", [])]
     assert not any("Nsight Systems" in t or "no steps in the trace" in t for t in texts), texts
+
+
+def test_advice_speaks_of_pytorch_only_for_pytorch_programs(tmp_path):
+    """CloverLeaf (pipit's Perlmutter export) is a CUDA application with no PyTorch op on its host:
+    its host-idle advice names CUDA graphs by the CUDA API, not torch.compile (issue 39 item 10:
+    host-bound advice spoke only of PyTorch for a CUDA C application). nsys-ai's export records
+    PyTorch's aten:: NVTX ranges: a PyTorch program."""
+    for name, src, pytorch in (
+        ("clover", corpus("nsys", "pipit", "perlmutter-cloverleaf-cuda.sqlite"), False),
+        ("nsysai", corpus("nsys", "nsys-ai", "mfu_2gpu_before.sqlite"), True),
+    ):
+        lk = Lake(tmp_path / name)
+        ingest_paths([src], lk)
+        res = analyze(lk)
+        (run,) = res["runs"]
+        assert run["pytorch"] is pytorch, name
+        if not pytorch:
+            (f,) = [f for f in res["findings"] if f["kind"] == "host_idle"]
+            rec = f["recommendation"]
+            assert "cudaStreamBeginCapture" in rec and "torch" not in rec and ".item()" not in rec

@@ -66,6 +66,8 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     outliers = [e for e in v["excluded_steps"] if e["why"] == "outlier"]
     left_out = {e["step"] for e in outliers}
     out = comm_findings(b, v, result)
+    # advice speaks of PyTorch only for a PyTorch program (analyze's runs[].pytorch)
+    pytorch = next((r.get("pytorch", True) for r in result.get("runs", []) if r["run_id"] == run_id), True)
 
     # GPU idle waiting for the host (everything idle except data loading)
     idle, inp = b.total("idle"), b.total("input")
@@ -83,6 +85,11 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
             "The host launches work too late: capture the step with CUDA graphs (torch.compile "
             "mode='reduce-overhead' or torch.cuda.graphs), raise the batch size per GPU so each kernel "
             "does more work, fuse small kernels, and remove host syncs (.item(), .cpu()) from the step."
+            if pytorch
+            else "The host launches work too late: capture the loop's launches in a CUDA graph "
+            "(cudaStreamBeginCapture / cudaGraphLaunch), give each kernel more work per launch, fuse "
+            "small kernels, and remove host synchronizations (cudaDeviceSynchronize, "
+            "cudaStreamSynchronize, synchronous cudaMemcpy) from the loop."
         )
         out.append(
             {
@@ -186,6 +193,9 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                 "Device-to-device copies dominate: they come from .contiguous(), .clone(), "
                 "torch.cat/stack, dtype casts and non-fused optimizers; use in-place or fused ops (fused "
                 "AdamW, foreach) and preallocated buffers."
+                if pytorch
+                else "Device-to-device copies dominate: compute in place or into the final buffer instead "
+                "of staging through temporaries, and fuse the kernels around each copy."
             )
         elif host_ns and pageable_ns < PAGEABLE_ADVICE_PCT / 100 * host_ns and pinned_ns:
             # already pinned (issue 39 item 8): pinning is not the fix
@@ -193,6 +203,10 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                 "The host-device copies already use pinned host memory, so pinning will not help: overlap "
                 "them with compute (non_blocking=True copies on a side stream, prefetch the next batch) "
                 "and copy less (keep tensors on the GPU; avoid .item() and .cpu() inside the step)."
+                if pytorch
+                else "The host-device copies already use pinned host memory, so pinning will not help: "
+                "overlap them with compute (cudaMemcpyAsync on a side stream, double buffering) and copy "
+                "less (keep data resident on the GPU between iterations)."
             )
             if b.kind != "steps" and main == "HtoD":
                 rec += (
@@ -204,6 +218,10 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
                 "Use pinned host buffers (DataLoader pin_memory=True, tensor.pin_memory()) with "
                 "non_blocking=True copies on a side stream so they overlap compute, and avoid "
                 "device-to-host copies (.item(), .cpu()) inside the step."
+                if pytorch
+                else "Use pinned host buffers (cudaMallocHost / cudaHostRegister) with cudaMemcpyAsync on a "
+                "side stream so copies overlap compute, and avoid synchronous device-to-host copies inside "
+                "the loop."
             )
         out.append(
             {
