@@ -19,6 +19,10 @@
 --   coll_mismatch      COLL lines of one communicator and opCount that disagree across ranks on op
 --                      or count (nccl.md 1.7), or a torchfrtrace mismatch report
 --   nccl_warn          NCCL WARN lines (IB completion errors, plugin failures, ...)
+--   ras_issue          an issue an NCCL RAS report (ncclras, nccl_ras) states for a communicator:
+--                      MISMATCH (its ranks launched different numbers of operations: a desync or
+--                      a hang in progress), INCOMPLETE, DEAD or another status, with the operation
+--                      counts and the ranks the report names (NCCL docs troubleshooting/ras.rst)
 -- Rows that compare files (watchdog_timeout: the timed-out ranks, the ranks behind, the known ranks
 -- that did not report) are computed within one job (views/50_nccl.sql nccl_jobs: files linked by a
 -- communicator id or a process), never across files of one run that share neither; coll_mismatch
@@ -73,6 +77,25 @@ known_ranks AS (
   UNION SELECT f.run_id, j.job, f.rank FROM flight_recorder f JOIN nccl_jobs j USING (run_id, source_id) WHERE f.rank IS NOT NULL
   UNION SELECT s.run_id, j.job, u.r FROM sources s JOIN (SELECT DISTINCT run_id, job FROM nccl_jobs) j USING (run_id),
         unnest(s.ranks) AS u(r) WHERE s.ranks IS NOT NULL
+),
+ras_issues AS (
+  SELECT i.run_id, i.source_id, i.line_no, i.status, i.severity,
+    CASE WHEN i.comm_group IS NOT NULL THEN 'communicator #' || i.comm_group || '-' || coalesce(i.comm_index::VARCHAR, '?')
+      || coalesce(' (' || i.comm_id || ')', '') || ' ' ELSE '' END AS comm,
+    (SELECT any_value(o.collective) FROM nccl_ras o WHERE o.run_id = i.run_id AND o.source_id = i.source_id
+       AND o.comm_id IS NOT DISTINCT FROM i.comm_id AND o.kind IN ('op_count', 'line') AND o.collective IS NOT NULL) AS coll,
+    (SELECT string_agg(o.n_ranks || ' rank(s) up to operation ' || o.op_count, ', ' ORDER BY o.op_count)
+       FROM nccl_ras o WHERE o.run_id = i.run_id AND o.source_id = i.source_id AND o.comm_id IS NOT DISTINCT FROM i.comm_id
+       AND o.kind = 'op_count' AND o.n_ranks IS NOT NULL) AS counts,
+    (SELECT string_agg(r.rank || coalesce(' at operation ' || r.op_count, '') || coalesce(' (' || r.host || ')', ''), ', ' ORDER BY r.rank)
+       FROM nccl_ras r WHERE r.run_id = i.run_id AND r.source_id = i.source_id AND r.comm_id IS NOT DISTINCT FROM i.comm_id
+       AND r.kind IN ('rank', 'missing_rank') AND r.rank IS NOT NULL) AS named,
+    (SELECT count(*) FROM nccl_ras r WHERE r.run_id = i.run_id AND r.source_id = i.source_id
+       AND r.comm_id IS NOT DISTINCT FROM i.comm_id AND r.kind IN ('rank', 'missing_rank') AND r.rank IS NOT NULL) AS n_named,
+    (SELECT string_agg('process ' || d.pid || coalesce(' on node ' || d.host, '') || coalesce(' (GPU ' || d.cuda_dev || ')', ''), ', ' ORDER BY d.line_no)
+       FROM nccl_ras d WHERE d.run_id = i.run_id AND d.source_id = i.source_id AND d.comm_id IS NOT DISTINCT FROM i.comm_id
+       AND d.kind = 'dead_process') AS dead
+  FROM nccl_ras i WHERE i.kind = 'issue'
 ),
 mismatch AS (
   SELECT run_id, comm_id, op_count, arg_min(source_id, (line_no, source_id)) AS source_id, min(line_no) AS line_no,
@@ -137,6 +160,14 @@ SELECT run_id, 'nccl_warn', CASE WHEN bool_or(message ILIKE '%status=%' OR messa
        source_id, host, pid, NULL::INTEGER, min(line_no), count(*), 'NCCL WARN: ' || arg_min(message, line_no)
 FROM nccl_events WHERE level = 'WARN' AND message IS NOT NULL
 GROUP BY run_id, source_id, host, pid
+UNION ALL
+SELECT run_id, 'ras_issue', CASE WHEN severity = 'error' OR status IN ('MISMATCH', 'DEAD') THEN 'high' ELSE 'moderate' END,
+       source_id, NULL, NULL::BIGINT, NULL::INTEGER, line_no, greatest(n_named, 1),
+       'NCCL RAS: ' || comm || coalesce(status, 'issue')
+       || CASE WHEN status = 'MISMATCH' THEN ': its ranks launched different numbers of ' || coalesce(coll || ' ', '') || 'operations' ELSE '' END
+       || coalesce(' (' || counts || ')', '') || coalesce('; the report names rank(s) ' || named, '')
+       || coalesce('; considered dead: ' || dead, '')
+FROM ras_issues
 ),
 files AS (SELECT run_id, source_id, regexp_extract(min(path), '[^/!]+$') AS file FROM sources GROUP BY ALL)
 SELECT c.run_id, c.kind, c.severity, c.source_id, f.file, c.host, c.pid, c.rank, c.line_no, c.n, c.detail

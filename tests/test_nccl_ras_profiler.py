@@ -263,3 +263,37 @@ def test_profiler_plugin_bare_tokens_and_missing_end():
     assert (a["start_rel_ns"], a["end_rel_ns"], b["seq_num"]) == (10500, None, 2)
     assert "2 begin events without their end (output cut off)" in p.notes
     assert any("bare words read as strings" in n for n in p.notes)
+
+
+def test_ras_issues_are_findings(tmp_path):
+    """An NCCL RAS report's issues are findings (issue 39 item 10: the MISMATCH status had none).
+    nccl#1911's report, line 24 "#0-0 (fa93daea854b060b) MISMATCH", lines 25-29: different
+    AllGather operation counts, 30 ranks up to operation 640, 2 ranks up to 641, ranks 12 and 13 on
+    192.0.2.1. A DEAD process (Errors section) is a finding of its own."""
+    from pipeline.analyze import analyze
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    d = tmp_path / "in"
+    d.mkdir()
+    name = "nccl-issue-1911-ncclras-text-mismatch-32gpu.txt"
+    (d / name).write_bytes(corpus("nccl", name).read_bytes())
+    (d / "dead-ras.txt").write_text(
+        "NCCL version 2.26.2 compiled with CUDA 12.6\n\nErrors\n======\n\nDEAD\n"
+        "  1 job process is considered dead (unreachable via the RAS network)\n"
+        "  Process 3487984 on node 172.16.64.213 managing GPU 5\n"
+    )
+    lk = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([d], lk)] == ["ok", "ok"]
+    fs = [f for f in analyze(lk)["findings"] if f["kind"] == "nccl_ras_issue"]
+    # the two reports share no communicator or process: two runs, one finding each
+    assert len(fs) == 2
+    for f in fs:
+        assert f["title"] == "NCCL RAS reports a communicator problem" and f["severity"] == "high"
+        assert f["recommendation"].startswith("MISMATCH")
+    assert sorted(e for f in fs for e in f["evidence"]) == [
+        "NCCL RAS: DEAD; considered dead: process 3487984 on node 172.16.64.213 (GPU 5) (dead-ras.txt, line 6)",
+        "NCCL RAS: communicator #0-0 (0xfa93daea854b060b) MISMATCH: its ranks launched different numbers of "
+        "AllGather operations (30 rank(s) up to operation 640, 2 rank(s) up to operation 641); the report "
+        f"names rank(s) 12 (192.0.2.1), 13 (192.0.2.1) ({name}, line 24)",
+    ]

@@ -29,6 +29,7 @@ TITLES = {
     "p2p_disabled": "P2P disabled by the environment",
     "channels_limited": "NCCL channel count forced by the environment",
     "channels_asymmetric": "Ranks of one communicator chose different channel counts",
+    "ras_issue": "NCCL RAS reports a communicator problem",
 }
 ADVICE = {
     "watchdog_timeout": "A collective never completed. Inspect the rank(s) that never enqueued it (they "
@@ -60,6 +61,11 @@ ADVICE = {
     "channels_asymmetric": "Ranks detected the topology differently: compare `nvidia-smi topo -m` and "
     "NCCL_TOPO_DUMP_FILE output across the nodes - a missing NIC or NVLink on one node limits the whole "
     "communicator.",
+    "ras_issue": "MISMATCH: the communicator's ranks launched different numbers of operations, so the "
+    "ranks with the smaller count have not reached the next collective (a desync, or a hang in "
+    "progress): see where those ranks are (py-spy dump, PyTorch's Flight Recorder) for a rank-dependent "
+    "code path or a stalled process. DEAD / INCOMPLETE: a process died or stopped answering - check its "
+    "node and the NCCL WARN lines of the same time (NCCL docs, troubleshooting/ras.rst).",
 }
 ORDER = list(TITLES)
 
