@@ -178,3 +178,56 @@ def test_idle_breakdown_equals_hta(both):
     for k, t in theirs.items():
         if k not in overlapping and k not in unlaunched:
             assert ours.get(k, {"host_wait": 0, "kernel_wait": 0, "other": 0}) == t, (name, k)
+
+
+def test_sub_microsecond_traces_are_exact_where_hta_rounds(tmp_path):
+    """The README's claim (issue 39 item 11): HTA's figures equal tracelake's on whole-µs traces
+    only. On a trace with sub-µs timestamps HTA rounds each kernel to whole µs, start up and end
+    down, and overstates idle. One rank, one stream, ProfilerStep#1 and #2 (HTA drops the last):
+    kernels [10.4, 11.3), [11.5, 12.45) and [20.2, 30.1) µs. Exact: span 19.7 µs, busy 0.9 + 0.95
+    + 9.9 = 11.75 µs, idle 7.95 µs (tracelake). HTA's rounding: [11, 11), [12, 12) and [21, 30):
+    span from 11 to 30 = 19 µs, busy 9 µs, idle 10 µs, 26 % more than the exact idle (brute
+    force below, and HTA itself)."""
+    import math
+
+    from conftest import X, write_trace
+
+    def k(name, ts, dur, corr):
+        return X("kernel", name, ts, dur, pid=0, tid=7, device=0, stream=7, correlation=corr)
+
+    ev = [
+        X("user_annotation", "ProfilerStep#1", 0, 40, pid=10, tid=10),
+        X("user_annotation", "ProfilerStep#2", 40, 10, pid=10, tid=10),
+        X("cuda_runtime", "cudaLaunchKernel", 1, 1, pid=10, tid=10, correlation=1),
+        X("cuda_runtime", "cudaLaunchKernel", 2, 1, pid=10, tid=10, correlation=2),
+        X("cuda_runtime", "cudaLaunchKernel", 3, 1, pid=10, tid=10, correlation=3),
+        k("gemm_a", 10.4, 0.9, 1),
+        k("gemm_b", 11.5, 0.95, 2),
+        k("gemm_c", 20.2, 9.9, 3),
+    ]
+    d = tmp_path / "job"
+    write_trace(
+        d / "r0.json",
+        ev,
+        distributedInfo={"backend": "nccl", "rank": 0, "world_size": 1},
+        deviceProperties=[{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0}],
+    )
+    lake = Lake(tmp_path / "lake")
+    assert [r.status for r in ingest_paths([d], lake)] == ["ok"]
+    (ours,) = run(connect(lake, window="hta"), "breakdown").filter(pl.col("level") == "rank").to_dicts()
+    # exact, by hand (ns): span [10400, 30100), busy 900 + 950 + 9900
+    assert (ours["span_ns"], ours["compute_ns"], ours["gpu_idle_ns"]) == (19_700, 11_750, 7_950)
+    _, temporal, _ = _hta(d)
+    (theirs,) = [r for _, r in temporal.iterrows()]
+    # HTA's rule, by brute force: start up, end down; the span from the first rounded start to the
+    # last rounded end; busy the rounded kernels' union (none overlap here)
+    rounded = [(math.ceil(s), math.floor(s + w)) for s, w in ((10.4, 0.9), (11.5, 0.95), (20.2, 9.9))]
+    span = rounded[-1][1] - rounded[0][0]
+    busy = sum(max(0, e - s) for s, e in rounded)
+    assert (span, busy) == (19, 9)
+    assert (theirs["kernel_time(us)"], theirs["compute_time(us)"], theirs["idle_time(us)"]) == (
+        span,
+        busy,
+        span - busy,
+    )
+    assert theirs["idle_time(us)"] > ours["gpu_idle_ns"] / 1000  # HTA overstates idle here
