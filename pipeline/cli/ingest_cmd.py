@@ -19,6 +19,7 @@ from rich.text import Text
 
 from ..classify import check_regex
 from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, usage_error
+from .interrupt import Interrupted, signals_interrupt
 from .options import (
     COMM,
     EXCLUDE,
@@ -67,7 +68,9 @@ def _ingest(
 ) -> int:
     """Ingest with the command's options; returns the exit code. runs: filled with the run ids
     of the files ingested or skipped as already in the lake; quiet: no progress bar. Raises
-    Exit(2) for a usage error (check_inputs) before any work."""
+    Exit(2) for a usage error (check_inputs) before any work; Exit(128 + N) when signal N (SIGINT,
+    SIGTERM, SIGHUP) stops the ingest, once every process it started has ended (one line says
+    so)."""
     from ..cluster import SchedulerError
     from ..ingest import discover, exclude_patterns, ingest_paths
     from ..lake import Lake, LakeError, one_line
@@ -141,20 +144,28 @@ def _ingest(
                     prog.console.print(one_line(f"note {res.path}: {n}"), markup=False)
 
         try:
-            ingest_paths(
-                paths,
-                lake,
-                run=run,
-                rank=rank,
-                force=force,
-                comm_patterns=comm_pattern,
-                on_file=on_file,
-                step_regex=step_range,
-                jobs=jobs,
-                scheduler=scheduler,
-                exclude=exclude,
-                on_plan=lambda n: prog.update(task, total=n),
+            with signals_interrupt():  # a clean stop: nothing it started outlives the command
+                ingest_paths(
+                    paths,
+                    lake,
+                    run=run,
+                    rank=rank,
+                    force=force,
+                    comm_patterns=comm_pattern,
+                    on_file=on_file,
+                    step_regex=step_range,
+                    jobs=jobs,
+                    scheduler=scheduler,
+                    exclude=exclude,
+                    on_plan=lambda n: prog.update(task, total=n),
+                )
+        except Interrupted as e:
+            err.print(
+                f"error: interrupted by {e.name}: what was ingested before it ({sum(counts.values())} "
+                "file(s)) stays in the lake; run the same command again to ingest the rest",
+                markup=False,
             )
+            raise typer.Exit(e.exit_code)
         except (LakeError, SchedulerError) as e:
             err.print(one_line(f"error: {e}"), markup=False)
             return EXIT_FAILED

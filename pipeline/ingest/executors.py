@@ -16,6 +16,7 @@ import zlib
 
 from ..lake import Lake, one_line
 from .discover import Unit
+from .pool_scope import helpers_stopped, process_pool
 from .prepare import prepare
 from .rows import Options, Prepared, apply_env, failed, sha_or_none, unit_failure
 from .runs import run_for
@@ -37,6 +38,16 @@ def work(unit: Unit, opts: Options, done, own_process: bool = True) -> list[Prep
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
+    # test hook: the unit of this name stops here for good, once it has written this process's
+    # pid to the file TRACELAKE_STALL_MARK (tests/test_no_survivors.py signals the ingest then)
+    if os.environ.get("TRACELAKE_STALL_ON") == inp.name:
+        import time
+
+        with open(os.environ["TRACELAKE_STALL_MARK"] + ".part", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(os.environ["TRACELAKE_STALL_MARK"] + ".part", os.environ["TRACELAKE_STALL_MARK"])
+        while True:
+            time.sleep(60)
     try:
         return [prepare(inp, opts, done, lake)]
     except MemoryError:
@@ -62,20 +73,51 @@ def work(unit: Unit, opts: Options, done, own_process: bool = True) -> list[Prep
 
 def init_worker(jobs: int = 1) -> None:
     """Pool worker set-up: die with the ingesting process (Linux), so a killed ingest leaves no
-    worker writing into the lake's staging area; and size the per-source metric queries
+    worker writing into the lake's staging area; leave SIGINT and SIGHUP to the ingesting process
+    (a Ctrl-C at a terminal reaches the whole process group: the ingest stops its workers itself,
+    see pool_scope.stop_workers); end on SIGTERM, unwinding the unit in hand first (its staging directory
+    removed, an `nsys export` it runs killed: _on_sigterm); and size the per-source metric queries
     (pipeline/local.py THREADS) to this worker's share of the cores: `jobs` workers already keep
     that many cores busy, so a worker's DuckDB threads beyond its share only contend (8 rank files
     of 50 MB, 2 workers on 2 cores: 7.4-7.7 s with 2 threads each, 6.8-7.1 s with one)."""
+    import signal
+
     from .. import local
 
     local.THREADS = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         import ctypes
-        import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):  # pragma: no cover  (not Linux)
         pass
+
+
+_IN_WORK = False  # a pool worker is running a unit (pool_work)
+
+
+def _on_sigterm(signum, frame) -> None:
+    """A pool worker's SIGTERM: inside a unit, SystemExit unwinds it (pool_work then ends the
+    worker); between units, the worker ends at once."""
+    if _IN_WORK:
+        raise SystemExit(128 + signum)
+    os._exit(128 + signum)
+
+
+def pool_work(unit: Unit, opts: Options, done) -> list[Prepared]:
+    """work() in a pool worker; a SIGTERM while it runs ends the worker once the unit has unwound
+    (the executor would otherwise report the SystemExit as the unit's result and wait for more)."""
+    global _IN_WORK
+    _IN_WORK = True
+    try:
+        return work(unit, opts, done)
+    except SystemExit as e:
+        os._exit(e.code if isinstance(e.code, int) else 1)
+    finally:
+        _IN_WORK = False
 
 
 def run_serial(units, opts, done):
@@ -89,9 +131,12 @@ def run_threads(units, opts, done, jobs: int):
     Parquet writes and DuckDB release it, so two threads ingest PARAM's 8-rank DLRM job (7 MB) in
     about 0.65 s instead of 0.87 s on 2 cores, where a process pool would first spend about a
     second importing the package in each worker. `done` is read as it was when the batch started
-    (as for run_pool); commit.py catches duplicates within the batch."""
+    (as for run_pool); commit.py catches duplicates within the batch. Stopped early (closed, or an
+    exception such as KeyboardInterrupt), the units not yet started are cancelled and the ones
+    running are waited for."""
     frozen = dict(done)
-    with cf.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tracelake-ingest") as pool:
+    pool = cf.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="tracelake-ingest")
+    try:
         window: list = []
         i = 0
         while i < len(units) or window:
@@ -100,27 +145,36 @@ def run_threads(units, opts, done, jobs: int):
                 i += 1
             u, fut = window.pop(0)
             yield u, fut.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def run_pool(units, opts, done, jobs: int):
     """Results in input order from a process pool (at most 2*jobs units in flight). A worker that
     dies (out of memory, killed) breaks the pool: the units in flight then run again one at a time,
-    so only the one that kills its worker fails."""
+    so only the one that kills its worker fails.
+
+    Nothing it starts outlives it (pool_scope.py): however it ends (exhausted, closed by the
+    caller, an exception such as KeyboardInterrupt), its workers are stopped and waited for, and
+    so are multiprocessing's forkserver and resource tracker when this call started them."""
     ctx = multiprocessing.get_context("forkserver")
     # the first preload arms the forkserver to die with this process (forkserver_preload.py)
     ctx.set_forkserver_preload(["pipeline.ingest.forkserver_preload", "pipeline.ingest.executors"])
+    with helpers_stopped():
+        yield from _pooled(units, opts, done, jobs, ctx)
+
+
+def _pooled(units, opts, done, jobs: int, ctx):
     frozen = dict(done)
     i = 0
     while i < len(units):
         window: list = []
         broken = False
-        with cf.ProcessPoolExecutor(
-            max_workers=jobs, mp_context=ctx, initializer=init_worker, initargs=(jobs,)
-        ) as pool:
+        with process_pool(jobs, ctx, init_worker, (jobs,)) as pool:
             while i < len(units) or window:
                 try:
                     while len(window) < 2 * jobs and i < len(units):
-                        window.append((units[i], pool.submit(work, units[i], opts, frozen)))
+                        window.append((units[i], pool.submit(pool_work, units[i], opts, frozen)))
                         i += 1
                     u, fut = window[0]
                     res = fut.result()
@@ -138,9 +192,9 @@ def run_pool(units, opts, done, jobs: int):
 
 
 def retry_alone(u: Unit, opts: Options, done, ctx) -> list[Prepared]:
-    with cf.ProcessPoolExecutor(max_workers=1, mp_context=ctx, initializer=init_worker) as pool:
+    with process_pool(1, ctx, init_worker, ()) as pool:
         try:
-            return pool.submit(work, u, opts, done).result()
+            return pool.submit(pool_work, u, opts, done).result()
         except cf.process.BrokenProcessPool:
             return unit_failure(u, opts, "the worker process died while ingesting this file (out of memory?)")
 

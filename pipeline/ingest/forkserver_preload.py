@@ -9,6 +9,11 @@ holder of its pipe to exit. With the forkserver armed the same way, killing the 
 forkserver, then its workers, then (its pipe closed) the resource tracker with it. Linux only;
 elsewhere importing this does nothing. Never import it from the ingesting process: it would then
 die with its own parent (the shell).
+
+It also makes the forkserver ignore SIGTERM and SIGHUP (multiprocessing already has it ignore
+SIGINT): a signal sent to the whole process group (a CI job cancelled, a terminal closed) must
+not end it before the ingest has stopped the workers it forked, which would leave them orphans;
+the ingest stops it once they are gone (pool_scope.helpers_stopped), and its death still ends it.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ def _arm() -> None:
         return
     if os.getppid() == 1:  # the ingest died before the signal was armed
         os._exit(0)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 _arm()

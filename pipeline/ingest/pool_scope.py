@@ -1,0 +1,155 @@
+"""Lifetimes of the processes a pooled ingest starts (executors.run_pool): none outlives it.
+
+A pooled ingest starts, besides its pool's workers, two helpers of the standard library's
+multiprocessing: the forkserver (it forks the workers; the workers are its children) and the
+resource tracker. Left to themselves they end only after the ingest has exited (the forkserver
+when the pipe the ingest holds closes, the tracker when the last holder of its pipe closes): for
+a moment they are orphans re-parented to init (or to a child subreaper), and their CPU time is no
+longer the command's. So:
+
+- process_pool(): a ProcessPoolExecutor whose workers are stopped and waited for however the block
+  ends. Normally (every unit done) it is shut down and joined. On an exception (KeyboardInterrupt,
+  a SIGTERM turned into one, an error in the ingesting process, the caller closing the results
+  generator) the units not started are cancelled and each worker gets SIGTERM (a worker unwinds
+  the unit in hand: executors.init_worker), then SIGKILL after STOP_GRACE_S, and is waited for.
+- helpers_stopped(): stops and waits for the forkserver and the resource tracker when this block
+  started them (one it finds already running belongs to someone else and is left be). It starts
+  the tracker itself, with SIGHUP blocked: a hang-up sent to the whole process group (a terminal
+  closed) would otherwise end it under the pool, and multiprocessing would start another with a
+  warning and tracebacks (the forkserver is made deaf to it by forkserver_preload.py). The
+  tracker is stopped only when no semaphore of this process still needs it (its finalizer would
+  start a new tracker); the pool's are released by its shutdown.
+- signals_deferred(): while the above run in the main thread, SIGINT, SIGTERM and SIGHUP are held
+  back (a second Ctrl-C must not cut the shutdown short, leaving processes behind); one that came
+  meanwhile is delivered afterwards, unless the block is already unwinding from an exception.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import gc
+import signal
+import threading
+import time
+from contextlib import contextmanager
+
+STOP_GRACE_S = 5.0  # how long a worker has to unwind after SIGTERM before it gets SIGKILL
+_HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def process_pool(jobs: int, ctx, initializer, initargs):
+    """A ProcessPoolExecutor of `jobs` workers (mp_context ctx); on leaving the block every worker
+    has ended and been waited for (module doc)."""
+    pool = cf.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=ctx, initializer=initializer, initargs=initargs
+    )
+    try:
+        yield pool
+    except BaseException:
+        with signals_deferred(unwinding=True):
+            stop_workers(pool)
+        raise
+    with signals_deferred():
+        pool.shutdown(wait=True)
+
+
+def stop_workers(pool: cf.ProcessPoolExecutor, grace: float | None = None) -> None:
+    """Cancel the pool's units not started, end its workers (SIGTERM; SIGKILL for those still
+    running `grace` seconds later, default STOP_GRACE_S), wait for them and for the pool's
+    management thread."""
+    grace = STOP_GRACE_S if grace is None else grace
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        try:
+            p.terminate()
+        except (OSError, ValueError, AttributeError):  # already gone
+            pass
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.exitcode is None:
+                p.kill()
+                p.join()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pool.shutdown(wait=True)
+
+
+@contextmanager
+def helpers_stopped():
+    """Run the block; then stop and wait for the multiprocessing forkserver and resource tracker if
+    they were started during it (module doc)."""
+    from multiprocessing import forkserver, resource_tracker
+
+    fs, rt = forkserver._forkserver, resource_tracker._resource_tracker
+    fs_before = getattr(fs, "_forkserver_pid", None) is not None
+    rt_before = getattr(rt, "_fd", None) is not None
+    try:
+        if not rt_before:  # started now, deaf to SIGHUP (it ignores SIGINT and SIGTERM itself)
+            old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+            try:
+                resource_tracker.ensure_running()
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        yield
+    except BaseException:
+        with signals_deferred(unwinding=True):
+            _stop_helpers(fs, rt, fs_before, rt_before)
+        raise
+    with signals_deferred():
+        _stop_helpers(fs, rt, fs_before, rt_before)
+
+
+def _stop_helpers(fs, rt, fs_before: bool, rt_before: bool) -> None:
+    if not fs_before and getattr(fs, "_forkserver_pid", None) is not None:
+        try:
+            fs._stop()  # closes the pipe it waits on, then waits for it
+        except (OSError, AttributeError):  # already reaped, or a Python without _stop
+            pass
+    if not rt_before and getattr(rt, "_fd", None) is not None:
+        if _semaphores_alive():
+            gc.collect()
+        if not _semaphores_alive():
+            try:
+                rt._stop()
+            except (OSError, AttributeError):
+                pass
+
+
+def _semaphores_alive() -> bool:
+    """Whether a multiprocessing semaphore of this process is still registered with the resource
+    tracker (its finalizer will tell the tracker, starting a new one if it was stopped)."""
+    from multiprocessing import util
+    from multiprocessing.synchronize import SemLock
+
+    return any(
+        getattr(f, "_callback", None) is SemLock._cleanup for f in list(util._finalizer_registry.values())
+    )
+
+
+@contextmanager
+def signals_deferred(unwinding: bool = False):
+    """Hold SIGINT, SIGTERM and SIGHUP back during the block (main thread only; elsewhere the
+    block just runs). One that arrives is re-sent to this process afterwards, with its handler
+    back in place, unless unwinding (the block runs because of an exception already)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    old = {}
+    for sig in _HELD:
+        prev = signal.getsignal(sig)
+        if prev is None:  # a handler set outside Python: cannot be put back, so leave it
+            continue
+        old[sig] = prev
+        signal.signal(sig, lambda s, _f: caught.append(s))
+    try:
+        yield
+    finally:
+        for sig, prev in old.items():
+            signal.signal(sig, prev)
+        if caught and not unwinding:
+            signal.raise_signal(caught[0])

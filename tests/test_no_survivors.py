@@ -1,0 +1,167 @@
+"""Nothing a pooled `tracelake ingest` starts outlives it (issue 39 item 4): run under a child
+subreaper (tests/subreaper.py), every process it started that is still alive, or dead but not
+reaped by the ingest's own processes, when the command exits is re-parented to the subreaper and
+listed. Before the fix a pooled ingest left two (the multiprocessing forkserver and resource
+tracker). Checked on success, on an error in the ingesting process, and on SIGTERM, SIGINT and
+SIGHUP arriving while a worker is busy (the TRACELAKE_STALL_ON hook holds one unit in a pool
+worker), sent to the ingest alone or to its whole process group; the exit code is 128 + the
+signal's number, with one line, and the lake is left whole (a second run completes it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import REPO, write_trace
+
+import pipeline.ingest as ingest_mod
+from pipeline.ingest import pool_scope
+from pipeline.lake import Lake
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreaper: Linux")
+
+HELPER = REPO / "tests" / "subreaper.py"
+# the CLI, from a -c program (a worker re-imports a main *file*, not -c), optionally with the lake's
+# commit failing as a full disk or a lost mount would make it fail
+CLI = textwrap.dedent(
+    """
+    import os, sys
+    from pipeline.lake import Lake, LakeError
+    if os.environ.get("TEST_COMMIT_FAILS"):
+        def fail(self, staged, row):
+            raise LakeError(f"{self.root}: cannot write its rows (test)")
+        Lake.commit = fail
+    from pipeline.cli import app
+    sys.argv[0] = "tracelake"
+    app()
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Two ranks of one run, together above the size that takes the process pool (whitespace
+    pads them: cheap to parse)."""
+    d = tmp_path_factory.mktemp("in") / "job"
+    for r in range(2):
+        ev = [
+            {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 1000 + 10 * i, "dur": 5,
+             "args": {"device": 0, "stream": 7}}
+            for i in range(20)
+        ]  # fmt: skip
+        f = write_trace(d / f"rank{r}.json", ev, distributedInfo={"rank": r, "world_size": 2})
+        f.write_bytes(f.read_bytes()[:-1] + b" " * (ingest_mod.PARALLEL_MIN_BYTES // 2 + 1) + b"}")
+    assert sum(f.stat().st_size for f in d.iterdir()) >= ingest_mod.PARALLEL_MIN_BYTES
+    return d
+
+
+def run(inputs: Path, lake: Path, *how: str, env: dict | None = None) -> dict:
+    """`tracelake ingest inputs --lake lake --jobs 2` under the subreaper; how: its options."""
+    cmd = [sys.executable, str(HELPER), *how, "--", sys.executable, "-c", CLI]
+    cmd += ["ingest", str(inputs), "--lake", str(lake), "--jobs", "2"]
+    p = subprocess.run(
+        cmd, cwd=REPO, env={**os.environ, **(env or {})}, capture_output=True, timeout=300, check=True
+    )
+    return json.loads(p.stdout)
+
+
+def statuses(lake: Path) -> list[tuple[str, str]]:
+    src = Lake(lake).sources()
+    return sorted((Path(p).name, s) for p, s in zip(src["path"], src["status"]))
+
+
+def test_success_leaves_nothing(inputs, tmp_path):
+    r = run(inputs, tmp_path / "lake")
+    assert r["rc"] == 0, r["output"]
+    assert r["left"] == []
+    assert statuses(tmp_path / "lake") == [("rank0.json", "ok"), ("rank1.json", "ok")]
+
+
+def stalled(tmp_path) -> tuple[dict, Path]:
+    mark = tmp_path / "stalled"
+    return {"TRACELAKE_STALL_ON": "rank1.json", "TRACELAKE_STALL_MARK": str(mark)}, mark
+
+
+def test_an_error_in_the_ingest_leaves_nothing(inputs, tmp_path):
+    """The lake cannot be written while a worker still parses the other file."""
+    env, mark = stalled(tmp_path)
+    r = run(inputs, tmp_path / "lake", env={**env, "TEST_COMMIT_FAILS": "1"})
+    assert r["rc"] == 4, r["output"]
+    assert r["output"].splitlines() == [f"error: {tmp_path / 'lake'}: cannot write its rows (test)"]
+    assert r["left"] == []
+    worker = int(mark.read_text())
+    assert worker != r["pid"] and not Path(f"/proc/{worker}").exists()  # a pool worker, gone
+
+
+@pytest.mark.parametrize(
+    "sig, group",
+    [("TERM", False), ("TERM", True), ("INT", True), ("HUP", True)],
+    ids=["sigterm", "sigterm-to-group", "ctrl-c", "hang-up-to-group"],
+)
+def test_a_signal_mid_ingest_leaves_nothing(sig, group, inputs, tmp_path):
+    env, mark = stalled(tmp_path)
+    lake = tmp_path / "lake"
+    r = run(inputs, lake, "--signal", sig, "--when", str(mark), *(["--group"] if group else []), env=env)
+    signum = getattr(signal, "SIG" + sig)
+    assert r["rc"] == 128 + signum, r["output"]
+    assert r["left"] == []
+    (line,) = r["output"].splitlines()
+    m = re.fullmatch(
+        rf"error: interrupted by SIG{sig}: what was ingested before it \((\d) file\(s\)\) stays in the "
+        "lake; run the same command again to ingest the rest",
+        line,
+    )
+    assert m, line
+    worker = int(mark.read_text())
+    assert worker != r["pid"] and not Path(f"/proc/{worker}").exists()
+    assert ("rank1.json", "ok") not in statuses(lake)
+    assert len(statuses(lake)) == int(m[1])  # rank0.json or nothing, as the line says
+    if sig == "TERM" and not group:  # the lake is whole: the same ingest again completes it
+        again = run(inputs, lake)
+        assert again["rc"] == 0 and again["left"] == [], again["output"]
+        assert statuses(lake) == [("rank0.json", "ok"), ("rank1.json", "ok")]
+
+
+def _deaf_sleeper(mark: str) -> None:
+    """A worker's unit that does not answer SIGTERM (as one deep in native code may not)."""
+    import time
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(mark).write_text(str(os.getpid()))
+    time.sleep(300)
+
+
+def test_a_worker_deaf_to_sigterm_is_killed_and_waited_for(tmp_path, monkeypatch):
+    """process_pool() left by an exception: a worker still running after the grace period gets
+    SIGKILL and is waited for; helpers_stopped() then stops the forkserver it started."""
+    import concurrent.futures as cf
+    import multiprocessing
+    import time
+    from multiprocessing import forkserver
+
+    monkeypatch.setattr(pool_scope, "STOP_GRACE_S", 0.5)
+    ctx = multiprocessing.get_context("forkserver")
+    mark = tmp_path / "running"
+    with pool_scope.helpers_stopped():
+        with pytest.raises(KeyboardInterrupt):
+            with pool_scope.process_pool(1, ctx, None, ()) as pool:
+                fut = pool.submit(_deaf_sleeper, str(mark))
+                while not mark.exists() and not fut.done():
+                    time.sleep(0.01)
+                procs = list(pool._processes.values())
+                raise KeyboardInterrupt
+        server = forkserver._forkserver._forkserver_pid
+        assert server is not None
+    # ended (SIGTERM alone would not end it) and reaped; the exit status itself is -9, or 255 when
+    # the pool's own thread read it first (multiprocessing's forkserver reports it once)
+    assert [p.exitcode in (-signal.SIGKILL, 255) for p in procs] == [True]
+    assert not Path(f"/proc/{procs[0].pid}").exists()
+    assert isinstance(fut.exception(), cf.process.BrokenProcessPool)
+    assert forkserver._forkserver._forkserver_pid is None and not Path(f"/proc/{server}").exists()
