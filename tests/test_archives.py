@@ -269,11 +269,12 @@ def test_exclude_on_the_command_line(tmp_path):
     assert r.exit_code == 2 and "empty pattern" in r.output, r.output
 
 
-def test_a_zip_with_two_members_of_one_name_refuses_both_and_says_why(tmp_path):
+def test_a_zip_with_two_members_of_one_name_refuses_the_name_once_and_says_why(tmp_path):
     """A zip whose entries job/rank0.json are PARAM's DLRM worker0 and then worker1 (zipfile
     writes both; it opens a name as its last entry): both used to be read as worker1, the first
-    then skipped as 'already in the lake', so worker0's rank was lost unsaid. Both are refused,
-    one line each naming the duplicate; the other member of the zip is ingested."""
+    then skipped as 'already in the lake', so worker0's rank was lost unsaid. The name is refused
+    once (one result, one line, one `sources` row: both would be archive!job/rank0.json), saying
+    how many entries hold it; the other member of the zip is ingested."""
     import warnings
 
     from pipeline.ingest import ingest_paths
@@ -289,9 +290,33 @@ def test_a_zip_with_two_members_of_one_name_refuses_both_and_says_why(tmp_path):
     res = ingest_paths([z], Lake(tmp_path / "lake"), jobs=1)
     assert sorted((r.status, r.path.rsplit("!", 1)[-1]) for r in res) == [
         ("failed", "job/rank0.json"),
-        ("failed", "job/rank0.json"),
         ("ok", "job/rank2.json"),
     ]
     for r in res:
         if r.status == "failed":
-            assert "the zip holds 2 members of this name" in r.error and "\n" not in r.error
+            assert r.error == ("the zip holds 2 members of this name: which one is meant is unclear; refused")
+
+
+def test_a_zip_of_200_entries_of_one_name_is_one_line_and_counted_once(tmp_path):
+    """200 entries named rank0.json (issue 39 item 13): 200 identical 'failed' lines and 'failed
+    200' for what is one `sources` row; now one line, failed 1, exit 4."""
+    import warnings
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    z = tmp_path / "dup.zip"
+    with zipfile.ZipFile(z, "w") as f, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(200):
+            f.writestr("rank0.json", b'{"traceEvents": []}')
+    r = CliRunner().invoke(app, ["ingest", str(z), "--lake", str(tmp_path / "lake"), "-j", "1"])
+    assert r.exit_code == 4, r.output
+    assert r.output.splitlines() == [
+        f"failed {z}!rank0.json: the zip holds 200 members of this name: which one is meant is "
+        "unclear; refused",
+        f"ingested 0, failed 1, skipped 0 (already in the lake) -> {tmp_path / 'lake'}",
+    ]
+    rows = connect(Lake(tmp_path / "lake")).execute("SELECT path, status FROM sources").fetchall()
+    assert rows == [(f"{z}!rank0.json", "failed")]

@@ -275,22 +275,25 @@ def list_members(path: Path, kind: str) -> list:
                 f"{size} bytes (TRACELAKE_MAX_COMPRESSION_RATIO); refusing a possible zip bomb"
             )
         # a zip may hold several entries of one name; zipfile opens a name as its last entry, so
-        # each would be read as that one (and all but one skipped as the same content): refused
+        # each would be read as that one (and all but one skipped as the same content): refused,
+        # once for the name (they would share one `sources` row: archive!member)
         names: dict[str, int] = {}
         for i in infos:
             names[i.filename] = names.get(i.filename, 0) + 1
+        listed: set[str] = set()
         for i in infos:
-            if i.is_dir() or not wanted(i.filename):
+            if i.is_dir() or not wanted(i.filename) or i.filename in listed:
                 continue
+            listed.add(i.filename)
             mode = (i.external_attr >> 16) & 0o170000
-            why = classify_member(i.filename) or (
-                "a link member; refused" if mode and stat.S_ISLNK(mode) else None
-            )
+            why = classify_member(i.filename)
             if why is None and names[i.filename] > 1:
                 why = (
                     f"the zip holds {names[i.filename]} members of this name: which one is meant is "
                     "unclear; refused"
                 )
+            if why is None and mode and stat.S_ISLNK(mode):
+                why = "a link member; refused"
             if why is None and i in shared:
                 why = (
                     f"its bytes overlap member {shared[i]} (zip entries that share data inflate it again "
