@@ -30,6 +30,8 @@ SchemaError (pipeline/schema.py) if a result does not conform, OSError from the 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -43,6 +45,14 @@ from .lake import Lake, Staged
 from .parts import write_parquet
 
 MIN_GPU_ROWS = 20_000
+# DuckDB's memory limit for the per-source connection (_bound_memory): step_time.sql's sweep (one
+# window over every edge of the source) cannot spill, and needed between 0.6 and 1 GB for a
+# 2 GB trace of 3.5 M kernels (benchmarks/ingest_memory.py); past the limit the source gets no
+# stored results (a note) and analysis computes those metrics in full
+MEMORY_LIMIT = "1GB"
+# sources of more GPU activities than this run the stored files one at a time, each with the
+# whole memory limit
+SERIAL_ROWS = 500_000
 # DuckDB threads of the per-source connection, and files run side by side (_run_stored); None:
 # every core. A process-pool worker of ingest sets its share of the cores
 # (pipeline/ingest/executors.py init_worker).
@@ -78,13 +88,18 @@ LOCAL_SKIP_VIEWS = (
 
 
 def compute(
-    files: dict[str, list[str]], source_id: str, min_rows: int | None = None, status: str = "ok"
+    files: dict[str, list[str]],
+    source_id: str,
+    min_rows: int | None = None,
+    status: str = "ok",
+    spill_dir: Path | None = None,
 ) -> dict[str, pa.Table]:
     """The local_* tables (local_results included) of one source whose parts are `files` (table
     -> Parquet files of the current schema; status: its sources status, ok or partial, when
     `files` has no sources part), conformed to the schema; {} when the source gets
     none: no GPU activities in it, fewer than min_rows (None: MIN_GPU_ROWS), or more than one
-    rank."""
+    rank. spill_dir: where DuckDB may spill past MEMORY_LIMIT (a fresh directory, removed here;
+    None: one under the system's temporary directory)."""
     if not files.get("gpu_activities"):
         return {}
     min_rows = MIN_GPU_ROWS if min_rows is None else min_rows
@@ -92,7 +107,9 @@ def compute(
     if sum(pq.ParquetFile(f).metadata.num_rows for f in files["gpu_activities"]) < min_rows:
         return {}
     con = query.connect(None, parts=files, derived_views=False, metric_views=False, threads=THREADS)
+    spill = Path(tempfile.mkdtemp(prefix="spill-", dir=spill_dir))
     try:
+        _bound_memory(con, spill)
         n, ranks, run_id = con.execute(
             "SELECT count(*), count(DISTINCT rank), any_value(run_id) FROM gpu_activities"
         ).fetchall()[0]
@@ -119,10 +136,15 @@ def compute(
                 f"SELECT {lit[0]}::VARCHAR AS run_id, {lit[1]}::VARCHAR AS source_id, "
                 f"{lit[2]}::VARCHAR AS status"
             )
-        out = {t: df.with_columns(pl.lit(source_id).alias("source_id")) for t, df in _run_stored(con).items()}
+        workers = 1 if n > SERIAL_ROWS else None
+        out = {
+            t: df.with_columns(pl.lit(source_id).alias("source_id"))
+            for t, df in _run_stored(con, workers).items()
+        }
         rank = con.execute("SELECT any_value(rank) FROM gpu_activities").fetchall()[0][0]
     finally:
         con.close()
+        shutil.rmtree(spill, ignore_errors=True)
     version = query.local_sql_version()
     out["local_results"] = pl.DataFrame(
         {"run_id": [run_id], "source_id": [source_id], "rank": [rank], "sql_version": [version]}
@@ -130,8 +152,18 @@ def compute(
     return {t: sch.conform(t, df.to_arrow()) for t, df in out.items()}
 
 
-def _run_stored(con) -> dict[str, pl.DataFrame]:
-    """Table -> the rows of its STORED file on `con`, the files run QUERY_WORKERS at a time on
+def _bound_memory(con, spill: Path) -> None:
+    """Cap the per-source connection's memory at MEMORY_LIMIT, spilling what does not fit to
+    `spill` (DuckDB's temp_directory): the stored files sort and window every GPU activity of the
+    source, and unbounded they took 2.2 GB for a 0.5 GB trace of 0.9 M kernels (issue 40;
+    benchmarks/ingest_memory.py)."""
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+    con.execute(f"SET temp_directory = '{str(spill).replace(chr(39), chr(39) * 2)}'")
+
+
+def _run_stored(con, workers: int | None = None) -> dict[str, pl.DataFrame]:
+    """Table -> the rows of its STORED file on `con`, the files run `workers` (None:
+    QUERY_WORKERS) at a time on
     cursors of the connection (query.on_cursors), longest first. Most of these files are one sort
     and a window without PARTITION BY over the source's activities, which DuckDB runs on one
     thread: two side by side took the ten files from 1.11-1.26 s to 0.72-0.94 s for a rank of 37k
@@ -143,7 +175,7 @@ def _run_stored(con) -> dict[str, pl.DataFrame]:
         con,
         lambda c, t: pl.from_arrow(c.sql(texts[t]).to_arrow_table()),
         order,
-        min(QUERY_WORKERS, THREADS or os.cpu_count() or 1),
+        min(workers or QUERY_WORKERS, THREADS or os.cpu_count() or 1),
     )
     return {t: got[t] for t in STORED}
 
@@ -154,7 +186,8 @@ def stage_local(staged: Staged, status: str = "ok", min_rows: int | None = None)
     status the source will be committed with (ok, partial)."""
     d = Path(staged.dir)
     files = {t: [str(d / f"{t}.parquet")] for t in staged.tables}
-    for t, tbl in compute(files, staged.source_id, min_rows, status).items():
+    # DuckDB spills beside the staged source, on the lake's file system (<lake>/.tmp)
+    for t, tbl in compute(files, staged.source_id, min_rows, status, spill_dir=d.parent).items():
         write_parquet(tbl, d / f"{t}.parquet")
         staged.tables.append(t)
 
@@ -182,7 +215,11 @@ def backfill(lake: Lake, min_rows: int | None = None) -> int:
                 p = lake.root / t / run_dir / f"{sid}.parquet"
                 if p.exists():
                     files[t] = [str(p)]
-            res = compute(files, sid, min_rows)
+            scratch = lake.scratch()
+            try:
+                res = compute(files, sid, min_rows, spill_dir=scratch)
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
             for t in (*TABLES, "local_results") if res else ():
                 dest = lake.root / t / run_dir / f"{sid}.parquet"
                 dest.parent.mkdir(parents=True, exist_ok=True)

@@ -251,3 +251,26 @@ def test_reingest_and_forget_remove_a_sources_results(small_lake, monkeypatch):
     assert n == 1
     assert len(small_lake.table_files("local_results")) == before - 1
     assert len(small_lake.table_files("local_breakdown")) == before - 1
+
+
+def test_memory_capped_results_and_the_fallback(tmp_path, monkeypatch):
+    """The per-source connection is capped (local.MEMORY_LIMIT, issue 40): with a cap DuckDB must
+    spill under (32 MB) and the stored files run one at a time (SERIAL_ROWS 0), the results still
+    equal the full files; with a cap no query fits in (1 MB), the source is ingested without
+    results and a note, the analysis equals that of a lake without them, and no spill directory is
+    left in the lake."""
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 0)
+    monkeypatch.setattr(local, "SERIAL_ROWS", 0)
+    monkeypatch.setattr(local, "MEMORY_LIMIT", "32MB")
+    capped = Lake(tmp_path / "capped")
+    assert {r.status for r in ingest_paths([corpus(*DLRM)], capped, jobs=1)} == {"ok"}
+    _same_as_full(capped)
+    monkeypatch.setattr(local, "MEMORY_LIMIT", "1MB")
+    starved = Lake(tmp_path / "starved")
+    res = ingest_paths([corpus(*DLRM)], starved, jobs=1)
+    assert {r.status for r in res} == {"ok"}
+    assert all(any("per-source metric results not stored" in n for n in r.notes) for r in res)
+    assert not _uses_local(query.connect(starved))
+    a, b = analyze(starved), analyze(capped)
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+    assert not list((starved.root / ".tmp").glob("*")) and not list((capped.root / ".tmp").glob("*"))

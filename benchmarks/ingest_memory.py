@@ -1,0 +1,145 @@
+"""Peak memory of one rank file's ingest, by event count (issue 40): a Kineto trace of many small
+events, generated here, ingested by `tracelake ingest` in a child process.
+
+The trace (the shape the issue measured): one rank, STEPS ProfilerSteps of KERNELS_PER_STEP
+kernels each; every kernel has its `aten::mm` cpu_op (External id), its `cudaLaunchKernel`
+(correlation) and the kernel itself on stream 7, about 200 bytes an event; written as a stream
+(never held in memory), gzip level 1 when the name ends in .gz. `--gb X` sizes the JSON by its
+uncompressed bytes.
+
+  python benchmarks/ingest_memory.py [--gb 1 --gb 2] [--work DIR] [--keep]
+
+For each size: the JSON's bytes and events, the ingest's wall seconds and the child's peak RSS
+(wait4's ru_maxrss: the ingest process; with --jobs 1 nothing else), the peak RSS per GB of JSON
+and per million events, and an RSS timeline sampled every 0.5 s from /proc (the stage it is in
+is not known from outside: the timeline shows where it grows). Not a test: numbers depend on the
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+KERNELS_PER_STEP = 30_000
+US_PER_KERNEL = 10  # each kernel 6 µs, launched 10 µs apart
+
+
+def write_trace(path: Path, target_bytes: int) -> tuple[int, int]:
+    """Write the trace to `path` (gzip level 1 for .gz) until about target_bytes of JSON; returns
+    (bytes of JSON written, events)."""
+    opener = (
+        (lambda p: gzip.open(p, "wt", compresslevel=1)) if path.suffix == ".gz" else (lambda p: open(p, "w"))
+    )
+    head = (
+        '{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1}, '
+        '"deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, '
+        '"computeMinor": 0, "totalGlobalMem": 85899345920}],\n"traceEvents": [\n'
+    )
+    written, events, step, first = 0, 0, 0, True
+    with opener(path) as f:
+        f.write(head)
+        written += len(head)
+        t0 = 1_700_000_000_000_000
+        while written < target_bytes:
+            step += 1
+            s0 = t0 + (step - 1) * (KERNELS_PER_STEP * US_PER_KERNEL + 1000)
+            span = KERNELS_PER_STEP * US_PER_KERNEL + 500
+            lines = [
+                f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{step}", "pid": 10, '
+                f'"tid": 10, "ts": {s0}, "dur": {span}}}'
+            ]
+            for k in range(KERNELS_PER_STEP):
+                i = (step - 1) * KERNELS_PER_STEP + k + 1
+                ts = s0 + 10 + k * US_PER_KERNEL
+                lines.append(
+                    f'{{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 10, "tid": 10, "ts": {ts}, '
+                    f'"dur": 4, "args": {{"External id": {i}}}}}'
+                )
+                lines.append(
+                    f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 10, "tid": 10, '
+                    f'"ts": {ts + 1}, "dur": 2, "args": {{"External id": {i}, "correlation": {i}}}}}'
+                )
+                lines.append(
+                    f'{{"ph": "X", "cat": "kernel", "name": "sm90_xmma_gemm_bf16bf16_bf16f32", "pid": 0, '
+                    f'"tid": 7, "ts": {ts + 5}, "dur": 6, "args": {{"device": 0, "stream": 7, '
+                    f'"correlation": {i}, "External id": {i}, "grid": [132, 1, 1], "block": [384, 1, 1]}}}}'
+                )
+            chunk = ("" if first else ",\n") + ",\n".join(lines)
+            first = False
+            f.write(chunk)
+            written += len(chunk)
+            events += len(lines)
+        tail = "\n]}\n"
+        f.write(tail)
+        written += len(tail)
+    return written, events
+
+
+def ingest(trace: Path, lake: Path) -> tuple[float, float, list[tuple[float, float]]]:
+    """(wall seconds, peak RSS MB, [(seconds, RSS MB)]) of `tracelake ingest --jobs 1` in a child."""
+    exe = shutil.which("tracelake", path=str(Path(sys.executable).parent)) or "tracelake"
+    t = time.monotonic()
+    p = subprocess.Popen(
+        [exe, "ingest", str(trace), "--lake", str(lake), "--jobs", "1"], stdout=subprocess.DEVNULL
+    )
+    samples: list[tuple[float, float]] = []
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            try:
+                for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                    if ln.startswith("VmRSS:"):
+                        samples.append((time.monotonic() - t, int(ln.split()[1]) / 1024))
+            except OSError:
+                pass
+            stop.wait(0.5)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    _, status, ru = os.wait4(p.pid, 0)
+    stop.set()
+    th.join()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"ingest of {trace} failed: exit {os.waitstatus_to_exitcode(status)}")
+    return time.monotonic() - t, ru.ru_maxrss / 1024, samples
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gb", type=float, action="append", help="JSON size in GB (1e9 bytes); repeatable")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/ingest-memory"))
+    ap.add_argument("--keep", action="store_true", help="keep the traces and lakes")
+    a = ap.parse_args()
+    sizes = a.gb or [1.0, 2.0]
+    a.work.mkdir(parents=True, exist_ok=True)
+    print(f"{'JSON GB':>8} {'events M':>9} {'ingest s':>9} {'peak MB':>9} {'MB/GB':>7} {'MB/M ev':>8}")
+    for gb in sizes:
+        trace = a.work / f"rank0_{gb:g}gb.json.gz"
+        lake = a.work / f"lake_{gb:g}gb"
+        shutil.rmtree(lake, ignore_errors=True)
+        nbytes, events = write_trace(trace, int(gb * 1e9))
+        secs, peak, samples = ingest(trace, lake)
+        print(
+            f"{nbytes / 1e9:8.2f} {events / 1e6:9.2f} {secs:9.1f} {peak:9.0f} {peak / (nbytes / 1e9):7.0f} "
+            f"{peak / (events / 1e6):8.0f}",
+            flush=True,
+        )
+        step = max(1, len(samples) // 20)
+        print("  RSS MB over time: " + ", ".join(f"{s:.0f}s {m:.0f}" for s, m in samples[::step]))
+        if not a.keep:
+            trace.unlink()
+            shutil.rmtree(lake, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
