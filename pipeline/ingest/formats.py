@@ -36,3 +36,12 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 REPORT_MAGIC = b"NVIDIA Tegra Profiler Report"  # first line of .nsys-rep / .qdrep
 # members that mark a zip as an nsys-jax archive rather than an archive of traces
 NSYS_JAX_MEMBER_SUFFIXES = (".parquet", ".nsys-analysis", ".hlo.pb.xz")
+
+# the files SQLite keeps beside a database (sqlite.org/fileformat.html section 4, walformat.html):
+# a write-ahead log ("-wal") holds committed pages not yet copied into the database file (its
+# 32-byte header alone holds none); a rollback journal ("-journal") whose header starts with its
+# magic holds the pages a transaction cut short overwrote, to be put back
+SQLITE_SIDECARS = ("-wal", "-journal")
+WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
+WAL_HEADER_BYTES = 32
+JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"

@@ -28,6 +28,7 @@ from . import archive as arc
 from . import kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
+from .formats import SQLITE_SIDECARS
 from .rows import (
     MAX_RANK,
     Options,
@@ -48,12 +49,20 @@ LOG_SPOOL_BYTES = 64 << 20  # a text log's built rows kept in memory up to this,
 
 def _identity(path: str) -> tuple | None:
     """What tells a file's bytes changed between two reads of it: (device, inode, size, mtime in
-    ns); None when it cannot be stat'ed."""
+    ns), and the same of the files SQLite keeps beside a database (an Nsight Systems export's
+    write-ahead log is read with it); None when it cannot be stat'ed."""
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    side = []
+    for suffix in SQLITE_SIDECARS:
+        try:
+            s = os.stat(os.path.realpath(path) + suffix)
+            side.append((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns))
+        except OSError:
+            side.append(None)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, *side
 
 
 def prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Prepared:
@@ -350,8 +359,12 @@ def prepare_nsys(
     name: str | None = None,
     sha: str | None = None,
 ) -> Prepared:
+    from . import nsys  # imported for an export only (40 ms of every other ingest's start-up)
+
     t0 = time.time_ns()
-    sha = sha or content_sha256(path) or hashlib.sha256(("unreadable:" + display).encode()).hexdigest()
+    if sha is None and (sha := content_sha256(path)) and fmt == "nsys_sqlite":
+        sha = nsys.readers.content_sha256(sha, path)  # with its write-ahead log's rows, if any
+    sha = sha or hashlib.sha256(("unreadable:" + display).encode()).hexdigest()
     source_id = sha[:16]
     size = _size(path)
     if not opts.force and is_done(done, sha, run_id, opts.run is None):
@@ -359,8 +372,6 @@ def prepare_nsys(
     base = base_row(display, run_id, sha, size, fmt, t0)
     scratch = lake.scratch()
     try:
-        from . import nsys  # imported for an export only (40 ms of every other ingest's start-up)
-
         with nsys.open_export(
             path,
             fmt,

@@ -3,7 +3,9 @@
 Inputs (../shared/reference/nsys.md):
 - SQLite exports (`nsys export --type sqlite`) of any schema version: the version is read from
   META_DATA_EXPORT or the older EXPORT_META_DATA; columns are selected by name (missing ones read
-  as NULL); tables may be missing (lazy exports). Opened read-only and immutable, never modified.
+  as NULL); tables may be missing (lazy exports). Opened read-only and immutable, never modified;
+  one whose write-ahead log still holds rows (or with the journal of a transaction cut short) is
+  read with them from a private copy (.readers sidecars), and its content hash covers them.
 - parquetdir exports (a `<name>_pqtdir/` folder, one `<TABLE>.parquet` per table).
 - `.nsys-rep` / `.qdrep` reports: converted with `nsys export --type sqlite` when nsys is on PATH,
   else NsysError naming the command to run.
@@ -106,9 +108,9 @@ def open_export(
         check_regex(step_regex)
     notes: list[str] = []
     if fmt == "nsys_rep":
-        ex = _Sqlite(_convert_report(path, scratch, notes))
+        ex = _Sqlite(_convert_report(path, scratch, notes), scratch)
     elif fmt == "nsys_sqlite":
-        ex = _Sqlite(path)
+        ex = _Sqlite(path, scratch)
     elif fmt == "nsys_parquetdir":
         ex = _ParquetDir(path)
     elif fmt == "nsys_jax":
@@ -118,6 +120,7 @@ def open_export(
         return
     else:
         raise ValueError(f"not an nsys format: {fmt}")
+    notes += ex.notes
     con = duckdb.connect(str(scratch / "stage.duckdb"))
     try:
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")

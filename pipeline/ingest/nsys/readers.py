@@ -1,10 +1,22 @@
-"""Export readers: table, column and record-batch access to an SQLite export (_Sqlite, opened
-read-only and immutable) or a parquetdir export (_ParquetDir), plus the small-table helper
-_small. Both readers give the same interface: kind, bad_utf8, bad_values, tables(),
-columns(table), batches(table, cols, where), payload_rows(), close()."""
+"""Export readers: table, column and record-batch access to an SQLite export (_Sqlite) or a
+parquetdir export (_ParquetDir), plus the small-table helper _small. Both readers give the same
+interface: kind, bad_utf8, bad_values, notes, tables(), columns(table), batches(table, cols,
+where), payload_rows(), close().
+
+An SQLite export is opened read-only and immutable (no lock taken, nothing written beside it),
+which makes SQLite read the database file alone. When SQLite keeps part of the database beside it
+(sidecars(): a write-ahead log holding committed rows not yet copied into the file, or the
+rollback journal of a transaction cut short), the file alone is not the database: the export is
+then copied, with those files, into the ingest's scratch directory and the copy is opened as
+SQLite opens any database (the log's rows read, the cut-short transaction rolled back), so the
+user's files are still never changed; a note says so.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import sqlite3
 from pathlib import Path
 from typing import Iterator
@@ -12,6 +24,7 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..formats import JOURNAL_MAGIC, SQLITE_SIDECARS, WAL_HEADER_BYTES, WAL_MAGIC
 from .export import CHUNK_ROWS, NsysError
 from .stage import I64, STR
 
@@ -31,20 +44,104 @@ def _message(e: UnicodeDecodeError) -> str:
     return obj.decode("utf-8", "replace") if isinstance(obj, (bytes, bytearray)) else str(e)
 
 
+def sidecars(path: Path) -> list[Path]:
+    """The files beside the SQLite database at `path` that hold part of it (module doc): its
+    write-ahead log when that has a frame, its rollback journal when that holds a transaction cut
+    short (its header not zeroed). Looked for where SQLite looks: beside the file the path
+    resolves to. NsysError (one line, naming it) for one that exists but cannot be read."""
+    out = []
+    real = os.path.realpath(path)
+    for suffix in SQLITE_SIDECARS:
+        f = Path(real + suffix)
+        try:
+            with open(f, "rb") as fh:
+                head, size = fh.read(WAL_HEADER_BYTES), os.fstat(fh.fileno()).st_size
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise NsysError(
+                f"its {'write-ahead log' if suffix == '-wal' else 'rollback journal'} {f} cannot be read "
+                f"({e.strerror or e}), so the database cannot be read whole"
+            ) from None
+        if (suffix == "-wal" and size > WAL_HEADER_BYTES and head[:4] in WAL_MAGIC) or (
+            suffix == "-journal" and head[:8] == JOURNAL_MAGIC
+        ):
+            out.append(f)
+    return out
+
+
+def content_sha256(sha: str, path: Path) -> str:
+    """The content hash of an SQLite export whose file hashes to `sha`: `sha` itself when the file
+    is the whole database, else a hash of it and of its sidecars' bytes (a log that grows is new
+    content). A sidecar that cannot be read counts as absent here (the reader fails the file)."""
+    try:
+        side = sidecars(path)
+    except NsysError:
+        return sha
+    if not side:
+        return sha
+    h = hashlib.sha256(sha.encode())
+    for f in side:
+        h.update(f.name[len(os.path.basename(os.path.realpath(path))) :].encode() + b"\x00")
+        try:
+            with open(f, "rb") as fh:
+                while block := fh.read(1 << 20):
+                    h.update(block)
+        except OSError:
+            pass
+    return h.hexdigest()
+
+
+def _uri(path: Path, query: str) -> str:
+    """An SQLite URI naming `path` exactly (%, ? and # in it escaped)."""
+    escaped = str(path.absolute()).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    return f"file:{escaped}?{query}"
+
+
+def _stat(f: Path) -> tuple:
+    st = os.stat(f)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _private_copy(path: Path, side: list[Path], scratch: Path) -> Path:
+    """Copy the database at `path` and its sidecars into a new directory under `scratch`; the
+    copy's path. NsysError when a file changes while it is copied (still being written)."""
+    real = Path(os.path.realpath(path))
+    d = scratch / "sqlite-copy"
+    d.mkdir()
+    dest = d / "export.sqlite"
+    pairs = [(real, dest)] + [(f, Path(str(dest) + f.name[len(real.name) :])) for f in side]
+    before = [_stat(src) for src, _ in pairs]
+    for src, to in pairs:
+        shutil.copyfile(src, to)
+    if [_stat(src) for src, _ in pairs] != before:
+        raise NsysError(
+            "the database or the files SQLite keeps beside it changed while they were read (a program is "
+            "still writing it?): ingest it again once that program has closed it"
+        )
+    return dest
+
+
 class _Sqlite:
     kind = "nsys_sqlite"
     views: list[str]  # the names of the views in the file, never read
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, scratch: Path | None = None):
+        """Open the export at `path` (module doc); scratch: where a private copy may go (without
+        one, an export with sidecars is refused). NsysError (one line) when it cannot be read."""
         self.path = path
         self.bad_utf8 = 0
         self.bad_values: dict[str, int] = {}  # "TABLE.column" -> values not of the column's type
+        self.notes: list[str] = []
+        side = sidecars(path)
+        if side and scratch is None:
+            raise NsysError(f"part of the database is in {side[0]}; open it once with sqlite3 to fold it in")
         try:
-            uri = (
-                "file:"
-                + str(path.absolute()).replace("?", "%3f").replace("#", "%23")
-                + "?mode=ro&immutable=1"
-            )
+            if side:
+                uri = _uri(_private_copy(path, side, scratch), "mode=rw")  # our copy: SQLite may write it
+                self.notes += [_sidecar_note(f) for f in side]
+            else:
+                uri = _uri(path, "mode=ro&immutable=1")
             self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
             self.con.text_factory = self._text
             # real tables only: a view is SQL the file's author wrote, which can run for ever
@@ -116,6 +213,18 @@ class _Sqlite:
         self.con.close()
 
 
+def _sidecar_note(f: Path) -> str:
+    if f.name.endswith("-wal"):
+        return (
+            f"read with the {f.stat().st_size:,} bytes of its write-ahead log {f.name} (rows committed but "
+            "not yet copied into the database file), from a private copy: the files were not changed"
+        )
+    return (
+        f"its rollback journal {f.name} holds a transaction cut short: read as SQLite reads it, with "
+        "that transaction rolled back (from a private copy: the files were not changed)"
+    )
+
+
 class _ParquetDir:
     views: tuple[str, ...] = ()  # a parquetdir has no views
 
@@ -125,6 +234,7 @@ class _ParquetDir:
         self.path = path
         self.bad_utf8 = 0
         self.bad_values: dict[str, int] = {}  # Parquet columns are typed: stays empty
+        self.notes: list[str] = []
         self._files = {p.stem: p for p in path.glob("*.parquet")}
         if not self._files:
             raise NsysError("parquetdir export without any .parquet table")
