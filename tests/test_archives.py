@@ -320,3 +320,39 @@ def test_a_zip_of_200_entries_of_one_name_is_one_line_and_counted_once(tmp_path)
     ]
     rows = connect(Lake(tmp_path / "lake")).execute("SELECT path, status FROM sources").fetchall()
     assert rows == [(f"{z}!rank0.json", "failed")]
+
+
+def test_an_archive_that_holds_no_files_says_so(tmp_path):
+    """An empty .tar (10240 zero bytes) failed as 'not a Kineto trace, Nsight Systems export or
+    NCCL-family log', an empty .zip as 'not an nsys-jax archive' and an empty .tar.gz as not a
+    trace (issue 39 item 13): each fails with 'archive holds no files', as does a tar of a
+    directory alone; the trace beside them is ingested (exit 3)."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    d = tmp_path / "in"
+    d.mkdir()
+    buf = io.BytesIO()
+    tarfile.open(fileobj=buf, mode="w").close()
+    (d / "empty.tar").write_bytes(buf.getvalue())
+    (d / "empty.tar.gz").write_bytes(gzip.compress(buf.getvalue()))
+    with zipfile.ZipFile(d / "empty.zip", "w"):
+        pass
+    with tarfile.open(d / "dirs.tar", "w") as t:
+        info = tarfile.TarInfo("job")
+        info.type = tarfile.DIRTYPE
+        t.addfile(info)
+    (d / "rank0.json").write_bytes(corpus(*MEMBERS["job/worker2.json"]).read_bytes())
+    lake = tmp_path / "lake"
+    r = CliRunner().invoke(app, ["ingest", str(d), "--lake", str(lake), "-j", "1"])
+    assert r.exit_code == 3, r.output
+    failed = sorted(line for line in r.output.splitlines() if line.startswith("failed "))
+    assert failed == sorted(
+        f"failed {d / n}: archive holds no files"
+        for n in ("dirs.tar", "empty.tar", "empty.tar.gz", "empty.zip")
+    )
+    rows = (
+        connect(Lake(lake)).execute("SELECT status, count(*) FROM sources GROUP BY 1 ORDER BY 1").fetchall()
+    )
+    assert rows == [("failed", 4), ("ok", 1)]

@@ -41,6 +41,9 @@ from .streams import (
     open_regular,
 )
 
+# an archive whose member list holds no file (none at all, or directories only)
+EMPTY_ARCHIVE = "archive holds no files"
+
 # ------------------------------------------------------------------ inputs
 
 
@@ -266,6 +269,8 @@ def list_members(path: Path, kind: str) -> list:
                 infos = z.infolist()
         except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
             raise TraceError(f"corrupt or truncated zip ({e})") from None
+        if all(i.is_dir() for i in infos):
+            raise TraceError(EMPTY_ARCHIVE)
         shared = _overlapping(infos)
         total = sum(i.file_size for i in infos if not i.is_dir() and wanted(i.filename) and i not in shared)
         size = Path(path).stat().st_size
@@ -305,9 +310,11 @@ def list_members(path: Path, kind: str) -> list:
                 else MemberInput(archive, "zip", i.filename, i.compress_size, i.file_size)
             )
         return out
+    files = 0
     try:
         with tarfile.open(path, mode="r:") as t:
             for m in t:
+                files += not m.isdir()
                 if m.isdir() or not wanted(m.name):
                     continue
                 why = classify_member(m.name)
@@ -322,6 +329,8 @@ def list_members(path: Path, kind: str) -> list:
                 )
     except (tarfile.TarError, OSError, EOFError) as e:
         raise TraceError(f"corrupt or truncated tar ({e})") from None
+    if not files:
+        raise TraceError(EMPTY_ARCHIVE)
     return out
 
 
@@ -336,6 +345,7 @@ def stream_members(path: Path):
             t = tarfile.open(fileobj=inflate, mode="r|")
         except tarfile.TarError as e:
             raise TraceError(f"corrupt or truncated tar.gz ({e})") from None
+        files = 0
         with t:
             while True:
                 try:
@@ -344,6 +354,7 @@ def stream_members(path: Path):
                     raise TraceError(f"corrupt or truncated tar.gz ({e})") from None
                 if m is None:
                     break
+                files += not m.isdir()
                 if m.isdir() or not wanted(m.name):
                     continue
                 why = classify_member(m.name)
@@ -357,5 +368,7 @@ def stream_members(path: Path):
                 yield m, (None if why else t.extractfile(m)), why
             if inflate.truncated:
                 raise TraceError("corrupt or truncated gzip (the tar.gz ends before its end marker)")
+            if not files:
+                raise TraceError(EMPTY_ARCHIVE)
     finally:
         f.close()

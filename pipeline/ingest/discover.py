@@ -126,6 +126,8 @@ def sniff_path(path: Path) -> str | None:
                 names = [i.filename.lower() for i in z.infolist() if not i.is_dir()]
         except (zipfile.BadZipFile, OSError, ValueError, EOFError):
             return "nsys_jax"
+        if not names:  # an empty zip: no nsys-jax archive either (list_members says so)
+            return "zip"
         if any(n.endswith(NSYS_JAX_MEMBER_SUFFIXES) for n in names):
             return "nsys_jax"
         return "zip" if any(n.endswith(TRACE_SUFFIXES + LOG_SUFFIXES) for n in names) else "nsys_jax"
@@ -135,12 +137,21 @@ def sniff_path(path: Path) -> str | None:
                 block = streams.Inflate(f, limit=1 << 20).read(512)
         except (TraceError, OSError):
             return None
-        return "tar.gz" if len(block) == 512 and arc.is_tar_header(block) else None
-    if len(head) == 512 and arc.is_tar_header(head):
+        if len(block) == 512 and (arc.is_tar_header(block) or _empty_tar(block, path, (".tar.gz", ".tgz"))):
+            return "tar.gz"
+        return None
+    if len(head) == 512 and (arc.is_tar_header(head) or _empty_tar(head, path, (".tar",))):
         return "tar"
     if head.startswith(REPORT_MAGIC) or path.suffix.lower() in REPORT_SUFFIXES:
         return "nsys_rep"
     return None
+
+
+def _empty_tar(block: bytes, path: Path, suffixes: tuple) -> bool:
+    """Whether a file named like a tar starts with a zero block: a tar's end-of-archive marker
+    (POSIX ustar: two zero blocks), so an empty tar (tarfile.open(..., "w").close(): 10240 zero
+    bytes) is listed as one and said to hold no files, not read as a trace."""
+    return path.name.lower().endswith(suffixes) and not any(block)
 
 
 def needs_file(head: bytes, name: str) -> bool:
