@@ -273,3 +273,76 @@ def test_a_gz_that_is_not_gzip_says_so(tmp_path):
     plain = write_trace(tmp_path / "job2" / "rank0.json.gz", GOOD)
     (r,) = ingest_paths([plain], Lake(tmp_path / "lake2"))
     assert r.status == "ok"
+
+
+# --- issue 39 item 13: what is one clear line, or read ------------------------------------------
+
+NAMED = [
+    X("kernel", "gemm_é_核", 10, 5, pid=0, tid=7, stream=7, device=0, correlation=1),
+    X("cuda_runtime", "cudaLaunchKernel", 1, 2, correlation=1),
+]
+
+
+def test_json_with_a_bom_or_in_utf16_or_utf32_is_read(tmp_path):
+    """A UTF-8 byte order mark failed 'not valid JSON: ... invalid character (byte 0)', as did
+    UTF-16 JSON (PowerShell's `>` writes it): the mark is dropped, UTF-16 and UTF-32 (with a mark
+    or without, told by their zero bytes) decoded as read; each gives the rows of the UTF-8 file."""
+    text = json.dumps({"schemaVersion": 1, "traceEvents": NAMED}, ensure_ascii=False)
+    files = {
+        "plain": (text.encode(), []),
+        "bom": (b"\xef\xbb\xbf" + text.encode(), []),
+        "u16": (text.encode("utf-16"), ["UTF-16LE encoded JSON: decoded to UTF-8 as it was read"]),
+        "u16be": (text.encode("utf-16-be"), ["UTF-16BE encoded JSON: decoded to UTF-8 as it was read"]),
+        "u32": (text.encode("utf-32"), ["UTF-32LE encoded JSON: decoded to UTF-8 as it was read"]),
+    }
+    for d, (data, _) in files.items():
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "rank0.json").write_bytes(data)
+    lake = Lake(tmp_path / "lake")
+    res = {r.run_id: r for r in ingest_paths([tmp_path / d for d in files], lake, jobs=1)}
+    assert {d: (r.status, r.notes) for d, r in res.items()} == {
+        d: ("ok", notes) for d, (_, notes) in files.items()
+    }
+    rows = connect(lake).execute("SELECT run_id, name, start_ns, dur_ns FROM gpu_activities").fetchall()
+    assert sorted(rows) == sorted((d, "gemm_é_核", 10_000, 5_000) for d in files)
+
+
+def test_bytes_after_a_complete_trace_are_ignored_with_a_note(tmp_path):
+    """Bytes after the end of the JSON document failed the whole file ('trailing characters after
+    the traceEvents array'): the trace is kept (status ok, its rows), a note counts the bytes."""
+    doc = json.dumps({"schemaVersion": 1, "traceEvents": GOOD}).encode()
+    cases = {
+        "garbage": (
+            doc + b"\n\x00\x00garbage",
+            f"9 trailing bytes after the JSON document (from byte {len(doc) + 1}) were ignored",
+        ),
+        "twice": (
+            doc + doc,
+            f"{len(doc)} trailing bytes after the JSON document (from byte {len(doc)}) were ignored",
+        ),
+        "array": (
+            json.dumps(GOOD).encode() + b" ]}",
+            f"2 trailing bytes after the JSON document (from byte {len(json.dumps(GOOD)) + 1}) were ignored",
+        ),
+    }
+    for d, (data, _) in cases.items():
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "rank0.json").write_bytes(data)
+    lake = Lake(tmp_path / "lake")
+    res = {r.run_id: r for r in ingest_paths([tmp_path / d for d in cases], lake, jobs=1)}
+    assert {d: (r.status, r.notes) for d, r in res.items()} == {d: ("ok", [n]) for d, (_, n) in cases.items()}
+    con = connect(lake)
+    assert sorted(con.execute("SELECT run_id, count(*) FROM gpu_activities GROUP BY 1").fetchall()) == [
+        ("array", 1),
+        ("garbage", 1),
+        ("twice", 1),
+    ]
+    notes = con.execute("SELECT notes FROM sources WHERE run_id = 'garbage'").fetchone()[0]
+    assert notes == [cases["garbage"][1]]
+    # a document read whole (kineto.decode) ignores them the same way
+    from pipeline.ingest.kineto import decode
+
+    top, n = decode(b'{"traceEvents": []} xy')
+    assert top.trace_events == [] and n == [
+        "2 trailing bytes after the JSON document (from byte 20) were ignored"
+    ]

@@ -292,16 +292,17 @@ def test_kill_9_of_a_parallel_ingest_takes_its_workers_forkserver_and_tracker(tm
 # --- one huge Kineto event ---------------------------------------------------------------------
 
 
-def _trace_with(string_bytes: int) -> bytes:
-    """A Kineto trace of 2,000 small CPU ops with one op in the middle whose name is
-    `string_bytes` long (the 1 GiB-string event of the issue, scaled down with the limits)."""
+def _trace_with(string_bytes: int, at: int = 1000) -> bytes:
+    """A Kineto trace of 2,000 small CPU ops with one op (the `at`th, in the middle by default)
+    whose name is `string_bytes` long (the 1 GiB-string event of the issue, scaled down with the
+    limits)."""
     import json
 
     evs = [
         {"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1}
         for i in range(2000)
     ]
-    evs[1000]["name"] = "x" * string_bytes
+    evs[at]["name"] = "x" * string_bytes
     return json.dumps({"schemaVersion": 1, "traceEvents": evs}).encode()
 
 
@@ -319,11 +320,20 @@ def test_one_event_past_the_event_cap_fails_in_one_line(monkeypatch):
         assert ok.event_count == 2000
     finally:
         ok.close()
-    try:
-        kineto.parse_stream(io.BytesIO(_trace_with(3 << 20)).read, batch_bytes=64 << 10).close()
-        raise AssertionError("a 3 MiB event passed a 1 MiB cap")
-    except TraceError as e:
-        assert str(e).startswith("an event longer than 1 MB (or no end of an event) after byte ")
+    # the message gives the offset of the long event itself (issue 39 item 13: it gave the start
+    # of its batch, 'after byte 96' of a file whose events start there); the 2nd event too
+    for at in (1000, 1):
+        data = _trace_with(3 << 20, at)
+        start = data.index(b'"name": "xxx') - len(b'{"ph": "X", "cat": "cpu_op", ')
+        assert data[start : start + 1] == b"{"
+        try:
+            kineto.parse_stream(io.BytesIO(data).read, batch_bytes=64 << 10).close()
+            raise AssertionError("a 3 MiB event passed a 1 MiB cap")
+        except TraceError as e:
+            assert str(e) == (
+                f"an event longer than 1 MB (or no end of an event) at byte {start}: events are capped "
+                "at that size; not a trace?"
+            )
 
 
 # --- values SQLite let through: REAL or TEXT in INTEGER columns ------------------------------

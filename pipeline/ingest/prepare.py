@@ -162,7 +162,7 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         elif stream.truncated and (err is not None or parsed is None or parsed.event_count == 0):
             err = f"corrupt or truncated gzip (the stream ends early){': ' + err if err else ''}"
         base["uncompressed_bytes"] = stream.out_bytes if err is None else None
-        if parsed is not None and parsed.event_count == 0:
+        if parsed is not None and parsed.event_count == 0 and err is None:
             err = "trace has no events"
         elif parsed is not None and parsed.trace_start_ns is None and err is None:
             err = f"none of its {parsed.event_count} events has a readable time: nothing to store"

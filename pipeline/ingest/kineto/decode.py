@@ -8,6 +8,7 @@ the invalid-UTF-8 fallback), and NotKinetoError.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar, Union
 
 import msgspec
@@ -211,7 +212,8 @@ _FAST_DECODER = msgspec.json.Decoder(Union[_KTraceTagged, list[_TAGGED]])
 
 
 def decode(data: bytes) -> tuple[Any, list[str]]:
-    """Decode trace bytes; returns (KTrace | list[KEvent], notes). Raises TraceError."""
+    """Decode trace bytes; returns (KTrace | list[KEvent], notes). Bytes after the end of the JSON
+    document are ignored, with a note counting them. Raises TraceError."""
     notes: list[str] = []
     if not data or data[:64].isspace() and data.isspace():
         raise TraceError("empty file")
@@ -227,6 +229,13 @@ def decode(data: bytes) -> tuple[Any, list[str]]:
         raise TraceError(f"not a Kineto trace: wrong JSON shape ({e})") from None
     except msgspec.DecodeError as e:
         msg = str(e)
+        end = document_end(data)
+        if end is not None:
+            doc, notes = decode(data[:end])
+            notes.append(
+                f"{len(data) - end} trailing bytes after the JSON document (from byte {end}) were ignored"
+            )
+            return doc, notes
         if "UTF-8" in msg:
             repl = "\ufffd".encode()
             bad = data.count(repl)
@@ -250,3 +259,16 @@ def decode(data: bytes) -> tuple[Any, list[str]]:
             )
         raise NotKinetoError("not a Kineto trace: JSON object without 'traceEvents'")
     return doc, notes
+
+
+def document_end(data: bytes) -> int | None:
+    """Where the JSON document in `data` ends when bytes other than white space follow it (the
+    first of them), else None. msgspec finds it (a Raw value is skipped, not built; invalid UTF-8
+    inside strings does not stop it)."""
+    try:
+        msgspec.json.decode(data, type=msgspec.Raw)
+    except msgspec.DecodeError as e:
+        b = re.search(r"\(byte (\d+)\)", str(e))
+        if "trailing characters" in str(e) and b is not None:
+            return int(b.group(1)) - 1
+    return None

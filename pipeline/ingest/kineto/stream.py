@@ -3,18 +3,21 @@
 Owns: _Splitter (the traceEvents array cut into batches that msgspec decodes, every complete
 event of a truncated file kept) built on _Input (the byte window over `read`) and _Skeleton (the
 document around the array: the keys before and after it, and the whole-document fallback);
-_ArrayEnd and _fix_utf8; the size limits (BATCH_BYTES, READ_BYTES, HEAD_LIMIT, TAIL_LIMIT,
-MAX_EVENT_BYTES, IN_MEMORY_LIMIT).
+_ArrayEnd and _fix_utf8; reading JSON in another encoding than UTF-8 (_unicode, _Transcoded: a
+byte order mark dropped, UTF-16 and UTF-32 decoded as read); bytes after the end of the document
+(ignored, counted in a note: _Skeleton._trailing); the size limits (BATCH_BYTES, READ_BYTES,
+HEAD_LIMIT, TAIL_LIMIT, MAX_EVENT_BYTES, IN_MEMORY_LIMIT).
 """
 
 from __future__ import annotations
 
+import codecs
 import re
 
 import msgspec
 
 from ..errors import TraceError
-from .decode import _TAGGED, KEvent, KTrace, _TEv, _TSkipped, decode
+from .decode import _TAGGED, KEvent, KTrace, _TEv, _TSkipped, decode, document_end
 
 # ----------------------------------------------------------------------------- streaming split
 # A trace is read as a stream and its traceEvents array is decoded in batches of about
@@ -49,6 +52,77 @@ _NON_WS = re.compile(rb"[^ \t\r\n]")
 _BATCH_FAST = msgspec.json.Decoder(list[_TAGGED])
 _BATCH_GENERAL = msgspec.json.Decoder(list[KEvent])
 _TOP = msgspec.json.Decoder(KTrace)
+
+
+# JSON text in another Unicode encoding than UTF-8 (RFC 8259 section 8.1 requires UTF-8; RFC 4627
+# section 3 told the encodings apart by the zero bytes around the first, ASCII, character). A
+# UTF-8 byte order mark is dropped; UTF-16 and UTF-32 text, with or without one, is decoded to
+# UTF-8 as it is read (_Transcoded), so memory stays bounded as for UTF-8.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32LE"),  # before UTF-16LE: FF FE 00 00 starts with FF FE
+    (codecs.BOM_UTF32_BE, "utf-32-be", "UTF-32BE"),
+    (codecs.BOM_UTF8, None, None),
+    (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16LE"),
+    (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16BE"),
+)
+
+
+def _encoding(head: bytes) -> tuple[int, str | None, str | None]:
+    """(bytes of byte order mark to drop, Python codec, its name in a note) of JSON text starting
+    with `head` (its first 4 bytes); codec None: UTF-8."""
+    for bom, codec, name in _BOMS:
+        if head.startswith(bom):
+            return len(bom), codec, name
+    if len(head) == 4:
+        z = [b == 0 for b in head]
+        for pattern, codec, name in (
+            ([True, True, True, False], "utf-32-be", "UTF-32BE"),
+            ([False, True, True, True], "utf-32-le", "UTF-32LE"),
+            ([True, False, True, False], "utf-16-be", "UTF-16BE"),
+            ([False, True, False, True], "utf-16-le", "UTF-16LE"),
+        ):
+            if z == pattern:
+                return 0, codec, name
+    return 0, None, None
+
+
+class _Transcoded:
+    """read(n) -> UTF-8 bytes of a stream of UTF-16 or UTF-32 text (b'' at its end), decoded in
+    pieces of n bytes; what cannot be decoded (a lone surrogate, a cut-off last character) is
+    U+FFFD."""
+
+    def __init__(self, read, first: bytes, codec: str):
+        self.raw = read
+        self.pending = first
+        self.decoder = codecs.getincrementaldecoder(codec)("replace")
+        self.done = False
+
+    def read(self, n: int) -> bytes:
+        while not self.done:
+            raw, self.pending = self.pending or self.raw(max(n, 4)), b""
+            self.done = not raw
+            text = self.decoder.decode(raw, final=self.done)
+            if text:
+                return text.encode("utf-8")
+        return b""
+
+
+def _unicode(read, notes: list[str]):
+    """`read` as UTF-8: a UTF-8 byte order mark dropped, UTF-16 or UTF-32 text decoded (a note
+    says which)."""
+    head = b""
+    while len(head) < 4 and (b := read(4 - len(head))):
+        head += b
+    drop, codec, name = _encoding(head)
+    if codec is None:
+        rest = [head[drop:]]
+
+        def utf8(n: int) -> bytes:
+            return rest.pop() if rest and rest[0] else read(n)
+
+        return utf8
+    notes.append(f"{name} encoded JSON: decoded to UTF-8 as it was read")
+    return _Transcoded(read, head[drop:], codec).read
 
 
 def _fix_utf8(text) -> tuple[bytes, int]:
@@ -111,9 +185,9 @@ class _Skeleton(_Input):
     state a split leaves (`notes`, `utf8_fixed`, `truncated`, `tail_lost`, `unreadable_bytes`)."""
 
     def __init__(self, read):
-        super().__init__(read)
-        self.top: KTrace | None = None
         self.notes: list[str] = []
+        super().__init__(_unicode(read, self.notes))
+        self.top: KTrace | None = None
         self.utf8_fixed = 0
         self.truncated = False
         self.tail_lost = False
@@ -130,18 +204,22 @@ class _Skeleton(_Input):
             return _TOP.decode(text)
 
     def _tail(self, head: bytes | None, at: int) -> None:
-        """Decode the text after the array (Kineto writes baseTimeNanoseconds there)."""
+        """Decode the text after the array (Kineto writes baseTimeNanoseconds there). Bytes after
+        the end of the JSON document are ignored, counted in a note (_trailing)."""
         self._fill(at + TAIL_LIMIT + 1)
-        tail = bytes(self.buf[at:])
-        if len(tail) > TAIL_LIMIT:
-            raise TraceError(f"more than {TAIL_LIMIT >> 20} MB of JSON after the traceEvents array")
+        tail = bytes(self.buf[at : at + TAIL_LIMIT + 1])
         if head is None:  # bare event array
-            if tail.strip(_WS):
-                raise TraceError(
-                    f"not valid JSON: trailing characters after the event array at byte {self.off + at}"
-                )
+            m = _NON_WS.search(tail)
+            if m is not None:
+                self._trailing(at + m.start())
             self.top = KTrace()
             return
+        end = _document_end(head, tail)
+        if end is not None:
+            self._trailing(at + end)
+            tail = tail[:end]
+        elif len(tail) > TAIL_LIMIT:
+            raise TraceError(f"more than {TAIL_LIMIT >> 20} MB of JSON after the traceEvents array")
         try:
             self.top = self._decode_top(head + b"[]" + tail)
             return
@@ -168,6 +246,16 @@ class _Skeleton(_Input):
                 continue
         self.unreadable_bytes = len(tail)  # self.top stays what the head said
 
+    def _trailing(self, i: int) -> None:
+        """The JSON document ended before buf[i], which is not white space: count the bytes from
+        there to the end of the input (read and dropped) in a note; the trace is kept."""
+        start = self.off + i
+        while not self.eof:
+            self._consume(len(self.buf))
+            self._fill(READ_BYTES)
+        n = self.total_bytes - start
+        self.notes.append(f"{n} trailing bytes after the JSON document (from byte {start}) were ignored")
+
     def _whole(self):
         """No traceEvents array up front: read and decode the document whole (bounded)."""
         while not self.eof:
@@ -190,6 +278,14 @@ class _Skeleton(_Input):
         step = 250_000
         for k in range(0, len(events), step):
             yield events[k : k + step]
+
+
+def _document_end(head: bytes, tail: bytes) -> int | None:
+    """Where the JSON document head + '[]' + tail ends inside tail when bytes other than white
+    space follow it (decode.document_end), else None."""
+    text = head + b"[]" + tail
+    end = document_end(text)
+    return None if end is None or end < len(text) - len(tail) else end - (len(text) - len(tail))
 
 
 class _Splitter(_Skeleton):
@@ -290,10 +386,27 @@ class _Splitter(_Skeleton):
         no event may pass MAX_EVENT_BYTES (a 1 GiB string in one event would otherwise be read
         whole, at several times its size in memory)."""
         if upto - pos > self.batch + MAX_EVENT_BYTES + READ_BYTES:
+            at = self._event_start(pos)
+            where = f"at byte {self.off + at}" if at is not None else f"after byte {self.off + pos}"
             raise TraceError(
-                f"an event longer than {MAX_EVENT_BYTES >> 20} MB (or no end of an event) after byte "
-                f"{self.off + pos}: events are capped at that size; not a trace?"
+                f"an event longer than {MAX_EVENT_BYTES >> 20} MB (or no end of an event) {where}: "
+                "events are capped at that size; not a trace?"
             )
+
+    def _event_start(self, pos: int, tries: int = 16) -> int | None:
+        """Where the event that crosses the end of the batch starting at `pos` begins (its '{'):
+        just after the last cut between events in buf[pos : pos + batch] that decodes as a
+        complete array, else at pos when none does (the batch's first event); None when `tries`
+        candidate cuts lie inside events (a string of '},{' texts): then it is not known."""
+        end = pos + self.batch  # the first cut tried was at or after it (batches)
+        cuts = [m for m in _CUT_RE.finditer(self.buf, pos, end + 4096) if m.group(1) and m.start() < end]
+        for m in reversed(cuts[-tries:]):
+            try:
+                if self._try(pos, m.start() + 1) is not None:
+                    return m.end() - 1
+            except TraceError:
+                return None
+        return pos if len(cuts) <= tries else None
 
     def _try(self, pos: int, end: int):
         """(events, None) for buf[pos:end] decoded as one JSON array; (events, i) when the array
