@@ -22,10 +22,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import altair as alt
 import polars as pl
 
 from ..kernelname import hover_name, short_names
+from .altair_lib import alt
 
 
 @dataclass

@@ -9,9 +9,9 @@ are grouped (charts.group_values).
 
 from __future__ import annotations
 
-import altair as alt
 import polars as pl
 
+from .altair_lib import alt
 from .charts import MAX_BARS, MAX_STEP_COLS, WIDTH, group_label, group_values
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-import altair as alt
-
+from .altair_lib import alt
 from .charts import WIDTH
 
 _PLACEMENT = {"out_of_place": "out-of-place", "in_place": "in-place"}

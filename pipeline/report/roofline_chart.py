@@ -9,9 +9,8 @@ kernels is shown by those; the note counts the groups left out for want of a byt
 
 from __future__ import annotations
 
-import altair as alt
-
 from ..kernelname import hover_name, short_names
+from .altair_lib import alt
 from .charts import WIDTH
 
 
