@@ -9,17 +9,23 @@ Crash safety. A source (one input file) reaches the lake whole or not at all:
 1. stage(): its parts are written under <lake>/.tmp/<uuid>/ (nothing in the lake changes);
 2. commit(): its `sources` row is staged too, then a journal <lake>/.tmp/<uuid>/COMMIT is written
    (to a temporary name, then renamed: it exists whole or not at all). From then on the commit is
-   decided. The earlier version of the same source (same run and source id) loses its `sources`
-   row first, then its parts are replaced or removed, then each new part is renamed into place and
-   the `sources` row last; the staging directory is removed.
-3. recover() (run by every ingest under the lock, before it writes): a staging directory with a
-   COMMIT journal is finished (the same steps; each one is idempotent), one without is removed,
-   and a part with no `sources` row of its run and source id (left by a kill in step 2) is removed.
-Readers (table_files(), so DuckDB through pipeline/query.py) list only parts whose `sources` row
-exists, so a source being replaced is either seen whole or not at all. Killing an ingest with
-SIGKILL at any moment and running it again therefore leaves the same lake as an uninterrupted
-run. (A power loss can still lose renames the file system had not written back; nothing is
-fsynced.)
+   decided. The earlier version of the same source (same run and source id) is moved out of the
+   lake into the staging directory's old/, its `sources` row first; then each new part is renamed
+   into place and the `sources` row last; the staging directory is removed.
+   When a step fails (a part that cannot be moved or replaced: `chattr +i`, a read-only
+   directory), the commit is undone instead: an UNDO marker is written, the new parts placed so
+   far go back to the staging directory, the earlier version's parts and then its `sources` row
+   go back where they were, and the staging directory is removed. The lake is then exactly as it
+   was before (commit raises the OSError, naming the lake file that could not be changed).
+3. recover() (run by every ingest under the lock, before it writes): a staging directory with an
+   UNDO marker is undone, one with a COMMIT journal is finished (or, when that fails, undone), the
+   same steps each time (each one is idempotent), one without either is removed, and a part with
+   no `sources` row of its run and source id (left by a kill in step 2) is removed.
+Steps 2 and 3 are pipeline/lake_journal.py. Readers (table_files(), so DuckDB through
+pipeline/query.py) list only parts whose `sources` row exists, so a source being replaced is
+either seen whole or not at all. Killing an ingest with SIGKILL at any moment and running it
+again therefore leaves the same lake as an uninterrupted run. (A power loss can still lose
+renames the file system had not written back; nothing is fsynced.)
 
 One writer at a time: lock() takes an exclusive flock(2) on <lake>/.lock for the whole ingest;
 a second ingest gets LakeError naming the holder (pid, host, start time). The kernel releases the
@@ -41,7 +47,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import uuid
 from collections.abc import Iterable
@@ -55,6 +60,7 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (imported here, not lazily inside the first write)
 import pyarrow.parquet as pq
 
+from . import lake_journal as journal
 from . import schema as sch
 from .parts import derive_staged, parquet_options, write_parquet, write_stream
 
@@ -96,26 +102,6 @@ class LakeError(RuntimeError):
 
 class LakeBusy(LakeError):
     """Another ingest holds the lake's lock."""
-
-
-# ------------------------------------------------------------------ test hook
-# TRACELAKE_CRASH_AT="<point>:<n>" sends SIGKILL to this process the n-th time it passes <point>
-# (journal: a COMMIT journal was written; rename: a part was renamed into the lake; commit: a
-# source was committed; forget: a source's `sources` row was removed by forget()). Used by
-# tests/test_crash_safety.py to kill a real ingest at exact moments.
-_crash_counts: dict[str, int] = {}
-
-
-def _crash_point(point: str) -> None:
-    spec = os.environ.get("TRACELAKE_CRASH_AT")
-    if not spec:
-        return
-    want, _, n = spec.partition(":")
-    if want != point:
-        return
-    _crash_counts[point] = _crash_counts.get(point, 0) + 1
-    if _crash_counts[point] == int(n or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -354,7 +340,10 @@ class Lake(LakeFiles):
     def commit(self, staged: Staged, source_row: dict) -> None:
         """Put a staged source into the lake with its `sources` row (module doc: crash safety).
         The row's run_id and source_id must be the staged ones. SchemaError when the row does not
-        fit schema v3 (the staged parts are discarded then)."""
+        fit schema v3 (the staged parts are discarded then). OSError, naming the lake file, when a
+        part cannot be moved or replaced: the commit is undone first, so the lake, an earlier
+        version of the source included, is as it was; LakeError when it cannot be undone either
+        (the next recover() finishes or undoes it)."""
         d = Path(staged.dir)
         try:
             src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
@@ -364,36 +353,27 @@ class Lake(LakeFiles):
             ):
                 raise ValueError("sources row does not match the staged source")
             write_parquet(src, d / "sources.parquet")
-            journal = {"run_id": staged.run_id, "source_id": staged.source_id, "tables": staged.tables}
-            (d / "COMMIT.part").write_text(json.dumps(journal))
+            entry = {"run_id": staged.run_id, "source_id": staged.source_id, "tables": staged.tables}
+            (d / "COMMIT.part").write_text(json.dumps(entry))
             os.replace(d / "COMMIT.part", d / "COMMIT")
         except BaseException:
             shutil.rmtree(d, ignore_errors=True)
             raise
-        _crash_point("journal")
-        self._apply(d)
-        _crash_point("commit")
-
-    def _apply(self, d: Path) -> None:
-        """Carry out the COMMIT journal in staging directory d; idempotent (recover() replays it)."""
-        j = json.loads((d / "COMMIT").read_text())
-        run_id, source_id, new = j["run_id"], j["source_id"], set(j["tables"])
-        src_staged = d / "sources.parquet"
-        if src_staged.exists():  # else the last step (the sources row) was done already
-            self.part_path("sources", run_id, source_id).unlink(missing_ok=True)
-            self._unlink_parts(run_id, source_id, keep=new)
-            for t in sorted(new):
-                f = d / f"{t}.parquet"
-                if f.exists():
-                    dest = self.part_path(t, run_id, source_id)
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(f, dest)
-                    _crash_point("rename")
-            dest = self.part_path("sources", run_id, source_id)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(src_staged, dest)
-            _crash_point("rename")
-        shutil.rmtree(d, ignore_errors=True)
+        journal.crash_point("journal")
+        try:
+            journal.apply(self, d)
+        except OSError as e:
+            try:
+                journal.undo(self, d)
+            except OSError as u:
+                raise LakeError(
+                    one_line(
+                        f"{e.filename}: cannot be changed ({e.strerror or e}), and the commit could not be "
+                        f"undone ({u.filename}: {u.strerror or u}); the next ingest finishes or undoes it"
+                    )
+                ) from None
+            raise
+        journal.crash_point("commit")
 
     def write_source(
         self, run_id: str, source_id: str, tables: dict[str, object], source_row: dict, replace: bool = True
@@ -411,11 +391,7 @@ class Lake(LakeFiles):
         if tmp.is_dir():
             for d in sorted(tmp.iterdir()):
                 if d.is_dir() and (d / "COMMIT").is_file():
-                    try:
-                        self._apply(d)
-                        done.append(f"finished an interrupted commit ({d.name})")
-                    except (OSError, ValueError, KeyError):
-                        shutil.rmtree(d, ignore_errors=True)
+                    done.append(journal.recover(self, d))
                 else:
                     shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
         ok = self._committed()
@@ -440,7 +416,7 @@ class Lake(LakeFiles):
             if not row.exists():
                 continue
             row.unlink()
-            _crash_point("forget")
+            journal.crash_point("forget")
             self._unlink_parts(run_id, source_id)
             n += 1
         return n

@@ -47,7 +47,11 @@ def commit(
     """Put a worker's outcome into the lake (in input order, in this process). by_time: False when
     --run named the run (Runs.claim); content is then looked up in that run only (_is_done).
     place: the run Runs.place chose for an NCCL-family file not yet in the lake (rule 4), with
-    place_notes saying why when it is not its named run."""
+    place_notes saying why when it is not its named run. A --force re-ingest that cannot replace
+    the stored version (Lake.commit's OSError: a part that cannot be replaced) is reported failed,
+    with one line naming the lake file, and leaves the stored version and its `sources` row as they
+    were (no failed row). Raises OSError when a new source cannot be written (ingest_paths stores
+    it as failed), LakeError when the lake cannot be written at all."""
     if p.status == "skipped":
         return FileResult(p.path, p.run_id, None, "skipped", None, p.notes, p.source_id, held_in=p.held_in)
     if p.oserror and not lake.writable():
@@ -100,6 +104,16 @@ def commit(
         ]
     try:
         lake.commit(p.staged, row)
+    except OSError as e:
+        if stored is None:  # a new source: ingest_paths stores it as failed
+            raise
+        # --force could not replace it: the lake (its earlier version included) is as it was, and
+        # no failed row may stand in for the good one
+        err = one_line(
+            f"cannot replace its rows in the lake ({e.filename}: {e.strerror or e}); the version already "
+            "in the lake is kept as it was"
+        )
+        return FileResult(p.path, run_id, p.rank, "failed", err, notes, p.source_id, p.uncompressed_bytes)
     except sch.SchemaError as e:
         err = one_line(f"schema violation: {e}")
         bad = {**p.row, "named_run_id": p.run_id, "status": "failed", "error": err}
