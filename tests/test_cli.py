@@ -244,6 +244,85 @@ def test_a_broken_symlink_found_in_a_directory_fails_with_one_line(tmp_path):
     assert re.search(r"failed .*rank1\.json\.gz: broken symbolic link", r.output), r.output
 
 
+def test_a_failed_file_found_in_a_directory_gets_the_run_its_place_gives(tmp_path):
+    """A broken link, a link loop, a cut-off tar and a corrupt tar.gz lying in top/a/b beside a
+    healthy trace: their failed rows are in the healthy file's run (a/b: the path below the
+    directory given), not in one named by their directory alone ('b'); issue 39 item 13. A file
+    in the root directory, which has no name, gets run '/' (run-42099b), never ''."""
+    import io
+    import tarfile
+
+    from pipeline.ingest.runs import dir_name, run_for
+    from pipeline.lake import Lake
+    from pipeline.query import connect
+
+    d = tmp_path / "top" / "a" / "b"
+    write_trace(d / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    (d / "rank1.json").symlink_to(tmp_path / "gone.json")
+    (d / "loop.json").symlink_to("loop.json")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        info = tarfile.TarInfo("rank2.json")
+        info.size = 5000
+        t.addfile(info, io.BytesIO(b"x" * 5000))
+    (d / "cut.tar").write_bytes(buf.getvalue()[:1500])
+    (d / "bad.tar.gz").write_bytes(__import__("gzip").compress(buf.getvalue()[:1500]))
+    lake = tmp_path / "lake"
+    r = runner.invoke(app, ["ingest", str(tmp_path / "top"), "--lake", str(lake), "-j", "1"])
+    assert r.exit_code == 3, r.output
+    rows = connect(Lake(lake)).execute("SELECT regexp_extract(path, '[^/]+$'), status, run_id FROM sources")
+    assert sorted(rows.fetchall()) == [
+        ("bad.tar.gz", "failed", "a_b-3ec69c"),
+        ("cut.tar", "failed", "a_b-3ec69c"),
+        ("loop.json", "failed", "a_b-3ec69c"),
+        ("rank0.json", "ok", "a_b-3ec69c"),
+        ("rank1.json", "failed", "a_b-3ec69c"),
+    ]
+    assert dir_name("/rank0.json") == "/" and run_for(dir_name("/rank0.json"), None) == "run-42099b"
+
+
+NOT_LOGS = "not NCCL-family logs (no NCCL_DEBUG, nccl-tests or PyTorch NCCL lines in the first 64 KiB)"
+
+
+def test_files_named_like_logs_that_are_not_logs_are_said_to_be_passed_over(tmp_path):
+    """A *.log in a directory that is not an NCCL-family log was passed over without a word, while
+    'no trace files' listed *.log among what is read (issue 39 item 13): one line names them and
+    why, in the error when nothing else is there, else in a note; zip members alike."""
+    import zipfile
+
+    d = tmp_path / "job"
+    d.mkdir()
+    (d / "notes.log").write_text("training started\nloss 0.1\n")
+    r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "l1")])
+    assert r.exit_code == EXIT_FAILED
+    assert r.output.splitlines() == [
+        "error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/, *.tar, "
+        f"*.tar.gz, *.zip; NCCL logs *.log, *.txt, *.out, *.err, *.jsonl) in {d}; passed over 1 file(s) "
+        f"named like logs that are {NOT_LOGS}: {d / 'notes.log'}"
+    ]
+    for k in range(4):
+        (d / f"stdout{k}.txt").write_text("hello\n")
+    write_trace(d / "rank0.json", [X("kernel", "k", 10, 5, pid=0, tid=7, device=0, stream=7, correlation=1)])
+    with zipfile.ZipFile(d / "more.zip", "w") as z:
+        z.writestr("rank1.json", (d / "rank0.json").read_bytes().replace(b'"k"', b'"k1"'))
+        z.writestr("app.err", "Traceback? no, just text\n")
+    r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "l2"), "-j", "1"])
+    assert r.exit_code == EXIT_OK, r.output
+    assert r.output.splitlines()[-1] == (
+        f"note: passed over 6 file(s) named like logs that are {NOT_LOGS}: {d / 'notes.log'}, "
+        f"{d / 'stdout0.txt'}, {d / 'stdout1.txt'} and 3 more"
+    )
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    passed: list = []
+    res = ingest_paths([d], Lake(tmp_path / "l3"), jobs=1, not_logs=passed)
+    assert [r.status for r in res] == ["ok", "ok"]
+    assert [str(p) for p in passed] == [
+        str(d / n) for n in ("notes.log", *(f"stdout{k}.txt" for k in range(4)))
+    ] + [f"{d / 'more.zip'}!app.err"]
+
+
 def test_a_symlink_loop_or_a_link_we_may_not_follow_is_one_line(tmp_path):
     """A directory holding a link to itself (no input suffix: passed over), a link loop named like a
     trace and a link into /proc (found by an adversarial helper: a traceback, and 'cannot write to

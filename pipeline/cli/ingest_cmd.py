@@ -94,7 +94,8 @@ def _ingest(
     check_inputs(paths, lake_dir)
     problems: list = []
     left_out: list = []
-    files = discover(paths, problems, exclude, left_out)
+    not_logs: list = []
+    files = discover(paths, problems, exclude, left_out, not_logs=not_logs)
     if not files and not problems:
         err.print(
             one_line(
@@ -102,10 +103,12 @@ def _ingest(
                 "*.tar, *.tar.gz, *.zip; NCCL logs *.log, *.txt, *.out, *.err, *.jsonl) in "
                 + ", ".join(str(p) for p in paths)
                 + (f" ({len(left_out)} left out by --exclude)" if left_out else "")
+                + (f"; {passed_over(not_logs)}" if not_logs else "")
             ),
             markup=False,
         )
         return EXIT_FAILED
+    not_logs = []  # filled again by the ingest, with the archive members passed over
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
     not_traces = []
@@ -158,6 +161,7 @@ def _ingest(
                     scheduler=scheduler,
                     exclude=exclude,
                     on_plan=lambda n: prog.update(task, total=n),
+                    not_logs=not_logs,
                 )
         except Interrupted as e:
             err.print(
@@ -181,6 +185,8 @@ def _ingest(
         ),
         markup=False,
     )
+    if not_logs:
+        err.print(one_line(f"note: {passed_over(not_logs)}"), markup=False)
     given = [o for o, v in (("--comm-pattern", comm_pattern), ("--step-range", step_range)) if v]
     if given and counts["skipped"] and not force:
         # they change the rows ingest writes, but a file already in the lake is not read again
@@ -211,6 +217,16 @@ def _ingest(
     if counts["failed"] and counts["ok"] + counts["skipped"] == 0:
         return EXIT_FAILED
     return EXIT_PARTIAL if counts["failed"] else EXIT_OK
+
+
+def passed_over(paths: list) -> str:
+    """What a batch passed over as files named like logs that are not NCCL-family logs (found by
+    searching a directory, or archive members): one clause naming the first three."""
+    from ..ingest.discover import NOT_A_LOG
+
+    names = [str(p) for p in paths]
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return f"passed over {len(names)} file(s) named like logs that are {NOT_A_LOG}: {shown}"
 
 
 class _RateColumn(ProgressColumn):

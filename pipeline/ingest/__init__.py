@@ -67,6 +67,7 @@ def ingest_paths(
     scheduler: str | None = None,
     on_plan: Callable[[int], None] | None = None,
     exclude: Iterable[str] | None = None,
+    not_logs: list | None = None,
 ) -> list[FileResult]:
     """Ingest every file under `paths` into `lake`; returns one FileResult per file, archive
     member or problem path, in input order. jobs: parallel workers (1: none, in this process; 0:
@@ -75,14 +76,16 @@ def ingest_paths(
     is called once with the number of units before work starts (a compressed tar counts as one
     until its members are known). step_regex: NVTX range names that mark steps in nsys exports
     (default ProfilerStep#N). exclude: glob patterns of files, directories and archive members to
-    leave out (see excluded()). Raises LakeError when the lake itself cannot be created or written,
-    or another ingest holds its lock; re.error for a bad step_regex."""
+    leave out (see excluded()). not_logs, when given, gets the files and archive members with a
+    log suffix passed over as not NCCL-family logs (discover.plan). Raises LakeError when the
+    lake itself cannot be created or written, or another ingest holds its lock; re.error for a
+    bad step_regex."""
     if step_regex:
         check_regex(step_regex)
     for p in comm_patterns or []:
         check_regex(p)
     exclude = exclude_patterns(exclude)
-    units, _ = plan(paths, exclude)
+    units, _ = plan(paths, exclude, not_logs)
     if on_plan:
         on_plan(len(units))
     lake.ensure()
@@ -116,8 +119,8 @@ def ingest_paths(
 
         work = []
         for u in units:
-            if u.kind == "problem":
-                put(problem_failure(lake, u.item.path, run, u.item.error))
+            if u.kind == "problem":  # named as a healthy file in its place would be (Problem.run)
+                put(problem_failure(lake, u.item.path, run or u.item.run, u.item.error))
             elif u.kind == "refused":
                 put(failed(u.item.display, run_for(u.item.run_name, run), u.item.error))
             else:

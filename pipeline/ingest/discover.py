@@ -37,14 +37,20 @@ from .formats import (
 )
 
 SNIFF_BYTES = 65536  # how much of a text file sniffing reads
+# why a file with a log suffix found in a directory, or an archive member, is passed over
+NOT_A_LOG = "not NCCL-family logs (no NCCL_DEBUG, nccl-tests or PyTorch NCCL lines in the first 64 KiB)"
 
 
 @dataclass
 class Problem:
-    """A path that could not even be opened as a file (missing, unreadable directory, FIFO)."""
+    """A path that could not even be opened as a file (missing, unreadable directory, FIFO), or
+    an archive whose member list cannot be read. run: the run name a healthy file in its place
+    gets (archive.FileInput.run: its directory's path below the directory given that was
+    searched), else None (the name of its directory)."""
 
     path: Path
     error: str
+    run: str | None = None
 
 
 @dataclass
@@ -193,6 +199,7 @@ def discover(
     exclude: Iterable[str] | None = None,
     left_out: list | None = None,
     roots: dict | None = None,
+    not_logs: list | None = None,
 ) -> list[Path]:
     """Files named by `paths`, minus those `exclude` leaves out (see excluded(): files and
     directories found below a directory given, and files given by their name; a directory given
@@ -205,13 +212,14 @@ def discover(
     FileNotFoundError. roots, when given, maps each file found by searching a directory given (by
     its resolved path) to (that directory, resolved; the path of the file's directory below it:
     its run name, archive.FileInput); of two directories given that both hold it, the outer one,
-    whatever their order."""
+    whatever their order. not_logs, when given, gets the files found by searching a directory
+    that have a log suffix but do not look like NCCL-family output (passed over: NOT_A_LOG)."""
     out: list[Path] = []
 
-    def problem(p: Path, msg: str):
+    def problem(p: Path, msg: str, rel: Path | None = None):
         if problems is None:
             raise FileNotFoundError(f"{p}: {msg}")
-        problems.append(Problem(p, msg))
+        problems.append(Problem(p, msg, _below(rel)))
 
     exclude = exclude_patterns(exclude)
 
@@ -249,15 +257,20 @@ def discover(
                 try:
                     f.resolve()
                 except (RuntimeError, OSError) as e:  # a symbolic link loop, a link we may not follow
-                    problem(f, "symbolic link loop" if isinstance(e, RuntimeError) else f"cannot follow: {e}")
+                    problem(
+                        f, "symbolic link loop" if isinstance(e, RuntimeError) else f"cannot follow: {e}", rel
+                    )
                     continue
                 root_of(f, top, rel)
                 if low.endswith(TRACE_SUFFIXES) and f.is_file():
                     out.append(f)
                 elif low.endswith(TRACE_SUFFIXES) and f.is_symlink() and not f.exists():
-                    problem(f, "broken symbolic link")
-                elif low.endswith(LOG_SUFFIXES) and f.is_file() and _looks_like_log(f):
-                    out.append(f)
+                    problem(f, "broken symbolic link", rel)
+                elif low.endswith(LOG_SUFFIXES) and f.is_file():
+                    if _looks_like_log(f):
+                        out.append(f)
+                    elif not_logs is not None:
+                        not_logs.append(f)
 
     for p in paths:
         p = Path(p)
@@ -282,6 +295,13 @@ def discover(
     return uniq
 
 
+def _below(rel) -> str | None:
+    """The run name a file's directory `rel` below the directory searched gives (FileInput.run),
+    None for the directory itself or a file given by name (its directory's name)."""
+    rel = None if rel is None else Path(rel).as_posix()
+    return rel if rel not in (None, "", ".") else None
+
+
 # ------------------------------------------------------------------ planning
 
 
@@ -294,32 +314,35 @@ def _size(path: Path) -> int:
         return 0
 
 
-def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple[list[Unit], list[Problem]]:
+def plan(
+    paths: Iterable[str | Path], exclude: list[str] | None = None, not_logs: list | None = None
+) -> tuple[list[Unit], list[Problem]]:
     """The units of work for `paths` in input order (archives opened into their members), minus
-    the files and members `exclude` (patterns as exclude_patterns() returns them) leaves out."""
+    the files and members `exclude` (patterns as exclude_patterns() returns them) leaves out.
+    not_logs, when given, gets the paths of the files (found in a directory) and zip or tar
+    members (`archive!member`) with a log suffix that are passed over as NOT_A_LOG."""
     problems: list[Problem] = []
     roots: dict = {}
-    files = discover(paths, problems, exclude, roots=roots)
+    files = discover(paths, problems, exclude, roots=roots, not_logs=not_logs)
     units: list[Unit] = [Unit("problem", p) for p in problems]
     for f in files:
+        found = roots.get(f.resolve())
+        below = found[1] if found else None
         try:
             kind = sniff_path(f)
         except Exception as e:  # one file never stops the batch, whatever its bytes
-            units.append(
-                Unit("problem", Problem(f, f"cannot tell its format ({type(e).__name__}: {e})"[:300]))
-            )
+            why = f"cannot tell its format ({type(e).__name__}: {e})"[:300]
+            units.append(Unit("problem", Problem(f, why, _below(below))))
             continue
-        found = roots.get(f.resolve())
-        below = found[1] if found else None
         if kind in ("zip", "tar"):
             try:
                 members = arc.list_members(f, kind)
             except TraceError as e:
-                units.append(Unit("problem", Problem(f, str(e))))
+                units.append(Unit("problem", Problem(f, str(e), _below(below))))
                 continue
             except Exception as e:  # a corrupt archive the zip/tar readers do not expect
                 why = f"corrupt archive: its member list cannot be read ({type(e).__name__}: {e})"
-                units.append(Unit("problem", Problem(f, why[:300])))
+                units.append(Unit("problem", Problem(f, why[:300], _below(below))))
                 continue
             for m in members:
                 if excluded(m.member, exclude):
@@ -328,12 +351,13 @@ def plan(paths: Iterable[str | Path], exclude: list[str] | None = None) -> tuple
                 if isinstance(m, arc.Refused):
                     units.append(Unit("refused", m))
                 elif m.name.lower().endswith(LOG_SUFFIXES) and not _member_looks_like_log(m):
+                    if not_logs is not None:
+                        not_logs.append(m.display)
                     continue
                 else:
                     units.append(Unit("input", m, m.length))
         elif kind == "tar.gz":
             units.append(Unit("targz", str(f), _size(f), below))
         else:
-            below = below if below not in (None, "", ".") else None
-            units.append(Unit("input", arc.FileInput(str(f), below, fmt=kind or "stream"), _size(f)))
+            units.append(Unit("input", arc.FileInput(str(f), _below(below), fmt=kind or "stream"), _size(f)))
     return units, problems

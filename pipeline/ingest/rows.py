@@ -186,7 +186,7 @@ def unit_failure(u: Unit, opts: Options, error: str) -> list[Prepared]:
         return [
             failed(
                 str(p.absolute()),
-                run_for(dir_name(p), opts.run),
+                run_for(u.below if u.below not in (None, "", ".") else dir_name(p), opts.run),
                 error,
                 sha_or_none(arc.FileInput(str(p))),
             )

@@ -46,8 +46,9 @@ PLACED = "; this file was put in run "
 def dir_name(path) -> str:
     """The name of the directory a file lies in, as the path was given (rule 1): a symbolic link
     is named by the directory holding the link, not by its target's (os.path.abspath, which
-    removes '.' and '..' without resolving links)."""
-    return Path(os.path.abspath(path)).parent.name
+    removes '.' and '..' without resolving links). The root directory, which has no name, is '/'
+    (run id run-42099b: a run id is never '', which a hive partition cannot hold)."""
+    return Path(os.path.abspath(path)).parent.name or "/"
 
 
 def run_for(name: str, run: str | None) -> str:

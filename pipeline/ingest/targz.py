@@ -92,7 +92,7 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
         return [
             failed(
                 display,
-                run_for(dir_name(path), opts.run),
+                run_for(below if below not in (None, "", ".") else dir_name(path), opts.run),
                 err,
                 sha,
                 Path(path).stat().st_size if Path(path).exists() else 0,
