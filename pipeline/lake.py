@@ -400,7 +400,13 @@ class Lake(LakeFiles):
                 continue
             for p in self._parts(t):
                 if (p.parent.name, p.stem) not in ok:
-                    p.unlink(missing_ok=True)
+                    try:
+                        p.unlink(missing_ok=True)
+                    except OSError as e:  # e.g. chattr +i: readers do not see it; left for next time
+                        done.append(
+                            f"could not remove {p.relative_to(self.root)} (no sources row): {e.strerror}"
+                        )
+                        continue
                     done.append(f"removed {p.relative_to(self.root)} (no sources row)")
         return done
 
@@ -409,23 +415,38 @@ class Lake(LakeFiles):
         held. Each source's `sources` row goes first, so readers stop seeing the whole source at
         once, and a kill half-way leaves parts without a row, which recover() removes. Run
         directories left empty stay (removing them would race with readers listing the lake).
-        Returns how many sources were removed."""
+        Returns how many sources were removed. LakeError (one line, naming the file) when a
+        source's `sources` row cannot be removed (that source is kept whole, the ones before it
+        are removed), or when one of its parts cannot be (the source is removed for readers; the
+        part, which nothing reads, is removed by a later recover() once it can be)."""
         n = 0
         for run_id, source_id in sources:
             row = self.part_path("sources", run_id, source_id)
             if not row.exists():
                 continue
-            row.unlink()
+            try:
+                row.unlink()
+            except OSError as e:
+                raise LakeError(
+                    one_line(f"{row}: cannot be removed ({e.strerror or e}); that source is kept")
+                ) from None
             journal.crash_point("forget")
-            self._unlink_parts(run_id, source_id)
+            stuck = []
+            for t in sch.tables():
+                try:
+                    if t != "sources":
+                        self.part_path(t, run_id, source_id).unlink(missing_ok=True)
+                except OSError as e:
+                    stuck.append(f"{self.part_path(t, run_id, source_id)} ({e.strerror or e})")
             n += 1
+            if stuck:
+                raise LakeError(
+                    one_line(
+                        f"{stuck[0]}: cannot be removed; its source {run_id}/{source_id} is forgotten (no "
+                        "reader sees the part), and a later ingest or forget removes the part once it can"
+                    )
+                )
         return n
-
-    def _unlink_parts(self, run_id: str, source_id: str, keep: Iterable[str] = ()) -> None:
-        """Remove a source's parts (not its `sources` row), except those of the tables in keep."""
-        for t in sch.tables():
-            if t != "sources" and t not in keep:
-                self.part_path(t, run_id, source_id).unlink(missing_ok=True)
 
     def scratch(self) -> Path:
         """A fresh private directory under <lake>/.tmp for one ingest's intermediate files (the

@@ -21,7 +21,7 @@ from conftest import REPO, corpus
 from test_crash_safety import assert_clean, snapshot
 
 from pipeline.ingest import ingest_paths
-from pipeline.lake import Lake
+from pipeline.lake import Lake, LakeError
 
 DLRM = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
 
@@ -203,3 +203,37 @@ def test_a_kill_during_a_forced_replacement_is_finished_by_the_next_ingest(point
     assert code == 0, err
     assert_clean(lake.root)
     assert snapshot(lake.root) == snapshot(ref.root)
+
+
+def test_forget_of_a_part_that_cannot_be_removed_says_so_and_blocks_nothing(job, tmp_path, monkeypatch):
+    """The same fault under forget: one line naming the part (it was a traceback), the source is
+    gone for readers, and the part, which nothing reads, blocks no later ingest (recover() said
+    nothing and raised on it, failing every ingest of the lake); once it can be, it is removed."""
+    lake = Lake(tmp_path / "lake")
+    part, _ = ingested(job, lake)
+    ((run_id, sid),) = zip(lake.sources()["run_id"], lake.sources()["source_id"])
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(next(DLRM.glob("worker1_*.json")), other / "rank1.json")
+    real = Path.unlink
+
+    def unlink(self, missing_ok=False):  # chattr +i on the part
+        if self == part:
+            raise PermissionError(errno.EPERM, "Operation not permitted", str(self))
+        return real(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with lake.lock(), pytest.raises(LakeError) as e:
+        lake.forget([(run_id, sid)])
+    assert str(e.value) == (
+        f"{part} (Operation not permitted): cannot be removed; its source {run_id}/{sid} is forgotten (no "
+        "reader sees the part), and a later ingest or forget removes the part once it can"
+    )
+    assert lake.sources().height == 0 and lake.table_files("gpu_activities") == []
+    (r,) = ingest_paths([other], lake)  # the fault still there
+    assert r.status == "ok", r.error
+    assert part.exists()
+    monkeypatch.undo()
+    with lake.lock():
+        assert f"removed {part.relative_to(lake.root)} (no sources row)" in lake.recover()
+    assert not part.exists()
