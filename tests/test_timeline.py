@@ -287,6 +287,32 @@ def test_lanes_keep_every_slice_and_nest_each():
     assert all(proper([s for s in ss if s.lane == lane]) for lane in (0, 1))
 
 
+def test_a_rank_past_the_rank_column_is_out_of_range_not_a_bad_range(hand, tmp_path):
+    """`--ranks 0-99999999999` said 'not an increasing range' (issue 39 item 13): a rank past
+    2^31 - 1 is out of range, a range of more than 1,000,000 ranks says so, and missing ranks are
+    listed as they are (1,3 is not '1-3')."""
+    from pipeline.timeline import WindowError, parse_ranges
+
+    for text, why in (
+        ("0-99999999999", "rank 99999999999 is out of range (a rank is 0 to 2147483647)"),
+        ("2147483648", "rank 2147483648 is out of range (a rank is 0 to 2147483647)"),
+        ("0-2000000", "0-2000000 names 2000001 ranks, more than 1,000,000 in one range"),
+        ("5-2", "5-2 is not an increasing range"),
+    ):
+        with pytest.raises(WindowError) as e:
+            parse_ranges(text, "ranks")
+        assert str(e.value) == f"--ranks {text!r}: {why}"
+    assert parse_ranges("2147483647", "ranks") == [2147483647]
+    runner = CliRunner()
+    out = str(tmp_path / "t.json")
+    r = runner.invoke(app, ["timeline", "--lake", str(hand.root), "--ranks", "0-99999999999", "-o", out])
+    assert r.exit_code == 2 and r.output == (
+        "error: --ranks '0-99999999999': rank 99999999999 is out of range (a rank is 0 to 2147483647)\n"
+    )
+    r = runner.invoke(app, ["timeline", "--lake", str(hand.root), "--ranks", "0,3,5", "-o", out])
+    assert r.exit_code == 2 and r.output == "error: --ranks 0,3,5: rank(s) 3, 5 not in run job (ranks 0-1)\n"
+
+
 def test_cli_limits_and_errors(hand, tmp_path):
     runner = CliRunner()
     lake = str(hand.root)

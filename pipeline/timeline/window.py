@@ -44,9 +44,16 @@ def ranges_text(values: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
 
 
+MAX_RANK = 2**31 - 1  # the lake's rank column is INTEGER
+MAX_SPAN = 1_000_000  # values one range of --ranks may name
+
+
 def parse_ranges(text: str, what: str) -> list[int]:
-    """'0-3,6' -> [0, 1, 2, 3, 6]. Raises WindowError for anything else."""
+    """'0-3,6' -> [0, 1, 2, 3, 6]. Raises WindowError for anything else: not N, N-M or a list of
+    them, a value past MAX_RANK (one the lake cannot hold), a range that decreases or names more
+    than MAX_SPAN values."""
     out: set[int] = set()
+    one = what[:-1] if what.endswith("s") else what
     for part in text.replace(" ", "").split(","):
         lo, sep, hi = part.partition("-")
         try:
@@ -56,8 +63,16 @@ def parse_ranges(text: str, what: str) -> list[int]:
             raise WindowError(
                 f"--{what} {text!r}: expected N, N-M or a comma-separated list of them"
             ) from None
-        if b < a or b - a > 1_000_000:
+        if max(a, b) > MAX_RANK:
+            raise WindowError(
+                f"--{what} {text!r}: {one} {max(a, b)} is out of range (a {one} is 0 to {MAX_RANK})"
+            )
+        if b < a:
             raise WindowError(f"--{what} {text!r}: {part} is not an increasing range")
+        if b - a >= MAX_SPAN:
+            raise WindowError(
+                f"--{what} {text!r}: {part} names {b - a + 1} {what}, more than {MAX_SPAN:,} in one range"
+            )
         out.update(range(a, b + 1))
     return sorted(out)
 
@@ -118,7 +133,8 @@ def resolve(
         missing = sorted(set(chosen) - set(known))
         if missing:
             raise WindowError(
-                f"--ranks {ranks}: rank(s) {_span(missing)} not in run {run_id} (ranks {_span(known)})"
+                f"--ranks {ranks}: rank(s) {ranges_text(missing)} not in run {run_id} (ranks "
+                f"{ranges_text(known)})"
             )
     elif around.get("ranks"):
         chosen = [r for r in around["ranks"] if r in known] or known
