@@ -26,6 +26,8 @@ import pyarrow as pa
 from . import query
 from .lake import Lake
 
+KERNEL_WAIT_MAX_US = 1e9  # as the CLI's --kernel-wait-us (pipeline/cli/options.py): 1,000 s
+
 
 def open_lake(
     path: str | Path = ".tracelake",
@@ -40,7 +42,8 @@ def open_lake(
     window 'all' | 'hta', kernel_wait_us in µs, peak_tflops in TFLOP/s, model_flops_per_step in
     FLOP per step and rank, tokens_per_step per rank), checked as the CLI checks them. Raises
     FileNotFoundError when path holds no lake (the TRACELAKE marker), ValueError for a bad window
-    or a value that is not a finite number (kernel_wait_us >= 0, the others > 0)."""
+    or a value that is not a finite number (kernel_wait_us 0 to KERNEL_WAIT_MAX_US, the others
+    > 0)."""
     lake = Lake(path)
     if not lake.exists():
         raise FileNotFoundError(f"{path}: not a tracelake lake (run `tracelake ingest TRACES --lake {path}`)")
@@ -59,6 +62,11 @@ def open_lake(
             raise ValueError(
                 f"{name} must be a finite number {'>= 0' if least is not None else '> 0'}: {v!r}"
             )
+    if kernel_wait_us > KERNEL_WAIT_MAX_US:
+        raise ValueError(
+            f"kernel_wait_us must be a finite number from 0 to {KERNEL_WAIT_MAX_US:,.0f} (µs): "
+            f"{kernel_wait_us!r}"
+        )
     return LakeSession(
         lake,
         dict(

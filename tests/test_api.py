@@ -100,7 +100,12 @@ def test_the_readme_example_runs_as_written(lake_dir):
 def test_options_are_checked_and_names_are_the_listed_ones(lake_dir):
     from pipeline.sqldoc import listed
 
-    for kw in ({"kernel_wait_us": -1}, {"kernel_wait_us": float("inf")}, {"kernel_wait_us": "30"}):
+    for kw in (
+        {"kernel_wait_us": -1},
+        {"kernel_wait_us": float("inf")},
+        {"kernel_wait_us": "30"},
+        {"kernel_wait_us": 1e300},  # issue 39 item 13: accepted
+    ):
         with pytest.raises(ValueError, match="kernel_wait_us must be a finite number"):
             pipeline.open_lake(lake_dir, **kw)
     with pytest.raises(ValueError, match="peak_tflops"):

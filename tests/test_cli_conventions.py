@@ -90,6 +90,59 @@ def test_a_path_that_does_not_exist_is_a_usage_error_that_creates_nothing(tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+KWAIT_RANGE = "give a finite number of µs from 0 to 1,000,000,000 (1,000 s)"
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["ingest"], "error: missing argument 'TRACES...' (see tracelake ingest --help)"),
+        (["analyze", "--bogus"], "error: no such option: --bogus (see tracelake analyze --help)"),
+        (["analyze", "--lake"], "error: option '--lake' requires an argument (see tracelake analyze --help)"),
+        (["analyze", "x"], "error: got unexpected extra argument(s) (x) (see tracelake analyze --help)"),
+        (["bogus"], "error: no such command 'bogus' (see tracelake --help)"),
+        (["--bogus"], "error: no such option: --bogus (see tracelake --help)"),
+        (
+            ["analyze", "--window", "x"],
+            "error: --window must be 'all' or 'hta' (see tracelake analyze --help)",
+        ),
+        # --kernel-wait-us 1e300 was taken, nan said 'should be >= 0' (issue 39 item 13)
+        *(
+            (
+                ["analyze", "--kernel-wait-us", v],
+                f"error: --kernel-wait-us {shown}: {KWAIT_RANGE} (see tracelake analyze --help)",
+            )
+            for v, shown in (
+                ("1e300", "1e+300"),
+                ("nan", "nan"),
+                ("inf", "inf"),
+                ("-1", "-1"),
+                ("2e9", "2e+09"),
+            )
+        ),
+        (
+            ["sql", "--kernel-wait-us", "nan", "SELECT 1"],
+            f"error: --kernel-wait-us nan: {KWAIT_RANGE} (see tracelake sql --help)",
+        ),
+    ],
+)
+def test_a_usage_error_is_one_line_that_says_where_help_is(tmp_path, monkeypatch, args, line):
+    """click wrote four lines for its own usage errors (Usage:, Try ... --help, a blank line,
+    Error: ...); issue 39 item 13: one line on stderr, exit 2, nothing created."""
+    monkeypatch.chdir(tmp_path)
+    r = runner.invoke(app, args)
+    assert (r.exit_code, r.output, r.stdout) == (2, line + "\n", ""), r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_largest_kernel_wait_threshold_is_taken(tmp_path):
+    lake = tmp_path / "lake"
+    assert runner.invoke(app, ["ingest", str(SAMPLE), "--lake", str(lake)]).exit_code == 0
+    for v in ("0", "1e9"):
+        r = runner.invoke(app, ["sql", "--lake", str(lake), "--kernel-wait-us", v, "SELECT 1 AS x"])
+        assert r.exit_code == 0, r.output
+
+
 def test_analysis_reports_each_stage_once_in_order(tmp_path):
     lake = Lake(tmp_path / "lake")
     assert runner.invoke(app, ["ingest", str(SAMPLE), "--lake", str(lake.root)]).exit_code == 0

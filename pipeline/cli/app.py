@@ -11,6 +11,11 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+try:  # typer vendors click (typer._click) since 0.2x; its exceptions are not click's
+    from typer._click import exceptions as clickx
+except ImportError:  # pragma: no cover
+    from click import exceptions as clickx
+
 from .. import __version__
 
 EXIT_OK, EXIT_USAGE, EXIT_PARTIAL, EXIT_FAILED = 0, 2, 3, 4
@@ -34,9 +39,56 @@ def exit_help(files: bool = False, scheduler: bool = False) -> str:
 
 EXIT_HELP = exit_help(files=True, scheduler=True)
 
+
+class Group(typer.core.TyperGroup):
+    """The `tracelake` group: a usage error, click's own (a missing argument, a bad option value,
+    no such option or command) or a BadParameter a command raises, is one line on stderr,
+    `error: MESSAGE (see tracelake CMD --help)`, exit 2, as usage_error() writes its own; click
+    wrote four (Usage:, Try ... --help, a blank line, Error: ...)."""
+
+    def make_context(self, *args, **kwargs):
+        try:
+            return super().make_context(*args, **kwargs)
+        except clickx.UsageError as e:
+            raise _one_line(e)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except clickx.UsageError as e:
+            sub = ctx.invoked_subcommand
+            raise _one_line(e, f"{ctx.command_path} {sub}" if sub else ctx.command_path)
+
+
+def _one_line(e: clickx.UsageError, where: str | None = None) -> clickx.UsageError:
+    """e, shown as one line (Group); where: the command whose help to name when e has no
+    context (an option missing its value). `tracelake` without arguments still prints its help."""
+    if not isinstance(e, clickx.NoArgsIsHelpError):
+        line = usage_line(e, where)
+        e.show = lambda file=None: err.print(line, markup=False)
+    return e
+
+
+def usage_line(e: clickx.UsageError, where: str | None = None) -> str:
+    """The one line of a usage error: click's message (a BadParameter a command raises without
+    naming its option says it itself) with its first word in lower case, and where help is."""
+    from ..lake import one_line
+
+    if isinstance(e, clickx.BadParameter) and e.param is None and e.param_hint is None:
+        msg = e.message
+    else:
+        msg = e.format_message()
+    if msg[:1].isupper() and msg[1:2].islower():
+        msg = msg[0].lower() + msg[1:]
+    path = (e.ctx.command_path if e.ctx is not None else where or "").split()
+    cmd = " ".join(["tracelake", *path[1:]])  # the program as the docs name it, however it was started
+    return one_line(f"error: {msg.rstrip('.')} (see {cmd} --help)")
+
+
 # plain click help (no rich panels): options shown as `--lake DIR`, wrapped at 80 columns, as
 # git or pip print theirs; errors are one line, never a rich traceback of locals
 app = typer.Typer(
+    cls=Group,
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,

@@ -100,12 +100,12 @@ WINDOW = typer.Option(
     metavar="all|hta",
     help="'all' GPU work, or 'hta': HTA's window (drops the last ProfilerStep when there are 2+).",
 )
+KERNEL_WAIT_MAX_US = 1e9  # 1,000 s: longer than any gap between two kernels of a profiled step
 KWAIT = typer.Option(
     30.0,
     "--kernel-wait-us",
-    min=0.0,
     metavar="US",
-    help="Idle gaps shorter than this (µs) and not host wait are kernel wait (HTA default 30).",
+    help="Idle gaps shorter than this (µs, 0 to 1e9) and not host wait are kernel wait (HTA default 30).",
 )
 PEAK = typer.Option(
     None,
@@ -201,14 +201,18 @@ def _window_options(window: str, kernel_wait_us: float, peak_tflops: float | Non
     """The analysis window options as query.connect and analyze() take them (window,
     kernel_wait_threshold_ns, peak_tflops), for every command that computes metrics (analyze,
     report, run, sql). Raises BadParameter (exit 2) for a window other than all / hta, a
-    --kernel-wait-us that is negative or not finite, a --peak-tflops that is not a positive
+    --kernel-wait-us that is not a finite number from 0 to KERNEL_WAIT_MAX_US (nan, inf, 1e300:
+    the threshold in ns must fit the lake's BIGINT), a --peak-tflops that is not a positive
     finite number."""
     if window not in ("all", "hta"):
         raise typer.BadParameter("--window must be 'all' or 'hta'")
     if peak_tflops is not None and not (peak_tflops > 0 and math.isfinite(peak_tflops)):
         raise typer.BadParameter("--peak-tflops must be a positive finite number")
-    if not (kernel_wait_us >= 0 and math.isfinite(kernel_wait_us)):
-        raise typer.BadParameter("--kernel-wait-us must be a finite number >= 0")
+    if not (math.isfinite(kernel_wait_us) and 0 <= kernel_wait_us <= KERNEL_WAIT_MAX_US):
+        raise typer.BadParameter(
+            f"--kernel-wait-us {kernel_wait_us:g}: give a finite number of µs from 0 to "
+            f"{KERNEL_WAIT_MAX_US:,.0f} (1,000 s)"
+        )
     return dict(window=window, kernel_wait_threshold_ns=int(kernel_wait_us * 1000), peak_tflops=peak_tflops)
 
 
