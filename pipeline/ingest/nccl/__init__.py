@@ -13,9 +13,10 @@ Bad input (empty, binary, a Kineto trace, truncated JSON or pickle, a refused pi
 text file without any of our lines) raises pipeline.ingest.kineto.TraceError with one line.
 A text log is read in one pass (parse_stream: chunk by chunk); a line that cannot be parsed is kept.
 
-Modules: common.py (enums, row builder, LogParsed, infer_test), decode.py (lenient JSON, restricted
-unpickler), log.py (the text-log parser; its line grammars in log_state.py, log_info.py,
-log_comm.py, log_topo.py, log_torch.py, log_nccl_tests.py), flightrec.py (Flight Recorder dumps,
+Modules: common.py (enums, row builder, LogParsed, infer_test), decode.py (lenient JSON),
+unpickle.py (the restricted unpickler, its key rules and expansion budget), log.py (the text-log
+parser; its line grammars in log_state.py, log_info.py, log_comm.py, log_topo.py, log_torch.py,
+log_nccl_tests.py), flightrec.py (Flight Recorder dumps,
 torchfrtrace reports), ras.py (RAS reports), struct.py (nccl-tests JSON, profiler plugin output),
 stream.py (bytes -> lines, chunk by chunk, with the line cap).
 """
@@ -201,10 +202,14 @@ def parse(data: bytes, name: str, fmt: str | None = None) -> "LogParsed":
         if _looks_json(head) and any(k in head for k in _KINETO_KEYS):
             raise TraceError("a Kineto trace (traceEvents), not an NCCL log")
         raise TraceError("no NCCL, nccl-tests, watchdog, flight-recorder or RAS lines found")
+    from .common import MAX_HELD_ROWS, TableFull
+
     try:
         parsed = _parse(data, name, fmt, notes)
     except TraceError:
         raise
+    except TableFull as e:  # a whole-file format (JSON, pickle, report) past the row cap of a table
+        raise TraceError(f"more rows than one table may hold ({MAX_HELD_ROWS}): {e}") from None
     except RecursionError:
         raise TraceError("nested too deeply") from None
     except MemoryError:
@@ -256,7 +261,8 @@ def parse_stream(read, name: str, fmt: str, budget=None) -> "LogParsed":
 
 def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> "LogParsed":
     from . import flightrec, log, ras, struct
-    from .decode import lenient_json, safe_unpickle
+    from .decode import lenient_json
+    from .unpickle import expansion_budget_bytes, safe_unpickle
 
     if fmt == "flight_recorder":
         if _is_pickle(data[:4]):
@@ -265,7 +271,7 @@ def _parse(data: bytes, name: str, fmt: str, notes: list[str]) -> "LogParsed":
             if _is_binary(data[:_SNIFF_BYTES]):
                 raise TraceError("binary data, not a Flight Recorder pickle or JSON")
             obj = lenient_json(_decode(data, notes), notes)
-        return flightrec.flight_recorder(obj, name, notes)
+        return flightrec.flight_recorder(obj, name, notes, expansion_budget_bytes(len(data)))
     if _is_binary(data[:_SNIFF_BYTES]):
         raise TraceError("binary data, not a text log")
     text = _decode(data, notes)

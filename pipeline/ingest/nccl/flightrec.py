@@ -10,7 +10,7 @@ import os
 import re
 
 from ..errors import TraceError
-from .common import INT32, LogParsed, Rows, dumps, finish, to_float, to_int
+from .common import INT32, LogParsed, Rows, TableFull, dumps, finish, to_float, to_int
 
 _RANK_IN_NAME = re.compile(r"(\d+)$")
 
@@ -29,24 +29,47 @@ def rank_from_name(name: str) -> int | None:
     return to_int(m.group(1), INT32) if m else None
 
 
+def _str(v) -> str | None:
+    """str(v); None for None and for what str() cannot render (an int past Python's 4,300-digit
+    limit, alone or inside a container)."""
+    if v is None:
+        return None
+    try:
+        return str(v)
+    except ValueError:
+        return None
+
+
 def _ranks(text) -> list[int] | None:
     if text is None:
         return None
     if isinstance(text, (list, tuple, set, frozenset)):
         vals = [to_int(x, INT32) for x in text]
     else:
-        vals = [to_int(x, INT32) for x in re.findall(r"-?\d+", str(text))]
+        vals = [to_int(x, INT32) for x in re.findall(r"-?\d+", _str(text) or "")]
     return [v for v in vals if v is not None]
 
 
 def _numel(sizes) -> int | None:
+    """The element total of a list of shapes; None unless every dimension is an int and the total
+    stays under 2^63 (checked at each product: a shape of 200 20,000-bit ints would otherwise be
+    multiplied out, for minutes)."""
     if not isinstance(sizes, (list, tuple)):
         return None
     total = 0
     for shape in sizes:
-        if not isinstance(shape, (list, tuple)) or not all(isinstance(d, int) for d in shape):
+        if not isinstance(shape, (list, tuple)):
             return None
-        total += math.prod(shape)
+        n = 1
+        for d in shape:
+            if not isinstance(d, int) or not -(2**63) < d < 2**63:
+                return None
+            n *= d
+            if not -(2**63) < n < 2**63:
+                return None
+        total += n
+        if not -(2**63) < total < 2**63:
+            return None
     return total if total < 2**63 else None
 
 
@@ -67,28 +90,33 @@ def _nz(v) -> int | None:
 def _strlist(v) -> list[str] | None:
     if not isinstance(v, (list, tuple)):
         return None
-    return [str(x) for x in v]
+    return [_str(x) for x in v]
 
 
-def _frame_text(f) -> str:
+def _frame_text(f) -> str | None:
     if isinstance(f, dict):
-        return f"{f.get('name')} at {f.get('filename')}:{f.get('line')}"
-    return str(f)
+        return f"{_str(f.get('name'))} at {_str(f.get('filename'))}:{_str(f.get('line'))}"
+    return _str(f)
 
 
 # --- Flight Recorder -------------------------------------------------------------------------------
 
 
-def flight_recorder(obj, name: str, notes: list[str]) -> LogParsed:
+def flight_recorder(obj, name: str, notes: list[str], budget_bytes: int | None = None) -> LogParsed:
     """A Flight Recorder dump (dict: version, pg_config, pg_status, entries[...]; nccl.md 3.4) ->
     flight_recorder (one row per entry) and flight_recorder_groups. Raises TraceError when `obj`
-    is not shaped like a dump."""
+    is not shaped like a dump.
+
+    budget_bytes: the most bytes (4 a rank) that the groups' rank lists may fill, repeated on each
+    entry of the group (pg_ranks; a 10 MB ranks string named by 100,000 entries would be a
+    terabyte); past it pg_ranks is left null, with a note. None: no bound. An entry whose values
+    cannot be read (an int past 4,300 digits in its sizes) is skipped, with a note."""
     if not isinstance(obj, dict) or not ({"entries", "pg_config", "pg_status"} & set(obj)):
         if any("truncated" in n for n in notes):
             raise TraceError("truncated JSON: no complete Flight Recorder entry")
         raise TraceError("not a Flight Recorder dump (no entries, pg_config or pg_status)")
     rank = rank_from_name(name)
-    version = None if obj.get("version") is None else str(obj.get("version"))
+    version = _str(obj.get("version"))
     pg_config = obj.get("pg_config") if isinstance(obj.get("pg_config"), dict) else {}
     pg_status = obj.get("pg_status") if isinstance(obj.get("pg_status"), dict) else {}
     entries = obj.get("entries") or []
@@ -96,18 +124,31 @@ def flight_recorder(obj, name: str, notes: list[str]) -> LogParsed:
         raise TraceError("Flight Recorder dump: 'entries' is not a list")
     fr, groups = Rows("flight_recorder"), Rows("flight_recorder_groups")
     name_of_id: dict[int, tuple] = {}
-    bad = 0
+    ranks_of = _GroupRanks(pg_config, budget_bytes)
+    bad = unreadable = 0
     for e in entries:
         if not isinstance(e, dict):
             bad += 1
             continue
-        fr.add(**_entry_row(e, rank, version, pg_config, name_of_id))
+        try:
+            fr.add(**_entry_row(e, rank, version, ranks_of, name_of_id))
+        except TableFull:
+            raise
+        except (ValueError, TypeError, OverflowError):
+            unreadable += 1
     if bad:
         notes.append(f"{bad} Flight Recorder entries are not dicts and were skipped")
+    if unreadable:
+        notes.append(f"{unreadable} Flight Recorder entries hold values that cannot be read and were skipped")
+    if ranks_of.dropped:
+        notes.append(
+            f"pg_ranks left null on {ranks_of.dropped} entries: the group ranks repeated on each entry "
+            f"pass {budget_bytes} bytes"
+        )
     _add_groups(groups, pg_config, pg_status, name_of_id, rank, version)
     versions = {"flight_recorder_version": version}
     if obj.get("comm_lib_version"):
-        versions["nccl_version"] = str(obj["comm_lib_version"])
+        versions["nccl_version"] = _str(obj["comm_lib_version"])
     sizes = [len(r) for r in groups.column("ranks") if r]
     return finish(
         "flight_recorder",
@@ -120,18 +161,40 @@ def flight_recorder(obj, name: str, notes: list[str]) -> LogParsed:
     )
 
 
-def _entry_row(e: dict, rank, version, pg_config: dict, name_of_id: dict) -> dict:
+class _GroupRanks:
+    """pg_ranks of an entry by its group name: each group's ranks parsed once, and their total over
+    the entries bounded by budget_bytes (4 bytes a rank; None: no bound)."""
+
+    def __init__(self, pg_config: dict, budget_bytes: int | None):
+        self.pg_config, self.budget_bytes = pg_config, budget_bytes
+        self.parsed: dict[str, list[int] | None] = {}
+        self.used_bytes = 0
+        self.dropped = 0
+
+    def __call__(self, pg_name: str | None) -> list[int] | None:
+        if pg_name is None:
+            return None
+        if pg_name not in self.parsed:
+            cfg = self.pg_config.get(pg_name)
+            self.parsed[pg_name] = _ranks(cfg.get("ranks")) if isinstance(cfg, dict) else None
+        ranks = self.parsed[pg_name]
+        if ranks and self.budget_bytes is not None:
+            self.used_bytes += 4 * len(ranks)
+            if self.used_bytes > self.budget_bytes:
+                self.dropped += 1
+                return None
+        return ranks
+
+
+def _entry_row(e: dict, rank, version, ranks_of: _GroupRanks, name_of_id: dict) -> dict:
     """The flight_recorder row of one entry; records the entry's process group in `name_of_id`."""
     pg = e.get("process_group")
     pg_name, pg_desc = (
-        (str(pg[0]), str(pg[1]))
-        if isinstance(pg, (list, tuple)) and len(pg) >= 2
-        else (str(pg) if pg is not None else None, None)
+        (_str(pg[0]), _str(pg[1])) if isinstance(pg, (list, tuple)) and len(pg) >= 2 else (_str(pg), None)
     )
     pg_id = to_int(e.get("pg_id"))
     if pg_id is not None and pg_name is not None:
         name_of_id.setdefault(pg_id, (pg_name, pg_desc))
-    cfg = pg_config.get(pg_name) if pg_name is not None else None
     pname = e.get("profiling_name")
     op = None
     if isinstance(pname, str):
@@ -144,14 +207,14 @@ def _entry_row(e: dict, rank, version, pg_config: dict, name_of_id: dict) -> dic
         pg_id=pg_id,
         pg_name=pg_name,
         pg_desc=pg_desc,
-        pg_ranks=_ranks(cfg.get("ranks")) if isinstance(cfg, dict) else None,
+        pg_ranks=ranks_of(pg_name),
         collective_seq_id=to_int(e.get("collective_seq_id")),
         p2p_seq_id=to_int(e.get("p2p_seq_id")),
         op_id=to_int(e.get("op_id")),
-        profiling_name=None if pname is None else str(pname),
+        profiling_name=_str(pname),
         op=op,
         is_p2p=e.get("is_p2p") if isinstance(e.get("is_p2p"), bool) else None,
-        state=None if e.get("state") is None else str(e.get("state")),
+        state=_str(e.get("state")),
         time_created_ns=_nz(e.get("time_created_ns")),
         time_discovered_started_ns=_nz(e.get("time_discovered_started_ns")),
         time_discovered_completed_ns=_nz(e.get("time_discovered_completed_ns")),
@@ -165,8 +228,8 @@ def _entry_row(e: dict, rank, version, pg_config: dict, name_of_id: dict) -> dic
         input_numel=_numel(e.get("input_sizes")),
         output_numel=_numel(e.get("output_sizes")),
         frames=[_frame_text(f) for f in frames] if isinstance(frames, (list, tuple)) else None,
-        thread_id=None if e.get("thread_id") is None else str(e.get("thread_id")),
-        thread_name=None if e.get("thread_name") is None else str(e.get("thread_name")),
+        thread_id=_str(e.get("thread_id")),
+        thread_name=_str(e.get("thread_name")),
     )
 
 
@@ -177,7 +240,7 @@ def _add_groups(groups: Rows, pg_config: dict, pg_status: dict, name_of_id: dict
     done_ids = set()
     for key, cfg in pg_config.items():
         cfg = cfg if isinstance(cfg, dict) else {}
-        pname = str(cfg.get("name", key))
+        pname = _str(cfg.get("name", key))
         pid = id_of_name.get(pname)
         st = pg_status.get(str(pid)) if pid is not None else None
         if st is not None:
@@ -188,13 +251,13 @@ def _add_groups(groups: Rows, pg_config: dict, pg_status: dict, name_of_id: dict
             version=version,
             pg_id=pid,
             pg_name=pname,
-            pg_desc=None if cfg.get("desc") is None else str(cfg.get("desc")),
+            pg_desc=_str(cfg.get("desc")),
             ranks=ranks,
             group_size=len(ranks) if ranks is not None else None,
             **_status(st),
         )
     for key, st in pg_status.items():
-        if str(key) in done_ids:
+        if _str(key) in done_ids:
             continue
         pid = to_int(key)
         nm = name_of_id.get(pid, (None, None))
@@ -239,7 +302,11 @@ def torchfrtrace_report(text: str, notes: list[str]) -> LogParsed:
         if s.startswith("$") or s.startswith("torchfrtrace"):
             continue  # the command line
         if cur is not None and in_stack and line[:1].isspace():
-            out.set(cur, frames=(out.get(cur, "frames") or []) + [s])
+            frames = out.get(cur, "frames")
+            if frames is None:
+                out.set(cur, frames=[s])
+            else:
+                frames.append(s)  # in place: a copy per stack line was quadratic in the lines
             continue
         mk = FR_KEY.match(s)
         if cur is not None and mk:
