@@ -4,7 +4,7 @@ was read, decoded and split whole, and every nccl_events row stayed a Python dic
 pipeline.ingest.nccl.parse_stream must give what parse() gives on the same bytes (parse() is the
 path the corpus tests check against lines read by hand), whatever the chunk size, the spill size
 and the spool budget; and while it reads, the append-only tables hold at most one batch of dict
-rows, the rest built into frames on disk. The caps that bound the rest (line length, rows of the
+rows, the rest built into frames on disk. The caps that bound the rest (line length, bytes of the
 tables still open to later lines) are checked on inputs that pass them by one.
 """
 
@@ -17,6 +17,7 @@ from conftest import CORPUS
 from pipeline import lake as lake_mod
 from pipeline.ingest import nccl
 from pipeline.ingest.nccl import common, stream
+from pipeline.ingest.nccl.log import LogParser
 from pipeline.ingest.nccl.log_state import SPOOLED
 from pipeline.ingest.spool import _Budget
 
@@ -135,10 +136,14 @@ def test_a_line_past_the_line_cap_is_cut_and_the_next_line_keeps_its_number(tmp_
 
 def test_a_held_table_past_its_cap_keeps_later_lines_as_other(monkeypatch):
     """nccl_channels stays open to later lines (its communicator is named after it), so it is held
-    as dicts, capped at MAX_HELD_ROWS: with the cap at 4, 6 channel lines give 4 channel rows
-    and 2 events of kind 'other' carrying the lines, with one note."""
-    monkeypatch.setattr(common, "MAX_HELD_ROWS", 4)
+    to the end, its rows counted in bytes against MAX_HELD_BYTES: with the cap at what 4 channel
+    lines hold, 6 channel lines give 4 channel rows and 2 events of kind 'other' carrying the
+    lines, with one note."""
     chan = [f"node01:1:2 [0] NCCL INFO Channel 0{k}/0 : 0[0] -> 1[1] via P2P/IPC" for k in range(6)]
+    four = LogParser("a.log")
+    for i, line in enumerate(chan[:4], 1):
+        four.feed(i, line)
+    monkeypatch.setattr(common, "MAX_HELD_BYTES", four.held.used_bytes)
     p = nccl.parse(("\n".join(chan) + "\n").encode(), "a.log", "nccl_log")
     assert p.tables["nccl_channels"]["line_no"].to_list() == [1, 2, 3, 4]
     other = p.tables["nccl_events"].filter(pl.col("kind") == "other")

@@ -205,16 +205,69 @@ _RANGES = {"int32": INT32, "int64": INT64, "uint64": (0, 2**64 - 1)}
 
 
 class TableFull(ValueError):
-    """A table kept in memory (its rows are still updated by later lines) reached MAX_HELD_ROWS;
-    the line that would add to it is kept as an nccl_events row of kind 'other' instead."""
+    """What a text log's parse holds to the end of the file reached MAX_HELD_BYTES (or a held
+    table without a HeldBytes reached MAX_HELD_ROWS rows); the line that would add to it is kept
+    as an nccl_events row of kind 'other' instead."""
 
 
-#: Rows of one in-memory table (or keys of one per-thread/process map) kept at most. A real log
-#: has at most a few thousand communicators x channels; a hostile one of a million channel lines
-#: would otherwise cost about 1 kB of Python dict per line (issue 21, point 7).
+#: Estimated bytes that one text log's parse may hold to the end of the file: the rows of the
+#: tables that later lines still update (processes, channels, rings, net devices, nccl-tests
+#: results, link rates) and the per-thread / process / device / communicator maps, nccl-tests runs
+#: and tables. Counted in bytes, not rows (issue 39 item 3): a 450 MB log whose every line opens
+#: a new process and communicator held 4.7 GB before a 2^20-row cap on each table and map held.
+#: Measured: a results row is about 630 B, a channel row 460 B, a line that opens a process and
+#: communicator 1.7 kB, which the estimate below matches within about 20 %.
+MAX_HELD_BYTES = 512 << 20
+HELD_ROW_BYTES = 64  # a held row's list object, besides 8 bytes a column and its values
+HELD_VALUE_BYTES = 24  # a value's object (int, float) besides a string's characters
+HELD_ENTRY_BYTES = 256  # one key of a held map: its key tuple, dict slot and the small object it maps to
+#: Rows of a held table without a HeldBytes (the whole-file parsers: Flight Recorder, RAS, ...).
 MAX_HELD_ROWS = 1 << 20
-#: Rows of an append-only table built into one frame and handed to its spool (pipeline/ingest/spool.py).
+#: An append-only table's rows are built into one frame and handed to its spool
+#: (pipeline/ingest/spool.py) every SPILL_ROWS rows, or sooner once they hold SPILL_BYTES (8 MiB
+#: lines: 16,384 of them would be 128 GiB).
 SPILL_ROWS = 1 << 14
+SPILL_BYTES = 16 << 20
+
+
+def held_bytes(v) -> int:
+    """Estimated bytes of one value held in a row or map: HELD_VALUE_BYTES, plus a string's length
+    or a list's 8 bytes an item and its items; 0 for None."""
+    if v is None:
+        return 0
+    t = type(v)
+    if t is str:
+        return HELD_VALUE_BYTES + len(v)
+    if t is list or t is tuple:
+        return 56 + sum(8 + held_bytes(x) for x in v)
+    return HELD_VALUE_BYTES
+
+
+class HeldBytes:
+    """The estimated bytes one parse holds to the end of its file (MAX_HELD_BYTES, read when it is
+    made), shared by its held tables and maps.
+
+    A line is taken whole or not at all: the first charge() after begin_line() raises TableFull
+    when it would pass the limit (before the line changed any held state: every row and map entry
+    is charged before it is added), and the line's later charges do not raise. The bytes held can
+    thus pass the limit by one line's worth at most. Once `closing` is set nothing raises: the
+    end-of-file steps add at most a row per entry already counted."""
+
+    def __init__(self, limit_bytes: int | None = None):
+        self.limit_bytes = MAX_HELD_BYTES if limit_bytes is None else limit_bytes
+        self.used_bytes = 0
+        self.closing = False
+        self.checked = False  # the current line passed its check
+
+    def begin_line(self) -> None:
+        self.checked = False
+
+    def charge(self, n_bytes: int, what: str) -> None:
+        if not (self.closing or self.checked):
+            if self.used_bytes + n_bytes > self.limit_bytes:
+                raise TableFull(f"{what}: past {self.limit_bytes} bytes held to the end of the file")
+            self.checked = True
+        self.used_bytes += n_bytes
 
 
 class Rows:
@@ -223,14 +276,16 @@ class Rows:
     columns are nulls; a column the table does not have raises KeyError when the row is added.
 
     Two kinds. Held (spool None): every row can be read and updated by index until the end of the
-    file; at most MAX_HELD_ROWS rows (TableFull past that). Spooled (an append-only table such as
-    nccl_events, given a spool._Spool): every SPILL_ROWS rows are built into one typed frame and
-    handed to the spool, which keeps frames in memory up to its byte budget and then on disk; only
-    the last, unbuilt rows can be read by index. `track` names columns whose distinct non-null
-    values stay known (values()) after their rows are built.
+    file; each row and each value written is charged to `held` (a HeldBytes shared by the tables
+    of one parse; TableFull past its limit), or without one at most MAX_HELD_ROWS rows. Spooled
+    (an append-only table such as nccl_events, given a spool._Spool): every SPILL_ROWS rows, or
+    SPILL_BYTES of them, are built into one typed frame and handed to the spool, which keeps
+    frames in memory up to its byte budget and then on disk; only the last, unbuilt rows can be
+    read by index. `track` names columns whose distinct non-null values stay known (values())
+    after their rows are built.
     """
 
-    def __init__(self, table: str, spool=None, track: tuple[str, ...] = ()):
+    def __init__(self, table: str, spool=None, track: tuple[str, ...] = (), held: HeldBytes | None = None):
         self.table = table
         cols = [c for c in sch.tables()[table].columns if c.name not in ("run_id", "source_id")]
         self.types = {c.name: c.type for c in cols}
@@ -240,32 +295,53 @@ class Rows:
         self.base = 0  # rows already built and spooled
         self.seen: dict[str, set] = {c: set() for c in track}
         self.bad: dict[str, int] = {}  # column -> integers outside its range, stored as null
+        self.held = held if spool is None else None
+        self.row_bytes = HELD_ROW_BYTES + 8 * len(self.pos)
+        self.pending_bytes = 0  # estimated bytes of a spooled table's unbuilt rows
 
     @property
     def n(self) -> int:
         return self.base + len(self.rows)
 
     def add(self, **kw) -> int:
-        """Append one row; returns its index. Raises TableFull when a held table is full."""
-        if self.spool is None and len(self.rows) >= MAX_HELD_ROWS:
-            raise TableFull(f"{self.table} holds {MAX_HELD_ROWS} rows")
-        row = [None] * len(self.pos)
-        if self.spool is None:  # held to the end: share the many equal short strings (host, via, ...)
+        """Append one row; returns its index. Raises TableFull when a held table is full (its
+        HeldBytes past the limit, or MAX_HELD_ROWS rows without one); the row is then not added."""
+        if self.spool is None:
+            if self.held is not None:
+                self.held.charge(self.row_bytes, self.table)
+            elif len(self.rows) >= MAX_HELD_ROWS:
+                raise TableFull(f"{self.table} holds {MAX_HELD_ROWS} rows")
+            # held to the end: share the many equal short strings (host, via, ...)
             kw = {k: intern(v) if type(v) is str and len(v) <= 64 else v for k, v in kw.items()}
+        row = [None] * len(self.pos)
         self._put(row, kw)
         self.rows.append(row)
-        if self.spool is not None and len(self.rows) >= SPILL_ROWS:
-            self._spill()
+        if self.spool is not None:
+            self.pending_bytes += self.row_bytes
+            if len(self.rows) >= SPILL_ROWS or self.pending_bytes >= SPILL_BYTES:
+                self._spill()
         return self.n - 1
 
     def _put(self, row: list, kw: dict, only_null: bool = False) -> None:
+        """Write kw's values into `row` (only_null: only where the row holds None), charging each
+        new value's held_bytes to the HeldBytes, or to the unbuilt rows' bytes when spooled."""
         pos = self.pos
+        todo, cost = [], 0
         for k, v in kw.items():
             i = pos.get(k)
             if i is None:
                 raise KeyError(f"{self.table} has no column {k!r}")
             if not only_null or (v is not None and row[i] is None):
-                row[i] = v
+                if v is not None and v is not row[i]:
+                    cost += held_bytes(v)
+                todo.append((i, v))
+        if self.held is not None:
+            if cost:
+                self.held.charge(cost, self.table)  # before the row changes
+        elif self.spool is not None:
+            self.pending_bytes += cost
+        for i, v in todo:
+            row[i] = v
 
     def _spill(self) -> None:
         frame = self._build(self.rows)
@@ -274,6 +350,7 @@ class Rows:
         self.spool.add(frame.to_arrow())
         self.base += len(self.rows)
         self.rows = []
+        self.pending_bytes = 0
 
     def get(self, i: int, col: str):
         return self.rows[self._at(i)][self.pos[col]]

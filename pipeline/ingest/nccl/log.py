@@ -21,12 +21,12 @@ from __future__ import annotations
 import calendar
 import re
 
-from .common import INT32, MAX_HELD_ROWS, LogParsed, TableFull, dumps, finish, to_int
+from .common import INT32, LogParsed, TableFull, dumps, finish, to_int
 from .log_comm import CommLines
 from .log_info import InfoLines, WarnLines
 from .log_nccl_tests import TestsLines, TestsTables
 from .log_rates import RateLines
-from .log_state import WRAPPER, held, split_wrapper, wrapper_rank
+from .log_state import WRAPPER, split_wrapper, wrapper_rank
 from .log_topo import NetLines, TopoLines
 from .log_torch import APP_VERSION, GLOG, TorchLines, glog_time
 
@@ -67,6 +67,11 @@ class LogParser(
 
     # --- dispatch -----------------------------------------------------------------------------------
     def feed(self, line_no: int, text: str) -> None:
+        """Parse one line. Raises TableFull, before the line changed any held state, when it would
+        add to what is held to the end of the file past MAX_HELD_BYTES (undo_line() removes the
+        appended rows it added first)."""
+        self.held.begin_line()
+        self.marks = [(r, r.base, len(r.rows)) for r in self.appended]
         li = {"line_no": line_no, "text": text}
         if "NCCL " in text:
             m = PREFIX.search(text)
@@ -90,7 +95,9 @@ class LogParser(
                 cuda = m.group("cuda") or m.group("cuda2")
                 if cuda and not re.fullmatch(r"[\d.]+", cuda):
                     cuda = None  # NCCL 2.4.7 '+cudaCUDA_MAJOR.CUDA_MINOR' build bug
-                self.bare_versions.append((m.group("v"), cuda))
+                if (m.group("v"), cuda) not in self.bare_versions:
+                    self.hold("versions", m.group("v"), cuda)
+                    self.bare_versions[m.group("v"), cuda] = None
                 self.event(li, "version", detail=dumps({"nccl_version": m.group("v"), "cuda_version": cuda}))
                 self.recognized += 1
                 return
@@ -121,6 +128,13 @@ class LogParser(
             return
         self.event(li, "other")
 
+    def undo_line(self) -> None:
+        """Remove the appended-table rows the line being fed added (unless they were built into a
+        frame already), after it raised TableFull: the line is then kept whole as one 'other' event."""
+        for r, base, n in self.marks:
+            if r.base == base:
+                del r.rows[n:]
+
     # --- NCCL lines ---------------------------------------------------------------------------------
     def nccl_line(self, li: dict, text: str, m: re.Match) -> None:
         msg = m.group("msg")
@@ -139,7 +153,7 @@ class LogParser(
         self.recognized += 1
         key = (li["host"], li["pid"], li["cuda_dev"])
         if key not in self.seen_devs:
-            held(self.seen_devs, "devices")
+            self.hold("devices", *key)
             self.seen_devs[key] = li["line_no"]
         self.nccl_message(li, msg)
 
@@ -166,7 +180,9 @@ class LogParser(
     # --- end of file ----------------------------------------------------------------------------------
     def close(self) -> None:
         """End of file: finish the tables, in this order (each step reads the rows the one before
-        added): processes, nccl-tests device lists, ring truncation, nccl-tests ranks and test names."""
+        added): processes, nccl-tests device lists, ring truncation, nccl-tests ranks and test names.
+        These add at most a row per entry already counted, so the held-bytes limit no longer refuses."""
+        self.held.closing = True
         self.close_processes()
         self.close_rates()
         self.close_devices()
@@ -205,6 +221,7 @@ def parse_lines(lines, name: str, fmt: str, spool=None) -> tuple[LogParsed, int]
             ps.feed(i, line)
         except TableFull:
             full += 1
+            ps.undo_line()
             ps.t["nccl_events"].add(line_no=i, kind="other", text=line)
         except (
             ValueError,
@@ -220,8 +237,9 @@ def parse_lines(lines, name: str, fmt: str, spool=None) -> tuple[LogParsed, int]
             )
     if full:
         ps.notes.append(
-            f"{full} lines kept as kind 'other': a table of rows still open to later lines, or the "
-            f"map of threads or devices, reached {MAX_HELD_ROWS} entries"
+            f"{full} lines kept as kind 'other': the rows and maps held to the end of the file (tables "
+            "still open to later lines; threads, processes, devices, communicators) reached "
+            f"{ps.held.limit_bytes >> 20} MiB"
         )
     ps.close()
     if ps.failed_lines:

@@ -39,6 +39,7 @@ class TestsLines(LogState):
 
     def _run(self, new: bool = False) -> TestRun:
         if self.run is None or (new and self.run.used):
+            self.hold("nccl-tests runs")
             self.run = TestRun()
             self.runs.append(self.run)
         return self.run
@@ -49,13 +50,14 @@ class TestsLines(LogState):
         m = T_DEVICE.match(s)
         if m:
             run = self._run()
-            if self.table is not None or any(d["rank"] == int(m.group("rank")) for d in run.devices):
+            rank = int(m.group("rank"))
+            if self.table is not None or rank in run.ranks:
                 run = self._run(new=True)
             run.used = True
-            run.devices.append(
-                {k: m.group(k) for k in ("rank", "group", "pid", "host", "dev", "bus", "name")}
-                | {"rank": int(m.group("rank")), "line_no": li["line_no"]}
-            )
+            dev = {k: m.group(k) for k in ("rank", "group", "pid", "host", "dev", "bus", "name")}
+            self.hold("nccl-tests devices", *dev.values())
+            run.ranks.add(rank)
+            run.devices.append(dev | {"rank": rank, "line_no": li["line_no"]})
             self.event(li, "nccl_tests_device")
             self.recognized += 1
             return True
@@ -101,7 +103,8 @@ class TestsLines(LogState):
         if T_UNITS.match(s):
             if self.table is None or self.table.rows:
                 self.open_table(MODERN_HEADER)
-                self.headless.append(li["line_no"])  # one note at the end (close_tests)
+                self.headless[0] = self.headless[0] or li["line_no"]  # one note at the end (close_tests)
+                self.headless[1] += 1
             self.event(li, "nccl_tests_header")
             return True
         m = T_OOB.match(s)
@@ -188,6 +191,7 @@ class TestsTables(LogState):
         ]
         run = self._run()
         run.used = True
+        self.hold("nccl-tests tables", *toks)
         self.table = Table(len(self.tables), run, lead, groups, extra, toks[idx[0]] == "cputime")
         self.tables.append(self.table)
 
@@ -256,10 +260,11 @@ class TestsTables(LogState):
     def close_tests(self) -> None:
         """At end of file: each table's ranks, nodes and test name (stated, else inferred)."""
         # nccl-tests: ranks, nodes, test name
-        if self.headless:  # one note, however many times a log repeats it
-            more = f" (and {len(self.headless) - 1} more)" if len(self.headless) > 1 else ""
+        first, n = self.headless
+        if n:  # one note, however many times a log repeats it
+            more = f" (and {n - 1} more)" if n > 1 else ""
             self.notes.append(
-                f"line {self.headless[0]}{more}: nccl-tests units line without its header; assumed the "
+                f"line {first}{more}: nccl-tests units line without its header; assumed the "
                 "nccl-tests >= 2.13 columns"
             )
         res = self.t["nccl_tests_results"]

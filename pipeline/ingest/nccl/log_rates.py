@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 
-from .common import INT32, to_int
+from .common import INT32, held_bytes, to_int
 from .log_state import LogState
 
 SYSTEM = re.compile(
@@ -110,6 +110,16 @@ class RateLines(LogState):
         row.update({k: v for k, v in kw.items() if v is not None})
         self.t["nccl_link_rates"].add(**row)
 
+    def _graph_col(self, key: tuple, node: str) -> None:
+        """Remember the graph node printed at a column of a thread's GRAPH lines (charged to the
+        held bytes: a new key, and the node's name each time)."""
+        cols = getattr(self, "graph_cols", {})
+        if key not in cols:
+            self.hold("graph columns", *key)
+        self.held.charge(held_bytes(node), "graph columns")
+        cols[key] = node
+        self.graph_cols = cols
+
     def rate_line(self, li: dict, msg: str) -> bool:
         """An NCCL INFO message that states a rate: its row(s) and its nccl_events row; False when
         it is none of the forms."""
@@ -131,8 +141,9 @@ class RateLines(LogState):
             cols = getattr(self, "graph_cols", {})
             src = cols.get((li.get("host"), li.get("pid"), li.get("tid"), col))
             dst = f"{m.group('node')}/{m.group('id')}"
-            cols[(li.get("host"), li.get("pid"), li.get("tid"), m.end("lt") + len(m.group("bw")) + 5)] = dst
-            self.graph_cols = cols
+            self._graph_col(
+                (li.get("host"), li.get("pid"), li.get("tid"), m.end("lt") + len(m.group("bw")) + 5), dst
+            )
             bw = _f(m.group("bw"))
             args = (m.group("args") or "").split("/")
             if m.group("node") == "NET" and len(args) in (3, 4):
@@ -202,11 +213,10 @@ class RateLines(LogState):
             return True
         m = HEADER.match(msg)
         if m and m.group("node") in ("CPU", "GPU", "NIC", "PCI", "NVS", "NET", "DEV"):
-            cols = getattr(self, "graph_cols", {})
-            cols[(li.get("host"), li.get("pid"), li.get("tid"), len(m.group("indent")))] = (
-                f"{m.group('node')}/{m.group('id')}"
+            self._graph_col(
+                (li.get("host"), li.get("pid"), li.get("tid"), len(m.group("indent"))),
+                f"{m.group('node')}/{m.group('id')}",
             )
-            self.graph_cols = cols
             self.event(li, "graph")
             return True
         return False

@@ -4,6 +4,13 @@ printed before it, the open error chain), process-level attributes, the nccl-tes
 records (TestRun, Table), the launcher-wrapper helpers (nccl.md 1.3), and LogState: the base
 class of every grammar mixin, with the row helpers and close_processes(), which finishes
 nccl_processes at end of file.
+
+Everything a parse holds to the end of the file - the held tables' rows and values, and every
+entry of its maps and lists (threads, processes, devices, communicators, pending attributes,
+nccl-tests runs, devices and tables, version lines) - is charged in estimated bytes to one
+common.HeldBytes (LogState.held, common.MAX_HELD_BYTES; hold() for a map entry). Past it the line
+that would add to them is kept as an nccl_events row of kind 'other' (log.parse_lines), so memory
+stays bounded however many processes, threads or communicators a log opens.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..spool import _Budget, _Spool
-from .common import MAX_HELD_ROWS, Rows, TableFull
+from .common import HELD_ENTRY_BYTES, HeldBytes, Rows, held_bytes
 
 LOG_TABLES = (
     "nccl_processes",
@@ -51,6 +58,7 @@ class TestRun:
     test: str | None = None
     devices: list = field(default_factory=list)
     used: bool = False
+    ranks: set = field(default_factory=set)  # the ranks of `devices` (a device line checks it, not the list)
 
 
 @dataclass
@@ -81,12 +89,6 @@ def wrapper_rank(wrapper: str) -> int | None:
     return int(r) if r is not None else None
 
 
-def held(d: dict, what: str) -> None:
-    """Raise TableFull before a per-thread/process/device map grows past MAX_HELD_ROWS keys."""
-    if len(d) >= MAX_HELD_ROWS:
-        raise TableFull(f"more than {MAX_HELD_ROWS} {what}")
-
-
 class LogState:
     """One pass's tables and state (see the module docstring); LogParser (log.py) adds the line
     grammars."""
@@ -95,9 +97,12 @@ class LogState:
         self.name = name
         budget = budget or _Budget(float("inf"), None)  # no budget: every spool stays in memory
         self.spools = [_Spool(n, budget) for n in SPOOLED]
-        self.t = {n: Rows(n) for n in LOG_TABLES}
+        self.held = HeldBytes()
+        self.t = {n: Rows(n, held=self.held) for n in LOG_TABLES}
         for sp in self.spools:
             self.t[sp.name] = Rows(sp.name, sp, SPOOLED[sp.name])
+        self.appended = [self.t[n] for n in SPOOLED]
+        self.marks: list[tuple] = []  # (table, base, unbuilt rows) of the appended tables at the line's start
         self.notes: list[str] = []
         self.versions: dict = {}
         self.comm_rows: dict[tuple, int] = {}
@@ -105,17 +110,22 @@ class LogState:
         self.proc_attrs: dict[tuple, dict] = {}
         self.seen_devs: dict[tuple, int] = {}  # (host, pid, cuda_dev) -> first line
         self.loose: dict[tuple, dict] = {}  # (host, pid, cuda_dev) -> attrs never tied to a comm
-        self.bare_versions: list[tuple[str, str | None]] = []
+        self.bare_versions: dict[tuple[str, str | None], None] = {}  # distinct (version, cuda)
         self.runs: list[TestRun] = []
         self.run: TestRun | None = None
         self.table: Table | None = None
         self.tables: list[Table] = []
         self.spliced = 0
-        self.headless: list[int] = []  # lines of nccl-tests units lines without their header
+        self.headless: list[int] = [0, 0]  # nccl-tests units lines without their header: first line, count
         self.failed_lines = 0
         self.recognized = 0
 
     # --- helpers ------------------------------------------------------------------------------------
+    def hold(self, what: str, *parts) -> None:
+        """Charge one new entry of a held map or list (HELD_ENTRY_BYTES and its parts' held_bytes);
+        raises TableFull past the parse's MAX_HELD_BYTES."""
+        self.held.charge(HELD_ENTRY_BYTES + sum(held_bytes(p) for p in parts), what)
+
     def event(self, li: dict, kind: str, **kw) -> None:
         self.t["nccl_events"].add(
             line_no=li["line_no"],
@@ -141,7 +151,7 @@ class LogState:
         key = (li["host"], li["pid"], li["tid"])
         t = self.threads.get(key)
         if t is None:
-            held(self.threads, "threads")
+            self.hold("threads", *key)
             t = self.threads[key] = Thread()
         return t
 
@@ -152,17 +162,20 @@ class LogState:
         if th.open is not None:
             self.t["nccl_processes"].fill(th.open, **kw)
         else:
-            th.pending.update({k: v for k, v in kw.items() if v is not None})
+            new = {k: v for k, v in kw.items() if v is not None}
+            self.held.charge(sum(held_bytes(v) for v in new.values()), "thread attributes")
+            th.pending.update(new)
             th.pending_dev = li.get("cuda_dev")
 
     def proc(self, li: dict, **kw) -> None:
         """A process-level attribute (version, driver, network)."""
         key = (li["host"], li["pid"])
         if key not in self.proc_attrs:
-            held(self.proc_attrs, "processes")
+            self.hold("processes", *key)
         d = self.proc_attrs.setdefault(key, {})
         for k, v in kw.items():
             if v is not None and k not in d:
+                self.held.charge(held_bytes(v), "process attributes")
                 d[k] = v
 
     def comm_of(self, li: dict, table: str, row: int) -> None:
@@ -172,6 +185,7 @@ class LogState:
             p = self.t["nccl_processes"]
             self.t[table].set(row, comm_ptr=p.get(th.open, "comm_ptr"), comm_id=p.get(th.open, "comm_id"))
         else:
+            self.held.charge(64, "rows waiting for their communicator")
             th.pending_rows.append((table, row))
 
     def comm_row(self, li: dict, comm: str, fields: dict, what: str) -> int:
@@ -179,6 +193,8 @@ class LogState:
         key = (li["host"], li["pid"], comm)
         r = self.comm_rows.get(key)
         if r is None or (what == "Init START" and p.get(r, "status") in ("destroyed", "aborted")):
+            if r is None:
+                self.hold("communicators", *key)
             r = p.add(
                 host=li["host"],
                 pid=li["pid"],
