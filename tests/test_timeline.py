@@ -435,15 +435,48 @@ def test_run_writes_the_worst_steps_window_and_each_findings_command_works(tmp_p
     assert tl["otherData"]["steps"] == [want[0], want[-1]] and tl["otherData"]["ranks"] == [0, 1]
     assert doc["findings"]
     for f in doc["findings"]:
+        # run as printed: it names the lake, which is not the default (issue 39 item 13)
         args = shlex.split(f["timeline"]["command"])
-        assert args[:2] == ["tracelake", "timeline"] and "--around" in args
+        assert args[:4] == ["tracelake", "timeline", "--lake", str(lake)] and "--around" in args
         args = [a if not a.endswith(".json.gz") else str(tmp_path / a) for a in args[1:]]
-        r = runner.invoke(app, [*args, "--lake", str(lake)])
+        r = runner.invoke(app, args)
         assert r.exit_code == 0, (f["timeline"]["command"], r.output)
         written = json.loads(gzip.decompress((tmp_path / args[-1].split("/")[-1]).read_bytes()))
         assert written["otherData"]["window"].startswith(f"--around {f['timeline']['id']}")
         steps_of = f["timeline"]["steps"]
         assert written["otherData"]["steps"] == (steps_of if steps_of is None else list(steps_of))
+
+
+def test_the_timeline_command_of_a_finding_names_the_lake_unless_it_is_the_default(tmp_path, monkeypatch):
+    """Without --lake the printed command opens ./.tracelake; it names --lake (as given, quoted)
+    when the lake analysed is another, or TRACELAKE_LAKE would send it to another."""
+    job = tmp_path / "job"
+    info = {"backend": "nccl", "world_size": 2}
+    write_trace(job / "r0.json", rank0_events(), distributedInfo={**info, "rank": 0}, deviceProperties=H100)
+    write_trace(job / "r1.json", rank1_events(), distributedInfo={**info, "rank": 1}, deviceProperties=H100)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRACELAKE_LAKE", raising=False)
+    runner = CliRunner()
+    assert runner.invoke(app, ["ingest", "job", "-q"]).exit_code == 0
+
+    def commands(*args, env=None):
+        r = runner.invoke(app, ["analyze", "--json", "-q", *args], env=env)
+        assert r.exit_code == 0, r.output
+        return [f["timeline"]["command"] for f in json.loads(r.stdout)["findings"]]
+
+    import shutil
+
+    plain = commands()
+    assert plain and all(c.startswith("tracelake timeline --run job --around ") for c in plain)
+    assert commands("--lake", "./.tracelake") == plain
+    shutil.copytree(tmp_path / ".tracelake", tmp_path / "my lake")
+    assert commands("--lake", "my lake") == [
+        c.replace("tracelake timeline ", "tracelake timeline --lake 'my lake' ", 1) for c in plain
+    ]
+    other = {"TRACELAKE_LAKE": str(tmp_path / "my lake")}
+    assert commands("--lake", ".tracelake", env=other) == [
+        c.replace("tracelake timeline ", "tracelake timeline --lake .tracelake ", 1) for c in plain
+    ]
 
 
 def test_run_timeline_skips_a_run_of_logs_alone(tmp_path):

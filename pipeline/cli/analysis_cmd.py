@@ -98,6 +98,27 @@ def _analysis(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _timeline_lake(doc: dict, lake_dir: Path) -> dict:
+    """doc, each finding's `tracelake timeline` command (timeline.command) naming `--lake
+    LAKE_DIR` (as given) when a command without --lake would open another lake: LAKE_DIR is not
+    ./.tracelake, or TRACELAKE_LAKE names another."""
+    import os
+    import shlex
+
+    default = os.path.abspath(".tracelake")
+    if (
+        os.path.abspath(lake_dir) == default
+        and os.path.abspath(os.environ.get("TRACELAKE_LAKE") or default) == default
+    ):
+        return doc
+    prefix = "tracelake timeline "
+    for f in doc.get("findings", []):
+        t = f.get("timeline")
+        if t and t.get("command", "").startswith(prefix):
+            t["command"] = f"{prefix}--lake {shlex.quote(str(lake_dir))} {t['command'][len(prefix) :]}"
+    return doc
+
+
 def _analysis_of(
     lake_dir,
     window,
@@ -138,7 +159,7 @@ def _analysis_of(
     )
     if not scheduler:
         with progress("analyze", quiet) as bar:
-            return analyze(lake, **options, on_progress=bar), EXIT_OK
+            return _timeline_lake(analyze(lake, **options, on_progress=bar), lake_dir), EXIT_OK
     from ..analyze_cluster import analyze_on_cluster
     from ..cluster import SchedulerError
 
@@ -148,6 +169,7 @@ def _analysis_of(
     except SchedulerError as e:
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)
+    _timeline_lake(res, lake_dir)
     for f in failures:
         err.print(
             one_line(f"warning: run {f.run_id}: not analysed: the Dask task failed ({f.error})"),
