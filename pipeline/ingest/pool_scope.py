@@ -60,6 +60,7 @@ def stop_workers(pool: cf.ProcessPoolExecutor, grace: float | None = None) -> No
     management thread."""
     grace = STOP_GRACE_S if grace is None else grace
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)  # shutdown() forgets it
     pool.shutdown(wait=False, cancel_futures=True)
     for p in procs:
         try:
@@ -75,6 +76,8 @@ def stop_workers(pool: cf.ProcessPoolExecutor, grace: float | None = None) -> No
                 p.join()
         except (OSError, ValueError, AttributeError):
             pass
+    if manager is not None:  # it lets go of the pool's queues (and their semaphores) as it ends
+        manager.join()
     pool.shutdown(wait=True)
 
 
