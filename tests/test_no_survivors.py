@@ -84,6 +84,15 @@ def test_success_leaves_nothing(inputs, tmp_path):
     assert statuses(tmp_path / "lake") == [("rank0.json", "ok"), ("rank1.json", "ok")]
 
 
+def test_a_worker_that_dies_leaves_nothing(inputs, tmp_path):
+    """A worker killed (TRACELAKE_CRASH_ON) breaks the pool; the file runs again alone, in a pool
+    of its own, and fails: neither pool leaves anything."""
+    r = run(inputs, tmp_path / "lake", env={"TRACELAKE_CRASH_ON": "rank1.json"})
+    assert r["rc"] == 3, r["output"]
+    assert r["left"] == []
+    assert statuses(tmp_path / "lake") == [("rank0.json", "ok"), ("rank1.json", "failed")]
+
+
 def stalled(tmp_path) -> tuple[dict, Path]:
     mark = tmp_path / "stalled"
     return {"TRACELAKE_STALL_ON": "rank1.json", "TRACELAKE_STALL_MARK": str(mark)}, mark
