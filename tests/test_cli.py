@@ -410,7 +410,12 @@ def test_analyze_of_a_lake_whose_every_source_failed_is_a_failure(tmp_path):
     for args in (["analyze"], ["analyze", "--json"], ["report", "-o", str(tmp_path / "r.html")]):
         r = runner.invoke(app, [*args, "--lake", lake])
         assert r.exit_code == EXIT_FAILED, (args, r.output)
-        assert "every source in scope failed to ingest (1 file(s))" in r.output
+        # the command it prints names the lake, which is not the default (issue 39 item 13)
+        assert r.output == (
+            f"error: {lake}: every source in scope failed to ingest (1 file(s)), nothing to analyse; "
+            f"their errors: tracelake sql --lake {lake} "
+            "\"SELECT path, error FROM sources WHERE status = 'failed'\"\n"
+        )
 
 
 def test_sql_json_writes_integers_past_2_53_as_text(tmp_path):

@@ -98,10 +98,10 @@ def _analysis(
         raise typer.Exit(EXIT_FAILED)
 
 
-def _timeline_lake(doc: dict, lake_dir: Path) -> dict:
-    """doc, each finding's `tracelake timeline` command (timeline.command) naming `--lake
-    LAKE_DIR` (as given) when a command without --lake would open another lake: LAKE_DIR is not
-    ./.tracelake, or TRACELAKE_LAKE names another."""
+def lake_option(lake_dir: Path) -> str:
+    """'--lake LAKE_DIR ' (as given, shell-quoted) for a command this one prints, when that
+    command without --lake would open another lake (LAKE_DIR is not ./.tracelake, or
+    TRACELAKE_LAKE names another); '' otherwise."""
     import os
     import shlex
 
@@ -110,12 +110,18 @@ def _timeline_lake(doc: dict, lake_dir: Path) -> dict:
         os.path.abspath(lake_dir) == default
         and os.path.abspath(os.environ.get("TRACELAKE_LAKE") or default) == default
     ):
-        return doc
-    prefix = "tracelake timeline "
-    for f in doc.get("findings", []):
+        return ""
+    return f"--lake {shlex.quote(str(lake_dir))} "
+
+
+def _timeline_lake(doc: dict, lake_dir: Path) -> dict:
+    """doc, each finding's `tracelake timeline` command (timeline.command) naming the lake when it
+    is not the default (lake_option)."""
+    prefix, lake = "tracelake timeline ", lake_option(lake_dir)
+    for f in doc.get("findings", []) if lake else []:
         t = f.get("timeline")
         if t and t.get("command", "").startswith(prefix):
-            t["command"] = f"{prefix}--lake {shlex.quote(str(lake_dir))} {t['command'][len(prefix) :]}"
+            t["command"] = f"{prefix}{lake}{t['command'][len(prefix) :]}"
     return doc
 
 
@@ -145,7 +151,7 @@ def _analysis_of(
         err.print(
             one_line(
                 f"error: {lake_dir}: every source in scope failed to ingest ({src.height} file(s)), nothing "
-                "to analyse; their errors: tracelake sql "
+                f"to analyse; their errors: tracelake sql {lake_option(lake_dir)}"
                 "\"SELECT path, error FROM sources WHERE status = 'failed'\""
             ),
             markup=False,
