@@ -287,7 +287,8 @@ NOT_LOGS = "not NCCL-family logs (no NCCL_DEBUG, nccl-tests or PyTorch NCCL line
 def test_files_named_like_logs_that_are_not_logs_are_said_to_be_passed_over(tmp_path):
     """A *.log in a directory that is not an NCCL-family log was passed over without a word, while
     'no trace files' listed *.log among what is read (issue 39 item 13): one line names them and
-    why, in the error when nothing else is there, else in a note; zip members alike."""
+    why, in the error when nothing else is there, else in a note; archive members alike."""
+    import tarfile
     import zipfile
 
     d = tmp_path / "job"
@@ -306,11 +307,16 @@ def test_files_named_like_logs_that_are_not_logs_are_said_to_be_passed_over(tmp_
     with zipfile.ZipFile(d / "more.zip", "w") as z:
         z.writestr("rank1.json", (d / "rank0.json").read_bytes().replace(b'"k"', b'"k1"'))
         z.writestr("app.err", "Traceback? no, just text\n")
+    with tarfile.open(d / "more.tar.gz", "w:gz") as t:
+        text = b"epoch 1 done\n"
+        info = tarfile.TarInfo("app.out")
+        info.size = len(text)
+        t.addfile(info, io.BytesIO(text))
     r = runner.invoke(app, ["ingest", str(d), "--lake", str(tmp_path / "l2"), "-j", "1"])
     assert r.exit_code == EXIT_OK, r.output
     assert r.output.splitlines()[-1] == (
-        f"note: passed over 6 file(s) named like logs that are {NOT_LOGS}: {d / 'notes.log'}, "
-        f"{d / 'stdout0.txt'}, {d / 'stdout1.txt'} and 3 more"
+        f"note: passed over 7 file(s) named like logs that are {NOT_LOGS}: {d / 'notes.log'}, "
+        f"{d / 'stdout0.txt'}, {d / 'stdout1.txt'} and 4 more"
     )
     from pipeline.ingest import ingest_paths
     from pipeline.lake import Lake
@@ -319,8 +325,10 @@ def test_files_named_like_logs_that_are_not_logs_are_said_to_be_passed_over(tmp_
     res = ingest_paths([d], Lake(tmp_path / "l3"), jobs=1, not_logs=passed)
     assert [r.status for r in res] == ["ok", "ok"]
     assert [str(p) for p in passed] == [
-        str(d / n) for n in ("notes.log", *(f"stdout{k}.txt" for k in range(4)))
-    ] + [f"{d / 'more.zip'}!app.err"]
+        *(str(d / n) for n in ("notes.log", *(f"stdout{k}.txt" for k in range(4)))),
+        f"{d / 'more.zip'}!app.err",
+        f"{d / 'more.tar.gz'}!app.out",
+    ]
 
 
 def test_a_symlink_loop_or_a_link_we_may_not_follow_is_one_line(tmp_path):

@@ -32,7 +32,7 @@ from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial, run_threads
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
-from .rows import MAX_RANK, Options, content_sha256, failed, rank_from_name, read_bytes
+from .rows import MAX_RANK, PASSED_OVER, Options, content_sha256, failed, rank_from_name, read_bytes
 from .runs import Runs, done_entry, done_index, jobs, run_for, stored_identity, stored_sources
 
 __all__ = [
@@ -137,6 +137,10 @@ def ingest_paths(
         try:
             for u, prepared in stream:
                 for p in prepared:
+                    if p.status == PASSED_OVER:  # a compressed tar's member that is not a log
+                        if not_logs is not None:
+                            not_logs.append(p.path)
+                        continue
                     try:
                         put(p)
                     except LakeError:

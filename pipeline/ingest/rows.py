@@ -88,6 +88,11 @@ class Options:
     )
 
 
+# the status of a compressed tar's member named like a log that is not an NCCL-family log: not
+# committed, only named (ingest_paths' not_logs), as a directory search passes such files over
+PASSED_OVER = "passed_over"
+
+
 @dataclass
 class Prepared:
     """A unit's outcome from a worker: the sources row and the staged parts, not yet committed.

@@ -16,7 +16,7 @@ from .discover import excluded
 from .errors import TraceError
 from .formats import LOG_SUFFIXES
 from .prepare import prepare
-from .rows import Options, Prepared, content_sha256, failed, skipped
+from .rows import PASSED_OVER, Options, Prepared, content_sha256, failed, skipped
 from .runs import dir_name, is_done, run_for
 
 
@@ -69,12 +69,14 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                     shas[m.name],
                     m.size,
                 )
-            if p is not None and not (
-                p.status == "failed"
-                and p.error
-                and p.error.startswith("not a Kineto trace, Nsight")
+            if (
+                p is not None
+                and p.status == "failed"
+                and (p.error or "").startswith("not a Kineto trace, Nsight")
                 and m.name.lower().endswith(LOG_SUFFIXES)
-            ):
+            ):  # named like a log, not one: passed over as a directory search does (no sources row)
+                p = Prepared(disp, run_id, PASSED_OVER)
+            if p is not None:
                 out.append(p)
     except (TraceError, OSError, tarfile.TarError, EOFError, zlib.error) as e:
         # a member's data cut short raises from its read, not from the tar header walk
