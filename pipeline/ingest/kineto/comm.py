@@ -42,15 +42,22 @@ def launch_chains(launches: pl.DataFrame, hosts: pl.DataFrame) -> dict[int, list
 
     launches: correlation, pid, tid, start_ns (one row per correlation); hosts: event_index, pid,
     tid, start_ns, end_ns. One sweep per thread over both sorted by time, with a stack of the
-    open host ops: O((H + L) log(H + L)). A host op contains a launch when start <= t <= end."""
+    open host ops: O((H + L) log(H + L)). A host op contains a launch when start <= t <= end.
+    Threads are keyed by a dense index, not by (pid, tid) tuples: a tuple's hash is a function of
+    its items' hashes, which Python does not randomize for ints, so a trace can name 20,000
+    threads whose (pid, tid) share one hash, and a dict of them took 13 s (issue 39 item 3)."""
     out: dict[int, list[int]] = {c: [] for c in launches["correlation"].to_list()}
     if not launches.height or not hosts.height:
         return out
-    hs = hosts.sort(["pid", "tid", "start_ns", "end_ns"], descending=[False, False, False, True])
-    by_thread = hs.partition_by(["pid", "tid"], as_dict=True)
-    for key, lg in (
-        launches.sort(["pid", "tid", "start_ns"]).partition_by(["pid", "tid"], as_dict=True).items()
-    ):
+    threads = pl.concat(
+        [launches.select("pid", "tid"), hosts.select("pid", "tid")], how="vertical_relaxed"
+    ).unique()
+    threads = threads.with_row_index("thread")
+    hosts = hosts.join(threads, on=["pid", "tid"], nulls_equal=True)  # a null pid or tid is a thread too
+    launches = launches.join(threads, on=["pid", "tid"], nulls_equal=True)
+    hs = hosts.sort(["thread", "start_ns", "end_ns"], descending=[False, False, True])
+    by_thread = hs.partition_by("thread", as_dict=True)
+    for key, lg in launches.sort(["thread", "start_ns"]).partition_by("thread", as_dict=True).items():
         hg = by_thread.get(key)
         if hg is None:
             continue
