@@ -265,3 +265,8 @@ def test_numel_stops_at_a_dimension_or_product_past_int64():
     assert _numel([[4, 8], [2]]) == 34
     assert _numel([[2**64, 0]]) is None  # once 0 (a product of everything); a dimension past int64 is no size
     assert _numel([[2**40, 2**40]]) is None
+
+
+def test_a_call_with_an_unknown_codec_is_a_corrupt_pickle():
+    data = b"\x80\x02cbuiltins\nstr\nC\x01xX\x03\x00\x00\x00zzz\x86R."  # str(b"x", "zzz")
+    assert _refusal(data) == "corrupt pickle (LookupError: unknown encoding: zzz)"

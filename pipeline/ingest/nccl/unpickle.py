@@ -432,6 +432,7 @@ def safe_unpickle(data: bytes):
         KeyError,
         IndexError,
         AttributeError,
+        LookupError,  # str(bytes, 'no-such-codec')
         UnicodeDecodeError,
         OverflowError,
         MemoryError,
