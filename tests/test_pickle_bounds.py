@@ -270,3 +270,20 @@ def test_numel_stops_at_a_dimension_or_product_past_int64():
 def test_a_call_with_an_unknown_codec_is_a_corrupt_pickle():
     data = b"\x80\x02cbuiltins\nstr\nC\x01xX\x03\x00\x00\x00zzz\x86R."  # str(b"x", "zzz")
     assert _refusal(data) == "corrupt pickle (LookupError: unknown encoding: zzz)"
+
+
+def test_calls_are_charged_for_what_they_read_too(monkeypatch):
+    """set(X) of a memoized list of 100,000 equal items builds one member, and walks X each time:
+    the call is charged X's size (800 kB), so the 80th of them passes a 64 MiB budget."""
+    x = pickle.dumps([0] * 100_000, protocol=2)[2:-1]
+    data = pickle.PROTO + b"\x02" + x + b"q\x00(" + b"cbuiltins\nset\nh\x00\x85R" * 3000 + b"l."
+    u = unpickle.RestrictedUnpickler(data, budget_bytes=64 << 20)
+    calls = []
+    real = unpickle.PICKLE_ALLOW[("builtins", "set")]
+    monkeypatch.setitem(unpickle.PICKLE_ALLOW, ("builtins", "set"), lambda *a: calls.append(1) or real(*a))
+    with pytest.raises(pickle.UnpicklingError, match="^refused a call past the budget"):
+        u.load()
+    c = sys.getsizeof(unpickle.RestrictedUnpickler(pickle.PROTO + b"\x02" + x + b".").load())  # X: ~800 kB
+    r = sys.getsizeof(set())
+    # a call is made while what it reads fits: the k-th reads c after k - 1 calls of c + r
+    assert len(calls) == ((64 << 20) - c) // (c + r) + 1 == 79

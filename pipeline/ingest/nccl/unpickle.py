@@ -26,9 +26,10 @@ opcodes, about 8x slower than the C one (5 MB/s; a 6.4 MB dump of 20,000 entries
   to twice the index (a 7-byte pickle made it zero 8 GiB); here an index past the pickle's length
   (more objects than bytes: no real pickle) is refused.
 - Calls (REDUCE) build new objects from ones already read, so a 5-byte call can copy a shared
-  megabyte list again: the bytes every call builds (sys.getsizeof of the result; bytes(n) and
-  bytearray(n) before they allocate, at most MAX_PICKLE_ALLOC_BYTES each) count against the
-  expansion budget below, and the call that passes it is refused.
+  megabyte list again: the bytes every call reads and builds (sys.getsizeof of its arguments and
+  of its result, both linear in the work; bytes(n) and bytearray(n) before they allocate, at most
+  MAX_PICKLE_ALLOC_BYTES each) count against the expansion budget below, and the call that
+  passes it is refused.
 - Expansion (expanded_bytes, after loading): what the parsed values stand for once every reference
   to a shared string or container is written out again - VALUE_BYTES per value plus the bytes of
   each string (UTF-8), bytes object or int (decimal digits), counted at every reference. A 1.05 MB
@@ -231,7 +232,7 @@ class RestrictedUnpickler(pickle._Unpickler):
         super().__init__(io.BytesIO(data))
         self.max_memo = len(data)  # a real pickle memoizes fewer objects than it has bytes
         self.budget_bytes = expansion_budget_bytes(len(data)) if budget_bytes is None else budget_bytes
-        self.built_bytes = 0  # what calls built (REDUCE)
+        self.built_bytes = 0  # what calls read and built (REDUCE)
         self.counts: dict[int, tuple[object, dict]] = {}  # id -> (container, hash counts) of large ones
 
     def find_class(self, module, name):
@@ -302,6 +303,9 @@ class RestrictedUnpickler(pickle._Unpickler):
             raise pickle.UnpicklingError("REDUCE arguments are not a tuple")
         if func in _BUFFERS and args and type(args[0]) is int:
             self._charge(min(args[0], MAX_PICKLE_ALLOC_BYTES + 1), commit=False)  # before it allocates
+        # what the call reads (a copy walks its argument: set() of a shared list of 100,000 equal
+        # items builds one member, 3,000 times) and what it builds
+        self._charge(sum(sys.getsizeof(a) for a in args))
         value = func(*args)
         self._charge(sys.getsizeof(value))
         stack[-1] = value
