@@ -5,6 +5,7 @@ commits them: the lake equals the serial one, table by table. Analysis runs one 
 
 from __future__ import annotations
 
+import copy
 import functools
 import io
 import json
@@ -20,6 +21,7 @@ from pipeline import query
 from pipeline.analyze import analyze
 from pipeline.analyze_cluster import analyze_on_cluster, merge
 from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
+from pipeline.cli.analysis_cmd import _timeline_lake
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 
@@ -153,11 +155,13 @@ def test_cli_analyze_and_report_scheduler(cluster, runs_lake, local_doc, one_thr
     a = runner.invoke(app, ["analyze", "--json", *lake])
     b = runner.invoke(app, ["analyze", "--json", *lake, "--scheduler", cluster.scheduler_address])
     assert a.exit_code == b.exit_code == EXIT_OK, b.output
-    assert _dump(json.loads(a.stdout)) == _dump(json.loads(b.stdout)) == _dump(local_doc)
+    # the CLI's findings name --lake in their timeline commands (the lake is not the default)
+    expected = _timeline_lake(copy.deepcopy(local_doc), str(runs_lake.root))
+    assert _dump(json.loads(a.stdout)) == _dump(json.loads(b.stdout)) == _dump(expected)
     assert [r["run_id"] for r in json.loads(b.stdout)["runs"]] == ["hta_trace_filter", "job", "other"]
     r = runner.invoke(app, ["report", "--format", "md", *lake, "--scheduler", cluster.scheduler_address])
     assert r.exit_code == EXIT_OK, r.output
-    assert r.stdout == markdown.render(document.build(local_doc, None))
+    assert r.stdout == markdown.render(document.build(expected, None))
 
 
 def test_cli_run_scheduler(cluster, tmp_path, one_thread):
@@ -180,14 +184,17 @@ def test_cli_run_scheduler(cluster, tmp_path, one_thread):
     )
     assert a.exit_code == b.exit_code == EXIT_OK, b.output
     assert lake_rows(Lake(tmp_path / "a")) == lake_rows(Lake(tmp_path / "b"))
-    assert (tmp_path / "a.html").read_text() == (tmp_path / "b.html").read_text()
+    # the same report but for the lake its timeline commands name (--lake, not the default)
+    assert (tmp_path / "a.html").read_text().replace(str(tmp_path / "a"), "LAKE") == (
+        tmp_path / "b.html"
+    ).read_text().replace(str(tmp_path / "b"), "LAKE")
 
 
 def test_failed_run_task_keeps_the_others(cluster, runs_lake, local_doc, tmp_path, one_thread):
     """A run whose parts are corrupt fails its task: the other runs are analysed as on one machine,
     one note names the run and the error, the command warns and exits 3."""
-    full = local_doc
     lake = Lake(tmp_path / "lake")
+    full = _timeline_lake(copy.deepcopy(local_doc), str(lake.root))
     shutil.copytree(runs_lake.root, lake.root)
     parts = sorted((lake.root / "gpu_activities" / "run=job").glob("*.parquet"))
     assert parts

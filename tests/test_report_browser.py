@@ -60,7 +60,7 @@ EXPECTED = {
     "nsys_no_steps": {"breakdown", "wait", "kernels", "idle_gaps", "critical_path"},
     # busbw: DLRM's all_to_all / all_reduce sizes come from the nccl:<op> records around each launch;
     # no phases: synthetic_lake keeps only the host ops the other metrics read (no backward ops);
-    # mfu: one step (ProfilerStep#10), a sentence and a table; wait: one step, a bar per rank
+    # mfu: hidden, not measurable (20 % FLOP coverage, issue 39 item 9); wait: one step, a bar per rank
     "dlrm_64_ranks": {
         "breakdown",
         "overlap",
@@ -72,13 +72,13 @@ EXPECTED = {
         "critical_path",
     },
     # busbw: trace_diff's all_to_alls are sized from their nccl:all_to_all records, and the group
-    # of an unnamed process group is the world (distributedInfo world_size)
+    # of an unnamed process group is the world (distributedInfo world_size); mfu: hidden, its FLOP
+    # coverage is under the 50 % bar (not measurable)
     "comparison": {
         "comparison",
         "breakdown",
         "overlap",
         "phases",
-        "mfu",
         "busbw",
         "kernels",
         "idle_gaps",
@@ -90,7 +90,6 @@ EXPECTED = {
 # report name -> the charts it shows as a sentence (and a table) instead: a single dot or a 0 % bar
 EXPECTED_TABLES = {
     "nsys_no_steps": {"overlap"},
-    "dlrm_64_ranks": {"mfu"},
     "injection": {"overlap"},
 }
 
@@ -332,8 +331,9 @@ def test_idle_gap_bars_sum_to_idle_time(browser, report_of):
 
 def test_zero_overlap_and_one_step_are_sentences(browser, report_of):
     """nsys_no_steps: no communication kernel overlaps compute on either rank, so the overlap
-    chart is the sentence '0 %', not an empty axis; DLRM (64 replicated ranks, one step): MFU is a
-    sentence over the ranks' table, whose mean, min and max are the table's."""
+    chart is the sentence '0 %', not an empty axis; DLRM (64 replicated ranks, one step): MFU is
+    not measurable at its FLOP coverage (a sentence instead of the chart; the one-step MFU sentence
+    and table: tests/test_report_charts.py), and its wait is a bar per rank."""
     page, ctx, _ = open_report(browser, report_of("nsys_no_steps"))
     try:
         t = page.locator(".chart-table[data-chart=overlap]").inner_text()
@@ -344,17 +344,10 @@ def test_zero_overlap_and_one_step_are_sentences(browser, report_of):
         ctx.close()
     page, ctx, _ = open_report(browser, report_of("dlrm_64_ranks"))
     try:
-        box = page.locator(".chart-table[data-chart=mfu]")
-        text = box.locator("p").first.inner_text().replace("\u00a0", " ")
-        rows = [r.split("\t") for r in box.locator("table tr").all_inner_texts()[1:]]
-        assert [int(r[0]) for r in rows] == list(range(64))
-        vals = [float(r[1].replace("\u00a0%", "")) for r in rows]
-        m = re.search(
-            r"MFU in step 10: ([\d.]+) % \(mean over 64 rank\(s\); min ([\d.]+) %, max ([\d.]+) %\)", text
-        )
-        assert m, text
-        assert float(m[1]) == pytest.approx(sum(vals) / 64, abs=0.01)
-        assert (float(m[2]), float(m[3])) == (min(vals), max(vals))
+        # DLRM's op shapes model 20 % of its compute-kernel time (throughput.flop_coverage_pct
+        # 19.5): below the 50 % bar its MFU is not measurable, said instead of a chart
+        note = page.locator("p.hidden-chart[data-chart=mfu]").inner_text()
+        assert "MFU not measurable from op shapes: only 20% of compute-kernel time has modelled FLOPs" in note
         # the wait of the one step: a bar per rank, not a one-column heat map
         bars = page.evaluate(BARS_JS, ["wait", "x"])
         assert len(bars) == 64 and {b["steps"] for b in bars} == {"step 10"}
