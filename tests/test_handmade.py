@@ -125,22 +125,27 @@ def launch(name, ts, corr, ext=None):
     )
 
 
+def mm_op(ts, dur, ext):
+    """aten::mm [[1024,1024],[1024,1024]] bf16 on the host thread (2 x 1024^3 FLOP)."""
+    return X(
+        "cpu_op",
+        "aten::mm",
+        ts,
+        dur,
+        pid=10,
+        tid=10,
+        **{
+            "External id": ext,
+            "Input Dims": [[1024, 1024], [1024, 1024]],
+            "Input type": ["c10::BFloat16", "c10::BFloat16"],
+        },
+    )
+
+
 def rank0_events():
     return [
         X("user_annotation", "ProfilerStep#1", 1000, 1000, pid=10, tid=10),
-        X(
-            "cpu_op",
-            "aten::mm",
-            1005,
-            20,
-            pid=10,
-            tid=10,
-            **{
-                "External id": 5,
-                "Input Dims": [[1024, 1024], [1024, 1024]],
-                "Input type": ["c10::BFloat16", "c10::BFloat16"],
-            },
-        ),
+        mm_op(1005, 20, 5),
         launch("cudaLaunchKernel", 1010, 1, ext=5),
         launch("cudaLaunchKernel", 1020, 2),
         launch("cudaLaunchKernel", 1030, 3),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import X, corpus, write_trace
-from test_handmade import COMM_ARGS, H100, gpu, launch
+from test_handmade import COMM_ARGS, H100, gpu, launch, mm_op
 from typer.testing import CliRunner
 
 from pipeline.analyze import analyze
@@ -344,19 +344,7 @@ def _low_coverage() -> list[dict]:
     50 / 950 = 5.3 % of compute-kernel time, under the 50 % bar."""
     return [
         X("user_annotation", "ProfilerStep#1", 0, 1000, pid=10, tid=10),
-        X(
-            "cpu_op",
-            "aten::mm",
-            2,
-            8,
-            pid=10,
-            tid=10,
-            **{
-                "External id": 5,
-                "Input Dims": [[1024, 1024], [1024, 1024]],
-                "Input type": ["c10::BFloat16", "c10::BFloat16"],
-            },
-        ),
+        mm_op(2, 8, 5),
         launch("cudaLaunchKernel", 5, 1, ext=5),
         launch("cudaLaunchKernel", 12, 2),
         gpu("kernel", "sm90_xmma_gemm_bf16", 20, 50, 7, 1, ext=5),
