@@ -292,7 +292,8 @@ def test_ras_issues_are_findings(tmp_path):
         assert f["title"] == "NCCL RAS reports a communicator problem" and f["severity"] == "high"
         assert f["recommendation"].startswith("MISMATCH")
     assert sorted(e for f in fs for e in f["evidence"]) == [
-        "NCCL RAS: DEAD; considered dead: process 3487984 on node 172.16.64.213 (GPU 5) (dead-ras.txt, line 6)",
+        "NCCL RAS: DEAD; considered dead: process 3487984 on node 172.16.64.213 (GPU 5) "
+        "(dead-ras.txt, line 6)",
         "NCCL RAS: communicator #0-0 (0xfa93daea854b060b) MISMATCH: its ranks launched different numbers of "
         "AllGather operations (30 rank(s) up to operation 640, 2 rank(s) up to operation 641); the report "
         f"names rank(s) 12 (192.0.2.1), 13 (192.0.2.1) ({name}, line 24)",
