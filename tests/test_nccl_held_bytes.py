@@ -110,7 +110,21 @@ def test_a_device_line_does_not_scan_the_runs_earlier_devices():
     for i in range(1, 50):
         ps.feed(i + 1, line.format(i))
     ps.feed(51, line.format(3))  # a repeated rank opens a new run
-    assert [len(r.devices) for r in ps.runs] == [50, 1] and ps.runs[0].ranks == set(range(50))
+    assert [len(r.devices) for r in ps.runs] == [50, 1] and ps.runs[0].ranks == {str(i) for i in range(50)}
+
+
+def test_device_ranks_made_to_collide_are_not_hashed_as_ints():
+    """Ranks k * (2**61 - 1) share one int hash; the run's set holds their digits (a str hash is
+    randomized), and "007" is rank 7 again."""
+    ps = LogParser("a.log")
+    line = "#  Rank {} Group  0 Pid 1000 on node01 device  0 [0x07] NVIDIA H100"
+    for i in range(1, 200):
+        ps.feed(i, line.format(i * (2**61 - 1)))
+    (run,) = ps.runs
+    assert len({hash(r) for r in run.ranks}) == len(run.ranks) == 199
+    ps.feed(200, line.format(7))
+    ps.feed(201, line.format("007"))
+    assert [len(r.devices) for r in ps.runs] == [200, 1]
 
 
 def test_the_end_of_file_steps_add_their_rows_past_the_cap(monkeypatch):

@@ -51,12 +51,15 @@ class TestsLines(LogState):
         if m:
             run = self._run()
             rank = int(m.group("rank"))
-            if self.table is not None or rank in run.ranks:
+            # the set holds the rank's digits: a str's hash is randomized, an int's is not (ranks
+            # k * (2**61 - 1) would all share one hash)
+            digits = m.group("rank").lstrip("0") or "0"
+            if self.table is not None or digits in run.ranks:
                 run = self._run(new=True)
             run.used = True
             dev = {k: m.group(k) for k in ("rank", "group", "pid", "host", "dev", "bus", "name")}
             self.hold("nccl-tests devices", *dev.values())
-            run.ranks.add(rank)
+            run.ranks.add(digits)
             run.devices.append(dev | {"rank": rank, "line_no": li["line_no"]})
             self.event(li, "nccl_tests_device")
             self.recognized += 1

@@ -58,7 +58,7 @@ class TestRun:
     test: str | None = None
     devices: list = field(default_factory=list)
     used: bool = False
-    ranks: set = field(default_factory=set)  # the ranks of `devices` (a device line checks it, not the list)
+    ranks: set = field(default_factory=set)  # the ranks of `devices`, as digits (a device line checks it)
 
 
 @dataclass
