@@ -10,3 +10,8 @@ from __future__ import annotations
 
 class TraceError(ValueError):
     """The file cannot be read as a trace (empty, truncated, not JSON, wrong shape)."""
+
+
+# what parsing a malformed input raises from inside a format's own code: caught where one bad
+# line or value must not stop a file (nccl/log.py) or must become one line (nccl/unpickle.py)
+DATA_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import calendar
 import re
 
+from ..errors import DATA_ERRORS
 from .common import INT32, LogParsed, TableFull, dumps, finish, to_int
 from .log_comm import CommLines
 from .log_info import InfoLines, WarnLines
@@ -223,14 +224,7 @@ def parse_lines(lines, name: str, fmt: str, spool=None) -> tuple[LogParsed, int]
             full += 1
             ps.undo_line()
             ps.t["nccl_events"].add(line_no=i, kind="other", text=line)
-        except (
-            ValueError,
-            TypeError,
-            KeyError,
-            IndexError,
-            AttributeError,
-            OverflowError,
-        ) as e:  # never stop a file
+        except DATA_ERRORS as e:  # never stop a file
             ps.failed_lines += 1
             ps.t["nccl_events"].add(
                 line_no=i, kind="other", text=line, detail=dumps({"parse_error": f"{type(e).__name__}: {e}"})

@@ -49,7 +49,7 @@ import pickle
 import struct
 import sys
 
-from ..errors import TraceError
+from ..errors import DATA_ERRORS, TraceError
 
 MAX_PICKLE_ALLOC_BYTES = 1 << 20  # bytes(n) / bytearray(n): the most one call may ask to allocate
 MAX_SAME_HASH = 8  # distinct keys of one dict (members of one set) that may share one hash
@@ -430,18 +430,7 @@ def safe_unpickle(data: bytes):
         raise TraceError(f"corrupt pickle ({msg[:120]})") from None
     except (EOFError, struct.error):
         raise TraceError("truncated pickle") from None
-    except (
-        ValueError,
-        TypeError,
-        KeyError,
-        IndexError,
-        AttributeError,
-        LookupError,  # str(bytes, 'no-such-codec')
-        UnicodeDecodeError,
-        OverflowError,
-        MemoryError,
-        RecursionError,
-    ) as e:
+    except (*DATA_ERRORS, LookupError, MemoryError, RecursionError) as e:  # LookupError: an unknown codec
         raise TraceError(f"corrupt pickle ({type(e).__name__}: {str(e)[:80]})") from None
     expanded_bytes(obj, expansion_budget_bytes(len(data)))  # TraceError (a ValueError): outside the try
     return obj
