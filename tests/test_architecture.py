@@ -38,6 +38,8 @@ FORBIDDEN = {
     "analyze": {"ingest", "analyze_cluster", "report", "cli"},
     "analyze_cluster": {"ingest", "report", "cli"},
     "report": {"ingest", "query", "analyze_cluster", "cli", "cluster"},
+    # the fleet view: rows of the analysis document, between diagnosis and report
+    "fleet": {"ingest", "query", "local", "analyze", "analyze_cluster", "cluster", "report", "cli"},
     "cluster": {"ingest", "query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     # the timeline reads the lake through query and the findings through analyze; analyze never
     # imports it (a finding only names the `tracelake timeline` command)

@@ -11,7 +11,7 @@ Exit codes (all commands):
 
 from __future__ import annotations
 
-from . import analysis_cmd, diff_cmd, ingest_cmd, lake_cmd, timeline_cmd, whatif_cmd  # noqa: F401  (each registers its commands on app)
+from . import analysis_cmd, diff_cmd, ingest_cmd, lake_cmd, runs_cmd, timeline_cmd, whatif_cmd  # noqa: F401  (each registers its commands on app)
 from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app
 from .ingest_cmd import _RateColumn
 

@@ -13,6 +13,9 @@ re-exported here).
 - First screen per run: summary (ranks, hosts, GPUs, steps analysed, inputs, software versions),
   the verdict with its confidence, the numbers behind it and its basis; then the findings ranked by
   recoverable time, each with evidence, recommendation and copyable SQL; then the charts.
+- A report of several runs opens with the fleet view: a table of the runs (fleet_html.py; rows
+  from pipeline/fleet.py), sortable and filterable in the page, each run linking to its section,
+  and their median step time and verdict against start time (fleet_chart.py).
 - Charts (altair), each hidden with its reason when the data cannot support it; never more than
   MAX_BARS bars or heat-map rows: beyond that, ranks and steps are aggregated (means over ranks per
   step, consecutive ranks or steps in groups, histograms).
@@ -39,6 +42,7 @@ import re
 
 from ..diagnosis.steady import kept_rows
 from ..diagnosis.verdict import CAUSES
+from ..fleet import fleet_rows
 from ..kernelname import hover_name, short_names
 from .charts import (
     MAX_BARS,
@@ -67,6 +71,8 @@ from .document import (
     timing_text,
     versions_text,
 )
+from .fleet_chart import fleet_chart
+from .fleet_html import fleet_table
 from .nccl_tests_chart import nccl_tests_chart
 from .roofline_chart import roofline_chart
 from .vega import _json_for_script, vega_bundle
@@ -205,18 +211,10 @@ def render(
         if note:
             body.append(f'<p class="note">{e(note)}.</p>')
 
-    if len(doc["runs"]) > 1:
-        rows = "".join(
-            f'<tr><td><a href="#run-{i}">{e(r["run_id"])}</a></td>'
-            f'<td class="l">{e(r["verdict"]["verdict"])}</td>'
-            f"<td>{e(r['verdict']['confidence'] or '—')}</td>"
-            f'<td class="l">{e(r["verdict"]["reason"])}</td></tr>'
-            for i, r in enumerate(doc["runs"])
-        )
-        body.append(
-            "<h2>Runs</h2><table><tr><th>run</th><th>verdict</th><th>confidence</th>"
-            f"<th>why</th></tr>{rows}</table>"
-        )
+    if len(doc["runs"]) > 1:  # the fleet view: a sortable table of the runs, then step time over time
+        fleet = fleet_rows(result)
+        body.append(fleet_table(fleet, {r["run_id"]: f"run-{i}" for i, r in enumerate(doc["runs"])}))
+        chart_block("fleet", fleet_chart(fleet))
     for i, run in enumerate(doc["runs"]):
         rid, s, v = run["run_id"], run["summary"], run["verdict"]
         step_all = [x for x in result.get("step_time", []) if x["run_id"] == rid]
