@@ -1,14 +1,17 @@
-"""Run the metric queries over a lake and assemble the analysis (the `analyze --json` contract).
+"""The metric pass of an analysis: the lake's metric queries for a set of runs in one DuckDB
+connection, and from their rows each run's summary, notes, verdict, findings and replayed gains
+(the `tracelake.analyze/5` document, docs/analyze-json.md, before it is cut into runs).
 
-Contract "tracelake.analyze/5" (documented in docs/analyze-json.md):
-  {"schema": "tracelake.analyze/5", "window": "all"|"hta", "kernel_wait_threshold_ns": int,
-   "runs": [...], "steps": [...], "ranks": [...], "step_time": [...], "idle_streams": [...],
-   "idle_gaps": [...], "collectives": [...], "collectives_per_rank": [...], "collective_exposure": [...],
-   "stragglers": [...], "memcpy": [...], "top_kernels": [...], "step_kernels": [...], "phases": [...],
-   "nccl_tests": [...], "nccl_tests_bandwidth": [...], "verdicts": [...],
-   "findings": [...], "whatif": [...], "critical_path": [...], "notes": [...]}
-Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the input cannot answer is null
-and a note says why (never 0 or NaN).
+compute() is the stage of pipeline/analyze.py that makes what is not kept: analyze() selects the
+runs, reads the kept results of those whose inputs, options and code did not change
+(pipeline/results.py), calls compute() once for all the others, and assembles the document.
+
+The document: {"schema", "window", "peak_tflops_override", "model_flops_per_step_override",
+"model_inputs", "kernel_wait_threshold_ns"} and the lists "runs", "idle_streams", "steps",
+"ranks", "collectives", ..., "findings", "whatif", "critical_path" (LIST_KEYS: every row holds
+its run_id) and "notes". Numbers are int ns, *_pct 0-100, *_gbps 1e9 bytes/s; a metric the
+input cannot answer is null and a note says why (never 0 or NaN). compute() returns the notes as
+(run_id, text) pairs, so that each run's document holds its own.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ import polars as pl
 from . import query
 from . import schema as sch
 from .analyze_fields import (
-    RANK_FIELDS,
-    STEP_FIELDS,
     _clean,
     _records,
     _summary,
     is_pytorch,
+    link_kind,
     nccl_matching,
+    nic_peak,
+    rank_frame,
+    step_frame,
     timeline_fields,
 )
 from .diagnosis import cost, nccl_findings, throughput
@@ -64,34 +69,71 @@ METRICS = (
 COUNTER_METRICS = ("energy", "gpu_metrics")  # read only the counters table
 
 
-def _link_kind(coll: pl.DataFrame) -> pl.Expr:
-    return (
-        pl.when(pl.col("link_peak_gbps").is_not_null())
-        .then(pl.lit("nvlink"))
-        .otherwise(pl.lit(None, pl.String))
-    )
+# the document's lists, in its order: each row holds its run_id (pipeline/analyze.py cuts the
+# document into runs by it); "notes" follows them
+LIST_KEYS = (
+    "runs",
+    "idle_streams",
+    "steps",
+    "ranks",
+    "collectives",
+    "collectives_per_rank",
+    "collective_exposure",
+    "stragglers",
+    "memcpy",
+    "top_kernels",
+    "step_time",
+    "idle_gaps",
+    "step_kernels",
+    "phases",
+    "roofline",
+    "roofline_summary",
+    "throughput",
+    "energy",
+    "gpu_metrics",
+    "nccl_tests",
+    "nccl_tests_bandwidth",
+    "verdicts",
+    "findings",
+    "whatif",
+    "critical_path",
+)
 
 
-def _nic_peak(con, coll: pl.DataFrame) -> pl.DataFrame:
-    """Collectives per rank with the NICs' rate as the link peak where the device catalog's NVLink
-    peak does not apply (the group spans hosts) and the rank's NCCL log states its host's NICs
-    (views/50_nccl.sql rank_line_rate; docs/nccl.md "Line rate"); link_kind says which peak."""
-    rates = pl.from_arrow(con.sql("SELECT run_id, rank, nic_rate_gbps FROM rank_line_rate").to_arrow_table())
-    if rates.height == 0:
-        return coll.with_columns(link_kind=_link_kind(coll))
-    out = coll.join(rates, on=["run_id", "rank"], how="left")
-    nic = pl.col("link_peak_gbps").is_null() & pl.col("nic_rate_gbps").is_not_null()
-    return (
-        out.with_columns(
-            link_kind=pl.when(nic).then(pl.lit("nic")).otherwise(_link_kind(out)),
-            link_peak_gbps=pl.when(nic).then(pl.col("nic_rate_gbps")).otherwise(pl.col("link_peak_gbps")),
-        )
-        .with_columns(busbw_util_pct=100.0 * pl.col("busbw_gbps") / pl.col("link_peak_gbps"))
-        .drop("nic_rate_gbps")
-    )
+def header(
+    window: str = "all",
+    kernel_wait_threshold_ns: int = 30_000,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    tokens_per_step: float | None = None,
+    palm_flops_per_token: float | None = None,
+    global_tokens_per_step: float | None = None,
+    gpu_hour_cost: float | None = None,
+    **_ignored,
+) -> dict:
+    """The document's scalar keys (before its lists): the schema name and the options it was
+    computed with (docs/analyze-json.md)."""
+    return {
+        "schema": SCHEMA,
+        "window": window,
+        "peak_tflops_override": peak_tflops,
+        "model_flops_per_step_override": model_flops_per_step,
+        "model_inputs": {
+            "tokens_per_step": tokens_per_step,
+            "global_tokens_per_step": global_tokens_per_step,
+            "palm_flops_per_token": palm_flops_per_token,
+            "gpu_hour_cost": gpu_hour_cost,
+        },
+        "kernel_wait_threshold_ns": kernel_wait_threshold_ns,
+    }
 
 
-def analyze(
+def failed_note(row: dict) -> str:
+    """The note of a source that failed to ingest (row: its `sources` row)."""
+    return f"{row['path']}: not ingested: {row['error']}"
+
+
+def compute(
     lake: Lake,
     window: str = "all",
     kernel_wait_threshold_ns: int = 30_000,
@@ -105,7 +147,8 @@ def analyze(
     gpu_hour_cost: float | None = None,
     on_progress=None,
 ) -> dict:
-    """Analysis of every run in the lake (the `tracelake.analyze/5` document, docs/analyze-json.md).
+    """The analysis document of the runs (one connection, one pass of the metric queries), its
+    notes as (run_id, text) pairs; pipeline/analyze.py analyze() is the public face.
 
     window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
     shorter than this (and not host wait) are kernel wait; top_n: kernels kept per run in
@@ -153,7 +196,7 @@ def analyze(
     m = query.run_many(con, names, query.query_workers(lake, runs), on_done=advance)
     bd, idle, mfu, status = m["breakdown"], m["idle_breakdown"], m["mfu"], m["step_status"]
     coll, matched, exposure = m["collective_bandwidth"], m["collective_matching"], m["collective_exposure"]
-    coll = _nic_peak(con, coll) if nccl else coll.with_columns(link_kind=_link_kind(coll))
+    coll = nic_peak(con, coll) if nccl else coll.with_columns(link_kind=link_kind(coll))
     stragglers, mem, top = m["stragglers"], m["memcpy_bandwidth"], m["top_kernels"]
     idle_gaps, step_kernels, phases = m["idle_gaps"], m["step_kernels"], m["phases"]
     roofline = m["roofline"]
@@ -179,64 +222,9 @@ def analyze(
     )
     src = lake.sources(runs)
     nccl_tests, nccl_tests_bw = nccl_findings.tests_results(con) if nccl else ([], [])
-    notes: list[str] = []
+    notes: list[tuple[str, str]] = []  # (run_id, text): the run's document holds it
 
-    base = bd.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns"})
-    keys = ["run_id", "rank", "step"]
-    steps = (
-        step_time.rename(
-            {"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns", "idle_ns": "gpu_idle_ns"}
-        )
-        .with_columns(
-            comm_comp_overlap_pct=pl.when(pl.col("comm_ns") > 0).then(
-                100.0 * pl.col("overlap_ns") / pl.col("comm_ns")
-            )
-        )
-        .join(
-            mfu.select(*keys, "mfu_pct", "flop_coverage_pct", "peak_tflops", "tokens_per_s"),
-            on=keys,
-            how="left",
-        )
-        .select(STEP_FIELDS)
-        .sort(keys)
-    )
-    # whole-run MFU and tokens/s per rank: FLOPs, tokens and step time summed over the rank's steps
-    mfu_rank = (
-        mfu.filter(pl.col("mfu_pct").is_not_null() | pl.col("tokens_per_s").is_not_null())
-        .group_by("run_id", "rank")
-        .agg(
-            model_flops=pl.col("model_flops").sum(),
-            step_ns=pl.col("step_ns").sum(),
-            peak=pl.col("peak_tflops").first(),
-            tokens=(pl.col("tokens_per_s") * pl.col("step_ns") * 1e-9).sum(),
-            has_mfu=pl.col("mfu_pct").is_not_null().any(),
-            has_tok=pl.col("tokens_per_s").is_not_null().any(),
-            cov_num=(pl.col("flop_coverage_pct") * pl.col("compute_kernel_ns")).sum(),
-            cov_den=pl.col("compute_kernel_ns").sum(),
-        )
-        .with_columns(
-            mfu_pct=pl.when(pl.col("has_mfu")).then(
-                100 * pl.col("model_flops") / (pl.col("step_ns") * 1e-9 * pl.col("peak") * 1e12)
-            ),
-            tokens_per_s=pl.when(pl.col("has_tok")).then(pl.col("tokens") / (pl.col("step_ns") * 1e-9)),
-            flop_coverage_pct=pl.when(pl.col("cov_den") > 0).then(pl.col("cov_num") / pl.col("cov_den")),
-        )
-        .select(
-            "run_id",
-            "rank",
-            "mfu_pct",
-            "flop_coverage_pct",
-            pl.col("peak").alias("peak_tflops"),
-            "tokens_per_s",
-        )
-    )
-    ranks = (
-        base.filter(pl.col("level") == "rank")
-        .drop("step")
-        .join(mfu_rank, on=["run_id", "rank"], how="left")
-        .select(RANK_FIELDS)
-        .sort("run_id", "rank")
-    )
+    steps, ranks = step_frame(step_time, mfu), rank_frame(bd, mfu)
     calls_json = [
         {**r, "wait_ns": {str(k): v for k, v in (r["wait_ns"] or {}).items()}}
         for r in _records(matched.drop("pg_key"))
@@ -250,6 +238,10 @@ def analyze(
         _records(pl.from_arrow(con.sql("SELECT * FROM nccl_log_match").to_arrow_table())) if nccl else []
     )
     for run_id in sorted(ok["run_id"].unique().to_list()):
+
+        def say(text: str, run_id: str = run_id) -> None:
+            notes.append((run_id, text))
+
         s = ok.filter(pl.col("run_id") == run_id)
         r_ranks = ranks.filter(pl.col("run_id") == run_id)
         r_steps = steps.filter(pl.col("run_id") == run_id)
@@ -285,7 +277,7 @@ def analyze(
                 if row.get("unreadable_bytes") is not None
                 else "cut short"
             )
-            notes.append(
+            say(
                 f"run {run_id}: {row['path']} is partial ({cut}: the job was killed while the profiler "
                 "wrote?): its complete events are analysed; events after the cut are missing, from any of "
                 "its steps (Kineto does not write in time order), so its steps are marked incomplete"
@@ -294,7 +286,7 @@ def analyze(
             only_logs = s["format"].is_in(sch.NCCL_FORMATS).all()
             if only_logs:
                 log_only.add(run_id)
-            notes.append(
+            say(
                 f"run {run_id}: NCCL logs only, no trace: GPU time, overlap and MFU need the job's traces "
                 "(the findings below come from the logs)"
                 if only_logs
@@ -306,7 +298,7 @@ def analyze(
             mfu_why[run_id] = (
                 "the run has no steps (MFU is FLOPs per step; for Nsight Systems exports give --step-range)"
             )
-            notes.append(
+            say(
                 f"run {run_id}: no ProfilerStep in the trace (for Nsight Systems exports: no NVTX step "
                 "range; see --step-range): per-step rows are absent, per-rank rows cover the whole trace, "
                 "and MFU (FLOPs per step) is not computed"
@@ -322,17 +314,15 @@ def analyze(
                 if v is not None
             ]
             if per_step:
-                notes.append(
+                say(
                     f"run {run_id}: {', '.join(per_step)} not applied: "
                     "a per-step option, and the run has no steps"
                 )
         why_phases = phase_note(run_id, phase_rows, step_rows)
         if why_phases:
-            notes.append(why_phases)
+            say(why_phases)
         if r_ranks["comm_ns"].sum() == 0:
-            notes.append(
-                f"run {run_id}: no communication kernels: comm_comp_overlap_pct is null (nothing to overlap)"
-            )
+            say(f"run {run_id}: no communication kernels: comm_comp_overlap_pct is null (nothing to overlap)")
         if r_steps.height and r_steps["mfu_pct"].is_null().all():
             m = mfu.filter(pl.col("run_id") == run_id)
             if m["model_flops"].is_null().all():
@@ -353,7 +343,7 @@ def analyze(
                         "known; give it with --peak-tflops"
                     )
             mfu_why[run_id] = why
-            notes.append(f"run {run_id}: MFU not available: {why}")
+            say(f"run {run_id}: MFU not available: {why}")
         c = coll.filter(pl.col("run_id") == run_id)
         if c.height and c["msg_bytes"].is_null().any():
             why = collectives_notes.filter(pl.col("run_id") == run_id)
@@ -366,13 +356,13 @@ def analyze(
                 if c["msg_bytes"].is_null().all()
                 else f"not available for {c['msg_bytes'].is_null().sum()} of {c.height} calls"
             )
-            notes.append(f"run {run_id}: collective bandwidth {which}: no message size: {reasons}")
+            say(f"run {run_id}: collective bandwidth {which}: no message size: {reasons}")
         mc = matched.filter(pl.col("run_id") == run_id)
         if mc.height and not mc["complete"].all():
             n_inc = mc.filter(~pl.col("complete")).height
             exp = mc["expected_ranks"].max()
             seen = mc["ranks_seen"].max()
-            notes.append(
+            say(
                 f"run {run_id}: {n_inc} of {mc.height} collective calls were not seen on every rank of "
                 f"their group (expected {exp}, at most {seen} ingested): transfer time, wait and straggler "
                 "cover the ingested ranks only"
@@ -383,7 +373,7 @@ def analyze(
             f"'{run_id.replace(chr(39), chr(39) * 2)}'",
         )
         if gw:
-            notes.append(
+            say(
                 f"run {run_id}: {gw} kernels ran from CUDA/HIP graph replays: their GPU time is counted, "
                 "but their idle cause (idle_unreliable_ns) and per-op attribution (FLOP coverage) are "
                 "unreliable"
@@ -426,9 +416,12 @@ def analyze(
         if out:
             ex = ", ".join(f"{e['step']} (rank {e['rank']}: {e['step_ns'] / 1e6:.1f} ms)" for e in out[:5])
             notes.append(
-                f"run {v['run_id']}: step(s) {ex}{' ...' if len(out) > 5 else ''} took more than "
-                f"{OUTLIER_FACTOR:g}x the median step ({v['median_step_ns'] / 1e6:.1f} ms) and are left "
-                "out of the verdict"
+                (
+                    v["run_id"],
+                    f"run {v['run_id']}: step(s) {ex}{' ...' if len(out) > 5 else ''} took more than "
+                    f"{OUTLIER_FACTOR:g}x the median step ({v['median_step_ns'] / 1e6:.1f} ms) and are left "
+                    "out of the verdict",
+                )
             )
     if top_n is not None:
         top = (
@@ -441,7 +434,7 @@ def analyze(
         set(ranks.filter(pl.col("compute_ns") > 0)["run_id"].to_list()),
         None if top_n is None else 5 * top_n,
     )
-    notes += roof_notes
+    notes += roof_notes  # (run_id, text)
     mfu_rows = _records(mfu)
     rank_rows = _records(ranks)
     tput = [
@@ -449,8 +442,8 @@ def analyze(
         for r in runs
         if (t := throughput.run_throughput(r["run_id"], mfu_rows, rank_rows, r["world_size"])) is not None
     ]
-    notes += [n for t in tput if (n := throughput.note(t))]
-    notes += [n for t in tput if (n := throughput.palm_note(t, phase_rows, step_rows))]
+    notes += [(t["run_id"], n) for t in tput if (n := throughput.note(t))]
+    notes += [(t["run_id"], n) for t in tput if (n := throughput.palm_note(t, phase_rows, step_rows))]
     tok = {t["run_id"]: t["tokens_per_step"] for t in tput}
     energy = [
         {k: _clean(v) for k, v in e.items()}
@@ -458,19 +451,18 @@ def analyze(
         if (e := cost.energy(r["run_id"], energy_rows, tok.get(r["run_id"]))) is not None
     ]
     for row in src.filter(pl.col("status") == "failed").iter_rows(named=True):
-        notes.append(f"{row['path']}: not ingested: {row['error']}")
+        notes.append((row["run_id"], failed_note(row)))
     doc = {
-        "schema": SCHEMA,
-        "window": window,
-        "peak_tflops_override": peak_tflops,
-        "model_flops_per_step_override": model_flops_per_step,
-        "model_inputs": {
-            "tokens_per_step": tokens_per_step,
-            "global_tokens_per_step": global_tokens_per_step,
-            "palm_flops_per_token": palm_flops_per_token,
-            "gpu_hour_cost": gpu_hour_cost,
-        },
-        "kernel_wait_threshold_ns": kernel_wait_threshold_ns,
+        **header(
+            window=window,
+            kernel_wait_threshold_ns=kernel_wait_threshold_ns,
+            peak_tflops=peak_tflops,
+            model_flops_per_step=model_flops_per_step,
+            tokens_per_step=tokens_per_step,
+            palm_flops_per_token=palm_flops_per_token,
+            global_tokens_per_step=global_tokens_per_step,
+            gpu_hour_cost=gpu_hour_cost,
+        ),
         "runs": runs,
         "idle_streams": _records(
             idle.group_by("run_id", "rank", "device", "stream")
@@ -527,8 +519,11 @@ def analyze(
             fs = rank_findings(fs)
             if wi and "skipped" in wi:
                 notes.append(
-                    f"run {r['run_id']}: the findings' gains are not replayed ({wi['skipped']}; "
-                    "`tracelake whatif` replays it): they are the additive estimates"
+                    (
+                        r["run_id"],
+                        f"run {r['run_id']}: the findings' gains are not replayed ({wi['skipped']}; "
+                        "`tracelake whatif` replays it): they are the additive estimates",
+                    )
                 )
             elif wi:
                 doc["whatif"].append(wi)

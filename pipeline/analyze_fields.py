@@ -1,7 +1,8 @@
 """The analysis document's row fields (STEP_FIELDS, RANK_FIELDS), the conversion of metric rows
 to its records (NaN and infinity become null: docs/analyze-json.md), the run summary
 (hosts, GPUs, formats, tool versions) and how a run's NCCL logs were matched to its traced ranks
-(nccl_matching), for pipeline/analyze.py."""
+(nccl_matching), for pipeline/analyze_compute.py; also the steps and ranks frames
+(step_frame, rank_frame) and the link peak of each collective (link_kind, nic_peak)."""
 
 from __future__ import annotations
 
@@ -208,4 +209,100 @@ def is_pytorch(con, run_id: str, formats: list[str]) -> bool:
             "OR starts_with(name, 'ProfilerStep#')) LIMIT 1)",
             [run_id],
         ).fetchall()[0][0]
+    )
+
+
+def step_frame(step_time: pl.DataFrame, mfu: pl.DataFrame) -> pl.DataFrame:
+    """The document's `steps` rows (STEP_FIELDS): step_time.sql's rows (with step_status's
+    complete) renamed for the document, the comm/compute overlap share and mfu.sql's per-step
+    MFU and tokens/s, ordered by run, rank and step."""
+    keys = ["run_id", "rank", "step"]
+    return (
+        step_time.rename(
+            {"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns", "idle_ns": "gpu_idle_ns"}
+        )
+        .with_columns(
+            comm_comp_overlap_pct=pl.when(pl.col("comm_ns") > 0).then(
+                100.0 * pl.col("overlap_ns") / pl.col("comm_ns")
+            )
+        )
+        .join(
+            mfu.select(*keys, "mfu_pct", "flop_coverage_pct", "peak_tflops", "tokens_per_s"),
+            on=keys,
+            how="left",
+        )
+        .select(STEP_FIELDS)
+        .sort(keys)
+    )
+
+
+def rank_frame(bd: pl.DataFrame, mfu: pl.DataFrame) -> pl.DataFrame:
+    """The document's `ranks` rows (RANK_FIELDS): breakdown.sql's rank level, with whole-run MFU
+    and tokens/s per rank (FLOPs, tokens and step time summed over the rank's steps; FLOP
+    coverage weighted by compute time), ordered by run and rank."""
+    base = bd.rename({"memory_ns": "memcpy_ns", "exposed_memory_ns": "exposed_memcpy_ns"})
+    # whole-run MFU and tokens/s per rank: FLOPs, tokens and step time summed over the rank's steps
+    mfu_rank = (
+        mfu.filter(pl.col("mfu_pct").is_not_null() | pl.col("tokens_per_s").is_not_null())
+        .group_by("run_id", "rank")
+        .agg(
+            model_flops=pl.col("model_flops").sum(),
+            step_ns=pl.col("step_ns").sum(),
+            peak=pl.col("peak_tflops").first(),
+            tokens=(pl.col("tokens_per_s") * pl.col("step_ns") * 1e-9).sum(),
+            has_mfu=pl.col("mfu_pct").is_not_null().any(),
+            has_tok=pl.col("tokens_per_s").is_not_null().any(),
+            cov_num=(pl.col("flop_coverage_pct") * pl.col("compute_kernel_ns")).sum(),
+            cov_den=pl.col("compute_kernel_ns").sum(),
+        )
+        .with_columns(
+            mfu_pct=pl.when(pl.col("has_mfu")).then(
+                100 * pl.col("model_flops") / (pl.col("step_ns") * 1e-9 * pl.col("peak") * 1e12)
+            ),
+            tokens_per_s=pl.when(pl.col("has_tok")).then(pl.col("tokens") / (pl.col("step_ns") * 1e-9)),
+            flop_coverage_pct=pl.when(pl.col("cov_den") > 0).then(pl.col("cov_num") / pl.col("cov_den")),
+        )
+        .select(
+            "run_id",
+            "rank",
+            "mfu_pct",
+            "flop_coverage_pct",
+            pl.col("peak").alias("peak_tflops"),
+            "tokens_per_s",
+        )
+    )
+    return (
+        base.filter(pl.col("level") == "rank")
+        .drop("step")
+        .join(mfu_rank, on=["run_id", "rank"], how="left")
+        .select(RANK_FIELDS)
+        .sort("run_id", "rank")
+    )
+
+
+def link_kind(coll: pl.DataFrame) -> pl.Expr:
+    """ "nvlink" where the device catalog gives the collective's link peak, else null."""
+    return (
+        pl.when(pl.col("link_peak_gbps").is_not_null())
+        .then(pl.lit("nvlink"))
+        .otherwise(pl.lit(None, pl.String))
+    )
+
+
+def nic_peak(con, coll: pl.DataFrame) -> pl.DataFrame:
+    """Collectives per rank with the NICs' rate as the link peak where the device catalog's NVLink
+    peak does not apply (the group spans hosts) and the rank's NCCL log states its host's NICs
+    (views/50_nccl.sql rank_line_rate; docs/nccl.md "Line rate"); link_kind says which peak."""
+    rates = pl.from_arrow(con.sql("SELECT run_id, rank, nic_rate_gbps FROM rank_line_rate").to_arrow_table())
+    if rates.height == 0:
+        return coll.with_columns(link_kind=link_kind(coll))
+    out = coll.join(rates, on=["run_id", "rank"], how="left")
+    nic = pl.col("link_peak_gbps").is_null() & pl.col("nic_rate_gbps").is_not_null()
+    return (
+        out.with_columns(
+            link_kind=pl.when(nic).then(pl.lit("nic")).otherwise(link_kind(out)),
+            link_peak_gbps=pl.when(nic).then(pl.col("nic_rate_gbps")).otherwise(pl.col("link_peak_gbps")),
+        )
+        .with_columns(busbw_util_pct=100.0 * pl.col("busbw_gbps") / pl.col("link_peak_gbps"))
+        .drop("nic_rate_gbps")
     )

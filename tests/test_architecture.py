@@ -37,6 +37,11 @@ FORBIDDEN = {
     "diagnosis": {"ingest", "analyze", "analyze_cluster", "report", "cli", "cluster"},
     "analyze": {"ingest", "analyze_cluster", "report", "cli"},
     "analyze_cluster": {"ingest", "report", "cli"},
+    # the metric pass analyze() calls for the runs it does not read back
+    "analyze_compute": {"ingest", "analyze", "analyze_cluster", "report", "cli"},
+    # kept results: files under the lake, keyed by sources rows, options and code; no room's logic
+    "results": {"lake", "query", "local", "analyze", "analyze_compute", "analyze_cluster"}
+    | {"ingest", "diagnosis", "report", "cli", "cluster", "whatif", "timeline"},
     "report": {"ingest", "query", "analyze_cluster", "cli", "cluster"},
     # the fleet view: rows of the analysis document, between diagnosis and report
     "fleet": {"ingest", "query", "local", "analyze", "analyze_cluster", "cluster", "report", "cli"},

@@ -18,8 +18,9 @@ from conftest import REPO, corpus, lake_rows
 from typer.testing import CliRunner
 
 from pipeline import query
-from pipeline.analyze import analyze
-from pipeline.analyze_cluster import analyze_on_cluster, merge
+from pipeline.analyze import analyze, assemble
+from pipeline.analyze_cluster import analyze_on_cluster
+from pipeline.analyze_compute import LIST_KEYS
 from pipeline.cli import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, app
 from pipeline.cli.analysis_cmd import _timeline_lake
 from pipeline.ingest import ingest_paths
@@ -133,18 +134,32 @@ OPT_ARGS = ["--window", "hta", "--kernel-wait-us", "20", "--peak-tflops", "312"]
 
 @pytest.fixture(scope="module")
 def local_doc(runs_lake, one_thread):
-    return analyze(runs_lake, **OPTS)
+    return analyze(runs_lake, keep=False, **OPTS)  # computed here, nothing kept
 
 
-def test_cluster_analysis_equals_local(cluster, runs_lake, local_doc, one_thread):
+def test_cluster_analysis_equals_local(cluster, runs_lake, local_doc, one_thread, tmp_path):
     local = local_doc
-    doc, failures = analyze_on_cluster(runs_lake, cluster.scheduler_address, **OPTS)
+    lake = Lake(tmp_path / "lake")
+    shutil.copytree(runs_lake.root, lake.root)
+    shutil.rmtree(lake.root / "results", ignore_errors=True)
+    # every run a task on the workers (keep=False: nothing read back, nothing kept)
+    doc, failures = analyze_on_cluster(lake, cluster.scheduler_address, keep=False, **OPTS)
     assert failures == []
     assert [r["run_id"] for r in doc["runs"]] == ["hta_trace_filter", "job", "other"]
     assert _dump(doc) == _dump(local)
     assert list(doc) == list(local)  # same keys, in the same order
     # each failed source once (each was in one run's task), not once per task
     assert sum(": not ingested: " in n for n in doc["notes"]) == 2
+    assert not (lake.root / "results").exists()
+    # the workers keep each run's result in the lake; the next analysis reads them back, and
+    # one run's kept result goes on serving after another run's is removed
+    kept, failures = analyze_on_cluster(lake, cluster.scheduler_address, **OPTS)
+    assert failures == [] and _dump(kept) == _dump(local)
+    runs_kept = sorted(p.name for p in (lake.root / "results").iterdir())
+    assert runs_kept == ["broken", "hta_trace_filter", "job", "other"]
+    shutil.rmtree(lake.root / "results" / "job")
+    again, failures = analyze_on_cluster(lake, cluster.scheduler_address, **OPTS)
+    assert failures == [] and _dump(again) == _dump(local)
 
 
 def test_cli_analyze_and_report_scheduler(cluster, runs_lake, local_doc, one_thread):
@@ -152,8 +167,11 @@ def test_cli_analyze_and_report_scheduler(cluster, runs_lake, local_doc, one_thr
 
     runner = CliRunner()
     lake = ["--lake", str(runs_lake.root), *OPT_ARGS]
-    a = runner.invoke(app, ["analyze", "--json", *lake])
-    b = runner.invoke(app, ["analyze", "--json", *lake, "--scheduler", cluster.scheduler_address])
+    a = runner.invoke(app, ["analyze", "--json", *lake])  # computed here and kept
+    # --recompute: every run a task on the cluster, the kept results not read
+    b = runner.invoke(
+        app, ["analyze", "--json", *lake, "--recompute", "--scheduler", cluster.scheduler_address]
+    )
     assert a.exit_code == b.exit_code == EXIT_OK, b.output
     # the CLI's findings name --lake in their timeline commands (the lake is not the default)
     expected = _timeline_lake(copy.deepcopy(local_doc), str(runs_lake.root))
@@ -202,7 +220,17 @@ def test_failed_run_task_keeps_the_others(cluster, runs_lake, local_doc, tmp_pat
         f.write_bytes(b"not parquet")
     r = CliRunner().invoke(
         app,
-        ["analyze", "--json", "--lake", str(lake.root), "--scheduler", cluster.scheduler_address, *OPT_ARGS],
+        # --recompute: the corrupt parts are the same sources, so a kept result would hide them
+        [
+            "analyze",
+            "--json",
+            "--recompute",
+            "--lake",
+            str(lake.root),
+            "--scheduler",
+            cluster.scheduler_address,
+            *OPT_ARGS,
+        ],
     )
     assert r.exit_code == EXIT_PARTIAL, r.output
     assert "warning: run job: not analysed: the Dask task failed (" in r.stderr
@@ -233,11 +261,13 @@ def test_unreachable_scheduler(runs_lake, monkeypatch):
 
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         r = CliRunner().invoke(
-            app, ["analyze", "--lake", str(runs_lake.root), "--scheduler", "tcp://127.0.0.1:9"]
+            app, ["analyze", "--recompute", "--lake", str(runs_lake.root), "--scheduler", "tcp://127.0.0.1:9"]
         )
     assert r.exit_code == EXIT_FAILED
     assert "error: cannot reach the Dask scheduler at tcp://127.0.0.1:9" in r.stderr
-    r = CliRunner().invoke(app, ["report", "--lake", str(runs_lake.root), "--scheduler", "nonsense://x"])
+    r = CliRunner().invoke(
+        app, ["report", "--recompute", "--lake", str(runs_lake.root), "--scheduler", "nonsense://x"]
+    )
     assert r.exit_code == EXIT_FAILED
     assert (
         "error: cannot reach the Dask scheduler at nonsense://x: ValueError: unknown address scheme"
@@ -266,45 +296,33 @@ def test_ingest_unreachable_scheduler(tmp_path, monkeypatch):
     assert Lake(tmp_path / "l").sources().height == 0
 
 
-def test_merge_puts_each_note_where_analyze_does():
-    """analyze() writes its notes in three groups (per run; the verdicts' outlier steps, per run;
-    sources that failed to ingest, in the lake's order): the merge keeps the groups, whatever the
-    runs' own documents hold, and a failed task's run gets one note in its place."""
+def test_assemble_puts_each_runs_notes_in_run_order():
+    """The document's lists and notes are the runs' own, concatenated in run order; a failed
+    task's note (extra_notes) stands where that run's notes would be, and a run without a
+    document adds nothing else."""
 
-    def doc(run_id, notes, outlier):
-        excluded = [{"step": 3, "rank": 0, "step_ns": 9, "why": "outlier"}] if outlier else []
-        return {
-            "schema": "s",
-            "window": "all",
-            "runs": [{"run_id": run_id}] if run_id != "d" else [],
-            "verdicts": [{"run_id": run_id, "excluded_steps": excluded}] if run_id != "d" else [],
-            "notes": notes,
-        }
+    def doc(run_id, notes):
+        part = {k: [] for k in LIST_KEYS}
+        part["runs"] = [{"run_id": run_id}] if run_id != "d" else []
+        part["verdicts"] = [{"run_id": run_id}] if run_id != "d" else []
+        return {**part, "notes": notes}
 
     docs = {
-        "a": doc("a", ["run a: x", "run a: outlier", "/p/a1: not ingested: e1"], True),
-        "b": doc("b", ["run b: y", "/p/b1: not ingested: e2", "/p/b2: not ingested: e3"], False),
-        "d": doc("d", ["/p/d1: not ingested: e5"], False),
+        "a": doc("a", ["run a: x", "run a: outlier", "/p/a1: not ingested: e1"]),
+        "b": doc("b", ["run b: y", "/p/b1: not ingested: e2", "/p/b2: not ingested: e3"]),
+        "d": doc("d", ["/p/d1: not ingested: e5"]),
     }
-    # a run's own document lists its failed sources in the lake's order too
-    failed_sources = [
-        ("b", "/p/b1", "e2"),
-        ("a", "/p/a1", "e1"),
-        ("c", "/p/c1", "e4"),
-        ("d", "/p/d1", "e5"),
-        ("b", "/p/b2", "e3"),
-    ]
-    m = merge(docs["a"], ["a", "b", "c", "d"], docs, {"c": "ValueError: boom"}, failed_sources)
+    m = assemble(dict(window="hta"), ["a", "b", "c", "d"], docs, extra_notes={"c": ["run c: failed"]})
+    assert m["window"] == "hta" and m["schema"] == "tracelake.analyze/5"
     assert m["runs"] == [{"run_id": "a"}, {"run_id": "b"}]
     assert [v["run_id"] for v in m["verdicts"]] == ["a", "b"]
     assert m["notes"] == [
         "run a: x",
-        "run b: y",
-        "run c: not analysed: the Dask task failed (ValueError: boom)",
         "run a: outlier",
-        "/p/b1: not ingested: e2",
         "/p/a1: not ingested: e1",
-        "/p/c1: not ingested: e4",
-        "/p/d1: not ingested: e5",
+        "run b: y",
+        "/p/b1: not ingested: e2",
         "/p/b2: not ingested: e3",
+        "run c: failed",
+        "/p/d1: not ingested: e5",
     ]

@@ -385,7 +385,7 @@ def test_analyze_leaves_a_large_run_unreplayed(hand, monkeypatch):
 
     lk, _, _ = hand
     monkeypatch.setattr(analysis, "MAX_NODES", 5)  # the hand-made run has 6 activities
-    doc = analyze(lk)
+    doc = analyze(lk, keep=False)  # computed under the patch, not a kept result
     assert doc["whatif"] == [] and doc["critical_path"] == []
     assert any(
         "the findings' gains are not replayed (6 GPU activities, over the limit of 5" in n

@@ -43,6 +43,7 @@ from .options import (
     PEAK,
     QUIET,
     RANK,
+    RECOMPUTE,
     RUN,
     SCHEDULER,
     SCHEDULER_ANALYSIS,
@@ -68,13 +69,15 @@ def _analysis(
     scheduler: str | None = None,
     runs: list[str] | None = None,
     quiet: bool = False,
+    keep: bool = True,
 ) -> tuple[dict, int]:
     """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
     layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost), all None when
     not given; top_n: kernels kept per run; scheduler: a Dask scheduler's address to analyse on,
     one task per run (each run whose task fails gets a warning here and a note in the document;
     the code is then EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only
-    these runs (a usage error names any the lake does not hold); quiet: no progress bar. Raises
+    these runs (a usage error names any the lake does not hold); quiet: no progress bar; keep:
+    read and write the runs' kept results (False: --recompute). Raises
     Exit(2) when lake_dir holds no lake."""
     import duckdb
 
@@ -92,6 +95,7 @@ def _analysis(
             scheduler=scheduler,
             runs=runs,
             quiet=quiet,
+            keep=keep,
         )
     except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
         err.print(_lake_read_error(lake_dir, e), markup=False)
@@ -136,6 +140,7 @@ def _analysis_of(
     scheduler,
     runs,
     quiet,
+    keep,
 ):
     from ..analyze import analyze
     from ..lake import one_line
@@ -161,6 +166,7 @@ def _analysis_of(
         **window_options,
         top_n=top_n,
         runs=sorted(set(runs)) if runs else None,
+        keep=keep,
         **model,
     )
     if not scheduler:
@@ -206,6 +212,7 @@ def analyze(
     scheduler: Optional[str] = SCHEDULER_ANALYSIS,
     runs: Optional[List[str]] = ONLY_RUNS,
     quiet: bool = QUIET,
+    recompute: bool = RECOMPUTE,
 ):
     """Compute the metrics (queries/*.sql) and the verdict for every run in the lake (or the --run ones)."""
     res, code = _analysis(
@@ -225,6 +232,7 @@ def analyze(
         scheduler=scheduler,
         runs=runs,
         quiet=quiet,
+        keep=not recompute,
     )
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
@@ -382,6 +390,7 @@ def report(
     scheduler: Optional[str] = SCHEDULER_ANALYSIS,
     runs: Optional[List[str]] = ONLY_RUNS,
     quiet: bool = QUIET,
+    recompute: bool = RECOMPUTE,
 ):
     fmt = _format(fmt, output, lake)
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
@@ -398,6 +407,7 @@ def report(
         scheduler=scheduler,
         runs=runs,
         quiet=quiet,
+        keep=not recompute,
     )
     base = None
     if baseline:
@@ -411,6 +421,7 @@ def report(
             top_n=None,
             scheduler=scheduler,
             quiet=quiet,
+            keep=not recompute,
         )
         code = max(code, base_code)
     text = _render(res, fmt, base, quiet)
@@ -462,6 +473,7 @@ def run(
     exclude: List[str] = EXCLUDE,
     jobs: int = JOBS,
     quiet: bool = QUIET,
+    recompute: bool = RECOMPUTE,
     timeline: bool = typer.Option(
         False,
         "--timeline",
@@ -501,6 +513,7 @@ def run(
         scheduler=scheduler,
         runs=sorted(runs),
         quiet=quiet,
+        keep=not recompute,
     )
     code = max(code, acode)
     if str(output) == "-":

@@ -69,6 +69,12 @@ def _scheduler(what: str):
     )
 
 
+RECOMPUTE = typer.Option(
+    False,
+    "--recompute",
+    help="Compute every run's analysis again instead of reading the one kept in the lake (kept results "
+    "are reused only while the run's sources, the options and tracelake are unchanged; docs/usage.md).",
+)
 SCHEDULER = _scheduler("ingest parses the files there, analysis runs one task per run")
 SCHEDULER_INGEST = _scheduler("the files are parsed there")
 SCHEDULER_ANALYSIS = _scheduler("one task per run, the same output as without")
@@ -230,15 +236,16 @@ FORMATS = ("html", "json", "md")
 def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
     """--run values as the lake's run ids: an id as given to `ingest --run`, or a directory path a
     run was named by (docs/usage.md, Runs; a trailing '/' ignored), names the run it was stored as
-    (safe_run_id). Raises BadParameter naming the ones the lake does not hold."""
+    (ingest.runs.run_id_of: `job1/traces` is run job1.traces; safe_run_id's id, as lakes written
+    before stored it, also names it). Raises BadParameter naming the ones the lake does not hold."""
+    from ..ingest.runs import run_id_of
     from ..lake import one_line, safe_run_id
 
     def resolve(r: str) -> str:
         for name in (r, r.rstrip("/") or r):
-            if name in known:
-                return name
-            if safe_run_id(name) in known:
-                return safe_run_id(name)
+            for rid in (name, run_id_of(name), safe_run_id(name)):
+                if rid in known:
+                    return rid
         return r
 
     out = [resolve(r) for r in runs]

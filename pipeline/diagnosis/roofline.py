@@ -201,8 +201,8 @@ def findings(run_id: str, s: dict | None, gpu_metrics: list[dict] | None = None)
 def for_runs(con, rows: list[dict], run_ids: list[str], compute_runs: set[str], top_n: int | None):
     """(summaries, kept rows, notes) of the runs: summary() per run with modelled kernels, the
     roofline rows kept for the document and chart (top_n per run by lost time; None: all), and
-    the note() lines. con: the analysis connection (asked whether a run's ops have shapes only
-    when the run has no modelled kernel)."""
+    the note() lines as (run_id, text). con: the analysis connection (asked whether a run's ops
+    have shapes only when the run has no modelled kernel)."""
     summaries, notes = [], []
     for rid in run_ids:
         s = summary(rid, rows)
@@ -215,7 +215,7 @@ def for_runs(con, rows: list[dict], run_ids: list[str], compute_runs: set[str], 
             )
         n = note(rid, s, has_shapes, rid in compute_runs, s is not None and s["peak_pct"] is not None)
         if n:
-            notes.append(n)
+            notes.append((rid, n))
         if s is not None:
             summaries.append(s)
     kept, per_run = [], {}

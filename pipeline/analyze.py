@@ -1,0 +1,184 @@
+"""Analysis of a lake's runs: the `tracelake.analyze/5` document (docs/analyze-json.md), in three
+stages, each a function of its own:
+
+1. **select** (`select_runs`): the runs in scope (every run with a `sources` row, runs whose files
+   all failed too: their document holds those files' notes) and each run's key
+   (pipeline/results.py `run_key`: its `sources` rows, the options, the code).
+2. **reuse or compute** (`kept_or_computed`): a run whose key has a kept result
+   (<lake>/results/<run_id>/<key>.json) is read back; every other run is computed, all of them in
+   one pass of the metric queries (pipeline/analyze_compute.py `compute`), the document cut into
+   one per run (`run_docs`) and each kept under its key.
+3. **assemble** (`assemble`): the per-run documents' lists concatenated in run order, their notes
+   likewise, under the scalar keys the options give (`analyze_compute.header`).
+
+Every metric is computed per run and every list is ordered by run first, so a run's part of the
+document does not depend on which other runs were computed beside it: the document is the same
+whether each run was read back or computed (tests/test_results.py checks it on real runs).
+A computed run's document goes through the same JSON encoding as a kept one, so both give the
+same Python values (lists, never tuples; string keys).
+
+The notes are the run's own, in the order the metric pass writes them (the run's summary notes,
+its outlier steps, roofline and throughput notes, its files that failed to ingest, then its
+replayed gains); the document's notes are the runs' notes in run order.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from . import results
+from .analyze_compute import COUNTER_METRICS, LIST_KEYS, METRICS, SCHEMA, compute, header
+from .lake import Lake
+
+__all__ = [
+    "COUNTER_METRICS",
+    "METRICS",
+    "SCHEMA",
+    "analyze",
+    "assemble",
+    "read_kept",
+    "run_docs",
+    "run_part",
+    "select_runs",
+]
+
+# analyze()'s options that decide the document (the run list and progress callback do not)
+OPTION_NAMES = (
+    "window",
+    "kernel_wait_threshold_ns",
+    "top_n",
+    "peak_tflops",
+    "model_flops_per_step",
+    "tokens_per_step",
+    "palm_flops_per_token",
+    "global_tokens_per_step",
+    "gpu_hour_cost",
+)
+
+
+def analyze(
+    lake: Lake,
+    window: str = "all",
+    kernel_wait_threshold_ns: int = 30_000,
+    top_n: int | None = 20,
+    peak_tflops: float | None = None,
+    model_flops_per_step: float | None = None,
+    runs: list[str] | None = None,
+    tokens_per_step: float | None = None,
+    palm_flops_per_token: float | None = None,
+    global_tokens_per_step: float | None = None,
+    gpu_hour_cost: float | None = None,
+    on_progress=None,
+    keep: bool = True,
+) -> dict:
+    """Analysis of the lake's runs (the `tracelake.analyze/5` document, docs/analyze-json.md).
+
+    window: 'all' or 'hta' (queries/views/20_scope.sql); kernel_wait_threshold_ns: idle gaps
+    shorter than this (and not host wait) are kernel wait; top_n: kernels kept per run in
+    top_kernels (None: all); peak_tflops / model_flops_per_step: MFU overrides, tokens_per_step:
+    tokens one rank processes per step, for tokens_per_s (queries/mfu.sql); palm_flops_per_token:
+    PaLM's 6N + 12LHQT, for palm_mfu_pct; global_tokens_per_step: the whole job's tokens per step
+    (global batch x sequence length), shared among the ranks when tokens_per_step is not given;
+    gpu_hour_cost: price of one GPU-hour, for each finding's cost_per_1000_steps.
+    runs: analyse only these run ids (None: every run in the lake).
+    keep: read and write kept results (pipeline/results.py); False computes every run and keeps
+    nothing (`--recompute`).
+    on_progress(stage, done, total), if given, is called as the work advances: ('kept', 1, 1)
+    when every run's result was kept; otherwise 'connect' (the derived views bound and the step
+    windows computed), each metric query as it finishes (by its file's name), and 'findings'
+    (verdict and findings built); total counts them all.
+    Raises FileNotFoundError if the lake does not exist."""
+    if not lake.exists():
+        raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
+    options = dict(
+        window=window,
+        kernel_wait_threshold_ns=kernel_wait_threshold_ns,
+        top_n=top_n,
+        peak_tflops=peak_tflops,
+        model_flops_per_step=model_flops_per_step,
+        tokens_per_step=tokens_per_step,
+        palm_flops_per_token=palm_flops_per_token,
+        global_tokens_per_step=global_tokens_per_step,
+        gpu_hour_cost=gpu_hour_cost,
+    )
+    src, keys = select_runs(lake, runs, options)
+    docs = kept_or_computed(lake, keys, options, whole=runs is None, keep=keep, on_progress=on_progress)
+    return assemble(options, sorted(keys), docs)
+
+
+def select_runs(lake: Lake, runs: list[str] | None, options: dict) -> tuple[pl.DataFrame, dict[str, str]]:
+    """Stage 1: (the `sources` rows in scope, run id -> key of its kept result) for the runs given
+    (None: every run of the lake, failed-only runs included)."""
+    src = lake.sources(runs)
+    run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))
+    return src, results.run_keys(src, run_ids, options)
+
+
+def kept_or_computed(
+    lake: Lake,
+    keys: dict[str, str],
+    options: dict,
+    whole: bool = False,
+    keep: bool = True,
+    on_progress=None,
+) -> dict[str, dict]:
+    """Stage 2: run id -> the run's document (run_docs), read back where a result is kept under
+    the run's key (keys: select_runs), else computed (one analyze_compute.compute() for all of
+    them) and kept. whole: keys holds every run of the lake (then the kept results of runs the
+    lake no longer holds are removed)."""
+    docs = read_kept(lake, keys) if keep else {}
+    missing = [r for r in keys if r not in docs]
+    if on_progress is not None and not missing:
+        on_progress("kept", 1, 1)
+    if missing:
+        # every run: the connection reads the lake unfiltered (its cheapest form)
+        scope = None if whole and len(missing) == len(keys) else missing
+        fresh = compute(lake, runs=scope, on_progress=on_progress, **options)
+        for run_id, doc in run_docs(fresh, missing).items():
+            data = results.encode(doc)
+            if keep:
+                results.write(lake.root, run_id, keys[run_id], data)
+            docs[run_id] = results.decode(data)
+    if keep and whole:
+        results.prune(lake.root, set(keys))
+    return docs
+
+
+def read_kept(lake: Lake, keys: dict[str, str]) -> dict[str, dict]:
+    """run id -> its kept document, for each run of keys (run id -> key) that has one."""
+    return {r: d for r, k in keys.items() if (d := results.read(lake.root, r, k)) is not None}
+
+
+def run_part(doc: dict) -> dict:
+    """The per-run document (run_docs' shape) of an assembled document of one run."""
+    return {k: doc[k] for k in (*LIST_KEYS, "notes")}
+
+
+def run_docs(doc: dict, run_ids: list[str]) -> dict[str, dict]:
+    """A computed document cut into runs: run id -> {each list of LIST_KEYS: the run's rows,
+    "notes": the run's notes}, for each of run_ids (compute() gives notes as (run_id, text))."""
+    out = {r: {k: [] for k in (*LIST_KEYS, "notes")} for r in run_ids}
+    for k in LIST_KEYS:
+        for row in doc[k]:
+            if row["run_id"] in out:
+                out[row["run_id"]][k].append(row)
+    for run_id, text in doc["notes"]:
+        if run_id in out:
+            out[run_id]["notes"].append(text)
+    return out
+
+
+def assemble(options: dict, run_ids: list[str], docs: dict[str, dict], extra_notes=None) -> dict:
+    """Stage 3: the document of the runs: header(options), then each list of LIST_KEYS and the
+    notes, the runs' own concatenated in run_ids order (a run absent from docs adds nothing);
+    extra_notes: run id -> notes put where that run's would be (analyze_on_cluster: a failed
+    task)."""
+    doc = {**header(**options), **{k: [] for k in LIST_KEYS}, "notes": []}
+    for run_id in run_ids:
+        d = docs.get(run_id)
+        if d is not None:
+            for k in LIST_KEYS:
+                doc[k] += d[k]
+            doc["notes"] += d["notes"]
+        doc["notes"] += (extra_notes or {}).get(run_id, [])
+    return doc

@@ -1,0 +1,168 @@
+"""Kept results: each run's analysis stored in the lake and read back while nothing it rests on
+changed (issue 37, point 2).
+
+Layout: <lake>/results/<run_id>/<key>.json, one file per (run, key), the run's own part of the
+`tracelake.analyze/5` document (pipeline/analyze.py `run_docs`: every list of the document
+restricted to the run's rows, its notes, and the scalar keys) encoded with msgspec. The key
+(`run_key`) is the SHA-256 of
+- the run's rows of the `sources` table, every column (a source added, forgotten, re-ingested
+  with --force or moved to another run changes them);
+- the analysis options (window, kernel-wait threshold, top_n, MFU and model overrides, GPU-hour
+  cost: everything analyze() takes but the run list and the progress callback);
+- the code (`code_fingerprint`): tracelake's version and the bytes of every file of the package,
+  the metric SQL and the schema (a new tracelake version, or an edited query in a checkout).
+So a run is recomputed when, and only when, one of them changes; the other runs of the lake keep
+theirs. A run keeps the files of its last KEEP keys (the newest by modification time), so
+switching between two option sets (say `--window hta` and the default) reuses both.
+
+Writing is atomic (a temporary file in the same directory, then os.replace): a reader sees a
+whole file or none, and a kill leaves at worst a `.tmp-*` file that the next write of that run
+removes. A lake that cannot be written (a read-only mount) is analysed as before, every time,
+without kept results. Nothing here takes the lake's lock: two analyses of the same run write the
+same bytes under the same name. `forget` of a whole run leaves its directory; `prune` removes
+the directories of runs the lake no longer holds (analyze calls it after writing).
+
+Errors: read() treats an unreadable or undecodable file as absent (it is recomputed and
+rewritten); write() raises nothing for a file-system error (the result is simply not kept).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import uuid
+from functools import cache
+from pathlib import Path
+
+import msgspec
+import polars as pl
+
+from .paths import CATALOG_DIR, QUERIES_DIR, SCHEMAS_DIR
+
+DIR = "results"
+KEEP = 4  # option sets kept per run
+_FORMAT = "tracelake.kept/1"  # the file's own format (a change of it is a change of the key)
+
+
+@cache
+def code_fingerprint() -> str:
+    """SHA-256 (hex) of every file that decides an analysis: the package's Python modules (its
+    __init__.py holds tracelake's version) and catalog, queries/**/*.sql, schemas/*.toml (about
+    190 files, 8 ms on this machine, once per process)."""
+    h = hashlib.sha256(f"{_FORMAT}\0".encode())
+    package = Path(__file__).resolve().parent
+    groups = (
+        (package, ("*.py",)),
+        (CATALOG_DIR, ("*.toml",)),
+        (QUERIES_DIR, ("*.sql",)),
+        (SCHEMAS_DIR, ("*.toml",)),
+    )
+    for base, patterns in groups:
+        for p in sorted(q for pat in patterns for q in base.rglob(pat)):
+            h.update(str(p.relative_to(base)).encode() + b"\0")
+            h.update(p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def run_key(sources: pl.DataFrame, options: dict) -> str:
+    """The key of one run's kept analysis (hex SHA-256): its `sources` rows (every column, in
+    source id order), the options (a dict of JSON scalars) and code_fingerprint()."""
+    rows = sources.sort("source_id", "path").to_dicts()
+    payload = msgspec.json.encode(
+        {"code": code_fingerprint(), "options": options, "sources": rows}, order="sorted"
+    )
+    return hashlib.sha256(payload).hexdigest()
+
+
+def run_keys(src: pl.DataFrame, run_ids: list[str], options: dict) -> dict[str, str]:
+    """run id -> run_key() for each of run_ids, from src (the lake's sources rows of those runs)."""
+    groups = {k[0]: g for k, g in src.group_by("run_id")}
+    empty = src.clear()
+    return {r: run_key(groups.get(r, empty), options) for r in run_ids}
+
+
+def _dir(lake_root: Path, run_id: str) -> Path:
+    return Path(lake_root) / DIR / run_id
+
+
+def read(lake_root: Path, run_id: str, key: str) -> dict | None:
+    """The kept document of run_id under key, or None when there is none (or it cannot be read)."""
+    path = _dir(lake_root, run_id) / f"{key}.json"
+    try:
+        data = path.read_bytes()
+        doc = msgspec.json.decode(data)
+    except (OSError, msgspec.DecodeError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("doc"), dict):
+        return None
+    try:
+        os.utime(path)  # the newest used is kept longest (KEEP)
+    except OSError:
+        pass
+    return doc["doc"]
+
+
+def encode(doc: dict) -> bytes:
+    """doc as JSON bytes (msgspec): what write() stores and decode() reads."""
+    return msgspec.json.encode(doc)
+
+
+def decode(data: bytes) -> dict:
+    """The document encode() wrote (lists for tuples: what a reader of a kept result gets)."""
+    return msgspec.json.decode(data)
+
+
+def write(lake_root: Path, run_id: str, key: str, data: bytes) -> bool:
+    """Keep data (encode() of the run's document) under key; the run's older keys beyond KEEP and
+    any temporary file a kill left are removed. Returns whether it was kept (False: the lake cannot
+    be written here)."""
+    d = _dir(lake_root, run_id)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".tmp-{uuid.uuid4().hex}"
+        tmp.write_bytes(msgspec.json.encode({"key": key, "doc": msgspec.Raw(data)}))
+        os.replace(tmp, d / f"{key}.json")
+        _trim(d)
+        return True
+    except OSError:
+        return False
+
+
+def _trim(d: Path) -> None:
+    files = []
+    for p in d.iterdir():
+        if p.name.startswith(".tmp-"):
+            try:
+                if p.stat().st_mtime < _now() - 3600:  # another writer's file is seconds old
+                    p.unlink()
+            except OSError:
+                pass
+        elif p.suffix == ".json":
+            try:
+                files.append((p.stat().st_mtime_ns, p))
+            except OSError:
+                pass
+    for _, p in sorted(files, reverse=True)[KEEP:]:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def _now() -> float:
+    import time
+
+    return time.time()
+
+
+def prune(lake_root: Path, run_ids: set[str]) -> None:
+    """Remove the kept results of runs not in run_ids (the runs the lake holds)."""
+    base = Path(lake_root) / DIR
+    try:
+        children = list(base.iterdir())
+    except OSError:
+        return
+    for p in children:
+        if p.is_dir() and p.name not in run_ids:
+            shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,169 @@
+"""Kept results (pipeline/results.py, the stages of pipeline/analyze.py): a run's analysis is read
+back while its sources, the options and the code are unchanged, recomputed (alone) when one of
+them changes, and the document is the same either way.
+
+Expected values: the document computed with keep=False (nothing read back) on the same lake; which
+runs are computed is observed by wrapping analyze_compute.compute."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import REPO, corpus
+
+from pipeline import analyze as analyze_mod
+from pipeline import results
+from pipeline.analyze import analyze
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+
+DLRM = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+FILTER = REPO / "sample_traces" / "hta_trace_filter"
+
+
+@pytest.fixture(scope="module")
+def base_lake(tmp_path_factory):
+    """Two runs of real traces (DLRM's 8 ranks; rank 0 of sample_traces' hta_trace_filter) and a
+    failed file's run."""
+    d = tmp_path_factory.mktemp("kept")
+    (d / "broken").mkdir()
+    (d / "broken" / "rank0.json").write_bytes(b"not json")
+    (d / "hta_trace_filter").mkdir()
+    shutil.copy(FILTER / "sampled_rank-0.json.gz", d / "hta_trace_filter")
+    lake = Lake(d / "lake")
+    res = ingest_paths([DLRM, d / "hta_trace_filter", d / "broken"], lake, jobs=1)
+    assert sorted({r.run_id for r in res}) == ["broken", "dlrm_kineto", "hta_trace_filter"]
+    return lake
+
+
+@pytest.fixture()
+def lake(base_lake, tmp_path):
+    d = tmp_path / "lake"
+    shutil.copytree(base_lake.root, d)
+    return Lake(d)
+
+
+@pytest.fixture()
+def computed(monkeypatch):
+    """The run lists compute() is called with (None: every run of the lake)."""
+    calls = []
+    real = analyze_mod.compute
+
+    def spy(lake, runs=None, **kw):
+        calls.append(None if runs is None else sorted(runs))
+        return real(lake, runs=runs, **kw)
+
+    monkeypatch.setattr(analyze_mod, "compute", spy)
+    return calls
+
+
+def _json(doc) -> str:
+    return json.dumps(doc, sort_keys=True)
+
+
+def test_second_analysis_reads_back_the_same_document(lake, computed):
+    fresh = analyze(lake, keep=False)
+    assert computed == [None] and not (lake.root / "results").exists()
+    first = analyze(lake)
+    assert computed == [None, None]
+    kept = sorted(p.name for p in (lake.root / "results").iterdir())
+    assert kept == ["broken", "dlrm_kineto", "hta_trace_filter"]
+    second = analyze(lake)
+    assert computed == [None, None]  # nothing computed: every run read back
+    assert _json(second) == _json(first) == _json(fresh)
+    assert second == first  # the same Python values (lists, string keys), not only the same JSON
+    assert [r["run_id"] for r in second["runs"]] == ["dlrm_kineto", "hta_trace_filter"]
+    assert any(
+        n.endswith("rank0.json: not ingested: " + n.split(": not ingested: ")[1]) for n in second["notes"]
+    )
+    # one run asked for: its part of the whole document, read back
+    only = analyze(lake, runs=["hta_trace_filter"])
+    assert computed == [None, None]
+    assert only["runs"] == [r for r in first["runs"] if r["run_id"] == "hta_trace_filter"]
+    assert only["findings"] == [f for f in first["findings"] if f["run_id"] == "hta_trace_filter"]
+
+
+def test_a_new_source_recomputes_its_run_alone(lake, computed, tmp_path):
+    analyze(lake)
+    before = analyze(lake, runs=["dlrm_kineto"])
+    # the sample job's rank 1 joins its run: only that run changes
+    extra = tmp_path / "hta_trace_filter"
+    extra.mkdir()
+    shutil.copy(FILTER / "sampled_rank-1.json.gz", extra)
+    res = ingest_paths([extra], lake, jobs=1)
+    assert [(r.status, r.run_id) for r in res] == [("ok", "hta_trace_filter")]
+    computed.clear()
+    doc = analyze(lake)
+    assert computed == [["hta_trace_filter"]]  # the DLRM run and the failed one read back
+    assert [r for r in doc["runs"] if r["run_id"] == "dlrm_kineto"] == before["runs"]
+    assert _json(doc) == _json(analyze(lake, keep=False))
+
+
+def test_forget_recomputes_and_removes_a_whole_runs_results(lake, computed):
+    analyze(lake)
+    src = lake.sources(["dlrm_kineto"])
+    one = src.sort("path").row(0, named=True)
+    with lake.lock():
+        lake.forget([("dlrm_kineto", one["source_id"])])
+    computed.clear()
+    doc = analyze(lake)
+    assert computed == [["dlrm_kineto"]]
+    assert _json(doc) == _json(analyze(lake, keep=False))
+    assert len([r for r in doc["runs"] if r["run_id"] == "dlrm_kineto"][0]["ranks"]) == 7
+    with lake.lock():
+        lake.forget([("hta_trace_filter", s) for s in lake.sources(["hta_trace_filter"])["source_id"]])
+    analyze(lake)
+    assert not (lake.root / "results" / "hta_trace_filter").exists()  # pruned with the run
+
+
+def test_other_options_recompute_and_both_are_kept(lake, computed):
+    a = analyze(lake)
+    b = analyze(lake, window="hta")
+    assert computed == [None, None] and b["window"] == "hta"
+    assert _json(analyze(lake)) == _json(a) and _json(analyze(lake, window="hta")) == _json(b)
+    assert computed == [None, None]  # both option sets kept (results.KEEP)
+    assert len(list((lake.root / "results" / "dlrm_kineto").glob("*.json"))) == 2
+
+
+def test_new_code_recomputes(lake, computed, monkeypatch):
+    analyze(lake)
+    monkeypatch.setattr(results, "code_fingerprint", lambda: "another version")
+    analyze(lake)
+    assert computed == [None, None]
+
+
+def test_a_damaged_kept_result_is_recomputed_and_rewritten(lake, computed):
+    a = analyze(lake)
+    (f,) = (lake.root / "results" / "dlrm_kineto").glob("*.json")
+    f.write_bytes(b'{"key": "x", "doc": [')  # cut short
+    b = analyze(lake)
+    assert computed == [None, ["dlrm_kineto"]]
+    assert _json(a) == _json(b)
+    assert json.loads(f.read_bytes())["key"] == f.stem  # rewritten whole
+
+
+def test_a_lake_where_results_cannot_be_written_is_analysed_every_time(lake, computed):
+    (lake.root / "results").write_bytes(b"")  # a file where the directory would be: mkdir fails
+    a, b = analyze(lake), analyze(lake)
+    assert computed == [None, None]
+    assert _json(a) == _json(b)
+
+
+def test_code_fingerprint_covers_the_sql_and_the_schema(tmp_path, monkeypatch):
+    """The key changes when a query or the schema changes in a checkout (not only the version):
+    measured on copies of queries/ and schemas/."""
+    from pipeline.paths import QUERIES_DIR, SCHEMAS_DIR
+
+    for name, real in (("QUERIES_DIR", QUERIES_DIR), ("SCHEMAS_DIR", SCHEMAS_DIR)):
+        copy = tmp_path / name
+        shutil.copytree(real, copy)
+        monkeypatch.setattr(results, name, copy)
+        results.code_fingerprint.cache_clear()
+        before = results.code_fingerprint()
+        f = sorted(copy.rglob("*.sql" if name == "QUERIES_DIR" else "*.toml"))[0]
+        f.write_bytes(f.read_bytes() + b"\n")
+        results.code_fingerprint.cache_clear()
+        assert results.code_fingerprint() != before, name
+    results.code_fingerprint.cache_clear()
