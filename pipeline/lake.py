@@ -1,6 +1,7 @@
 """The lake: hive-partitioned Parquet, one directory per table and run.
 
-Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet, for every table of schema v3
+Layout: <lake>/<table>/run=<run_id>/<source_id>.parquet (or compacted files c-<gen>-<k>.parquet:
+"Compaction" below), for every table of schema v3
 (schemas/v3.toml). DuckDB (`read_parquet('<lake>/<table>/*/*.parquet', hive_partitioning=true)`),
 polars (`pl.scan_parquet('<lake>/<table>/**/*.parquet', hive_partitioning=True)`) and Spark read it
 as is. The partition key is `run`; every file also holds `run_id` as a column.
@@ -35,6 +36,24 @@ Failed files get a `sources` row with status=failed and no other rows.
 
 forget() removes sources under the same lock: the `sources` row first (the source disappears for
 readers at once), then its parts; recover() removes what a kill in between leaves.
+
+Compaction (pipeline/lake_compact.py writes, pipeline/lake_manifest.py reads). An archive of
+thousands of small traces would otherwise stay one part per source and table forever. compact()
+merges a run's small sources (parts under 32 MiB in all) into files <table>/run=<run_id>/
+c-<gen>-<k>.parquet of at most 64 MiB of input each, rows sorted by rank, source and time, and
+the manifest <lake>/_compacted/run=<run_id>.json names that generation's files and the sources it
+holds. Replacing the manifest (one os.replace) is the switch: from then on the generation's
+files are read and the merged sources' own parts are not, and only then are the superseded parts
+removed; a kill before it leaves the old parts live and the new files unread, a kill after it
+the reverse, and recover() removes what no reader sees. A reader lists the parts first and reads
+the manifests after (query.connect lists again when a generation changed while it listed). An
+ingest compacts each run it wrote to that holds at least 16 small sources of their own
+(lake_compact.AUTO_MIN_SOURCES: cheap when none does: one listing of the run); `tracelake
+compact` any run with two or more. A source inside a generation is forgotten, or replaced by a
+--force ingest, by rewriting the generation without it (the same switch; a replaced source's
+rows go back to parts of its own first, so an undone commit restores them). Hive readers of the
+files themselves (DuckDB, polars, Spark) see every row once except while a compaction runs or
+after a kill, until recover().
 """
 
 from __future__ import annotations
@@ -60,9 +79,11 @@ import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (imported here, not lazily inside the first write)
 import pyarrow.parquet as pq
 
+from . import lake_compact as compaction
 from . import lake_journal as journal
+from . import lake_manifest as manifest
 from . import schema as sch
-from .parts import derive_staged, parquet_options, write_parquet, write_stream
+from .parts import derive_staged, rewrite_run_id, write_parquet, write_stream
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SHORTENED = re.compile(r".{100}-[0-9a-f]{6}")
@@ -175,30 +196,59 @@ class LakeFiles:
     def _parts(self, table: str) -> list[Path]:
         return [self.root / table / r / f"{sid}.parquet" for r, sid in self._listing(table)]
 
-    def _committed(self) -> set[tuple[str, str]]:
-        """(run directory name, source id) of every source with a `sources` row."""
-        return set(self._listing("sources"))
+    def committed(self) -> manifest.View:
+        """Which parts are live (lake_manifest.View): the committed sources with parts of their own
+        ((run directory, source id) in the view), and each run's compacted generation. The
+        `sources` listing is made before the manifests are read (lake_manifest's module doc).
+        LakeError naming a manifest that cannot be read."""
+        listing = self._listing("sources")
+        try:
+            return manifest.view(listing, manifest.read_all(self.root))
+        except manifest.ManifestError as e:
+            raise LakeError(one_line(str(e))) from None
+
+    _committed = committed
+
+    def unchanged(self, view: manifest.View) -> bool:
+        """Whether no compaction switched a generation since `view` was taken (a reader that listed
+        tables after taking it checks this, and lists again when not)."""
+        try:
+            return {r: m.gen for r, m in manifest.read_all(self.root).items()} == view.gens()
+        except manifest.ManifestError:
+            return False
 
     def table_files(
-        self, table: str, runs: Iterable[str] | None = None, committed: set[tuple[str, str]] | None = None
+        self, table: str, runs: Iterable[str] | None = None, committed: manifest.View | None = None
     ) -> list[str]:
-        """The table's Parquet parts (listed here, so no character of the lake path is a glob).
-        Parts of a source without its `sources` row (a commit in progress, or one killed half-way
-        and not yet recovered) are left out. runs: only the parts of these run ids (None: all).
-        committed: _committed() when the caller lists several tables at once (listed once)."""
-        parts = self._listing(table)
-        if runs is not None:
-            dirs = {self.part_path(table, r, "x").parent.name for r in runs}
+        """The table's live Parquet parts (listed here, so no character of the lake path is a glob):
+        the parts of committed sources not held by a compacted generation, then the files of each
+        run's generation (lake_manifest). Parts of a source without its `sources` row (a commit in
+        progress, or one killed half-way and not yet recovered) and compacted files of no live
+        generation are left out. runs: only the parts of these run ids (None: all). committed:
+        committed() when the caller lists several tables at once (taken once; the caller then
+        checks unchanged() after listing)."""
+        parts = [p for p in self._listing(table) if not manifest.is_compacted(p[1])]
+        view = self.committed() if committed is None else committed
+        dirs = None if runs is None else {self.part_path(table, r, "x").parent.name for r in runs}
+        if dirs is not None:
             parts = [p for p in parts if p[0] in dirs]
-        if table != "sources" and parts:
-            ok = self._committed() if committed is None else committed
-            parts = [p for p in parts if p in ok]
+        parts = [p for p in parts if p in view]
+        parts += view.files(table, dirs)
         base = str(self.root / table)
         return [f"{base}/{r}/{sid}.parquet" for r, sid in parts]
 
-    def committed(self) -> set[tuple[str, str]]:
-        """(run directory name, source id) of the committed sources (for table_files)."""
-        return self._committed()
+    def holders(self, table: str, runs: Iterable[str] | None = None) -> set[tuple[str, str]]:
+        """(run directory, source id) of the committed sources with rows in `table`, whether in
+        parts of their own or in a compacted generation. runs: only these run ids."""
+        view = self.committed()
+        dirs = None if runs is None else {self.part_path(table, r, "x").parent.name for r in runs}
+        own = {p for p in self._listing(table) if p in view and (dirs is None or p[0] in dirs)}
+        return own | view.holders(table, dirs)
+
+    def read_source(self, table: str, run_id: str, source_id: str, columns: list[str] | None = None):
+        """One committed source's rows of `table` (lake_manifest.read_source)."""
+        run_dir = self.part_path(table, run_id, "x").parent.name
+        return manifest.read_source(self.root, table, run_dir, source_id, columns)
 
     def has_table(self, table: str) -> bool:
         return bool(self.table_files(table))
@@ -320,21 +370,7 @@ class Lake(LakeFiles):
         if run_id == staged.run_id:
             return
         for t in staged.tables:
-            f = Path(staged.dir) / f"{t}.parquet"
-            out = f.with_suffix(".retarget")
-            pf = pq.ParquetFile(f)
-            with pq.ParquetWriter(out, pf.schema_arrow, **parquet_options(pf.schema_arrow)) as w:
-                for i in range(pf.num_row_groups):
-                    tbl = pf.read_row_group(i)
-                    j = tbl.schema.get_field_index("run_id")
-                    tbl = tbl.set_column(
-                        j,
-                        tbl.schema.field(j),
-                        pl.repeat(run_id, tbl.num_rows, eager=True).to_arrow().cast(pa.string()),
-                    )
-                    w.write_table(tbl)
-            pf.close()
-            os.replace(out, f)
+            rewrite_run_id(Path(staged.dir) / f"{t}.parquet", run_id)
         staged.run_id = run_id
 
     def commit(self, staged: Staged, source_row: dict) -> None:
@@ -346,6 +382,7 @@ class Lake(LakeFiles):
         (the next recover() finishes or undoes it)."""
         d = Path(staged.dir)
         try:
+            compaction.unpack(self, staged.run_id, staged.source_id)  # from its run's generation, if there
             src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
             if (
                 src.column("run_id")[0].as_py() != staged.run_id
@@ -394,21 +431,21 @@ class Lake(LakeFiles):
                     done.append(journal.recover(self, d))
                 else:
                     shutil.rmtree(d, ignore_errors=True) if d.is_dir() else d.unlink(missing_ok=True)
-        ok = self._committed()
-        for t in sch.tables():
-            if t == "sources":
+        for p, why in compaction.garbage(self, self.committed()):
+            try:
+                p.unlink(missing_ok=True)
+            except OSError as e:  # e.g. chattr +i: readers do not see it; left for next time
+                done.append(f"could not remove {p.relative_to(self.root)} ({why}): {e.strerror}")
                 continue
-            for p in self._parts(t):
-                if (p.parent.name, p.stem) not in ok:
-                    try:
-                        p.unlink(missing_ok=True)
-                    except OSError as e:  # e.g. chattr +i: readers do not see it; left for next time
-                        done.append(
-                            f"could not remove {p.relative_to(self.root)} (no sources row): {e.strerror}"
-                        )
-                        continue
-                    done.append(f"removed {p.relative_to(self.root)} (no sources row)")
+            done.append(f"removed {p.relative_to(self.root)} ({why})")
         return done
+
+    def compact(self, runs: Iterable[str] | None = None, min_sources: int = 2) -> list[tuple[str, int, int]]:
+        """Merge the small parts of each run (runs: only these run ids) holding at least
+        min_sources small sources (module doc, "Compaction"); call with the lock held. Returns
+        (run id, parts before, files after) per run compacted. OSError from the file system (the
+        run is then as it was, or compacted: recover() removes what is left)."""
+        return compaction.compact(self, runs, min_sources)
 
     def forget(self, sources: Iterable[tuple[str, str]]) -> int:
         """Remove sources, given as (run_id, source_id), with all their rows; call with the lock
@@ -419,7 +456,13 @@ class Lake(LakeFiles):
         source's `sources` row cannot be removed (that source is kept whole, the ones before it
         are removed), or when one of its parts cannot be (the source is removed for readers; the
         part, which nothing reads, is removed by a later recover() once it can be)."""
-        n = 0
+        sources, n = list(sources), 0
+        try:  # those held by their run's compacted generation: it is rewritten without them
+            n += compaction.forget_held(self, sources)
+        except OSError as e:
+            raise LakeError(
+                one_line(f"{e.filename}: cannot be changed ({e.strerror or e}); the run is kept")
+            ) from None
         for run_id, source_id in sources:
             row = self.part_path("sources", run_id, source_id)
             if not row.exists():

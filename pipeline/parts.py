@@ -3,13 +3,14 @@ table or a stream of chunks conformed to the schema and written as one file, and
 gpu_activities part rewritten with its derived columns (pipeline/derive.py). pipeline/lake.py
 (staging, commits) and pipeline/upgrade.py (rewriting an older lake's parts) write through here.
 Errors: SchemaError (pipeline/schema.py) for a chunk that does not conform; OSError and pyarrow
-errors from the file system and the writer."""
+errors from the file system and the writer. rewrite_run_id: a staged part moved to another run."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -71,3 +72,21 @@ def write_stream(table: str, chunks, path: Path) -> bool:
         if writer is not None:
             writer.close()
     return rows > 0
+
+
+def rewrite_run_id(f: Path, run_id: str) -> None:
+    """Rewrite a staged part with run_id in its run_id column (row group by row group; Lake.retarget)."""
+    out = f.with_suffix(".retarget")
+    pf = pq.ParquetFile(f)
+    with pq.ParquetWriter(out, pf.schema_arrow, **parquet_options(pf.schema_arrow)) as w:
+        for i in range(pf.num_row_groups):
+            tbl = pf.read_row_group(i)
+            j = tbl.schema.get_field_index("run_id")
+            tbl = tbl.set_column(
+                j,
+                tbl.schema.field(j),
+                pl.repeat(run_id, tbl.num_rows, eager=True).to_arrow().cast(pa.string()),
+            )
+            w.write_table(tbl)
+    pf.close()
+    os.replace(out, f)

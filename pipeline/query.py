@@ -46,7 +46,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import catalog, upgrade
+from . import catalog, results, upgrade
 from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
@@ -187,6 +187,9 @@ def _connect(
             con.execute(f"CREATE VIEW {t} AS {body}")
         else:
             con.execute(f"CREATE VIEW {t} AS SELECT * FROM internal._empty_{t}")
+    if committed is not None and not lake.unchanged(committed):  # compacted while listed: list again
+        con.close()
+        raise duckdb.IOException("No such file: the lake was compacted while it was listed")
     for name, arrow in (
         ("device_catalog", catalog.device_catalog_arrow()),
         ("collective_catalog", catalog.collective_catalog_arrow()),
@@ -194,6 +197,8 @@ def _connect(
         con.register(f"_{name}", arrow)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM _{name}")
         con.unregister(f"_{name}")
+    if parts is None:  # the fleet view: each run's newest kept analysis (pipeline/results.py)
+        results.bind_overview(con, lake.root)
     # the NCCL-family formats (views/05_macros.sql doc), from their one list in pipeline/schema.py
     fams = ", ".join("'" + f + "'" for f in sch.NCCL_FORMATS)
     con.execute(f"CREATE OR REPLACE MACRO nccl_family(format) AS format IN ({fams})")
@@ -303,19 +308,15 @@ def use_local(con, lake: Lake, runs, window: str, kernel_wait_threshold_ns: int)
     """Whether the LOCAL_METRICS can be read from the per-source results (pipeline/local.py), and
     collective_exposure's compute pieces with them:
     default options (window all, kernel_wait_threshold_ns 30000), every source with GPU
-    activities in scope has a local_results part (the part listings compared, so nothing is read
-    when one lacks it), every local_results row in scope is of the current local_sql_version(),
-    and no rank of a run has results from two sources (a rank's work split across files would
-    need one sweep over both)."""
+    activities in scope has a local_results part (the listings and compaction manifests
+    compared, so nothing is read when one lacks it), every local_results row in scope is of the
+    current local_sql_version(), and no rank of a run has results from two sources (a rank's work
+    split across files would need one sweep over both)."""
     if window != "all" or int(kernel_wait_threshold_ns) != 30_000:
         return False
 
-    def keys(table: str) -> set[tuple[str, str]]:  # (run directory, part file) of the table's parts
-        files = lake.table_files(table, runs)
-        return {(os.path.basename(os.path.dirname(f)), os.path.basename(f)) for f in files}
-
-    gpu = keys("gpu_activities")
-    if not gpu or not gpu <= keys("local_results"):
+    gpu = lake.holders("gpu_activities", runs)  # (run directory, source id), compacted or not
+    if not gpu or not gpu <= lake.holders("local_results", runs):
         return False
     bad = con.execute(
         "SELECT count(*) FILTER (WHERE sql_version <> ?) + "

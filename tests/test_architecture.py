@@ -53,6 +53,9 @@ FORBIDDEN = {
     "whatif": {"ingest", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli", "cluster"},
     "derive": {"lake"} | _AFTER_LAKE,
     "parts": {"lake"} | _AFTER_LAKE,
+    # compaction's reading and writing sides: helpers of the lake, which imports them
+    "lake_manifest": {"lake"} | _AFTER_LAKE,
+    "lake_compact": {"lake"} | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering
     "api": {"ingest", "local", "report", "cli", "analyze_cluster"},
     "upgrade": {"ingest", "query", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},

@@ -1,4 +1,5 @@
-"""`tracelake forget` and `tracelake sql`: removing sources from the lake, ad-hoc SQL over it."""
+"""`tracelake forget`, `tracelake compact` and `tracelake sql`: removing sources from the lake, merging
+its small parts, ad-hoc SQL over it."""
 
 from __future__ import annotations
 
@@ -100,6 +101,36 @@ def forget(
         one_line(f"{'would remove' if dry_run else 'removed'} {len(rows)} source(s) from {lake}"),
         markup=False,
     )
+    raise typer.Exit(EXIT_OK)
+
+
+@command(epilog=exit_help())
+def compact(
+    lake: Path = LAKE,
+    runs: Optional[List[str]] = typer.Option(None, "--run", metavar="ID", help="Only this run (repeatable)."),
+    quiet: bool = QUIET,
+):
+    """Merge each run's small parts into a few files per table, sorted by rank and time (an ingest does it
+    for runs of 16 or more small sources). Crash-safe; readers see the old parts or the new ones."""
+    from ..lake import LakeError, one_line
+
+    lk = existing_lake(lake)
+    try:
+        with lk.lock():
+            for line in lk.recover():
+                err.print(one_line(f"note {lake}: {line}"), markup=False)
+            want = _resolve_runs(runs, set(lk.sources()["run_id"].drop_nulls().to_list())) if runs else None
+            done = lk.compact(want)
+    except (LakeError, OSError) as e:
+        what = f"{e.filename}: {e.strerror or e}" if isinstance(e, OSError) and e.filename else str(e)
+        err.print(
+            one_line(f"error: {lake}: cannot compact ({what})" if isinstance(e, OSError) else f"error: {e}"),
+            markup=False,
+        )
+        raise typer.Exit(EXIT_FAILED)
+    for run_id, before, after in done:
+        err.print(one_line(f"compacted run {run_id}: {before:,} parts -> {after:,} files"), markup=False)
+    err.print(one_line(f"compacted {len(done)} run(s) of {lake}"), markup=False)
     raise typer.Exit(EXIT_OK)
 
 

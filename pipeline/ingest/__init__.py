@@ -27,6 +27,7 @@ from typing import Callable, Iterable
 
 from ..classify import check_regex
 from ..lake import Lake, LakeError
+from ..lake_compact import AUTO_MIN_SOURCES
 from ..upgrade import upgrade
 from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
@@ -68,6 +69,7 @@ def ingest_paths(
     on_plan: Callable[[int], None] | None = None,
     exclude: Iterable[str] | None = None,
     not_logs: list | None = None,
+    compact: bool = True,
 ) -> list[FileResult]:
     """Ingest every file under `paths` into `lake`; returns one FileResult per file, archive
     member or problem path, in input order. jobs: parallel workers (1: none, in this process; 0:
@@ -77,9 +79,10 @@ def ingest_paths(
     until its members are known). step_regex: NVTX range names that mark steps in nsys exports
     (default ProfilerStep#N). exclude: glob patterns of files, directories and archive members to
     leave out (see excluded()). not_logs, when given, gets the files and archive members with a
-    log suffix passed over as not NCCL-family logs (discover.plan). Raises LakeError when the
-    lake itself cannot be created or written, or another ingest holds its lock; re.error for a
-    bad step_regex."""
+    log suffix passed over as not NCCL-family logs (discover.plan). compact: afterwards, compact
+    each run written to that holds at least AUTO_MIN_SOURCES small sources (Lake.compact). Raises
+    LakeError when the lake itself cannot be created or written, or another ingest holds its
+    lock; re.error for a bad step_regex."""
     if step_regex:
         check_regex(step_regex)
     for p in comm_patterns or []:
@@ -157,6 +160,11 @@ def ingest_paths(
             for i, p in logs:  # the staged parts of logs an interrupted ingest did not commit
                 if results[i] is None:
                     lake.discard(p.staged)
+        if compact:
+            try:  # the runs written to, when one holds many small parts (pipeline/lake_compact.py)
+                lake.compact({r.run_id for r in results if r and r.run_id}, AUTO_MIN_SOURCES)
+            except OSError:  # an optimisation only: the lake stays as it was or compacted, whole
+                pass
     return results
 
 

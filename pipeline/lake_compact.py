@@ -1,0 +1,322 @@
+"""Compaction: the small parts of a run merged into a few files per table (pipeline/lake.py
+module doc, "Compaction"; what makes them live: pipeline/lake_manifest.py). Called with the
+lake's lock held, through Lake.compact(), Lake.commit() and Lake.forget(); `lake` is a Lake
+(duck-typed, as in lake_journal.py, so this module does not import lake.py).
+
+Which sources: a committed source with parts of its own whose parts add up to less than
+SMALL_SOURCE_BYTES (larger ones are already files of a sensible size and stay as they are). A
+run is compacted when it holds at least `min_sources` such sources (Lake.compact: 2 for
+`tracelake compact`, AUTO_MIN_SOURCES after an ingest); its existing generation, if any, is
+merged with them into a new one.
+
+The files: per table, the inputs (the old generation's files, then the new sources' parts) in
+groups of at most TARGET_FILE_BYTES of Parquet, each group one file whose rows are sorted by rank,
+source id and the table's time column (SORT_TIME; what queries/views/*.sql filter and join on),
+written in row groups of ROW_GROUP_ROWS (the min/max statistics of rank and time then prune
+row groups; a source's rows stay together).
+
+The steps, each safe to kill (TRACELAKE_CRASH_AT points compact-written, compact-switched,
+compact-clean; tests/test_compact.py):
+1. the new generation's files are written under <lake>/.tmp/compact-<gen>/ and renamed into
+   their run directories: nothing reads them yet (no manifest names their generation);
+2. the switch: the run's manifest is replaced (os.replace of a complete file; or removed when no
+   source is left in the generation). Readers listing the run before it read the old parts, after
+   it the new ones, never both or neither;
+3. the old generation's files and the merged sources' own parts (now held by the manifest, so
+   read by no one) are removed.
+A kill before 2 leaves files of a generation no manifest names; a kill after it, parts the
+manifest supersedes: recover() removes both. Errors: OSError from the file system, pyarrow's
+errors from reading a part.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import lake_journal as journal
+from . import lake_manifest as manifest
+from . import schema as sch
+from .parts import parquet_options
+
+# a source is small when its parts hold less than this much Parquet (the corpus's ranks of a
+# 50 MB trace write 5-10 MB; a 67 KB trace about 40 KB over six tables)
+SMALL_SOURCE_BYTES = 32 << 20
+# one compacted file holds at most this much of its inputs' Parquet (decoded in memory at once
+# to be sorted: a few hundred MB)
+TARGET_FILE_BYTES = 64 << 20
+# rows per row group of a compacted file (DuckDB's own is 122,880)
+ROW_GROUP_ROWS = 128 * 1024
+# an ingest compacts a run it wrote to when the run holds at least this many small sources of
+# their own (a 16-rank job of small traces; smaller runs cost little to read as they are)
+AUTO_MIN_SOURCES = 16
+# the time column rows are sorted by within a rank and source, the first of these a table has
+_TIME_COLUMNS = (
+    "start_ns",
+    "ts_ns",
+    "time_ns",
+    "local_time_ns",
+    "time_created_ns",
+    "step_start_ns",
+    "first_ns",
+)
+
+
+def sort_keys(table: str) -> list[tuple[str, str]]:
+    """The sort keys of a table's compacted files: rank (when it has one), source_id, its time
+    column (when it has one)."""
+    names = sch.arrow_schema(table).names
+    keys = [c for c in ("rank",) if c in names] + ["source_id"]
+    keys += [c for c in _TIME_COLUMNS if c in names][:1]
+    return [(k, "ascending") for k in keys]
+
+
+def own_parts(lake, run_dir: str, view: manifest.View) -> dict[str, dict[str, int]]:
+    """source id -> {table: bytes of its own part} for the run's committed sources with parts of
+    their own (one scandir per table)."""
+    out: dict[str, dict[str, int]] = {}
+    for t in sch.tables():
+        try:
+            entries = list(os.scandir(lake.root / t / run_dir))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for e in entries:
+            sid = e.name[:-8]
+            if e.name.endswith(".parquet") and (run_dir, sid) in view:
+                out.setdefault(sid, {})[t] = e.stat().st_size
+    return out
+
+
+def small_sources(lake, run_dir: str, view: manifest.View) -> dict[str, dict[str, int]]:
+    """The run's sources that compaction merges (module doc): own_parts() of those under
+    SMALL_SOURCE_BYTES."""
+    if not any(r == run_dir for r, _ in view.singles):
+        return {}
+    return {s: p for s, p in own_parts(lake, run_dir, view).items() if sum(p.values()) < SMALL_SOURCE_BYTES}
+
+
+def compact(lake, runs, min_sources: int) -> list[tuple[str, int, int]]:
+    """Lake.compact: compact_run() for each run id of `runs` (None: every run with parts of its
+    own); (run id, parts before, files after) per run compacted."""
+    view = lake.committed()
+    if runs is None:
+        dirs = {r for r, _ in view.singles}
+    else:
+        dirs = {lake.part_path("sources", r, "x").parent.name for r in runs}
+    out = []
+    for d in sorted(dirs):
+        got = compact_run(lake, d, view, min_sources)
+        if got:
+            out.append((d[4:], *got))
+    return out
+
+
+def forget_held(lake, sources: list[tuple[str, str]]) -> int:
+    """Lake.forget's part for the sources held by their run's generation: each such run's
+    generation rewritten without them (drop); returns how many were held."""
+    held: dict[str, set[str]] = {}
+    for run_id, source_id in sources:
+        held.setdefault(lake.part_path("sources", run_id, "x").parent.name, set()).add(source_id)
+    n = 0
+    for d, sids in held.items():
+        m = manifest.read_one(lake.root, d)
+        if m is not None and sids & m.sources.keys():
+            n += len(sids & m.sources.keys())
+            drop(lake, d, m, sids, keep_own=False)
+    return n
+
+
+def unpack(lake, run_id: str, source_id: str) -> None:
+    """Before a commit of source_id into run_id: when the run's generation holds it, its rows go
+    back to parts of its own (drop with keep_own), which the commit then replaces as usual."""
+    d = lake.part_path("sources", run_id, "x").parent.name
+    m = manifest.read_one(lake.root, d)
+    if m is not None and source_id in m.sources:
+        drop(lake, d, m, {source_id}, keep_own=True)
+
+
+def compact_run(lake, run_dir: str, view: manifest.View, min_sources: int) -> tuple[int, int] | None:
+    """Merge the run's small sources with its generation (module doc); None when it holds fewer
+    than min_sources small sources (its generation counting as one), else (parts before, files
+    after) of the merged tables."""
+    small = small_sources(lake, run_dir, view)
+    old = view.manifests.get(run_dir)
+    if not small or len(small) + (old is not None) < max(min_sources, 2):
+        return None
+    gen = uuid.uuid4().hex[:16]
+    stage = lake.root / ".tmp" / f"compact-{gen}"
+    files: dict[str, list[str]] = {}
+    before = 0
+    try:
+        for t in sch.tables():
+            inputs = [(lake.root / t / run_dir / n, None) for n in (old.files.get(t, ()) if old else ())]
+            inputs += [
+                (lake.root / t / run_dir / f"{s}.parquet", None) for s in sorted(small) if t in small[s]
+            ]
+            before += len(inputs)
+            if inputs:
+                files[t] = _write_groups(t, inputs, stage / t, gen)
+        sources = dict(old.sources) if old else {}
+        sources.update({s: sorted(p) for s, p in small.items()})
+        new = manifest.Manifest(gen, {t: n for t, n in files.items() if n}, sources)
+        _place(lake, run_dir, stage, new)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    journal.crash_point("compact-written")
+    _switch(lake, run_dir, new)
+    garbage = [lake.root / t / run_dir / n for t, ns in (old.files.items() if old else ()) for n in ns]
+    garbage += [
+        lake.root / t / run_dir / f"{s}.parquet" for s, p in small.items() for t in p if t != "sources"
+    ]
+    garbage += [lake.root / "sources" / run_dir / f"{s}.parquet" for s in small]
+    _remove(garbage)
+    return before, sum(len(n) for n in new.files.values())
+
+
+def drop(lake, run_dir: str, old: manifest.Manifest, sids: set[str], keep_own: bool) -> None:
+    """Take sources out of the run's generation: its files rewritten without their rows, switched
+    to as a compaction is. keep_own: each such source's rows are first written back as parts of
+    its own (live from the switch on: a source about to be replaced by a commit, which then
+    replaces them, or restores them when it is undone); else they are gone at the switch
+    (forget)."""
+    sids = sids & old.sources.keys()
+    if not sids:
+        return
+    gen = uuid.uuid4().hex[:16]
+    stage = lake.root / ".tmp" / f"compact-{gen}"
+    files: dict[str, list[str]] = {}
+    try:
+        for t, names in old.files.items():
+            inputs = [(lake.root / t / run_dir / n, sids) for n in names]
+            files[t] = _write_groups(t, inputs, stage / t, gen)
+            if keep_own:
+                for s in sorted(sids):
+                    if t in old.sources[s]:
+                        _write_own(t, inputs, s, stage / "own" / t / f"{s}.parquet")
+        sources = {s: v for s, v in old.sources.items() if s not in sids}
+        new = manifest.Manifest(gen, {t: n for t, n in files.items() if n}, sources) if sources else None
+        _place(lake, run_dir, stage, new)
+        if keep_own:  # sources rows last, as a commit puts them
+            for t in sorted(os.listdir(stage / "own"), key=lambda t: t == "sources"):
+                for f in sorted((stage / "own" / t).iterdir()):
+                    dest = lake.root / t / run_dir / f.name
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(f, dest)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    journal.crash_point("compact-written")
+    _switch(lake, run_dir, new)
+    _remove([lake.root / t / run_dir / n for t, ns in old.files.items() for n in ns])
+
+
+def garbage(lake, view: manifest.View) -> list[tuple[Path, str]]:
+    """Parts no reader sees, with why (recover() removes them): parts of a source without its
+    `sources` part ('no sources row'), compacted files of no live generation and the own parts of
+    sources a generation holds ('not in the run's compacted generation'), a manifest's temporary
+    file."""
+    out = []
+    for t in sch.tables():
+        live = set(view.files(t))
+        for r, stem in lake._listing(t):
+            m = view.manifests.get(r)
+            if manifest.is_compacted(stem):
+                ok = (r, stem) in live
+            elif m is not None and stem in m.sources:
+                ok = False
+            else:
+                ok = t == "sources" or (r, stem) in view
+                if not ok:
+                    out.append((lake.root / t / r / f"{stem}.parquet", "no sources row"))
+                    continue
+            if not ok:
+                out.append((lake.root / t / r / f"{stem}.parquet", "not in the run's compacted generation"))
+    tmp = lake.root / manifest.MANIFEST_DIR
+    if tmp.is_dir():
+        out += [(p, "an unfinished manifest") for p in tmp.iterdir() if not p.name.endswith(".json")]
+    return out
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _write_groups(table: str, inputs: list[tuple[Path, set | None]], out_dir: Path, gen: str) -> list[str]:
+    """Write the inputs (path, source ids to leave out or None) as files c-<gen>-<k>.parquet in
+    out_dir, a group of at most TARGET_FILE_BYTES of input each; returns their names (none when no
+    row is left)."""
+    groups: list[list[tuple[Path, set | None]]] = [[]]
+    size = 0
+    for p, skip in inputs:
+        n = p.stat().st_size
+        if groups[-1] and size + n > TARGET_FILE_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append((p, skip))
+        size += n
+    names = []
+    for group in groups:
+        tbl = _read(table, group)
+        if not tbl.num_rows:
+            continue
+        tbl = tbl.sort_by(sort_keys(table))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        name = f"c-{gen}-{len(names)}.parquet"
+        pq.write_table(tbl, out_dir / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema))
+        names.append(name)
+    return names
+
+
+def _read(table: str, group: list[tuple[Path, set | None]]) -> pa.Table:
+    parts = []
+    for p, skip in group:
+        tbl = sch.conform(table, pq.read_table(p))
+        if skip:
+            keep = pc.invert(pc.is_in(tbl.column("source_id"), pa.array(sorted(skip))))
+            tbl = tbl.filter(keep)
+        parts.append(tbl)
+    return pa.concat_tables(parts) if parts else sch.empty(table)
+
+
+def _write_own(table: str, inputs: list[tuple[Path, set | None]], sid: str, out: Path) -> None:
+    rows = [sch.conform(table, pq.read_table(p, filters=[("source_id", "=", sid)])) for p, _ in inputs]
+    tbl = pa.concat_tables(rows)
+    if tbl.num_rows:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(tbl, out, **parquet_options(tbl.schema))
+
+
+def _place(lake, run_dir: str, stage: Path, new: manifest.Manifest | None) -> None:
+    """Rename the new generation's files from the staging directory into their run directories."""
+    for t, names in new.files.items() if new else ():
+        dest = lake.root / t / run_dir
+        dest.mkdir(parents=True, exist_ok=True)
+        for n in names:
+            os.replace(stage / t / n, dest / n)
+
+
+def _switch(lake, run_dir: str, new: manifest.Manifest | None) -> None:
+    """Make `new` the run's live generation in one step (None: the run has none)."""
+    p = manifest.path(lake.root, run_dir)
+    if new is None:
+        p.unlink(missing_ok=True)
+    else:
+        p.parent.mkdir(exist_ok=True)
+        tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}.tmp")
+        tmp.write_bytes(manifest.encode(new))
+        os.replace(tmp, p)
+    journal.crash_point("compact-switched")
+
+
+def _remove(paths: list[Path]) -> None:
+    """Remove parts no reader sees any more; one that cannot be removed is left to recover()."""
+    for p in paths:
+        try:
+            p.unlink(missing_ok=True)
+        except OSError:
+            continue
+        journal.crash_point("compact-clean")
