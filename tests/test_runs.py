@@ -21,6 +21,7 @@ import gzip
 import json
 import shutil
 import tarfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
@@ -29,6 +30,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.ingest import ingest_paths
+from pipeline.ingest.runs import run_id_of
 from pipeline.lake import Lake, safe_run_id
 
 HTA = [REPO / "sample_traces" / "hta_trace_filter" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
@@ -74,7 +76,7 @@ def test_jobs_with_the_same_layout_get_one_run_each(tmp_path):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([root], lake, jobs=1)
     assert [r.status for r in res] == ["ok"] * 4
-    a, b = safe_run_id("jobA/traces"), safe_run_id("jobB/traces")
+    a, b = run_id_of("jobA/traces"), run_id_of("jobB/traces")
     assert a != b
     assert _runs(lake) == {
         a: [("sampled_rank-0.json.gz", 0), ("sampled_rank-1.json.gz", 1)],
@@ -103,14 +105,8 @@ def test_a_directory_given_names_its_own_files(tmp_path):
     ingest_paths([root / "jobB"], lake, jobs=1)  # jobB/traces is one level down: its path, "traces"
     ingest_paths([_dlrm(2)], lake, jobs=1)  # a file given: the name of its directory
     runs = _runs(lake)
-    assert sorted(runs) == [
-        "dlrm_kineto",
-        "traces",
-        "traces_"
-        + lake.sources().filter(pl.col("path").str.contains("jobB") & (pl.col("rank") == 0))["source_id"][0][
-            :8
-        ],
-    ]
+    # the moved run is named by the second its first file (jobB's rank 0, DLRM's worker0) starts
+    assert sorted(runs) == ["dlrm_kineto", "traces", _moved(lake, "traces", "jobB", 0)]
     # jobB's ranks 0 and 1 are held by jobA's files in "traces": they were moved, together
     moved = [k for k in runs if k.startswith("traces_")][0]
     assert runs[moved] == [(_dlrm(0).name, 0), (_dlrm(1).name, 1)]
@@ -129,7 +125,10 @@ def test_a_second_profiling_cycle_is_one_run(tmp_path):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([d], lake, jobs=1)
     assert [r.status for r in res] == ["ok"] * 4
-    second = safe_run_id(f"prof_{res[1].source_id[:8]}")  # host_0's second cycle was the first to collide
+    # host_0's second cycle was the first to collide: its run is named by its start, HTA's first
+    # event (2023-04-28 23:51:38.079 UTC, read from the file) 60 s later
+    second = "prof_20230428T235238"
+    assert res[1].run_id == second
     assert _runs(lake) == {
         "prof": [(names[0][0], 0), (names[1][0], 1)],
         second: [(names[0][1], 0), (names[1][1], 1)],
@@ -145,10 +144,19 @@ def test_a_second_profiling_cycle_is_one_run(tmp_path):
     ingest_paths([d / names[0][0], d / names[1][0], d / names[0][1]], lake2, jobs=1)
     third = _shifted(HTA[1], tmp_path / "host_1.3000.pt.trace.json", 120_000_000)
     (t,) = ingest_paths([third], lake2, run="prof", jobs=1)
-    assert t.run_id == safe_run_id(f"prof_{t.source_id[:8]}") != second
+    assert t.run_id == "prof_20230428T235338" != second  # 120 s after the first cycle
     (late,) = ingest_paths([d / names[1][1]], lake2, jobs=1)
     assert late.run_id == second
     assert _runs(lake2)[second] == _runs(lake)[second]
+
+
+def _moved(lake: Lake, run: str, job: str, rank: int) -> str:
+    """The name rule 2 gives a run moved from `run`: `<run>_<the UTC second its first file starts>`,
+    here the file of `job`'s `rank` (its first event read from the file itself)."""
+    path = lake.sources().filter(pl.col("path").str.contains(job) & (pl.col("rank") == rank))["path"][0]
+    events = json.loads(Path(path).read_bytes())["traceEvents"]
+    t0 = min(e["ts"] for e in events if e.get("ph") == "X" and e.get("cat") != "Trace")  # µs
+    return f"{run}_{datetime.fromtimestamp(t0 // 10**6, timezone.utc):%Y%m%dT%H%M%S}"
 
 
 def _cycles(d: Path, n: int = 2) -> dict[tuple[int, int], Path]:
@@ -287,9 +295,7 @@ def test_run_given_keeps_free_ranks_together(tmp_path):
     res = ingest_paths([files[(0, 0)], files[(1, 1)], files[(1, 0)]], lake, run="X", jobs=1)
     # --run: rank 1 of cycle 1 is free in X, so it joins X although it is another window;
     # rank 0 of cycle 1 is taken there and goes to a run of its own
-    assert [r.run_id for r in res[:2]] == ["X", "X"] and res[2].run_id == safe_run_id(
-        f"X_{res[2].source_id[:8]}"
-    )
+    assert [r.run_id for r in res[:2]] == ["X", "X"] and res[2].run_id == "X_20230428T235238"
 
 
 def test_archives_in_job_directories_keep_the_job(tmp_path):
@@ -308,7 +314,7 @@ def test_archives_in_job_directories_keep_the_job(tmp_path):
     res = ingest_paths([root], lake, jobs=1)
     assert [r.status for r in res] == ["ok"] * 6
     assert sorted(_runs(lake)) == sorted(
-        safe_run_id(n) for n in ("job1/traces", "job2/traces", "job1/flat", "job2/flat")
+        ["job1.flat", "job1.traces", "job2.flat", "job2.traces"]  # directories joined by '.' (rule 1)
     )
     # given by name, an archive is named by itself, as before
     (r,) = ingest_paths([root / "job1" / "flat.tar"], Lake(tmp_path / "lake2"), jobs=1)
@@ -319,7 +325,7 @@ def test_the_same_bytes_are_one_trace_whichever_directory_is_given(tmp_path):
     root = _archive(tmp_path / "archive")
     lake = Lake(tmp_path / "lake")
     ingest_paths([root], lake, jobs=1)
-    a, b = safe_run_id("jobA/traces"), safe_run_id("jobB/traces")
+    a, b = run_id_of("jobA/traces"), run_id_of("jobB/traces")
     before = _listing(lake)
     # jobA given itself names its files "traces"; their bytes are already in the lake (in run
     # jobA/traces), so they are skipped, and the note says where they are

@@ -22,6 +22,7 @@ from .options import (
     ONLY_RUNS,
     PEAK,
     QUIET,
+    RECOMPUTE,
     SCHEDULER_ANALYSIS,
     SEQ,
     TOKENS,
@@ -167,6 +168,7 @@ def runs(
     gpu_hour_cost: Optional[float] = GPU_HOUR_COST,
     scheduler: Optional[str] = SCHEDULER_ANALYSIS,
     only_runs: Optional[List[str]] = ONLY_RUNS,
+    recompute: bool = RECOMPUTE,
     quiet: bool = QUIET,
 ):
     """One row per run of the lake: start time, world size, hosts, GPUs, steps, median step time,
@@ -201,6 +203,7 @@ def runs(
         scheduler=scheduler,
         runs=only_runs,
         quiet=quiet,
+        keep=not recompute,
     )
     from .app import existing_lake
 

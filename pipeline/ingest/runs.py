@@ -2,10 +2,12 @@
 
 1. A file's run is named by `--run`, else by its directory: its path below the directory given
    (as TensorBoard names runs), or the directory's own name for a file given by name or lying
-   directly in it; an archive member as if the archive were unpacked where it lies.
+   directly in it; an archive member as if the archive were unpacked where it lies. A path is
+   stored with '.' between its directories (run_id_of: `job1/traces` is run `job1.traces`).
 2. A run holds one file per rank and, without `--run`, one profiling window (files whose time
    spans overlap); a file that does not fit its named run goes to the first run it fits among
-   those its name was moved to, else to a new run `<name>_<8 hex>`, with a note saying so.
+   those its name was moved to, else to a new run `<name>_<start>` (the UTC second it starts;
+   `<name>_<8 hex>` when that is unknown or taken), with a note saying so.
 3. Content already in the lake (without `--run` in any run, with it in that run) is skipped;
    `--force` re-ingests it where it is.
 
@@ -51,13 +53,42 @@ def dir_name(path) -> str:
     return Path(os.path.abspath(path)).parent.name or "/"
 
 
+def run_id_of(name: str) -> str:
+    """The run id a run name is stored as (rule 1): a path of directories ('job1/traces') joins
+    its parts with '.' ('job1.traces') when each part is already a valid id (letters, digits,
+    '.', '_', '-'; not '.' or '..') and the whole fits in 100 characters, so the usual names stay
+    readable; any other name is safe_run_id's (other characters replaced, with 6 hex digits of its
+    hash so that two names never share an id; a trailing '/' is dropped first)."""
+    parts = name.rstrip("/").split("/") if name not in ("", "/") else []
+    if len(parts) > 1 and all(p not in ("", ".", "..") and safe_run_id(p) == p for p in parts):
+        joined = ".".join(parts)
+        if safe_run_id(joined) == joined:
+            return joined
+    return safe_run_id(name.rstrip("/") or name)
+
+
 def run_for(name: str, run: str | None) -> str:
-    """The run id of a file whose directory gives `name` (rule 1): --run when given."""
-    return safe_run_id(run) if run else safe_run_id(name)
+    """The run id of a file whose directory gives `name` (rule 1): --run when given (a --run
+    value is stored as a directory path is: `--run job1/traces` names run job1.traces)."""
+    return run_id_of(run) if run else run_id_of(name)
 
 
-def moved_run(run_id: str, source_id: str) -> str:
-    """The new run a file goes to when no run of its name fits it (rule 2)."""
+# a start before 2000-01-01 UTC is a relative clock, not a date to name a run by
+_MIN_EPOCH_NS = 946_684_800 * 10**9
+
+
+def moved_run(run_id: str, source_id: str, t0: int | None = None, taken=()) -> str:
+    """The new run a file goes to when no run of its name fits it (rule 2): `<run>_<start>`, the
+    UTC second its first file starts (`prof_20210608T085712`: a second profiling cycle or another
+    job reads as when it ran), when that start is known (an epoch time) and no run in `taken`
+    has that id; else `<run>_<8 hex digits of its first file's source id>`."""
+    if t0 is not None and t0 >= _MIN_EPOCH_NS:
+        import datetime as dt
+
+        when = dt.datetime.fromtimestamp(t0 // 10**9, dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        named = safe_run_id(f"{run_id}_{when}")
+        if named not in taken:
+            return named
     return safe_run_id(f"{run_id}_{source_id[:8]}")
 
 
@@ -342,9 +373,13 @@ class Runs:
                 return run_id
         elif not taken:
             return run_id
-        moved = moved_run(run_id, source_id)
+        moved = moved_run(run_id, source_id, t0, self._taken())
         notes.append(f"{why}{PLACED}{moved}")
         return moved
+
+    def _taken(self) -> set[str]:
+        """Every run id the lake or this batch holds (a moved run's name must be new)."""
+        return set(self.members) | set(self.spans)
 
     def _logs_of(self, run_id: str) -> list[dict]:
         """The identities of the NCCL-family sources run_id holds (stored ones read by load)."""
@@ -378,7 +413,8 @@ class Runs:
                 return c
         if not self.members.get(run_id):
             return run_id
-        moved = moved_run(run_id, source_id)
+        starts = [a["span"][0] for a in job if a.get("span") and a["span"][0] is not None]
+        moved = moved_run(run_id, source_id, min(starts) if starts else None, self._taken())
         why = (
             "states no communicator id or process"
             if not any(has_identity(a) for a in job)
