@@ -24,10 +24,15 @@ replayed gains); the document's notes are the runs' notes in run order.
 
 from __future__ import annotations
 
+import json
+import time
+
 import polars as pl
+import pyarrow as pa
 
 from . import results
 from .analyze_compute import COUNTER_METRICS, LIST_KEYS, METRICS, SCHEMA, compute, header
+from .fleet import fleet_rows
 from .lake import Lake
 
 __all__ = [
@@ -102,7 +107,7 @@ def analyze(
         gpu_hour_cost=gpu_hour_cost,
     )
     src, keys = select_runs(lake, runs, options)
-    docs = kept_or_computed(lake, keys, options, whole=runs is None, keep=keep, on_progress=on_progress)
+    docs = kept_or_computed(lake, src, keys, options, whole=runs is None, keep=keep, on_progress=on_progress)
     return assemble(options, sorted(keys), docs)
 
 
@@ -116,6 +121,7 @@ def select_runs(lake: Lake, runs: list[str] | None, options: dict) -> tuple[pl.D
 
 def kept_or_computed(
     lake: Lake,
+    src: pl.DataFrame,
     keys: dict[str, str],
     options: dict,
     whole: bool = False,
@@ -123,9 +129,9 @@ def kept_or_computed(
     on_progress=None,
 ) -> dict[str, dict]:
     """Stage 2: run id -> the run's document (run_docs), read back where a result is kept under
-    the run's key (keys: select_runs), else computed (one analyze_compute.compute() for all of
-    them) and kept. whole: keys holds every run of the lake (then the kept results of runs the
-    lake no longer holds are removed)."""
+    the run's key (src, keys: select_runs), else computed (one analyze_compute.compute() for all
+    of them) and kept, with the run's fleet row (kept_fleet_row). whole: keys holds every run of
+    the lake (then the kept results of runs the lake no longer holds are removed)."""
     docs = read_kept(lake, keys) if keep else {}
     missing = [r for r in keys if r not in docs]
     if on_progress is not None and not missing:
@@ -136,12 +142,33 @@ def kept_or_computed(
         fresh = compute(lake, runs=scope, on_progress=on_progress, **options)
         for run_id, doc in run_docs(fresh, missing).items():
             data = results.encode(doc)
-            if keep:
-                results.write(lake.root, run_id, keys[run_id], data)
             docs[run_id] = results.decode(data)
+            if keep and results.write(lake.root, run_id, keys[run_id], data):
+                row = kept_fleet_row(options, run_id, docs[run_id], src, keys[run_id])
+                if row is not None:
+                    results.write_fleet(lake.root, run_id, keys[run_id], row)
     if keep and whole:
         results.prune(lake.root, set(keys))
     return docs
+
+
+def kept_fleet_row(options: dict, run_id: str, doc: dict, src: pl.DataFrame, key: str) -> pa.Table | None:
+    """The run's row of the fleet view (pipeline/fleet.py fleet_rows of its document) with the
+    kept-result columns (results.FLEET_EXTRA): the key, the options as JSON, the sources' digest
+    and the time it was computed; None for a run without a row (its files all failed)."""
+    mine = src.filter(pl.col("run_id") == run_id)
+    rows = fleet_rows(assemble(options, [run_id], {run_id: doc}), mine)
+    if rows.height == 0:  # a run of failed files only: no row, as in `tracelake runs`
+        return None
+    extra = {
+        "key": key,
+        "options": json.dumps(options, sort_keys=True),
+        "sources_digest": results.sources_digest(mine),
+        "computed_at_ns": time.time_ns(),
+    }
+    return rows.with_columns(
+        pl.lit(v, t).alias(n) for (n, t, _), v in zip(results.FLEET_EXTRA, extra.values())
+    ).to_arrow()
 
 
 def read_kept(lake: Lake, keys: dict[str, str]) -> dict[str, dict]:

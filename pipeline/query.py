@@ -46,7 +46,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import catalog, upgrade
+from . import catalog, results, upgrade
 from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
@@ -197,6 +197,8 @@ def _connect(
         con.register(f"_{name}", arrow)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM _{name}")
         con.unregister(f"_{name}")
+    if parts is None:  # the fleet view: each run's newest kept analysis (pipeline/results.py)
+        results.bind_overview(con, lake.root)
     # the NCCL-family formats (views/05_macros.sql doc), from their one list in pipeline/schema.py
     fams = ", ".join("'" + f + "'" for f in sch.NCCL_FORMATS)
     con.execute(f"CREATE OR REPLACE MACRO nccl_family(format) AS format IN ({fams})")

@@ -3,7 +3,8 @@ changed (issue 37, point 2).
 
 Layout: <lake>/results/<run_id>/<key>.json, one file per (run, key), the run's own part of the
 `tracelake.analyze/5` document (pipeline/analyze.py `run_docs`: every list of the document
-restricted to the run's rows, its notes, and the scalar keys) encoded with msgspec. The key
+restricted to the run's rows, and its notes) encoded with msgspec; beside it <key>.fleet.parquet,
+the run's row of the fleet view (pipeline/fleet.py, read by the `runs_overview` view). The key
 (`run_key`) is the SHA-256 of
 - the run's rows of the `sources` table, every column (a source added, forgotten, re-ingested
   with --force or moved to another run changes them);
@@ -37,12 +38,22 @@ from pathlib import Path
 
 import msgspec
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from .paths import CATALOG_DIR, QUERIES_DIR, SCHEMAS_DIR
 
 DIR = "results"
 KEEP = 4  # option sets kept per run
 _FORMAT = "tracelake.kept/1"  # the file's own format (a change of it is a change of the key)
+FLEET_SUFFIX = ".fleet.parquet"
+# the columns a kept fleet row has beyond pipeline/fleet.py FLEET_COLUMNS: (name, polars type, doc)
+FLEET_EXTRA = [
+    ("key", pl.String, "the key of the kept result the row was made from (pipeline/results.py)"),
+    ("options", pl.String, "the analysis options it was computed with, as a JSON object"),
+    ("sources_digest", pl.String, "sources_digest() of the run's sources when it was computed"),
+    ("computed_at_ns", pl.Int64, "when it was computed, ns since the Unix epoch"),
+]
 
 
 @cache
@@ -129,25 +140,62 @@ def write(lake_root: Path, run_id: str, key: str, data: bytes) -> bool:
         return False
 
 
+def write_fleet(lake_root: Path, run_id: str, key: str, table: pa.Table) -> bool:
+    """Keep the run's fleet row (pipeline/fleet.py fleet_rows, with the kept-result columns of
+    FLEET_EXTRA) beside its document, as <key>.fleet.parquet (the `runs_overview` view reads
+    them: pipeline/query.py). Returns whether it was kept."""
+    d = _dir(lake_root, run_id)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".tmp-{uuid.uuid4().hex}"
+        pq.write_table(table, tmp)
+        os.replace(tmp, d / f"{key}{FLEET_SUFFIX}")
+        return True
+    except OSError:
+        return False
+
+
+def fleet_files(lake_root: Path) -> list[str]:
+    """Every kept fleet row's file of the lake (sorted paths)."""
+    base = Path(lake_root) / DIR
+    try:
+        return sorted(str(p) for p in base.glob(f"*/*{FLEET_SUFFIX}"))
+    except OSError:
+        return []
+
+
+def sources_digest(sources: pl.DataFrame) -> str:
+    """MD5 (hex) of the run's sources as `runs_overview` recomputes it in SQL to say whether a kept
+    row is current: "source_id/ingested_at_ns" of each source, in source id order, joined by
+    commas (md5 of DuckDB's string_agg(..., ',' ORDER BY source_id))."""
+    rows = sorted(zip(sources["source_id"].to_list(), sources["ingested_at_ns"].to_list()))
+    return hashlib.md5(",".join(f"{s}/{t}" for s, t in rows).encode()).hexdigest()
+
+
 def _trim(d: Path) -> None:
-    files = []
+    """Remove the files of the run's keys beyond the KEEP newest (by their newest file) and
+    temporary files older than an hour (another writer's are seconds old)."""
+    newest: dict[str, int] = {}
+    files: list[tuple[str, Path]] = []
     for p in d.iterdir():
-        if p.name.startswith(".tmp-"):
-            try:
-                if p.stat().st_mtime < _now() - 3600:  # another writer's file is seconds old
-                    p.unlink()
-            except OSError:
-                pass
-        elif p.suffix == ".json":
-            try:
-                files.append((p.stat().st_mtime_ns, p))
-            except OSError:
-                pass
-    for _, p in sorted(files, reverse=True)[KEEP:]:
         try:
-            p.unlink()
+            mtime = p.stat().st_mtime_ns
         except OSError:
-            pass
+            continue
+        if p.name.startswith(".tmp-"):
+            if mtime < (_now() - 3600) * 1e9:
+                p.unlink(missing_ok=True)
+            continue
+        key = p.name.split(".", 1)[0]
+        files.append((key, p))
+        newest[key] = max(newest.get(key, 0), mtime)
+    gone = set(sorted(newest, key=newest.get, reverse=True)[KEEP:])
+    for key, p in files:
+        if key in gone:
+            try:
+                p.unlink()
+            except OSError:
+                pass
 
 
 def _now() -> float:
@@ -166,3 +214,38 @@ def prune(lake_root: Path, run_ids: set[str]) -> None:
     for p in children:
         if p.is_dir() and p.name not in run_ids:
             shutil.rmtree(p, ignore_errors=True)
+
+
+def bind_overview(con, lake_root: Path) -> None:
+    """Create the `runs_overview` view on a DuckDB connection whose `sources` view is bound: the
+    newest kept fleet row of each run the lake holds (fleet_files), with `current` (whether the
+    run's sources are still those it was computed from: sources_digest recomputed in SQL). The
+    rows are read only when the view is queried; a lake without kept rows gives an empty view of
+    the same columns."""
+    files = fleet_files(lake_root)
+    if files:
+        listed = ", ".join(
+            "'" + f.replace("'", "''").replace("[", "[[]").replace("*", "[*]") + "'" for f in files
+        )
+        con.execute(
+            "CREATE VIEW internal.fleet_kept AS "
+            f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
+        )
+    else:
+        from .fleet import FLEET_SCHEMA  # the columns of an empty view (no kept row yet)
+
+        empty = pl.DataFrame(schema={**FLEET_SCHEMA, **{n: t for n, t, _ in FLEET_EXTRA}}).to_arrow()
+        con.register("_fleet_empty", empty)
+        con.execute("CREATE TABLE internal.fleet_kept AS SELECT * FROM _fleet_empty")
+        con.unregister("_fleet_empty")
+    con.execute(
+        "CREATE VIEW runs_overview AS "
+        "SELECT k.* EXCLUDE (key, sources_digest, options, computed_at_ns), "
+        "k.sources_digest = d.digest AS current, k.computed_at_ns, k.options "
+        "FROM internal.fleet_kept k JOIN ("
+        "  SELECT run_id, md5(string_agg(source_id || '/' || CAST(ingested_at_ns AS VARCHAR), ',' "
+        "  ORDER BY source_id)) AS digest FROM sources GROUP BY run_id"
+        ") d USING (run_id) "
+        "QUALIFY row_number() OVER (PARTITION BY k.run_id ORDER BY k.computed_at_ns DESC) = 1 "
+        "ORDER BY k.run_id"
+    )

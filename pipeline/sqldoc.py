@@ -87,7 +87,7 @@ _ALIASES = {
     "REAL": "FLOAT",
 }
 
-KINDS = ("table", "catalog", "view", "metric")
+KINDS = ("table", "catalog", "view", "metric", "kept")
 
 REFERENCE = ROOT / "docs" / "sql-reference.md"
 
@@ -324,13 +324,57 @@ def _catalog_docs() -> list[ObjectDoc]:
     return out
 
 
+# DuckDB's names of the polars types the fleet view's columns have (pipeline/fleet.py)
+_POLARS_TYPES = {"String": "VARCHAR", "Int64": "BIGINT", "Float64": "DOUBLE", "Boolean": "BOOLEAN"}
+_FLEET_UNITS = {"ns": "ns", "pct": "%", "": ""}
+
+
+def _overview_doc() -> ObjectDoc:
+    """runs_overview (pipeline/results.py bind_overview): the fleet view's columns
+    (pipeline/fleet.py FLEET_COLUMNS), then current, computed_at_ns and options."""
+    from .fleet import FLEET_COLUMNS
+    from .results import FLEET_EXTRA
+
+    def duck(t) -> str:
+        if str(t).startswith("Datetime"):
+            return "TIMESTAMPTZ_NS"
+        return _POLARS_TYPES[str(t)]
+
+    cols = [
+        ColumnDoc(n, duck(t), _FLEET_UNITS[u], d[0].upper() + d[1:] + ".") for n, t, u, d in FLEET_COLUMNS
+    ]
+    extra = {n: (t, d) for n, t, d in FLEET_EXTRA}
+    cols += [
+        ColumnDoc(
+            "current",
+            "BOOLEAN",
+            "",
+            "Whether the run's sources are still those the row was computed from (a file added, "
+            "forgotten or re-ingested since makes it false until the next analyze).",
+        ),
+        ColumnDoc(
+            "computed_at_ns", "BIGINT", "ns", "When the analysis was computed, ns since the Unix epoch."
+        ),
+        ColumnDoc("options", "VARCHAR", "", extra["options"][1][0].upper() + extra["options"][1][1:] + "."),
+    ]
+    return ObjectDoc(
+        "runs_overview",
+        "kept",
+        "One row per run of the lake from its newest kept analysis (the fleet view of `tracelake runs`).",
+        tuple(cols),
+        "pipeline/results.py",
+        "Each run's row is kept with its analysis by `tracelake analyze`, `report`, `run` or `runs` "
+        "(docs/usage.md, Kept results); a run never analysed has none.",
+    )
+
+
 @lru_cache(maxsize=1)
 def catalog() -> dict[str, ObjectDoc]:
     """Every table and view `tracelake sql` can read, keyed by name: the schema tables, the catalog
     tables, the views of queries/views/*.sql (internal ones flagged), the metric views; columns
     of @columns_of resolved. Raises DocError for a malformed or missing doc."""
     raw: dict[str, ObjectDoc] = {}
-    for d in _table_docs() + _catalog_docs():
+    for d in _table_docs() + _catalog_docs() + [_overview_doc()]:
         raw[d.name] = d
     for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
         rel = f.relative_to(ROOT).as_posix()
@@ -410,6 +454,7 @@ def render_reference() -> str:
         "catalog": "Catalog tables",
         "view": "Derived views",
         "metric": "Metric views",
+        "kept": "Kept results",
     }
     docs = listed()
     for kind in KINDS:

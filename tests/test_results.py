@@ -167,3 +167,38 @@ def test_code_fingerprint_covers_the_sql_and_the_schema(tmp_path, monkeypatch):
         results.code_fingerprint.cache_clear()
         assert results.code_fingerprint() != before, name
     results.code_fingerprint.cache_clear()
+
+
+def test_runs_overview_is_the_fleet_rows_of_the_kept_analyses(lake, tmp_path):
+    """The SQL view holds, per run, the fleet row (pipeline/fleet.py) of its kept analysis, and says
+    when the run's sources changed since (current)."""
+    import polars as pl
+
+    from pipeline import query
+    from pipeline.fleet import FLEET_SCHEMA, fleet_rows
+
+    def overview():
+        con = query.connect(lake)
+        return pl.from_arrow(con.sql("SELECT * FROM runs_overview").to_arrow_table())
+
+    assert overview().height == 0  # nothing analysed yet: an empty view with the columns
+    assert overview().columns[: len(FLEET_SCHEMA)] == list(FLEET_SCHEMA)
+    doc = analyze(lake)
+    want = fleet_rows(doc, lake.sources())
+    got = overview()
+    # DuckDB names the session's zone Etc/UTC: the same instants
+    same = got.select(list(FLEET_SCHEMA)).with_columns(pl.col("start_time").dt.convert_time_zone("UTC"))
+    assert same.equals(want)
+    assert got["run_id"].to_list() == ["dlrm_kineto", "hta_trace_filter"]  # the failed run has no row
+    assert got["current"].to_list() == [True, True]
+    assert got.filter(pl.col("run_id") == "dlrm_kineto")["world_size"].item() == 8
+    # a new file in one run: its row is no longer current until the next analysis
+    extra = tmp_path / "hta_trace_filter"
+    extra.mkdir()
+    shutil.copy(FILTER / "sampled_rank-1.json.gz", extra)
+    ingest_paths([extra], lake, jobs=1)
+    assert overview()["current"].to_list() == [True, False]
+    analyze(lake)
+    now = overview()
+    assert now["current"].to_list() == [True, True]
+    assert now.filter(pl.col("run_id") == "hta_trace_filter")["ranks"].item() == 2
