@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 import polars as pl
 import pytest
 from conftest import corpus
+from test_report_browser import browser, open_report  # noqa: F401  (browser: the session fixture)
 from typer.testing import CliRunner
 
 from pipeline.cli import EXIT_OK, app
@@ -333,3 +334,34 @@ def test_fleet_chart_needs_two_placed_runs():
     )
     chart, note = fleet_chart(fleet_rows(_doc(), src))
     assert chart is None and "(1 of 2 have both)" in note  # b has no steps
+
+
+def test_report_table_sorts_filters_and_links_in_a_browser(fleet_lake, tmp_path, browser):  # noqa: F811
+    """Headless Chromium (as tests/test_report_browser.py): the header click sorts by value, the
+    box filters, a run's link scrolls to its section, and the chart draws one point per run."""
+    lake, doc = fleet_lake
+    medians = {v["run_id"]: v["median_step_ns"] for v in doc["verdicts"]}
+    path = tmp_path / "fleet.html"
+    path.write_text(render(doc), encoding="utf-8")
+    page, ctx, log = open_report(browser, path)
+    try:
+        names = "() => [...document.querySelectorAll('#fleet tbody tr')].map(r => r.cells[0].innerText)"
+        head = page.locator("#fleet th[data-col=median_step_ns]")
+        head.click()
+        assert page.evaluate(names) == sorted(medians, key=medians.get)
+        assert head.get_attribute("aria-sort") == "ascending"
+        head.click()
+        assert page.evaluate(names) == sorted(medians, key=lambda k: -medians[k])
+        page.fill("#fleet-filter", "v100")
+        visible = "() => [...document.querySelectorAll('#fleet tbody tr')].filter(r => !r.hidden).length"
+        assert page.evaluate(visible) == 1
+        page.fill("#fleet-filter", "")
+        page.click("#fleet a:text-is('dlrm')")
+        anchor = page.evaluate("() => location.hash").lstrip("#")
+        assert page.locator(f"section#{anchor} h2").inner_text() == "Run dlrm"
+        assert page.locator(f"section#{anchor}").bounding_box()["y"] < 50  # scrolled to it
+        points = "() => document.querySelectorAll('.chart[data-chart=fleet] svg .mark-symbol.role-mark path')"
+        assert page.evaluate(points + ".length") == 2  # one point per run
+        assert log["pageerror"] == [] and log["console"] == [] and log["blocked"] == []
+    finally:
+        ctx.close()
