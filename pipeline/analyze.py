@@ -26,18 +26,29 @@ from __future__ import annotations
 
 import json
 import time
-
-import polars as pl
-import pyarrow as pa
+from typing import TYPE_CHECKING
 
 from . import results
-from .analyze_compute import COUNTER_METRICS, LIST_KEYS, METRICS, SCHEMA, compute, header
-from .fleet import fleet_rows
-from .lake import Lake
+from .analyze_doc import LIST_KEYS, SCHEMA, header
 
-__all__ = [
-    "COUNTER_METRICS",
-    "METRICS",
+if TYPE_CHECKING:  # the kept path imports none of them (a second analyze: docs/performance.md)
+    import polars as pl
+    import pyarrow as pa
+
+    from .lake import Lake
+
+
+def __getattr__(name: str):
+    """METRICS and COUNTER_METRICS, from the metric pass (imported only when asked for)."""
+    if name in ("METRICS", "COUNTER_METRICS"):
+        from . import analyze_compute
+
+        return getattr(analyze_compute, name)
+    raise AttributeError(name)
+
+
+__all__ = [  # and METRICS, COUNTER_METRICS (module __getattr__)
+    "LIST_KEYS",
     "SCHEMA",
     "analyze",
     "assemble",
@@ -106,22 +117,34 @@ def analyze(
         global_tokens_per_step=global_tokens_per_step,
         gpu_hour_cost=gpu_hour_cost,
     )
-    src, keys = select_runs(lake, runs, options)
+    src, keys = select_runs(lake, runs, options, keep=keep)
     docs = kept_or_computed(lake, src, keys, options, whole=runs is None, keep=keep, on_progress=on_progress)
     return assemble(options, sorted(keys), docs)
 
 
-def select_runs(lake: Lake, runs: list[str] | None, options: dict) -> tuple[pl.DataFrame, dict[str, str]]:
+def select_runs(
+    lake: Lake, runs: list[str] | None, options: dict, keep: bool = True
+) -> tuple[pl.DataFrame | None, dict[str, str]]:
     """Stage 1: (the `sources` rows in scope, run id -> key of its kept result) for the runs given
-    (None: every run of the lake, failed-only runs included)."""
+    (None: every run of the lake, failed-only runs included). With keep, the keys remembered for
+    the lake's current listing and code (results.known_keys) are used when there are some, and
+    the rows are then not read (None: kept_or_computed reads them if a run must be computed)."""
+    if keep:
+        known = results.known_keys(lake.root, options, runs)
+        if known is not None:
+            return None, known
+    listing = results.listing_signature(lake.root)  # before the rows: a later commit changes it
     src = lake.sources(runs)
     run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))
-    return src, results.run_keys(src, run_ids, options)
+    keys = results.run_keys(src, run_ids, options)
+    if keep and runs is None:
+        results.remember_keys(lake.root, listing, options, keys)
+    return src, keys
 
 
 def kept_or_computed(
     lake: Lake,
-    src: pl.DataFrame,
+    src: pl.DataFrame | None,
     keys: dict[str, str],
     options: dict,
     whole: bool = False,
@@ -137,6 +160,10 @@ def kept_or_computed(
     if on_progress is not None and not missing:
         on_progress("kept", 1, 1)
     if missing:
+        from .analyze_compute import compute
+
+        if src is None:
+            src = lake.sources(None if whole else sorted(keys))
         # every run: the connection reads the lake unfiltered (its cheapest form)
         scope = None if whole and len(missing) == len(keys) else missing
         fresh = compute(lake, runs=scope, on_progress=on_progress, **options)
@@ -156,6 +183,10 @@ def kept_fleet_row(options: dict, run_id: str, doc: dict, src: pl.DataFrame, key
     """The run's row of the fleet view (pipeline/fleet.py fleet_rows of its document) with the
     kept-result columns (results.FLEET_EXTRA): the key, the options as JSON, the sources' digest
     and the time it was computed; None for a run without a row (its files all failed)."""
+    import polars as pl
+
+    from .fleet import fleet_rows
+
     mine = src.filter(pl.col("run_id") == run_id)
     rows = fleet_rows(assemble(options, [run_id], {run_id: doc}), mine)
     if rows.height == 0:  # a run of failed files only: no row, as in `tracelake runs`
@@ -167,7 +198,7 @@ def kept_fleet_row(options: dict, run_id: str, doc: dict, src: pl.DataFrame, key
         "computed_at_ns": time.time_ns(),
     }
     return rows.with_columns(
-        pl.lit(v, t).alias(n) for (n, t, _), v in zip(results.FLEET_EXTRA, extra.values())
+        pl.lit(v, getattr(pl, t)).alias(n) for (n, t, _), v in zip(results.FLEET_EXTRA, extra.values())
     ).to_arrow()
 
 

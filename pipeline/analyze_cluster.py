@@ -76,7 +76,7 @@ def analyze_on_cluster(
         global_tokens_per_step=global_tokens_per_step,
         gpu_hour_cost=gpu_hour_cost,
     )
-    src, keys = select_runs(lake, runs, options)
+    src, keys = select_runs(lake, runs, options, keep=keep)
     docs = read_kept(lake, keys) if keep else {}
     root = str(lake.root.absolute())
     failures: dict[str, str] = {}
@@ -101,7 +101,9 @@ def analyze_on_cluster(
                         on_progress(f"run {r}", len(docs) + len(failures), len(keys))
     # a failed task's run: one note for the task, then its files that failed to ingest (as the
     # run's own document would have them)
-    failed = src.filter(pl.col("status") == "failed")
+    if failures and src is None:  # the keys were known without the rows
+        src = lake.sources(runs)
+    failed = src.filter(pl.col("status") == "failed") if failures else None
     notes = {
         r: [f"run {r}: not analysed: the Dask task failed ({e})"]
         + [failed_note(row) for row in failed.filter(pl.col("run_id") == r).iter_rows(named=True)]

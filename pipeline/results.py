@@ -35,11 +35,13 @@ import shutil
 import uuid
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
-import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # imported where used: reading a kept result needs neither
+    import polars as pl
+    import pyarrow as pa
 
 from .paths import CATALOG_DIR, QUERIES_DIR, SCHEMAS_DIR
 
@@ -47,12 +49,14 @@ DIR = "results"
 KEEP = 4  # option sets kept per run
 _FORMAT = "tracelake.kept/1"  # the file's own format (a change of it is a change of the key)
 FLEET_SUFFIX = ".fleet.parquet"
-# the columns a kept fleet row has beyond pipeline/fleet.py FLEET_COLUMNS: (name, polars type, doc)
+STATE = "_state.json"  # the keys of the lake's runs for its current listing (known_keys)
+# the columns a kept fleet row has beyond pipeline/fleet.py FLEET_COLUMNS: (name, polars type
+# name, doc)
 FLEET_EXTRA = [
-    ("key", pl.String, "the key of the kept result the row was made from (pipeline/results.py)"),
-    ("options", pl.String, "the analysis options it was computed with, as a JSON object"),
-    ("sources_digest", pl.String, "sources_digest() of the run's sources when it was computed"),
-    ("computed_at_ns", pl.Int64, "when it was computed, ns since the Unix epoch"),
+    ("key", "String", "the key of the kept result the row was made from (pipeline/results.py)"),
+    ("options", "String", "the analysis options it was computed with, as a JSON object"),
+    ("sources_digest", "String", "sources_digest() of the run's sources when it was computed"),
+    ("computed_at_ns", "Int64", "when it was computed, ns since the Unix epoch"),
 ]
 
 
@@ -91,6 +95,85 @@ def run_keys(src: pl.DataFrame, run_ids: list[str], options: dict) -> dict[str, 
     groups = {k[0]: g for k, g in src.group_by("run_id")}
     empty = src.clear()
     return {r: run_key(groups.get(r, empty), options) for r in run_ids}
+
+
+def listing_signature(lake_root: Path) -> str:
+    """SHA-256 (hex) of the names, sizes, modification times and inodes of every file under
+    <lake>/sources/ and <lake>/_compacted/ (the `sources` parts and the compaction manifests):
+    any commit, forget, compaction or upgrade that changes a `sources` row changes one of them.
+    A directory listing, no file read (5,000 sources: a few ms)."""
+    h = hashlib.sha256()
+    for sub in ("sources", "_compacted"):
+        h.update(f"\0{sub}\0".encode())
+        stack = [Path(lake_root) / sub]
+        while stack:
+            d = stack.pop()
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(Path(e.path))
+                        continue
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                rel = os.path.relpath(e.path, lake_root)
+                h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
+    return h.hexdigest()
+
+
+def _options_key(options: dict) -> str:
+    return msgspec.json.encode(options, order="sorted").decode()
+
+
+def known_keys(lake_root: Path, options: dict, runs: list[str] | None) -> dict[str, str] | None:
+    """run id -> key of the runs (None: every run of the lake) as remember_keys() stored them for
+    these options, when the lake's listing (listing_signature) and the code (code_fingerprint)
+    are still those; None otherwise (the keys must be computed from the `sources` rows)."""
+    try:
+        state = msgspec.json.decode((Path(lake_root) / DIR / STATE).read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+    if not isinstance(state, dict) or state.get("code") != code_fingerprint():
+        return None
+    keys = (state.get("keys") or {}).get(_options_key(options))
+    if not isinstance(keys, dict) or state.get("listing") != listing_signature(lake_root):
+        return None
+    if runs is None:
+        return dict(keys)
+    if not all(r in keys for r in runs):
+        return None
+    return {r: keys[r] for r in sorted(set(runs))}
+
+
+def remember_keys(lake_root: Path, listing: str, options: dict, keys: dict[str, str]) -> None:
+    """Store the keys of every run of the lake for these options, computed from the `sources`
+    rows read after the listing `listing` was taken (so a commit in between changes the listing
+    and the keys are computed again next time). Other option sets of the same listing are kept;
+    nothing is raised when the lake cannot be written."""
+    path = Path(lake_root) / DIR / STATE
+    try:
+        state = msgspec.json.decode(path.read_bytes())
+        if (
+            not isinstance(state, dict)
+            or state.get("listing") != listing
+            or state.get("code") != code_fingerprint()
+        ):
+            state = None
+    except (OSError, msgspec.DecodeError):
+        state = None
+    state = state or {"listing": listing, "code": code_fingerprint(), "keys": {}}
+    state["keys"][_options_key(options)] = keys
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
+        tmp.write_bytes(msgspec.json.encode(state))
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def _dir(lake_root: Path, run_id: str) -> Path:
@@ -147,6 +230,8 @@ def write_fleet(lake_root: Path, run_id: str, key: str, table: pa.Table) -> bool
     d = _dir(lake_root, run_id)
     try:
         d.mkdir(parents=True, exist_ok=True)
+        import pyarrow.parquet as pq
+
         tmp = d / f".tmp-{uuid.uuid4().hex}"
         pq.write_table(table, tmp)
         os.replace(tmp, d / f"{key}{FLEET_SUFFIX}")
@@ -232,9 +317,12 @@ def bind_overview(con, lake_root: Path) -> None:
             f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
         )
     else:
+        import polars as pl
+
         from .fleet import FLEET_SCHEMA  # the columns of an empty view (no kept row yet)
 
-        empty = pl.DataFrame(schema={**FLEET_SCHEMA, **{n: t for n, t, _ in FLEET_EXTRA}}).to_arrow()
+        extra = {n: getattr(pl, t) for n, t, _ in FLEET_EXTRA}
+        empty = pl.DataFrame(schema={**FLEET_SCHEMA, **extra}).to_arrow()
         con.register("_fleet_empty", empty)
         con.execute("CREATE TABLE internal.fleet_kept AS SELECT * FROM _fleet_empty")
         con.unregister("_fleet_empty")
