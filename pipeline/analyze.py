@@ -52,23 +52,25 @@ __all__ = [  # and METRICS, COUNTER_METRICS (module __getattr__)
     "SCHEMA",
     "analyze",
     "assemble",
+    "kept_analysis",
     "read_kept",
     "run_docs",
     "run_part",
     "select_runs",
 ]
 
-# analyze()'s options that decide the document (the run list and progress callback do not)
-OPTION_NAMES = (
-    "window",
-    "kernel_wait_threshold_ns",
-    "top_n",
-    "peak_tflops",
-    "model_flops_per_step",
-    "tokens_per_step",
-    "palm_flops_per_token",
-    "global_tokens_per_step",
-    "gpu_hour_cost",
+# analyze()'s options that decide the document (the run list and progress callback do not), with
+# their defaults
+_DEFAULTS = dict(
+    window="all",
+    kernel_wait_threshold_ns=30_000,
+    top_n=20,
+    peak_tflops=None,
+    model_flops_per_step=None,
+    tokens_per_step=None,
+    palm_flops_per_token=None,
+    global_tokens_per_step=None,
+    gpu_hour_cost=None,
 )
 
 
@@ -120,6 +122,19 @@ def analyze(
     src, keys = select_runs(lake, runs, options, keep=keep)
     docs = kept_or_computed(lake, src, keys, options, whole=runs is None, keep=keep, on_progress=on_progress)
     return assemble(options, sorted(keys), docs)
+
+
+def kept_analysis(root, options: dict, runs: list[str] | None = None) -> dict | None:
+    """The document analyze(Lake(root), **options, runs=runs) returns, when every run's result is
+    kept for the lake as it is (results.known_keys: its listing and the code unchanged), read
+    without opening the lake's Parquet; None otherwise (then call analyze). options: analyze()'s
+    options but runs, keep and on_progress (absent ones take analyze()'s defaults)."""
+    full = {**_DEFAULTS, **options}
+    keys = results.known_keys(root, full, runs)
+    if keys is None:
+        return None
+    docs = {r: d for r, k in keys.items() if (d := results.read(root, r, k)) is not None}
+    return assemble(full, sorted(keys), docs) if len(docs) == len(keys) else None
 
 
 def select_runs(

@@ -58,7 +58,26 @@ def computed(monkeypatch):
     return calls
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """DuckDB on one thread (as tests/test_dask.py, whose one_thread says why): on all cores rows
+    that tie in a query's ORDER BY (kernels of equal total time, two ranks entering a collective in
+    the same µs) may come out in another order from one computation to the next."""
+    import functools
+
+    from pipeline import query
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(query, "connect", functools.partial(query.connect, threads=1))
+        yield
+
+
 def _json(doc) -> str:
+    """The document as sorted JSON, kernels of equal total_ns in name order (tests/test_dask.py
+    _dump: their order follows DuckDB's hash table)."""
+    doc = dict(doc)
+    for k in ("top_kernels", "step_kernels"):
+        doc[k] = sorted(doc[k], key=lambda r: (r["run_id"], -r["total_ns"], r["name"], r["category"]))
     return json.dumps(doc, sort_keys=True)
 
 
@@ -201,3 +220,40 @@ def test_runs_overview_is_the_fleet_rows_of_the_kept_analyses(lake, tmp_path):
     now = overview()
     assert now["current"].to_list() == [True, True]
     assert now.filter(pl.col("run_id") == "hta_trace_filter")["ranks"].item() == 2
+
+
+def test_a_second_cli_analysis_opens_no_parquet(lake):
+    """`tracelake analyze --json` of a lake whose runs are all kept prints the same document and
+    imports none of polars, pyarrow and DuckDB (what makes it fast: docs/performance.md)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = ['tracelake', 'analyze', '--json', '--lake', sys.argv[1]]\n"
+        "try:\n"
+        "    runpy.run_module('pipeline.cli', run_name='__main__')\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = [m for m in ('polars', 'pyarrow', 'duckdb') if m in sys.modules]\n"
+        "sys.stderr.write('IMPORTED ' + ','.join(heavy))\n"
+    )
+
+    def run():
+        p = subprocess.run([sys.executable, "-c", script, str(lake.root)], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout), p.stderr.rsplit("IMPORTED ", 1)[1]
+
+    first, imported = run()
+    assert "polars" in imported  # computed: the lake was read
+    second, imported = run()
+    assert imported == ""
+    from pipeline.cli.analysis_cmd import _timeline_lake  # the CLI names --lake in its commands
+
+    # the same as the API reads back (a fresh computation may order tied rows otherwise: _json)
+    assert second == first == json.loads(json.dumps(_timeline_lake(analyze(lake), lake.root)))
+    # a file joins a run: the listing changed, the lake is read again (and that run recomputed)
+    with lake.lock():
+        lake.forget([("hta_trace_filter", lake.sources(["hta_trace_filter"])["source_id"][0])])
+    third, imported = run()
+    assert "polars" in imported and [r["run_id"] for r in third["runs"]] == ["dlrm_kineto"]

@@ -79,10 +79,6 @@ def _analysis(
     these runs (a usage error names any the lake does not hold); quiet: no progress bar; keep:
     read and write the runs' kept results (False: --recompute). Raises
     Exit(2) when lake_dir holds no lake."""
-    import duckdb
-
-    from ..lake import LakeError
-
     try:
         return _analysis_of(
             lake_dir,
@@ -97,7 +93,14 @@ def _analysis(
             quiet=quiet,
             keep=keep,
         )
-    except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
+    except Exception as e:
+        # a lake that cannot be read: the lake's own errors and DuckDB's (neither module is
+        # imported when every run's result was kept, so they are looked up, not imported)
+        lake_mod, duckdb = sys.modules.get("pipeline.lake"), sys.modules.get("duckdb")
+        readable = (lake_mod.LakeError,) if lake_mod else ()
+        readable += (duckdb.IOException, duckdb.InvalidInputException) if duckdb else ()
+        if not isinstance(e, readable):
+            raise
         err.print(_lake_read_error(lake_dir, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
 
@@ -129,6 +132,26 @@ def _timeline_lake(doc: dict, lake_dir: Path) -> dict:
     return doc
 
 
+def _nothing_analysed(doc: dict, lake_dir) -> None:
+    """Exit 4 with one line when every source in scope failed to ingest (no run to analyse, and
+    a note per failed file): nothing to analyse is a failure a CI job must see, not a success
+    with a note."""
+    failed = [n for n in doc["notes"] if ": not ingested: " in n]
+    if doc["runs"] or not failed:
+        return
+    from ..lake import one_line
+
+    err.print(
+        one_line(
+            f"error: {lake_dir}: every source in scope failed to ingest ({len(failed)} file(s)), nothing "
+            f"to analyse; their errors: tracelake sql {lake_option(lake_dir)}"
+            "\"SELECT path, error FROM sources WHERE status = 'failed'\""
+        ),
+        markup=False,
+    )
+    raise typer.Exit(EXIT_FAILED)
+
+
 def _analysis_of(
     lake_dir,
     window,
@@ -142,38 +165,32 @@ def _analysis_of(
     quiet,
     keep,
 ):
-    from ..analyze import analyze
-    from ..lake import one_line
+    from ..analyze import kept_analysis
 
     window_options = _window_options(window, kernel_wait_us, peak_tflops)
     model = _model_options(model_flops_per_step, *palm_shape)
+    options = dict(**window_options, top_n=top_n, **model)
+    if keep and not runs and (Path(lake_dir) / "TRACELAKE").exists():
+        # every run's result kept for the lake as it is: read back without opening the lake's
+        # Parquet (nor importing polars, pyarrow or DuckDB; pipeline/results.py known_keys)
+        doc = kept_analysis(Path(lake_dir), options)
+        if doc is not None:
+            _nothing_analysed(doc, lake_dir)
+            return _timeline_lake(doc, lake_dir), EXIT_OK
     lake = existing_lake(lake_dir)
     if runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
-    src = lake.sources(sorted(set(runs)) if runs else None)
-    if src.height and (src["status"] == "failed").all():
-        # nothing to analyse is a failure a CI job must see, not a success with a note
-        err.print(
-            one_line(
-                f"error: {lake_dir}: every source in scope failed to ingest ({src.height} file(s)), nothing "
-                f"to analyse; their errors: tracelake sql {lake_option(lake_dir)}"
-                "\"SELECT path, error FROM sources WHERE status = 'failed'\""
-            ),
-            markup=False,
-        )
-        raise typer.Exit(EXIT_FAILED)
-    options = dict(
-        **window_options,
-        top_n=top_n,
-        runs=sorted(set(runs)) if runs else None,
-        keep=keep,
-        **model,
-    )
+    options.update(runs=sorted(set(runs)) if runs else None, keep=keep)
     if not scheduler:
+        from ..analyze import analyze
+
         with progress("analyze", quiet) as bar:
-            return _timeline_lake(analyze(lake, **options, on_progress=bar), lake_dir), EXIT_OK
+            doc = analyze(lake, **options, on_progress=bar)
+        _nothing_analysed(doc, lake_dir)
+        return _timeline_lake(doc, lake_dir), EXIT_OK
     from ..analyze_cluster import analyze_on_cluster
     from ..cluster import SchedulerError
+    from ..lake import one_line
 
     try:
         with progress("analyze", quiet) as bar:
@@ -181,6 +198,7 @@ def _analysis_of(
     except SchedulerError as e:
         err.print(one_line(f"error: {e}"), markup=False)
         raise typer.Exit(EXIT_FAILED)
+    _nothing_analysed(res, lake_dir)
     _timeline_lake(res, lake_dir)
     for f in failures:
         err.print(

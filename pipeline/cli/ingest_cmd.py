@@ -17,7 +17,6 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from ..classify import check_regex
 from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, usage_error
 from .interrupt import Interrupted, signals_interrupt
 from .options import (
@@ -79,6 +78,8 @@ def _ingest(
     if run is not None and not run.strip():
         raise typer.BadParameter("--run: empty run id (leave --run out to name runs by their directories)")
     if step_range:
+        from ..classify import check_regex  # (polars: imported when a pattern is given)
+
         try:
             check_regex(step_range)
         except re.error as e:

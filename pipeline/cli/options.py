@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from ..classify import check_regex
 from .app import _clip
 
 PATHS = typer.Argument(
@@ -223,6 +222,8 @@ def _window_options(window: str, kernel_wait_us: float, peak_tflops: float | Non
 
 
 def _check_patterns(patterns: list[str]) -> None:
+    from ..classify import check_regex  # (polars: imported when a pattern is given)
+
     for p in patterns:
         try:
             check_regex(p)
