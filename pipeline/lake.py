@@ -502,7 +502,9 @@ class Lake(LakeFiles):
 def _read_sources_part(path: str) -> pl.DataFrame:
     """One `sources` part (read as a literal path: no character of it is a glob)."""
     try:
-        return pl.from_arrow(pq.read_table(path))
+        # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, which imports pandas
+        # where it is installed (0.3 s a process; tests/test_imports.py)
+        return pl.from_arrow(pq.ParquetFile(path).read())
     except FileNotFoundError:
         raise LakeError(
             f"{path}: removed while read (an ingest or forget is writing to the lake); run the command again"

@@ -274,7 +274,7 @@ def _write_groups(table: str, inputs: list[tuple[Path, set | None]], out_dir: Pa
 def _read(table: str, group: list[tuple[Path, set | None]]) -> pa.Table:
     parts = []
     for p, skip in group:
-        tbl = sch.conform(table, pq.read_table(p))
+        tbl = sch.conform(table, pq.ParquetFile(p).read())  # not read_table: no pyarrow.dataset
         if skip:
             keep = pc.invert(pc.is_in(tbl.column("source_id"), pa.array(sorted(skip))))
             tbl = tbl.filter(keep)
@@ -283,7 +283,10 @@ def _read(table: str, group: list[tuple[Path, set | None]]) -> pa.Table:
 
 
 def _write_own(table: str, inputs: list[tuple[Path, set | None]], sid: str, out: Path) -> None:
-    rows = [sch.conform(table, pq.read_table(p, filters=[("source_id", "=", sid)])) for p, _ in inputs]
+    rows = []
+    for p, _ in inputs:  # ParquetFile, not read_table(filters=...): no pyarrow.dataset (pandas)
+        t = pq.ParquetFile(p).read()
+        rows.append(sch.conform(table, t.filter(pc.equal(t.column("source_id"), sid))))
     tbl = pa.concat_tables(rows)
     if tbl.num_rows:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -269,7 +269,7 @@ class _ParquetDir:
             return []
         _need(self.columns("NVTX_EVENTS"), PAYLOAD_COLUMNS)
         cols = list(PAYLOAD_COLUMNS)
-        t = pq.read_table(self._files["NVTX_EVENTS"], columns=cols)
+        t = pq.ParquetFile(self._files["NVTX_EVENTS"]).read(columns=cols)  # no pyarrow.dataset
         return [
             tuple(r[c] for c in cols)
             for r in t.to_pylist()

@@ -1,0 +1,48 @@
+"""What a command imports (issue 38 item 2: environment-dependent slowdowns caught if they return).
+
+In an environment that also holds pandas (the test extra, what a notebook environment looks like),
+`pyarrow.parquet.read_table` goes through pyarrow.dataset, which imports pandas: 0.3 s in every
+process that reads one `sources` part that way (measured on the 1,000-file archive lake:
+benchmarks/archive_bench.py; docs/performance.md). Ingest, analysis and the report read Parquet
+with ParquetFile instead; a fresh interpreter checks that neither pandas nor pyarrow.dataset is
+imported by the whole of `tracelake run` on sample_traces/."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+from conftest import REPO
+
+SCRIPT = """
+import sys
+sys.argv = ["tracelake", "run", sys.argv[1], "--lake", sys.argv[2], "-o", sys.argv[3], "-q"]
+from pipeline.cli import app
+try:
+    app()
+except SystemExit as e:
+    assert not e.code, e.code
+print(" ".join(m for m in ("pandas", "pyarrow.dataset") if m in sys.modules) or "none")
+"""
+
+
+def test_run_imports_neither_pandas_nor_pyarrow_dataset(tmp_path):
+    # the check means something only where pandas is installed (the test extra holds it)
+    assert importlib.util.find_spec("pandas") is not None
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            SCRIPT,
+            str(REPO / "sample_traces"),
+            str(tmp_path / "l"),
+            str(tmp_path / "r.html"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "r.html").stat().st_size > 0
+    assert p.stdout.strip().splitlines()[-1] == "none"
