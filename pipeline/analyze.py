@@ -152,8 +152,8 @@ def select_runs(
     src = lake.sources(runs)
     run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))
     keys = results.run_keys(src, run_ids, options)
-    if keep and runs is None:
-        results.remember_keys(lake.root, listing, options, keys)
+    if keep:
+        results.remember_keys(lake.root, listing, options, keys, whole=runs is None)
     return src, keys
 
 

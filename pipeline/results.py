@@ -139,21 +139,25 @@ def known_keys(lake_root: Path, options: dict, runs: list[str] | None) -> dict[s
         return None
     if not isinstance(state, dict) or state.get("code") != code_fingerprint():
         return None
-    keys = (state.get("keys") or {}).get(_options_key(options))
-    if not isinstance(keys, dict) or state.get("listing") != listing_signature(lake_root):
+    known = (state.get("keys") or {}).get(_options_key(options))
+    if not isinstance(known, dict) or state.get("listing") != listing_signature(lake_root):
         return None
+    keys = known.get("runs") or {}
     if runs is None:
-        return dict(keys)
+        return dict(keys) if known.get("whole") else None
     if not all(r in keys for r in runs):
         return None
     return {r: keys[r] for r in sorted(set(runs))}
 
 
-def remember_keys(lake_root: Path, listing: str, options: dict, keys: dict[str, str]) -> None:
-    """Store the keys of every run of the lake for these options, computed from the `sources`
-    rows read after the listing `listing` was taken (so a commit in between changes the listing
-    and the keys are computed again next time). Other option sets of the same listing are kept;
-    nothing is raised when the lake cannot be written."""
+def remember_keys(
+    lake_root: Path, listing: str, options: dict, keys: dict[str, str], whole: bool = True
+) -> None:
+    """Store the keys of runs of the lake for these options (whole: every run of the lake; else
+    added to those stored), computed from the `sources` rows read after the listing `listing` was
+    taken (so a commit in between changes the listing and the keys are computed again next
+    time). Other option sets of the same listing are kept; nothing is raised when the lake cannot
+    be written."""
     path = Path(lake_root) / DIR / STATE
     try:
         state = msgspec.json.decode(path.read_bytes())
@@ -166,7 +170,15 @@ def remember_keys(lake_root: Path, listing: str, options: dict, keys: dict[str, 
     except (OSError, msgspec.DecodeError):
         state = None
     state = state or {"listing": listing, "code": code_fingerprint(), "keys": {}}
-    state["keys"][_options_key(options)] = keys
+    opt = _options_key(options)
+    before = state["keys"].get(opt) or {}
+    if whole:
+        state["keys"][opt] = {"whole": True, "runs": keys}
+    else:
+        state["keys"][opt] = {
+            "whole": bool(before.get("whole")),
+            "runs": {**(before.get("runs") or {}), **keys},
+        }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".tmp-{uuid.uuid4().hex}"

@@ -257,3 +257,18 @@ def test_a_second_cli_analysis_opens_no_parquet(lake):
         lake.forget([("hta_trace_filter", lake.sources(["hta_trace_filter"])["source_id"][0])])
     third, imported = run()
     assert "polars" in imported and [r["run_id"] for r in third["runs"]] == ["dlrm_kineto"]
+
+
+def test_keys_remembered_for_some_runs_serve_those_runs_only(lake, computed):
+    """After analysing one run, that run is read back without the lake (kept_analysis), but the
+    whole lake is not (its other runs' keys are unknown)."""
+    from pipeline.analyze import kept_analysis
+
+    one = analyze(lake, runs=["hta_trace_filter"])
+    assert computed == [["hta_trace_filter"]]
+    assert kept_analysis(lake.root, {}, ["hta_trace_filter"]) == one
+    assert kept_analysis(lake.root, {}) is None
+    assert kept_analysis(lake.root, {"window": "hta"}, ["hta_trace_filter"]) is None  # other options
+    whole = analyze(lake)
+    assert computed == [["hta_trace_filter"], ["broken", "dlrm_kineto"]]  # the kept run read back
+    assert kept_analysis(lake.root, {}) == whole

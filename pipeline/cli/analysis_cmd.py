@@ -170,10 +170,11 @@ def _analysis_of(
     window_options = _window_options(window, kernel_wait_us, peak_tflops)
     model = _model_options(model_flops_per_step, *palm_shape)
     options = dict(**window_options, top_n=top_n, **model)
-    if keep and not runs and (Path(lake_dir) / "TRACELAKE").exists():
+    if keep and (Path(lake_dir) / "TRACELAKE").exists():
         # every run's result kept for the lake as it is: read back without opening the lake's
-        # Parquet (nor importing polars, pyarrow or DuckDB; pipeline/results.py known_keys)
-        doc = kept_analysis(Path(lake_dir), options)
+        # Parquet (nor importing polars, pyarrow or DuckDB; pipeline/results.py known_keys); runs
+        # named as the lake stores them (others are resolved below, from the sources table)
+        doc = kept_analysis(Path(lake_dir), options, sorted(set(runs)) if runs else None)
         if doc is not None:
             _nothing_analysed(doc, lake_dir)
             return _timeline_lake(doc, lake_dir), EXIT_OK
