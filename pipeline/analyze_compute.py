@@ -199,6 +199,8 @@ def compute(
             ),
             "world_size": int(world.max()) if len(world) else None,
             "sources": s.height,
+            # the earliest event of its files that were read (sources.trace_start_ns), absolute
+            "start_ns": s["trace_start_ns"].min(),
             "steps": sorted(
                 int(x) for x in status.filter(pl.col("run_id") == run_id)["step"].unique().to_list()
             ),
