@@ -69,9 +69,7 @@ import shutil
 import socket
 import uuid
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
@@ -82,8 +80,10 @@ import pyarrow.parquet as pq
 from . import lake_compact as compaction
 from . import lake_journal as journal
 from . import lake_manifest as manifest
+from . import objstore
 from . import schema as sch
-from .parts import derive_staged, rewrite_run_id, write_parquet, write_stream
+from .lake_base import LakeBusy, LakeError, Staged, one_line, stage_into  # noqa: F401  (re-exported)
+from .parts import rewrite_run_id, write_parquet
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SHORTENED = re.compile(r".{100}-[0-9a-f]{6}")
@@ -106,40 +106,18 @@ def safe_run_id(name: str) -> str:
     return s
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def one_line(text: str | None) -> str | None:
-    """Text safe to print as one terminal line: control characters (newlines, ESC, ...) become
-    \\xNN escapes."""
-    if text is None:
-        return None
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-class LakeError(RuntimeError):
-    pass
-
-
-class LakeBusy(LakeError):
-    """Another ingest holds the lake's lock."""
-
-
-@dataclass
-class Staged:
-    """A source's parts written under <lake>/.tmp/<id>/, not yet in the lake (picklable: a worker
-    process stages, the ingesting process commits)."""
-
-    dir: str
-    run_id: str
-    source_id: str
-    tables: list[str] = field(default_factory=list)  # tables with a staged part (sources excluded)
-
-
 class LakeFiles:
     """The lake's layout and its reading side: where each part lives, which parts are committed
     (a part counts only once its source's `sources` row exists), the manifest. Lake adds the one
-    writer: the lock, staging, commits, recovery and forgetting."""
+    writer: the lock, staging, commits, recovery and forgetting. A root given as an s3:// URL
+    (pipeline/objstore.py) makes a lake_s3.S3Lake instead (its module doc)."""
+
+    def __new__(cls, root: str | os.PathLike = "", *args, **kwargs):
+        if objstore.is_url(root):
+            from .lake_s3 import S3Lake
+
+            return S3Lake(root)
+        return super().__new__(cls)
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
@@ -339,27 +317,7 @@ class Lake(LakeFiles):
         tables are written, the derived columns of gpu_activities (launch, step, graph replay,
         FLOP attribution: pipeline/derive.py) are computed from the source's own cpu_ops and steps
         and the part is rewritten with them; values given for those columns are replaced."""
-        whole = {t: sch.conform(t, d) for t, d in tables.items() if isinstance(d, (pa.Table, dict))}
-        tmp = self.root / ".tmp" / uuid.uuid4().hex
-        tmp.mkdir(parents=True)
-        done: list[str] = []
-        try:
-            staged = [(tmp / f"{t}.parquet", t, tbl) for t, tbl in whole.items() if tbl.num_rows]
-            # Parquet encoding releases the GIL: write the tables side by side
-            with ThreadPoolExecutor(max_workers=2) as pool:
-                list(pool.map(lambda x: write_parquet(x[2], x[0]), staged))
-            done += [t for _, t, _ in staged]
-            for t, d in tables.items():
-                if d is None or t in whole:
-                    continue
-                if write_stream(t, d() if callable(d) else d, tmp / f"{t}.parquet"):
-                    done.append(t)
-            if "gpu_activities" in done:
-                derive_staged(tmp, done)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        return Staged(str(tmp), run_id, source_id, done)
+        return stage_into(self.root / ".tmp" / uuid.uuid4().hex, run_id, source_id, tables)
 
     def discard(self, staged: Staged) -> None:
         shutil.rmtree(staged.dir, ignore_errors=True)

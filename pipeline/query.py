@@ -139,7 +139,7 @@ def _connect(
     def files_of(t: str, committed=None) -> list[str]:
         return list(parts.get(t, ())) if parts is not None else lake.table_files(t, runs, committed)
 
-    size = _bytes(files_of)
+    size = _bytes(files_of, getattr(lake, "part_size", os.path.getsize))
     small = size <= AUTO_MATERIALIZE_BYTES
     if materialize is None:
         materialize = small
@@ -155,6 +155,8 @@ def _connect(
     load = materialize and size <= LOAD_MAX_BYTES
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")  # DuckDB's bar would print on stdout
+    if getattr(lake, "remote", False):  # an s3:// lake: its parts read through fsspec (pipeline/lake_s3.py)
+        con.register_filesystem(lake.filesystem)
     con.execute("CREATE SCHEMA internal")
     # each table's empty typed table (the views below put their parts after it), in one call
     con.execute(";\n".join(sch.create_empty_sql(t, f"internal._empty_{t}") for t in sch.tables()))
@@ -179,7 +181,8 @@ def _connect(
                 else f"SELECT * FROM internal._empty_{t} UNION ALL BY NAME "
                 f"SELECT * FROM read_parquet([{listed}])"
             )
-            if load and derived_views and len(files) > LOAD_MIN_PARTS:
+            # (an object-store lake: any number of parts, each read over the network once)
+            if load and derived_views and (len(files) > LOAD_MIN_PARTS or getattr(lake, "remote", False)):
                 # many small parts: read once into memory, not once per query (each query
                 # otherwise opens every part: 134 s for the analysis of 5,000 small sources)
                 con.execute(f"CREATE TABLE internal._t_{t} AS {body}")
@@ -364,17 +367,18 @@ def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
     return pl.from_arrow(con.sql(metric_sql(con, name)).to_arrow_table())
 
 
-def _bytes(files_of) -> int:
+def _bytes(files_of, size=os.path.getsize) -> int:
     try:
-        return sum(os.path.getsize(f) for t in ("gpu_activities", "cpu_ops") for f in files_of(t))
-    except OSError:  # a part removed meanwhile (forget, ingest --force): decide as for a large lake
+        return sum(size(f) for t in ("gpu_activities", "cpu_ops") for f in files_of(t))
+    except (OSError, KeyError):  # a part removed meanwhile (forget, ingest --force): as for a large lake
         return AUTO_MATERIALIZE_BYTES + 1
 
 
 def query_workers(lake: Lake, runs: list[str] | None = None) -> int:
     """How many metric queries run_many should run at once on this lake: 2 (at most the cores)
     on a small one (GPU and host parts of at most AUTO_MATERIALIZE_BYTES), else 1."""
-    small = _bytes(lambda t: lake.table_files(t, runs)) <= AUTO_MATERIALIZE_BYTES
+    small = _bytes(lambda t: lake.table_files(t, runs), getattr(lake, "part_size", os.path.getsize))
+    small = small <= AUTO_MATERIALIZE_BYTES
     return min(2, os.cpu_count() or 1) if small else 1
 
 

@@ -42,7 +42,10 @@ _MARKER = re.compile(rb"schema v(\d+)")
 
 
 def marker_version(lake: Lake) -> int:
-    """The schema version the lake's TRACELAKE marker names (1 for a marker without one)."""
+    """The schema version the lake's TRACELAKE marker names (1 for a marker without one; an
+    object-store lake is always current: pipeline/lake_s3.py)."""
+    if getattr(lake, "remote", False):
+        return sch.SCHEMA_VERSION
     try:
         m = _MARKER.search((lake.root / "TRACELAKE").read_bytes()[:200])
     except OSError:

@@ -56,6 +56,11 @@ FORBIDDEN = {
     # compaction's reading and writing sides: helpers of the lake, which imports them
     "lake_manifest": {"lake"} | _AFTER_LAKE,
     "lake_compact": {"lake"} | _AFTER_LAKE,
+    # what local and object-store lakes share, and the object-store lake (Lake(url) makes one)
+    "lake_base": {"lake", "lake_s3"} | _AFTER_LAKE,
+    "lake_s3": {"lake"} | _AFTER_LAKE,
+    # object storage's URLs, file system and errors: a shared fact below every room
+    "objstore": {"lake", "lake_base", "lake_s3", "schema", "parts", "derive"} | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering
     "api": {"ingest", "local", "report", "cli", "analyze_cluster"},
     "upgrade": {"ingest", "query", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},

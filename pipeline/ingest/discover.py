@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
+from .. import objstore
 from . import archive as arc
 from . import nccl, streams
 from .errors import TraceError
@@ -323,8 +324,14 @@ def plan(
     members (`archive!member`) with a log suffix that are passed over as NOT_A_LOG."""
     problems: list[Problem] = []
     roots: dict = {}
-    files = discover(paths, problems, exclude, roots=roots, not_logs=not_logs)
+    paths = list(paths)
+    urls = [p for p in paths if objstore.is_url(p)]  # s3://bucket/prefix/: pipeline/ingest/objects.py
+    files = discover([p for p in paths if p not in urls], problems, exclude, roots=roots, not_logs=not_logs)
     units: list[Unit] = [Unit("problem", p) for p in problems]
+    if urls:
+        from .objects import plan_urls
+
+        units += [Unit(kind, item, size) for kind, item, size in plan_urls(urls, excluded, exclude, not_logs)]
     for f in files:
         found = roots.get(f.resolve())
         below = found[1] if found else None

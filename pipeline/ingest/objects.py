@@ -1,0 +1,157 @@
+"""Inputs in object storage: `s3://bucket/prefix/` given to ingest (pipeline/objstore.py).
+
+plan_urls() lists a prefix (or takes one object) and gives the units of work discover.plan()
+gives for a directory: the same suffixes (formats.py), the same `--exclude` rule on the key below
+the prefix, text logs only when their first 64 KiB look like NCCL-family output, and the same run
+names (an object's "directory" below the prefix: `s3://b/archive/2026-11-04/job-4711/rank0.json`
+given `s3://b/archive/` is run 2026-11-04.job-4711; an object right under the prefix, or named
+itself, takes the name of the prefix's last part). Each object is one ObjectInput, read as a
+stream like an archive member (Kineto JSON, gzipped or not, and NCCL-family logs; an Nsight
+Systems export is copied to a local scratch file first, prepare.prepare_extracted). Archives
+(.tar, .tar.gz, .tgz, .zip) are not read from a bucket: each gets a failed row saying so.
+
+An object of at most WHOLE_BYTES is fetched once (one GET): hashing reads it and keeps the bytes
+for the parse that follows in the same thread (one object held per thread at most).
+The `sources` row's path is the object's s3:// URL (no credentials: objstore.normalize refuses
+URLs that carry some).
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from dataclasses import dataclass
+
+from .. import objstore
+from . import nccl, streams
+from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES
+
+WHOLE_BYTES = 64 << 20
+_held = threading.local()  # (url, bytes) of the object last read whole by this thread
+
+
+@dataclass
+class ObjectInput:
+    """One object of a bucket (the attributes prepare() and work() read of an input)."""
+
+    url: str
+    run: str | None = None
+    length: int = 0
+    fmt: str | None = "stream"
+
+    @property
+    def path(self) -> str:
+        return self.url
+
+    @property
+    def display(self) -> str:
+        return self.url
+
+    @property
+    def name(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def run_name(self) -> str:
+        if self.run is not None:
+            return self.run
+        parent = objstore.key(self.url).rsplit("/", 1)[0]
+        return parent.rsplit("/", 1)[-1]
+
+    def size(self) -> int:
+        return self.length
+
+    def open(self):
+        """The object's bytes as a binary file (OSError, one line naming the URL, when it cannot be
+        read)."""
+        fs = objstore.filesystem()
+        try:
+            if self.length > WHOLE_BYTES:
+                return fs.open(objstore.key(self.url), "rb", block_size=8 << 20)
+            held = getattr(_held, "obj", None)
+            if held is not None and held[0] == self.url:
+                _held.obj = None  # the second read (the parse after the hash) takes it
+                return io.BytesIO(held[1])
+            data = fs.cat_file(objstore.key(self.url))
+            _held.obj = (self.url, data)
+            return io.BytesIO(data)
+        except Exception as e:
+            raise objstore.describe(self.url, e) from None
+
+
+@dataclass
+class RefusedObject:
+    """An object (or a URL) that is not read, with the reason (a failed sources row)."""
+
+    url: str
+    error: str
+    run: str | None = None
+
+    @property
+    def display(self) -> str:
+        return self.url
+
+    @property
+    def name(self) -> str:
+        return self.url.rsplit("/", 1)[-1]
+
+    @property
+    def run_name(self) -> str:
+        return ObjectInput(self.url, self.run).run_name
+
+
+def _looks_like_log(inp: ObjectInput) -> bool:
+    """discover._member_looks_like_log for an object (nccl.sniff: discover.log_format's test)."""
+    try:
+        with inp.open() as raw:
+            head = streams.Peek(streams.Inflate(raw).read).head
+    except Exception:
+        return True  # let ingest say why it cannot be read
+    return nccl.sniff(head, inp.name) is not None
+
+
+def plan_urls(urls, excluded, exclude, not_logs: list | None = None) -> list[tuple[str, object, int]]:
+    """(kind, item, size) of each unit for the s3:// URLs given, in order: ("input", ObjectInput,
+    bytes) or ("refused", RefusedObject, 0) (a missing bucket or prefix, an unreadable listing, an
+    archive). excluded(relpath, exclude): discover.excluded. not_logs gets the URLs of objects with
+    a log suffix that are passed over as not NCCL-family logs."""
+    out: list[tuple[str, object, int]] = []
+    fs = None
+    for given in urls:
+        try:
+            url = objstore.normalize(given)
+            fs = fs or objstore.filesystem()
+            base = objstore.key(url)
+            named = "/" in base and fs.isfile(base)
+            if named:
+                found = {base: fs.info(base)}
+                top = base.rsplit("/", 1)[0]
+            else:
+                found = fs.find(base, detail=True, withdirs=False)
+                top = base
+        except Exception as e:
+            out.append(("refused", RefusedObject(str(given), str(objstore.describe(str(given), e))), 0))
+            continue
+        if not found:
+            out.append(("refused", RefusedObject(url, f"{url}: no objects under this prefix"), 0))
+        for k in sorted(found):
+            rel = k[len(top) :].lstrip("/")
+            below = rel.rsplit("/", 1)[0] if "/" in rel else None
+            obj_url = objstore.url_of(k)
+            low = k.lower()
+            if excluded(rel, exclude) or not low.endswith(TRACE_SUFFIXES + LOG_SUFFIXES):
+                continue
+            if low.endswith(ARCHIVE_SUFFIXES):
+                why = (
+                    "archives are not read from object storage: copy it to a local disk, or unpack it "
+                    "into the bucket"
+                )
+                out.append(("refused", RefusedObject(obj_url, why, below), 0))
+                continue
+            inp = ObjectInput(obj_url, below, int(found[k].get("size") or 0))
+            if low.endswith(LOG_SUFFIXES) and not named and not _looks_like_log(inp):
+                if not_logs is not None:
+                    not_logs.append(obj_url)
+                continue
+            out.append(("input", inp, inp.length))
+    return out
