@@ -25,6 +25,11 @@ the directories of runs the lake no longer holds (analyze calls it after writing
 
 Errors: read() treats an unreadable or undecodable file as absent (it is recomputed and
 rewritten); write() raises nothing for a file-system error (the result is simply not kept).
+
+A lake at an s3:// URL (pipeline/lake_s3.py) keeps them under <url>/results/ the same way,
+through its fsspec file system (pipeline/objstore.py; the `_remote_*` functions at the end): each
+file one PUT (atomic per object), the listing signature from the `sources` objects' names, sizes
+and ETags, KEEP by the objects' modification times (a read does not refresh one there).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ if TYPE_CHECKING:  # imported where used: reading a kept result needs neither
     import polars as pl
     import pyarrow as pa
 
+from . import objstore
 from .paths import CATALOG_DIR, QUERIES_DIR, SCHEMAS_DIR
 
 DIR = "results"
@@ -102,6 +108,8 @@ def listing_signature(lake_root: Path) -> str:
     <lake>/sources/ and <lake>/_compacted/ (the `sources` parts and the compaction manifests):
     any commit, forget, compaction or upgrade that changes a `sources` row changes one of them.
     A directory listing, no file read (5,000 sources: a few ms)."""
+    if objstore.is_url(lake_root):
+        return _remote_signature(lake_root)
     h = hashlib.sha256()
     for sub in ("sources", "_compacted"):
         h.update(f"\0{sub}\0".encode())
@@ -134,7 +142,7 @@ def known_keys(lake_root: Path, options: dict, runs: list[str] | None) -> dict[s
     these options, when the lake's listing (listing_signature) and the code (code_fingerprint)
     are still those; None otherwise (the keys must be computed from the `sources` rows)."""
     try:
-        state = msgspec.json.decode((Path(lake_root) / DIR / STATE).read_bytes())
+        state = msgspec.json.decode(_read_bytes(lake_root, STATE))
     except (OSError, msgspec.DecodeError):
         return None
     if not isinstance(state, dict) or state.get("code") != code_fingerprint():
@@ -160,7 +168,7 @@ def remember_keys(
     be written."""
     path = Path(lake_root) / DIR / STATE
     try:
-        state = msgspec.json.decode(path.read_bytes())
+        state = msgspec.json.decode(_read_bytes(lake_root, STATE))
         if (
             not isinstance(state, dict)
             or state.get("listing") != listing
@@ -180,6 +188,8 @@ def remember_keys(
             "runs": {**(before.get("runs") or {}), **keys},
         }
     try:
+        if objstore.is_url(lake_root):
+            return _remote_put(lake_root, STATE, msgspec.json.encode(state))
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
         tmp.write_bytes(msgspec.json.encode(state))
@@ -196,14 +206,15 @@ def read(lake_root: Path, run_id: str, key: str) -> dict | None:
     """The kept document of run_id under key, or None when there is none (or it cannot be read)."""
     path = _dir(lake_root, run_id) / f"{key}.json"
     try:
-        data = path.read_bytes()
+        data = _read_bytes(lake_root, f"{run_id}/{key}.json")
         doc = msgspec.json.decode(data)
     except (OSError, msgspec.DecodeError):
         return None
     if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("doc"), dict):
         return None
     try:
-        os.utime(path)  # the newest used is kept longest (KEEP)
+        if not objstore.is_url(lake_root):
+            os.utime(path)  # the newest used is kept longest (KEEP)
     except OSError:
         pass
     return doc["doc"]
@@ -223,6 +234,10 @@ def write(lake_root: Path, run_id: str, key: str, data: bytes) -> bool:
     """Keep data (encode() of the run's document) under key; the run's older keys beyond KEEP and
     any temporary file a kill left are removed. Returns whether it was kept (False: the lake cannot
     be written here)."""
+    if objstore.is_url(lake_root):
+        return _remote_keep(
+            lake_root, run_id, f"{key}.json", msgspec.json.encode({"key": key, "doc": msgspec.Raw(data)})
+        )
     d = _dir(lake_root, run_id)
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -239,6 +254,14 @@ def write_fleet(lake_root: Path, run_id: str, key: str, table: pa.Table) -> bool
     """Keep the run's fleet row (pipeline/fleet.py fleet_rows, with the kept-result columns of
     FLEET_EXTRA) beside its document, as <key>.fleet.parquet (the `runs_overview` view reads
     them: pipeline/query.py). Returns whether it was kept."""
+    if objstore.is_url(lake_root):
+        import io
+
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(table, buf)
+        return _remote_keep(lake_root, run_id, f"{key}{FLEET_SUFFIX}", buf.getvalue())
     d = _dir(lake_root, run_id)
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -253,7 +276,10 @@ def write_fleet(lake_root: Path, run_id: str, key: str, table: pa.Table) -> bool
 
 
 def fleet_files(lake_root: Path) -> list[str]:
-    """Every kept fleet row's file of the lake (sorted paths)."""
+    """Every kept fleet row's file of the lake (sorted paths; s3:// URLs for a lake there)."""
+    if objstore.is_url(lake_root):
+        found = _remote_find(lake_root)
+        return sorted(objstore.url_of(k) for k in found if k.endswith(FLEET_SUFFIX))
     base = Path(lake_root) / DIR
     try:
         return sorted(str(p) for p in base.glob(f"*/*{FLEET_SUFFIX}"))
@@ -303,6 +329,18 @@ def _now() -> float:
 
 def prune(lake_root: Path, run_ids: set[str]) -> None:
     """Remove the kept results of runs not in run_ids (the runs the lake holds)."""
+    if objstore.is_url(lake_root):
+        base = _remote_key(lake_root)
+        rel = [k[len(base) + 1 :].split("/") for k in _remote_find(lake_root)]
+        gone = [
+            f"{base}/{'/'.join(r)}" for r in rel if len(r) > 1 and r[0] not in run_ids
+        ]  # run "directories"
+        try:
+            if gone:
+                objstore.filesystem().rm(gone)
+        except Exception:  # kept results are a cache: left for the next prune
+            pass
+        return
     base = Path(lake_root) / DIR
     try:
         children = list(base.iterdir())
@@ -349,3 +387,66 @@ def bind_overview(con, lake_root: Path) -> None:
         "QUALIFY row_number() OVER (PARTITION BY k.run_id ORDER BY k.computed_at_ns DESC) = 1 "
         "ORDER BY k.run_id"
     )
+
+
+# ------------------------------------------------------------------ a lake at an s3:// URL
+
+
+def _remote_key(lake_root) -> str:
+    return f"{objstore.key(str(lake_root))}/{DIR}"
+
+
+def _read_bytes(lake_root, rel: str) -> bytes:
+    """The bytes of <lake>/results/<rel> (OSError when absent or unreadable)."""
+    if not objstore.is_url(lake_root):
+        return (Path(lake_root) / DIR / rel).read_bytes()
+    try:
+        return objstore.filesystem().cat_file(f"{_remote_key(lake_root)}/{rel}")
+    except Exception as e:
+        raise objstore.describe(str(lake_root), e) from None
+
+
+def _remote_put(lake_root, rel: str, data: bytes) -> None:
+    try:
+        objstore.filesystem().pipe_file(f"{_remote_key(lake_root)}/{rel}", data)
+    except Exception as e:
+        raise objstore.describe(str(lake_root), e) from None
+
+
+def _remote_find(lake_root) -> dict[str, dict]:
+    """bucket/key -> info of every object under <lake>/results/ ({} when none or unreadable)."""
+    try:
+        return objstore.filesystem().find(_remote_key(lake_root), detail=True, withdirs=False)
+    except Exception:
+        return {}
+
+
+def _remote_signature(lake_root) -> str:
+    h = hashlib.sha256(b"\0sources\0")
+    try:
+        found = objstore.filesystem().find(
+            f"{objstore.key(str(lake_root))}/sources", detail=True, withdirs=False
+        )
+    except Exception:
+        found = {}
+    for k in sorted(found):
+        h.update(f"{k}\0{found[k].get('size')}\0{found[k].get('ETag')}\n".encode())
+    return h.hexdigest()
+
+
+def _remote_keep(lake_root, run_id: str, name: str, data: bytes) -> bool:
+    """write() and write_fleet() in a bucket: one PUT, then the run's keys beyond KEEP removed."""
+    try:
+        _remote_put(lake_root, f"{run_id}/{name}", data)
+        found = objstore.filesystem().find(f"{_remote_key(lake_root)}/{run_id}", detail=True)
+        newest: dict[str, float] = {}
+        for k, info in found.items():
+            key, t = k.rsplit("/", 1)[-1].split(".", 1)[0], info.get("LastModified")
+            newest[key] = max(newest.get(key, 0.0), t.timestamp() if t else 0.0)
+        gone = set(sorted(newest, key=newest.get, reverse=True)[KEEP:])
+        old = [k for k in found if k.rsplit("/", 1)[-1].split(".", 1)[0] in gone]
+        if old:
+            objstore.filesystem().rm(old)
+        return True
+    except Exception:
+        return False
