@@ -64,23 +64,29 @@ ENGINE = "in-memory"
 _KEYS = ["rank", "correlation"]
 
 
+def _scan(x: Path | pl.LazyFrame) -> pl.LazyFrame:
+    """A part as a lazy frame: a Parquet file scanned, or a frame already in memory."""
+    return x if isinstance(x, pl.LazyFrame) else pl.scan_parquet(x, glob=False)
+
+
 def per_correlation(
-    gpu: Path, cpu: Path | None, steps: Path | None
+    gpu: Path | pl.LazyFrame, cpu: Path | pl.LazyFrame | None, steps: Path | pl.LazyFrame | None
 ) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
-    """Lazy frames: (one row per rank and correlation with GPU work: activities, launch_ns,
+    """Lazy frames (gpu, cpu, steps: the source's parts, or lazy frames of their rows): (one row
+    per rank and correlation with GPU work: activities, launch_ns,
     launch_name, launch_pid, launch_tid, step, in_op, in_work_op; the External ids of ops with
     modelled FLOPs, column external_id; the External ids of ops with modelled work, columns
     external_id, ext_work_op). Built as one plan, so a small source costs one collect."""
     i64 = pl.Int64
     corr = (
-        pl.scan_parquet(gpu, glob=False)
+        _scan(gpu)
         .select(_KEYS)
         .filter(pl.col("correlation").is_not_null())
         .group_by(_KEYS)
         .agg(activities=pl.len())
     )
     if cpu is not None:
-        ops = pl.scan_parquet(cpu, glob=False)
+        ops = _scan(cpu)
         launches = (
             ops.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null())
             .select(*_KEYS, "start_ns", "name", "pid", "tid")
@@ -123,9 +129,7 @@ def per_correlation(
             schema={"launch_pid": i64, "launch_tid": i64, "w_start_ns": i64, "w_end_ns": i64, "w_op": i64}
         )
     if steps is not None:
-        st = pl.scan_parquet(steps, glob=False).select(
-            "rank", "step", step_start_ns="start_ns", step_end_ns="end_ns"
-        )
+        st = _scan(steps).select("rank", "step", step_start_ns="start_ns", step_end_ns="end_ns")
     else:
         st = pl.LazyFrame(schema={"rank": pl.Int32, "step": i64, "step_start_ns": i64, "step_end_ns": i64})
     # asof joins give no match for a NULL key (an unknown launch, pid or tid)
@@ -211,6 +215,24 @@ def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator
             raise AssertionError(f"{gpu}: {derived.height} derived rows for {offset} activities")
     finally:
         pf.close()
+
+
+def derive_table(gpu: pa.Table, cpu: pa.Table | None, steps: pa.Table | None) -> pa.Table:
+    """A small source's gpu_activities rows held in memory (pa.Table of its schema v3 columns)
+    with the derived columns computed from its cpu_ops and steps rows (None: it has none): the
+    same values as derived_batches gives for the same rows written as parts, in one in-memory
+    polars plan without a Parquet round trip (pipeline/ingest/hold.py). Types as polars gives
+    them (the caller conforms the table to the schema)."""
+    lazy = [None if t is None else pl.from_arrow(t).lazy() for t in (gpu, cpu, steps)]
+    corr, ids, wids = per_correlation(*lazy)
+    keys = lazy[0].select("rank", "correlation", "external_id", "kind")
+    derived = _with_derived(keys, corr, ids, wids).select(DERIVED).collect(engine=ENGINE).to_arrow()
+    if derived.num_rows != gpu.num_rows:  # the joins keep one row per activity, in its order
+        raise AssertionError(f"{derived.num_rows} derived rows for {gpu.num_rows} activities")
+    out = gpu.drop_columns([c for c in DERIVED if c in gpu.column_names])
+    for c in DERIVED:
+        out = out.append_column(c, derived.column(c))
+    return out
 
 
 def derive_files(

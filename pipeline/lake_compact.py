@@ -25,7 +25,10 @@ compact-clean; tests/test_compact.py):
 3. the old generation's files and the merged sources' own parts (now held by the manifest, so
    read by no one) are removed.
 A kill before 2 leaves files of a generation no manifest names; a kill after it, parts the
-manifest supersedes: recover() removes both. Errors: OSError from the file system, pyarrow's
+manifest supersedes: recover() removes both. append() adds sources that were never parts (an
+ingest's small sources held in memory, pipeline/ingest/hold.py) to a run's generation with the
+same steps: their files written, the switch (a manifest naming the old files and the new ones),
+nothing to remove. Errors: OSError from the file system, pyarrow's
 errors from reading a part.
 """
 
@@ -177,6 +180,44 @@ def compact_run(lake, run_dir: str, view: manifest.View, min_sources: int) -> tu
     garbage += [lake.root / "sources" / run_dir / f"{s}.parquet" for s in small]
     _remove(garbage)
     return before, sum(len(n) for n in new.files.values())
+
+
+def append(lake, run_dir: str, batch: list[tuple[str, dict[str, pa.Table], pa.Table]]) -> None:
+    """Add sources that are not in the lake yet, held in memory (pipeline/ingest/hold.py), to the
+    run's generation as new files: per table, the sources' rows (in source id order, as
+    compact_run reads parts) sorted by sort_keys() into one file c-<gen>-0.parquet; the new
+    manifest names the old generation's files, which stay as they are, and these. batch: (source
+    id, table -> its rows, its `sources` row), each conformed to schema v3. The same steps, crash
+    points and switch as compact_run. OSError from the file system (the run is then as it was)."""
+    old = manifest.read_one(lake.root, run_dir)
+    gen = uuid.uuid4().hex[:16]
+    stage = lake.root / ".tmp" / f"compact-{gen}"
+    batch = sorted(batch, key=lambda b: b[0])
+    files = {t: list(ns) for t, ns in old.files.items()} if old else {}
+    sources = dict(old.sources) if old else {}
+    written: dict[str, list[str]] = {}
+    try:
+        for t in sch.tables():
+            rows = [b[2] if t == "sources" else b[1].get(t) for b in batch]
+            rows = [r for r in rows if r is not None and r.num_rows]
+            if not rows:
+                continue
+            tbl = pa.concat_tables(rows).sort_by(sort_keys(t))
+            (stage / t).mkdir(parents=True, exist_ok=True)
+            name = f"c-{gen}-0.parquet"
+            pq.write_table(
+                tbl, stage / t / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema)
+            )
+            files.setdefault(t, []).append(name)
+            written[t] = [name]
+        for sid, tables, _ in batch:
+            sources[sid] = sorted({"sources", *(t for t, v in tables.items() if v.num_rows)})
+        new = manifest.Manifest(gen, files, sources)
+        _place(lake, run_dir, stage, manifest.Manifest(gen, written, {}))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    journal.crash_point("compact-written")
+    _switch(lake, run_dir, new)
 
 
 def drop(lake, run_dir: str, old: manifest.Manifest, sids: set[str], keep_own: bool) -> None:

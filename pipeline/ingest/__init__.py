@@ -26,13 +26,14 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from ..classify import check_regex
-from ..lake import Lake, LakeError
+from ..lake import Lake, LakeError, one_line
 from ..lake_compact import AUTO_MIN_SOURCES
 from ..upgrade import upgrade
 from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial, run_threads
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
+from .hold import Pending, hold_runs
 from .rows import MAX_RANK, PASSED_OVER, Options, content_sha256, failed, rank_from_name, read_bytes
 from .runs import Runs, done_entry, done_index, jobs, run_for, stored_identity, stored_sources
 
@@ -101,6 +102,7 @@ def ingest_paths(
         list(comm_patterns or []) or None,
         step_regex,
         exclude or None,
+        hold_runs(units, run, run_for, compact),
     )
     with lake.lock():
         lake.recover()
@@ -108,6 +110,7 @@ def ingest_paths(
         stored = stored_sources(lake.sources())
         done = done_index(stored)
         runs = Runs(stored, lambda r, s: stored_identity(lake, r, s))
+        pending = Pending(lake)  # small sources held in memory, written at the end (hold.py)
         logs: list[tuple[int, object]] = []  # NCCL-family files placed after the rest (rule 4)
 
         def put(p) -> None:  # commit one outcome (in input order) and report it
@@ -115,7 +118,7 @@ def ingest_paths(
                 results.append(None)  # its place in input order, filled by place_logs
                 logs.append((len(results) - 1, p))
                 return
-            res = commit(p, lake, done, runs, force, run is None)
+            res = commit(p, lake, done, runs, force, run is None, pending=pending, key=(len(results), p.sha))
             results.append(res)
             if on_file:
                 on_file(res)
@@ -153,7 +156,17 @@ def ingest_paths(
                             raise
                         put(failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha))
             _place_logs(logs, results, lake, done, runs, force, on_file)
+            for (i, sha), err in pending.flush():  # held sources the lake could not take: failed
+                if not lake.writable():
+                    raise LakeError(f"{lake.root}: cannot write to the lake")
+                why = f"cannot write its rows to the lake ({one_line(err.strerror or str(err))})"
+                results[i] = commit(
+                    failed(results[i].path, results[i].run_id, why, sha), lake, done, runs, force
+                )
+                if on_file:
+                    on_file(results[i])
         finally:
+            pending.drop()
             close = getattr(stream, "close", None)
             if close:
                 close()

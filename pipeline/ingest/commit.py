@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import schema as sch
 from ..lake import Lake, LakeError, one_line
+from . import hold
 from .prepare import Prepared, content_sha256, failed
 from .runs import Done, Runs, dir_name, done_entry, held_elsewhere, run_for, skip_note
 
@@ -43,11 +44,16 @@ def commit(
     by_time: bool = True,
     place: str | None = None,
     place_notes: list[str] | None = None,
+    pending: hold.Pending | None = None,
+    key: object = None,
 ) -> FileResult:
     """Put a worker's outcome into the lake (in input order, in this process). by_time: False when
     --run named the run (Runs.claim); content is then looked up in that run only (_is_done).
     place: the run Runs.place chose for an NCCL-family file not yet in the lake (rule 4), with
-    place_notes saying why when it is not its named run. A --force re-ingest that cannot replace
+    place_notes saying why when it is not its named run. A source held in memory (hold.py) goes
+    to `pending` (key: the caller's handle of its result, given back by pending.flush() when it
+    cannot be written), unless the lake holds a version of it already or there is no pending:
+    then it is staged as parts and committed here. A --force re-ingest that cannot replace
     the stored version (Lake.commit's OSError: a part that cannot be replaced) is reported failed,
     with one line naming the lake file, and leaves the stored version and its `sources` row as they
     were (no failed row). Raises OSError when a new source cannot be written (ingest_paths stores
@@ -93,7 +99,10 @@ def commit(
     elif p.rank_list:
         run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time)
     if run_id != p.run_id:
-        lake.retarget(p.staged, run_id)
+        if isinstance(p.staged, hold.Held):
+            hold.retarget(p.staged, run_id)
+        else:
+            lake.retarget(p.staged, run_id)
     row = {**p.row, "run_id": run_id, "named_run_id": named, "path": path, "notes": notes or None}
     others = [r for r in runs.by_content.get(p.sha, []) if r != run_id]
     if others:  # e.g. ingested before under another --run, or by a tracelake that named runs differently;
@@ -103,7 +112,13 @@ def commit(
             f"`tracelake forget --run {others[0]}` removes that copy if it is not wanted"
         ]
     try:
-        lake.commit(p.staged, row)
+        if isinstance(p.staged, hold.Held):
+            if pending is not None and stored is None and not hold.stored(lake, run_id, p.source_id):
+                pending.add(p.staged, row, key)
+            else:
+                lake.commit(hold.stage(lake, p.staged), row)
+        else:
+            lake.commit(p.staged, row)
     except OSError as e:
         if stored is None:  # a new source: ingest_paths stores it as failed
             raise

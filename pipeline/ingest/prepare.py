@@ -25,7 +25,7 @@ from .. import local
 from .. import schema as sch
 from ..lake import Lake, one_line
 from . import archive as arc
-from . import kineto, nccl, streams
+from . import hold, kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .formats import SQLITE_SIDECARS
@@ -199,10 +199,13 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
         partial = parsed.partial or stream.truncated
         p = parsed
         try:
-            staged = lake.stage(
-                run_id, source_id, p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True)
-            )
-            with_local(staged, notes, "partial" if partial else "ok")
+            tables = p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True)
+            if run_id in opts.hold_runs:  # a small source stays in memory (hold.py)
+                staged = hold.hold_or_stage(lake, run_id, source_id, tables)
+            else:
+                staged = lake.stage(run_id, source_id, tables)
+            if not isinstance(staged, hold.Held):
+                with_local(staged, notes, "partial" if partial else "ok")
         except sch.SchemaError as e:
             return failed(
                 display,

@@ -81,6 +81,8 @@ class Options:
     comm_patterns: list[str] | None = None
     step_regex: str | None = None
     exclude: list[str] | None = None  # glob patterns of files and archive members to leave out
+    # natural run ids whose small sources a worker holds in memory (pipeline/ingest/hold.py)
+    hold_runs: frozenset = frozenset()
     # the ingesting process's TRACELAKE_* settings (limits, test hooks), applied in each worker:
     # a pool's or a cluster's workers do not share this process's environment
     env: dict = field(
@@ -108,7 +110,7 @@ class Prepared:
     sha: str | None = None
     rank: int | None = None
     rank_list: list[int] | None = None  # ranks this source claims (None: claims none)
-    staged: Staged | None = None
+    staged: Staged | None = None  # or a hold.Held: the tables of a small source in memory
     uncompressed_bytes: int = 0
     unreadable_bytes: int = 0
     oserror: bool = False  # failed with OSError (the committer checks that the lake is writable)

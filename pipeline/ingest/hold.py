@@ -1,0 +1,202 @@
+"""Small sources held in memory and committed in batches, straight into their run's compacted
+generation (issue 37: an archive of thousands of small traces).
+
+A small trace's own cost is a few milliseconds of parsing; writing it the usual way (a staged
+Parquet part per table, the gpu_activities part read back and rewritten with its derived columns,
+a journal, a rename per part, then at the end of the ingest all of it read back, sorted and
+rewritten by compaction) cost about 40 ms more per file. For a run that the ingest will compact
+anyway (at least lake_compact.AUTO_MIN_SOURCES units of work name it, and compaction is on):
+
+1. the worker (prepare.py) keeps a source whose tables add up to under HOLD_BYTES of Arrow and
+   that gets no per-source metric results (fewer than local.MIN_GPU_ROWS GPU activities) in
+   memory: its tables conformed to schema v3, gpu_activities with its derived columns
+   (derive.derive_table: the same values Lake.stage computes from the parts); a Held, not a
+   Staged, goes back to the ingesting process (pickled with the Prepared);
+2. commit.py decides its run as for any source, checks its `sources` row against the schema and
+   hands it to Pending, which keeps it until the end of the ingest (or until PENDING_BYTES are
+   held): then each run's held sources are written as new files of the run's compacted
+   generation in one switch (lake_compact.append: files written, then the manifest replaced;
+   the rows sorted as compaction sorts them). A run that ends up with fewer than
+   AUTO_MIN_SOURCES held sources (sources moved to another run by a rank claim), and a source
+   whose run already holds a version of it (--force), are committed one by one as before.
+
+The lake's promises hold: a source is in the lake whole or not at all (the switch puts every
+held source of a run in at once), a kill at any moment leaves the lake as it was before the
+switch or after it (recover() removes unswitched files), and re-running the ingest adds what a
+kill lost. What changes is when: a held source is in the lake once the batch ends, not as soon
+as it is reported. A batch that cannot be written (OSError) is committed source by source
+instead; a source that cannot be written then is reported again as failed (on_file) and gets a
+failed `sources` row, as a source that cannot be committed always did.
+"""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from .. import derive, local
+from .. import lake_compact as compaction
+from .. import lake_manifest as manifest
+from .. import schema as sch
+from ..lake import Lake, Staged
+
+# a source is held when its conformed tables add up to less than this (a 300 kB Kineto trace
+# of the corpus: about 0.5 MB of Arrow); a larger one is staged as parts, streamed
+HOLD_BYTES = 16 << 20
+# held sources of all runs kept in the ingesting process before they are written
+PENDING_BYTES = 256 << 20
+
+
+@dataclass
+class Held:
+    """A small source's tables in memory (table -> pa.Table of schema v3, rows only; derived
+    columns included), in place of a Staged. dir names no directory (Lake.discard of it is a
+    no-op)."""
+
+    run_id: str
+    source_id: str
+    tables: dict[str, pa.Table]
+    dir: str = field(default_factory=lambda: f"/nonexistent/held-{uuid.uuid4().hex}")
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tables.values())
+
+
+def hold_or_stage(lake: Lake, run_id: str, source_id: str, tables: dict[str, object]) -> Held | Staged:
+    """A Held when the source is small (module doc, step 1), else lake.stage(...) of the same
+    tables (the chunks read so far included: memory stays bounded by HOLD_BYTES). tables: as
+    Lake.stage takes them. SchemaError as Lake.stage."""
+    held: dict[str, list] = {}
+    size = 0
+    items = list(tables.items())
+    for i, (t, d) in enumerate(items):
+        if d is None:
+            continue
+        chunks = iter([d] if isinstance(d, (pa.Table, dict)) else (d() if callable(d) else d))
+        got = held.setdefault(t, [])
+        for c in chunks:
+            if isinstance(c, pa.RecordBatch):
+                c = pa.Table.from_batches([c])
+            c = sch.conform(t, c)
+            if c.num_rows:
+                got.append(c)
+                size += c.nbytes
+            if size > HOLD_BYTES:  # not small: staged as parts, streaming the rest
+                rest = {k: v for k, v in held.items() if k != t}
+                rest[t] = itertools.chain(got, chunks)
+                rest.update({k: v for k, v in items[i + 1 :]})
+                return lake.stage(run_id, source_id, rest)
+    whole = {t: pa.concat_tables(c) for t, c in held.items() if c}
+    gpu = whole.get("gpu_activities")
+    if gpu is not None and gpu.num_rows >= local.MIN_GPU_ROWS:  # gets per-source results: staged
+        return lake.stage(run_id, source_id, whole)
+    if gpu is not None:
+        whole["gpu_activities"] = sch.conform(
+            "gpu_activities", derive.derive_table(gpu, whole.get("cpu_ops"), whole.get("steps"))
+        )
+    return Held(run_id, source_id, whole)
+
+
+def retarget(held: Held, run_id: str) -> None:
+    """Move a held source to another run (its run_id column rewritten)."""
+    for t, tbl in held.tables.items():
+        j = tbl.schema.get_field_index("run_id")
+        held.tables[t] = tbl.set_column(
+            j, tbl.schema.field(j), pa.array([run_id] * tbl.num_rows, pa.string())
+        )
+    held.run_id = run_id
+
+
+def stage(lake: Lake, held: Held) -> Staged:
+    """A held source written as staged parts (Lake.stage), to be committed as any other."""
+    return lake.stage(held.run_id, held.source_id, held.tables)
+
+
+def stored(lake: Lake, run_id: str, source_id: str) -> bool:
+    """Whether the lake holds a version of the source (its own `sources` part or in its run's
+    generation)."""
+    if lake.part_path("sources", run_id, source_id).exists():
+        return True
+    m = manifest.read_one(lake.root, lake.part_path("sources", run_id, "x").parent.name)
+    return m is not None and source_id in m.sources
+
+
+@dataclass
+class _Entry:
+    held: Held
+    row: pa.Table  # its `sources` row, conformed
+    key: object  # the caller's handle (its place in the results), given back on failure
+
+
+class Pending:
+    """Held sources committed but not yet written (module doc, step 2), per run in input order."""
+
+    def __init__(self, lake: Lake, min_sources: int = compaction.AUTO_MIN_SOURCES):
+        self.lake, self.min_sources = lake, min_sources
+        self.runs: dict[str, list[_Entry]] = {}
+        self.bytes = 0
+        self.failures: list[tuple[object, OSError]] = []
+
+    def add(self, held: Held, source_row: dict, key: object = None) -> None:
+        """Take a held source with its `sources` row (SchemaError when the row does not fit
+        schema v3, ValueError when it is not the held source's); writes what is held when
+        PENDING_BYTES are reached (flush; its failures are given by the next flush())."""
+        row = sch.conform("sources", {k: [v] for k, v in source_row.items()})
+        if (
+            row.column("run_id")[0].as_py() != held.run_id
+            or row.column("source_id")[0].as_py() != held.source_id
+        ):
+            raise ValueError("sources row does not match the held source")
+        self.runs.setdefault(held.run_id, []).append(_Entry(held, row, key))
+        self.bytes += held.nbytes + row.nbytes
+        if self.bytes > PENDING_BYTES:
+            self.failures += self.flush()
+
+    def flush(self) -> list[tuple[object, OSError]]:
+        """Write every held source (module doc); returns (key, OSError) of each source that could
+        not be written at all, since the last call (the caller reports it failed). LakeError as
+        Lake.commit."""
+        failures, self.failures = self.failures, []
+        runs, self.runs, self.bytes = self.runs, {}, 0
+        for run_id, entries in runs.items():
+            if len(entries) >= self.min_sources:
+                run_dir = self.lake.part_path("sources", run_id, "x").parent.name
+                batch = [(e.held.source_id, e.held.tables, e.row) for e in entries]
+                try:
+                    compaction.append(self.lake, run_dir, batch)
+                    continue
+                except OSError:  # one by one below: only what cannot be written fails
+                    pass
+            for e in entries:
+                try:
+                    self.lake.commit(stage(self.lake, e.held), _row_dict(e.row))
+                except OSError as err:
+                    failures.append((e.key, err))
+        return failures
+
+    def drop(self) -> None:
+        """Forget what is held (an interrupted ingest: nothing of it reaches the lake)."""
+        self.runs, self.bytes = {}, 0
+
+
+def _row_dict(row: pa.Table) -> dict:
+    return {k: v[0] for k, v in row.to_pydict().items()}
+
+
+def hold_runs(units, run: str | None, run_for, compact: bool) -> frozenset[str]:
+    """The natural run ids whose small sources are held (module doc): those at least
+    AUTO_MIN_SOURCES of the units name, when the ingest compacts (units: discover.plan's; run:
+    --run; run_for: runs.run_for)."""
+    if not compact:
+        return frozenset()
+    counts: dict[str, int] = {}
+    for u in units:
+        name = getattr(u.item, "run_name", None)
+        if u.kind != "targz" and name is not None:
+            r = run_for(name, run)
+            counts[r] = counts.get(r, 0) + 1
+    return frozenset(r for r, n in counts.items() if n >= compaction.AUTO_MIN_SOURCES)
