@@ -24,7 +24,10 @@ EXTRA_HINT = "s3:// paths need the s3 extra: pip install 'tracelake[s3]' (s3fs)"
 
 
 class ObjectStoreError(OSError):
-    """One line naming the URL and what is wrong."""
+    """One line naming the URL and what is wrong (str() is that line; .filename the URL)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def is_url(path) -> bool:
@@ -93,12 +96,15 @@ def describe(url: str, e: BaseException) -> ObjectStoreError:
     return out
 
 
-def check_bucket(url: str) -> None:
-    """Raise ObjectStoreError naming `url` when its bucket does not exist or cannot be reached."""
+def check_bucket(url: str, whole: bool = False) -> None:
+    """Raise ObjectStoreError naming `url` when its bucket does not exist or cannot be reached;
+    whole: also when no object is at or under `url`."""
     fs = filesystem()
     bucket = key(url).split("/", 1)[0]
     try:
         if not fs.exists(bucket):
             raise FileNotFoundError("The specified bucket does not exist")
+        if whole and not fs.exists(key(url)):
+            raise FileNotFoundError("no such key")
     except Exception as e:  # botocore's and aiohttp's errors: unreachable endpoint, bad credentials
         raise describe(url, e) from None

@@ -38,7 +38,19 @@ from .options import (
 def check_inputs(paths: list[Path], lake_dir: Path) -> None:
     """Usage errors (exit 2, one line, nothing created) before any ingest work: a path given that
     does not exist, or a --lake that is a file or a non-empty directory without the TRACELAKE
-    marker (a mistyped --lake never mixes the lake into, say, a directory of traces)."""
+    marker (a mistyped --lake never mixes the lake into, say, a directory of traces). An s3:// path
+    or lake: its bucket must exist (pipeline/objstore.py; the lake's prefix is checked by Lake.ensure)."""
+    from .. import objstore
+
+    for p in [*paths, lake_dir]:
+        if objstore.is_url(p):
+            try:
+                objstore.check_bucket(str(p), whole=p is not lake_dir)
+            except objstore.ObjectStoreError as e:
+                raise usage_error(str(e))
+    if objstore.is_url(lake_dir):
+        lake_dir = Path("/nonexistent/tracelake")  # (its prefix is checked by Lake.ensure)
+    paths = [p for p in paths if not objstore.is_url(p)]
     missing = [str(p) for p in paths if not (p.exists() or p.is_symlink())]
     if missing:
         raise usage_error(f"{', '.join(missing)}: no such file or directory")
@@ -70,6 +82,7 @@ def _ingest(
     Exit(2) for a usage error (check_inputs) before any work; Exit(128 + N) when signal N (SIGINT,
     SIGTERM, SIGHUP) stops the ingest, once every process it started has ended (one line says
     so)."""
+    from .. import objstore
     from ..cluster import SchedulerError
     from ..ingest import discover, exclude_patterns, ingest_paths
     from ..lake import Lake, LakeError, one_line
@@ -92,12 +105,16 @@ def _ingest(
         exclude = exclude_patterns(exclude)
     except ValueError as e:
         raise typer.BadParameter(str(e))
+    # s3:// paths (typer's Path dropped one slash of the scheme): pipeline/objstore.py
+    paths = [objstore.normalize(p) if objstore.is_url(p) else p for p in paths]
+    lake_dir = objstore.normalize(lake_dir) if objstore.is_url(lake_dir) else lake_dir
     check_inputs(paths, lake_dir)
     problems: list = []
     left_out: list = []
     not_logs: list = []
-    files = discover(paths, problems, exclude, left_out, not_logs=not_logs)
-    if not files and not problems:
+    local = [p for p in paths if not objstore.is_url(p)]
+    files = discover(local, problems, exclude, left_out, not_logs=not_logs)
+    if not files and not problems and len(local) == len(paths):
         err.print(
             one_line(
                 "error: no trace files (*.json, *.json.gz, *.gz, *.sqlite, *.nsys-rep, *.qdrep, *_pqtdir/, "
