@@ -94,8 +94,8 @@ FLEET_COLUMNS: list[tuple[str, pl.DataType, str, str]] = [
         "top_finding_recoverable_ns",
         pl.Int64,
         "ns",
-        "the time that finding could win (findings[].recoverable_ns): per step on a run with steps, "
-        "over the analysed window otherwise; null when untimed",
+        "the time that finding could win: per step on a run with steps (findings[].per_step_ns), "
+        "over the analysed window per rank otherwise (findings[].recoverable_ns); null when untimed",
     ),
     (
         "top_finding_gpu_hours_per_1000_steps",
@@ -218,7 +218,10 @@ def fleet_rows(doc: dict, sources: pl.DataFrame | None = None) -> pl.DataFrame:
                 "verdict_confidence": v.get("confidence"),
                 "top_finding": top.get("kind"),
                 "top_finding_title": top.get("title"),
-                "top_finding_recoverable_ns": top.get("recoverable_ns"),
+                # per step where the finding has it (findings[].per_step_ns), else over the window
+                "top_finding_recoverable_ns": (
+                    top["per_step_ns"] if top.get("per_step_ns") is not None else top.get("recoverable_ns")
+                ),
                 "top_finding_gpu_hours_per_1000_steps": top.get("gpu_hours_per_1000_steps"),
                 "top_finding_cost_per_1000_steps": top.get("cost_per_1000_steps"),
                 "findings": len(fs),
