@@ -49,7 +49,10 @@ the reverse, and recover() removes what no reader sees. A reader lists the parts
 the manifests after (query.connect lists again when a generation changed while it listed). An
 ingest compacts each run it wrote to that holds at least 16 small sources of their own
 (lake_compact.AUTO_MIN_SOURCES: cheap when none does: one listing of the run); `tracelake
-compact` any run with two or more. A source inside a generation is forgotten, or replaced by a
+compact` any run with two or more. A run that 16 or more of an ingest's inputs name gets its
+small sources without parts of their own: held in memory by the ingest and added at its end to
+the run's generation as new files (lake_compact.append, the same switch: every held source of
+the run at once; pipeline/ingest/hold.py). A source inside a generation is forgotten, or replaced by a
 --force ingest, by rewriting the generation without it (the same switch; a replaced source's
 rows go back to parts of its own first, so an undone commit restores them). Hive readers of the
 files themselves (DuckDB, polars, Spark) see every row once except while a compaction runs or
