@@ -293,8 +293,9 @@ class _S3Lock:
             if not _precondition(e):
                 raise self._fail("cannot lock the lake", e) from None
         try:
-            info = self._s3("get_object", k)
-            etag, holder = info["ETag"], json.loads(info["Body"].read() or b"{}")
+            fs = self.filesystem  # the ETag first: a body newer than it fails the IfMatch below
+            etag = self._s3("head_object", k)["ETag"]
+            holder = json.loads(fs.cat_file(k) or b"{}")
         except Exception:
             holder, etag = {}, None
         if etag is not None and self._stale(holder):

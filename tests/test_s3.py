@@ -1,0 +1,253 @@
+"""Object storage (issue 37 item 4): inputs and the lake at s3:// URLs, against a real S3
+protocol server (moto's standalone server on 127.0.0.1, started here), with credentials from the
+AWS environment only.
+
+Expected values come from the same inputs ingested from and into a local directory (whose answers
+the rest of the suite checks against hand values and HTA): the same sources (content hashes,
+sizes, ranks, runs), the same metric rows and the same analysis document, the lake's path aside.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, corpus
+from moto.server import ThreadedMotoServer  # the test extra's moto[server]
+from typer.testing import CliRunner
+
+from pipeline import objstore, query
+from pipeline.analyze import analyze
+from pipeline.cli import app
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake, LakeBusy, LakeError
+
+runner = CliRunner()
+SECRET = "s3cr3t-Wq8ZpL0vN4kT"  # the secret key: must appear in no object, report or log
+KEY_ID = "AKIATRACELAKETEST"
+
+
+def _tree(root: Path) -> Path:
+    """Two jobs as a team's bucket holds them: 2026-11-04/job-a (HTA's two sampled ranks),
+    2026-11-05/job-b (HTA's simple_add trace and a torchtitan NCCL_DEBUG log), and a text file
+    that is no log."""
+    a = root / "2026-11-04" / "job-a"
+    b = root / "2026-11-05" / "job-b"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    for f in sorted((REPO / "sample_traces" / "hta_trace_filter").glob("*.json.gz")):
+        shutil.copy(f, a / f.name)
+    shutil.copy(
+        corpus("hta", "tests", "data", "critical_path", "end_to_end", "simple_add", "input", "trace.json.gz"),
+        b,
+    )
+    shutil.copy(corpus("nccl", "torchtitan-issue-1369-coll-allgather-reducescatter-tp2.log"), b / "nccl.log")
+    (b / "notes.txt").write_text("nothing of NCCL here\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on 127.0.0.1 with bucket `traces` holding _tree() under archive/, and an
+    empty bucket `lakes`; the AWS environment points at it."""
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    mp = pytest.MonkeyPatch()
+    for k in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        mp.delenv(k, raising=False)
+    mp.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    mp.setenv("AWS_ACCESS_KEY_ID", KEY_ID)
+    mp.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    mp.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    mp.setenv("TRACELAKE_S3_LOCK_TTL_S", "30")
+    objstore._fs.cache_clear()
+    local = _tree(tmp_path_factory.mktemp("traces") / "archive")
+    fs = objstore.filesystem()
+    fs.mkdir("traces")
+    fs.mkdir("lakes")
+    fs.put(str(local) + "/", "traces/archive/", recursive=True)
+    yield local
+    objstore._fs.cache_clear()
+    mp.undo()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(s3, tmp_path_factory):
+    """The local run: the tree ingested from a local directory into a local lake, analysed."""
+    lake = Lake(tmp_path_factory.mktemp("ref") / "lake")
+    res = ingest_paths([s3], lake)
+    assert sorted(r.status for r in res) == ["ok"] * 4
+    return lake, analyze(lake, keep=False)
+
+
+def _same_sources(a: Lake, b: Lake, runs: list[str] | None = None) -> None:
+    cols = ["run_id", "source_id", "content_sha256", "size_bytes", "rank", "format", "status"]
+    got = a.sources(runs).select(cols).sort("source_id").to_dicts()
+    assert got == b.sources(runs).select(cols).sort("source_id").to_dicts()
+
+
+def _doc(doc: dict, lake) -> str:
+    return json.dumps(doc, sort_keys=True, default=str).replace(str(lake.root), "<LAKE>")
+
+
+def test_inputs_from_a_bucket_into_a_local_lake(s3, reference, tmp_path):
+    ref_lake, ref_doc = reference
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths(["s3://traces/archive/"], lake)
+    got = sorted((r.path, r.run_id, r.status) for r in res)
+    assert got == [
+        ("s3://traces/archive/2026-11-04/job-a/sampled_rank-0.json.gz", "2026-11-04.job-a", "ok"),
+        ("s3://traces/archive/2026-11-04/job-a/sampled_rank-1.json.gz", "2026-11-04.job-a", "ok"),
+        ("s3://traces/archive/2026-11-05/job-b/nccl.log", "2026-11-05.job-b", "ok"),
+        ("s3://traces/archive/2026-11-05/job-b/trace.json.gz", "2026-11-05.job-b", "ok"),
+    ]
+    _same_sources(lake, ref_lake)
+    assert sorted(lake.sources()["path"].to_list()) == [g[0] for g in got]  # the URL, no credentials
+    assert _doc(analyze(lake, keep=False), lake) == _doc(ref_doc, ref_lake)
+
+
+def test_a_lake_in_a_bucket_answers_as_a_local_one(s3, reference):
+    ref_lake, ref_doc = reference
+    lake = Lake("s3://lakes/nightly")
+    assert type(lake).__name__ == "S3Lake"
+    res = ingest_paths(["s3://traces/archive/"], lake)
+    assert sorted(r.status for r in res) == ["ok"] * 4
+    _same_sources(lake, ref_lake)
+    assert ingest_paths(["s3://traces/archive/"], lake)[0].status == "skipped"  # content already there
+    # the metric rows DuckDB computes through the registered file system
+    want = query.run(query.connect(ref_lake), "step_time").sort(["run_id", "rank", "step"]).to_dicts()
+    assert query.run(query.connect(lake), "step_time").sort(["run_id", "rank", "step"]).to_dicts() == want
+    first = analyze(lake)
+    assert _doc(first, lake) == _doc(ref_doc, ref_lake)
+    kept = objstore.filesystem().find("lakes/nightly/results")
+    assert any(k.endswith(".json") and "/2026-11-04.job-a/" in k for k in kept)
+    assert analyze(lake) == first  # read back from the kept results in the bucket
+    con = query.connect(lake)
+    assert sorted(con.sql("SELECT run_id, current FROM runs_overview").fetchall()) == [
+        ("2026-11-04.job-a", True),
+        ("2026-11-05.job-b", True),
+    ]
+    assert not objstore.filesystem().exists("lakes/nightly/.lock")  # released
+
+
+def _cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_cli_over_a_bucket_and_no_credentials_stored(s3, tmp_path):
+    lake = "s3://lakes/cli"
+    out = []
+    for args in (
+        ["ingest", "s3://traces/archive/2026-11-04/", "--lake", lake],
+        ["report", "--lake", lake, "-o", str(tmp_path / "report.html")],
+        ["sql", "--lake", lake, "--format", "csv", "SELECT count(*) AS n FROM gpu_activities"],
+    ):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.output
+        out.append(r.output)
+    assert out[2].split() == ["n", "2358"]  # HTA's two sampled ranks: 1204 + 1154 (test_cli)
+    fs = objstore.filesystem()
+    stored = b"".join(fs.cat_file(k) for k in fs.find("lakes/cli"))
+    assert b"s3://traces/archive/2026-11-04/job-a/sampled_rank-0.json.gz" in stored  # the path, as a URL
+    report = (tmp_path / "report.html").read_text()
+    assert "job-a" in report  # the run, named by its prefix below the one given
+    for secret in (SECRET, KEY_ID):
+        assert secret.encode() not in stored
+        assert secret not in report
+        assert secret not in "".join(out)
+
+
+def test_bad_urls_give_one_line_naming_them(s3, tmp_path):
+    for args, url in (
+        (["ingest", "s3://no-such-bucket/x/", "--lake", str(tmp_path / "l")], "s3://no-such-bucket/x"),
+        (
+            ["ingest", "s3://traces/archive/no-such-day/", "--lake", str(tmp_path / "l")],
+            "s3://traces/archive/no-such-day",
+        ),
+        (["ingest", str(s3), "--lake", "s3://no-such-bucket/lake"], "s3://no-such-bucket/lake"),
+    ):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, r.output
+        lines = [ln for ln in r.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and url in lines[0], r.output
+    assert not (tmp_path / "l").exists()
+    with pytest.raises(
+        LakeError, match=r"^s3://traces/archive: a non-empty prefix that is not a tracelake lake"
+    ):
+        Lake("s3://traces/archive").ensure()
+    with pytest.raises(objstore.ObjectStoreError, match="credentials"):
+        Lake("s3://KEY:SECRET@bucket/lake")
+
+
+def test_without_s3fs_the_error_names_the_extra(s3, monkeypatch):
+    objstore._fs.cache_clear()  # a process that has not made its file system yet
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    try:
+        with pytest.raises(LakeError, match=r"^s3:// paths need the s3 extra: pip install 'tracelake\[s3\]'"):
+            Lake("s3://lakes/x").exists()
+    finally:
+        objstore._fs.cache_clear()
+
+
+def test_one_writer_at_a_time(s3):
+    lake = Lake("s3://lakes/locked")
+    with lake.lock():
+        holder = json.loads(objstore.filesystem().cat_file("lakes/locked/.lock"))
+        assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+        with pytest.raises(LakeBusy, match=rf"pid {os.getpid()} on {socket.gethostname()}"):
+            with Lake("s3://lakes/locked").lock():
+                pass
+    with lake.lock():  # released: taken again
+        pass
+
+
+@pytest.mark.parametrize("point", ["s3-parts:2", "s3-replace:1"])
+def test_a_killed_ingest_leaves_whole_sources_only(s3, reference, point, tmp_path):
+    """SIGKILL after the second source's parts are uploaded but before its `sources` row (or, with
+    --force, after a replaced source's row is deleted): readers see whole sources only; the next
+    ingest takes over the dead holder's lock, removes the orphans and ends equal to the local lake."""
+    ref_lake, _ = reference
+    lake_url = f"s3://lakes/killed-{point.split(':')[0]}"
+    src = "s3://traces/archive/"  # job-a only: its run named as in the local lake
+    lake = Lake(lake_url)
+    if point.startswith("s3-replace"):
+        assert [r.status for r in ingest_paths([src], lake, exclude=["2026-11-05"])] == ["ok", "ok"]
+    args = ["ingest", src, "--exclude", "2026-11-05", "--lake", lake_url, "--jobs", "1"]
+    args += ["--force"] if "replace" in point else []
+    r = _cli(*args, env={"TRACELAKE_CRASH_AT": point})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    fs = objstore.filesystem()
+    assert fs.exists(objstore.key(lake_url) + "/.lock")  # left by the dead process
+    src_rows = lake.sources()
+    assert src_rows.height == 1  # one whole source, not two
+    sid = src_rows["source_id"][0]
+    con = query.connect(lake)
+    ref = query.connect(ref_lake)
+    for table in ("gpu_activities", "cpu_ops", "steps"):
+        n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+        assert n == ref.execute(f"SELECT count(*) FROM {table} WHERE source_id = ?", [sid]).fetchone()[0]
+    # the other source's parts are there (uploaded before the kill, or left when its row went), unread
+    parts = {k.rsplit("/", 1)[-1] for k in fs.find(objstore.key(lake_url)) if "/run=" in k}
+    assert len(parts - {f"{sid}.parquet"}) == 1
+    res = ingest_paths([src], lake, exclude=["2026-11-05"])  # takes over the dead process's lock
+    assert sorted(r.status for r in res) == ["ok", "skipped"]
+    _same_sources(lake, ref_lake, ["2026-11-04.job-a"])
+    assert not fs.exists(objstore.key(lake_url) + "/.lock")
