@@ -200,16 +200,23 @@ def retry_alone(u: Unit, opts: Options, done, ctx) -> list[Prepared]:
 
 
 def run_dask(units, opts, done, scheduler: str):
+    import functools
+
+    from .. import objstore
     from ..cluster import client as dask_client
+    from .objects import published
 
     with dask_client(scheduler) as client:  # SchedulerError (one line) when it cannot be reached
         nthreads = max(1, sum(client.nthreads().values()))
         [frozen] = client.scatter([dict(done)], broadcast=True)  # once to every worker, not per task
+        task = work  # a lake in a bucket: workers publish what they stage there (ingest/objects.py)
+        if objstore.is_url(opts.lake):
+            task = functools.partial(published, work)
         window: list = []
         i = 0
         while i < len(units) or window:
             while len(window) < 2 * nthreads and i < len(units):
-                window.append((units[i], client.submit(work, units[i], opts, frozen, pure=False)))
+                window.append((units[i], client.submit(task, units[i], opts, frozen, pure=False)))
                 i += 1
             u, fut = window.pop(0)
             try:

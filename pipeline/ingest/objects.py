@@ -155,3 +155,18 @@ def plan_urls(urls, excluded, exclude, not_logs: list | None = None) -> list[tup
                 continue
             out.append(("input", inp, inp.length))
     return out
+
+
+def published(work, unit, opts, done) -> list:
+    """work(unit, opts, done) (executors.work) on a Dask worker that shares only the lake's bucket
+    with the ingesting process: each staged source is uploaded to <lake>/.tmp/ (lake_s3
+    S3Lake.publish) before it is handed back, so the commit reads it from there. Raises what
+    work() or the upload raises (executors.run_dask reports it as the unit's failure)."""
+    from ..lake import Lake
+
+    out = work(unit, opts, done)
+    lake = Lake(opts.lake)
+    for p in out:
+        if p.staged is not None:
+            lake.publish(p.staged)
+    return out
