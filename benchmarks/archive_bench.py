@@ -4,9 +4,13 @@ compaction.
 Inputs: a directory made by benchmarks/archive_gen.py (job-NNNN/ directories of small real
 Kineto traces). For each lake size (--sizes, in files: the first jobs of the archive), in a
 fresh lake:
-1. ingest (pipeline.ingest.ingest_paths, jobs=0 as `tracelake ingest`, compaction off) in a
-   child process: its CPU, the pool's workers and forkserver included (getrusage RUSAGE_CHILDREN
-   after the child is reaped, which counts every descendant reaped below it), per file;
+0. ingest as `tracelake ingest` does (pipeline.ingest.ingest_paths, jobs=0, compaction on: the
+   runs' small sources are held in memory and written into each run's compacted generation,
+   pipeline/ingest/hold.py) in a child process: its CPU, the pool's workers and forkserver
+   included (getrusage RUSAGE_CHILDREN after the child is reaped, which counts every descendant
+   reaped below it), per file; then that lake is removed;
+1. ingest with compaction off (every source written as parts of its own, the path of every
+   ingest before hold.py), the same way;
 2. parts in the lake, `tracelake sql "select 1"` and `tracelake analyze --run <first job>
    --recompute` (wall seconds of the whole command) on the uncompacted lake;
 3. `tracelake compact`: its CPU, so ingest + compaction per file is what an ingest that compacts
@@ -14,7 +18,7 @@ fresh lake:
 4. parts, `select 1`, one run's analyze and the whole lake's analyze (--recompute, CPU seconds of
    the command) on the compacted lake.
 
-  python benchmarks/archive_bench.py ARCHIVE [--sizes 1000 5000]
+  python benchmarks/archive_bench.py ARCHIVE [--sizes 1000 5000] [--ingest-only]
 
 Not a test: numbers depend on the machine; docs/performance.md ("Archives") records them.
 """
@@ -36,7 +40,7 @@ INGEST = """
 import sys
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
-res = ingest_paths(sys.argv[2:], Lake(sys.argv[1]), jobs=0, compact=False)
+res = ingest_paths(sys.argv[3:], Lake(sys.argv[2]), jobs=0, compact=sys.argv[1] == "compact")
 bad = [r for r in res if r.status != "ok"]
 assert not bad, [(r.path, r.status, r.error) for r in bad[:3]]
 """
@@ -58,7 +62,7 @@ def parts(lake: Path) -> int:
     return sum(1 for _ in lake.glob("*/run=*/*.parquet"))
 
 
-def measure(archive: Path, files: int, work: Path) -> dict:
+def measure(archive: Path, files: int, work: Path, ingest_only: bool = False) -> dict:
     jobs = sorted(p for p in archive.iterdir() if p.is_dir())
     chosen, n = [], 0
     for j in jobs:
@@ -69,8 +73,16 @@ def measure(archive: Path, files: int, work: Path) -> dict:
     lake = work / f"lake{files}"
     shutil.rmtree(lake, ignore_errors=True)
     out: dict = {"files": n, "runs": len(chosen)}
-    _, out["ingest_cpu_s"] = child([sys.executable, "-c", INGEST, str(lake), *map(str, chosen)])
+    held = work / f"held{files}"
+    shutil.rmtree(held, ignore_errors=True)
+    _, out["held_cpu_s"] = child([sys.executable, "-c", INGEST, "compact", str(held), *map(str, chosen)])
+    out["held_parts"] = parts(held)
+    shutil.rmtree(held, ignore_errors=True)
+    _, out["ingest_cpu_s"] = child([sys.executable, "-c", INGEST, "parts", str(lake), *map(str, chosen)])
     out["parts_before"] = parts(lake)
+    if ingest_only:
+        _, out["compact_cpu_s"] = child([*TRACELAKE, "compact", "--lake", str(lake)])
+        return out
     sql = [*TRACELAKE, "sql", "select 1", "--lake", str(lake)]
     one = [*TRACELAKE, "analyze", "--lake", str(lake), "--run", chosen[0].name, "--json", "--recompute"]
     out["select1_before_s"] = min(child(sql)[0] for _ in range(3))
@@ -90,15 +102,28 @@ def main() -> None:
     ap.add_argument("archive", type=Path)
     ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000])
     ap.add_argument(
+        "--ingest-only", action="store_true", help="only the two ingests and the compaction (no queries)"
+    )
+    ap.add_argument(
         "--work", type=Path, default=None, help="where the lakes go (default: a temporary directory)"
     )
     a = ap.parse_args()
     work = a.work or Path(tempfile.mkdtemp(prefix="archive-bench-"))
     rows = []
     for size in a.sizes:
-        r = measure(a.archive, size, work)
+        r = measure(a.archive, size, work, a.ingest_only)
         rows.append(r)
         f, ms = r["files"], lambda k: 1000 * r[k] / r["files"]
+        print(
+            f"{f} files, {r['runs']} runs: `tracelake ingest` as it is (compaction on, small sources held "
+            f"and written into each run's generation) {ms('held_cpu_s'):.1f} ms CPU/file, {r['held_parts']} "
+            f"parts; as parts, then compacted: {ms('ingest_cpu_s'):.1f} + {ms('compact_cpu_s'):.1f} = "
+            f"{ms('ingest_cpu_s') + ms('compact_cpu_s'):.1f} ms CPU/file (x"
+            f"{(r['ingest_cpu_s'] + r['compact_cpu_s']) / r['held_cpu_s']:.2f})",
+            flush=True,
+        )
+        if a.ingest_only:
+            continue
         print(
             f"{f} files, {r['runs']} runs: ingest {ms('ingest_cpu_s'):.1f} ms CPU/file + compact "
             f"{ms('compact_cpu_s'):.1f} = {ms('ingest_cpu_s') + ms('compact_cpu_s'):.1f} ms CPU/file (all "
@@ -108,7 +133,7 @@ def main() -> None:
             f"{r['analyze_all_after_s']:.1f} s wall, {r['analyze_all_after_cpu_s']:.1f} CPU s",
             flush=True,
         )
-    if len(rows) > 1:
+    if len(rows) > 1 and not a.ingest_only:
         a0, a1 = rows[0], rows[-1]
         c0, c1 = a0["analyze_all_after_cpu_s"], a1["analyze_all_after_cpu_s"]
         print(
