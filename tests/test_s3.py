@@ -251,3 +251,39 @@ def test_a_killed_ingest_leaves_whole_sources_only(s3, reference, point, tmp_pat
     assert sorted(r.status for r in res) == ["ok", "skipped"]
     _same_sources(lake, ref_lake, ["2026-11-04.job-a"])
     assert not fs.exists(objstore.key(lake_url) + "/.lock")
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
+    """Two worker processes (their own file systems and staging directories); they get the AWS
+    environment as any process of the machine does, and from this process only URLs."""
+    import distributed
+
+    with distributed.LocalCluster(
+        processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
+    ) as c:
+        yield c
+
+
+def test_dask_workers_share_only_the_bucket(s3, reference, cluster, monkeypatch):
+    from pipeline.analyze_cluster import analyze_on_cluster
+
+    ref_lake, ref_doc = reference
+    lake = Lake("s3://lakes/fleet")
+    # every staged source reaches this process as an object in the bucket, not a worker's path
+    from pipeline.lake_s3 import S3Lake
+
+    handed, localize = [], S3Lake._localize
+    monkeypatch.setattr(S3Lake, "_localize", lambda self, st: handed.append(st.dir) or localize(self, st))
+    res = ingest_paths(["s3://traces/archive/"], lake, scheduler=cluster.scheduler_address)
+    assert sorted(r.status for r in res) == ["ok"] * 4, [r.error for r in res]
+    assert len(handed) == 4 and all(d.startswith("s3://lakes/fleet/.tmp/") for d in handed)
+    _same_sources(lake, ref_lake)
+    assert not objstore.filesystem().find("lakes/fleet/.tmp")  # every published source committed
+    doc, failures = analyze_on_cluster(lake, cluster.scheduler_address)
+    assert failures == []
+    assert _doc(doc, lake) == _doc(ref_doc, ref_lake)
+    # the workers kept each run's result in the bucket: read back here
+    kept = objstore.filesystem().find("lakes/fleet/results")
+    assert sum(k.endswith(".json") and "_state" not in k for k in kept) == 2
+    assert _doc(analyze(lake), lake) == _doc(ref_doc, ref_lake)
