@@ -151,7 +151,7 @@ def select_runs(
     listing = results.listing_signature(lake.root)  # before the rows: a later commit changes it
     src = lake.sources(runs)
     run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))
-    keys = results.run_keys(src, run_ids, options)
+    keys = results.run_keys(src, run_ids, options, results.lake_marker(lake.root))
     if keep:
         results.remember_keys(lake.root, listing, options, keys, whole=runs is None)
     return src, keys

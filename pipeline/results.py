@@ -86,31 +86,47 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
-def run_key(sources: pl.DataFrame, options: dict) -> str:
+def lake_marker(lake_root) -> str:
+    """The lake's TRACELAKE marker (it names the schema version the lake was written with: a lake
+    of an older version is upgraded when it is read, so its kept results are not those of the
+    upgraded lake); "" for an object-store lake (always current) or when there is none."""
+    if objstore.is_url(lake_root):
+        return ""
+    try:
+        return (Path(lake_root) / "TRACELAKE").read_bytes()[:200].decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def run_key(sources: pl.DataFrame, options: dict, marker: str = "") -> str:
     """The key of one run's kept analysis (hex SHA-256): its `sources` rows (every column, in
-    source id order), the options (a dict of JSON scalars) and code_fingerprint()."""
+    source id order), the options (a dict of JSON scalars), the lake's marker (lake_marker) and
+    code_fingerprint()."""
     rows = sources.sort("source_id", "path").to_dicts()
     payload = msgspec.json.encode(
-        {"code": code_fingerprint(), "options": options, "sources": rows}, order="sorted"
+        {"code": code_fingerprint(), "options": options, "sources": rows, "lake": marker}, order="sorted"
     )
     return hashlib.sha256(payload).hexdigest()
 
 
-def run_keys(src: pl.DataFrame, run_ids: list[str], options: dict) -> dict[str, str]:
-    """run id -> run_key() for each of run_ids, from src (the lake's sources rows of those runs)."""
+def run_keys(src: pl.DataFrame, run_ids: list[str], options: dict, marker: str = "") -> dict[str, str]:
+    """run id -> run_key() for each of run_ids, from src (the lake's sources rows of those runs)
+    and the lake's marker."""
     groups = {k[0]: g for k, g in src.group_by("run_id")}
     empty = src.clear()
-    return {r: run_key(groups.get(r, empty), options) for r in run_ids}
+    return {r: run_key(groups.get(r, empty), options, marker) for r in run_ids}
 
 
 def listing_signature(lake_root: Path) -> str:
-    """SHA-256 (hex) of the names, sizes, modification times and inodes of every file under
-    <lake>/sources/ and <lake>/_compacted/ (the `sources` parts and the compaction manifests):
-    any commit, forget, compaction or upgrade that changes a `sources` row changes one of them.
-    A directory listing, no file read (5,000 sources: a few ms)."""
+    """SHA-256 (hex) of the lake's TRACELAKE marker (its schema version: a lake of an older
+    version is read, and so upgraded, not answered from kept results) and of the names, sizes,
+    modification times and inodes of every file under <lake>/sources/ and <lake>/_compacted/
+    (the `sources` parts and the compaction manifests): any commit, forget, compaction or upgrade
+    that changes a `sources` row changes one of them. A directory listing and one small file read
+    (5,000 sources: a few ms)."""
     if objstore.is_url(lake_root):
         return _remote_signature(lake_root)
-    h = hashlib.sha256()
+    h = hashlib.sha256(lake_marker(lake_root).encode())  # the schema version: an older lake is upgraded
     for sub in ("sources", "_compacted"):
         h.update(f"\0{sub}\0".encode())
         stack = [Path(lake_root) / sub]
