@@ -85,7 +85,7 @@ def describe(url: str, e: BaseException) -> ObjectStoreError:
     if isinstance(e, ObjectStoreError):
         return e
     text = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if isinstance(e, FileNotFoundError) and "bucket" in text.lower():
+    if isinstance(e, FileNotFoundError) and ("bucket" in text.lower() or key(url).count("/") == 0):
         text = "no such bucket"
     elif isinstance(e, FileNotFoundError):
         text = "no such object or prefix"
@@ -102,8 +102,7 @@ def check_bucket(url: str, whole: bool = False) -> None:
     fs = filesystem()
     bucket = key(url).split("/", 1)[0]
     try:
-        if not fs.exists(bucket):
-            raise FileNotFoundError("The specified bucket does not exist")
+        fs.call_s3("head_bucket", Bucket=bucket)  # (fs.exists says False for any error)
         if whole and not fs.exists(key(url)):
             raise FileNotFoundError("no such key")
     except Exception as e:  # botocore's and aiohttp's errors: unreachable endpoint, bad credentials

@@ -199,10 +199,19 @@ def usage_error(message: str) -> typer.Exit:
 def existing_lake(lake_dir: Path):
     """The Lake at lake_dir for a command that reads it (analyze, report, sql, forget). Raises
     Exit(2) with one line when there is no lake there (nothing is created)."""
-    from ..lake import Lake
+    from ..lake import Lake, LakeError
 
     lake = Lake(lake_dir)
-    if not lake.exists():
+    try:
+        exists = lake.exists()
+    except LakeError as e:  # a lake in a bucket that cannot be reached (pipeline/lake_s3.py)
+        raise usage_error(str(e))
+    if not exists and getattr(lake, "remote", False):
+        raise usage_error(
+            f"{lake.root}: not a tracelake lake (no TRACELAKE object; run `tracelake ingest TRACES "
+            f"--lake {lake.root}` first)"
+        )
+    if not exists:
         hint = (
             "a file, not a directory"
             if lake.root.exists() and not lake.root.is_dir()

@@ -98,7 +98,7 @@ def forget(
             markup=False,
         )
     err.print(
-        one_line(f"{'would remove' if dry_run else 'removed'} {len(rows)} source(s) from {lake}"),
+        one_line(f"{'would remove' if dry_run else 'removed'} {len(rows)} source(s) from {lk.root}"),
         markup=False,
     )
     raise typer.Exit(EXIT_OK)
@@ -130,7 +130,7 @@ def compact(
         raise typer.Exit(EXIT_FAILED)
     for run_id, before, after in done:
         err.print(one_line(f"compacted run {run_id}: {before:,} parts -> {after:,} files"), markup=False)
-    err.print(one_line(f"compacted {len(done)} run(s) of {lake}"), markup=False)
+    err.print(one_line(f"compacted {len(done)} run(s) of {lk.root}"), markup=False)
     raise typer.Exit(EXIT_OK)
 
 
