@@ -189,6 +189,13 @@ def test_bad_urls_give_one_line_naming_them(s3, tmp_path):
         lines = [ln for ln in r.output.splitlines() if ln.strip()]
         assert len(lines) == 1 and url in lines[0], r.output
     assert not (tmp_path / "l").exists()
+    for lake, what in (
+        ("s3://lakes/none", "not a tracelake lake"),
+        ("s3://no-such-bucket/l", "not a tracelake"),
+    ):
+        r = runner.invoke(app, ["analyze", "--lake", lake])
+        assert r.exit_code == 2 and r.output.strip().splitlines() == [r.output.strip()], r.output
+        assert r.output.startswith(f"error: {lake}: {what}")
     with pytest.raises(
         LakeError, match=r"^s3://traces/archive: a non-empty prefix that is not a tracelake lake"
     ):
@@ -217,6 +224,33 @@ def test_one_writer_at_a_time(s3):
                 pass
     with lake.lock():  # released: taken again
         pass
+    # a holder on another machine that stopped renewing its lease: taken over once it expired
+    fs = objstore.filesystem()
+    stale = {"pid": 1, "host": "gpu-node-17", "since": "2026-11-04T02:00:00+00:00", "expires": 0}
+    fs.pipe_file("lakes/locked/.lock", json.dumps(stale).encode())
+    with lake.lock():
+        assert json.loads(fs.cat_file("lakes/locked/.lock"))["pid"] == os.getpid()
+    # one whose lease has not expired is not
+    fs.pipe_file("lakes/locked/.lock", json.dumps({**stale, "expires": 4e9}).encode())
+    with pytest.raises(LakeBusy, match="pid 1 on gpu-node-17, since 2026-11-04T02:00:00"):
+        with lake.lock():
+            pass
+    fs.rm("lakes/locked/.lock")
+
+
+def test_the_lock_lease_is_renewed_while_held(s3, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TRACELAKE_S3_LOCK_TTL_S", "0.9")  # renewed every 0.3 s
+    fs = objstore.filesystem()
+    with Lake("s3://lakes/renewed").lock():
+        first = json.loads(fs.cat_file("lakes/renewed/.lock"))["expires"]
+        time.sleep(1.2)  # past the first lease
+        now = json.loads(fs.cat_file("lakes/renewed/.lock"))["expires"]
+        assert now > first and now > time.time()
+        with pytest.raises(LakeBusy):  # still held: not taken over
+            with Lake("s3://lakes/renewed").lock():
+                pass
 
 
 @pytest.mark.parametrize("point", ["s3-parts:2", "s3-replace:1"])
