@@ -189,10 +189,14 @@ class S3Files:
             return rel[0], rel[1], rel[2][:-8]
         return None
 
-    def committed(self) -> RemoteView:
-        """One listing of the lake: the `sources` rows first, then every part (module doc)."""
+    def committed(self, tables: Iterable[str] | None = None) -> RemoteView:
+        """One listing of the lake: the `sources` rows first, then the parts (module doc) of every
+        table, or of these tables only (each one listing of its prefix)."""
         rows = {p[1:] for k in self._find("sources") if (p := self._parse(k))}
-        parts = {p: n for k, n in self._find(None).items() if (p := self._parse(k)) and p[0] != "sources"}
+        found: dict[str, int] = {}
+        for sub in [None] if tables is None else [t for t in tables if t != "sources"]:
+            found.update(self._find(sub))
+        parts = {p: n for k, n in found.items() if (p := self._parse(k)) and p[0] != "sources"}
         parts.update({("sources", *r): 0 for r in rows})
         self._sizes.update({f"{self.url}/{t}/{r}/{s}.parquet": n for (t, r, s), n in parts.items()})
         return RemoteView(rows, parts)
@@ -204,7 +208,7 @@ class S3Files:
 
     def table_files(self, table: str, runs: Iterable[str] | None = None, committed=None) -> list[str]:
         """URLs of the table's parts of committed sources (runs: only these run ids)."""
-        view = self.committed() if committed is None else committed
+        view = self.committed([table]) if committed is None else committed
         dirs = None if runs is None else {f"run={r}" for r in runs}
         return [
             f"{self.url}/{t}/{r}/{s}.parquet"
@@ -218,7 +222,7 @@ class S3Files:
 
     def holders(self, table: str, runs: Iterable[str] | None = None) -> set[tuple[str, str]]:
         """(run directory, source id) of the committed sources with a part in `table`."""
-        view, dirs = self.committed(), None if runs is None else {f"run={r}" for r in runs}
+        view, dirs = self.committed([table]), None if runs is None else {f"run={r}" for r in runs}
         return {
             (r, s)
             for (t, r, s) in view.parts
