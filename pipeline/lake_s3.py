@@ -24,7 +24,8 @@ S3 has no rename and no flock; the lake keeps the local lake's promises this way
   conditional on the lock's ETag) and deletes the lock when done. A lock whose lease expired (its
   holder died without deleting it), or held by a process of this host that no longer runs, is
   taken over by a PUT conditional on its ETag, so of two takers one wins. TRACELAKE_S3_LOCK_TTL_S
-  sets the lease (default 300 s).
+  sets the lease (default 300 s). A holder whose lease ran out or was taken over commits nothing
+  more (held(): LakeError). pipeline/lake_s3_lock.py.
 - Compaction is not done in a bucket (tracelake compact and ingest's automatic compaction leave an
   object-store lake as it is); upgrading older schemas neither (every object-store lake is v3).
 
@@ -37,18 +38,12 @@ the commit downloads them.
 from __future__ import annotations
 
 import atexit
-import datetime
 import hashlib
-import json
 import os
 import shutil
-import socket
 import tempfile
-import threading
-import time
 import uuid
 from collections.abc import Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -60,14 +55,9 @@ import pyarrow.parquet as pq
 from . import lake_journal as journal
 from . import objstore
 from . import schema as sch
-from .lake_base import LakeBusy, LakeError, Staged, one_line, stage_into
+from .lake_base import LakeError, Staged, one_line, stage_into
+from .lake_s3_lock import S3Lock
 from .parts import rewrite_run_id, write_parquet
-
-LOCK_TTL_S = 300
-
-
-def lock_ttl_s() -> float:
-    return float(os.environ.get("TRACELAKE_S3_LOCK_TTL_S", LOCK_TTL_S))
 
 
 class RemoteRoot(str):
@@ -292,96 +282,7 @@ class S3Files:
         return out
 
 
-class _S3Lock:
-    """The writer lock of an S3Files (module doc: a conditional PUT of <url>/.lock, a lease)."""
-
-    def _s3(self, method: str, k: str, **kw):
-        bucket, _, key = k.partition("/")
-        return self.filesystem.call_s3(method, Bucket=bucket, Key=key, **kw)
-
-    def _lock_body(self) -> bytes:
-        now = time.time()
-        return json.dumps(
-            {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
-                "expires": now + lock_ttl_s(),
-            }
-        ).encode()
-
-    def _stale(self, holder: dict) -> bool:
-        if float(holder.get("expires") or 0) < time.time():
-            return True
-        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
-            try:
-                os.kill(holder["pid"], 0)
-            except ProcessLookupError:
-                return True
-            except OSError:
-                return False
-        return False
-
-    def _take(self, k: str) -> str:
-        """Create or take over the lock object; its ETag. LakeBusy when another holds it."""
-        try:
-            return self._s3("put_object", k, Body=self._lock_body(), IfNoneMatch="*")["ETag"]
-        except Exception as e:
-            if not _precondition(e):
-                raise self._fail("cannot lock the lake", e) from None
-        try:
-            fs = self.filesystem  # the ETag first: a body newer than it fails the IfMatch below
-            etag = self._s3("head_object", k)["ETag"]
-            holder = json.loads(fs.cat_file(k) or b"{}")
-        except Exception:
-            holder, etag = {}, None
-        if etag is not None and self._stale(holder):
-            try:
-                return self._s3("put_object", k, Body=self._lock_body(), IfMatch=etag)["ETag"]
-            except Exception as e:
-                if not _precondition(e):
-                    raise self._fail("cannot lock the lake", e) from None
-        who = (
-            f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
-            if holder.get("pid")
-            else ""
-        )
-        raise LakeBusy(
-            f"{self.url}: another tracelake command (ingest or forget) is writing to this lake{who}; wait "
-            "for it to finish, then run this one again"
-        )
-
-    @contextmanager
-    def lock(self):
-        """Hold the lake's writer lock (module doc) for the duration. LakeBusy (one line, naming
-        the holder) when another process holds it."""
-        self.ensure()
-        k = self._key(".lock")
-        etag = [self._take(k)]
-        stop = threading.Event()
-
-        def renew() -> None:
-            while not stop.wait(lock_ttl_s() / 3):
-                try:
-                    etag[0] = self._s3("put_object", k, Body=self._lock_body(), IfMatch=etag[0])["ETag"]
-                except Exception:  # taken over (this process looked dead) or unreachable: try again later
-                    pass
-
-        t = threading.Thread(target=renew, name="tracelake-s3-lock", daemon=True)
-        t.start()
-        try:
-            yield self
-        finally:
-            stop.set()
-            t.join()
-            try:
-                if self._s3("head_object", k)["ETag"] == etag[0]:
-                    self._s3("delete_object", k)
-            except Exception:  # gone already, or unreachable: the lease expires
-                pass
-
-
-class S3Lake(S3Files, _S3Lock):
+class S3Lake(S3Files, S3Lock):
     """A lake at an s3:// URL: LakeFiles' and Lake's methods, with the protocol of the module doc.
     Every object-store error is raised as LakeError (ensure, the lock, reading the listing) or
     objstore.ObjectStoreError, an OSError naming the object (a commit, a part)."""
@@ -458,6 +359,7 @@ class S3Lake(S3Files, _S3Lock):
         (an OSError naming the object) when the bucket refuses a step (the source is then absent,
         and recover() removes its parts)."""
         try:
+            self.held()
             self._localize(staged)
             d = Path(staged.dir)
             src = sch.conform("sources", {k: [v] for k, v in source_row.items()})
@@ -545,11 +447,3 @@ def _cache_dir() -> Path:
     d = Path(tempfile.mkdtemp(prefix="tracelake-s3cache-"))
     atexit.register(shutil.rmtree, d, True)
     return d
-
-
-def _precondition(e: BaseException) -> bool:
-    """Whether an S3 error is a failed conditional write (the object exists, or changed)."""
-    text = f"{type(e).__name__} {e}"
-    return isinstance(e, FileExistsError) or any(
-        s in text for s in ("pre-condition", "PreconditionFailed", "ConditionalRequestConflict", "412")
-    )

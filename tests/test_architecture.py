@@ -42,6 +42,9 @@ FORBIDDEN = {
     # kept results: files under the lake, keyed by sources rows, options and code; no room's logic
     "results": {"lake", "query", "local", "analyze", "analyze_compute", "analyze_cluster"}
     | {"ingest", "diagnosis", "report", "cli", "cluster", "whatif", "timeline"},
+    # the kept fleet rows and runs_overview: results' files, the fleet view's columns
+    "results_fleet": {"lake", "query", "local", "analyze", "analyze_compute", "analyze_cluster"}
+    | {"ingest", "report", "cli", "cluster", "whatif", "timeline"},
     "report": {"ingest", "query", "analyze_cluster", "cli", "cluster"},
     # the fleet view: rows of the analysis document, between diagnosis and report
     "fleet": {"ingest", "query", "local", "analyze", "analyze_cluster", "cluster", "report", "cli"},
@@ -59,8 +62,9 @@ FORBIDDEN = {
     # what local and object-store lakes share, and the object-store lake (Lake(url) makes one)
     "lake_base": {"lake", "lake_s3"} | _AFTER_LAKE,
     "lake_s3": {"lake"} | _AFTER_LAKE,
+    "lake_s3_lock": {"lake", "lake_s3"} | _AFTER_LAKE,
     # object storage's URLs, file system and errors: a shared fact below every room
-    "objstore": {"lake", "lake_base", "lake_s3", "schema", "parts", "derive"} | _AFTER_LAKE,
+    "objstore": {"lake", "lake_base", "lake_s3", "lake_s3_lock", "schema", "parts", "derive"} | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering
     "api": {"ingest", "local", "report", "cli", "analyze_cluster"},
     "upgrade": {"ingest", "query", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},

@@ -253,6 +253,22 @@ def test_the_lock_lease_is_renewed_while_held(s3, monkeypatch):
                 pass
 
 
+def test_a_writer_whose_lock_was_taken_over_commits_nothing(s3, monkeypatch):
+    import time
+
+    monkeypatch.setenv("TRACELAKE_S3_LOCK_TTL_S", "0.9")
+    fs = objstore.filesystem()
+    lake = Lake("s3://lakes/taken")
+    with lake.lock():
+        other = {"pid": 7, "host": "gpu-node-3", "since": "now", "expires": time.time() + 60}
+        fs.pipe_file("lakes/taken/.lock", json.dumps(other).encode())  # another writer took it
+        time.sleep(0.7)  # a renewal has failed on the new ETag
+        with pytest.raises(LakeError, match="^s3://lakes/taken: this ingest lost the lake's lock"):
+            lake.commit(lake.stage("r", "s", {}), {"run_id": "r", "source_id": "s"})
+    assert json.loads(fs.cat_file("lakes/taken/.lock"))["host"] == "gpu-node-3"  # theirs, left alone
+    assert not fs.find("lakes/taken/sources")
+
+
 @pytest.mark.parametrize("point", ["s3-parts:2", "s3-replace:1"])
 def test_a_killed_ingest_leaves_whole_sources_only(s3, reference, point, tmp_path):
     """SIGKILL after the second source's parts are uploaded but before its `sources` row (or, with
