@@ -28,7 +28,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-from . import results
+from . import results, results_fleet
 from .analyze_doc import LIST_KEYS, SCHEMA, header
 
 if TYPE_CHECKING:  # the kept path imports none of them (a second analyze: docs/performance.md)
@@ -88,6 +88,7 @@ def analyze(
     gpu_hour_cost: float | None = None,
     on_progress=None,
     keep: bool = True,
+    recompute: bool = False,
 ) -> dict:
     """Analysis of the lake's runs (the `tracelake.analyze/5` document, docs/analyze-json.md).
 
@@ -100,7 +101,7 @@ def analyze(
     gpu_hour_cost: price of one GPU-hour, for each finding's cost_per_1000_steps.
     runs: analyse only these run ids (None: every run in the lake).
     keep: read and write kept results (pipeline/results.py); False computes every run and keeps
-    nothing (`--recompute`).
+    nothing. recompute: compute every run and keep the new results (`--recompute`).
     on_progress(stage, done, total), if given, is called as the work advances: ('kept', 1, 1)
     when every run's result was kept; otherwise 'connect' (the derived views bound and the step
     windows computed), each metric query as it finishes (by its file's name), and 'findings'
@@ -119,8 +120,18 @@ def analyze(
         global_tokens_per_step=global_tokens_per_step,
         gpu_hour_cost=gpu_hour_cost,
     )
-    src, keys = select_runs(lake, runs, options, keep=keep)
-    docs = kept_or_computed(lake, src, keys, options, whole=runs is None, keep=keep, on_progress=on_progress)
+    src, keys, listing = select_runs(lake, runs, options, keep=keep and not recompute)
+    docs = kept_or_computed(
+        lake,
+        src,
+        keys,
+        options,
+        whole=runs is None,
+        keep=keep,
+        on_progress=on_progress,
+        listing=listing,
+        read=not recompute,
+    )
     return assemble(options, sorted(keys), docs)
 
 
@@ -134,27 +145,32 @@ def kept_analysis(root, options: dict, runs: list[str] | None = None) -> dict | 
     if keys is None:
         return None
     docs = {r: d for r, k in keys.items() if (d := results.read(root, r, k)) is not None}
-    return assemble(full, sorted(keys), docs) if len(docs) == len(keys) else None
+    if len(docs) != len(keys) or any(
+        d["runs"] and not results_fleet.fleet_ok(root, r, keys[r]) for r, d in docs.items()
+    ):
+        return None  # analyze() computes what is missing and writes a missing fleet row again
+    return assemble(full, sorted(keys), docs)
 
 
 def select_runs(
     lake: Lake, runs: list[str] | None, options: dict, keep: bool = True
-) -> tuple[pl.DataFrame | None, dict[str, str]]:
-    """Stage 1: (the `sources` rows in scope, run id -> key of its kept result) for the runs given
-    (None: every run of the lake, failed-only runs included). With keep, the keys remembered for
-    the lake's current listing and code (results.known_keys) are used when there are some, and
-    the rows are then not read (None: kept_or_computed reads them if a run must be computed)."""
+) -> tuple[pl.DataFrame | None, dict[str, str], str]:
+    """Stage 1: (the `sources` rows in scope, run id -> key of its kept result, the lake's listing
+    (results.listing_signature) taken before anything was read) for the runs given (None: every
+    run of the lake, failed-only runs included). With keep, the keys remembered for the lake's
+    current listing and code (results.known_keys) are used when there are some, and the rows are
+    then not read (None: kept_or_computed reads them if it needs them)."""
+    listing = results.listing_signature(lake.root)  # before the rows: a later commit changes it
     if keep:
         known = results.known_keys(lake.root, options, runs)
         if known is not None:
-            return None, known
-    listing = results.listing_signature(lake.root)  # before the rows: a later commit changes it
+            return None, known, listing
     src = lake.sources(runs)
     run_ids = sorted(set(src["run_id"].drop_nulls().to_list()))
     keys = results.run_keys(src, run_ids, options, results.lake_marker(lake.root))
     if keep:
         results.remember_keys(lake.root, listing, options, keys, whole=runs is None)
-    return src, keys
+    return src, keys, listing
 
 
 def kept_or_computed(
@@ -165,30 +181,40 @@ def kept_or_computed(
     whole: bool = False,
     keep: bool = True,
     on_progress=None,
+    listing: str | None = None,
+    read: bool = True,
 ) -> dict[str, dict]:
     """Stage 2: run id -> the run's document (run_docs), read back where a result is kept under
-    the run's key (src, keys: select_runs), else computed (one analyze_compute.compute() for all
-    of them) and kept, with the run's fleet row (kept_fleet_row). whole: keys holds every run of
-    the lake (then the kept results of runs the lake no longer holds are removed)."""
-    docs = read_kept(lake, keys) if keep else {}
+    the run's key (src, keys, listing: select_runs), else computed (one analyze_compute.compute()
+    for all of them) and kept, with the run's fleet row (kept_fleet_row; written again for a run
+    read back whose row is missing or unreadable). Nothing computed is kept when the lake's
+    listing changed while it was computed (an ingest or forget committed meanwhile: what was
+    computed may mix the two states). whole: keys holds every run of the lake (then the kept
+    results of runs the lake no longer holds are removed); read: False computes every run
+    (--recompute) and keeps the new results when keep."""
+    docs = read_kept(lake, keys) if keep and read else {}
     missing = [r for r in keys if r not in docs]
     if on_progress is not None and not missing:
         on_progress("kept", 1, 1)
+    no_row = [r for r, d in docs.items() if d["runs"] and not results_fleet.fleet_ok(lake.root, r, keys[r])]
+    if (missing or no_row) and src is None:
+        src = lake.sources(None if whole else sorted(keys))
     if missing:
         from .analyze_compute import compute
 
-        if src is None:
-            src = lake.sources(None if whole else sorted(keys))
         # every run: the connection reads the lake unfiltered (its cheapest form)
         scope = None if whole and len(missing) == len(keys) else missing
         fresh = compute(lake, runs=scope, on_progress=on_progress, **options)
+        same = listing is not None and results.listing_signature(lake.root) == listing
         for run_id, doc in run_docs(fresh, missing).items():
             data = results.encode(doc)
             docs[run_id] = results.decode(data)
-            if keep and results.write(lake.root, run_id, keys[run_id], data):
-                row = kept_fleet_row(options, run_id, docs[run_id], src, keys[run_id])
-                if row is not None:
-                    results.write_fleet(lake.root, run_id, keys[run_id], row)
+            if keep and same and results.write(lake.root, run_id, keys[run_id], data):
+                no_row.append(run_id)
+    for run_id in no_row if keep else ():
+        row = kept_fleet_row(options, run_id, docs[run_id], src, keys[run_id])
+        if row is not None:
+            results_fleet.write_fleet(lake.root, run_id, keys[run_id], row)
     if keep and whole:
         results.prune(lake.root, set(keys))
     return docs
@@ -196,7 +222,7 @@ def kept_or_computed(
 
 def kept_fleet_row(options: dict, run_id: str, doc: dict, src: pl.DataFrame, key: str) -> pa.Table | None:
     """The run's row of the fleet view (pipeline/fleet.py fleet_rows of its document) with the
-    kept-result columns (results.FLEET_EXTRA): the key, the options as JSON, the sources' digest
+    kept-result columns (results_fleet.FLEET_EXTRA): the key, the options as JSON, the sources' digest
     and the time it was computed; None for a run without a row (its files all failed)."""
     import polars as pl
 
@@ -209,11 +235,11 @@ def kept_fleet_row(options: dict, run_id: str, doc: dict, src: pl.DataFrame, key
     extra = {
         "key": key,
         "options": json.dumps(options, sort_keys=True),
-        "sources_digest": results.sources_digest(mine),
+        "sources_digest": results_fleet.sources_digest(mine),
         "computed_at_ns": time.time_ns(),
     }
     return rows.with_columns(
-        pl.lit(v, getattr(pl, t)).alias(n) for (n, t, _), v in zip(results.FLEET_EXTRA, extra.values())
+        pl.lit(v, getattr(pl, t)).alias(n) for (n, t, _), v in zip(results_fleet.FLEET_EXTRA, extra.values())
     ).to_arrow()
 
 

@@ -54,6 +54,7 @@ def analyze_on_cluster(
     gpu_hour_cost: float | None = None,
     on_progress=None,
     keep: bool = True,
+    recompute: bool = False,
 ) -> tuple[dict, list[RunFailure]]:
     """analyze(lake, ...) computed one run per Dask task on the cluster at `scheduler`.
 
@@ -62,7 +63,8 @@ def analyze_on_cluster(
     FileNotFoundError if the lake does not exist, SchedulerError when the scheduler cannot be
     reached. runs: only these runs (None: every run of the lake). on_progress(run_id, done,
     total), if given, is called as each run's task finishes (or fails). keep: read the kept
-    results and have the workers keep theirs (False: every run is a task, nothing kept)."""
+    results and have the workers keep theirs (False: every run is a task, nothing kept);
+    recompute: every run is a task, and the workers keep their new results."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
     options = dict(
@@ -76,14 +78,14 @@ def analyze_on_cluster(
         global_tokens_per_step=global_tokens_per_step,
         gpu_hour_cost=gpu_hour_cost,
     )
-    src, keys = select_runs(lake, runs, options, keep=keep)
-    docs = read_kept(lake, keys) if keep else {}
+    src, keys, _ = select_runs(lake, runs, options, keep=keep and not recompute)
+    docs = read_kept(lake, keys) if keep and not recompute else {}
     root = str(lake.root.absolute())
     failures: dict[str, str] = {}
     missing = [r for r in sorted(keys) if r not in docs]
     if missing:
         with client(scheduler) as c:
-            task = {**options, "keep": keep}
+            task = {**options, "keep": keep, "recompute": recompute}
             futures = [(r, c.submit(_analyze_run, root, r, task, pure=False)) for r in missing]
             for r, fut in futures:
                 try:

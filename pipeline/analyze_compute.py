@@ -131,6 +131,7 @@ def compute(
         global_tokens_per_step=global_tokens_per_step,
         metric_views=nccl_findings.VIEWS if nccl else (),  # the rest it runs itself (query.run_many)
         skip_views=() if nccl else ("50_nccl",),  # the NCCL logs' joins to the traces
+        fleet=False,  # runs_overview: not read by the analysis
     )
     advance("connect")
     m = query.run_many(con, names, query.query_workers(lake, runs), on_done=advance)

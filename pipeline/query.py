@@ -46,7 +46,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import catalog, results, upgrade
+from . import catalog, results_fleet, upgrade
 from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
@@ -81,13 +81,16 @@ def connect(
     palm_flops_per_token: float | None = None,
     global_tokens_per_step: float | None = None,
     skip_views: tuple[str, ...] = (),
+    fleet: bool = True,
 ) -> duckdb.DuckDBPyConnection:
     """The connection described in the module doc. parts: read these Parquet files per table
     instead of the lake's (one staged source, pipeline/local.py; files of the current schema,
     outside the run= layout), `lake` then only names it. local_results=False: never read the
     per-source results (use_local), always the full metric files. skip_views: stems of
     queries/views files not to run (analyze leaves out 50_nccl, the NCCL logs' joins to the traces,
-    for runs without NCCL inputs: binding it cost a small job 30 ms). An ingest committing meanwhile
+    for runs without NCCL inputs: binding it cost a small job 30 ms). fleet: bind `runs_overview`
+    (pipeline/results_fleet.py bind_overview; it reads every kept fleet row's footer, which the metric
+    pass does not need). An ingest committing meanwhile
     (`--force` replaces a source's parts) can remove a part between listing and reading it: the
     lake is then listed again, up to 10 times. Raises ValueError for a bad window or override,
     duckdb.Error for an unreadable lake."""
@@ -110,6 +113,7 @@ def connect(
                 palm_flops_per_token,
                 global_tokens_per_step,
                 skip_views,
+                fleet,
             )
         except duckdb.IOException as e:
             if attempt == 9 or "No files found" not in str(e) and "No such file" not in str(e):
@@ -135,6 +139,7 @@ def _connect(
     palm_flops_per_token=None,
     global_tokens_per_step=None,
     skip_views=(),
+    fleet=True,
 ):
     def files_of(t: str, committed=None) -> list[str]:
         return list(parts.get(t, ())) if parts is not None else lake.table_files(t, runs, committed)
@@ -204,8 +209,8 @@ def _connect(
         con.register(f"_{name}", arrow)
         con.execute(f"CREATE TABLE {name} AS SELECT * FROM _{name}")
         con.unregister(f"_{name}")
-    if parts is None:  # the fleet view: each run's newest kept analysis (pipeline/results.py)
-        results.bind_overview(con, lake.root)
+    if parts is None and fleet:  # the fleet view: each run's newest kept analysis (pipeline/results.py)
+        results_fleet.bind_overview(con, lake.root)
     # the NCCL-family formats (views/05_macros.sql doc), from their one list in pipeline/schema.py
     fams = ", ".join("'" + f + "'" for f in sch.NCCL_FORMATS)
     con.execute(f"CREATE OR REPLACE MACRO nccl_family(format) AS format IN ({fams})")
@@ -475,10 +480,11 @@ def for_query(text: str) -> dict:
     words = set(re.findall(r"[a-z_][a-z0-9_]*", text.lower()))
     if words & _CATALOG_WORDS or any(w.startswith("duckdb_") for w in words):
         return {}
+    fleet = "runs_overview" in words
     metrics = tuple(n for n in metric_names() if n in words)
     if metrics or words & derived_view_names():
-        return {"metric_views": metrics}
-    return {"derived_views": False}
+        return {"metric_views": metrics, "fleet": fleet}
+    return {"derived_views": False, "fleet": fleet}
 
 
 def sql_count(con: duckdb.DuckDBPyConnection, text: str) -> int:

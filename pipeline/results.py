@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import uuid
 from functools import cache
@@ -46,7 +47,6 @@ import msgspec
 
 if TYPE_CHECKING:  # imported where used: reading a kept result needs neither
     import polars as pl
-    import pyarrow as pa
 
 from . import objstore
 from .paths import CATALOG_DIR, QUERIES_DIR, SCHEMAS_DIR
@@ -54,24 +54,25 @@ from .paths import CATALOG_DIR, QUERIES_DIR, SCHEMAS_DIR
 DIR = "results"
 KEEP = 4  # option sets kept per run
 _FORMAT = "tracelake.kept/1"  # the file's own format (a change of it is a change of the key)
-FLEET_SUFFIX = ".fleet.parquet"
+# the names of the files a run's directory of kept results holds (a key is 64 hex digits)
+_KEPT_NAME = re.compile(r"[0-9a-f]{64}(\.json|\.fleet\.parquet)|\.tmp-[0-9a-f]{32}")
 STATE = "_state.json"  # the keys of the lake's runs for its current listing (known_keys)
-# the columns a kept fleet row has beyond pipeline/fleet.py FLEET_COLUMNS: (name, polars type
-# name, doc)
-FLEET_EXTRA = [
-    ("key", "String", "the key of the kept result the row was made from (pipeline/results.py)"),
-    ("options", "String", "the analysis options it was computed with, as a JSON object"),
-    ("sources_digest", "String", "sources_digest() of the run's sources when it was computed"),
-    ("computed_at_ns", "Int64", "when it was computed, ns since the Unix epoch"),
-]
 
 
 @cache
 def code_fingerprint() -> str:
     """SHA-256 (hex) of every file that decides an analysis: the package's Python modules (its
     __init__.py holds tracelake's version) and catalog, queries/**/*.sql, schemas/*.toml (about
-    190 files, 8 ms on this machine, once per process)."""
+    190 files, 8 ms on this machine, once per process), and the versions of DuckDB, polars,
+    pyarrow and msgspec (read from their installed metadata, not imported)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     h = hashlib.sha256(f"{_FORMAT}\0".encode())
+    for lib in ("duckdb", "polars", "pyarrow", "msgspec"):  # the libraries the numbers come from
+        try:
+            h.update(f"{lib}={version(lib)}\0".encode())
+        except PackageNotFoundError:
+            pass
     package = Path(__file__).resolve().parent
     groups = (
         (package, ("*.py",)),
@@ -124,9 +125,19 @@ def listing_signature(lake_root: Path) -> str:
     (the `sources` parts and the compaction manifests): any commit, forget, compaction or upgrade
     that changes a `sources` row changes one of them. A directory listing and one small file read
     (5,000 sources: a few ms)."""
+    return _listing(lake_root)[0]
+
+
+_RUN_DIR = re.compile(r"run=(.+?)(\.json)?")
+
+
+def _listing(lake_root) -> tuple[str, set[str]]:
+    """(listing_signature, the run ids the listing shows: a `sources` directory run=<id> holding a
+    file, or a compaction manifest run=<id>.json)."""
     if objstore.is_url(lake_root):
         return _remote_signature(lake_root)
-    h = hashlib.sha256(lake_marker(lake_root).encode())  # the schema version: an older lake is upgraded
+    h = hashlib.sha256(lake_marker(lake_root).encode())
+    runs: set[str] = set()
     for sub in ("sources", "_compacted"):
         h.update(f"\0{sub}\0".encode())
         stack = [Path(lake_root) / sub]
@@ -146,7 +157,11 @@ def listing_signature(lake_root: Path) -> str:
                     continue
                 rel = os.path.relpath(e.path, lake_root)
                 h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
-    return h.hexdigest()
+                part = rel.split(os.sep)
+                m = _RUN_DIR.fullmatch(part[1]) if len(part) >= 2 else None
+                if m and not e.name.startswith("."):
+                    runs.add(m.group(1))
+    return h.hexdigest(), runs
 
 
 def _options_key(options: dict) -> str:
@@ -157,18 +172,22 @@ def known_keys(lake_root: Path, options: dict, runs: list[str] | None) -> dict[s
     """run id -> key of the runs (None: every run of the lake) as remember_keys() stored them for
     these options, when the lake's listing (listing_signature) and the code (code_fingerprint)
     are still those; None otherwise (the keys must be computed from the `sources` rows)."""
-    try:
-        state = msgspec.json.decode(_read_bytes(lake_root, STATE))
-    except (OSError, msgspec.DecodeError):
-        return None
+    state = _decoded(lambda: _read_bytes(lake_root, STATE))
     if not isinstance(state, dict) or state.get("code") != code_fingerprint():
         return None
-    known = (state.get("keys") or {}).get(_options_key(options))
-    if not isinstance(known, dict) or state.get("listing") != listing_signature(lake_root):
+    keys_of = state.get("keys")
+    known = keys_of.get(_options_key(options)) if isinstance(keys_of, dict) else None
+    keys = known.get("runs") if isinstance(known, dict) else None
+    if not isinstance(keys, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in keys.items()
+    ):
         return None
-    keys = known.get("runs") or {}
+    listing, present = _listing(lake_root)
+    if state.get("listing") != listing:
+        return None
     if runs is None:
-        return dict(keys) if known.get("whole") else None
+        # every run the listing shows, no more, no fewer (a state file edited by hand is not trusted)
+        return dict(keys) if known.get("whole") is True and set(keys) == present else None
     if not all(r in keys for r in runs):
         return None
     return {r: keys[r] for r in sorted(set(runs))}
@@ -183,19 +202,17 @@ def remember_keys(
     time). Other option sets of the same listing are kept; nothing is raised when the lake cannot
     be written."""
     path = Path(lake_root) / DIR / STATE
-    try:
-        state = msgspec.json.decode(_read_bytes(lake_root, STATE))
-        if (
-            not isinstance(state, dict)
-            or state.get("listing") != listing
-            or state.get("code") != code_fingerprint()
-        ):
-            state = None
-    except (OSError, msgspec.DecodeError):
-        state = None
-    state = state or {"listing": listing, "code": code_fingerprint(), "keys": {}}
+    state = _decoded(lambda: _read_bytes(lake_root, STATE))
+    if (
+        not isinstance(state, dict)
+        or state.get("listing") != listing
+        or state.get("code") != code_fingerprint()
+        or not isinstance(state.get("keys"), dict)
+    ):
+        state = {"listing": listing, "code": code_fingerprint(), "keys": {}}
     opt = _options_key(options)
-    before = state["keys"].get(opt) or {}
+    before = state["keys"].get(opt)
+    before = before if isinstance(before, dict) and isinstance(before.get("runs"), dict) else {}
     if whole:
         state["keys"][opt] = {"whole": True, "runs": keys}
     else:
@@ -218,15 +235,37 @@ def _dir(lake_root: Path, run_id: str) -> Path:
     return Path(lake_root) / DIR / run_id
 
 
-def read(lake_root: Path, run_id: str, key: str) -> dict | None:
-    """The kept document of run_id under key, or None when there is none (or it cannot be read)."""
-    path = _dir(lake_root, run_id) / f"{key}.json"
+def _decoded(read):
+    """The JSON value read() gives, or None when it cannot be read or decoded (a kept file is a
+    cache: a damaged one, however damaged, is computed again, never an error)."""
     try:
-        data = _read_bytes(lake_root, f"{run_id}/{key}.json")
-        doc = msgspec.json.decode(data)
-    except (OSError, msgspec.DecodeError):
+        return msgspec.json.decode(read())
+    except (OSError, msgspec.DecodeError, RecursionError, MemoryError, ValueError):
         return None
-    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("doc"), dict):
+
+
+def well_formed(doc, run_id: str) -> bool:
+    """Whether doc has the shape of a run's kept document (pipeline/analyze.py run_docs): every
+    list of the document's LIST_KEYS, each row a dict of this run, and the notes as strings."""
+    from .analyze_doc import LIST_KEYS
+
+    if not isinstance(doc, dict) or set(doc) != {*LIST_KEYS, "notes"}:
+        return False
+    for k in LIST_KEYS:
+        rows = doc[k]
+        if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and r.get("run_id") == run_id for r in rows
+        ):
+            return False
+    return isinstance(doc["notes"], list) and all(isinstance(n, str) for n in doc["notes"])
+
+
+def read(lake_root: Path, run_id: str, key: str) -> dict | None:
+    """The kept document of run_id under key, or None when there is none (or it cannot be read,
+    or is not a run's document: well_formed)."""
+    path = _dir(lake_root, run_id) / f"{key}.json"
+    doc = _decoded(lambda: _read_bytes(lake_root, f"{run_id}/{key}.json"))
+    if not isinstance(doc, dict) or doc.get("key") != key or not well_formed(doc.get("doc"), run_id):
         return None
     try:
         if not objstore.is_url(lake_root):
@@ -264,51 +303,6 @@ def write(lake_root: Path, run_id: str, key: str, data: bytes) -> bool:
         return True
     except OSError:
         return False
-
-
-def write_fleet(lake_root: Path, run_id: str, key: str, table: pa.Table) -> bool:
-    """Keep the run's fleet row (pipeline/fleet.py fleet_rows, with the kept-result columns of
-    FLEET_EXTRA) beside its document, as <key>.fleet.parquet (the `runs_overview` view reads
-    them: pipeline/query.py). Returns whether it was kept."""
-    if objstore.is_url(lake_root):
-        import io
-
-        import pyarrow.parquet as pq
-
-        buf = io.BytesIO()
-        pq.write_table(table, buf)
-        return _remote_keep(lake_root, run_id, f"{key}{FLEET_SUFFIX}", buf.getvalue())
-    d = _dir(lake_root, run_id)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        import pyarrow.parquet as pq
-
-        tmp = d / f".tmp-{uuid.uuid4().hex}"
-        pq.write_table(table, tmp)
-        os.replace(tmp, d / f"{key}{FLEET_SUFFIX}")
-        return True
-    except OSError:
-        return False
-
-
-def fleet_files(lake_root: Path) -> list[str]:
-    """Every kept fleet row's file of the lake (sorted paths; s3:// URLs for a lake there)."""
-    if objstore.is_url(lake_root):
-        found = _remote_find(lake_root)
-        return sorted(objstore.url_of(k) for k in found if k.endswith(FLEET_SUFFIX))
-    base = Path(lake_root) / DIR
-    try:
-        return sorted(str(p) for p in base.glob(f"*/*{FLEET_SUFFIX}"))
-    except OSError:
-        return []
-
-
-def sources_digest(sources: pl.DataFrame) -> str:
-    """MD5 (hex) of the run's sources as `runs_overview` recomputes it in SQL to say whether a kept
-    row is current: "source_id/ingested_at_ns" of each source, in source id order, joined by
-    commas (md5 of DuckDB's string_agg(..., ',' ORDER BY source_id))."""
-    rows = sorted(zip(sources["source_id"].to_list(), sources["ingested_at_ns"].to_list()))
-    return hashlib.md5(",".join(f"{s}/{t}" for s, t in rows).encode()).hexdigest()
 
 
 def _trim(d: Path) -> None:
@@ -358,51 +352,21 @@ def prune(lake_root: Path, run_ids: set[str]) -> None:
             pass
         return
     base = Path(lake_root) / DIR
+    if base.is_symlink():  # results/ elsewhere: not the lake's own to remove from
+        return
     try:
         children = list(base.iterdir())
     except OSError:
         return
     for p in children:
-        if p.is_dir() and p.name not in run_ids:
+        if p.name in run_ids or p.is_symlink() or not p.is_dir():
+            continue
+        try:
+            ours = all(_KEPT_NAME.fullmatch(f.name) and not f.is_symlink() for f in p.iterdir())
+        except OSError:
+            continue
+        if ours:  # only the files this module writes: a directory of anything else is left alone
             shutil.rmtree(p, ignore_errors=True)
-
-
-def bind_overview(con, lake_root: Path) -> None:
-    """Create the `runs_overview` view on a DuckDB connection whose `sources` view is bound: the
-    newest kept fleet row of each run the lake holds (fleet_files), with `current` (whether the
-    run's sources are still those it was computed from: sources_digest recomputed in SQL). The
-    rows are read only when the view is queried; a lake without kept rows gives an empty view of
-    the same columns."""
-    files = fleet_files(lake_root)
-    if files:
-        listed = ", ".join(
-            "'" + f.replace("'", "''").replace("[", "[[]").replace("*", "[*]") + "'" for f in files
-        )
-        con.execute(
-            "CREATE VIEW internal.fleet_kept AS "
-            f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
-        )
-    else:
-        import polars as pl
-
-        from .fleet import FLEET_SCHEMA  # the columns of an empty view (no kept row yet)
-
-        extra = {n: getattr(pl, t) for n, t, _ in FLEET_EXTRA}
-        empty = pl.DataFrame(schema={**FLEET_SCHEMA, **extra}).to_arrow()
-        con.register("_fleet_empty", empty)
-        con.execute("CREATE TABLE internal.fleet_kept AS SELECT * FROM _fleet_empty")
-        con.unregister("_fleet_empty")
-    con.execute(
-        "CREATE VIEW runs_overview AS "
-        "SELECT k.* EXCLUDE (key, sources_digest, options, computed_at_ns), "
-        "k.sources_digest = d.digest AS current, k.computed_at_ns, k.options "
-        "FROM internal.fleet_kept k JOIN ("
-        "  SELECT run_id, md5(string_agg(source_id || '/' || CAST(ingested_at_ns AS VARCHAR), ',' "
-        "  ORDER BY source_id)) AS digest FROM sources GROUP BY run_id"
-        ") d USING (run_id) "
-        "QUALIFY row_number() OVER (PARTITION BY k.run_id ORDER BY k.computed_at_ns DESC) = 1 "
-        "ORDER BY k.run_id"
-    )
 
 
 # ------------------------------------------------------------------ a lake at an s3:// URL
@@ -437,17 +401,21 @@ def _remote_find(lake_root) -> dict[str, dict]:
         return {}
 
 
-def _remote_signature(lake_root) -> str:
+def _remote_signature(lake_root) -> tuple[str, set[str]]:
+    """_listing() of a lake in a bucket: the sources objects' names, sizes and ETags."""
     h = hashlib.sha256(b"\0sources\0")
+    base = f"{objstore.key(str(lake_root))}/sources"
     try:
-        found = objstore.filesystem().find(
-            f"{objstore.key(str(lake_root))}/sources", detail=True, withdirs=False
-        )
+        found = objstore.filesystem().find(base, detail=True, withdirs=False)
     except Exception:
         found = {}
+    runs = set()
     for k in sorted(found):
         h.update(f"{k}\0{found[k].get('size')}\0{found[k].get('ETag')}\n".encode())
-    return h.hexdigest()
+        m = _RUN_DIR.fullmatch(k[len(base) + 1 :].split("/")[0])
+        if m:
+            runs.add(m.group(1))
+    return h.hexdigest(), runs
 
 
 def _remote_keep(lake_root, run_id: str, name: str, data: bytes) -> bool:

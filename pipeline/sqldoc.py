@@ -330,10 +330,10 @@ _FLEET_UNITS = {"ns": "ns", "pct": "%", "": ""}
 
 
 def _overview_doc() -> ObjectDoc:
-    """runs_overview (pipeline/results.py bind_overview): the fleet view's columns
+    """runs_overview (pipeline/results_fleet.py bind_overview): the fleet view's columns
     (pipeline/fleet.py FLEET_COLUMNS), then current, computed_at_ns and options."""
     from .fleet import FLEET_COLUMNS
-    from .results import FLEET_EXTRA
+    from .results_fleet import FLEET_EXTRA
 
     def duck(t) -> str:
         if str(t).startswith("Datetime"):
@@ -362,7 +362,7 @@ def _overview_doc() -> ObjectDoc:
         "kept",
         "One row per run of the lake from its newest kept analysis (the fleet view of `tracelake runs`).",
         tuple(cols),
-        "pipeline/results.py",
+        "pipeline/results_fleet.py",
         "Each run's row is kept with its analysis by `tracelake analyze`, `report`, `run` or `runs` "
         "(docs/usage.md, Kept results); a run never analysed has none.",
     )

@@ -42,6 +42,9 @@ FORBIDDEN = {
     # kept results: files under the lake, keyed by sources rows, options and code; no room's logic
     "results": {"lake", "query", "local", "analyze", "analyze_compute", "analyze_cluster"}
     | {"ingest", "diagnosis", "report", "cli", "cluster", "whatif", "timeline"},
+    # the kept fleet rows and runs_overview: results' files, the fleet view's columns
+    "results_fleet": {"lake", "query", "local", "analyze", "analyze_compute", "analyze_cluster"}
+    | {"ingest", "report", "cli", "cluster", "whatif", "timeline"},
     "report": {"ingest", "query", "analyze_cluster", "cli", "cluster"},
     # the fleet view: rows of the analysis document, between diagnosis and report
     "fleet": {"ingest", "query", "local", "analyze", "analyze_cluster", "cluster", "report", "cli"},

@@ -13,7 +13,7 @@ import shutil
 import pytest
 from conftest import REPO, corpus
 
-from pipeline import analyze_compute, results
+from pipeline import analyze_compute, results, results_fleet
 from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -272,3 +272,119 @@ def test_keys_remembered_for_some_runs_serve_those_runs_only(lake, computed):
     whole = analyze(lake)
     assert computed == [["hta_trace_filter"], ["broken", "dlrm_kineto"]]  # the kept run read back
     assert kept_analysis(lake.root, {}) == whole
+
+
+# ------------------------------------------------------------- damaged, hostile or racing state
+# (found by trying the archive features as a user would, then attacking them)
+
+
+def _kept_json(lake, run_id):
+    (f,) = [p for p in (lake.root / "results" / run_id).glob("*.json")]
+    return f
+
+
+def test_nothing_is_kept_when_the_lake_changed_while_computing(lake, computed, monkeypatch):
+    """An ingest or forget that commits while the runs are computed: the answer is returned but not
+    kept (its key was made from the sources rows before), and the next analysis computes again."""
+    real = analyze_compute.compute
+
+    def racing(lk, runs=None, **kw):
+        doc = real(lk, runs=runs, **kw)
+        with lk.lock():  # a forget commits meanwhile
+            lk.forget([("hta_trace_filter", lk.sources(["hta_trace_filter"])["source_id"][0])])
+        return doc
+
+    monkeypatch.setattr(analyze_compute, "compute", racing)
+    analyze(lake)
+    assert not list((lake.root / "results").glob("*/*.json"))
+    monkeypatch.setattr(analyze_compute, "compute", real)
+    doc = analyze(lake)
+    assert [r["run_id"] for r in doc["runs"]] == ["dlrm_kineto"]
+    assert _json(doc) == _json(analyze(lake, keep=False))
+
+
+def test_damaged_or_missing_fleet_rows_break_nothing_and_are_written_again(lake):
+    from pipeline import query
+    from pipeline.analyze import kept_analysis
+
+    analyze(lake)
+    rows = sorted((lake.root / "results").glob("*/*.fleet.parquet"))
+    assert [p.parent.name for p in rows] == ["dlrm_kineto", "hta_trace_filter"]
+    rows[0].write_bytes(rows[0].read_bytes()[:100])  # cut
+    rows[1].unlink()
+    con = query.connect(lake)
+    assert con.execute("SELECT count(*) FROM gpu_activities").fetchall()[0][0] > 0
+    assert con.execute("SELECT count(*) FROM runs_overview").fetchall()[0][0] == 0  # none readable
+    assert kept_analysis(lake.root, {}) is None  # the CLI's fast path leaves the repair to analyze
+    analyze(lake)
+    assert all(results_fleet.fleet_ok(lake.root, p.parent.name, p.name.split(".")[0]) for p in rows)
+    got = query.connect(lake).execute("SELECT run_id, current FROM runs_overview").fetchall()
+    assert got == [("dlrm_kineto", True), ("hta_trace_filter", True)]
+
+
+def test_recompute_replaces_a_kept_result_altered_by_hand(lake):
+    good = analyze(lake)
+    f = _kept_json(lake, "dlrm_kineto")
+    f.write_bytes(f.read_bytes().replace(b'"verdict":"', b'"verdict":"not-'))
+    assert analyze(lake)["verdicts"] != good["verdicts"]  # valid JSON under the right key: served
+    assert _json(analyze(lake, recompute=True)) == _json(good)
+    assert _json(analyze(lake)) == _json(good)  # kept again, replaced
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"[" * 200_000,  # deep nesting
+        b'{"key": "KEY", "doc": {}}',
+        b'{"key": "KEY", "doc": {"runs": 5}}',
+        b'{"key": "KEY", "doc": DOC_NO_RUN_ID}',
+    ],
+)
+def test_a_malformed_kept_document_is_computed_again(lake, computed, damage):
+    good = analyze(lake)
+    f = _kept_json(lake, "dlrm_kineto")
+    key = f.stem
+    part = json.loads(f.read_bytes())["doc"]
+    part["findings"] = [{"junk": 1}]
+    damage = damage.replace(b"KEY", key.encode()).replace(b"DOC_NO_RUN_ID", json.dumps(part).encode())
+    f.write_bytes(damage)
+    computed.clear()
+    assert _json(analyze(lake)) == _json(good)
+    assert computed == [["dlrm_kineto"]]
+
+
+@pytest.mark.parametrize("edit", ["runs_as_list", "a_run_left_out", "deep"])
+def test_a_state_file_edited_by_hand_is_not_trusted(lake, computed, edit):
+    good = analyze(lake)
+    state = lake.root / "results" / "_state.json"
+    s = json.loads(state.read_bytes())
+    (opt,) = s["keys"]
+    if edit == "runs_as_list":
+        s["keys"][opt]["runs"] = ["a"]
+    elif edit == "a_run_left_out":
+        del s["keys"][opt]["runs"]["hta_trace_filter"]
+    state.write_text(json.dumps(s) if edit != "deep" else "[" * 200_000)
+    computed.clear()
+    assert _json(analyze(lake)) == _json(good)
+    assert computed == []  # the keys were computed from the sources rows again; the runs were kept
+
+
+def test_prune_removes_only_its_own_run_directories(lake, tmp_path):
+    analyze(lake)
+    mine = lake.root / "results" / "my-notes"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with lake.lock():
+        lake.forget([("hta_trace_filter", s) for s in lake.sources(["hta_trace_filter"])["source_id"]])
+    analyze(lake)
+    assert (mine / "notes.txt").read_text() == "keep me"
+    assert not (lake.root / "results" / "hta_trace_filter").exists()
+    # results/ as a link to elsewhere: nothing there is removed
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(lake.root / "results", elsewhere)
+    (lake.root / "results").symlink_to(elsewhere)
+    (elsewhere / "important").mkdir()
+    (elsewhere / "important" / f"{'0' * 64}.json").write_text("{}")
+    (elsewhere / "_state.json").unlink()
+    analyze(lake)
+    assert (elsewhere / "important").exists()

@@ -69,15 +69,15 @@ def _analysis(
     scheduler: str | None = None,
     runs: list[str] | None = None,
     quiet: bool = False,
-    keep: bool = True,
+    recompute: bool = False,
 ) -> tuple[dict, int]:
     """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
     layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost), all None when
     not given; top_n: kernels kept per run; scheduler: a Dask scheduler's address to analyse on,
     one task per run (each run whose task fails gets a warning here and a note in the document;
     the code is then EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only
-    these runs (a usage error names any the lake does not hold); quiet: no progress bar; keep:
-    read and write the runs' kept results (False: --recompute). Raises
+    these runs (a usage error names any the lake does not hold); quiet: no progress bar;
+    recompute: compute every run again (and keep the new results) instead of reading them. Raises
     Exit(2) when lake_dir holds no lake."""
     try:
         return _analysis_of(
@@ -91,7 +91,7 @@ def _analysis(
             scheduler=scheduler,
             runs=runs,
             quiet=quiet,
-            keep=keep,
+            recompute=recompute,
         )
     except Exception as e:
         # a lake that cannot be read: the lake's own errors and DuckDB's (neither module is
@@ -163,14 +163,14 @@ def _analysis_of(
     scheduler,
     runs,
     quiet,
-    keep,
+    recompute,
 ):
     from ..analyze import kept_analysis
 
     window_options = _window_options(window, kernel_wait_us, peak_tflops)
     model = _model_options(model_flops_per_step, *palm_shape)
     options = dict(**window_options, top_n=top_n, **model)
-    if keep and (Path(lake_dir) / "TRACELAKE").exists():
+    if not recompute and (Path(lake_dir) / "TRACELAKE").exists():
         # every run's result kept for the lake as it is: read back without opening the lake's
         # Parquet (nor importing polars, pyarrow or DuckDB; pipeline/results.py known_keys); runs
         # named as the lake stores them (others are resolved below, from the sources table)
@@ -181,7 +181,7 @@ def _analysis_of(
     lake = existing_lake(lake_dir)
     if runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
-    options.update(runs=sorted(set(runs)) if runs else None, keep=keep)
+    options.update(runs=sorted(set(runs)) if runs else None, recompute=recompute)
     if not scheduler:
         from ..analyze import analyze
 
@@ -251,7 +251,7 @@ def analyze(
         scheduler=scheduler,
         runs=runs,
         quiet=quiet,
-        keep=not recompute,
+        recompute=recompute,
     )
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
@@ -426,7 +426,7 @@ def report(
         scheduler=scheduler,
         runs=runs,
         quiet=quiet,
-        keep=not recompute,
+        recompute=recompute,
     )
     base = None
     if baseline:
@@ -440,7 +440,7 @@ def report(
             top_n=None,
             scheduler=scheduler,
             quiet=quiet,
-            keep=not recompute,
+            recompute=recompute,
         )
         code = max(code, base_code)
     text = _render(res, fmt, base, quiet)
@@ -532,7 +532,7 @@ def run(
         scheduler=scheduler,
         runs=sorted(runs),
         quiet=quiet,
-        keep=not recompute,
+        recompute=recompute,
     )
     code = max(code, acode)
     if str(output) == "-":

@@ -203,7 +203,7 @@ def runs(
         scheduler=scheduler,
         runs=only_runs,
         quiet=quiet,
-        keep=not recompute,
+        recompute=recompute,
     )
     from .app import existing_lake
 
