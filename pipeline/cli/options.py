@@ -16,7 +16,7 @@ PATHS = typer.Argument(
     show_default=False,
     help="Traces, exports and logs (Kineto .json/.json.gz; Nsight Systems .sqlite, *_pqtdir/, "
     ".nsys-rep/.qdrep; NCCL logs; .tar, .tar.gz and .zip archives of them) or directories, searched "
-    "recursively.",
+    "recursively; or s3://bucket/prefix URLs (docs/usage.md, Object storage).",
 )
 LAKE = typer.Option(
     Path(".tracelake"),
@@ -25,7 +25,7 @@ LAKE = typer.Option(
     envvar="TRACELAKE_LAKE",
     show_envvar=True,
     metavar="DIR",
-    help="Lake directory.",
+    help="Lake directory, or an s3://bucket/prefix URL (docs/usage.md, Object storage).",
 )
 RUN = typer.Option(
     None,
@@ -64,7 +64,7 @@ def _scheduler(what: str):
         "--scheduler",
         metavar="ADDRESS",
         help=f"Address of an existing Dask scheduler (tcp://host:8786) to work on: {what} "
-        "(the lake and the traces on a file system its workers share).",
+        "(the lake and the traces on a file system its workers share, or s3:// URLs).",
     )
 
 
