@@ -141,6 +141,29 @@ def test_a_lake_in_a_bucket_answers_as_a_local_one(s3, reference):
     assert not objstore.filesystem().exists("lakes/nightly/.lock")  # released
 
 
+def test_a_nightly_ingest_fetches_only_new_or_replaced_objects(s3, monkeypatch):
+    import time
+
+    from pipeline.ingest import objects
+
+    fs = objstore.filesystem()
+    fs.put(str(s3 / "2026-11-04") + "/", "traces/nightly/2026-11-04/", recursive=True)
+    time.sleep(objects.MODIFIED_MARGIN_S + 0.1)  # written before this first ingest, by the margin
+    lake = Lake("s3://lakes/nightly-skips")
+    assert [r.status for r in ingest_paths(["s3://traces/nightly/"], lake)] == ["ok", "ok"]
+    fetched, real_open = [], objects.ObjectInput.open
+    monkeypatch.setattr(objects.ObjectInput, "open", lambda self: fetched.append(self.url) or real_open(self))
+    res = ingest_paths(["s3://traces/nightly/"], lake)
+    assert [r.status for r in res] == ["skipped", "skipped"] and fetched == []
+    # a rank file written again (other bytes) is read again; the unchanged one still is not
+    rank1 = "traces/nightly/2026-11-04/job-a/sampled_rank-1.json.gz"
+    fs.pipe_file(rank1, fs.cat_file("traces/nightly/2026-11-04/job-a/sampled_rank-0.json.gz"))
+    res = ingest_paths(["s3://traces/nightly/"], lake)
+    assert fetched == [f"s3://{rank1}"]  # hashed; its new bytes are rank 0's, already held: not parsed
+    assert [r.status for r in res] == ["skipped", "skipped"]
+    assert "already in the lake" in " ".join(res[1].notes)
+
+
 def _cli(*args, env=None, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "pipeline.cli", *args],

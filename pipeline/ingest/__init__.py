@@ -29,13 +29,14 @@ from ..classify import check_regex
 from ..lake import Lake, LakeError, one_line
 from ..lake_compact import AUTO_MIN_SOURCES
 from ..upgrade import upgrade
+from . import objects
 from .commit import FileResult, commit, problem_failure
 from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial, run_threads
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
 from .hold import Pending, hold_runs
-from .rows import MAX_RANK, PASSED_OVER, Options, content_sha256, failed, rank_from_name, read_bytes
-from .runs import Runs, done_entry, done_index, jobs, run_for, stored_identity, stored_sources
+from .rows import MAX_RANK, PASSED_OVER, Options, content_sha256, failed, rank_from_name, read_bytes, skipped
+from .runs import Runs, done_entry, done_index, is_done, jobs, run_for, stored_identity, stored_sources
 
 __all__ = [
     "FileResult",
@@ -124,11 +125,22 @@ def ingest_paths(
                 on_file(res)
 
         work = []
+        seen = (
+            objects.stored_index(stored)
+            if any(isinstance(u.item, objects.ObjectInput) for u in units)
+            else None
+        )
         for u in units:
             if u.kind == "problem":  # named as a healthy file in its place would be (Problem.run)
                 put(problem_failure(lake, u.item.path, run or u.item.run, u.item.error))
             elif u.kind == "refused":
                 put(failed(u.item.display, run_for(u.item.run_name, run), u.item.error))
+            elif (
+                not force
+                and (sha := objects.known_sha(u.item, seen))
+                and is_done(done, sha, run_for(u.item.run_name, run), run is None)
+            ):  # an object in the lake unchanged: not fetched again (ingest/objects.py)
+                put(skipped(u.item.display, done, sha, run_for(u.item.run_name, run), run is None))
             else:
                 work.append(u)
         jobs = jobs or os.cpu_count() or 1

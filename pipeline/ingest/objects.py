@@ -10,7 +10,10 @@ stream like an archive member (Kineto JSON, gzipped or not, and NCCL-family logs
 Systems export is copied to a local scratch file first, prepare.prepare_extracted). Archives
 (.tar, .tar.gz, .tgz, .zip) are not read from a bucket: each gets a failed row saying so.
 
-An object of at most WHOLE_BYTES is fetched once (one GET): hashing reads it and keeps the bytes
+An object the lake already holds, unchanged since it was ingested (known_sha: its URL, size and
+LastModified against the `sources` row), is skipped without being fetched again, so a nightly
+ingest of a whole prefix reads only what is new. An object of at most WHOLE_BYTES is fetched
+once (one GET): hashing reads it and keeps the bytes
 for the parse that follows in the same thread (one object held per thread at most).
 The `sources` row's path is the object's s3:// URL (no credentials: objstore.normalize refuses
 URLs that carry some).
@@ -27,6 +30,7 @@ from . import nccl, streams
 from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES
 
 WHOLE_BYTES = 64 << 20
+MODIFIED_MARGIN_S = 2
 _held = threading.local()  # (url, bytes) of the object last read whole by this thread
 
 
@@ -38,6 +42,7 @@ class ObjectInput:
     run: str | None = None
     length: int = 0
     fmt: str | None = "stream"
+    modified: float | None = None  # LastModified, s since the epoch (known_sha)
 
     @property
     def path(self) -> str:
@@ -148,13 +153,41 @@ def plan_urls(urls, excluded, exclude, not_logs: list | None = None) -> list[tup
                 )
                 out.append(("refused", RefusedObject(obj_url, why, below), 0))
                 continue
-            inp = ObjectInput(obj_url, below, int(found[k].get("size") or 0))
+            when = found[k].get("LastModified")
+            inp = ObjectInput(
+                obj_url, below, int(found[k].get("size") or 0), modified=when and when.timestamp()
+            )
             if low.endswith(LOG_SUFFIXES) and not named and not _looks_like_log(inp):
                 if not_logs is not None:
                     not_logs.append(obj_url)
                 continue
             out.append(("input", inp, inp.length))
     return out
+
+
+def stored_index(stored) -> dict[str, list[tuple[int, int, str]]]:
+    """path -> (size_bytes, ingested_at_ns, content_sha256) of the lake's sources rows whose path is
+    an s3:// URL (stored: runs.stored_sources, the rows that did not fail)."""
+    out: dict[str, list[tuple[int, int, str]]] = {}
+    cols = ("path", "size_bytes", "ingested_at_ns", "content_sha256")
+    for path, size, at, sha in stored.select(cols).iter_rows():
+        if path and objstore.is_url(path) and size is not None and at is not None and sha:
+            out.setdefault(path, []).append((size, at, sha))
+    return out
+
+
+def known_sha(item, index: dict | None) -> str | None:
+    """The content hash of an object the lake holds unchanged, so that a nightly ingest of a whole
+    prefix does not fetch it again: a sources row with its URL as path and its size, whose ingest
+    started more than MODIFIED_MARGIN_S after the object was last written (a replaced object is
+    newer: read again; the margin covers LastModified's whole seconds and the clocks of the store
+    and of the ingesting machine). None otherwise, and for anything but an ObjectInput."""
+    if not index or not isinstance(item, ObjectInput) or item.modified is None:
+        return None
+    after = int((item.modified + MODIFIED_MARGIN_S) * 1e9)
+    return next(
+        (sha for size, at, sha in index.get(item.url, ()) if size == item.length and at > after), None
+    )
 
 
 def published(work, unit, opts, done) -> list:
