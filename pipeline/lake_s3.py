@@ -233,7 +233,8 @@ class S3Files:
         """One source's rows of `table` (None when it has no part)."""
         k = objstore.key(self.part_path(table, run_id, source_id))
         try:
-            return pl.from_arrow(pq.read_table(k, filesystem=self.filesystem, columns=columns))
+            with self.filesystem.open(k, "rb") as f:  # ParquetFile: pq.read_table imports pandas
+                return pl.from_arrow(pq.ParquetFile(f).read(columns=columns))
         except FileNotFoundError:
             return None
 
@@ -250,7 +251,7 @@ class S3Files:
         frames = [pl.from_arrow(sch.empty("sources"))]
         for url, path in zip(files, local):
             try:
-                frames.append(pl.from_arrow(pq.read_table(path)))
+                frames.append(pl.from_arrow(pq.ParquetFile(path).read()))
             except (OSError, pa.ArrowException) as e:
                 raise LakeError(one_line(f"{url}: unreadable sources part ({e})")) from None
         return pl.concat(frames, how="diagonal_relaxed")
