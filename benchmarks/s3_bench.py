@@ -13,8 +13,10 @@ one HEAD; readers one listing per table and one GET per part).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -72,6 +74,7 @@ def main() -> None:
         from pipeline.lake import Lake
 
         tmp = Path(tempfile.mkdtemp(prefix="s3bench-"))
+        atexit.register(shutil.rmtree, tmp, True)
         archive = tmp / "archive"
         subprocess.run(
             [sys.executable, str(REPO / "benchmarks" / "archive_gen.py"), str(archive)]
