@@ -360,3 +360,34 @@ def test_dask_workers_share_only_the_bucket(s3, reference, cluster, monkeypatch)
     kept = objstore.filesystem().find("lakes/fleet/results")
     assert sum(k.endswith(".json") and "_state" not in k for k in kept) == 2
     assert _doc(analyze(lake), lake) == _doc(ref_doc, ref_lake)
+
+
+def test_archives_in_a_bucket_are_read_as_local_ones(s3, tmp_path):
+    """job-a's two ranks as a .tar.gz and a .zip in the bucket: the members' rows, runs and hashes
+    are those of the same archives read from a local directory, named by the object's URL."""
+    import tarfile
+    import zipfile
+
+    local = tmp_path / "archives" / "2026-11-06"
+    local.mkdir(parents=True)
+    ranks = sorted((s3 / "2026-11-04" / "job-a").glob("*.json.gz"))
+    with tarfile.open(local / "job-c.tar.gz", "w:gz") as t:
+        t.add(ranks[0], arcname=ranks[0].name)
+    with zipfile.ZipFile(local / "job-d.zip", "w") as z:
+        z.write(ranks[1], arcname=f"traces/{ranks[1].name}")
+    shutil.copy(ranks[0], local / "job-e.tgz")  # named as an archive, a gzipped trace inside
+    objstore.filesystem().put(str(tmp_path / "archives") + "/", "traces/archives/", recursive=True)
+    want = ingest_paths([tmp_path / "archives"], Lake(tmp_path / "ref"))
+    got = ingest_paths(["s3://traces/archives/"], Lake(tmp_path / "lake"))
+    assert [(r.status, r.run_id) for r in got] == [
+        ("ok", "2026-11-06.job-c"),
+        ("ok", "2026-11-06.traces"),  # its directory inside the zip (archive.member_run_name)
+        ("skipped", "2026-11-06.job-c"),  # job-c's member's bytes, already in that run
+    ]
+    assert [(r.status, r.run_id) for r in got] == [(r.status, r.run_id) for r in want]
+    assert [r.path for r in got] == [
+        "s3://traces/archives/2026-11-06/job-c.tar.gz!sampled_rank-0.json.gz",
+        "s3://traces/archives/2026-11-06/job-d.zip!traces/sampled_rank-1.json.gz",
+        "s3://traces/archives/2026-11-06/job-e.tgz",
+    ]
+    _same_sources(Lake(tmp_path / "lake"), Lake(tmp_path / "ref"))

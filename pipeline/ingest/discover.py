@@ -58,7 +58,8 @@ class Problem:
 class Unit:
     """One unit of work for a worker (pipeline/ingest/prepare.py work())."""
 
-    kind: str  # input (a FileInput/MemberInput), targz (a whole compressed tar), refused, problem
+    kind: str  # input (a FileInput/MemberInput/ObjectInput), targz (a whole compressed tar), refused,
+    # problem, object_archive (an archive in a bucket: ingest/objects.py work_archive)
     item: object
     size: int = 0
     below: str | None = None  # targz: the archive's directory below the directory given (member_run_name)

@@ -32,6 +32,10 @@ def work(unit: Unit, opts: Options, done, own_process: bool = True) -> list[Prep
     lake = Lake(opts.lake)
     if unit.kind == "targz":
         return work_targz(unit.item, opts, done, lake, unit.below)
+    if unit.kind == "object_archive":  # an archive in a bucket: fetched, then read here (ingest/objects.py)
+        from .objects import work_archive
+
+        return work_archive(work, unit, opts, done, own_process)
     inp = unit.item
     # test hook: this worker dies (tests/test_parallel.py)
     if os.environ.get("TRACELAKE_CRASH_ON") == inp.name:

@@ -7,8 +7,10 @@ names (an object's "directory" below the prefix: `s3://b/archive/2026-11-04/job-
 given `s3://b/archive/` is run 2026-11-04.job-4711; an object right under the prefix, or named
 itself, takes the name of the prefix's last part). Each object is one ObjectInput, read as a
 stream like an archive member (Kineto JSON, gzipped or not, and NCCL-family logs; an Nsight
-Systems export is copied to a local scratch file first, prepare.prepare_extracted). Archives
-(.tar, .tar.gz, .tgz, .zip) are not read from a bucket: each gets a failed row saying so.
+Systems export is copied to a local scratch file first, prepare.prepare_extracted). An archive
+(.tar, .tar.gz, .tgz, .zip) is an "object_archive" unit: the worker fetches it to a local
+temporary file and reads it as a local archive (work_archive), its members named
+`s3://.../job.tar.gz!rank0.json` and their runs as the archive's beside them would be.
 
 An object the lake already holds, unchanged since it was ingested (known_sha: its URL, size and
 LastModified against the `sources` row), is skipped without being fetched again, so a nightly
@@ -146,14 +148,11 @@ def plan_urls(urls, excluded, exclude, not_logs: list | None = None) -> list[tup
             low = k.lower()
             if excluded(rel, exclude) or not low.endswith(TRACE_SUFFIXES + LOG_SUFFIXES):
                 continue
-            if low.endswith(ARCHIVE_SUFFIXES):
-                why = (
-                    "archives are not read from object storage: copy it to a local disk, or unpack it "
-                    "into the bucket"
-                )
-                out.append(("refused", RefusedObject(obj_url, why, below), 0))
-                continue
             when = found[k].get("LastModified")
+            if low.endswith(ARCHIVE_SUFFIXES):
+                arch = ObjectInput(obj_url, below, int(found[k].get("size") or 0))
+                out.append(("object_archive", arch, arch.length))
+                continue
             inp = ObjectInput(
                 obj_url, below, int(found[k].get("size") or 0), modified=when and when.timestamp()
             )
@@ -188,6 +187,58 @@ def known_sha(item, index: dict | None) -> str | None:
     return next(
         (sha for size, at, sha in index.get(item.url, ()) if size == item.length and at > after), None
     )
+
+
+def work_archive(work, unit, opts, done, own_process: bool = True) -> list:
+    """The outcomes of an archive object's members (executors.work calls it for an
+    "object_archive" unit; work: executors.work, for each unit the local archive makes): the object
+    fetched to a local temporary file (removed when done), planned as a local archive is
+    (discover.plan; members' runs below the object's own prefix), every outcome's path and row
+    path given back as the object's URL. A fetch or listing that fails is one failed outcome."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from .discover import plan
+    from .rows import failed
+    from .runs import run_for
+
+    inp: ObjectInput = unit.item
+    d = Path(tempfile.mkdtemp(prefix="tracelake-archive-"))
+    local = d / inp.name
+    try:
+        try:
+            objstore.filesystem().get_file(objstore.key(inp.url), str(local))
+        except Exception as e:
+            return [failed(inp.url, run_for(inp.run_name, opts.run), str(objstore.describe(inp.url, e)))]
+        units, _ = plan([local], opts.exclude)
+        out = []
+        for u in units:
+            if u.kind == "problem":
+                why = u.item.error.replace(str(local), inp.url)
+                out.append(failed(inp.url, run_for(inp.run_name, opts.run), why, size=inp.length))
+                continue
+            if u.kind == "targz":
+                u.below = inp.run
+            elif hasattr(u.item, "member"):  # a zip or tar member, or one refused
+                u.item.below = inp.run
+            else:  # not an archive after all (a gzipped trace named .tar.gz, an nsys-jax zip)
+                u.item.run = inp.run_name
+            out += work(u, opts, done, own_process) if u.kind != "refused" else [_refused(u.item, opts)]
+        for p in out:
+            p.path = p.path.replace(str(local), inp.url)
+            if p.row and isinstance(p.row.get("path"), str):
+                p.row["path"] = p.row["path"].replace(str(local), inp.url)
+        return out
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _refused(member, opts):
+    from .rows import failed
+    from .runs import run_for
+
+    return failed(member.display, run_for(member.run_name, opts.run), member.error)
 
 
 def published(work, unit, opts, done) -> list:
