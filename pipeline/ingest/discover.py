@@ -59,7 +59,7 @@ class Unit:
     """One unit of work for a worker (pipeline/ingest/prepare.py work())."""
 
     kind: str  # input (a FileInput/MemberInput/ObjectInput), targz (a whole compressed tar), refused,
-    # problem, object_archive (an archive in a bucket: ingest/objects.py work_archive)
+    # problem, object_archive (an archive in a bucket: ingest/object_archive.py)
     item: object
     size: int = 0
     below: str | None = None  # targz: the archive's directory below the directory given (member_run_name)

@@ -33,7 +33,7 @@ def work(unit: Unit, opts: Options, done, own_process: bool = True) -> list[Prep
     if unit.kind == "targz":
         return work_targz(unit.item, opts, done, lake, unit.below)
     if unit.kind == "object_archive":  # an archive in a bucket: fetched, then read here (ingest/objects.py)
-        from .objects import work_archive
+        from .object_archive import work_archive
 
         return work_archive(work, unit, opts, done, own_process)
     inp = unit.item

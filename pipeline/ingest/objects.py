@@ -9,7 +9,7 @@ itself, takes the name of the prefix's last part). Each object is one ObjectInpu
 stream like an archive member (Kineto JSON, gzipped or not, and NCCL-family logs; an Nsight
 Systems export is copied to a local scratch file first, prepare.prepare_extracted). An archive
 (.tar, .tar.gz, .tgz, .zip) is an "object_archive" unit: the worker fetches it to a local
-temporary file and reads it as a local archive (work_archive), its members named
+temporary file and reads it as a local archive (object_archive.py), its members named
 `s3://.../job.tar.gz!rank0.json` and their runs as the archive's beside them would be.
 
 An object the lake already holds, unchanged since it was ingested (known_sha: its URL, size and
@@ -187,58 +187,6 @@ def known_sha(item, index: dict | None) -> str | None:
     return next(
         (sha for size, at, sha in index.get(item.url, ()) if size == item.length and at > after), None
     )
-
-
-def work_archive(work, unit, opts, done, own_process: bool = True) -> list:
-    """The outcomes of an archive object's members (executors.work calls it for an
-    "object_archive" unit; work: executors.work, for each unit the local archive makes): the object
-    fetched to a local temporary file (removed when done), planned as a local archive is
-    (discover.plan; members' runs below the object's own prefix), every outcome's path and row
-    path given back as the object's URL. A fetch or listing that fails is one failed outcome."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    from .discover import plan
-    from .rows import failed
-    from .runs import run_for
-
-    inp: ObjectInput = unit.item
-    d = Path(tempfile.mkdtemp(prefix="tracelake-archive-"))
-    local = d / inp.name
-    try:
-        try:
-            objstore.filesystem().get_file(objstore.key(inp.url), str(local))
-        except Exception as e:
-            return [failed(inp.url, run_for(inp.run_name, opts.run), str(objstore.describe(inp.url, e)))]
-        units, _ = plan([local], opts.exclude)
-        out = []
-        for u in units:
-            if u.kind == "problem":
-                why = u.item.error.replace(str(local), inp.url)
-                out.append(failed(inp.url, run_for(inp.run_name, opts.run), why, size=inp.length))
-                continue
-            if u.kind == "targz":
-                u.below = inp.run
-            elif hasattr(u.item, "member"):  # a zip or tar member, or one refused
-                u.item.below = inp.run
-            else:  # not an archive after all (a gzipped trace named .tar.gz, an nsys-jax zip)
-                u.item.run = inp.run_name
-            out += work(u, opts, done, own_process) if u.kind != "refused" else [_refused(u.item, opts)]
-        for p in out:
-            p.path = p.path.replace(str(local), inp.url)
-            if p.row and isinstance(p.row.get("path"), str):
-                p.row["path"] = p.row["path"].replace(str(local), inp.url)
-        return out
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
-
-
-def _refused(member, opts):
-    from .rows import failed
-    from .runs import run_for
-
-    return failed(member.display, run_for(member.run_name, opts.run), member.error)
 
 
 def published(work, unit, opts, done) -> list:
