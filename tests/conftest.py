@@ -170,3 +170,27 @@ def assert_recoverable_within_step_time(res: dict) -> int:
         )
         checked += bool(timed)
     return checked
+
+
+CHROMIUM = os.environ.get("TRACELAKE_CHROMIUM", "/usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium for the report's browser tests, one per test process: defined here once
+    (a session fixture imported into two test modules is two fixtures, and a second
+    sync_playwright() in the same process fails: "Sync API inside the asyncio loop")."""
+    from playwright.sync_api import sync_playwright
+
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(
+            f"{CHROMIUM} not found: run `bash scripts/install-browser.sh` (Debian's chromium package), "
+            "or set TRACELAKE_CHROMIUM"
+        )
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        yield b
+        b.close()

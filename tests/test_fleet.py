@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import polars as pl
 import pytest
 from conftest import corpus
-from test_report_browser import browser, open_report  # noqa: F401  (browser: the session fixture)
+from test_report_browser import open_report
 from typer.testing import CliRunner
 
 from pipeline.cli import EXIT_OK, app
@@ -338,7 +338,7 @@ def test_fleet_chart_needs_two_placed_runs():
     assert chart is None and "(1 of 2 have both)" in note  # b has no steps
 
 
-def test_report_table_sorts_filters_and_links_in_a_browser(fleet_lake, tmp_path, browser):  # noqa: F811
+def test_report_table_sorts_filters_and_links_in_a_browser(fleet_lake, tmp_path, browser):
     """Headless Chromium (as tests/test_report_browser.py): the header click sorts by value, the
     box filters, a run's link scrolls to its section, and the chart draws one point per run."""
     lake, doc = fleet_lake

@@ -8,13 +8,11 @@ These tests fail, not skip, when the browser is missing: run `bash scripts/insta
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 from conftest import REPO, corpus
-from playwright.sync_api import sync_playwright
 from test_report import DLRM, EVIL, injection_lake, synthetic_lake
 from test_report_charts import GCP, gcp_rows
 from typer.testing import CliRunner
@@ -24,7 +22,6 @@ from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.report.charts import _CAUSE_LABELS
 
-CHROMIUM = os.environ.get("TRACELAKE_CHROMIUM", "/usr/bin/chromium")
 runner = CliRunner()
 
 # report name -> the charts it must draw (a chart the data cannot support is hidden, with its reason)
@@ -149,22 +146,6 @@ def report_of(tmp_path_factory):
         return _BUILT[name]
 
     return get
-
-
-@pytest.fixture(scope="session")
-def browser():
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(
-            f"{CHROMIUM} not found: run `bash scripts/install-browser.sh` (Debian's chromium package), "
-            "or set TRACELAKE_CHROMIUM"
-        )
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield b
-        b.close()
 
 
 def open_report(browser, path: Path):
