@@ -35,7 +35,14 @@ def client(scheduler: str):
         scheme, _ = parse_address(scheduler)
         get_backend(scheme)
         if scheme in ("tcp", "tls"):  # inproc:// lives in this process's own loop
-            asyncio.run(asyncio.wait_for(handshake(), CONNECT_TIMEOUT_S + 5))
+            # in a thread of its own: asyncio.run() refuses to start where a loop already runs
+            # (a notebook's, or Playwright's sync API in the same process)
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(1) as pool:
+                pool.submit(
+                    lambda: asyncio.run(asyncio.wait_for(handshake(), CONNECT_TIMEOUT_S + 5))
+                ).result()
         return Client(scheduler, set_as_default=False, timeout="20s")
     except Exception as e:  # refused, timed out, not an address, or not a Dask scheduler answering
         why = str(e) or ("no Dask scheduler answered within 15 s" if isinstance(e, TimeoutError) else "")

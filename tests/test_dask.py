@@ -326,3 +326,23 @@ def test_assemble_puts_each_runs_notes_in_run_order():
         "run c: failed",
         "/p/d1: not ingested: e5",
     ]
+
+
+def test_the_scheduler_check_works_inside_a_running_event_loop(monkeypatch):
+    """A notebook (or Playwright's sync API) runs an event loop in the main thread: the handshake
+    with the scheduler runs in a thread of its own there, so an unreachable scheduler is still
+    said as such, not as 'asyncio.run() cannot be called from a running event loop'."""
+    import asyncio
+
+    from pipeline.cluster import SchedulerError, client
+
+    monkeypatch.setattr("pipeline.cluster.CONNECT_TIMEOUT_S", 1)  # a refused port, retried for 1 s
+
+    async def inside() -> str:
+        with pytest.raises(SchedulerError) as e:
+            client("tcp://127.0.0.1:9")
+        return str(e.value)
+
+    msg = asyncio.run(inside())
+    assert msg.startswith("cannot reach the Dask scheduler at tcp://127.0.0.1:9: ")
+    assert "running event loop" not in msg
