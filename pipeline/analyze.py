@@ -3,13 +3,16 @@ stages, each a function of its own:
 
 1. **select** (`select_runs`): the runs in scope (every run with a `sources` row, runs whose files
    all failed too: their document holds those files' notes) and each run's key
-   (pipeline/results.py `run_key`: its `sources` rows, the options, the code).
+   (pipeline/results.py `run_key`: its `sources` rows, the options, the code, the lake's schema
+   version), remembered for the lake's listing so that the next analysis needs no Parquet read
+   (`results.known_keys`; `kept_analysis` is the CLI's path through it).
 2. **reuse or compute** (`kept_or_computed`): a run whose key has a kept result
    (<lake>/results/<run_id>/<key>.json) is read back; every other run is computed, all of them in
    one pass of the metric queries (pipeline/analyze_compute.py `compute`), the document cut into
-   one per run (`run_docs`) and each kept under its key.
+   one per run (`run_docs`) and each kept under its key with its fleet row
+   (pipeline/results_fleet.py), unless the lake changed meanwhile.
 3. **assemble** (`assemble`): the per-run documents' lists concatenated in run order, their notes
-   likewise, under the scalar keys the options give (`analyze_compute.header`).
+   likewise, under the scalar keys the options give (`analyze_doc.header`).
 
 Every metric is computed per run and every list is ordered by run first, so a run's part of the
 document does not depend on which other runs were computed beside it: the document is the same
