@@ -77,8 +77,11 @@ TABLES = tuple(t for t in sch.tables() if t.startswith(("nccl_", "flight_recorde
 
 
 def has_inputs(lake, runs: list[str] | None = None) -> bool:
-    """Whether a run in scope (runs; None: every run) has a part of one of TABLES."""
-    return any(lake.table_files(t, runs) for t in TABLES)
+    """Whether a run in scope (runs; None: every run) has a part of one of TABLES. The lake's
+    committed parts are taken once for all of them (each taking reads every compaction manifest:
+    0.25 s for one run of a 5,000-file archive lake otherwise)."""
+    view = lake.committed()
+    return any(lake.table_files(t, runs, committed=view) for t in TABLES)
 
 
 def _q(s: str) -> str:
