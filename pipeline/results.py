@@ -38,6 +38,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 import uuid
 from functools import cache
 from pathlib import Path
@@ -316,7 +317,7 @@ def _trim(d: Path) -> None:
         except OSError:
             continue
         if p.name.startswith(".tmp-"):
-            if mtime < (_now() - 3600) * 1e9:
+            if mtime < (time.time() - 3600) * 1e9:
                 p.unlink(missing_ok=True)
             continue
         key = p.name.split(".", 1)[0]
@@ -329,12 +330,6 @@ def _trim(d: Path) -> None:
                 p.unlink()
             except OSError:
                 pass
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
 
 
 def prune(lake_root: Path, run_ids: set[str]) -> None:

@@ -22,6 +22,7 @@ from test_report_browser import open_report
 from typer.testing import CliRunner
 
 from pipeline.cli import EXIT_OK, app
+from pipeline.diagnosis.verdict import VERDICTS
 from pipeline.fleet import DISPLAY, FLEET_COLUMNS, FLEET_SCHEMA, fleet_rows
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -230,16 +231,7 @@ def test_columns_are_documented():
         assert len(doc) > 10, name
         assert (unit == "ns") == name.endswith("_ns") and (unit == "pct") == name.endswith("_pct"), name
     assert {c for c, _, _ in DISPLAY} <= set(FLEET_SCHEMA.names())
-    assert set(VERDICT_COLORS) == {
-        "network-bound",
-        "straggler-bound",
-        "compute-bound",
-        "copy-bound",
-        "host-bound",
-        "input-bound",
-        "balanced",
-        "unknown",
-    }
+    assert set(VERDICT_COLORS) == set(VERDICTS)  # one colour per verdict the diagnosis can give
 
 
 # ------------------------------------------------------------------ tracelake runs

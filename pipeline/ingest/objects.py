@@ -36,19 +36,12 @@ MODIFIED_MARGIN_S = 2
 _held = threading.local()  # (url, bytes) of the object last read whole by this thread
 
 
-@dataclass
-class ObjectInput:
-    """One object of a bucket (the attributes prepare() and work() read of an input)."""
+class _Named:
+    """What an input named by its URL shows: its URL, its last part, and its run (`run` when
+    given, else the object's "directory", as for a file's directory)."""
 
     url: str
-    run: str | None = None
-    length: int = 0
-    fmt: str | None = "stream"
-    modified: float | None = None  # LastModified, s since the epoch (known_sha)
-
-    @property
-    def path(self) -> str:
-        return self.url
+    run: str | None
 
     @property
     def display(self) -> str:
@@ -64,6 +57,21 @@ class ObjectInput:
             return self.run
         parent = objstore.key(self.url).rsplit("/", 1)[0]
         return parent.rsplit("/", 1)[-1]
+
+
+@dataclass
+class ObjectInput(_Named):
+    """One object of a bucket (the attributes prepare() and work() read of an input)."""
+
+    url: str
+    run: str | None = None
+    length: int = 0
+    fmt: str | None = "stream"
+    modified: float | None = None  # LastModified, s since the epoch (known_sha)
+
+    @property
+    def path(self) -> str:
+        return self.url
 
     def size(self) -> int:
         return self.length
@@ -87,24 +95,12 @@ class ObjectInput:
 
 
 @dataclass
-class RefusedObject:
+class RefusedObject(_Named):
     """An object (or a URL) that is not read, with the reason (a failed sources row)."""
 
     url: str
     error: str
     run: str | None = None
-
-    @property
-    def display(self) -> str:
-        return self.url
-
-    @property
-    def name(self) -> str:
-        return self.url.rsplit("/", 1)[-1]
-
-    @property
-    def run_name(self) -> str:
-        return ObjectInput(self.url, self.run).run_name
 
 
 def _looks_like_log(inp: ObjectInput) -> bool:
