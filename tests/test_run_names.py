@@ -7,14 +7,16 @@ hand-made traces hold."""
 from __future__ import annotations
 
 import json
+import tarfile
 
 import pytest
-from conftest import X, write_trace
+from conftest import CORPUS, X, write_trace
 from typer.testing import CliRunner
 
 from pipeline.cli import EXIT_OK, app
 from pipeline.cli.options import _resolve_runs
 from pipeline.ingest import ingest_paths
+from pipeline.ingest.jobid import job_of_metadata, job_of_name, with_job
 from pipeline.ingest.runs import moved_run, run_for, run_id_of
 from pipeline.lake import Lake, safe_run_id
 
@@ -125,3 +127,143 @@ def test_ingest_paths_names_a_nested_directory(tmp_path):
     _rank(d / "rank0.json", 0, T0_US)
     (res,) = ingest_paths([tmp_path / "root"], Lake(tmp_path / "lake"), jobs=1)
     assert res.run_id == "team.llama-8b"
+
+
+# ------------------------------------------------------------------ job ids (pipeline/ingest/jobid.py)
+
+
+@pytest.mark.parametrize(
+    ("name", "job"),
+    [
+        ("job-12345_rank3.json", "job-12345"),  # SLURM-style
+        ("llama_slurm-12345.3.pt.trace.json", "job-12345"),  # <jobname>_<keyword><id>.<rank>
+        ("jobid=12345.rank0.json", "job-12345"),
+        ("JOB_ID_77.json.gz", "job-77"),  # any case; '_' between keyword and digits
+        ("slurm-job-id-5_worker1.json", "job-5"),
+        ("trainer_job7.pt.trace.json", "job-7"),
+        # no job keyword, or one glued to a word: no job (the digits are a pid, a time, a rank)
+        ("myjob123.json", None),
+        ("jobs_12.json", None),
+        ("rank0.json", None),
+        ("llama_12345.3.pt.trace.json", None),
+        ("node01_4567.1694128201545.pt.trace.json", None),  # tensorboard_trace_handler's default
+    ],
+)
+def test_job_from_a_file_name(name, job):
+    assert job_of_name(name) == job
+
+
+def test_no_corpus_file_name_states_a_job():
+    """The real traces' names (HTA's, Kineto's, PARAM's, TraceLens', the NCCL logs and Nsight
+    exports) carry pids, times, ranks and test names, never a job keyword: read by hand, e.g.
+    worker0_step_12.1694128201545.pt.trace.json, benchmark_result_2869224_1695835535_trace.json.gz,
+    rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz. None of them may be split off by a job."""
+    names = [p.name for p in CORPUS.rglob("*") if p.is_file() and p.name != "PROVENANCE.md"]
+    assert len(names) >= 89  # the corpus as PROVENANCE.md lists it
+    assert "worker0_step_12.1694128201545.pt.trace.json" in names
+    assert {n: job_of_name(n) for n in names if job_of_name(n)} == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "job", "out"),
+    [
+        ("traces", "job-4711", "traces/job-4711"),
+        ("2026-11-04/traces/", "job-4711", "2026-11-04/traces/job-4711"),
+        ("job-4711", "job-4711", "job-4711"),  # the directory already names the job
+        ("slurm_4711", "job-4711", "slurm_4711"),  # ... in its own spelling
+        ("job-4711/traces", "job-4711", "job-4711/traces/job-4711"),  # only its last part counts
+        ("exp-a", "exp-a", "exp-a"),
+        ("/", "job-1", "job-1"),  # the root directory has no name of its own
+        ("traces", None, "traces"),
+    ],
+)
+def test_with_job(name, job, out):
+    assert with_job(name, job) == out
+
+
+@pytest.mark.parametrize(
+    ("meta", "job", "noted"),
+    [
+        ({"job_id": 4711}, "job-4711", False),
+        ({"job_id": "0042"}, "job-42", False),
+        ({"JOBID": "4711"}, "job-4711", False),  # keys compared ignoring case
+        ({"run_id": "llama-8b.exp3"}, "llama-8b.exp3", False),
+        (
+            {"group_trace_id": "6e4c5d49-31d6-410f-83cf-8827e227851d"},
+            "6e4c5d49-31d6-410f-83cf-8827e227851d",
+            False,
+        ),
+        ({"run_id": "x", "job_id": 9}, "job-9", False),  # job_id before run_id
+        ({"job_id": "my job"}, None, True),  # not an id: a note, no job
+        ({"job_id": {"a": 1}}, None, True),
+        ({"job_id": True}, None, True),
+        ({"run_id": "none"}, None, False),  # TORCHELASTIC's default: no job, nothing to say
+        ({"trace_id": "D84EEAE1F7B4478F9F2D86023BDD9BA9"}, None, False),  # per process: not a job
+    ],
+)
+def test_job_from_metadata(meta, job, noted):
+    got, note = job_of_metadata(meta)
+    assert got == job
+    assert (note is not None) == noted
+
+
+def test_runs_named_by_the_jobs_files_state(tmp_path):
+    """One directory holding the files of four jobs, all at the same time with the same ranks: two
+    named in the file name, one in the trace's job_id metadata, one by group_trace_id; plus a .tar
+    whose members name a job and a broken link named like a rank of job 4711. Each job is a run
+    `traces.<job>` (without the job ids, the same ranks at the same time would have given moved
+    runs traces_<start>), the broken link's failed row is in its job's run, and a second ingest
+    (and a --force one) names every file the same. Expected ids written out by hand from the names."""
+    d = tmp_path / "traces"
+    _rank(d / "job-4711_rank0.json", 0, T0_US)
+    _rank(d / "job-4711_rank1.json", 1, T0_US + 1)
+    _rank(d / "slurm_4712.rank0.json", 0, T0_US + 2)  # other bytes (the same would be skipped)
+    ev = [X("kernel", "k", T0_US, 50, pid=0, tid=7, device=0, stream=7, correlation=1)]
+    write_trace(d / "a" / "rank0.json", ev, distributedInfo={"rank": 0, "world_size": 2}, job_id=4713)
+    write_trace(d / "a" / "rank1.json", ev, distributedInfo={"rank": 1, "world_size": 2}, job_id="4713")
+    write_trace(d / "b" / "rank0.json", ev, distributedInfo={"rank": 0}, group_trace_id="6e4c5d49-31d6")
+    tar_dir = tmp_path / "m"
+    _rank(tar_dir / "jobid-4714.rank0.json", 0, T0_US + 3)
+    with tarfile.open(d / "more.tar", "w") as tf:
+        tf.add(tar_dir / "jobid-4714.rank0.json", arcname="jobid-4714.rank0.json")
+    (d / "job-4711_rank2.json").symlink_to(tmp_path / "missing.json")
+    lake = Lake(tmp_path / "lake")
+
+    def runs_of():
+        src = Lake(lake.root).sources()
+        return sorted(
+            (r, -1 if k is None else int(k), s)
+            for r, k, s in src.select("run_id", "rank", "status").iter_rows()
+        )
+
+    # files directly in the directory given are named by its own name (rule 1): traces.<job>
+    want = [
+        ("a.job-4713", 0, "ok"),
+        ("a.job-4713", 1, "ok"),
+        ("b.6e4c5d49-31d6", 0, "ok"),
+        ("more.job-4714", 0, "ok"),
+        ("traces.job-4711", -1, "failed"),  # the broken link: no rank
+        ("traces.job-4711", 0, "ok"),
+        ("traces.job-4711", 1, "ok"),
+        ("traces.job-4712", 0, "ok"),
+    ]
+    res = ingest_paths([d], lake, jobs=1)
+    assert runs_of() == want, [(r.path, r.run_id, r.status, r.notes) for r in res]
+    again = ingest_paths([d], lake, jobs=1)
+    assert sorted(r.status for r in again) == ["failed"] + ["skipped"] * 7  # the link fails again
+    assert runs_of() == want
+    ingest_paths([d], lake, jobs=1, force=True)
+    assert runs_of() == want
+
+
+def test_objects_and_archive_members_name_their_job():
+    """An object's and an archive member's run name take the job of their own name, as a file's
+    does (no server needed: the names alone)."""
+    from pipeline.ingest.archive import member_run_name
+    from pipeline.ingest.objects import ObjectInput
+
+    assert ObjectInput("s3://b/archive/traces/job-7_rank0.json").run_name == "traces/job-7"
+    assert ObjectInput("s3://b/archive/traces/rank0.json", "04/traces").run_name == "04/traces"
+    assert ObjectInput("s3://b/archive/job-7/job-7_rank0.json").run_name == "job-7"
+    assert member_run_name("/x/a.tar.gz", "d/slurm-9.rank1.json", "job") == "job/d/job-9"
+    assert member_run_name("/x/job-9.tar.gz", "job-9.rank1.json") == "job-9"

@@ -35,8 +35,19 @@ from .discover import Problem, discover, exclude_patterns, excluded, plan
 from .executors import run_dask, run_pool, run_serial, run_threads
 from .formats import LOG_SUFFIXES, TRACE_SUFFIXES
 from .hold import Pending, hold_runs
+from .jobid import job_of_name, with_job
 from .rows import MAX_RANK, PASSED_OVER, Options, content_sha256, failed, rank_from_name, read_bytes, skipped
-from .runs import Runs, done_entry, done_index, is_done, jobs, run_for, stored_identity, stored_sources
+from .runs import (
+    Runs,
+    dir_name,
+    done_entry,
+    done_index,
+    is_done,
+    jobs,
+    run_for,
+    stored_identity,
+    stored_sources,
+)
 
 __all__ = [
     "FileResult",
@@ -132,7 +143,8 @@ def ingest_paths(
         )
         for u in units:
             if u.kind == "problem":  # named as a healthy file in its place would be (Problem.run)
-                put(problem_failure(lake, u.item.path, run or u.item.run, u.item.error))
+                name = with_job(u.item.run or dir_name(u.item.path), job_of_name(Path(u.item.path).name))
+                put(problem_failure(lake, u.item.path, run or name, u.item.error))
             elif u.kind == "refused":
                 put(failed(u.item.display, run_for(u.item.run_name, run), u.item.error))
             elif (

@@ -29,6 +29,7 @@ from pathlib import Path, PurePosixPath
 
 from .errors import TraceError
 from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES
+from .jobid import job_of_name, with_job
 from .runs import dir_name
 from .streams import (
     RATIO_FLOOR,
@@ -71,7 +72,8 @@ class FileInput:
 
     @property
     def run_name(self) -> str:
-        return self.run if self.run is not None else dir_name(self.path)
+        """Its directory's run name, with the job its file name states (jobid.py)."""
+        return with_job(self.run if self.run is not None else dir_name(self.path), job_of_name(self.name))
 
     def size(self) -> int:
         return Path(self.path).stat().st_size
@@ -144,7 +146,8 @@ def member_run_name(archive: str, member: str, below: str | None = None) -> str:
     ('job1/traces'), else the archive's name without its suffix; below: the path of the
     archive's directory below a directory given that was searched (as FileInput.run), put in front
     ('job7/traces' for job7/traces.tar.gz's top members), so archives with the same name in
-    different jobs' directories stay apart as the same files unpacked would."""
+    different jobs' directories stay apart as the same files unpacked would; then the job the
+    member's file name states (jobid.with_job)."""
     parent = PurePosixPath(member).parent
     if str(parent) not in ("", "."):
         name = str(parent)
@@ -154,7 +157,8 @@ def member_run_name(archive: str, member: str, below: str | None = None) -> str:
             if name.lower().endswith(s):
                 name = name[: -len(s)] or name
                 break
-    return f"{below}/{name}" if below not in (None, "", ".") else name
+    name = f"{below}/{name}" if below not in (None, "", ".") else name
+    return with_job(name, job_of_name(PurePosixPath(member).name))
 
 
 def sha256_of(inp) -> str:

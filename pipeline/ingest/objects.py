@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from .. import objstore
 from . import nccl, streams
 from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES
+from .jobid import job_of_name, with_job
 
 WHOLE_BYTES = 64 << 20
 MODIFIED_MARGIN_S = 2
@@ -53,10 +54,11 @@ class _Named:
 
     @property
     def run_name(self) -> str:
-        if self.run is not None:
-            return self.run
-        parent = objstore.key(self.url).rsplit("/", 1)[0]
-        return parent.rsplit("/", 1)[-1]
+        """`run`, else the object's "directory", with the job its name states (jobid.py)."""
+        name = self.run
+        if name is None:
+            name = objstore.key(self.url).rsplit("/", 1)[0].rsplit("/", 1)[-1]
+        return with_job(name, job_of_name(self.name))
 
 
 @dataclass

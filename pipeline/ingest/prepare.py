@@ -29,6 +29,7 @@ from . import hold, kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .formats import SQLITE_SIDECARS
+from .jobid import job_of_metadata, job_of_name, with_job
 from .rows import (
     MAX_RANK,
     Options,
@@ -198,6 +199,11 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             )
         partial = parsed.partial or stream.truncated
         p = parsed
+        if opts.run is None and job_of_name(inp.name) is None:  # the job the trace states (jobid.py)
+            job, why = job_of_metadata(p.job_metadata)
+            notes += [why] if why else []
+            if job is not None:
+                run_id = base["run_id"] = run_for(with_job(inp.run_name, job), None)
         try:
             tables = p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True)
             if run_id in opts.hold_runs:  # a small source stays in memory (hold.py)

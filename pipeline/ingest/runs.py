@@ -4,6 +4,8 @@
    (as TensorBoard names runs), or the directory's own name for a file given by name or lying
    directly in it; an archive member as if the archive were unpacked where it lies. A path is
    stored with '.' between its directories (run_id_of: `job1/traces` is run `job1.traces`).
+   The job a file states (its name, else a Kineto trace's metadata) is put after that name
+   (pipeline/ingest/jobid.py: `traces/job-4711_rank0.json` is run `traces.job-4711`).
 2. A run holds one file per rank and, without `--run`, one profiling window (files whose time
    spans overlap); a file that does not fit its named run goes to the first run it fits among
    those its name was moved to, else to a new run `<name>_<start>` (the UTC second it starts;

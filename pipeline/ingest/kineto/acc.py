@@ -16,6 +16,7 @@ import polars as pl
 
 from ... import classify as classify_mod
 from ..errors import TraceError
+from ..jobid import METADATA_KEYS
 from ..spool import _Budget, _Spool
 from . import summary
 from .columns import NOT_SCALAR, Part, ann_frame, convert, cpu_frame, ctr_frame, gpu_frame, sort_events
@@ -224,6 +225,7 @@ class _Acc:
             notes=notes,
             partial=sp.truncated,
             unreadable_bytes=sp.unreadable_bytes,
+            job_metadata={k: getattr(top, k) for k in METADATA_KEYS if getattr(top, k) is not None},
             decompressed_bytes=sp.total_bytes,
             trace_start_ns=None if self.start_lo is None else self.start_lo + base_ns,
             trace_end_ns=None if self.end_hi is None else self.end_hi + base_ns,

@@ -199,6 +199,12 @@ class KTrace(msgspec.Struct, rename=_KTRACE_RENAME):
     hostname: Any = None
     nodes: Any = None
     schema: Any = None
+    # the job the trace states (pipeline/ingest/jobid.py METADATA_KEYS: add_metadata_json's keys)
+    job_id: Any = None
+    jobid: Any = None
+    slurm_job_id: Any = None
+    run_id: Any = None
+    group_trace_id: Any = None
 
 
 _DECODER = msgspec.json.Decoder(Union[KTrace, list[KEvent]])

@@ -33,6 +33,8 @@ class TraceMeta:
     notes: list[str]
     partial: bool
     unreadable_bytes: int
+    # the top-level values naming the trace's job (pipeline/ingest/jobid.py METADATA_KEYS), as given
+    job_metadata: dict
 
 
 @dataclass

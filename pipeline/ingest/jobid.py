@@ -1,0 +1,93 @@
+"""The job a file names, for its run's name (docs/usage.md "Runs", rule 1; pipeline/ingest/runs.py).
+
+A run is named by its directory; a file that also states the job it belongs to gets that job
+after its directory's name (`traces/job-4711_rank3.json` is in run `traces.job-4711`), so the
+ranks of one job share a readable run and two jobs' files in one directory get a run each. Where
+the job comes from, first found wins:
+
+1. The file's own name (an archive member's or an object's last path part): a job keyword
+   (`job`, `jobid`, `job_id`, `job-id`, `slurm`, `slurm_job`, `slurm-job-id`, ...; any case)
+   standing at the start of the name or after a character that is not a letter or digit, then
+   at most one of `-`, `_`, `.`, `=`, then the job's digits: `job-12345_rank3.json`,
+   `llama_slurm-12345.3.pt.trace.json`, `jobid=12345.rank0.json` all name job `job-12345`.
+   Digits that no keyword names are never a job: Kineto's tensorboard_trace_handler writes
+   `<host>_<pid>.<ms>.pt.trace.json` (HTA's corpus: `worker0_step_12.1694128201545...`,
+   `benchmark_result_2869224_1695835535_trace.json`, `rank-34.Jul_15_10_52_41.1074...`), whose
+   pid and time differ from rank to rank; taking them would split a job into one run per rank.
+2. What the file states about itself (job_of_metadata), read only when its name states no job:
+   a Kineto trace's top-level `job_id`, `jobid`, `slurm_job_id`, then `run_id`, then
+   `group_trace_id` (the id Kineto's on-demand profiling gives the traces of all ranks
+   collected together; `trace_id` is per process and is not used); values added with
+   `torch.profiler.profile.add_metadata_json`; keys as written here, in lower case. A value of
+   digits is job `job-<digits>`; any other value of 1 to 64 letters, digits, `.`, `_`, `-`
+   is used as it is; other values are ignored (a note says so). Not read: Nsight Systems
+   exports (their capture's environment, META_DATA_CAPTURE, can hold SLURM_JOB_ID: not parsed
+   yet), NCCL-family files (hosts and pids name processes, not jobs).
+
+The job is put after the directory's name unless that name already states it (its last part
+names the same job by rule 1, or equals the value): `job-4711/job-4711_rank0.json` stays in run
+`job-4711`. NCCL-family files are named by their directory and the file name's job only: which
+job they belong to is what their communicators and processes say (runs.py rule 4). Everything
+here is a pure function of the name or the parsed values, so a re-ingest names a file the same way.
+"""
+
+from __future__ import annotations
+
+import re
+
+_KEYWORD = r"(?:slurm[-_]?job|slurm|job)(?:[-_]?id)?"
+JOB_IN_NAME = re.compile(rf"(?<![a-z0-9]){_KEYWORD}[-_.=]?(\d+)(?!\d)", re.IGNORECASE)
+# top-level keys of a Kineto trace naming its job, in order (module doc, 2)
+METADATA_KEYS = ("job_id", "jobid", "slurm_job_id", "run_id", "group_trace_id")
+_VALUE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def job_of_name(name: str) -> str | None:
+    """`job-<digits>` for a file name that states its job (module doc, 1), else None."""
+    m = JOB_IN_NAME.search(name)
+    return f"job-{int(m.group(1))}" if m else None
+
+
+def job_of_value(value) -> str | None:
+    """The job a metadata value names (module doc, 2): `job-<n>` for digits (an int, or text of
+    digits), the text itself for another id (1-64 of letters, digits, '.', '_', '-'), else None
+    (also for True/False, null, '', 'none' and nested values)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return f"job-{value}" if value >= 0 else None
+    if not isinstance(value, str):
+        return None
+    v = value.strip()
+    if v.isascii() and v.isdigit():
+        return f"job-{int(v)}"
+    if v.lower() in ("", "none", "null") or not _VALUE.fullmatch(v) or v in (".", ".."):
+        return None
+    return v
+
+
+def job_of_metadata(values: dict, keys=METADATA_KEYS) -> tuple[str | None, str | None]:
+    """(job, note) from a file's metadata (`values`: key -> value; keys compared ignoring case),
+    the first of `keys` present: its job_of_value, or None with a note when its value names no
+    job. (None, None) when no key is present."""
+    lower = {str(k).lower(): v for k, v in values.items()}
+    for k in keys:
+        if k.lower() in lower and lower[k.lower()] is not None:
+            v = lower[k.lower()]
+            job = job_of_value(v)
+            if job is not None:
+                return job, None
+            if not (isinstance(v, str) and v.strip().lower() in ("", "none", "null")):
+                return None, f"metadata {k} {str(v)[:40]!r} names no job (not an id): run named without it"
+    return None, None
+
+
+def with_job(name: str, job: str | None) -> str:
+    """The run name of a file whose directory gives `name` and that states `job`: name/job,
+    unless name's last part already names that job (module doc); name itself without a job."""
+    if not job:
+        return name
+    last = name.rstrip("/").rsplit("/", 1)[-1]
+    if last == job or job_of_name(last) == job:
+        return name
+    return job if name in ("", "/") else f"{name.rstrip('/')}/{job}"
