@@ -58,6 +58,12 @@ DERIVED = (
     "work_op",
 )
 BATCH_ROWS = 1 << 18
+# a part of more activities than this (or more than 4x as many ops) is derived this many
+# activities at a time (derived_batches); the peak grows with the chunk, about 1.5 kB an activity
+# (the part's rows read and written with their derived columns, the chunk's launches): a 1.8 M
+# kernel part peaked at 0.46 GB with 2^17, 0.65 GB with 2^18, 1.0 GB with 2^19 and 0.8 GB whole
+# (benchmarks/ingest_memory.py's 1 GB trace; 0.2 GB of it is the imports)
+CHUNK_ROWS = 1 << 17
 # polars' in-memory engine for a small source: half the time of the streaming one (10 vs 19 ms
 # for a DLRM rank); a large one is streamed (see derived_batches)
 ENGINE = "in-memory"
@@ -69,6 +75,96 @@ def _scan(x: Path | pl.LazyFrame) -> pl.LazyFrame:
     return x if isinstance(x, pl.LazyFrame) else pl.scan_parquet(x, glob=False)
 
 
+# cpu_ops' columns read here, for a source without cpu_ops
+_NO_OPS = {
+    "rank": pl.Int32,
+    "correlation": pl.Int64,
+    "kind": pl.String,
+    "name": pl.String,
+    "pid": pl.Int64,
+    "tid": pl.Int64,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "external_id": pl.Int64,
+    "flops": pl.Float64,
+    "mem_bytes": pl.Float64,
+    "event_index": pl.Int64,
+}
+
+
+def _launches(ops: pl.LazyFrame) -> pl.LazyFrame:
+    """One row per rank and correlation of the runtime/driver calls among `ops` (cpu_ops rows):
+    the earliest call's launch_ns, launch_name, launch_pid, launch_tid."""
+    return (
+        ops.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null())
+        .select(*_KEYS, "start_ns", "name", "pid", "tid")
+        .sort("start_ns", maintain_order=True)
+        .group_by(_KEYS, maintain_order=True)
+        .first()
+        .rename({"start_ns": "launch_ns", "name": "launch_name", "pid": "launch_pid", "tid": "launch_tid"})
+    )
+
+
+def _modelled(ops: pl.LazyFrame, work: bool) -> pl.LazyFrame:
+    """The ops with modelled FLOPs (work: or modelled bytes) among `ops`."""
+    has = pl.col("flops").is_not_null()
+    return ops.filter(has | pl.col("mem_bytes").is_not_null() if work else has)
+
+
+def _ranges(mo: pl.LazyFrame, wo: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """The asof right sides: (modelled ops: launch_pid, launch_tid, op_start_ns, op_end_ns; ops
+    with modelled work: launch_pid, launch_tid, w_start_ns, w_end_ns, w_op), each sorted by start
+    and, among equal starts, by event_index (so that a subset of the ops sorts its rows in the
+    same order as the whole: _near)."""
+    mo = mo.sort("start_ns", "event_index").select(
+        launch_pid="pid", launch_tid="tid", op_start_ns="start_ns", op_end_ns="end_ns"
+    )
+    wo = wo.sort("start_ns", "event_index").select(
+        launch_pid="pid", launch_tid="tid", w_start_ns="start_ns", w_end_ns="end_ns", w_op="event_index"
+    )
+    return mo, wo
+
+
+def _join(corr, launches, st, mo, wo) -> pl.LazyFrame:
+    """corr (rank, correlation, activities) with its launch, the step window holding the launch
+    and the (modelled, work) op the launch ran in: per_correlation's first frame."""
+    # asof joins give no match for a NULL key (an unknown launch, pid or tid)
+    asof = dict(left_on="launch_ns", strategy="backward", check_sortedness=False)
+    return (
+        corr.join(launches, on=_KEYS, how="left")
+        .sort("launch_ns")
+        .join_asof(st.sort("step_start_ns"), right_on="step_start_ns", by="rank", **asof)
+        .join_asof(mo, right_on="op_start_ns", by=["launch_pid", "launch_tid"], **asof)
+        .join_asof(wo, right_on="w_start_ns", by=["launch_pid", "launch_tid"], **asof)
+        .with_columns(
+            step=pl.when(pl.col("launch_ns") < pl.col("step_end_ns")).then(pl.col("step")).cast(pl.Int64),
+            in_op=(pl.col("launch_ns") < pl.col("op_end_ns")).fill_null(False),
+            in_work_op=pl.when(pl.col("launch_ns") < pl.col("w_end_ns")).then(pl.col("w_op")),
+        )
+        .drop("step_start_ns", "step_end_ns", "op_start_ns", "op_end_ns", "w_start_ns", "w_end_ns", "w_op")
+    )
+
+
+def _steps(steps: Path | pl.LazyFrame | None) -> pl.LazyFrame:
+    if steps is None:
+        return pl.LazyFrame(
+            schema={"rank": pl.Int32, "step": pl.Int64, "step_start_ns": pl.Int64, "step_end_ns": pl.Int64}
+        )
+    return _scan(steps).select("rank", "step", step_start_ns="start_ns", step_end_ns="end_ns")
+
+
+def _external(mo: pl.LazyFrame, wo: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(the External ids of modelled ops: external_id; of ops with modelled work, the least
+    event_index: external_id, ext_work_op)."""
+    ids = mo.filter(pl.col("external_id").is_not_null()).select("external_id").unique()
+    wids = (
+        wo.filter(pl.col("external_id").is_not_null())
+        .group_by("external_id")
+        .agg(ext_work_op=pl.col("event_index").min())
+    )
+    return ids, wids
+
+
 def per_correlation(
     gpu: Path | pl.LazyFrame, cpu: Path | pl.LazyFrame | None, steps: Path | pl.LazyFrame | None
 ) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
@@ -77,7 +173,6 @@ def per_correlation(
     launch_name, launch_pid, launch_tid, step, in_op, in_work_op; the External ids of ops with
     modelled FLOPs, column external_id; the External ids of ops with modelled work, columns
     external_id, ext_work_op). Built as one plan, so a small source costs one collect."""
-    i64 = pl.Int64
     corr = (
         _scan(gpu)
         .select(_KEYS)
@@ -85,89 +180,11 @@ def per_correlation(
         .group_by(_KEYS)
         .agg(activities=pl.len())
     )
-    if cpu is not None:
-        ops = _scan(cpu)
-        launches = (
-            ops.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null())
-            .select(*_KEYS, "start_ns", "name", "pid", "tid")
-            .sort("start_ns", maintain_order=True)
-            .group_by(_KEYS, maintain_order=True)
-            .first()
-            .rename(
-                {"start_ns": "launch_ns", "name": "launch_name", "pid": "launch_pid", "tid": "launch_tid"}
-            )
-        )
-        modelled = ops.filter(pl.col("flops").is_not_null())
-        ids = modelled.filter(pl.col("external_id").is_not_null()).select("external_id").unique()
-        mo = modelled.select(
-            launch_pid="pid", launch_tid="tid", op_start_ns="start_ns", op_end_ns="end_ns"
-        ).sort("op_start_ns")
-        work = ops.filter(pl.col("flops").is_not_null() | pl.col("mem_bytes").is_not_null())
-        wids = (
-            work.filter(pl.col("external_id").is_not_null())
-            .group_by("external_id")
-            .agg(ext_work_op=pl.col("event_index").min())
-        )
-        wo = work.select(
-            launch_pid="pid", launch_tid="tid", w_start_ns="start_ns", w_end_ns="end_ns", w_op="event_index"
-        ).sort("w_start_ns")
-    else:
-        launches = pl.LazyFrame(
-            schema={
-                "rank": pl.Int32,
-                "correlation": i64,
-                "launch_ns": i64,
-                "launch_name": pl.String,
-                "launch_pid": i64,
-                "launch_tid": i64,
-            }  # fmt: skip
-        )
-        ids = pl.LazyFrame(schema={"external_id": i64})
-        mo = pl.LazyFrame(schema={"launch_pid": i64, "launch_tid": i64, "op_start_ns": i64, "op_end_ns": i64})
-        wids = pl.LazyFrame(schema={"external_id": i64, "ext_work_op": i64})
-        wo = pl.LazyFrame(
-            schema={"launch_pid": i64, "launch_tid": i64, "w_start_ns": i64, "w_end_ns": i64, "w_op": i64}
-        )
-    if steps is not None:
-        st = _scan(steps).select("rank", "step", step_start_ns="start_ns", step_end_ns="end_ns")
-    else:
-        st = pl.LazyFrame(schema={"rank": pl.Int32, "step": i64, "step_start_ns": i64, "step_end_ns": i64})
-    # asof joins give no match for a NULL key (an unknown launch, pid or tid)
-    out = (
-        corr.join(launches, on=_KEYS, how="left")
-        .sort("launch_ns")
-        .join_asof(
-            st.sort("step_start_ns"),
-            left_on="launch_ns",
-            right_on="step_start_ns",
-            by="rank",
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .join_asof(
-            mo,
-            left_on="launch_ns",
-            right_on="op_start_ns",
-            by=["launch_pid", "launch_tid"],
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .join_asof(
-            wo,
-            left_on="launch_ns",
-            right_on="w_start_ns",
-            by=["launch_pid", "launch_tid"],
-            strategy="backward",
-            check_sortedness=False,
-        )
-        .with_columns(
-            step=pl.when(pl.col("launch_ns") < pl.col("step_end_ns")).then(pl.col("step")).cast(i64),
-            in_op=(pl.col("launch_ns") < pl.col("op_end_ns")).fill_null(False),
-            in_work_op=pl.when(pl.col("launch_ns") < pl.col("w_end_ns")).then(pl.col("w_op")),
-        )
-        .drop("step_start_ns", "step_end_ns", "op_start_ns", "op_end_ns", "w_start_ns", "w_end_ns", "w_op")
-    )
-    return out, ids, wids
+    ops = _scan(cpu) if cpu is not None else pl.LazyFrame(schema=_NO_OPS)
+    launches = _launches(ops)
+    mo, wo = _modelled(ops, False), _modelled(ops, True)
+    ids, wids = _external(mo, wo)
+    return _join(corr, launches, _steps(steps), *_ranges(mo, wo)), ids, wids
 
 
 def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids, wids):
@@ -182,19 +199,81 @@ def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids, wids):
     ).drop("activities", "in_op", "by_ext", "ext_work_op", "in_work_op")
 
 
-def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator[pa.Table]:
+def _between(col: str, lo, hi) -> pl.Expr:
+    """col in [lo, hi]; nothing when lo is None (the chunk has no such key)."""
+    return pl.lit(False) if lo is None else pl.col(col).is_between(lo, hi)
+
+
+def _near(ops: pl.LazyFrame, t0: int | None, t1: int | None) -> pl.LazyFrame:
+    """The rows of `ops` (pid, tid, start_ns, ...) that a backward asof join on start_ns by pid and
+    tid can pick for a time in [t0, t1]: those starting in [t0, t1], and on each thread those
+    starting last before t0 (all of them when several start together). Exact: the latest start at
+    or before t in [t0, t1] is either in [t0, t1] or the thread's last start before t0."""
+    if t0 is None:
+        return ops.filter(pl.lit(False))
+    before = ops.filter(pl.col("start_ns") < t0)
+    last = before.group_by("pid", "tid").agg(pl.col("start_ns").max()).collect(engine="streaming")
+    near = ops.filter(pl.col("start_ns").is_between(t0, t1))
+    return pl.concat([before.join(last.lazy(), on=["pid", "tid", "start_ns"]), near])
+
+
+def _chunk_derived(keys: pl.DataFrame, gpu: Path, cpu: Path | None, st: pl.LazyFrame) -> pl.DataFrame:
+    """The DERIVED columns of the activities `keys` (rank, correlation, external_id, kind: a chunk
+    of the part `gpu`, in its order), reading from the parts only the rows their values can come
+    from: the part's activities of the chunk's correlation range (to count those sharing a
+    correlation), the calls of that range (launches), the modelled ops _near the chunk's launch
+    times, and those of its External id range. Equal to the whole part's values for those rows
+    (tests/test_derive.py forces tiny chunks); memory grows with the chunk and with how far its
+    launch times and ids spread, not with the part."""
+    c = keys.get_column("correlation")
+    c0, c1 = c.min(), c.max()
+    corr = (
+        _scan(gpu)
+        .select(_KEYS)
+        .filter(_between("correlation", c0, c1))
+        .group_by(_KEYS)
+        .agg(activities=pl.len())
+    )
+    ops = _scan(cpu) if cpu is not None else pl.LazyFrame(schema=_NO_OPS)
+    launches = _launches(ops.filter(_between("correlation", c0, c1))).collect(engine="streaming")
+    t = launches.join(keys.select(_KEYS).unique(), on=_KEYS, how="semi").get_column("launch_ns")
+    t0, t1 = t.min(), t.max()
+    cols = ["pid", "tid", "start_ns", "end_ns", "event_index", "external_id", "flops", "mem_bytes"]
+    mo, wo = _ranges(*(_near(_modelled(ops, w).select(cols), t0, t1) for w in (False, True)))
+    e = keys.get_column("external_id")
+    ext = _between("external_id", e.min(), e.max())
+    ids, wids = _external(*(_modelled(ops, w).filter(ext) for w in (False, True)))
+    corr = _join(corr, launches.lazy(), st, mo, wo)
+    return _with_derived(keys.lazy(), corr, ids, wids).select(DERIVED).collect(engine="streaming")
+
+
+def derived_batches(
+    gpu: Path, cpu: Path | None, steps: Path | None, chunk_rows: int | None = None
+) -> Iterator[pa.Table]:
     """The rows of the gpu_activities part `gpu`, in its order and batch by batch, with the
-    derived columns computed from the source's cpu_ops and steps parts (None: it has none). The
-    derived columns are computed for the whole part at once from its key columns only (rank,
+    derived columns computed from the source's cpu_ops and steps parts (None: it has none).
+
+    A part of at most chunk_rows activities (None: CHUNK_ROWS) and at most 4 x chunk_rows ops:
+    the derived columns are computed for the whole part at once from its key columns only (rank,
     correlation, external id, kind: one join, a few bytes a row) and then appended to each batch
     of the part as it is read, so the part's other columns (kernel names, geometry) are never
-    joined or held whole. A large source is computed on polars' streaming engine, so that only
-    the launch calls' rows of cpu_ops are held (in memory, every op's name would be read before
-    the filter); a small one on the in-memory engine (half the time)."""
-    corr, ids, wids = per_correlation(gpu, cpu, steps)
+    joined or held whole; a small one on polars' in-memory engine, a larger one on the streaming
+    engine (only the launch calls' rows of cpu_ops are held; in memory every op's name would be
+    read before the filter). A larger part: chunk_rows activities at a time (_chunk_derived), so
+    that memory stays bounded whatever the part's size (issue 40: the whole-part join held
+    0.78 GB for 1.8 M kernels). Same values either way."""
+    chunk = chunk_rows or CHUNK_ROWS
     pf = pq.ParquetFile(gpu)
     try:
         cpu_rows = pq.read_metadata(cpu).num_rows if cpu is not None else 0
+        if pf.metadata.num_rows > chunk or cpu_rows > 4 * chunk:
+            st = _steps(steps).collect().lazy()
+            for batch in pf.iter_batches(batch_size=chunk):
+                t = pa.Table.from_batches([batch])
+                keys = pl.from_arrow(t.select(["rank", "correlation", "external_id", "kind"]))
+                yield _append(t, _chunk_derived(keys, gpu, cpu, st).to_arrow())
+            return
+        corr, ids, wids = per_correlation(gpu, cpu, steps)
         small = pf.metadata.num_rows <= BATCH_ROWS and cpu_rows <= 4 * BATCH_ROWS
         keys = pl.scan_parquet(gpu, glob=False).select("rank", "correlation", "external_id", "kind")
         derived = (
@@ -204,17 +283,22 @@ def derived_batches(gpu: Path, cpu: Path | None, steps: Path | None) -> Iterator
         )
         offset = 0
         for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-            t = pa.Table.from_batches([batch])
-            t = t.drop_columns([c for c in DERIVED if c in t.column_names])
-            cols = derived.slice(offset, batch.num_rows).to_arrow()
-            for c in DERIVED:
-                t = t.append_column(c, cols.column(c))
+            yield _append(pa.Table.from_batches([batch]), derived.slice(offset, batch.num_rows).to_arrow())
             offset += batch.num_rows
-            yield t
         if offset != derived.height:  # the joins keep one row per activity, in its order
             raise AssertionError(f"{gpu}: {derived.height} derived rows for {offset} activities")
     finally:
         pf.close()
+
+
+def _append(t: pa.Table, derived: pa.Table) -> pa.Table:
+    """The rows `t` with their DERIVED columns replaced by those of `derived` (same rows, in order)."""
+    if derived.num_rows != t.num_rows:  # the joins keep one row per activity, in its order
+        raise AssertionError(f"{derived.num_rows} derived rows for {t.num_rows} activities")
+    t = t.drop_columns([c for c in DERIVED if c in t.column_names])
+    for c in DERIVED:
+        t = t.append_column(c, derived.column(c))
+    return t
 
 
 def derive_table(gpu: pa.Table, cpu: pa.Table | None, steps: pa.Table | None) -> pa.Table:

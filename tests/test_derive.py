@@ -267,6 +267,35 @@ def test_a_large_part_derived_batch_by_batch_gives_the_same_rows(tmp_path, monke
         assert whole.to_pylist() == pq.read_table(g).to_pylist()  # the stored part is that
 
 
+def test_a_part_derived_in_small_chunks_gives_the_whole_parts_values(tmp_path):
+    """Parts past CHUNK_ROWS are derived a chunk of activities at a time, each reading only the
+    launches of its correlation range and the modelled ops near its launch times (issue 40): every
+    derived column must equal the whole-part derivation's, here with chunks of 23 activities, so
+    that launches, steps and the op a launch ran in fall across chunk edges. The trace has steps,
+    FLOP-modelled ops and ops with modelled work (checked, so the comparison is not of NULLs)."""
+    from pathlib import Path
+
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([corpus("hta", "tests", "data", "trace_filter")], lake)
+    seen = {"step": 0, "flops_op": 0, "work_op": 0, "chunks": 0}
+    for f in lake.table_files("gpu_activities"):
+        g = Path(f)
+        cpu, steps = (Path(f.replace("gpu_activities", t)) for t in ("cpu_ops", "steps"))
+        whole = pa.concat_tables(derive.derived_batches(g, cpu, steps, chunk_rows=10**9))
+        parts = list(derive.derived_batches(g, cpu, steps, chunk_rows=23))
+        seen["chunks"] += len(parts)
+        chunked = pa.concat_tables(parts)
+        for c in derive.DERIVED:
+            assert chunked.column(c).to_pylist() == whole.column(c).to_pylist(), (g.name, c)
+        assert chunked.drop_columns(list(derive.DERIVED)).equals(
+            pq.read_table(g).drop_columns(list(derive.DERIVED))
+        )
+        seen["step"] += whole.column("step").drop_null().__len__()
+        seen["flops_op"] += sum(whole.column("flops_op").to_pylist())
+        seen["work_op"] += whole.column("work_op").drop_null().__len__()
+    assert seen["chunks"] > 50 and seen["step"] > 0 and seen["flops_op"] > 100 and seen["work_op"] > 100, seen
+
+
 @pytest.mark.parametrize("locked", [False, True])
 def test_a_v1_lake_whose_host_parts_also_lack_a_column_is_upgraded(reference, tmp_path, locked):
     """cpu_ops parts older than a column the derivation reads (flops): they are brought to the
