@@ -4,7 +4,6 @@ directory on the local disk (stage_into)."""
 
 from __future__ import annotations
 
-import re
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -13,17 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from . import schema as sch
+from .oneline import one_line  # noqa: F401  (re-exported: lake.py, lake_s3.py)
 from .parts import derive_staged, write_parquet, write_stream
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def one_line(text: str | None) -> str | None:
-    """Text safe to print as one terminal line: control characters (newlines, ESC, ...) become
-    \\xNN escapes."""
-    if text is None:
-        return None
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 class LakeError(RuntimeError):

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 
 from .app import (
     EXIT_FAILED,
@@ -21,6 +20,7 @@ from .app import (
     existing_lake,
     exit_help,
     out,
+    preload_charts,
     progress,
 )
 from .ingest_cmd import _ingest
@@ -56,6 +56,7 @@ from .options import (
     _resolve_runs,
     _window_options,
 )
+from .summary import print_summary
 
 
 def _analysis(
@@ -139,7 +140,7 @@ def _nothing_analysed(doc: dict, lake_dir) -> None:
     failed = [n for n in doc["notes"] if ": not ingested: " in n]
     if doc["runs"] or not failed:
         return
-    from ..lake import one_line
+    from ..oneline import one_line
 
     err.print(
         one_line(
@@ -191,7 +192,7 @@ def _analysis_of(
         return _timeline_lake(doc, lake_dir), EXIT_OK
     from ..analyze_cluster import analyze_on_cluster
     from ..cluster import SchedulerError
-    from ..lake import one_line
+    from ..oneline import one_line
 
     try:
         with progress("analyze", quiet) as bar:
@@ -256,7 +257,7 @@ def analyze(
     if as_json:
         sys.stdout.write(json.dumps(res, indent=1) + "\n")
         raise typer.Exit(code)
-    from ..lake import one_line
+    from ..oneline import one_line
 
     print_summary(out, res, ranks_table=True)
     for n in res["notes"]:
@@ -269,67 +270,6 @@ def analyze(
             markup=False,
         )
     raise typer.Exit(code)
-
-
-def print_summary(console, res: dict, ranks_table: bool = False) -> None:
-    """Print each run's verdict (with its confidence) and its numbered findings, as `analyze` and
-    `run` show them; ranks_table: also the per-rank table (rank rows of the analysis document:
-    each rank's whole GPU span in scope, captioned so, since the verdict may rest on the steps).
-    Lines are not wrapped by rich (soft wrap): a piped verdict stays one line."""
-    from rich.table import Table
-
-    from ..report.document import steps_found_text, timing_text
-
-    found = {r["run_id"]: r.get("steps_found_by") or [] for r in res["runs"]}
-    for v in res["verdicts"]:
-        console.print(
-            f"[bold]run {escape(v['run_id'])}[/bold]: {v['verdict']}"
-            + (f" ({v['confidence']})" if v["confidence"] else "")
-            + f" — {escape(v['reason'])}",
-            markup=True,
-            soft_wrap=True,
-        )
-        if set(found.get(v["run_id"], [])) & {"nvtx_repeat", "kernel_period"}:
-            console.print(
-                f"  steps found from {steps_found_text(found[v['run_id']])}", markup=False, soft_wrap=True
-            )
-        for i, f in enumerate((f for f in res["findings"] if f["run_id"] == v["run_id"]), 1):
-            console.print(f"  {i}. {f['title']} — {timing_text(f)}", markup=False, soft_wrap=True)
-        rows = [r for r in res["ranks"] if r["run_id"] == v["run_id"]]
-        if not (ranks_table and rows):
-            continue
-        on = {"steps": "the verdict is on the analysed steps", "trace": "as the verdict"}.get(v["basis"])
-        t = Table(
-            "rank",
-            "span ms",
-            "compute ms",
-            "comm ms",
-            "exposed comm ms",
-            "overlap %",
-            "idle ms",
-            "host wait ms",
-            "MFU %",
-            "FLOP cov. %",
-            caption_justify="left",
-            caption="per rank, over its whole GPU span in the analysis window"
-            + (f" ({on})" if on else "")
-            + (f"; first 64 of {len(rows)} ranks" if len(rows) > 64 else ""),
-        )
-        f = lambda x, d=1e6: "—" if x is None else f"{x / d:,.3f}"  # noqa: E731
-        for r in rows[:64]:
-            t.add_row(
-                str(r["rank"]),
-                f(r["span_ns"]),
-                f(r["compute_ns"]),
-                f(r["comm_ns"]),
-                f(r["exposed_comm_ns"]),
-                f(r["comm_comp_overlap_pct"], 1),
-                f(r["gpu_idle_ns"]),
-                f(r["idle_host_wait_ns"]),
-                f(r["mfu_pct"], 1),
-                f(r["flop_coverage_pct"], 1),
-            )
-        console.print(t)
 
 
 def _lake_read_error(lake_dir: Path, e: Exception) -> str:
@@ -411,7 +351,7 @@ def report(
     quiet: bool = QUIET,
     recompute: bool = RECOMPUTE,
 ):
-    fmt = _format(fmt, output, lake)
+    fmt = preload_charts(_format(fmt, output, lake))
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
     # with a baseline every kernel is kept (top_n=None) so the comparison is kernel by kernel
     top_n = None if baseline is not None else 20
@@ -522,6 +462,7 @@ def run(
     )
     if code == EXIT_FAILED or not runs:
         raise typer.Exit(EXIT_FAILED)
+    preload_charts(fmt)  # altair imported while the analysis runs its queries
     res, acode = _analysis(
         lake,
         window,

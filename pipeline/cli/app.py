@@ -17,6 +17,7 @@ except ImportError:  # pragma: no cover
     from click import exceptions as clickx
 
 from .. import __version__
+from .params import plain_params
 
 EXIT_OK, EXIT_USAGE, EXIT_PARTIAL, EXIT_FAILED = 0, 2, 3, 4
 
@@ -44,7 +45,11 @@ class Group(typer.core.TyperGroup):
     """The `tracelake` group: a usage error, click's own (a missing argument, a bad option value,
     no such option or command) or a BadParameter a command raises, is one line on stderr,
     `error: MESSAGE (see tracelake CMD --help)`, exit 2, as usage_error() writes its own; click
-    wrote four (Usage:, Try ... --help, a blank line, Error: ...)."""
+    wrote four (Usage:, Try ... --help, a blank line, Error: ...). Its parameters convert their
+    values through cli/params.py (plain_params)."""
+
+    def get_params(self, ctx):
+        return plain_params(super().get_params(ctx))
 
     def make_context(self, *args, **kwargs):
         try:
@@ -72,7 +77,7 @@ def _one_line(e: clickx.UsageError, where: str | None = None) -> clickx.UsageErr
 def usage_line(e: clickx.UsageError, where: str | None = None) -> str:
     """The one line of a usage error: click's message (a BadParameter a command raises without
     naming its option says it itself) with its first word in lower case, and where help is."""
-    from ..lake import one_line
+    from ..oneline import one_line
 
     if isinstance(e, clickx.BadParameter) and e.param is None and e.param_hint is None:
         msg = e.message
@@ -103,7 +108,11 @@ app = typer.Typer(
 
 class Command(typer.core.TyperCommand):
     """A command whose help follows click's conventions: an argument is shown by its metavar
-    (`TRACES...`), never with a Python type name (typer prints `<list[Path]>` for it)."""
+    (`TRACES...`), never with a Python type name (typer prints `<list[Path]>` for it); its
+    parameters convert their values through cli/params.py (plain_params)."""
+
+    def get_params(self, ctx):
+        return plain_params(super().get_params(ctx))
 
     def collect_usage_pieces(self, ctx):
         return [self.options_metavar] + [
@@ -179,6 +188,24 @@ def progress(label: str, quiet: bool = False):
         yield update
 
 
+def preload_charts(fmt: str) -> str:
+    """fmt; when it is html, the report's chart library (altair, pipeline/report/altair_lib.py: 0.3-0.6 s
+    of imports, 2.6 s in an environment with jsonschema's format extras before altair_lib) starts
+    importing in a thread of its own, so that it overlaps the analysis before the report (most of
+    its time is DuckDB binding and running the queries, which releases the GIL); the report then
+    finds it imported, or waits for the import to end (Python's module lock). A failed import is
+    left to the report's own import, which then raises it."""
+    if fmt == "html" and "altair" not in sys.modules:
+        import threading
+
+        def load() -> None:
+            with contextlib.suppress(Exception):
+                import pipeline.report.altair_lib  # noqa: F401
+
+        threading.Thread(target=load, name="tracelake-preload-charts", daemon=True).start()
+    return fmt
+
+
 def _write(path: Path, text: str) -> None:
     try:
         path.write_text(text, encoding="utf-8")
@@ -190,7 +217,7 @@ def _write(path: Path, text: str) -> None:
 def usage_error(message: str) -> typer.Exit:
     """Print one line `error: message` on stderr; the Exit(2) to raise (a usage error: the
     command did no work)."""
-    from ..lake import one_line
+    from ..oneline import one_line
 
     err.print(one_line(f"error: {message}"), markup=False)
     return typer.Exit(EXIT_USAGE)

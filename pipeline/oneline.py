@@ -1,0 +1,17 @@
+"""Text safe to print as one terminal line (every room's one-line errors: the lake's, the
+command's usage errors). Standard library only, so that a command that only prints an error
+(a usage error, `tracelake --help`) imports nothing heavier to print it."""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: str | None) -> str | None:
+    """Text safe to print as one terminal line: control characters (newlines, ESC, ...) become
+    \\xNN escapes. None stays None."""
+    if text is None:
+        return None
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)

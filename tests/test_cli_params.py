@@ -1,0 +1,120 @@
+"""The command's parameters converted without Pydantic (pipeline/cli/params.py) give what typer's
+own converters give: every parameter of every command, value by value, errors included.
+
+The reference is typer's own converter of the same parameter (typer._coercion.build_runtime_param,
+what typer would use without plain_params), so the expected values come from typer, not from the
+code under test. And what the shortcut is for: `--help`, a usage error and a command's parameters
+left at their defaults import no Pydantic (issue 38: `tracelake run --help` spent 0.3 s of 0.45 s
+importing it and building 25 adapters).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer.main
+from typer._coercion import build_runtime_param
+
+from pipeline.cli import app
+from pipeline.cli.params import _Plain, plain_params
+
+SCALARS = [
+    "x",
+    "",
+    " 12 ",
+    "12",
+    "-3",
+    "0",
+    "1.5",
+    "1e3",
+    "inf",
+    "nan",
+    "true",
+    "-",
+    "a b",
+    "ünïcode",
+    "bad\udcffname",  # a file name that is not UTF-8 (surrogate-escaped by Python)
+    "/nonexistent/dir/x",
+    0,
+    30.0,
+    1,
+    True,
+    Path("rel"),
+]
+
+
+def _outcome(fn):
+    try:
+        v = fn()
+    except Exception as e:  # the same error, message included
+        return ("raised", type(e).__name__, str(e))
+    # repr: nan equals nan; each item's type counts (Path against str)
+    return ("value", type(v).__name__, repr([(type(x), x) for x in v] if isinstance(v, (list, tuple)) else v))
+
+
+def _params():
+    group = typer.main.get_command(app)
+    out = [("tracelake", group, p) for p in plain_params(group.get_params(group.context_class(group)))]
+    for name, cmd in sorted(group.commands.items()):
+        ctx = cmd.context_class(cmd, info_name=name)
+        out += [(name, cmd, p) for p in cmd.get_params(ctx)]
+    return out
+
+
+def test_plain_conversion_equals_typers_own(tmp_path):
+    (tmp_path / "f.json").write_text("{}")
+    existing = [str(tmp_path), str(tmp_path / "f.json"), tmp_path / "f.json"]
+    checked, plain = 0, 0
+    for name, cmd, p in _params():
+        if not isinstance(getattr(p, "_runtime_param", None), _Plain):
+            continue
+        plain += 1
+        ctx = cmd.context_class(cmd, info_name=name)
+        ours, full = p._runtime_param, build_runtime_param(p.type_descriptor)
+        many = p.multiple or p.nargs == -1
+        values = [None, p.default, *SCALARS, *existing]
+        if many:
+            values = [
+                None,
+                p.default,
+                [],
+                ["a", "b"],
+                ("x",),
+                [*existing],
+                ["bad\udcffname"],
+                [1.5],
+                ["", "-"],
+            ]
+        for v in values:
+            got = _outcome(lambda: ours.coerce(v, param=p, ctx=ctx))
+            want = _outcome(lambda: full.coerce(v, param=p, ctx=ctx))
+            assert got == want, (name, p.name, v)
+            checked += 1
+    # every command's parameters of a simple type take the shortcut (run has 25 of them)
+    assert plain >= 100 and checked > 2000, (plain, checked)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["run", "--help"], ["analyze", "--help"], ["run", "--bogus"], ["ingest"], ["--version"]],
+)
+def test_help_and_usage_errors_import_nothing_heavy(args):
+    """`tracelake --help`, a command's help, a usage error: neither Pydantic (typer's converters),
+    the lake (pyarrow, polars), DuckDB nor altair or jsonschema is imported."""
+    code = (
+        "import sys\n"
+        f"sys.argv = ['tracelake', *{args!r}]\n"
+        "from pipeline.cli import app\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
+        "heavy = ('pydantic', 'pipeline.lake', 'pyarrow', 'polars', 'duckdb', 'altair', 'jsonschema')\n"
+        "print(code, [m for m in heavy if m in sys.modules])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    last = p.stdout.strip().splitlines()[-1]
+    want_code = 2 if args in (["run", "--bogus"], ["ingest"]) else 0
+    assert last == f"{want_code} []", (p.stdout[-500:], p.stderr[-500:])
+    if want_code == 2:  # still the one-line usage error
+        assert p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
