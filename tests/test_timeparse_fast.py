@@ -11,7 +11,7 @@ from decimal import Decimal, InvalidOperation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.timeparse import us_text_to_ns
+from pipeline.timeparse import _arrow_decimal, us_text_to_ns
 
 
 def reference(text: str) -> int | None:
@@ -85,3 +85,43 @@ def test_edges_of_each_fast_path():
             "+1.5",
         ]
     )
+
+
+# plain JSON numbers with at most three decimals, as Kineto writes them: one Arrow decimal cast
+# (timeparse._arrow_decimal) takes the whole batch, with empty texts (invalid) among them
+PLAIN = st.builds(
+    lambda sign, ip, fp: f"{sign}{ip}{'.' + fp if fp is not None else ''}",
+    st.sampled_from(["", "", "-"]),
+    st.integers(min_value=0, max_value=10**19),
+    st.none() | st.text(alphabet="0123456789", min_size=1, max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(PLAIN | st.just(""), min_size=1, max_size=40))
+def test_batches_of_plain_numbers_in_one_arrow_cast(texts):
+    assert _arrow_decimal([t.encode() for t in texts]) is not None  # the path under test
+    check(texts)
+
+
+def test_arrow_cast_edges():
+    edges = [
+        "9223372036854775.807",  # the largest int64 ns
+        "9223372036854775.808",  # one past it: invalid
+        "-9223372036854775.808",  # the smallest
+        "-9223372036854775.809",
+        "99999999999999999999.999",  # past int64: invalid
+        "1694039959123.456",
+        "1.5e3",
+        "1E-3",
+        "+5",
+        "007",
+        "",
+    ]
+    check(edges)
+    for t in edges[:4]:
+        assert _arrow_decimal([t.encode()]) is not None
+    # what the Arrow cast refuses goes the general way, whatever the rest of the batch
+    for t in ["12.3456", '"12.5"', "abc", "nan", " 5", "0x10", "1" * 40]:
+        assert _arrow_decimal([b"1.5", t.encode()]) is None
+        check(["1.5", t])
