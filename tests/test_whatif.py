@@ -414,10 +414,12 @@ def test_gpu_only_trace_has_no_host_to_replay(tmp_path):
 
 
 def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypatch):
-    """A large run is replayed window by window (replay.windows): on PARAM's DLRM job and nsys-ai's
-    "before" export, with the windowed path forced, every change gives the same times as the plain
-    rounds over every node until none changes (the brute-force reference); and every edge of the
-    graph points to the same or a later window."""
+    """A large run is replayed level by level (replay.levels), or window by window (replay.windows)
+    where no levels are found: on PARAM's DLRM job and nsys-ai's "before" export, with each path
+    forced, every change gives the same times as the plain rounds over every node until none
+    changes (the brute-force reference); every edge of the graph points to the same or a later
+    window; and the levels keep their rules (a strictly later level across a cross-stream edge,
+    into a collective member, and after a waiting host node)."""
     import importlib
 
     import numpy as np
@@ -441,6 +443,22 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
             pl.DataFrame({"c": g.g_coll[members], "w": gw[members]}).group_by("c").agg(pl.col("w").n_unique())
         )
         assert (per_call["w"] == 1).all()
+        gl, hl = rp.levels(g)
+        assert len(np.unique(gl)) > len(np.unique(gw))  # finer than the windows
+        assert (gl[chain_g] >= gl[chain_g - 1]).all() and (hl[chain_h] >= hl[chain_h - 1]).all()
+        has = g.g_launch >= 0
+        assert (gl[has] >= hl[g.g_launch[has]]).all()
+        has = g.g_cross >= 0
+        assert (gl[has] > gl[g.g_cross[has]]).all()
+        inner = members & ~g.g_first
+        assert (gl[inner] > gl[np.nonzero(inner)[0] - 1]).all()
+        after = np.nonzero(g.h_dep[:-1] >= 0)[0]
+        after = after[~g.h_chain_first[after + 1]]
+        assert len(after) and (hl[after + 1] > gl[g.h_dep[after]]).all()
+        per_call = (
+            pl.DataFrame({"c": g.g_coll[members], "w": gl[members]}).group_by("c").agg(pl.col("w").n_unique())
+        )
+        assert (per_call["w"] == 1).all()
         wanted = changes.defaults(g) + [
             changes.scale("category:compute=0.5"),
             changes.scale("category:compute=2"),
@@ -451,7 +469,9 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
             monkeypatch.setattr(rp, "BLOCK_NODES", 10**12)
             plain = rp.replay(g, d)
             monkeypatch.setattr(rp, "BLOCK_NODES", 0)
-            windowed = rp.replay(g, d)
-            for k in ("g_start", "g_end", "h_start", "h_end", "g_x", "g_last"):
-                assert np.array_equal(getattr(plain, k), getattr(windowed, k)), (run, ch.key, k)
+            for path in ("levels", "windows"):
+                g.levels = False if path == "windows" else None  # False: no levels, go by windows
+                big = rp.replay(g, d)
+                for k in ("g_start", "g_end", "h_start", "h_end", "g_x", "g_last"):
+                    assert np.array_equal(getattr(plain, k), getattr(big, k)), (run, ch.key, path, k)
             assert plain.rounds > 1  # the change moved something

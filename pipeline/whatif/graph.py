@@ -87,6 +87,8 @@ class Graph:
     notes: dict[int, list[str]] = field(default_factory=dict)  # step -> why parts are not replayed
     # (GPU, host) replay windows, made by replay.windows() on a large graph's first changed replay
     windows: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    # replay levels (replay._Levels; False: none found), made on a large graph's first changed replay
+    levels: object = field(default=None, repr=False)
 
 
 def _first_of_chain(chain: np.ndarray) -> np.ndarray:

@@ -8,7 +8,9 @@ a cumulative maximum per chain, so a whole chain is re-timed in a few vectorized
 chains are re-timed in turn (host chains, then stream chains) until no time changes: each round
 settles at least one more edge between chains along every path, and the graph is acyclic, so the
 rounds stop (a graph that does not settle in `max_rounds` has a cycle: ValueError). A large run
-goes window by window (windows()), each window's rounds touching only its nodes.
+goes level by level (levels(): each level's nodes are re-timed once, from levels already settled,
+so the whole run costs one pass over its nodes), or window by window (windows()) where the levels
+cannot be found.
 
 With nothing changed the replay reproduces every recorded time exactly (graph.py gives each node
 the edge and weight that explain its start), so the identity replay's error measures only what
@@ -137,6 +139,78 @@ def windows(g: Graph) -> tuple[np.ndarray, np.ndarray]:
         gw, hw = gw2, hw2
 
 
+LEVEL_SPAN = 1 << 20  # a step's levels start at step x LEVEL_SPAN (a lower bound, not a limit)
+MAX_LEVEL_PASSES = 64  # passes of levels() before it gives up (the replay goes window by window)
+
+
+def levels(g: Graph) -> tuple[np.ndarray, np.ndarray] | None:
+    """A level per GPU and host node such that re-timing the levels in ascending order, each once
+    (host nodes, then GPU nodes), gives every node its final time: every edge that round order
+    cannot satisfy within a level points to a strictly later level. Per edge (u -> v), L(v) >= L(u)
+    for chain order, launch (the host is re-timed before the GPU) and collective membership (all
+    members of a call share a level); L(v) >= L(u) + 1 for a cross-stream edge, for the chain edge
+    into a collective member (so that every member starts a range of its level and its start is
+    known before its call's last arrival is taken), and from the work a host node waits for to the
+    host node after it (the waiting node's own end is completed in the level of that work, after
+    its GPU nodes: _Levels). Nodes start at their step x LEVEL_SPAN and are raised along the edges
+    until none changes. Returns (GPU levels, host levels), or None when that does not settle in
+    MAX_LEVEL_PASSES passes (matched collectives that contradict the ranks' own order)."""
+    gw = np.maximum(g.g_step, 0).astype(np.int64) * LEVEL_SPAN
+    hw = np.where(g.h_what == STEP_START, np.maximum(g.h_step, 0), 0).astype(np.int64) * LEVEL_SPAN
+    gl, gx, hd, gc = g.g_launch, g.g_cross, g.h_dep, g.g_coll
+    li, xi, ci = np.nonzero(gl >= 0)[0], np.nonzero(gx >= 0)[0], np.nonzero(gc >= 0)[0]
+    mi = ci[~g.g_first[ci]]  # members with a stream predecessor
+    waiting = np.nonzero(hd >= 0)[0]
+    nxt = waiting + 1  # the host node after a waiting one, on the same chain
+    keep = nxt < len(hw)
+    keep[keep] = ~g.h_chain_first[nxt[keep]]
+    waiting, nxt = waiting[keep], nxt[keep]
+    ncoll = len(g.c_transfer)
+    for _ in range(MAX_LEVEL_PASSES):
+        hw2 = _chain_cummax(hw, g.h_chain_first) if len(hw) else hw
+        if len(nxt):
+            hw2[nxt] = np.maximum(hw2[nxt], gw[hd[waiting]] + 1)
+            hw2 = _chain_cummax(hw2, g.h_chain_first)
+        gw2 = gw.copy()
+        gw2[li] = np.maximum(gw2[li], hw2[gl[li]])
+        gw2[xi] = np.maximum(gw2[xi], gw[gx[xi]] + 1)
+        gw2 = _chain_cummax(gw2, g.g_first)
+        if ncoll and len(ci):
+            gw2[mi] = np.maximum(gw2[mi], gw2[mi - 1] + 1)
+            cw = np.zeros(ncoll, dtype=np.int64)
+            np.maximum.at(cw, gc[ci], gw2[ci])
+            gw2[ci] = cw[gc[ci]]
+            gw2 = _chain_cummax(gw2, g.g_first)
+        if np.array_equal(gw2, gw) and np.array_equal(hw2, hw):
+            return gw, hw
+        gw, hw = gw2, hw2
+    return None
+
+
+class _Levels:
+    """The levels of a graph (levels()) as what each level's round needs: its GPU and host nodes
+    in chain order with their range starts, its collective members (each starts a range), and the
+    waiting host nodes whose end is completed there (their awaited work is in the level)."""
+
+    def __init__(self, g: Graph, gl: np.ndarray, hl: np.ndarray):
+        gb = {w: (i, f) for w, i, f in _by_window(gl, g.g_first)}
+        hb = {w: (i, f) for w, i, f in _by_window(hl, g.h_chain_first)}
+        wait = np.nonzero(g.h_dep >= 0)[0]
+        wait = wait[hl[wait] <= gl[g.h_dep[wait]]]  # settled before the node's own round otherwise
+        wl = gl[g.h_dep[wait]]
+        o = np.argsort(wl, kind="stable")
+        wait, wl = wait[o], wl[o]
+        cuts = np.searchsorted(wl, sorted(set(gb) | set(hb)), side="left")
+        cuts_hi = np.searchsorted(wl, sorted(set(gb) | set(hb)), side="right")
+        e64, eb = np.zeros(0, np.int64), np.zeros(0, bool)
+        self.rounds = []
+        for w, a, b in zip(sorted(set(gb) | set(hb)), cuts, cuts_hi):
+            gi, gf = gb.get(w, (e64, eb))
+            hi, hf = hb.get(w, (e64, eb))
+            mpos = np.nonzero(g.g_coll[gi] >= 0)[0]
+            self.rounds.append((gi, gf, hi, hf, mpos, wait[a:b]))
+
+
 def _by_window(w: np.ndarray, first: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per window (ascending), its nodes in chain order and the starts of their chain ranges."""
     if not len(w):
@@ -169,7 +243,8 @@ class _State:
         self.waited = members & ~dur.coll_free
         self.on_time = members & (g.g_rank == dur.on_time_rank) & ~dur.coll_free
         self.g_x = np.full(n, NEG, dtype=np.int64)
-        self.arrivers = np.nonzero(self.waited & ~self.on_time)[0]  # whose arrival others wait for
+        self.is_arriver = self.waited & ~self.on_time  # whose arrival others wait for
+        self.arrivers = np.nonzero(self.is_arriver)[0]
 
     def arrivers_in(self, gi: np.ndarray) -> np.ndarray:
         """The arrivers (whose arrival others wait for) among the GPU nodes gi."""
@@ -184,11 +259,15 @@ class _State:
         hi: np.ndarray,
         hfirst: np.ndarray,
         arrivers: np.ndarray | None = None,
+        members: np.ndarray | None = None,
+        finish: np.ndarray | None = None,
     ) -> bool:
         """Re-time the host nodes hi, then the GPU nodes gi (each chain-contiguous ranges whose
         starts gfirst / hfirst mark; a range continues from its chain predecessor's current time).
-        arrivers: the arrivers whose calls gi's members are in (default: all). True when a time
-        changed."""
+        arrivers: the arrivers whose calls gi's members are in (default: all). A level's round
+        (_Levels) also gives members, the positions in gi of its collective members (each starts a
+        range: their starts are set before their calls' last arrivals are taken), and finish, the
+        waiting host nodes whose end is completed after gi. True when a time changed."""
         g, d = self.g, self.d
         changed = False
         if len(hi):
@@ -215,6 +294,12 @@ class _State:
             rel = np.maximum(rel, np.where(cross >= 0, self.g_end[np.maximum(cross, 0)] + g.g_wx[gi], NEG))
             rel = np.maximum(rel, g.g_fixed[gi])
             cterm = np.full(len(gi), NEG, dtype=np.int64)
+            if members is not None and len(members):
+                mg = gi[members]
+                mp = self.g_prev[mg]
+                pe = np.where(mp >= 0, self.g_end[np.maximum(mp, 0)], NEG)
+                self.g_start[mg] = np.maximum(np.where(pe == NEG, NEG, pe + d.g_gap[mg]), rel[members])
+                arrivers = mg[self.is_arriver[mg]]
             if len(g.c_transfer) and self.waited[gi].any():
                 # the last arrival of each call; the others do not wait for a rank that is "on
                 # time" (its own kernel still cannot end before it arrived itself)
@@ -244,6 +329,10 @@ class _State:
                 np.array_equal(end, self.g_end[gi]) and np.array_equal(start, self.g_start[gi])
             )
             self.g_end[gi], self.g_start[gi] = end, start
+        if finish is not None and len(finish):
+            # end = max(start + own time, awaited work's end + time after it), as the host scan
+            a = self.g_end[g.h_dep[finish]] + g.h_t[finish]
+            self.h_end[finish] = np.maximum(self.h_start[finish] + d.h_b[finish], a)
         return changed
 
 
@@ -253,32 +342,59 @@ def _cycle(g: Graph, max_rounds: int) -> ValueError:
     )
 
 
+def _unchanged(g: Graph, d: Durations) -> bool:
+    return (
+        d.on_time_rank == -1
+        and not d.coll_free.any()
+        and all(
+            np.array_equal(a, b)
+            for a, b in ((d.g_d, g.g_d), (d.g_wc, g.g_wc), (d.g_wl, g.g_wl), (d.g_gap, g.g_gap))
+        )
+        and np.array_equal(d.h_b, g.h_b)
+        and np.array_equal(d.h_gap, g.h_gap)
+    )
+
+
 def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
-    """Re-time g with durations dur. A first round over every node: with nothing changed nothing
-    moves. Otherwise a graph of at most BLOCK_NODES nodes is re-timed by rounds over every node
-    until none changes; a larger one window by window (windows(): every edge points to the same or
-    a later window), each window's rounds touching only its nodes, so a window settled stays
+    """Re-time g with durations dur. A graph of at most BLOCK_NODES nodes is re-timed by rounds
+    over every node until none changes (with nothing changed, the first round moves nothing). A
+    larger one is re-timed level by level (levels(): one round per level, no round over the whole
+    run), after one round over every node when nothing was changed (the identity replay's check);
+    where the levels cannot be found, window by window (windows(): every edge points to the same
+    or a later window), each window's rounds touching only its nodes, so a window settled stays
     settled. Raises ValueError when it does not settle in max_rounds rounds (a cycle)."""
     n, m = len(g.g_s), len(g.h_s)
     st = _State(g, dur)
     all_g, all_gf = np.arange(n, dtype=np.int64), st.g_first
     all_h, all_hf = np.arange(m, dtype=np.int64), g.h_chain_first.copy()
-    rounds = 1
-    changed = st.round(all_g, all_gf, all_h, all_hf)  # nothing changes in the identity replay
-    if changed and n + m > BLOCK_NODES:
-        if g.windows is None:
-            g.windows = windows(g)
-        gw, hw = g.windows
-        hb = {w: (i, f) for w, i, f in _by_window(hw, g.h_chain_first)}
-        gb = {w: (i, f) for w, i, f in _by_window(gw, st.g_first)}
-        empty = (np.zeros(0, np.int64), np.zeros(0, bool))
-        for w in sorted(set(hb) | set(gb)):
-            (gi, gf), (hi, hf) = gb.get(w, empty), hb.get(w, empty)
-            arr = st.arrivers_in(gi)
-            while st.round(gi, gf, hi, hf, arr):
-                rounds += 1
-                if rounds > max_rounds:
-                    raise _cycle(g, max_rounds)
+    big = n + m > BLOCK_NODES
+    rounds = 0
+    changed = True
+    if not big or _unchanged(g, dur):
+        rounds = 1
+        changed = st.round(all_g, all_gf, all_h, all_hf)  # nothing changes in the identity replay
+    if changed and big:
+        if g.levels is None:
+            lv = levels(g)
+            g.levels = _Levels(g, *lv) if lv is not None else False
+        if g.levels:
+            for gi, gf, hi, hf, mpos, fin in g.levels.rounds:
+                st.round(gi, gf, hi, hf, members=mpos, finish=fin)
+            rounds += len(g.levels.rounds)
+        else:
+            if g.windows is None:
+                g.windows = windows(g)
+            gw, hw = g.windows
+            hb = {w: (i, f) for w, i, f in _by_window(hw, g.h_chain_first)}
+            gb = {w: (i, f) for w, i, f in _by_window(gw, st.g_first)}
+            empty = (np.zeros(0, np.int64), np.zeros(0, bool))
+            for w in sorted(set(hb) | set(gb)):
+                (gi, gf), (hi, hf) = gb.get(w, empty), hb.get(w, empty)
+                arr = st.arrivers_in(gi)
+                while st.round(gi, gf, hi, hf, arr):
+                    rounds += 1
+                    if rounds > max_rounds:
+                        raise _cycle(g, max_rounds)
         changed = False
     while changed:
         rounds += 1
