@@ -230,3 +230,23 @@ def test_report_import_skips_jsonschemas_slow_optional_format_packages():
     # whether the checks are more than vacuous depends on the packages being installed (the test
     # extra's HolisticTraceAnalysis pulls them in here)
     print("installed:", [m for m in FORMAT_PACKAGES if importlib.util.find_spec(m) is not None])
+
+
+def test_report_built_without_altairs_debug_mode_is_the_same_page(tmp_path):
+    """html.render builds the charts with altair's debug mode off (no validation of each schema
+    object as it is created: 0.1 s of the DLRM job's report); the page is the same as with it on,
+    altair's default (the reference), on PARAM's 8-rank DLRM job (every chart kind the small job
+    has: breakdown, overlap, bus bandwidth, wait heat map, top kernels, idle gaps, phases, roofline)."""
+    from altair.utils.schemapi import debug_mode
+
+    from pipeline.report import html as page
+
+    lake = Lake(tmp_path / "lake")
+    dlrm = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+    assert all(r.status == "ok" for r in ingest_paths([dlrm], lake))
+    res = analyze(lake)
+    fast = page.render(res)
+    with debug_mode(True):
+        checked = page._page(res, "tracelake report", None, None)
+    assert fast == checked
+    assert fast.count('class="chart"') >= 8, fast.count('class="chart"')
