@@ -37,10 +37,11 @@ def comm_host_op_regex() -> str:
 
 
 def classify(
-    gpu: pl.DataFrame, comm_ext_ids: pl.Series | None, user_patterns: list[str] | None = None
-) -> pl.DataFrame:
+    gpu: pl.DataFrame | pl.LazyFrame, comm_ext_ids: pl.Series | None, user_patterns: list[str] | None = None
+) -> pl.DataFrame | pl.LazyFrame:
     """Add `category` and `classified_by` to a frame with columns kind, name, external_id and
-    has_comm_args (bool: the event's args carry collective metadata).
+    has_comm_args (bool: the event's args carry collective metadata); a lazy frame gives a lazy
+    frame (the caller collects it with the rest of its plan).
 
     comm_ext_ids: External ids of host ops matching comm_host_ops (the "correlation" rule).
     An optional bool column `comm_launch` marks work whose launch the input ties to a
@@ -55,7 +56,7 @@ def classify(
     ids = comm_ext_ids if comm_ext_ids is not None else pl.Series([], dtype=pl.Int64)
     is_kernel = pl.col("kind") == "kernel"
     by_corr = pl.col("external_id").is_in(ids.implode()) if len(ids) else pl.lit(False)
-    if "comm_launch" in gpu.columns:
+    if "comm_launch" in gpu.collect_schema().names():
         by_corr = by_corr.fill_null(False) | pl.col("comm_launch").fill_null(False)
     by_user = pl.col("name").str.contains(user_re) if user_re else pl.lit(False)
     expr_by = (

@@ -61,6 +61,14 @@ class _Spool:
         self.mem = []
 
     def __iter__(self):
+        """The tables as polars frames, in the order added (arrow() as frames)."""
+        for t in self.arrow():
+            yield pl.from_arrow(t)
+
+    def arrow(self):
+        """The tables in the order added, as Arrow tables (record batches when spilled); with no
+        rows, one empty table, so the columns are known; without a schema (nothing added),
+        nothing."""
         if self.writer is not None:
             self.writer.close()
             self.writer = None
@@ -69,15 +77,12 @@ class _Spool:
             with pa.OSFile(str(self.path)) as f:
                 r = pa.ipc.open_file(f)
                 for i in range(r.num_record_batches):
-                    yield pl.from_arrow(r.get_batch(i))
+                    yield r.get_batch(i)
         elif self.mem:
-            for t in self.mem:
-                yield pl.from_arrow(t)
-        elif self.schema is not None:  # no rows: one empty frame, so the columns are known
-            # (built column by column: Schema.empty_table() imports pandas, ~0.3 s)
-            yield pl.from_arrow(
-                pa.Table.from_arrays([pa.nulls(0, type=f.type) for f in self.schema], schema=self.schema)
-            )
+            yield from self.mem
+        elif self.schema is not None:
+            # built column by column: Schema.empty_table() imports pandas, ~0.3 s
+            yield pa.Table.from_arrays([pa.nulls(0, type=f.type) for f in self.schema], schema=self.schema)
 
     def close(self) -> None:
         if self.writer is not None:

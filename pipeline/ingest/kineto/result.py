@@ -11,7 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ... import classify as classify_mod
 from . import comm as kineto_comm
@@ -106,24 +109,44 @@ class StreamParsed(TraceMeta):
         comm_rows: list[pl.DataFrame] = []
         state = {"gpu_done": False}
 
-        def out(df: pl.DataFrame, with_rank: bool = True):
-            cols = [pl.lit(v).alias(k) for k, v in ids.items() if k != "rank"]
-            if with_rank and "rank" in ids:
-                cols.append(pl.lit(ids["rank"], dtype=pl.Int32).alias("rank"))
-            df = df.with_columns(cols) if cols else df
-            return df.to_arrow() if arrow else df
+        def out(df, with_rank: bool = True):
+            """The chunk with the id columns (a polars frame, or in arrow mode a polars frame or
+            an Arrow table: the columns appended as Arrow arrays, no polars call)."""
+            if not arrow:
+                cols = [pl.lit(v).alias(k) for k, v in ids.items() if k != "rank"]
+                if with_rank and "rank" in ids:
+                    cols.append(pl.lit(ids["rank"], dtype=pl.Int32).alias("rank"))
+                return df.with_columns(cols) if cols else df
+            t = df.to_arrow() if isinstance(df, pl.DataFrame) else df
+            for k, v in ids.items():
+                if k != "rank" or with_rank:
+                    t = _with_column(t, k, repeat(v, t.num_rows, pa.int32() if k == "rank" else None))
+            return t
 
         def gpu_chunks():
             for df in self.acc.spools["gpu"]:
-                df = df.with_columns(start_ns=pl.col("start_ns") + base).with_columns(
-                    end_ns=pl.col("start_ns") + pl.col("dur_ns")
+                # one plan: absolute times, then the classification (classify's two columns)
+                lf = df.lazy().with_columns(
+                    start_ns=pl.col("start_ns") + base, end_ns=pl.col("start_ns") + base + pl.col("dur_ns")
                 )
-                df = classify_mod.classify(df, self.comm_ext, self.comm_patterns).drop("has_comm_args")
+                df = (
+                    classify_mod.classify(lf, self.comm_ext, self.comm_patterns)
+                    .drop("has_comm_args")
+                    .collect()
+                )
                 comm_rows.append(df.filter(pl.col("category") == "communication"))
                 yield out(df)
             state["gpu_done"] = True
 
         def cpu_chunks():
+            if arrow:  # Arrow compute: two calls, not a polars plan per chunk
+                b = _i64(base)
+                for t in self.acc.spools["cpu"].arrow():
+                    t = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
+                    start = pc.add(t.column("start_ns"), b)
+                    t = _with_column(t, "start_ns", start)
+                    yield out(_with_column(t, "end_ns", pc.add(start, t.column("dur_ns"))))
+                return
             for df in self.acc.spools["cpu"]:
                 yield out(
                     df.with_columns(start_ns=pl.col("start_ns") + base).with_columns(
@@ -131,13 +154,18 @@ class StreamParsed(TraceMeta):
                     )
                 )
 
-        def ann_chunks():
-            for df in self.acc.spools["ann"]:
-                yield out(df.with_columns(start_ns=pl.col("start_ns") + base, end_ns=pl.col("end_ns") + base))
-
-        def ctr_chunks():
-            for df in self.acc.spools["ctr"]:
-                yield out(df.with_columns(ts_ns=pl.col("ts_ns") + base))
+        def shifted(spool: str, cols: tuple[str, ...]):
+            """The spool's chunks with `cols` made absolute (+ the base time)."""
+            if arrow:
+                b = _i64(base)
+                for t in self.acc.spools[spool].arrow():
+                    t = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
+                    for c in cols:
+                        t = _with_column(t, c, pc.add(t.column(c), b))
+                    yield out(t)
+                return
+            for df in self.acc.spools[spool]:
+                yield out(df.with_columns(pl.col(c) + base for c in cols))
 
         def collectives():
             if not state["gpu_done"]:  # gpu_activities was not streamed first: classify here
@@ -171,6 +199,38 @@ class StreamParsed(TraceMeta):
                 )
             ],
             "process_groups": [out(self.process_groups)],
-            "annotations": ann_chunks(),
-            "counters": ctr_chunks(),
+            "annotations": shifted("ann", ("start_ns", "end_ns")),
+            "counters": shifted("ctr", ("ts_ns",)),
         }
+
+
+def repeat(value, n: int, typ: pa.DataType | None = None) -> pa.Array:
+    """n copies of value (a str, an int or None) as an Arrow array: string, `typ` (int32 or
+    int64, the default) or null. Built from buffers: pa.array and pa.scalar import pandas where
+    it is installed (0.3 s). TypeError for another kind of value."""
+    if value is None:
+        return pa.nulls(n)
+    if isinstance(value, str):
+        b = value.encode()
+        if n * len(b) >= 2**31:
+            off = np.arange(n + 1, dtype=np.int64) * len(b)
+            return pa.LargeStringArray.from_buffers(n, pa.py_buffer(off), pa.py_buffer(b * n))
+        off = np.arange(n + 1, dtype=np.int32) * len(b)
+        return pa.StringArray.from_buffers(n, pa.py_buffer(off), pa.py_buffer(b * n))
+    if isinstance(value, int) and not isinstance(value, bool):
+        typ = typ or pa.int64()
+        vals = np.full(n, value, dtype=np.int32 if typ == pa.int32() else np.int64)
+        return pa.Array.from_buffers(typ, n, [None, pa.py_buffer(vals)])
+    raise TypeError(f"cannot repeat a {type(value).__name__}")
+
+
+def _i64(v: int) -> pa.Scalar:
+    """An int64 Arrow scalar (pa.scalar imports pandas)."""
+    return repeat(v, 1)[0]
+
+
+def _with_column(t: pa.Table, name: str, col) -> pa.Table:
+    """t with column `name` replaced by col, or appended when t has none (polars' with_columns)."""
+    i = t.schema.get_field_index(name)
+    field = pa.field(name, col.type)
+    return t.set_column(i, field, col) if i >= 0 else t.append_column(field, col)
