@@ -164,7 +164,7 @@ def compact_run(lake, run_dir: str, view: manifest.View, min_sources: int) -> tu
             ]
             before += len(inputs)
             if inputs:
-                files[t] = _write_groups(t, inputs, stage / t, gen)
+                files[t] = write_groups(t, inputs, stage / t, gen)
         sources = dict(old.sources) if old else {}
         sources.update({s: sorted(p) for s, p in small.items()})
         new = manifest.Manifest(gen, {t: n for t, n in files.items() if n}, sources)
@@ -235,7 +235,7 @@ def drop(lake, run_dir: str, old: manifest.Manifest, sids: set[str], keep_own: b
     try:
         for t, names in old.files.items():
             inputs = [(lake.root / t / run_dir / n, sids) for n in names]
-            files[t] = _write_groups(t, inputs, stage / t, gen)
+            files[t] = write_groups(t, inputs, stage / t, gen)
             if keep_own:
                 for s in sorted(sids):
                     if t in old.sources[s]:
@@ -286,7 +286,7 @@ def garbage(lake, view: manifest.View) -> list[tuple[Path, str]]:
 # ------------------------------------------------------------------ helpers
 
 
-def _write_groups(table: str, inputs: list[tuple[Path, set | None]], out_dir: Path, gen: str) -> list[str]:
+def write_groups(table: str, inputs: list[tuple[Path, set | None]], out_dir: Path, gen: str) -> list[str]:
     """Write the inputs (path, source ids to leave out or None) as files c-<gen>-<k>.parquet in
     out_dir, a group of at most TARGET_FILE_BYTES of input each; returns their names (none when no
     row is left)."""

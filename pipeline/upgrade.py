@@ -12,11 +12,14 @@ read (pipeline/query.py connect) or written (pipeline/ingest):
   re-derived from its own source's cpu_ops and steps parts, others with NULL in the missing
   columns) and replaced atomically (os.replace: a reader sees the old part or the
   new one, never half of one; a kill in between leaves old parts, found again next time); then
-  the marker is set to the current version. Returns the number of parts rewritten.
+  the marker is set to the current version. Returns the number of parts rewritten. A lake in a
+  bucket (pipeline/lake_s3.py) the same way: its stale parts fetched, rewritten locally and each
+  PUT over its object (one object, whole or not at all), the marker last.
 - current_parts(lake): what connect calls. It upgrades when it can; when the lake cannot be
   written (a read-only archive) or another command holds its lock, it derives the old parts into
   a temporary directory (removed at exit) and returns {old part: derived copy} for the reader to
-  use instead. Raises LakeError (one line) when a part cannot be read.
+  use instead (a lake in a bucket another command holds: LakeError, run again). Raises
+  LakeError (one line) when a part cannot be read.
 """
 
 from __future__ import annotations
@@ -28,29 +31,41 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import derive, opbytes
+from . import derive, objstore, opbytes
 from . import schema as sch
-from .lake import Lake, LakeBusy, LakeError
+from .lake import Lake, LakeBusy, LakeError, one_line
 from .parts import write_stream
 
 _MARKER = re.compile(rb"schema v(\d+)")
 
 
 def marker_version(lake: Lake) -> int:
-    """The schema version the lake's TRACELAKE marker names (1 for a marker without one; an
-    object-store lake is always current: pipeline/lake_s3.py)."""
-    if getattr(lake, "remote", False):
-        return sch.SCHEMA_VERSION
+    """The schema version the lake's TRACELAKE marker names (1 for a marker without one)."""
     try:
-        m = _MARKER.search((lake.root / "TRACELAKE").read_bytes()[:200])
+        if getattr(lake, "remote", False):  # a lake in a bucket (pipeline/lake_s3.py)
+            text = lake.filesystem.cat_file(lake._key("TRACELAKE"))[:200]
+        else:
+            text = (lake.root / "TRACELAKE").read_bytes()[:200]
     except OSError:
         return sch.SCHEMA_VERSION  # no lake yet: it will be written current
+    except Exception as e:
+        raise LakeError(f"{lake.root}/TRACELAKE: cannot be read ({str(e).splitlines()[0]})") from None
+    m = _MARKER.search(text)
     return int(m.group(1)) if m else 1
+
+
+def _schema_names(lake: Lake, f: str) -> list[str]:
+    """The column names of a part (a path, or an object's URL: its footer read over the network)."""
+    if getattr(lake, "remote", False):
+        with lake.filesystem.open(objstore.key(f), "rb") as fh:
+            return pq.ParquetFile(fh).schema_arrow.names
+    return pq.read_schema(f).names
 
 
 def _stale(lake: Lake) -> list[tuple[str, Path]]:
@@ -64,11 +79,11 @@ def _stale(lake: Lake) -> list[tuple[str, Path]]:
         want = sch.arrow_schema(t).names
         for f in lake.table_files(t):
             try:
-                names = pq.read_schema(f).names
+                names = _schema_names(lake, f)
             except (OSError, pa.ArrowException) as e:
                 raise LakeError(f"{f}: unreadable {t} part ({str(e).splitlines()[0]})") from None
             if names != want:
-                out.append((t, Path(f)))
+                out.append((t, f if getattr(lake, "remote", False) else Path(f)))
     # gpu_activities last: its derived columns are read from the source's cpu_ops and steps
     # parts, which must have the current columns by then
     return sorted(out, key=lambda x: x[0] == "gpu_activities")
@@ -134,11 +149,51 @@ def _rewrite(lake: Lake, table: str, part: Path, out: Path, copies: dict[str, st
         pq.write_table(sch.empty(table), out)
 
 
+def _upgrade_remote(lake, stale: list[tuple[str, str]]) -> None:
+    """upgrade() of a lake in a bucket: the stale parts (and, for gpu_activities, the same
+    source's cpu_ops and steps parts it is derived from) fetched into a local copy of the lake's
+    layout, rewritten there (gpu_activities last, from the upgraded siblings, as in place), and each
+    PUT over its object (one object, whole or not at all); then the marker."""
+    fs = lake.filesystem
+    with tempfile.TemporaryDirectory(prefix="tracelake-upgrade-") as tmp:
+        root = Path(tmp)
+        want = {url for _, url in stale}
+        for t, url in stale:
+            if t == "gpu_activities":
+                rest = url[len(lake.url) + 1 :].split("/", 1)[1]
+                want |= {f"{lake.url}/{sib}/{rest}" for sib in ("cpu_ops", "steps")}
+        for url in sorted(want):
+            local = root / url[len(lake.url) + 1 :]
+            local.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fs.get_file(objstore.key(url), str(local))
+            except FileNotFoundError:
+                continue  # a source without cpu_ops or steps: derived without them
+            except Exception as e:
+                raise LakeError(one_line(f"{url}: cannot be read ({objstore.describe(url, e)})")) from None
+        here = SimpleNamespace(root=root)
+        for t, url in stale:
+            part = root / url[len(lake.url) + 1 :]
+            out = part.with_name(f".{part.name}.upgrade")
+            _rewrite(here, t, part, out)
+            os.replace(out, part)
+            try:
+                fs.put_file(str(part), objstore.key(url))
+            except Exception as e:
+                raise LakeError(
+                    one_line(f"{url}: cannot be upgraded ({objstore.describe(url, e)})")
+                ) from None
+    fs.pipe_file(lake._key("TRACELAKE"), f"tracelake lake, schema v{sch.SCHEMA_VERSION}\n".encode())
+
+
 def upgrade(lake: Lake) -> int:
     """Rewrite the lake's old parts in place; call with the writer lock held (module doc)."""
     if marker_version(lake) >= sch.SCHEMA_VERSION:
         return 0
     stale = _stale(lake)
+    if getattr(lake, "remote", False):
+        _upgrade_remote(lake, stale)
+        return len(stale)
     for table, part in stale:
         tmp = part.with_name(f".{part.name}.upgrade")
         _rewrite(lake, table, part, tmp)
@@ -161,7 +216,11 @@ def current_parts(lake: Lake) -> dict[str, str]:
                 upgrade(lake)
             return {}
         except LakeBusy:
-            pass
+            if getattr(lake, "remote", False):
+                raise LakeError(
+                    f"{lake.root}: this lake of schema v{marker_version(lake)} is being written by another "
+                    "command; run this one again once it is done (it is then upgraded)"
+                ) from None
     stale = _stale(lake)
     if not stale:
         return {}

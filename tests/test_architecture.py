@@ -63,8 +63,12 @@ FORBIDDEN = {
     "lake_base": {"lake", "lake_s3"} | _AFTER_LAKE,
     "lake_s3": {"lake"} | _AFTER_LAKE,
     "lake_s3_lock": {"lake", "lake_s3"} | _AFTER_LAKE,
+    "lake_s3_files": {"lake", "lake_s3", "lake_s3_compact"} | _AFTER_LAKE,
+    "lake_s3_compact": {"lake", "lake_s3"} | _AFTER_LAKE,
     # object storage's URLs, file system and errors: a shared fact below every room
-    "objstore": {"lake", "lake_base", "lake_s3", "lake_s3_lock", "schema", "parts", "derive"} | _AFTER_LAKE,
+    "objstore": {"lake", "lake_base", "lake_s3", "lake_s3_lock", "lake_s3_files", "lake_s3_compact"}
+    | {"schema", "parts", "derive"}
+    | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering
     "api": {"ingest", "local", "report", "cli", "analyze_cluster"},
     "upgrade": {"ingest", "query", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},

@@ -17,8 +17,10 @@ import signal
 import socket
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, corpus
 from moto.server import ThreadedMotoServer  # the test extra's moto[server]
@@ -29,6 +31,7 @@ from pipeline.analyze import analyze
 from pipeline.cli import app
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake, LakeBusy, LakeError
+from pipeline.lake_s3_files import split_stem
 
 runner = CliRunner()
 SECRET = "s3cr3t-Wq8ZpL0vN4kT"  # the secret key: must appear in no object, report or log
@@ -292,38 +295,152 @@ def test_a_writer_whose_lock_was_taken_over_commits_nothing(s3, monkeypatch):
     assert not fs.find("lakes/taken/sources")
 
 
-@pytest.mark.parametrize("point", ["s3-parts:2", "s3-replace:1"])
-def test_a_killed_ingest_leaves_whole_sources_only(s3, reference, point, tmp_path):
-    """SIGKILL after the second source's parts are uploaded but before its `sources` row (or, with
-    --force, after a replaced source's row is deleted): readers see whole sources only; the next
-    ingest takes over the dead holder's lock, removes the orphans and ends equal to the local lake."""
+def _objects_per_source(lake_url: str) -> Counter:
+    """(table, run directory, source id) -> how many objects of that source the bucket holds
+    (versions of a replaced source counted together)."""
+    fs = objstore.filesystem()
+    fs.invalidate_cache()
+    keys = [
+        k.split("/")[-3:] for k in fs.find(objstore.key(lake_url)) if "/run=" in k and k.endswith(".parquet")
+    ]
+    return Counter((t, r, split_stem(name[:-8])[0]) for t, r, name in keys)
+
+
+@pytest.mark.parametrize(
+    ("point", "force"), [("s3-parts:2", False), ("s3-parts:1", True), ("s3-replace:1", True)]
+)
+def test_a_killed_ingest_leaves_whole_sources_only(s3, reference, point, force, tmp_path):
+    """SIGKILL after the second source's parts are uploaded but before its `sources` row: readers
+    see one whole source. With --force over both sources, killed before the first replacement's row
+    (s3-parts:1) or after it, before the replaced version is deleted (s3-replace:1): readers still
+    see both sources, each once and whole (the earlier version until the new row is up). The next
+    ingest takes over the dead holder's lock, removes what no reader sees (one object per source
+    and table is left) and ends equal to the local lake."""
     ref_lake, _ = reference
-    lake_url = f"s3://lakes/killed-{point.split(':')[0]}"
+    lake_url = f"s3://lakes/killed-{point.split(':')[0]}-{force}"
     src = "s3://traces/archive/"  # job-a only: its run named as in the local lake
     lake = Lake(lake_url)
-    if point.startswith("s3-replace"):
+    if force:
         assert [r.status for r in ingest_paths([src], lake, exclude=["2026-11-05"])] == ["ok", "ok"]
+        before = _objects_per_source(lake_url)
     args = ["ingest", src, "--exclude", "2026-11-05", "--lake", lake_url, "--jobs", "1"]
-    args += ["--force"] if "replace" in point else []
-    r = _cli(*args, env={"TRACELAKE_CRASH_AT": point})
+    r = _cli(*args, *(["--force"] if force else []), env={"TRACELAKE_CRASH_AT": point})
     assert r.returncode == -signal.SIGKILL, r.stderr
     fs = objstore.filesystem()
     assert fs.exists(objstore.key(lake_url) + "/.lock")  # left by the dead process
     src_rows = lake.sources()
-    assert src_rows.height == 1  # one whole source, not two
-    sid = src_rows["source_id"][0]
+    assert src_rows.height == (2 if force else 1)  # whole sources only, none lost to --force
     con = query.connect(lake)
     ref = query.connect(ref_lake)
+    sids = src_rows["source_id"].to_list()
     for table in ("gpu_activities", "cpu_ops", "steps"):
         n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-        assert n == ref.execute(f"SELECT count(*) FROM {table} WHERE source_id = ?", [sid]).fetchone()[0]
-    # the other source's parts are there (uploaded before the kill, or left when its row went), unread
-    parts = {k.rsplit("/", 1)[-1] for k in fs.find(objstore.key(lake_url)) if "/run=" in k}
-    assert len(parts - {f"{sid}.parquet"}) == 1
+        q = f"SELECT count(*) FROM {table} WHERE list_contains(?, source_id)"
+        assert n == ref.execute(q, [sids]).fetchone()[0]
+    # what no reader reads is there: the other source's parts, a replacement's parts, or the
+    # replaced version's objects beside the new ones
+    left = _objects_per_source(lake_url)
+    assert max(left.values()) == 2 if force else len(left) > len(set((t, r) for t, r, _ in left))
     res = ingest_paths([src], lake, exclude=["2026-11-05"])  # takes over the dead process's lock
-    assert sorted(r.status for r in res) == ["ok", "skipped"]
+    assert sorted(r.status for r in res) == (["skipped", "skipped"] if force else ["ok", "skipped"])
     _same_sources(lake, ref_lake, ["2026-11-04.job-a"])
+    assert set(_objects_per_source(lake_url).values()) == {1}
+    if force:
+        assert _objects_per_source(lake_url).keys() == before.keys()
     assert not fs.exists(objstore.key(lake_url) + "/.lock")
+
+
+def _counts(lake, sids=None) -> dict:
+    """Rows per table (of these sources only) through a query connection."""
+    con = query.connect(lake)
+    where = "" if sids is None else " WHERE list_contains(?, source_id)"
+    return {
+        t: con.execute(f"SELECT count(*) FROM {t}{where}", [] if sids is None else [sids]).fetchone()[0]
+        for t in ("gpu_activities", "cpu_ops", "steps", "nccl_events")
+    }
+
+
+def test_compaction_forget_and_force_in_a_bucket(s3, reference):
+    """`tracelake compact` of a lake in a bucket merges each run's sources into c-<gen>-<k> files
+    named by the run's manifest (no source keeps objects of its own), and the lake still answers
+    as the local, uncompacted one: the same sources, rows, step_time and analysis document. A kill
+    right after the switch leaves every row visible once; the next command removes the superseded
+    objects. `forget` of a source inside the generation, then `ingest --force` of the run (one
+    source held by the generation, one forgotten) end equal to the local lake again."""
+    ref_lake, ref_doc = reference
+    url = "s3://lakes/compacted"
+    lake = Lake(url)
+    assert sorted(r.status for r in ingest_paths(["s3://traces/archive/"], lake, compact=False)) == ["ok"] * 4
+    r = _cli("compact", "--lake", url, env={"TRACELAKE_CRASH_AT": "compact-switched:1"})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    _same_sources(lake, ref_lake)  # one run switched, its old objects still there: read once
+    assert _counts(lake) == _counts(ref_lake)
+    r = _cli("compact", "--lake", url)
+    assert r.returncode == 0, r.stderr
+    assert "removed" in r.stderr  # what the kill left (a note per object)
+    assert "compacted run 2026-11-05.job-b: " in r.stderr  # the run the kill left uncompacted
+    fs = objstore.filesystem()
+    fs.invalidate_cache()
+    assert sorted(k.rsplit("/", 1)[-1] for k in fs.find("lakes/compacted/_compacted")) == [
+        "run=2026-11-04.job-a.json",
+        "run=2026-11-05.job-b.json",
+    ]
+    left = _objects_per_source(url)
+    assert left and all(sid.startswith("c-") for _, _, sid in left)  # only compacted files
+    assert set(left.values()) == {1}
+    _same_sources(lake, ref_lake)
+    assert _counts(lake) == _counts(ref_lake)
+    want = query.run(query.connect(ref_lake), "step_time").sort(["run_id", "rank", "step"]).to_dicts()
+    assert query.run(query.connect(lake), "step_time").sort(["run_id", "rank", "step"]).to_dicts() == want
+    assert _doc(analyze(lake, keep=False), lake) == _doc(ref_doc, ref_lake)
+    # forget one of job-a's two sources: the generation is rewritten without it
+    ref_src = ref_lake.sources(["2026-11-04.job-a"]).sort("rank")
+    gone, kept = ref_src["source_id"].to_list()
+    with lake.lock():
+        assert lake.forget([("2026-11-04.job-a", gone)]) == 1
+    assert sorted(lake.sources(["2026-11-04.job-a"])["source_id"].to_list()) == [kept]
+    assert _counts(lake, [kept]) == _counts(ref_lake, [kept])
+    assert _counts(lake, [gone]) == dict.fromkeys(_counts(lake), 0)
+    # --force: the forgotten source comes back, the held one is replaced (out of the generation)
+    res = ingest_paths(["s3://traces/archive/2026-11-04/"], lake, run="2026-11-04/job-a", force=True)
+    assert sorted(r.status for r in res) == ["ok", "ok"]
+    _same_sources(lake, ref_lake)
+    assert _counts(lake) == _counts(ref_lake)
+    fs.invalidate_cache()  # job-a's generation held only the replaced source: its manifest is gone
+    assert [k.rsplit("/", 1)[-1] for k in fs.find("lakes/compacted/_compacted")] == [
+        "run=2026-11-05.job-b.json"
+    ]
+    with lake.lock():
+        assert lake.recover() == []  # nothing left over
+    assert set(_objects_per_source(url).values()) == {1}
+
+
+def test_a_lake_of_an_older_schema_copied_into_a_bucket_is_upgraded(s3, reference, tmp_path):
+    """A local schema v1 lake (gpu_activities without the derived columns, cpu_ops without the
+    traffic columns: test_derive's _make_old) copied into a bucket as `aws s3 sync` would (its
+    .lock file too) is upgraded on first read: the same analysis document as the current local
+    lake, every part of the current schema, the marker at the current version."""
+    from test_derive import _make_old
+
+    from pipeline import derive, upgrade
+
+    ref_lake, ref_doc = reference
+    old = tmp_path / "old"
+    shutil.copytree(ref_lake.root, old)
+    _make_old(Lake(old), 1)
+    fs = objstore.filesystem()
+    fs.put(str(old) + "/", "lakes/old/", recursive=True)
+    lake = Lake("s3://lakes/old")
+    assert upgrade.marker_version(lake) == 1
+    assert _doc(analyze(lake, keep=False), lake) == _doc(ref_doc, ref_lake)
+    assert upgrade.marker_version(lake) == upgrade.sch.SCHEMA_VERSION
+    for url in lake.table_files("gpu_activities"):
+        with fs.open(objstore.key(url), "rb") as f:
+            assert set(derive.DERIVED) <= set(pq.ParquetFile(f).schema_arrow.names)
+    for t in ("cpu_ops", "gpu_activities", "sources"):
+        for url in lake.table_files(t):
+            with fs.open(objstore.key(url), "rb") as f:
+                assert pq.ParquetFile(f).schema_arrow.names == upgrade.sch.arrow_schema(t).names
 
 
 @pytest.fixture(scope="module")

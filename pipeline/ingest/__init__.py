@@ -114,7 +114,7 @@ def ingest_paths(
         list(comm_patterns or []) or None,
         step_regex,
         exclude or None,
-        hold_runs(units, run, run_for, compact and isinstance(lake, Lake)),  # a bucket does not compact
+        hold_runs(units, run, run_for, compact and isinstance(lake, Lake)),  # held: a local lake only
     )
     with lake.lock():
         lake.recover()
