@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import tomllib
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import polars as pl
 import pyarrow as pa
@@ -96,7 +96,7 @@ class Table:
     doc: str
     columns: tuple[Column, ...]
 
-    @property
+    @cached_property  # built once per table (conform reads it for every table of every source)
     def arrow(self) -> pa.Schema:
         return pa.schema(
             [pa.field(c.name, _TYPES[c.type], nullable=c.nullable) for c in self.columns],
