@@ -99,22 +99,54 @@ edges AS (
   UNION ALL SELECT rr, start_ns, 5, 0, 0, 0, 1099511627776, 0, NULL FROM loader_ev
   UNION ALL SELECT rr, end_ns, 6, 0, 0, 0, -1099511627776, 0, NULL FROM loader_ev
 ),
--- One sort of all edges, not a window per rank (DuckDB evaluates framed aggregates per partition
--- several times slower): every rank's deltas sum to zero, so running sums in (rr, t) order are
--- the rank's own (gap_id counts on across ranks). Edges at one instant leave zero-length segments
--- between them, so only the last edge of an instant carries a segment, with the counts after
--- every change there; its lead() is the first edge of the next instant. A segment running from a
--- rank's last edge into the next rank has nothing active and lies outside every window, so it is
--- never counted.
+-- The running sums of one sort of all edges in (rr, t) order (every rank's deltas sum to zero,
+-- so they are the rank's own; gap_id counts on across ranks), computed a bucket at a time so
+-- that memory does not grow with the rank's work (issue 40: one window over every edge of a
+-- 3.5 M-kernel rank needed 0.6-1 GB and cannot spill): a rank's timeline is cut into buckets of
+-- about getvariable('sweep_bucket_rows') (default 262,144) work intervals each (b, by time: the
+-- buckets follow the sort order), each bucket is swept in a window partition of its own, and
+-- each bucket's sums start from the sums of every bucket before it (boff). Edges at one
+-- instant leave zero-length segments between them, so only the last edge of an instant carries
+-- a segment, with the counts after every change there; its lead() is the first edge of the next
+-- instant, for a bucket's last edge the first edge of the next bucket (bnext). A segment running
+-- from a rank's last edge into the next rank has nothing active and lies outside every window,
+-- so it is never counted.
+width AS (
+  SELECT b.rr, b.r0, greatest(1, floor((b.r1 - b.r0)::DOUBLE * coalesce(getvariable('sweep_bucket_rows'), 262144)
+    / greatest(1, coalesce(w.n, 0))))::BIGINT AS bw
+  FROM bounds b LEFT JOIN (SELECT rr, count(*) AS n FROM work GROUP BY rr) w USING (rr)
+),
+bucketed AS (
+  SELECT e.*, greatest(e.t - w.r0, 0) // w.bw AS b FROM edges e JOIN width w USING (rr)
+),
+bsum AS (
+  SELECT rr, b, sum(c0) AS c0, sum(c1) AS c1, sum(c2) AS c2, sum(q) AS q, sum(ds) AS ds FROM bucketed GROUP BY ALL
+),
+boff AS (
+  SELECT rr, b, coalesce(sum(c0) OVER p, 0) AS o0, coalesce(sum(c1) OVER p, 0) AS o1, coalesce(sum(c2) OVER p, 0) AS o2,
+    coalesce(sum(q) OVER p, 0) AS oq, coalesce(sum(ds) OVER p, 0) AS ods
+  FROM bsum WINDOW p AS (ORDER BY rr, b ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+swept AS (
+  SELECT rr, b, t, o, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1, sum(c2) OVER g AS s2, sum(q) OVER g AS q, sum(ds) OVER g AS cur_step,
+    lead(t) OVER g AS nt, lead(o) OVER g AS no, lead(launch) OVER g AS nl, launch, row_number() OVER g = 1 AS first_row
+  FROM bucketed
+  WINDOW g AS (PARTITION BY rr, b ORDER BY t, o, launch NULLS FIRST ROWS UNBOUNDED PRECEDING)
+),
+bnext AS (  -- the first edge of the next bucket
+  SELECT rr, b, lead(t) OVER n AS bt, lead(o) OVER n AS bo, lead(launch) OVER n AS bl
+  FROM swept WHERE first_row WINDOW n AS (ORDER BY rr, b)
+),
 sweep AS (
   SELECT rr, t, o <= 4 AS pt, seg, next_o, next_launch,
     s0 = 0 AND s1 = 0 AND s2 = 0 AS idle, lo32(s0) > 0 AS c, hi32(s0) > 0 AS m, s2 > 0 AS wt, lo32(s1) > 0 AS y,
     hi32(s1) > 0 AS u, lo32(q) AS gap_id, q // 4294967296 % 256 > 0 AS inw, q // 1099511627776 > 0 AS inl, cur_step
   FROM (
-    SELECT rr, t, o, sum(c0) OVER g AS s0, sum(c1) OVER g AS s1, sum(c2) OVER g AS s2, sum(q) OVER g AS q, sum(ds) OVER g AS cur_step,
-      coalesce(lead(t) OVER g, t) - t AS seg, lead(o) OVER g AS next_o, lead(launch) OVER g AS next_launch
-    FROM edges
-    WINDOW g AS (ORDER BY rr, t, o, launch NULLS FIRST ROWS UNBOUNDED PRECEDING))
+    SELECT s.rr, s.t, s.o, s.s0 + f.o0 AS s0, s.s1 + f.o1 AS s1, s.s2 + f.o2 AS s2, s.q + f.oq AS q, s.cur_step + f.ods AS cur_step,
+      CASE WHEN s.nt IS NULL THEN coalesce(n.bt, s.t) ELSE s.nt END - s.t AS seg,
+      CASE WHEN s.nt IS NULL THEN n.bo ELSE s.no END AS next_o,
+      CASE WHEN s.nt IS NULL THEN n.bl ELSE s.nl END AS next_launch
+    FROM swept s JOIN boff f USING (rr, b) JOIN bnext n USING (rr, b))
 ),
 -- idle pieces inside a window, each with its gap: start g0, length glen, and the first edge at
 -- its end (next_o, next_launch)
