@@ -475,3 +475,37 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
                 for k in ("g_start", "g_end", "h_start", "h_end", "g_x", "g_last"):
                     assert np.array_equal(getattr(plain, k), getattr(big, k)), (run, ch.key, path, k)
             assert plain.rounds > 1  # the change moved something
+
+
+def test_launch_lookup_equals_the_join(dlrm, monkeypatch):
+    """Each GPU activity's launch is found by a sorted lookup of (rank, correlation) packed in one
+    integer; where a value does not fit (a correlation of 2**40 or more) the graph joins on the two
+    columns instead. On DLRM both give the same graph, and every launch edge links a call and an
+    activity of the same rank and correlation (read back from the lake, not from the graph)."""
+    import importlib
+
+    import numpy as np
+
+    gr = importlib.import_module("pipeline.whatif.graph")
+    packed = build(dlrm, "dlrm_kineto")
+    monkeypatch.setattr(gr, "_keys", lambda rank, corr: None)
+    joined = build(dlrm, "dlrm_kineto")
+    for k in ("g_launch", "h_what", "h_s", "h_dep", "g_s", "g_cross", "g_coll"):
+        assert np.array_equal(getattr(packed, k), getattr(joined, k)), k
+    has = packed.g_launch >= 0
+    assert has.sum() > 2000  # DLRM's 2,244 activities, nearly all launched from the host
+    # (rank, start) of the call and of its activity, relative to t0 -> the lake's rows
+    calls = dlrm.execute(
+        "SELECT rank, start_ns, correlation FROM cpu_ops WHERE run_id = 'dlrm_kineto' AND kind = 'runtime'"
+    ).fetchall()
+    by_start = {(r, s - packed.t0): c for r, s, c in calls}
+    acts = dlrm.execute(
+        "SELECT rank, start_ns, correlation FROM gpu_activities WHERE run_id = 'dlrm_kineto' AND kind <> 'sync'"
+    ).fetchall()
+    act_corr = {(r, s - packed.t0): c for r, s, c in acts}
+    gi = np.nonzero(has)[0]
+    hi = packed.g_launch[gi]
+    for g_i, h_i in zip(gi[::50], hi[::50]):
+        r = int(packed.g_rank[g_i])
+        assert packed.h_rank[h_i] == r
+        assert by_start[(r, int(packed.h_s[h_i]))] == act_corr[(r, int(packed.g_s[g_i]))]

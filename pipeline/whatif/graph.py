@@ -51,7 +51,7 @@ class Graph:
     ranks: list[int]
     # GPU
     g_rank: np.ndarray
-    g_chain: np.ndarray  # chain id: rank x stream
+    g_chain: np.ndarray  # chain id, from 0: rank x stream
     g_first: np.ndarray  # True where a stream chain starts
     g_s: np.ndarray
     g_e: np.ndarray
@@ -112,10 +112,9 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     gpu = _read(con, "gpu_nodes.sql")
     if gpu.height == 0:
         raise ValueError(f"run {run}: no GPU work to replay")
-    host = _read(con, "host_nodes.sql").with_columns(
-        pl.col("what").replace_strict({w: i for i, w in enumerate(WHAT)}, return_dtype=pl.Int8),
-        pl.col("name").cast(pl.Categorical),
-    )
+    host = _read(con, "host_nodes.sql")
+    name = host["name"].fill_null("")
+    host = host.with_columns(name.cast(pl.Enum(name.unique().sort())))  # a code per distinct name
     from ..query import metric_sql  # collective_matching.sql, whether or not its view is bound
 
     coll = pl.from_arrow(
@@ -129,22 +128,80 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     return _assemble(run, t0, gpu, host, coll, facts, names)
 
 
+def _keys(rank: np.ndarray, corr: np.ndarray) -> np.ndarray | None:
+    """(rank, correlation) as one int64 (rank above bit 40), or None when a value does not fit
+    (then the callers join on the two columns)."""
+    if len(rank) and (rank.min() < 0 or rank.max() >= (1 << 22) or corr.max() >= (1 << 40)):
+        return None
+    return np.where(corr >= 0, (rank.astype(np.int64) << 40) | corr, -1)
+
+
+def _lookup(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each wanted key, the first position of keys that holds it (-1: none)."""
+    if not len(keys):
+        return np.full(len(wanted), -1, dtype=np.int64)
+    o = np.argsort(keys, kind="stable")
+    sk = keys[o]
+    pos = np.minimum(np.searchsorted(sk, wanted), len(sk) - 1)
+    return np.where(sk[pos] == wanted, o[pos], -1)
+
+
+def _launch_index(h_rank, h_corr, h_call, g_rank, g_corr) -> np.ndarray:
+    """Per GPU row, the first host call (in the host rows' order) of its rank and correlation
+    (-1: none); h_call marks the host rows that are calls."""
+    hk, gk = _keys(h_rank, h_corr), _keys(g_rank, g_corr)
+    if hk is not None and gk is not None:
+        hk = np.where(h_call, hk, -1)  # -1 matches no GPU key (those are >= 0 or masked below)
+        return np.where(g_corr >= 0, _lookup(hk, gk), -1)
+    h = pl.DataFrame({"rank": h_rank, "correlation": h_corr, "hi": np.arange(len(h_rank))}).filter(
+        pl.Series(h_call)
+    )
+    first = h.group_by("rank", "correlation").agg(pl.col("hi").min())
+    g = pl.DataFrame({"rank": g_rank, "correlation": g_corr})
+    j = g.join(first, on=["rank", "correlation"], how="left", maintain_order="left")
+    return np.where(g_corr >= 0, j["hi"].fill_null(-1).to_numpy(), -1)
+
+
 def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     notes: dict[int, list[str]] = {}
-    # --- host chain: rank, start; a step's end mark before the next step's start mark at one instant
-    order = {STEP_END: 0, LAUNCH: 1, BLOCKING: 1, DATA_LOADING: 1, STEP_START: 2}
-    host = (
-        host.with_columns(
-            pl.col("what").replace_strict(order, return_dtype=pl.Int8).alias("_o"),
-            (pl.col("start_ns") - t0).alias("s"),
-            (pl.col("end_ns") - t0).alias("e"),
-        )
-        .sort(["rank", "s", "_o", "e"], descending=[False, False, False, True])
-        .with_row_index("hi")
-    )
-    h_rank = host["rank"].to_numpy().astype(np.int64)
-    h_s = host["s"].to_numpy().astype(np.int64)
-    h_e = host["e"].to_numpy().astype(np.int64)
+    # --- host rows: the calls that launched GPU work of the run (their correlation is a GPU
+    # row's of the same rank), or blocking calls; DataLoader fetches; step marks
+    blocking_names = set(facts["blocking_calls"])
+    cats = host.schema["name"].categories.to_list()
+    is_blocking = np.array([c in blocking_names for c in cats], dtype=bool)
+    codes = host["name"].to_physical().to_numpy()
+    blocking = is_blocking[codes] if len(cats) else np.zeros(host.height, dtype=bool)
+    kind = host["what"].to_numpy()
+    call = kind == "call"
+    h_corr0 = host["correlation"].fill_null(-1).to_numpy().astype(np.int64)
+    h_rank0 = host["rank"].to_numpy().astype(np.int64)
+    g_corr0 = gpu["correlation"].fill_null(-1).to_numpy().astype(np.int64)
+    g_rank0 = gpu["rank"].to_numpy().astype(np.int64)
+    launched = call & (h_corr0 >= 0)
+    if launched.any():
+        hit = _launch_index(g_rank0, g_corr0, np.ones(len(g_rank0), dtype=bool), h_rank0, h_corr0)
+        launched &= hit >= 0
+    what = np.select(
+        [launched, call & blocking, kind == "data_loading", kind == "step_start", kind == "step_end"],
+        [LAUNCH, BLOCKING, DATA_LOADING, STEP_START, STEP_END],
+        -1,
+    ).astype(np.int8)
+    keep = what >= 0
+    # chain order: rank, start; a step's end mark before the next step's start mark at one
+    # instant; the longer of two events that start together first
+    order_of = np.array([1, 1, 1, 2, 0], dtype=np.int8)  # by WHAT: launch, blocking, data, start, end
+    h_s0 = host["start_ns"].to_numpy().astype(np.int64)
+    h_e0 = host["end_ns"].to_numpy().astype(np.int64)
+    idx = np.nonzero(keep)[0]
+    perm = idx[np.lexsort((-h_e0[idx], order_of[what[idx]], h_s0[idx], h_rank0[idx]))]
+    h_rank = h_rank0[perm]
+    h_s = h_s0[perm] - t0
+    h_e = h_e0[perm] - t0
+    what = what[perm]
+    is_block_name = blocking[perm]
+    h_corr = h_corr0[perm]
+    h_step = host["step"].fill_null(-1).to_numpy().astype(np.int64)[perm]
+    h_name = host["name"].gather(perm)
     h_first = _first_of_chain(h_rank)
     prev_e = np.empty_like(h_e)
     prev_e[0:1] = h_s[0:1]
@@ -153,36 +210,28 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     h_gap = h_s - prev_e
     h_b = h_e - h_s
 
-    # --- GPU chains
-    gpu = (
-        gpu.sort("rank", "stream", "start_ns", "end_ns", "event_index")
-        .with_columns((pl.col("start_ns") - t0).alias("s"), (pl.col("end_ns") - t0).alias("e"))
-        .with_row_index("gi")
-    )
-    g_rank = gpu["rank"].to_numpy().astype(np.int64)
-    g_stream = gpu["stream"].to_numpy().astype(np.int64)
-    chain_keys = (
-        gpu.select(pl.struct("rank", "stream").rank("dense").alias("c"))["c"].to_numpy().astype(np.int64)
-    )
-    g_s = gpu["s"].to_numpy().astype(np.int64)
-    g_e = gpu["e"].to_numpy().astype(np.int64)
+    # --- GPU chains: rank, stream, start (then end, then file order)
+    g_stream0 = gpu["stream"].to_numpy().astype(np.int64)
+    g_s0 = gpu["start_ns"].to_numpy().astype(np.int64)
+    g_e0 = gpu["end_ns"].to_numpy().astype(np.int64)
+    gperm = np.lexsort((gpu["event_index"].to_numpy(), g_e0, g_s0, g_stream0, g_rank0))
+    gpu = gpu[gperm].with_columns(pl.Series("s", g_s0[gperm] - t0), pl.Series("e", g_e0[gperm] - t0))
+    gpu = gpu.with_row_index("gi")
+    g_rank = g_rank0[gperm]
+    g_stream = g_stream0[gperm]
+    g_s = g_s0[gperm] - t0
+    g_e = g_e0[gperm] - t0
     g_d = g_e - g_s
     n = len(g_s)
-    first = _first_of_chain(chain_keys)
+    first = np.ones(n, dtype=bool)
+    first[1:] = (g_rank[1:] != g_rank[:-1]) | (g_stream[1:] != g_stream[:-1])
+    chain_keys = np.cumsum(first) - 1
     prev_end = np.full(n, NEG, dtype=np.int64)
     prev_end[1:] = g_e[:-1]
     prev_end[first] = NEG
 
-    # launch: host node of the same rank and correlation
-    launch_nodes = (
-        host.filter(pl.col("what") == LAUNCH)
-        .group_by("rank", "correlation")
-        .agg(pl.col("hi").min())  # the first, in chain order
-    )
-    lk = gpu.select("rank", "correlation").join(
-        launch_nodes, on=["rank", "correlation"], how="left", maintain_order="left"
-    )
-    g_launch = lk["hi"].fill_null(-1).to_numpy().astype(np.int64)
+    # launch: the first host node of the same rank and correlation that launched work
+    g_launch = _launch_index(h_rank, h_corr, what == LAUNCH, g_rank, g_corr0[gperm])
     launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)
     graph_replay = gpu["graph_replay"].to_numpy()
     # a graph replay's kernels share one launch: only its first kernel is released by it
@@ -274,9 +323,7 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
             c_key = list(zip(ids["pg_key"].to_list(), ids["call_key"].to_list()))
             c_transfer = ids["t"].to_numpy().astype(np.int64)
             c_peak = ids["peak_ns"].to_numpy().astype(np.int64)
-    unmatched = members.join(gpu.select("gi"), on="gi").filter(
-        ~pl.col("gi").is_in(np.nonzero(g_coll >= 0)[0].tolist())
-    )
+    unmatched = members.filter(pl.Series(g_coll[members["gi"].to_numpy()] < 0))
     for st, cnt in unmatched.group_by("step").len().iter_rows():
         if st is not None:
             notes.setdefault(int(st), []).append(
@@ -286,8 +333,6 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     # --- sync edges: a blocking node waits for work that ended inside it
     h_dep = np.full(len(h_s), -1, dtype=np.int64)
     h_t = np.zeros(len(h_s), dtype=np.int64)
-    what = host["what"].to_numpy()
-    is_block_name = host["blocking"].fill_null(False).to_numpy()
     # a launching blocking call: its own work, when that ended inside it
     own = np.full(len(h_s), -1, dtype=np.int64)
     li = np.nonzero(g_launch >= 0)[0]
@@ -321,15 +366,13 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     # a step's host window that ends right after the last GPU work launched in it (within
     # explained_gap_ns) was waiting for that work, even where the trace records no sync call:
     # its end mark waits for the work instead of keeping the host time before it
-    h_step = host["step"].fill_null(-1).to_numpy().astype(np.int64)
     ends = np.nonzero(what == STEP_END)[0]
     if len(ends):
         last = (
             pl.DataFrame({"gi": np.arange(n), "rank": g_rank, "step": g_step, "e": g_e})
             .filter(pl.col("step") >= 0)
-            .sort("e")
             .group_by("rank", "step")
-            .last()
+            .agg(pl.col("e").max(), pl.col("gi").filter(pl.col("e") == pl.col("e").max()).max())
         )
         mk = pl.DataFrame({"hi": ends, "rank": h_rank[ends], "step": h_step[ends]}).join(
             last, on=["rank", "step"], how="inner"
@@ -381,7 +424,7 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
         h_t=h_t,
         h_what=what,
         h_step=h_step,
-        h_name=host["name"],
+        h_name=h_name,
         c_key=c_key,
         c_transfer=c_transfer,
         c_peak_ns=c_peak,
