@@ -207,7 +207,8 @@ def kept_or_computed(
 
         # every run: the connection reads the lake unfiltered (its cheapest form)
         scope = None if whole and len(missing) == len(keys) else missing
-        fresh = compute(lake, runs=scope, on_progress=on_progress, **options)
+        rows = src if scope is None else src.filter(src["run_id"].is_in(scope))  # (read once)
+        fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
         same = listing is not None and results.listing_signature(lake.root) == listing
         for run_id, doc in run_docs(fresh, missing).items():
             data = results.encode(doc)

@@ -86,6 +86,7 @@ def compute(
     global_tokens_per_step: float | None = None,
     gpu_hour_cost: float | None = None,
     on_progress=None,
+    src: pl.DataFrame | None = None,
 ) -> dict:
     """The analysis document of the runs (one connection, one pass of the metric queries), its
     notes as (run_id, text) pairs; pipeline/analyze.py analyze() is the public face.
@@ -101,6 +102,8 @@ def compute(
     on_progress(stage, done, total), if given, is called as the work advances: 'connect' (the
     derived views bound and the step windows computed), then each metric query as it finishes
     (by its file's name), then 'findings' (verdict and findings built); total counts them all.
+    src: the `sources` rows of the runs in scope when the caller has read them (analyze's
+    select_runs), else None (read here).
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
@@ -161,7 +164,7 @@ def compute(
             "GROUP BY ALL ORDER BY run_id, n DESC, msg_bytes_note"
         ).to_arrow_table()
     )
-    src = lake.sources(runs)
+    src = lake.sources(runs) if src is None else src
     nccl_tests, nccl_tests_bw = nccl_findings.tests_results(con) if nccl else ([], [])
     notes: list[tuple[str, str]] = []  # (run_id, text): the run's document holds it
 

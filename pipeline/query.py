@@ -40,7 +40,9 @@ import hashlib
 import os
 import queue
 import re
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import duckdb
@@ -51,12 +53,22 @@ from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
 
+# DuckDB's memory cap for a connection: past it DuckDB spills to a directory of its own under the
+# system's temporary directory (removed when the connection closes). Unbounded (DuckDB's default,
+# 80 % of RAM) the full metric files over one 1.8 M-kernel rank peaked at 2.4 GB of RSS, capped at
+# 1.24 GB (issue 40, benchmarks/ingest_memory.py); pipeline/local.py sets its own
+MEMORY_LIMIT = "1GB"
 AUTO_MATERIALIZE_BYTES = 64 * 2**20
 # a table with more parts than LOAD_MIN_PARTS, in a lake whose GPU and host parts hold at most
 # LOAD_MAX_BYTES, is read into memory once at connect (many small sources: their parts are
 # mostly Parquet footers, so the bytes overstate the rows)
 LOAD_MIN_PARTS = 64
 LOAD_MAX_BYTES = 256 * 2**20
+# and every table, whatever its part count, in a lake whose GPU and host parts hold at most
+# LOAD_ALL_BYTES (a small job: each metric query then scans memory instead of opening and decoding
+# every part again; PARAM's 8-rank DLRM job, 0.4 MB of Parquet: its 17 metric queries 0.53 -> 0.43
+# CPU-s, connect no slower)
+LOAD_ALL_BYTES = 16 * 2**20
 # derived views computed once into tables by connect(materialize=True), in dependency order
 # (scope only on a small lake: since the launch join moved to ingest, pipeline/derive.py, it is a
 # filter over gpu_activities that each metric reads straight from the Parquet parts, only the
@@ -160,6 +172,8 @@ def _connect(
     load = materialize and size <= LOAD_MAX_BYTES
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")  # DuckDB's bar would print on stdout
+    spill = str(Path(tempfile.gettempdir()) / f"tracelake-spill-{uuid.uuid4().hex}").replace("'", "''")
+    con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'; SET temp_directory = '{spill}'")
     if getattr(lake, "remote", False):  # an s3:// lake: its parts read through fsspec (pipeline/lake_s3.py)
         con.register_filesystem(lake.filesystem)
     con.execute("CREATE SCHEMA internal")
@@ -191,9 +205,10 @@ def _connect(
                 else f"SELECT * FROM internal._empty_{t} UNION ALL BY NAME "
                 f"SELECT * FROM read_parquet([{listed}])"
             )
-            if load and derived_views and len(files) > LOAD_MIN_PARTS:
-                # many small parts: read once into memory, not once per query (each query
-                # otherwise opens every part: 134 s for the analysis of 5,000 small sources)
+            if load and derived_views and (len(files) > LOAD_MIN_PARTS or size <= LOAD_ALL_BYTES):
+                # many small parts, or a small lake: read once into memory, not once per query
+                # (each query otherwise opens every part: 134 s for the analysis of 5,000 small
+                # sources)
                 con.execute(f"CREATE TABLE internal._t_{t} AS {body}")
                 body = f"SELECT * FROM internal._t_{t}"
             con.execute(f"CREATE VIEW {t} AS {body}")
