@@ -307,7 +307,7 @@ def gpu_frame(p: Part, off: int) -> tuple[pl.DataFrame, dict]:
     dims3 = {**_dims3(list(map(_A_GRID, args)), "grid"), **_dims3(list(map(_A_BLOCK, args)), "block")}
     copy_kind, src_kind, dst_kind, sync_kind = _copy_kinds(kinds, names, args)
     colls = list(map(_A_COLL, args))
-    gpu = pl.DataFrame(
+    gpu = _kept(
         {
             "device": _ints_or(list(map(_A_DEVICE, args)), pid, evs, _PID).cast(pl.Int32, strict=False),
             "stream": _ints_or(list(map(_A_STREAM, args)), tid, evs, _TID),
@@ -333,12 +333,12 @@ def gpu_frame(p: Part, off: int) -> tuple[pl.DataFrame, dict]:
             "tid": tid,
             "event_index": np.asarray(p.idx, dtype=np.int64) + off,
             "has_comm_args": pl.Series([x is not None for x in colls], dtype=pl.Boolean),
-            "_ok": p.ok_ts,
         },
-        schema_overrides=_GPU_SCHEMA,
+        p.ok_ts,
+        _GPU_SCHEMA,
     )
     meta = {p.idx[j] + off: _slim(args[j]) for j, x in enumerate(colls) if x is not None}
-    return gpu.filter(pl.col("_ok")).drop("_ok"), meta
+    return gpu, meta
 
 
 def _flops(
@@ -392,7 +392,7 @@ def cpu_frame(p: Part, off: int, flops_memo: dict) -> tuple[pl.DataFrame, dict]:
     types_s = _texts(list(map(_A_TYPE, args)))
     colls = list(map(_A_COLL, args))
     flops, fsrc, fdt, mem, vec = _flops(names, args, dims_s, types_s, flops_memo)
-    cpu = pl.DataFrame(
+    cpu = _kept(
         {
             "pid": p.pid,
             "tid": p.tid,
@@ -414,14 +414,14 @@ def cpu_frame(p: Part, off: int, flops_memo: dict) -> tuple[pl.DataFrame, dict]:
             "mem_bytes": pl.Series(mem, dtype=pl.Float64),
             "vector_flops": pl.Series(vec, dtype=pl.Float64),
             "event_index": np.asarray(p.idx, dtype=np.int64) + off,
-            "_ok": p.ok_ts,
         },
-        schema_overrides=_CPU_SCHEMA,
+        p.ok_ts,
+        _CPU_SCHEMA,
     )
-    sel = set(np.flatnonzero((names_s == "record_param_comms").to_numpy()).tolist())
+    sel = {j for j, n in enumerate(names) if n == "record_param_comms"}
     sel.update(j for j, x in enumerate(colls) if x is not None)
     meta = {p.idx[j] + off: _slim(args[j]) for j in sorted(sel)}
-    return cpu.filter(pl.col("_ok")).drop("_ok"), meta
+    return cpu, meta
 
 
 def ann_frame(p: Part) -> pl.DataFrame:
@@ -429,24 +429,20 @@ def ann_frame(p: Part) -> pl.DataFrame:
     evs, args = p.evs, p.args
     ts, ok_a, du = p.ts, p.ok_ts, p.du
     pid, tid = p.pid, p.tid
-    return (
-        pl.DataFrame(
-            {
-                "kind": ["gpu_user_annotation"] * len(evs),
-                "domain": [None] * len(evs),
-                "name": _names(evs)[1],
-                "start_ns": ts,
-                "end_ns": ts + np.maximum(du, 0),
-                "device": _ints_or(list(map(_A_DEVICE, args)), pid, evs, _PID).cast(pl.Int32, strict=False),
-                "stream": _ints_or(list(map(_A_STREAM, args)), tid, evs, _TID),
-                "pid": pid,
-                "tid": tid,
-                "_ok": ok_a,
-            },
-            schema_overrides=_ANN_SCHEMA,
-        )
-        .filter(pl.col("_ok"))
-        .drop("_ok")
+    return _kept(
+        {
+            "kind": ["gpu_user_annotation"] * len(evs),
+            "domain": [None] * len(evs),
+            "name": _names(evs)[1],
+            "start_ns": ts,
+            "end_ns": ts + np.maximum(du, 0),
+            "device": _ints_or(list(map(_A_DEVICE, args)), pid, evs, _PID).cast(pl.Int32, strict=False),
+            "stream": _ints_or(list(map(_A_STREAM, args)), tid, evs, _TID),
+            "pid": pid,
+            "tid": tid,
+        },
+        ok_a,
+        _ANN_SCHEMA,
     )
 
 
@@ -467,10 +463,12 @@ def ctr_frame(events: list, ctr: list) -> pl.DataFrame:
                     c_rows["ts_raw"].append(e.ts)
                     c_rows["value"].append(float(v))
     cts, cok = us_text_to_ns(c_rows.pop("ts_raw"))
-    return (
-        pl.DataFrame(
-            {**c_rows, "unit": [None] * len(cts), "ts_ns": cts, "_ok": cok}, schema_overrides=_CTR_SCHEMA
-        )
-        .filter(pl.col("_ok"))
-        .drop("_ok")
-    )
+    return _kept({**c_rows, "unit": [None] * len(cts), "ts_ns": cts}, cok, _CTR_SCHEMA)
+
+
+def _kept(cols: dict, ok: np.ndarray, schema: dict) -> pl.DataFrame:
+    """The frame of `cols` (schema: its column types), only the rows where `ok` (a readable ts);
+    when every row is (the common case) without a filter (a polars plan of its own)."""
+    if ok.all():
+        return pl.DataFrame(cols, schema_overrides=schema)
+    return pl.DataFrame({**cols, "_ok": ok}, schema_overrides=schema).filter(pl.col("_ok")).drop("_ok")

@@ -162,7 +162,8 @@ def _ints_or(vals: list, fallback: pl.Series, evs: list, attr) -> pl.Series:
     _ints(map(attr, evs)): when every v is an int or None (the fast path), v's nulls are exactly
     its None values, so the fallback fills them; otherwise value by value."""
     try:
-        return pl.Series(vals, dtype=pl.Int64, strict=True).fill_null(fallback)
+        s = pl.Series(vals, dtype=pl.Int64, strict=True)
+        return s.fill_null(fallback) if s.null_count() else s
     except (TypeError, OverflowError, pl.exceptions.PolarsError):
         return _ints(attr(e) if v is None else v for v, e in zip(vals, evs))
 
