@@ -1,5 +1,6 @@
-"""Peak memory of one rank file's ingest, by event count (issue 40): a Kineto trace of many small
-events, generated here, ingested by `tracelake ingest` in a child process.
+"""Peak memory of one rank file's ingest and of its lake's analysis, by event count (issue 40): a
+Kineto trace of many small events, generated here, ingested by `tracelake ingest` in a child
+process, then the lake analysed by `tracelake analyze` in another.
 
 The trace (the shape the issue measured): one rank, STEPS ProfilerSteps of KERNELS_PER_STEP
 kernels each; every kernel has its `aten::mm` cpu_op (External id), its `cudaLaunchKernel`
@@ -12,8 +13,9 @@ uncompressed bytes.
 For each size: the JSON's bytes and events, the ingest's wall seconds and the child's peak RSS
 (wait4's ru_maxrss: the ingest process; with --jobs 1 nothing else), the peak RSS per GB of JSON
 and per million events, and an RSS timeline sampled every 0.5 s from /proc (the stage it is in
-is not known from outside: the timeline shows where it grows). Not a test: numbers depend on the
-machine.
+is not known from outside: the timeline shows where it grows); then the same for the analysis
+of the lake (`tracelake analyze`, with the per-source results stored at ingest), and whether the
+source got those results. Not a test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -84,13 +86,11 @@ def write_trace(path: Path, target_bytes: int) -> tuple[int, int]:
     return written, events
 
 
-def ingest(trace: Path, lake: Path) -> tuple[float, float, list[tuple[float, float]]]:
-    """(wall seconds, peak RSS MB, [(seconds, RSS MB)]) of `tracelake ingest --jobs 1` in a child."""
+def run(*args: str) -> tuple[float, float, list[tuple[float, float]]]:
+    """(wall seconds, peak RSS MB, [(seconds, RSS MB)]) of `tracelake ARGS` in a child."""
     exe = shutil.which("tracelake", path=str(Path(sys.executable).parent)) or "tracelake"
     t = time.monotonic()
-    p = subprocess.Popen(
-        [exe, "ingest", str(trace), "--lake", str(lake), "--jobs", "1"], stdout=subprocess.DEVNULL
-    )
+    p = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL)
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
 
@@ -110,7 +110,7 @@ def ingest(trace: Path, lake: Path) -> tuple[float, float, list[tuple[float, flo
     stop.set()
     th.join()
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"ingest of {trace} failed: exit {os.waitstatus_to_exitcode(status)}")
+        raise SystemExit(f"tracelake {' '.join(args)} failed: exit {os.waitstatus_to_exitcode(status)}")
     return time.monotonic() - t, ru.ru_maxrss / 1024, samples
 
 
@@ -122,20 +122,28 @@ def main():
     a = ap.parse_args()
     sizes = a.gb or [1.0, 2.0]
     a.work.mkdir(parents=True, exist_ok=True)
-    print(f"{'JSON GB':>8} {'events M':>9} {'ingest s':>9} {'peak MB':>9} {'MB/GB':>7} {'MB/M ev':>8}")
+    print(f"{'JSON GB':>8} {'events M':>9} {'step':>8} {'s':>7} {'peak MB':>8} {'MB/GB':>6} {'MB/M ev':>8}")
     for gb in sizes:
         trace = a.work / f"rank0_{gb:g}gb.json.gz"
         lake = a.work / f"lake_{gb:g}gb"
         shutil.rmtree(lake, ignore_errors=True)
         nbytes, events = write_trace(trace, int(gb * 1e9))
-        secs, peak, samples = ingest(trace, lake)
-        print(
-            f"{nbytes / 1e9:8.2f} {events / 1e6:9.2f} {secs:9.1f} {peak:9.0f} {peak / (nbytes / 1e9):7.0f} "
-            f"{peak / (events / 1e6):8.0f}",
-            flush=True,
-        )
-        step = max(1, len(samples) // 20)
-        print("  RSS MB over time: " + ", ".join(f"{s:.0f}s {m:.0f}" for s, m in samples[::step]))
+        for what, args in (
+            ("ingest", ("ingest", str(trace), "--lake", str(lake), "--jobs", "1")),
+            ("analyze", ("analyze", "--lake", str(lake))),
+        ):
+            secs, peak, samples = run(*args)
+            print(
+                f"{nbytes / 1e9:8.2f} {events / 1e6:9.2f} {what:>8} {secs:7.1f} {peak:8.0f} "
+                f"{peak / (nbytes / 1e9):6.0f} {peak / (events / 1e6):8.0f}",
+                flush=True,
+            )
+            step = max(1, len(samples) // 20)
+            print("  RSS MB over time: " + ", ".join(f"{s:.0f}s {m:.0f}" for s, m in samples[::step]))
+            if what == "ingest":
+                stored = any((lake / "local_results").rglob("*.parquet"))
+                full = "no (analysis runs the metrics in full)"
+                print(f"  per-source results stored: {'yes' if stored else full}")
         if not a.keep:
             trace.unlink()
             shutil.rmtree(lake, ignore_errors=True)
