@@ -267,3 +267,38 @@ def test_objects_and_archive_members_name_their_job():
     assert ObjectInput("s3://b/archive/job-7/job-7_rank0.json").run_name == "job-7"
     assert member_run_name("/x/a.tar.gz", "d/slurm-9.rank1.json", "job") == "job/d/job-9"
     assert member_run_name("/x/job-9.tar.gz", "job-9.rank1.json") == "job-9"
+
+
+def _nsys_with_env(path, *values: str):
+    """nsightful's power_iteration__baseline.sqlite (a real Nsight Systems export whose capture
+    recorded its process's environment in META_DATA_CAPTURE) with these environment rows added."""
+    import shutil
+    import sqlite3
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(CORPUS / "nsys" / "nsightful" / "power_iteration__baseline.sqlite", path)
+    path.chmod(0o644)
+    con = sqlite3.connect(path)
+    con.executemany(
+        "INSERT INTO META_DATA_CAPTURE (name, value) VALUES ('PROCESS_0:ENVIRONMENT_VARIABLE', ?)",
+        [(v,) for v in values],
+    )
+    con.commit()
+    con.close()
+    return path
+
+
+def test_an_nsight_export_is_named_by_the_job_its_capture_environment_states(tmp_path):
+    """SLURM_JOB_ID in the capture's environment names the job (the export's own rows say
+    LD_PRELOAD, NV_LIBNCCL_PACKAGE_VERSION, ...: no job); TORCHELASTIC_RUN_ID's default `none`
+    names none; a job in the file's name wins over the environment."""
+    d = tmp_path / "traces"
+    _nsys_with_env(d / "a" / "profile.sqlite", 'SLURM_JOB_ID="4711"', 'TORCHELASTIC_RUN_ID="none"')
+    _nsys_with_env(d / "b" / "profile.sqlite", 'TORCHELASTIC_RUN_ID="none"', 'SLURM_JOB_NAME="x"')
+    _nsys_with_env(d / "c" / "slurm-99.sqlite", 'SLURM_JOB_ID="4711"', "PATH=/usr/bin")
+    res = ingest_paths([d], Lake(tmp_path / "lake"), jobs=1)
+    assert sorted((r.path.split("traces/")[1], r.run_id, r.status) for r in res) == [
+        ("a/profile.sqlite", "a.job-4711", "ok"),
+        ("b/profile.sqlite", "b", "ok"),
+        ("c/slurm-99.sqlite", "c.job-99", "ok"),
+    ]

@@ -20,9 +20,11 @@ the job comes from, first found wins:
    collected together; `trace_id` is per process and is not used); values added with
    `torch.profiler.profile.add_metadata_json`; keys as written here, in lower case. A value of
    digits is job `job-<digits>`; any other value of 1 to 64 letters, digits, `.`, `_`, `-`
-   is used as it is; other values are ignored (a note says so). Not read: Nsight Systems
-   exports (their capture's environment, META_DATA_CAPTURE, can hold SLURM_JOB_ID: not parsed
-   yet), NCCL-family files (hosts and pids name processes, not jobs).
+   is used as it is; other values are ignored (a note says so). An Nsight Systems export: the
+   environment its capture recorded for the profiled process (META_DATA_CAPTURE), of which
+   only `SLURM_JOB_ID`, `PBS_JOBID`, `LSB_JOBID`, `TORCHELASTIC_RUN_ID` (unless `none`, its
+   default) are read, in that order. Not read: NCCL-family files (hosts and pids name
+   processes, not jobs).
 
 The job is put after the directory's name unless that name already states it (its last part
 names the same job by rule 1, or equals the value): `job-4711/job-4711_rank0.json` stays in run
@@ -39,6 +41,8 @@ _KEYWORD = r"(?:slurm[-_]?job|slurm|job)(?:[-_]?id)?"
 JOB_IN_NAME = re.compile(rf"(?<![a-z0-9]){_KEYWORD}[-_.=]?(\d+)(?!\d)", re.IGNORECASE)
 # top-level keys of a Kineto trace naming its job, in order (module doc, 2)
 METADATA_KEYS = ("job_id", "jobid", "slurm_job_id", "run_id", "group_trace_id")
+# environment variables naming a capture's job (an Nsight Systems export's META_DATA_CAPTURE)
+ENV_KEYS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "TORCHELASTIC_RUN_ID")
 _VALUE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 

@@ -6,6 +6,7 @@ steps (.steps). _build runs these steps in order and returns the Export."""
 from __future__ import annotations
 
 from ... import catalog
+from ..jobid import ENV_KEYS
 from .export import Export, NsysError
 from .payloads import _nccl_payloads
 from .readers import _small
@@ -18,6 +19,20 @@ def _meta(ex) -> dict[str, str]:
         if t in ex.tables():
             return {r["name"]: r["value"] for r in _small(ex, t, ["name", "value"])}
     return {}
+
+
+def _job_env(ex) -> dict[str, str]:
+    """The job variables (jobid.ENV_KEYS) of the environment the capture recorded for its
+    processes (META_DATA_CAPTURE rows PROCESS_<n>:ENVIRONMENT_VARIABLE, values `NAME="value"`);
+    no other variable is read (an environment can hold credentials)."""
+    like = " OR ".join(f"value LIKE '{k}=%'" for k in ENV_KEYS)
+    where = f"WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE' AND ({like})"
+    out: dict[str, str] = {}
+    for r in _small(ex, "META_DATA_CAPTURE", ["name", "value"], where):
+        k, _, v = (r["value"] or "").partition("=")
+        if k in ENV_KEYS:
+            out.setdefault(k, v.strip().strip('"'))
+    return out
 
 
 def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Export:
@@ -65,6 +80,7 @@ def _build(ex, con, notes, file_rank, cli_rank, step_regex, comm_patterns) -> Ex
         step_regex=step_regex,
         devices=devices,
         _steps=steps,
+        job_env=_job_env(ex),
     )
 
 

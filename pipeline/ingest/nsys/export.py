@@ -79,6 +79,8 @@ class ExportInfo:
     trace_start_ns: int | None
     trace_end_ns: int | None
     notes: list[str] = field(default_factory=list)
+    # the job variables of the capture's environment (pipeline/ingest/jobid.py ENV_KEYS) -> value
+    job_env: dict = field(default_factory=dict)
 
     @property
     def rank_list(self) -> list[int]:
