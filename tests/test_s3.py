@@ -410,6 +410,33 @@ def test_compaction_forget_and_force_in_a_bucket(s3, reference):
     assert _doc(analyze(lake, keep=False), lake) == _doc(ref_doc, ref_lake)
 
 
+def test_an_ingest_of_many_small_files_compacts_their_run_in_the_bucket(s3, tmp_path):
+    """An ingest compacts a run it wrote 16 or more small sources to (AUTO_MIN_SOURCES), in a
+    bucket as on a local disk: 16 one-kernel ranks of one job end as one compacted file per table,
+    named by the run's manifest, holding the 16 sources' rows (one kernel each, written by hand)."""
+    from conftest import X, write_trace
+
+    from pipeline.lake_compact import AUTO_MIN_SOURCES
+
+    d = tmp_path / "job-small"
+    for r in range(AUTO_MIN_SOURCES):
+        ev = [X("kernel", f"k{r}", 1_000 + r, 50, pid=0, tid=7, device=0, stream=7, correlation=1)]
+        write_trace(d / f"rank{r}.json", ev, distributedInfo={"rank": r, "world_size": AUTO_MIN_SOURCES})
+    url = "s3://lakes/small"
+    lake = Lake(url)
+    assert [r.status for r in ingest_paths([d], lake, jobs=1)] == ["ok"] * AUTO_MIN_SOURCES
+    fs = objstore.filesystem()
+    fs.invalidate_cache()
+    assert [k.rsplit("/", 1)[-1] for k in fs.find("lakes/small/_compacted")] == ["run=job-small.json"]
+    left = _objects_per_source(url)
+    assert all(sid.startswith("c-") for _, _, sid in left) and set(left.values()) == {1}
+    assert {t for t, _, _ in left} >= {"sources", "gpu_activities"}
+    con = query.connect(lake, metric_views=False, derived_views=False, fleet=False)
+    got = con.sql("SELECT rank, name, dur_ns FROM gpu_activities ORDER BY rank").fetchall()
+    assert got == [(r, f"k{r}", 50_000) for r in range(AUTO_MIN_SOURCES)]
+    assert lake.sources().height == AUTO_MIN_SOURCES
+
+
 def test_a_lake_of_an_older_schema_copied_into_a_bucket_is_upgraded(s3, reference, tmp_path):
     """A local schema v1 lake (gpu_activities without the derived columns, cpu_ops without the
     traffic columns: test_derive's _make_old) copied into a bucket as `aws s3 sync` would (its
