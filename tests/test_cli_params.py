@@ -103,13 +103,14 @@ def test_plain_conversion_equals_typers_own(tmp_path):
 )
 def test_help_and_usage_errors_import_nothing_heavy(args):
     """`tracelake --help`, a command's help, a usage error: neither Pydantic (typer's converters),
-    the lake (pyarrow, polars), DuckDB nor altair or jsonschema is imported."""
+    the lake (pyarrow, polars), DuckDB, altair, jsonschema nor rich (the consoles are made on first
+    use: cli/app.py LazyConsole) is imported."""
     code = (
         "import sys\n"
         f"sys.argv = ['tracelake', *{args!r}]\n"
         "from pipeline.cli import app\n"
         "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
-        "heavy = ('pydantic', 'pipeline.lake', 'pyarrow', 'polars', 'duckdb', 'altair', 'jsonschema')\n"
+        "heavy = ('pydantic', 'pipeline.lake', 'pyarrow', 'polars', 'duckdb', 'altair', 'jsonschema', 'rich')\n"
         "print(code, [m for m in heavy if m in sys.modules])\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

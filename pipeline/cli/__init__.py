@@ -13,6 +13,13 @@ from __future__ import annotations
 
 from . import analysis_cmd, diff_cmd, ingest_cmd, lake_cmd, runs_cmd, timeline_cmd, whatif_cmd  # noqa: F401  (each registers its commands on app)
 from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app
-from .ingest_cmd import _RateColumn
+
+
+def __getattr__(name: str):
+    """_RateColumn, the ingest progress bar's MB/s column (made on first use: ingest_cmd.rate_column)."""
+    if name == "_RateColumn":
+        return ingest_cmd.rate_column()
+    raise AttributeError(name)
+
 
 __all__ = ["EXIT_FAILED", "EXIT_HELP", "EXIT_OK", "EXIT_PARTIAL", "app", "_RateColumn"]

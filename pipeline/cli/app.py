@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
 try:  # typer vendors click (typer._click) since 0.2x; its exceptions are not click's
     from typer._click import exceptions as clickx
@@ -70,7 +69,9 @@ def _one_line(e: clickx.UsageError, where: str | None = None) -> clickx.UsageErr
     context (an option missing its value). `tracelake` without arguments still prints its help."""
     if not isinstance(e, clickx.NoArgsIsHelpError):
         line = usage_line(e, where)
-        e.show = lambda file=None: err.print(line, markup=False)
+        # written as it is (what err.print wrote, without importing rich for it, nor rich's :emoji:
+        # codes replaced in a path)
+        e.show = lambda file=None: sys.stderr.write(line + "\n")
     return e
 
 
@@ -144,8 +145,33 @@ def command(**kwargs):
     return app.command(cls=Command, **kwargs)
 
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+class LazyConsole:
+    """A rich Console made on first use, with these arguments: `tracelake --help` and a usage
+    error import no rich (0.05 of their 0.15 CPU-s). Attribute lookups go to the Console;
+    `.console` is the Console itself (for what needs one, such as a Progress)."""
+
+    def __init__(self, **kwargs):
+        self._kwargs, self._console = kwargs, None
+
+    @property
+    def console(self):
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._kwargs)
+        return self._console
+
+    def __getattr__(self, name: str):
+        return getattr(self.console, name)
+
+
+def real_console(console):
+    """The rich Console behind a LazyConsole (a Console given as it is)."""
+    return console.console if isinstance(console, LazyConsole) else console
+
+
+err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
+out = LazyConsole(highlight=False, width=None if sys.stdout.isatty() else 240)
 
 
 def _version(v: bool):
@@ -176,7 +202,7 @@ def progress(label: str, quiet: bool = False):
         MofNCompleteColumn(),
         TextColumn("{task.fields[stage]}"),
         TimeElapsedColumn(),
-        console=err,
+        console=real_console(err),
         transient=True,
         disable=quiet or not err.is_terminal,  # no stray blank lines in logs
     ) as prog:

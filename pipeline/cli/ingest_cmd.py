@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.text import Text
 
-from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, usage_error
+from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, real_console, usage_error
 from .interrupt import Interrupted, signals_interrupt
 from .options import (
     COMM,
@@ -130,15 +122,17 @@ def _ingest(
     lake = Lake(lake_dir)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
     not_traces = []
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     with Progress(
         TextColumn("[bold]ingest"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("files"),
-        _RateColumn(),
+        rate_column()(),
         TextColumn("{task.fields[errors]} error(s)"),
         TimeElapsedColumn(),
-        console=err,
+        console=real_console(err),
         transient=True,
         disable=quiet or not err.is_terminal,  # no stray blank lines in logs
     ) as prog:
@@ -247,12 +241,26 @@ def passed_over(paths: list) -> str:
     return f"passed over {len(names)} file(s) named like logs that are {NOT_A_LOG}: {shown}"
 
 
-class _RateColumn(ProgressColumn):
-    """Uncompressed MB ingested per second of the task's elapsed time."""
+@functools.cache
+def rate_column() -> type:
+    """The progress bar's column of uncompressed MB ingested per second of the task's elapsed time
+    (a rich ProgressColumn class, made on first use: rich.progress is imported only by a command
+    that shows a bar, not by `--help`; `_RateColumn`, this module's attribute, is the same)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
 
-    def render(self, task) -> Text:
-        mb, el = task.fields.get("mb", 0.0), task.elapsed or 0.0
-        return Text(f"{mb:,.1f} MB  {mb / el if el > 0 else 0.0:,.1f} MB/s")
+    class _RateColumn(ProgressColumn):
+        def render(self, task) -> Text:
+            mb, el = task.fields.get("mb", 0.0), task.elapsed or 0.0
+            return Text(f"{mb:,.1f} MB  {mb / el if el > 0 else 0.0:,.1f} MB/s")
+
+    return _RateColumn
+
+
+def __getattr__(name: str):
+    if name == "_RateColumn":
+        return rate_column()
+    raise AttributeError(name)
 
 
 @command(epilog=exit_help(files=True))

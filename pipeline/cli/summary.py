@@ -3,14 +3,13 @@ the per-rank table."""
 
 from __future__ import annotations
 
-from rich.markup import escape
-
 
 def print_summary(console, res: dict, ranks_table: bool = False) -> None:
     """Print each run's verdict (with its confidence) and its numbered findings, as `analyze` and
     `run` show them; ranks_table: also the per-rank table (rank rows of the analysis document:
     each rank's whole GPU span in scope, captioned so, since the verdict may rest on the steps).
     Lines are not wrapped by rich (soft wrap): a piped verdict stays one line."""
+    from rich.markup import escape
     from rich.table import Table
 
     from ..report.document import steps_found_text, timing_text
