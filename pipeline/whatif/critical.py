@@ -48,85 +48,115 @@ def _path(
     g: Graph, d: Durations, t: Timing, pos: tuple[str, int], stop_ns: int, cats: np.ndarray
 ) -> list[tuple]:
     segs: list[tuple] = []  # (kind, rank, lo, hi, node label)
-    first = g.g_first
-    name_id = g.frame["name_id"].to_numpy()
+    add = segs.append
+    first, g_rank, h_rank = g.g_first, g.g_rank, g.h_rank
+    g_start, g_end, h_start, h_end, g_x, g_last = t.g_start, t.g_end, t.h_start, t.h_end, t.g_x, t.g_last
+    g_wc, g_d, g_gap, g_wl, h_b = d.g_wc, d.g_d, d.g_gap, d.g_wl, d.h_b
+    g_launch, g_cross, g_wx, h_dep, h_t = g.g_launch, g.g_cross, g.g_wx, g.h_dep, g.h_t
+    name_id, names = _name_ids(g), g.names
+    h_codes, h_names = _host_names(g)
+    on_time = d.on_time_rank
     where, k = pos
     guard = 4 * (len(g.g_s) + len(g.h_s)) + 10
     while guard > 0:
         guard -= 1
         if where == "g_end":
-            x = t.g_x[k]
-            if x != NEG and x + d.g_wc[k] == t.g_end[k] and x + d.g_wc[k] > t.g_start[k] + d.g_d[k]:
-                segs.append(("transfer", int(g.g_rank[k]), int(x), int(t.g_end[k]), g.names[name_id[int(k)]]))
-                last = int(t.g_last[k])
-                if g.g_rank[k] == d.on_time_rank and t.g_start[k] >= x:
+            x = g_x[k]
+            if x != NEG and x + g_wc[k] == g_end[k] and x + g_wc[k] > g_start[k] + g_d[k]:
+                add(("transfer", int(g_rank[k]), int(x), int(g_end[k]), names[name_id[k]]))
+                last = int(g_last[k])
+                if g_rank[k] == on_time and g_start[k] >= x:
                     last = int(k)  # the on-time rank waited for its own arrival
                 where, k = "g_start", (last if last >= 0 else k)
-                if t.g_start[k] <= stop_ns:
+                if g_start[k] <= stop_ns:
                     break
                 continue
-            segs.append(
-                (cats[k], int(g.g_rank[k]), int(t.g_start[k]), int(t.g_end[k]), g.names[name_id[int(k)]])
-            )
+            add((cats[k], int(g_rank[k]), int(g_start[k]), int(g_end[k]), names[name_id[k]]))
             where = "g_start"
         elif where == "g_start":
-            s = t.g_start[k]
+            s = g_start[k]
             if s <= stop_ns:
                 break
-            if not first[k] and t.g_end[k - 1] + d.g_gap[k] == s:
-                segs.append(("gpu_gap", int(g.g_rank[k]), int(t.g_end[k - 1]), int(s), ""))
+            if not first[k] and g_end[k - 1] + g_gap[k] == s:
+                add(("gpu_gap", int(g_rank[k]), int(g_end[k - 1]), int(s), ""))
                 where, k = "g_end", k - 1
-            elif g.g_launch[k] >= 0 and t.h_start[g.g_launch[k]] + d.g_wl[k] == s:
-                li = int(g.g_launch[k])
-                segs.append(("launch", int(g.g_rank[k]), int(t.h_start[li]), int(s), str(g.h_name[li])))
+            elif g_launch[k] >= 0 and h_start[g_launch[k]] + g_wl[k] == s:
+                li = int(g_launch[k])
+                add(("launch", int(g_rank[k]), int(h_start[li]), int(s), h_names[h_codes[li]]))
                 where, k = "h_start", li
-            elif g.g_cross[k] >= 0 and t.g_end[g.g_cross[k]] + g.g_wx[k] == s:
-                j = int(g.g_cross[k])
-                segs.append(("cross_stream", int(g.g_rank[k]), int(t.g_end[j]), int(s), ""))
+            elif g_cross[k] >= 0 and g_end[g_cross[k]] + g_wx[k] == s:
+                j = int(g_cross[k])
+                add(("cross_stream", int(g_rank[k]), int(g_end[j]), int(s), ""))
                 where, k = "g_end", j
             else:
-                segs.append(("untraced", int(g.g_rank[k]), int(stop_ns), int(s), ""))
+                add(("untraced", int(g_rank[k]), int(stop_ns), int(s), ""))
                 break
         elif where == "h_end":
-            dep = int(g.h_dep[k])
-            if (
-                dep >= 0
-                and t.g_end[dep] + g.h_t[k] == t.h_end[k]
-                and t.g_end[dep] + g.h_t[k] > t.h_start[k] + d.h_b[k]
-            ):
-                segs.append(("sync", int(g.h_rank[k]), int(t.g_end[dep]), int(t.h_end[k]), str(g.h_name[k])))
+            dep = int(h_dep[k])
+            if dep >= 0 and g_end[dep] + h_t[k] == h_end[k] and g_end[dep] + h_t[k] > h_start[k] + h_b[k]:
+                add(("sync", int(h_rank[k]), int(g_end[dep]), int(h_end[k]), h_names[h_codes[k]]))
                 where, k = "g_end", dep
                 continue
             kind = "data_loading" if g.h_what[k] == DATA_LOADING else "host"
-            segs.append((kind, int(g.h_rank[k]), int(t.h_start[k]), int(t.h_end[k]), str(g.h_name[k])))
+            add((kind, int(h_rank[k]), int(h_start[k]), int(h_end[k]), h_names[h_codes[k]]))
             where = "h_start"
         else:  # h_start
-            if t.h_start[k] <= stop_ns:
+            if h_start[k] <= stop_ns:
                 break
             if g.h_chain_first[k]:
-                segs.append(("untraced", int(g.h_rank[k]), int(stop_ns), int(t.h_start[k]), ""))
+                add(("untraced", int(h_rank[k]), int(stop_ns), int(h_start[k]), ""))
                 break
-            segs.append(("host", int(g.h_rank[k]), int(t.h_end[k - 1]), int(t.h_start[k]), ""))
+            add(("host", int(h_rank[k]), int(h_end[k - 1]), int(h_start[k]), ""))
             where, k = "h_end", k - 1
     return segs
 
 
-def _telescope(segs: list[tuple], end_ns: int, stop_ns: int) -> list[tuple]:
-    """The segments as contiguous pieces from end_ns back to stop_ns: each piece ends where the
-    next later one starts, none is negative, the first is cut at stop_ns; their lengths add up to
-    end_ns - stop_ns."""
-    out = []
-    cursor = end_ns
-    for kind, rank, lo, hi, label in segs:
-        lo2 = max(min(lo, cursor), stop_ns)
-        if cursor > lo2:
-            out.append((kind, rank, lo2, cursor, label))
-        cursor = min(cursor, lo2)
-        if cursor <= stop_ns:
-            break
-    if cursor > stop_ns:
-        out.append(("untraced", out[-1][1] if out else -1, stop_ns, cursor, ""))
-    return out[::-1]
+def _name_ids(g: Graph) -> list[int]:
+    """Per GPU node, its name's number (a list: indexed one element at a time)."""
+    if getattr(g, "_name_ids", None) is None:
+        g._name_ids = g.frame["name_id"].to_list()
+    return g._name_ids
+
+
+def _host_names(g: Graph) -> tuple[np.ndarray, list[str]]:
+    """Per host node the number of its name, and the names."""
+    if getattr(g, "_host_names", None) is None:
+        names = g.h_name.cast(pl.Utf8)
+        u = names.unique(maintain_order=True)
+        codes = names.cast(pl.Enum(u)).to_physical().to_numpy()
+        g._host_names = (codes, u.to_list())
+    return g._host_names
+
+
+COLUMNS = ("kind", "rank", "start_ns", "end_ns", "name")
+
+
+def _telescope(segs: list[tuple], end_ns: int, stop_ns: int) -> dict[str, list]:
+    """The segments as contiguous pieces from end_ns back to stop_ns, in time order, as columns
+    (COLUMNS): each piece ends where the next later one starts, none is negative, the first is cut
+    at stop_ns; their lengths add up to end_ns - stop_ns. (The cursor after a segment is its start
+    clipped to [stop_ns, cursor]: a running minimum of the starts, so the list is cut in a few
+    vectorized passes.)"""
+    kind, rank, lo, hi, label = (list(c) for c in zip(*segs)) if segs else ([], [], [], [], [])
+    lo = np.asarray(lo, dtype=np.int64)
+    cur = np.maximum(np.minimum(np.minimum.accumulate(lo), end_ns), stop_ns)  # cursor after each
+    before = np.empty_like(cur)
+    before[:1] = end_ns
+    before[1:] = cur[:-1]
+    live = before > stop_ns  # segments reached before the cursor got to stop_ns
+    keep = np.nonzero(live & (before > cur))[0][::-1]
+    out = {
+        "kind": [kind[i] for i in keep],
+        "rank": [rank[i] for i in keep],
+        "start_ns": cur[keep].tolist(),
+        "end_ns": before[keep].tolist(),
+        "name": [label[i] for i in keep],
+    }
+    last = int(cur[live][-1]) if live.any() else end_ns
+    if last > stop_ns:
+        for k, v in zip(COLUMNS, ("untraced", out["rank"][0] if keep.size else -1, stop_ns, last, "")):
+            out[k].insert(0, v)
+    return out
 
 
 def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
@@ -134,18 +164,20 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
     end_rank (the rank whose step ended last), seq (from 0), kind (KINDS), rank (whose chain the
     segment is on), start_ns, end_ns (relative to g.t0), dur_ns, name (the kernel or call)."""
     cats = np.array(CATEGORIES, dtype=object)[g.g_cat]
-    rows = []
     if win.height == 0:
         return _empty()
     last = win.sort(["end_ns", "rank"]).group_by("step", maintain_order=True).last()
     gs = pl.DataFrame({"gi": np.arange(len(g.g_s)), "rank": g.g_rank, "step": g.g_step, "e": t.g_end}).filter(
         pl.col("step") >= 0
     )
-    gmax = gs.sort("e").group_by("rank", "step").last()
+    # each rank's and step's last-ending activity (the latest node of equal ends)
+    e = pl.col("e")
+    gmax = gs.group_by("rank", "step").agg(e.max(), pl.col("gi").filter(e == e.max()).max())
     hm = pl.DataFrame(
         {"hi": np.arange(len(g.h_s)), "rank": g.h_rank, "step": g.h_step, "what": g.h_what}
     ).filter(pl.col("what") == STEP_END)
     ends = last.join(gmax, on=["rank", "step"], how="left").join(hm, on=["rank", "step"], how="left")
+    cols: dict[str, list] = {k: [] for k in ("step", "end_rank", "seq", *COLUMNS)}
     for r in ends.sort("step").iter_rows(named=True):
         start, end = int(r["start_ns"]), int(r["end_ns"])
         if r["e"] is not None and int(r["e"]) == end:
@@ -155,15 +187,16 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
         else:
             continue
         segs = _telescope(_path(g, d, t, pos, start, cats), end, start)
-        for i, (kind, rank, lo, hi, label) in enumerate(segs):
-            rows.append((int(r["step"]), int(r["rank"]), i, kind, rank, lo, hi, hi - lo, label))
-    if not rows:
+        n = len(segs["kind"])
+        cols["step"] += [int(r["step"])] * n
+        cols["end_rank"] += [int(r["rank"])] * n
+        cols["seq"] += range(n)
+        for k in COLUMNS:
+            cols[k] += segs[k]
+    if not cols["step"]:
         return _empty()
-    return pl.DataFrame(
-        rows,
-        schema=["step", "end_rank", "seq", "kind", "rank", "start_ns", "end_ns", "dur_ns", "name"],
-        orient="row",
-    )
+    f = pl.DataFrame(cols, schema=_empty().drop("dur_ns").schema)
+    return f.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")).select(_empty().columns)
 
 
 def path_in_window(g: Graph, d: Durations, t: Timing, rank: int, start_ns: int, end_ns: int) -> pl.DataFrame:
@@ -184,11 +217,9 @@ def path_in_window(g: Graph, d: Durations, t: Timing, rank: int, start_ns: int, 
     else:
         pos, end = ("h_end", int(best_h)), int(t.h_end[best_h])
     segs = _telescope(_path(g, d, t, pos, start_ns, cats), end, start_ns)
-    return pl.DataFrame(
-        [(i, k, r, lo, hi, hi - lo, n) for i, (k, r, lo, hi, n) in enumerate(segs)],
-        schema=["seq", "kind", "rank", "start_ns", "end_ns", "dur_ns", "name"],
-        orient="row",
-    )
+    shape = _empty().drop("step", "end_rank")
+    f = pl.DataFrame({"seq": range(len(segs["kind"])), **segs}, schema=shape.drop("dur_ns").schema)
+    return f.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")).select(shape.columns)
 
 
 def _empty() -> pl.DataFrame:
