@@ -94,7 +94,7 @@ class _Acc:
         self._count(p)
         gpu, meta = gpu_frame(p, off)
         self.gpu_meta.update(meta)
-        self.used_devices |= set(gpu["device"].drop_nulls().unique().to_list())
+        self.used_devices |= set(gpu["device"].to_list()) - {None}
         self._extent(gpu)
         self.spools["gpu"].add(gpu.to_arrow())
 
@@ -105,30 +105,35 @@ class _Acc:
         cpu, meta = cpu_frame(p, off, self.flops_memo)
         self.cpu_meta.update(meta)
         self._extent(cpu)
-        hosts = cpu.filter(pl.col("name").str.contains(self.host_re))
-        self.comm_ext |= set(hosts["external_id"].drop_nulls().to_list())
-        if hosts.height:
+        # which rows each kept piece needs, and the vendor evidence, in one polars call
+        kind, name = pl.col("kind"), pl.col("name")
+        runtime = kind.is_in(["runtime", "driver"])
+        m = cpu.select(
+            host=name.str.contains(self.host_re),
+            launch=runtime & pl.col("correlation").is_not_null(),
+            step=kind.is_in(["annotation", "op"]) & name.str.contains(r"^ProfilerStep\s*#\s*\d+$"),
+            hip=(runtime & name.str.starts_with("hip")).any(),
+            cu=(runtime & name.str.starts_with("cu")).any(),
+            mtia=(pl.col("category") == "mtia_runtime").any(),
+        )
+        if m.height:
+            self.vendor_hip |= bool(m["hip"][0])
+            self.vendor_cu |= bool(m["cu"][0])
+            self.vendor_mtia |= bool(m["mtia"][0])
+        host, launch, step = m["host"], m["launch"], m["step"]
+        if host.any():
+            hosts = cpu.filter(host)
+            self.comm_ext |= set(hosts["external_id"].drop_nulls().to_list())
             self.hosts.append(
                 hosts.select(
                     "event_index", "pid", "tid", "name", "start_ns", "dur_ns", "input_dims", "input_types"
                 )
             )
-        rts = cpu.filter(pl.col("kind").is_in(["runtime", "driver"]))
         self.spools["launch"].add(
-            rts.filter(pl.col("correlation").is_not_null())
-            .select("correlation", "pid", "tid", "start_ns")
-            .to_arrow()
+            cpu.select("correlation", "pid", "tid", "start_ns").filter(launch).to_arrow()
         )
-        rt = rts["name"]
-        self.vendor_hip |= bool(rt.str.starts_with("hip").any())
-        self.vendor_cu |= bool(rt.str.starts_with("cu").any())
-        self.vendor_mtia |= bool(cpu["category"].eq("mtia_runtime").any())
-        st = cpu.filter(
-            pl.col("kind").is_in(["annotation", "op"])
-            & pl.col("name").str.contains(r"^ProfilerStep\s*#\s*\d+$")
-        )
-        if st.height:
-            self.steps.append(st.select("name", "start_ns", "dur_ns", "pid", "tid"))
+        if step.any():
+            self.steps.append(cpu.filter(step).select("name", "start_ns", "dur_ns", "pid", "tid"))
         if meta:
             self.rpc.append(
                 cpu.filter(pl.col("event_index").is_in(list(meta))).select(

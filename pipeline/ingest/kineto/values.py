@@ -11,7 +11,9 @@ import json
 import operator
 
 import msgspec
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 
 def _int(v) -> int | None:
@@ -83,10 +85,26 @@ _NAME = operator.attrgetter("name")
 
 
 def _texts(raws: list) -> pl.Series:
-    """JSON texts of many msgspec.Raw values (null for an empty one), split in Rust from one
-    joined decode (NUL never occurs in JSON text)."""
+    """JSON texts of many msgspec.Raw values (null for an empty one): an Arrow string array built
+    from the joined bytes and their offsets (no Python str per value; pa.array would import
+    pandas), or, when the bytes are not valid UTF-8, split in Rust from one joined decode with
+    U+FFFD in place of the invalid bytes (NUL never occurs in JSON text)."""
     if not raws:
         return pl.Series([], dtype=pl.String)
+    n = len(raws)
+    lens = np.fromiter(map(len, raws), dtype=np.int64, count=n)
+    data = b"".join(raws)
+    if len(data) < 2**31:
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(lens, out=offsets[1:])
+        empty = lens == 0
+        valid = pa.py_buffer(np.packbits(~empty, bitorder="little")) if empty.any() else None
+        arr = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), valid)
+        try:
+            arr.validate(full=True)  # UTF-8
+            return pl.from_arrow(arr)
+        except pa.ArrowInvalid:
+            pass
     s = (
         pl.Series([b"\x00".join(raws).decode("utf-8", "replace")], dtype=pl.String)
         .str.split("\x00")
