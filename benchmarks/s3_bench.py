@@ -7,7 +7,8 @@ from a bucket into a lake in a bucket, on a moto S3 server on 127.0.0.1 in a pro
 Prints wall seconds and this process's CPU seconds per step, and the bucket's over the local
 run's, measured in the same run. moto on the loopback has no network latency: a real bucket
 adds its round trips (the lake's protocol makes a few requests per source: its parts, its row,
-one HEAD; readers one listing per table and one GET per part).
+one listing of its versions and one GET of its run's compaction manifest; readers one listing per
+table, one of the manifests, one GET per manifest and per part).
 """
 
 from __future__ import annotations

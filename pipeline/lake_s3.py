@@ -57,8 +57,6 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-import msgspec
-
 from . import lake_journal as journal
 from . import lake_manifest as manifest
 from . import lake_s3_compact as s3compact
@@ -139,18 +137,6 @@ class S3Lake(S3Files, S3Lock):
             pass
         except Exception as e:
             raise objstore.describe(objstore.url_of(keys[0]), e) from None
-
-    def manifest_of(self, run_dir: str) -> manifest.Manifest | None:
-        """The run's compaction manifest (one GET), None when it has no generation."""
-        k = self._key(manifest.MANIFEST_DIR, f"{run_dir}.json")
-        try:
-            return msgspec.json.decode(self.filesystem.cat_file(k), type=manifest.Manifest)
-        except FileNotFoundError:
-            return None
-        except msgspec.DecodeError as e:
-            raise LakeError(one_line(f"{objstore.url_of(k)}: damaged compaction manifest ({e})")) from None
-        except Exception as e:
-            raise objstore.describe(objstore.url_of(k), e) from None
 
     def _stem_keys(self, run_dir: str, stem: str, tables=None) -> list[str]:
         """The keys of a source version's parts (all tables but `sources`, or these)."""

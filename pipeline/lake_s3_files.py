@@ -64,10 +64,12 @@ class RemoteView(manifest.View):
     """lake_manifest.View of one listing (singles: (run directory, source id) of the committed
     sources read from parts of their own; manifests: each run's live generation), with live:
     (run directory, source id) -> the live stem of every committed source (held by a generation or
-    not), and parts: (table, run directory, stem) -> bytes of every object listed."""
+    not), parts: (table, run directory, stem) -> bytes of every object listed, and tags: run
+    directory -> the ETag of its manifest (unchanged() compares them)."""
 
     live: dict[tuple[str, str], str] = field(default_factory=dict)
     parts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)  # run directory -> its manifest's ETag
 
 
 class S3Listing:
@@ -136,32 +138,58 @@ class S3Listing:
                 out[split_stem(p[2])[1]] = p[2]
         return out
 
-    def manifests(self) -> dict[str, manifest.Manifest]:
-        """run directory -> its compaction manifest (lake_manifest.Manifest). LakeError naming one
-        that cannot be read."""
+    def _decode(self, k: str, data: bytes) -> manifest.Manifest:
+        try:
+            return msgspec.json.decode(data, type=manifest.Manifest)
+        except msgspec.DecodeError as e:
+            raise LakeError(one_line(f"{objstore.url_of(k)}: damaged compaction manifest ({e})")) from None
+
+    def _manifest_tags(self) -> dict[str, str]:
+        """run directory -> the ETag of its compaction manifest (one listing): a switch PUTs a new
+        manifest, whose ETag differs."""
+        found = self._find(manifest.MANIFEST_DIR)
+        return {k.rsplit("/", 1)[-1][:-5]: tag for k, (_, tag) in found.items() if k.endswith(".json")}
+
+    def manifests(self, tags: dict[str, str] | None = None) -> dict[str, manifest.Manifest]:
+        """run directory -> its compaction manifest (lake_manifest.Manifest), those of `tags`
+        (_manifest_tags(), else listed now) fetched side by side (one batch of GETs). LakeError
+        naming one that cannot be read."""
+        tags = self._manifest_tags() if tags is None else tags
+        keys = {self._key(manifest.MANIFEST_DIR, f"{r}.json"): r for r in tags}
+        if not keys:
+            return {}
+        try:
+            got = self.filesystem.cat(sorted(keys), on_error="return")
+        except Exception as e:
+            raise self._fail("cannot read the compaction manifests", e) from None
         out = {}
-        fs = self.filesystem
-        for k in sorted(self._find(manifest.MANIFEST_DIR)):
-            name = k.rsplit("/", 1)[-1]
-            if not name.endswith(".json"):
-                continue
-            try:
-                out[name[:-5]] = msgspec.json.decode(fs.cat_file(k), type=manifest.Manifest)
-            except FileNotFoundError:
+        for k, data in got.items():
+            k = k.split("://", 1)[-1]
+            if isinstance(data, FileNotFoundError):
                 continue  # removed since it was listed: the run has no generation any more
-            except msgspec.DecodeError as e:
-                raise LakeError(
-                    one_line(f"{objstore.url_of(k)}: damaged compaction manifest ({e})")
-                ) from None
-            except Exception as e:
-                raise self._fail("cannot read a compaction manifest", e) from None
+            if isinstance(data, BaseException):
+                raise self._fail("cannot read a compaction manifest", data)
+            out[keys[k]] = self._decode(k, data)
         return out
+
+    def manifest_of(self, run_dir: str) -> manifest.Manifest | None:
+        """The run's compaction manifest (one GET), None when it has no generation."""
+        k = self._key(manifest.MANIFEST_DIR, f"{run_dir}.json")
+        try:
+            return self._decode(k, self.filesystem.cat_file(k))
+        except FileNotFoundError:
+            return None
+        except LakeError:
+            raise
+        except Exception as e:
+            raise objstore.describe(objstore.url_of(k), e) from None
 
     def committed(self, tables: Iterable[str] | None = None) -> RemoteView:
         """One listing of the lake (module doc): the `sources` rows first, then the parts of every
         table (or of these tables only), then the manifests."""
         live: dict[tuple[str, str], str] = {}
-        for k in self._find("sources"):
+        rows = self._find("sources")
+        for k in rows:
             if (p := self._parse(k)) and not manifest.is_compacted(p[2]):
                 sid, v = split_stem(p[2])
                 if split_stem(live.get((p[1], sid), sid))[1] <= v:
@@ -170,8 +198,9 @@ class S3Listing:
         for sub in [None] if tables is None else [t for t in tables if t != "sources"]:
             found.update(self._find(sub))
         if tables is not None and "sources" in tables:
-            found.update(self._find("sources"))
-        mans = self.manifests()
+            found.update(rows)
+        tags = self._manifest_tags()
+        mans = self.manifests(tags)
         for r, m in mans.items():  # files of a generation switched to after the listing
             for t, names in m.files.items():
                 for n in names:
@@ -189,14 +218,14 @@ class S3Listing:
                 self._sizes[f"{self.url}/{p[0]}/{p[1]}/{p[2]}.parquet"] = n
                 self._etags[f"{self.url}/{p[0]}/{p[1]}/{p[2]}.parquet"] = etag
         singles = {(r, s) for r, s in live if s not in (mans[r].sources if r in mans else ())}
-        return RemoteView(singles, mans, live, parts)
+        return RemoteView(singles, mans, live, parts, tags)
 
     _committed = committed
 
     def unchanged(self, view) -> bool:
         """Whether no compaction switched a generation since `view` was taken (LakeFiles.unchanged)."""
         try:
-            return {r: m.gen for r, m in self.manifests().items()} == view.gens()
+            return self._manifest_tags() == view.tags
         except LakeError:
             return False
 
@@ -279,7 +308,7 @@ class S3Files(S3Listing):
         """One committed source's rows of `table` (None when it has none), from its live parts or
         its run's generation."""
         run_dir = f"run={run_id}"
-        m = self.manifests().get(run_dir)
+        m = self.manifest_of(run_dir)
         try:
             if m is not None and source_id in m.sources:
                 if table not in m.sources[source_id]:
