@@ -110,7 +110,8 @@ def test_help_and_usage_errors_import_nothing_heavy(args):
         f"sys.argv = ['tracelake', *{args!r}]\n"
         "from pipeline.cli import app\n"
         "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
-        "heavy = ('pydantic', 'pipeline.lake', 'pyarrow', 'polars', 'duckdb', 'altair', 'jsonschema', 'rich')\n"
+        "heavy = ('pydantic', 'pipeline.lake', 'pyarrow', 'polars', 'duckdb', 'altair', 'jsonschema',\n"
+        "         'rich')\n"
         "print(code, [m for m in heavy if m in sys.modules])\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -119,3 +120,19 @@ def test_help_and_usage_errors_import_nothing_heavy(args):
     assert last == f"{want_code} []", (p.stdout[-500:], p.stderr[-500:])
     if want_code == 2:  # still the one-line usage error
         assert p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_a_mistyped_path_imports_no_lake():
+    """`tracelake run /no/such/dir` is a usage error found before ingest's imports: neither the
+    lake (pyarrow, polars), DuckDB nor Pydantic is imported to say so (only rich, which prints it)."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['tracelake', 'run', '/no/such/dir/tracelake-test']\n"
+        "from pipeline.cli import app\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
+        "heavy = ('pydantic', 'pipeline.lake', 'pyarrow', 'polars', 'duckdb', 'altair', 'jsonschema')\n"
+        "print(code, [m for m in heavy if m in sys.modules])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.stdout.strip().splitlines()[-1] == "2 []", (p.stdout[-500:], p.stderr[-500:])
+    assert p.stderr == "error: /no/such/dir/tracelake-test: no such file or directory\n", p.stderr

@@ -75,9 +75,6 @@ def _ingest(
     SIGTERM, SIGHUP) stops the ingest, once every process it started has ended (one line says
     so)."""
     from .. import objstore
-    from ..cluster import SchedulerError
-    from ..ingest import discover, exclude_patterns, ingest_paths
-    from ..lake import Lake, LakeError, one_line
 
     _check_patterns(comm_pattern)
     if run is not None and not run.strip():
@@ -93,14 +90,18 @@ def _ingest(
         raise typer.BadParameter("--jobs must be 0 (one per core) or more")
     if rank is not None and not 0 <= rank < 2**31:  # the lake's rank column is INTEGER
         raise typer.BadParameter(f"--rank {rank}: a rank is 0 to {2**31 - 1}")
+    # s3:// paths (typer's Path dropped one slash of the scheme): pipeline/objstore.py
+    paths = [objstore.normalize(p) if objstore.is_url(p) else p for p in paths]
+    lake_dir = objstore.normalize(lake_dir) if objstore.is_url(lake_dir) else lake_dir
+    check_inputs(paths, lake_dir)  # (before ingest's imports: a mistyped path costs no pyarrow)
+    from ..cluster import SchedulerError
+    from ..ingest import discover, exclude_patterns, ingest_paths
+    from ..lake import Lake, LakeError, one_line
+
     try:
         exclude = exclude_patterns(exclude)
     except ValueError as e:
         raise typer.BadParameter(str(e))
-    # s3:// paths (typer's Path dropped one slash of the scheme): pipeline/objstore.py
-    paths = [objstore.normalize(p) if objstore.is_url(p) else p for p in paths]
-    lake_dir = objstore.normalize(lake_dir) if objstore.is_url(lake_dir) else lake_dir
-    check_inputs(paths, lake_dir)
     problems: list = []
     left_out: list = []
     not_logs: list = []

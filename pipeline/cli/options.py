@@ -166,8 +166,6 @@ def _model_options(
     (per rank), global_tokens_per_step (--global-batch x --seq-len) and gpu_hour_cost. Raises
     BadParameter (exit 2) for a partial PaLM shape, a non-positive value, or --global-batch
     without --seq-len."""
-    from ..flops import palm_flops_per_token
-
     for name, v in (
         ("--model-flops-per-step", model_flops_per_step),
         ("--tokens-per-step", tokens_per_step),
@@ -185,6 +183,8 @@ def _model_options(
         raise typer.BadParameter("--seq-len is used with --global-batch or the PaLM shape options")
     palm = None
     if any(v is not None for v in (params, layers, heads, head_dim)):
+        from ..flops import palm_flops_per_token  # (polars: imported only for these options)
+
         try:
             palm = palm_flops_per_token(params, layers, heads, head_dim, seq_len)
         except (TypeError, ValueError) as e:
@@ -222,6 +222,8 @@ def _window_options(window: str, kernel_wait_us: float, peak_tflops: float | Non
 
 
 def _check_patterns(patterns: list[str]) -> None:
+    if not patterns:
+        return
     from ..classify import check_regex  # (polars: imported when a pattern is given)
 
     for p in patterns:
