@@ -464,6 +464,11 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
             changes.scale("category:compute=2"),
         ]
         assert len(wanted) >= 4
+        # the identity replay of a large run checks a block of ranks at a time: nothing moves
+        monkeypatch.setattr(rp, "BLOCK_NODES", 0)
+        monkeypatch.setattr(rp, "CHECK_BLOCK_NODES", 1)  # one rank a block
+        ident = rp.replay(g, measured(g))
+        assert ident.rounds == 1 and np.array_equal(ident.g_end, g.g_e) and np.array_equal(ident.h_end, g.h_e)
         for ch in wanted:
             d = ch.apply(g, measured(g))
             monkeypatch.setattr(rp, "BLOCK_NODES", 10**12)
