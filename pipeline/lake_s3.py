@@ -179,9 +179,12 @@ class S3Lake(S3Files, S3Lock):
                 journal.crash_point("s3-replace")
                 if held is not None and sid in held.sources:  # the switch makes the new version the one read
                     s3compact.drop(self, run_dir, held, {sid})
-                for v in sorted(old):  # earlier versions: no reader reads them any more
-                    self._rm([self._key("sources", run_dir, f"{old[v]}.parquet")])
-                    self._rm(self._stem_keys(run_dir, old[v]))
+                try:  # earlier versions: no reader reads them any more
+                    for v in sorted(old):
+                        self._rm([self._key("sources", run_dir, f"{old[v]}.parquet")])
+                        self._rm(self._stem_keys(run_dir, old[v]))
+                except OSError:
+                    pass  # the new version is committed; recover() deletes what is left
             except (OSError, LakeError):
                 raise
             except Exception as e:  # botocore's own errors
