@@ -302,3 +302,12 @@ def test_an_nsight_export_is_named_by_the_job_its_capture_environment_states(tmp
         ("b/profile.sqlite", "b", "ok"),
         ("c/slurm-99.sqlite", "c.job-99", "ok"),
     ]
+
+
+def test_a_real_trace_named_by_its_group_trace_id(tmp_path):
+    """HTA's MTIA inference trace states `group_trace_id` 6e4c5d49-31d6-410f-83cf-8827e227851d
+    at its top level (read by hand from the file; its per-process `trace_id` 13072646111613355758
+    and its `tw_job` name are not used): ingested from its directory, it is that job's run."""
+    d = CORPUS / "hta" / "tests" / "data" / "mtia_inference_trace"
+    (r,) = ingest_paths([d], Lake(tmp_path / "lake"), jobs=1)
+    assert (r.status, r.run_id) == ("ok", "mtia_inference_trace.6e4c5d49-31d6-410f-83cf-8827e227851d")
