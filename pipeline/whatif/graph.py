@@ -125,7 +125,9 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
         ).to_arrow_table()
     )
     t0 = int(min(gpu["start_ns"].min(), host["start_ns"].min() if host.height else gpu["start_ns"].min()))
-    return _assemble(run, t0, gpu, host, coll, facts, names)
+    frames = [gpu, host]
+    del gpu, host  # _assemble lets each frame go as soon as it has what it needs (peak memory)
+    return _assemble(run, t0, frames, coll, facts, names)
 
 
 def _keys(rank: np.ndarray, corr: np.ndarray) -> np.ndarray | None:
@@ -162,8 +164,10 @@ def _launch_index(h_rank, h_corr, h_call, g_rank, g_corr) -> np.ndarray:
     return np.where(g_corr >= 0, j["hi"].fill_null(-1).to_numpy(), -1)
 
 
-def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
+def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     notes: dict[int, list[str]] = {}
+    gpu, host = frames
+    frames.clear()
     # --- host rows: the calls that launched GPU work of the run (their correlation is a GPU
     # row's of the same rank), or blocking calls; DataLoader fetches; step marks
     blocking_names = set(facts["blocking_calls"])
@@ -202,6 +206,7 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     h_corr = h_corr0[perm]
     h_step = host["step"].fill_null(-1).to_numpy().astype(np.int64)[perm]
     h_name = host["name"].gather(perm)
+    del host, h_s0, h_e0, h_corr0, h_rank0, codes, blocking, kind, call, launched, idx, perm
     h_first = _first_of_chain(h_rank)
     prev_e = np.empty_like(h_e)
     prev_e[0:1] = h_s[0:1]
@@ -215,12 +220,15 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     g_s0 = gpu["start_ns"].to_numpy().astype(np.int64)
     g_e0 = gpu["end_ns"].to_numpy().astype(np.int64)
     gperm = np.lexsort((gpu["event_index"].to_numpy(), g_e0, g_s0, g_stream0, g_rank0))
-    gpu = gpu[gperm].with_columns(pl.Series("s", g_s0[gperm] - t0), pl.Series("e", g_e0[gperm] - t0))
-    gpu = gpu.with_row_index("gi")
+    kept = ("rank", "stream", "category_id", "name_id", "step", "shape", "graph_replay", "pg_key", "call_key")
+    gpu = gpu.select(kept)[gperm]
     g_rank = g_rank0[gperm]
     g_stream = g_stream0[gperm]
     g_s = g_s0[gperm] - t0
     g_e = g_e0[gperm] - t0
+    g_corr = g_corr0[gperm]
+    del g_s0, g_e0, g_stream0, g_corr0, g_rank0, gperm
+    gpu = gpu.with_columns(pl.Series("s", g_s), pl.Series("e", g_e)).with_row_index("gi")
     g_d = g_e - g_s
     n = len(g_s)
     first = np.ones(n, dtype=bool)
@@ -231,7 +239,7 @@ def _assemble(run, t0, gpu, host, coll, facts, names) -> Graph:
     prev_end[first] = NEG
 
     # launch: the first host node of the same rank and correlation that launched work
-    g_launch = _launch_index(h_rank, h_corr, what == LAUNCH, g_rank, g_corr0[gperm])
+    g_launch = _launch_index(h_rank, h_corr, what == LAUNCH, g_rank, g_corr)
     launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)
     graph_replay = gpu["graph_replay"].to_numpy()
     # a graph replay's kernels share one launch: only its first kernel is released by it
