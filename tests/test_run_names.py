@@ -251,6 +251,8 @@ def test_runs_named_by_the_jobs_files_state(tmp_path):
     assert runs_of() == want, [(r.path, r.run_id, r.status, r.notes) for r in res]
     again = ingest_paths([d], lake, jobs=1)
     assert sorted(r.status for r in again) == ["failed"] + ["skipped"] * 7  # the link fails again
+    # each skipped file is in its own run (the one its contents named), not "held elsewhere"
+    assert [r.held_in for r in again if r.status == "skipped"] == [None] * 7
     assert runs_of() == want
     ingest_paths([d], lake, jobs=1, force=True)
     assert runs_of() == want

@@ -118,7 +118,11 @@ def done_index(stored: pl.DataFrame) -> Done:
     for h, n, r in zip(*cols):
         done[(h, n)] = (r, False)
         done.setdefault((h, None), (r, False))
+        done.setdefault((NAMED, h), n)  # the name the (None) entry's content was stored under
     return done
+
+
+NAMED = "named"  # done[(NAMED, sha)]: the run name content sha was first stored under
 
 
 def done_entry(done: Done, sha: str, run_id: str, any_run: bool):
@@ -144,6 +148,8 @@ def held_elsewhere(done: Done, sha: str, run_id: str, any_run: bool) -> str | No
     (not in the lake, or stored under this name, wherever rank claims moved it)."""
     if not any_run or (sha, run_id) in done:
         return None
+    if str(done.get((NAMED, sha))).startswith(f"{run_id}."):  # its own directory's run with the
+        return None  # job its contents state (jobid.py), which a check before reading cannot know
     entry = done.get((sha, None))
     return entry[0] if entry is not None else None
 
