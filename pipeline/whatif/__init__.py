@@ -73,7 +73,8 @@ def whatif(
     without GPU work, steps or a graph that does not settle."""
     g = graph if graph is not None else build(con, run)
     con.execute("SET VARIABLE replay_run = ?", [run])
-    ident = run_replay(g, measured(g))
+    base = measured(g)
+    ident = run_replay(g, base)
     if ident.steps.height == 0:
         raise ValueError(f"run {run}: no steps to replay (the trace has no ProfilerStep or step range)")
     both = beside_measured(con, ident.steps)
@@ -93,7 +94,8 @@ def whatif(
         "notes": [f"step {s}: {n}" for s, ns in sorted(g.notes.items()) for n in ns],
         "changes": [],
     }
-    base = measured(g)
+    ident_step = ident.step_ns()
+    del ident  # its times: each change's replay needs the memory
     for ch in wanted:
         r = run_replay(g, ch.apply(g, base))
         pred = r.step_ns()
@@ -102,14 +104,13 @@ def whatif(
                 "change": ch.key,
                 "label": ch.label,
                 "predicted_step_ns": int(round(pred)),
-                "gain_ns": int(round(ident.step_ns() - pred)),
-                "gain_pct": round((ident.step_ns() - pred) / ident.step_ns() * 100, 2)
-                if ident.step_ns()
-                else 0.0,
+                "gain_ns": int(round(ident_step - pred)),
+                "gain_pct": round((ident_step - pred) / ident_step * 100, 2) if ident_step else 0.0,
                 "critical_path": summary(r.path, n_steps)[:top],
                 "leaves_out": ch.leaves_out,
             }
         )
+        del r
     return out
 
 
