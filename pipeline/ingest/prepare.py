@@ -128,12 +128,17 @@ def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pr
 
 def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, lake: Lake) -> Prepared:
     display, source_id = inp.display, base["source_id"]
-    scratch = lake.scratch()
+    scratch: list[Path] = []  # made at the first spill only (a small trace never spills)
+
+    def scratch_dir() -> Path:
+        scratch.append(lake.scratch())
+        return scratch[-1]
+
     parsed = None
     try:
         err = None
         try:
-            parsed = kineto.parse_stream(peek.read, comm_patterns=opts.comm_patterns, spool_dir=scratch)
+            parsed = kineto.parse_stream(peek.read, comm_patterns=opts.comm_patterns, spool_dir=scratch_dir)
         except kineto.NotKinetoError as e:
             err = str(e)
             base["format"] = "unknown"
@@ -257,7 +262,8 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
     finally:
         if parsed is not None:
             parsed.close()
-        shutil.rmtree(scratch, ignore_errors=True)
+        for d in scratch:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def with_local(staged, notes: list[str], status: str) -> None:

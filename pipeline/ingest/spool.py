@@ -16,8 +16,17 @@ SPOOL_BYTES = 256 << 20  # phase-1 tables kept in memory up to this, then spille
 
 
 class _Budget:
+    """The byte limit shared by the spools of one parse, and where they spill: a directory, a
+    callable giving one (called at the first spill only: a small input never makes one), or
+    None (never spilled)."""
+
     def __init__(self, limit: int, directory):
         self.limit, self.used, self.dir = limit, 0, directory
+
+    def directory(self) -> Path:
+        if callable(self.dir):
+            self.dir = self.dir()
+        return Path(self.dir)
 
 
 class _Spool:
@@ -51,7 +60,7 @@ class _Spool:
     def _spill(self) -> None:
         import uuid
 
-        self.path = Path(self.budget.dir) / f"spool-{self.name}-{uuid.uuid4().hex}.arrow"
+        self.path = self.budget.directory() / f"spool-{self.name}-{uuid.uuid4().hex}.arrow"
         self.writer = pa.ipc.new_file(
             str(self.path), self.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")
         )

@@ -50,7 +50,8 @@ def parse_stream(
 ) -> "StreamParsed":
     """Parse one Kineto trace from `read(n) -> bytes` (decompressed; b'' at the end) in batches.
     Memory is bounded by batch_bytes plus spool_bytes of tables (beyond that they are spilled to
-    Arrow IPC files in spool_dir; without spool_dir they stay in memory). Raises TraceError /
+    Arrow IPC files in spool_dir, a directory or a callable giving one at the first spill; without
+    spool_dir they stay in memory). Raises TraceError /
     NotKinetoError (one line). Call .close() on the result when done with it."""
     sp = _Splitter(read, BATCH_BYTES if batch_bytes is None else batch_bytes)
     acc = _Acc(_Budget(SPOOL_BYTES if spool_bytes is None else spool_bytes, spool_dir))
