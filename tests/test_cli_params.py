@@ -136,3 +136,31 @@ def test_a_mistyped_path_imports_no_lake():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.stdout.strip().splitlines()[-1] == "2 []", (p.stdout[-500:], p.stderr[-500:])
     assert p.stderr == "error: /no/such/dir/tracelake-test: no such file or directory\n", p.stderr
+
+
+def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest(tmp_path):
+    """`tracelake report -f json -o FILE` where FILE exists and every run's result is kept: the
+    check that FILE is not one of the inputs (report has none) imports no ingest package, and the
+    kept results need no DuckDB (the ingest package imported both: 0.3-0.5 s)."""
+    from conftest import REPO
+
+    from pipeline.analyze import analyze
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    lake = Lake(tmp_path / "lake")
+    assert all(r.status == "ok" for r in ingest_paths([REPO / "sample_traces"], lake))
+    runs = [r["run_id"] for r in analyze(lake)["runs"]]  # kept
+    out = tmp_path / "report.json"
+    out.write_text("old")
+    code = (
+        "import sys\n"
+        f"sys.argv = ['tracelake', 'report', '-f', 'json', '-o', {str(out)!r},\n"
+        f"            '--lake', {str(lake.root)!r}, '-q']\n"
+        "from pipeline.cli import app\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
+        "print(code, [m for m in ('pipeline.ingest', 'duckdb', 'altair') if m in sys.modules])\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.stdout.strip().splitlines()[-1] == "0 []", (p.stdout[-500:], p.stderr[-500:])
+    assert [r["run_id"] for r in __import__("json").loads(out.read_text())["runs"]] == runs

@@ -309,6 +309,8 @@ def check_output(output: Path | None, lakes, inputs=()) -> None:
 def _is_input(where: Path, inputs) -> bool:
     """Whether the existing file `where` (resolved) is one of inputs or a trace or log file that
     ingest would read inside one of the input directories."""
+    if not inputs:  # (report: no inputs, and no import of the ingest package to say so)
+        return False
     from ..ingest.formats import LOG_SUFFIXES, TRACE_SUFFIXES
 
     for p in inputs:
