@@ -360,9 +360,9 @@ def test_compaction_forget_and_force_in_a_bucket(s3, reference):
     named by the run's manifest (no source keeps objects of its own), and the lake still answers
     as the local, uncompacted one: the same sources, rows and (at the end, job-b still compacted)
     analysis document. A kill right after the switch leaves every row visible once; the next
-    command removes the superseded objects. `forget` of a source inside the generation, then `ingest --force` of the run (one
-    source held by the generation, one forgotten) end equal to the local lake again. Row counts
-    per source come from the local lake read by DuckDB."""
+    command removes the superseded objects. `forget` of a source inside the generation, then
+    `ingest --force` of the run (one source held by the generation, one forgotten) end equal to
+    the local lake again. Row counts per source come from the local lake read by DuckDB."""
     ref_lake, ref_doc = reference
     ref_counts = _counts(ref_lake)
     url = "s3://lakes/compacted"
