@@ -175,8 +175,9 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     is_blocking = np.array([c in blocking_names for c in cats], dtype=bool)
     codes = host["name"].to_physical().to_numpy()
     blocking = is_blocking[codes] if len(cats) else np.zeros(host.height, dtype=bool)
-    kind = host["what"].to_numpy()
-    call = kind == "call"
+    kinds = ("call", "data_loading", "step_start", "step_end")  # host_nodes.sql's `what`
+    kind = host["what"].cast(pl.Enum(kinds)).to_physical().to_numpy()  # a code, not 6.7 M strings
+    call = kind == 0
     h_corr0 = host["correlation"].fill_null(-1).to_numpy().astype(np.int64)
     h_rank0 = host["rank"].to_numpy().astype(np.int64)
     g_corr0 = gpu["correlation"].fill_null(-1).to_numpy().astype(np.int64)
@@ -186,7 +187,7 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
         hit = _launch_index(g_rank0, g_corr0, np.ones(len(g_rank0), dtype=bool), h_rank0, h_corr0)
         launched &= hit >= 0
     what = np.select(
-        [launched, call & blocking, kind == "data_loading", kind == "step_start", kind == "step_end"],
+        [launched, call & blocking, kind == 1, kind == 2, kind == 3],
         [LAUNCH, BLOCKING, DATA_LOADING, STEP_START, STEP_END],
         -1,
     ).astype(np.int8)
