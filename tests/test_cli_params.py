@@ -138,10 +138,11 @@ def test_a_mistyped_path_imports_no_lake():
     assert p.stderr == "error: /no/such/dir/tracelake-test: no such file or directory\n", p.stderr
 
 
-def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest(tmp_path):
+def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest_nor_polars(tmp_path):
     """`tracelake report -f json -o FILE` where FILE exists and every run's result is kept: the
     check that FILE is not one of the inputs (report has none) imports no ingest package, and the
-    kept results need no DuckDB (the ingest package imported both: 0.3-0.5 s)."""
+    kept results need no DuckDB (the ingest package imported both: 0.3-0.5 s), nor polars or pyarrow
+    (the diagnosis modules the document reads import them only for the analysis)."""
     from conftest import REPO
 
     from pipeline.analyze import analyze
@@ -159,7 +160,8 @@ def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest(tmp_pa
         f"            '--lake', {str(lake.root)!r}, '-q']\n"
         "from pipeline.cli import app\n"
         "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
-        "print(code, [m for m in ('pipeline.ingest', 'duckdb', 'altair') if m in sys.modules])\n"
+        "heavy = ('pipeline.ingest', 'duckdb', 'altair', 'polars', 'pyarrow')\n"
+        "print(code, [m for m in heavy if m in sys.modules])\n"
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.stdout.strip().splitlines()[-1] == "0 []", (p.stdout[-500:], p.stderr[-500:])

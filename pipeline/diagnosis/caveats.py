@@ -12,8 +12,6 @@ balanced (the claim is then about compute efficiency the trace cannot measure). 
 
 from __future__ import annotations
 
-from ..schema import NCCL_FORMATS
-
 __all__ = ["SINGLE_STEP_CAVEAT", "caveats_for_run", "lowers_confidence"]
 
 
@@ -76,6 +74,8 @@ def caveats_for_run(
                 "and the shares across them are not trustworthy",
             }
         )
+    from ..schema import NCCL_FORMATS  # (here: a report of kept results imports no pyarrow for it)
+
     formats = set(run.get("formats") or [])
     traced = formats - set(NCCL_FORMATS)
     if not has_steps and (traced or not formats):

@@ -5,8 +5,10 @@ back the rows a verdict kept (pipeline/diagnosis/verdict.py module doc: Basis)."
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # (imported by steady_steps: kept_rows serves a report of kept results)
+    import polars as pl
 
 OUTLIER_FACTOR = 3.0
 
@@ -25,6 +27,8 @@ def steady_steps(step_time: pl.DataFrame) -> tuple[pl.DataFrame, list[dict], int
     outlier step its slowest rank —, median step ns of the complete rows). When every row would be
     left out, all rows are kept and nothing is reported excluded.
     """
+    import polars as pl
+
     if step_time.height == 0:
         return step_time, [], None
     excluded: list[dict] = []

@@ -63,10 +63,13 @@ or balanced verdict's (the claim is about compute efficiency the trace cannot me
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
 
 from .caveats import SINGLE_STEP_CAVEAT, lowers_confidence
 from .steady import steady_steps
+
+if TYPE_CHECKING:  # (annotations only: a report of kept results imports no polars for LABELS)
+    import polars as pl
 
 MODERATE_PCT = 5.0
 HIGH_PCT = 15.0
