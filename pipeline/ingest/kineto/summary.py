@@ -140,20 +140,17 @@ def tool_versions(top: KTrace, di: dict) -> dict:
     }
 
 
+def _concat(parts: list[pl.DataFrame], schema: dict) -> pl.LazyFrame:
+    """The batches' rows as one lazy frame (an empty one of `schema` when there are none), so that
+    what follows is one polars plan, not a call per step."""
+    return pl.concat(parts).lazy() if parts else pl.LazyFrame(schema=schema)
+
+
 def steps_frame(parts: list[pl.DataFrame], base_ns: int) -> pl.DataFrame:
     """steps rows from the ProfilerStep#N ops of all batches, with absolute times."""
-    steps = (
-        pl.concat(parts)
-        if parts
-        else pl.DataFrame(
-            schema={
-                "name": pl.String,
-                "start_ns": pl.Int64,
-                "dur_ns": pl.Int64,
-                "pid": pl.Int64,
-                "tid": pl.Int64,
-            }
-        )
+    steps = _concat(
+        parts,
+        {"name": pl.String, "start_ns": pl.Int64, "dur_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64},
     )
     # a step number past int64 (ProfilerStep#9223372036854775808: no profiler writes one) is no
     # step: that annotation is dropped rather than failing the whole file
@@ -173,50 +170,45 @@ def steps_frame(parts: list[pl.DataFrame], base_ns: int) -> pl.DataFrame:
     )
     # one row per step number: some traces write ProfilerStep#N twice (a user_annotation and a
     # cpu_op), and every per-step join would count it twice; the first (then longest) is kept
-    return steps.sort(["start_ns", "dur_ns"], descending=[False, True], maintain_order=True).unique(
-        "step", keep="first", maintain_order=True
+    return (
+        steps.sort(["start_ns", "dur_ns"], descending=[False, True], maintain_order=True)
+        .unique("step", keep="first", maintain_order=True)
+        .collect()
     )
 
 
 def rpc_frame(parts: list[pl.DataFrame], base_ns: int) -> pl.DataFrame:
     """The CPU ops with collective metadata (event_index, external_id, start_ns, dur_ns, end_ns),
     with absolute times, in file order."""
-    rpc = (
-        pl.concat(parts)
-        if parts
-        else pl.DataFrame(
-            schema={
-                "event_index": pl.Int64,
-                "external_id": pl.Int64,
-                "start_ns": pl.Int64,
-                "dur_ns": pl.Int64,
-            }
-        )
+    rpc = _concat(
+        parts, {"event_index": pl.Int64, "external_id": pl.Int64, "start_ns": pl.Int64, "dur_ns": pl.Int64}
     )
-    return rpc.with_columns(start_ns=pl.col("start_ns") + base_ns).with_columns(
-        end_ns=pl.col("start_ns") + pl.col("dur_ns")
+    return _absolute(rpc, base_ns)
+
+
+def _absolute(df: pl.LazyFrame, base_ns: int) -> pl.DataFrame:
+    """start_ns made absolute (+ base_ns) and end_ns added, in one collect."""
+    return (
+        df.with_columns(start_ns=pl.col("start_ns") + base_ns)
+        .with_columns(end_ns=pl.col("start_ns") + pl.col("dur_ns"))
+        .collect()
     )
 
 
 def hosts_frame(parts: list[pl.DataFrame], base_ns: int) -> pl.DataFrame:
     """The comm host ops (event_index, pid, tid, name, start_ns, dur_ns, input_dims, input_types,
     end_ns), with absolute times."""
-    hosts = (
-        pl.concat(parts)
-        if parts
-        else pl.DataFrame(
-            schema={
-                "event_index": pl.Int64,
-                "pid": pl.Int64,
-                "tid": pl.Int64,
-                "name": pl.String,
-                "start_ns": pl.Int64,
-                "dur_ns": pl.Int64,
-                "input_dims": pl.String,
-                "input_types": pl.String,
-            }
-        )
+    hosts = _concat(
+        parts,
+        {
+            "event_index": pl.Int64,
+            "pid": pl.Int64,
+            "tid": pl.Int64,
+            "name": pl.String,
+            "start_ns": pl.Int64,
+            "dur_ns": pl.Int64,
+            "input_dims": pl.String,
+            "input_types": pl.String,
+        },
     )
-    return hosts.with_columns(start_ns=pl.col("start_ns") + base_ns).with_columns(
-        end_ns=pl.col("start_ns") + pl.col("dur_ns")
-    )
+    return _absolute(hosts, base_ns)
