@@ -505,7 +505,8 @@ def test_launch_lookup_equals_the_join(dlrm, monkeypatch):
     ).fetchall()
     by_start = {(r, s - packed.t0): c for r, s, c in calls}
     acts = dlrm.execute(
-        "SELECT rank, start_ns, correlation FROM gpu_activities WHERE run_id = 'dlrm_kineto' AND kind <> 'sync'"
+        "SELECT rank, start_ns, correlation FROM gpu_activities "
+        "WHERE run_id = 'dlrm_kineto' AND kind <> 'sync'"
     ).fetchall()
     act_corr = {(r, s - packed.t0): c for r, s, c in acts}
     gi = np.nonzero(has)[0]

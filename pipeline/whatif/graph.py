@@ -138,23 +138,49 @@ def _keys(rank: np.ndarray, corr: np.ndarray) -> np.ndarray | None:
     return np.where(corr >= 0, (rank.astype(np.int64) << 40) | corr, -1)
 
 
-def _lookup(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """For each wanted key, the first position of keys that holds it (-1: none)."""
-    if not len(keys):
-        return np.full(len(wanted), -1, dtype=np.int64)
-    o = np.argsort(keys, kind="stable")
-    sk = keys[o]
-    pos = np.minimum(np.searchsorted(sk, wanted), len(sk) - 1)
-    return np.where(sk[pos] == wanted, o[pos], -1)
+class _Links:
+    """Host calls and GPU rows linked by (rank, correlation) packed in one int64 (_keys), with one
+    sort of the calls' keys: which calls launched work (their key is a GPU row's), and, once the
+    host rows have their chain order, each GPU row's launch (the first call of its key in that
+    order). Returns None (make) where a key does not fit; then _join_index joins on the columns."""
+
+    def __init__(self, hk: np.ndarray, gk: np.ndarray):
+        self.o = np.argsort(hk, kind="stable")
+        sk = hk[self.o]
+        new = np.ones(len(sk), dtype=bool)
+        new[1:] = sk[1:] != sk[:-1]
+        self.run = np.cumsum(new) - 1  # per sorted call: the number of its key
+        self.starts = np.flatnonzero(new)
+        pos = np.minimum(np.searchsorted(sk, gk), max(len(sk) - 1, 0))
+        self.hit = (gk >= 0) & (sk[pos] == gk) if len(sk) else np.zeros(len(gk), dtype=bool)
+        self.g_run = np.where(self.hit, self.run[pos] if len(sk) else 0, -1)
+        hit_run = np.zeros(len(self.starts), dtype=bool)
+        hit_run[self.g_run[self.hit]] = True
+        self.launched = np.zeros(len(hk), dtype=bool)
+        self.launched[self.o] = hit_run[self.run] & (sk >= 0)
+
+    @classmethod
+    def make(cls, h_rank, h_corr, h_call, g_rank, g_corr) -> _Links | None:
+        hk, gk = _keys(h_rank, h_corr), _keys(g_rank, g_corr)
+        if hk is None or gk is None:
+            return None
+        return cls(np.where(h_call, hk, -1), gk)  # -1: no key (never a GPU row's)
+
+    def launch(self, perm: np.ndarray) -> np.ndarray:
+        """Per GPU row (in the rows' first order), its launch's position in perm (the kept host
+        rows in chain order; every call of a launching key is kept), -1: none."""
+        if not len(self.starts):
+            return np.full(len(self.hit), -1, dtype=np.int64)
+        at = np.full(len(self.launched), np.iinfo(np.int64).max, dtype=np.int64)
+        at[perm] = np.arange(len(perm), dtype=np.int64)
+        first = np.minimum.reduceat(at[self.o], self.starts)
+        return np.where(self.hit, first[np.maximum(self.g_run, 0)], -1)
 
 
-def _launch_index(h_rank, h_corr, h_call, g_rank, g_corr) -> np.ndarray:
+def _join_index(h_rank, h_corr, h_call, g_rank, g_corr) -> np.ndarray:
     """Per GPU row, the first host call (in the host rows' order) of its rank and correlation
-    (-1: none); h_call marks the host rows that are calls."""
-    hk, gk = _keys(h_rank, h_corr), _keys(g_rank, g_corr)
-    if hk is not None and gk is not None:
-        hk = np.where(h_call, hk, -1)  # -1 matches no GPU key (those are >= 0 or masked below)
-        return np.where(g_corr >= 0, _lookup(hk, gk), -1)
+    (-1: none); h_call marks the host rows that are calls. A join on the two columns: what
+    _Links does where a key does not fit in one integer."""
     h = pl.DataFrame({"rank": h_rank, "correlation": h_corr, "hi": np.arange(len(h_rank))}).filter(
         pl.Series(h_call)
     )
@@ -182,10 +208,14 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     h_rank0 = host["rank"].to_numpy().astype(np.int64)
     g_corr0 = gpu["correlation"].fill_null(-1).to_numpy().astype(np.int64)
     g_rank0 = gpu["rank"].to_numpy().astype(np.int64)
-    launched = call & (h_corr0 >= 0)
-    if launched.any():
-        hit = _launch_index(g_rank0, g_corr0, np.ones(len(g_rank0), dtype=bool), h_rank0, h_corr0)
-        launched &= hit >= 0
+    links = _Links.make(h_rank0, h_corr0, call, g_rank0, g_corr0)
+    if links is not None:
+        launched = links.launched
+    else:
+        launched = call & (h_corr0 >= 0)
+        if launched.any():
+            hit = _join_index(g_rank0, g_corr0, np.ones(len(g_rank0), dtype=bool), h_rank0, h_corr0)
+            launched &= hit >= 0
     what = np.select(
         [launched, call & blocking, kind == 1, kind == 2, kind == 3],
         [LAUNCH, BLOCKING, DATA_LOADING, STEP_START, STEP_END],
@@ -207,7 +237,8 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     h_corr = h_corr0[perm]
     h_step = host["step"].fill_null(-1).to_numpy().astype(np.int64)[perm]
     h_name = host["name"].gather(perm)
-    del host, h_s0, h_e0, h_corr0, h_rank0, codes, blocking, kind, call, launched, idx, perm
+    g_launch0 = links.launch(perm) if links is not None else None
+    del host, h_s0, h_e0, h_corr0, h_rank0, codes, blocking, kind, call, launched, idx, perm, links
     h_first = _first_of_chain(h_rank)
     prev_e = np.empty_like(h_e)
     prev_e[0:1] = h_s[0:1]
@@ -228,6 +259,8 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     g_s = g_s0[gperm] - t0
     g_e = g_e0[gperm] - t0
     g_corr = g_corr0[gperm]
+    if g_launch0 is not None:
+        g_launch0 = g_launch0[gperm]
     del g_s0, g_e0, g_stream0, g_corr0, g_rank0, gperm
     gpu = gpu.with_columns(pl.Series("s", g_s), pl.Series("e", g_e)).with_row_index("gi")
     g_d = g_e - g_s
@@ -240,7 +273,10 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     prev_end[first] = NEG
 
     # launch: the first host node of the same rank and correlation that launched work
-    g_launch = _launch_index(h_rank, h_corr, what == LAUNCH, g_rank, g_corr)
+    if g_launch0 is not None:
+        g_launch = g_launch0
+    else:
+        g_launch = _join_index(h_rank, h_corr, what == LAUNCH, g_rank, g_corr)
     launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)
     graph_replay = gpu["graph_replay"].to_numpy()
     # a graph replay's kernels share one launch: only its first kernel is released by it
