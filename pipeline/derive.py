@@ -307,7 +307,14 @@ def derive_table(gpu: pa.Table, cpu: pa.Table | None, steps: pa.Table | None) ->
     same values as derived_batches gives for the same rows written as parts, in one in-memory
     polars plan without a Parquet round trip (pipeline/ingest/hold.py). Types as polars gives
     them (the caller conforms the table to the schema)."""
-    lazy = [None if t is None else pl.from_arrow(t).lazy() for t in (gpu, cpu, steps)]
+    # only the columns read here go to polars (a small source's wide tables cost more to convert
+    # than the plan costs to run)
+    read = (
+        ["rank", "correlation", "external_id", "kind"],
+        list(_NO_OPS),
+        ["rank", "step", "start_ns", "end_ns"],
+    )
+    lazy = [None if t is None else pl.from_arrow(t.select(c)).lazy() for t, c in zip((gpu, cpu, steps), read)]
     corr, ids, wids = per_correlation(*lazy)
     keys = lazy[0].select("rank", "correlation", "external_id", "kind")
     derived = _with_derived(keys, corr, ids, wids).select(DERIVED).collect(engine=ENGINE).to_arrow()
