@@ -51,7 +51,6 @@ class Graph:
     ranks: list[int]
     # GPU
     g_rank: np.ndarray
-    g_chain: np.ndarray  # chain id, from 0: rank x stream
     g_first: np.ndarray  # True where a stream chain starts
     g_s: np.ndarray
     g_e: np.ndarray
@@ -267,7 +266,6 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     n = len(g_s)
     first = np.ones(n, dtype=bool)
     first[1:] = (g_rank[1:] != g_rank[:-1]) | (g_stream[1:] != g_stream[:-1])
-    chain_keys = np.cumsum(first) - 1
     prev_end = np.full(n, NEG, dtype=np.int64)
     prev_end[1:] = g_e[:-1]
     prev_end[first] = NEG
@@ -442,7 +440,6 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
         t0=t0,
         ranks=[int(r) for r in np.unique(g_rank)],
         g_rank=g_rank,
-        g_chain=chain_keys,
         g_first=first,
         g_s=g_s,
         g_e=g_e,
