@@ -480,6 +480,14 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
                 for k in ("g_start", "g_end", "h_start", "h_end", "g_x", "g_last"):
                     assert np.array_equal(getattr(plain, k), getattr(big, k)), (run, ch.key, path, k)
             assert plain.rounds > 1  # the change moved something
+        # whatif() of a large run finds its levels in a thread beside the identity replay: the
+        # same document as the small-run path
+        monkeypatch.setattr(rp, "BLOCK_NODES", 10**12)
+        small = whatif(con, run, wanted, graph=build(con, run))
+        monkeypatch.setattr(rp, "BLOCK_NODES", 0)
+        g2 = build(con, run)
+        big = whatif(con, run, wanted, graph=g2)
+        assert big == small and g2.levels  # levels were found (and used)
 
 
 def test_launch_lookup_equals_the_join(dlrm, monkeypatch):

@@ -9,6 +9,7 @@ error and, per change, the predicted step time with the new critical path's top 
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -18,7 +19,7 @@ from . import changes as changes  # noqa: PLC0414  (re-exported for the CLI and 
 from .changes import Change
 from .critical import KINDS, paths
 from .graph import Graph, build
-from .replay import Durations, Timing, measured, replay
+from .replay import Durations, Timing, large, measured, prepare, replay
 from .steps import beside_measured, windows
 
 CONTRACT = "tracelake.whatif/1"
@@ -57,22 +58,9 @@ def summary(path: pl.DataFrame, n_steps: int) -> list[dict]:
     return [{"kind": k, "rank": int(r), "ns": int(round(v / n_steps))} for k, r, v in s.iter_rows()]
 
 
-def whatif(
-    con: duckdb.DuckDBPyConnection,
-    run: str,
-    wanted: list[Change],
-    top: int = TOP_SEGMENTS,
-    graph: Graph | None = None,
-) -> dict:
-    """The `tracelake.whatif/1` document of `run` (docs/whatif.md) for a pipeline.query
-    connection: baseline_step_ns (the measured mean step time over the ranks and steps replayed,
-    step_window), identity_step_ns and identity_error_pct (the replay with nothing changed), notes
-    (per step, what the graph leaves out) and one entry per change (predicted_step_ns, gain_ns,
-    gain_pct, critical path top segments, leaves_out: what the projection does not model). graph:
-    run's graph when the caller built it already (build(con, run)). Raises ValueError for a run
-    without GPU work, steps or a graph that does not settle."""
-    g = graph if graph is not None else build(con, run)
-    con.execute("SET VARIABLE replay_run = ?", [run])
+def _identity(con, run: str, g: Graph, top: int) -> tuple[dict, float, int, Durations]:
+    """whatif()'s document without its changes, the identity replay's mean step, the number of
+    steps and the measured durations."""
     base = measured(g)
     ident = run_replay(g, base)
     if ident.steps.height == 0:
@@ -94,8 +82,32 @@ def whatif(
         "notes": [f"step {s}: {n}" for s, ns in sorted(g.notes.items()) for n in ns],
         "changes": [],
     }
-    ident_step = ident.step_ns()
-    del ident  # its times: each change's replay needs the memory
+    return out, ident.step_ns(), n_steps, base
+
+
+def whatif(
+    con: duckdb.DuckDBPyConnection,
+    run: str,
+    wanted: list[Change],
+    top: int = TOP_SEGMENTS,
+    graph: Graph | None = None,
+) -> dict:
+    """The `tracelake.whatif/1` document of `run` (docs/whatif.md) for a pipeline.query
+    connection: baseline_step_ns (the measured mean step time over the ranks and steps replayed,
+    step_window), identity_step_ns and identity_error_pct (the replay with nothing changed), notes
+    (per step, what the graph leaves out) and one entry per change (predicted_step_ns, gain_ns,
+    gain_pct, critical path top segments, leaves_out: what the projection does not model). graph:
+    run's graph when the caller built it already (build(con, run)). Raises ValueError for a run
+    without GPU work, steps or a graph that does not settle."""
+    g = graph if graph is not None else build(con, run)
+    con.execute("SET VARIABLE replay_run = ?", [run])
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # a large run's levels (for the changes) are found beside the identity replay and its
+        # critical paths: numpy lets go of the GIL in its array passes, so two cores share them
+        levels = pool.submit(prepare, g) if wanted and large(g) else None
+        out, ident_step, n_steps, base = _identity(con, run, g, top)
+        if levels is not None:
+            levels.result()
     for ch in wanted:
         r = run_replay(g, ch.apply(g, base))
         pred = r.step_ns()

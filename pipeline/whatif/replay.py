@@ -373,6 +373,19 @@ def _unchanged(g: Graph, d: Durations) -> bool:
     )
 
 
+def large(g: Graph) -> bool:
+    """Whether a changed replay of g goes level by level (more than BLOCK_NODES nodes)."""
+    return len(g.g_s) + len(g.h_s) > BLOCK_NODES
+
+
+def prepare(g: Graph) -> None:
+    """Find g's levels for its changed replays (g.levels: False where none settle), once. It
+    only reads g's arrays, so it may run in a thread beside the identity replay (whatif())."""
+    if g.levels is None:
+        lv = levels(g)
+        g.levels = _Levels(g, *lv) if lv is not None else False
+
+
 CHECK_BLOCK_NODES = 400_000  # nodes per block of ranks in the identity replay's check
 
 
@@ -408,7 +421,7 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
     st = _State(g, dur)
     all_g, all_gf = np.arange(n, dtype=np.int64), st.g_first
     all_h, all_hf = np.arange(m, dtype=np.int64), g.h_chain_first.copy()
-    big = n + m > BLOCK_NODES
+    big = large(g)
     rounds = 0
     changed = True
     if not big:
@@ -422,9 +435,7 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
         for gi, gf, hi, hf in _rank_blocks(g, st.g_first):
             changed = st.round(gi, gf, hi, hf) or changed
     if changed and big:
-        if g.levels is None:
-            lv = levels(g)
-            g.levels = _Levels(g, *lv) if lv is not None else False
+        prepare(g)
         if g.levels:
             for gi, gf, hi, hf, mpos, fin in g.levels.rounds:
                 st.round(gi, gf, hi, hf, members=mpos, finish=fin)
