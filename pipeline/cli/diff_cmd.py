@@ -67,7 +67,7 @@ def _ops(lake_dir: Path, run: str) -> list[dict]:
     from .. import query
     from ..lake import Lake
 
-    con = query.connect(Lake(lake_dir), runs=[run])
+    con = query.connect(Lake(lake_dir), runs=[run], metric_views=())  # (query.run runs the file)
     try:
         return query.run(con, "step_ops").to_dicts()
     finally:

@@ -133,7 +133,8 @@ def whatif(
     if no_data_loading:
         wanted.append(wi.changes.no_data_loading())
     try:
-        con = query.connect(lk, runs=[run_id], materialize=True)  # the collective views: once
+        # the collective views computed once; no metric view (the replay's SQL reads none)
+        con = query.connect(lk, runs=[run_id], materialize=True, metric_views=())
         if durations_from is not None:
             olk = existing_lake(durations_lake) if durations_lake is not None else lk
             okn = set(olk.sources()["run_id"].drop_nulls().to_list())
@@ -142,7 +143,7 @@ def whatif(
                     f"--durations-from {durations_from}: not a run of {olk.root} "
                     f"(runs: {', '.join(sorted(okn)) or 'none'})"
                 )
-            ocon = query.connect(olk, runs=[durations_from], materialize=True)
+            ocon = query.connect(olk, runs=[durations_from], materialize=True, metric_views=())
             wanted.append(wi.changes.durations_from(wi.build(ocon, durations_from), host=host_durations))
             ocon.close()
         g = wi.build(con, run_id)
