@@ -69,9 +69,11 @@ def measure(lake_dir: str, run: str) -> None:
     from pipeline.query import connect
 
     calls: list[dict] = []  # one per replay / critical-path call, in order
-    replay0, paths0 = wi.replay, wi.paths
+    import pipeline.whatif.face as face  # run_replay looks both names up there
 
-    def replay(g, d, *a, **k):  # run_replay looks both names up in the package
+    replay0, paths0 = face.replay, face.paths
+
+    def replay(g, d, *a, **k):
         t = time.perf_counter()
         r = replay0(g, d, *a, **k)
         calls.append({"rounds": r.rounds, "replay_s": time.perf_counter() - t, "paths_s": 0.0})
@@ -83,7 +85,7 @@ def measure(lake_dir: str, run: str) -> None:
         calls[-1]["paths_s"] = time.perf_counter() - t
         return p
 
-    wi.replay, wi.paths = replay, paths
+    face.replay, face.paths = replay, paths
     print(f"  {'stage':34s} {'wall s':>8s} {'CPU s':>8s} {'peak RSS MB':>12s}")
     total = 0.0
     with Stage("connect") as s:

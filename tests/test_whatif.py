@@ -523,3 +523,17 @@ def test_launch_lookup_equals_the_join(dlrm, monkeypatch):
         r = int(packed.g_rank[g_i])
         assert packed.h_rank[h_i] == r
         assert by_start[(r, int(packed.h_s[h_i]))] == act_corr[(r, int(packed.g_s[g_i]))]
+
+
+def test_kinds_without_the_replay():
+    """The report reads the critical path's segment kinds without importing the replay's polars
+    or DuckDB (a fresh interpreter; the package loads its rooms on first use)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom pipeline.whatif import KINDS\n"
+        "print(len(KINDS), 'polars' in sys.modules, 'duckdb' in sys.modules, 'numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["12", "False", "False", "False"]

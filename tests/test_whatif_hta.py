@@ -25,8 +25,9 @@ from conftest import corpus
 from pipeline import query
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
-from pipeline.whatif import build, measured, replay
+from pipeline.whatif import build, measured
 from pipeline.whatif.critical import path_in_window
+from pipeline.whatif.replay import replay
 
 CASES = [
     ("simple_add", "[param|pytorch.model.alex_net|0|0|0|measure|forward]", 1),

@@ -204,7 +204,7 @@ def phase_chart(phases: list[dict]):
     ), note
 
 
-# the critical path's segment kinds (pipeline/whatif/critical.py KINDS) and their colours
+# the critical path's segment kinds (pipeline/whatif/kinds.py KINDS) and their colours
 CRITICAL_COLOURS = {
     "compute": "#4c78a8",
     "communication": "#e45756",
@@ -225,7 +225,7 @@ def critical_path_chart(rows: list[dict]):
     """What each step's time was spent on along its critical path across ranks (analyze's
     critical_path rows of one run: step, end_rank, kind, rank, ns), one bar per step (at most
     MAX_BARS: the longest). Returns (chart | None, note | None)."""
-    from ..whatif.critical import KINDS
+    from ..whatif.kinds import KINDS
 
     if not rows:
         return None, "no critical path: the run has no steps or no GPU work to replay (docs/whatif.md)"

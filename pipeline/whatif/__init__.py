@@ -5,182 +5,44 @@ steps.py (step windows of a replay), critical.py (each step's critical path), ch
 changes a what-if applies). `whatif()` is the face: the measured baseline, the identity replay's
 error and, per change, the predicted step time with the new critical path's top segments
 (docs/whatif.md, `tracelake.whatif/1`).
+
+The package imports its rooms on first use of a name (PEP 562 __getattr__): reading KINDS (the
+report's chart) imports neither polars nor DuckDB. `pipeline.whatif.replay` is the module;
+its function is `pipeline.whatif.replay.replay`.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+import importlib
 
-import duckdb
-import polars as pl
-
-from . import changes as changes  # noqa: PLC0414  (re-exported for the CLI and the API)
-from .changes import Change
-from .critical import KINDS, paths
-from .graph import Graph, build
-from .replay import Durations, Timing, large, measured, prepare, replay
-from .steps import beside_measured, windows
-
-CONTRACT = "tracelake.whatif/1"
-TOP_SEGMENTS = 5
-
-
-@dataclass
-class Replayed:
-    """One replay of a graph: its durations, times, step windows and critical paths."""
-
-    durations: Durations
-    timing: Timing
-    steps: pl.DataFrame
-    path: pl.DataFrame | None
-
-    def step_ns(self) -> float:
-        return float(self.steps["step_ns"].mean()) if self.steps.height else 0.0
+# name -> the room that defines it
+_WHERE = {
+    "CONTRACT": "face",
+    "TOP_SEGMENTS": "face",
+    "Replayed": "face",
+    "critical_path": "face",
+    "register": "face",
+    "run_replay": "face",
+    "summary": "face",
+    "whatif": "face",
+    "KINDS": "kinds",
+    "Change": "changes",
+    "Graph": "graph",
+    "build": "graph",
+    "Durations": "replay",
+    "Timing": "replay",
+    "measured": "replay",
+    "paths": "critical",
+}
 
 
-def run_replay(g: Graph, d: Durations, with_path: bool = True) -> Replayed:
-    t = replay(g, d)
-    w = windows(g, t)
-    return Replayed(d, t, w, paths(g, d, t, w) if with_path else None)
+def __getattr__(name: str):
+    if name in ("changes", "graph", "replay", "critical", "steps", "analysis", "face", "kinds"):
+        return importlib.import_module(f"{__name__}.{name}")
+    room = _WHERE.get(name)
+    if room is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{room}"), name)
 
 
-def summary(path: pl.DataFrame, n_steps: int) -> list[dict]:
-    """The critical path's time per step by kind and rank, longest first: kind, rank, ns (a mean
-    per step over the steps replayed)."""
-    if path is None or path.height == 0 or n_steps == 0:
-        return []
-    s = (
-        path.group_by("kind", "rank")
-        .agg(pl.col("dur_ns").sum())
-        .sort(["dur_ns", "kind", "rank"], descending=[True, False, False])
-    )
-    return [{"kind": k, "rank": int(r), "ns": int(round(v / n_steps))} for k, r, v in s.iter_rows()]
-
-
-def _identity(con, run: str, g: Graph, top: int) -> tuple[dict, float, int, Durations]:
-    """whatif()'s document without its changes, the identity replay's mean step, the number of
-    steps and the measured durations."""
-    base = measured(g)
-    ident = run_replay(g, base)
-    if ident.steps.height == 0:
-        raise ValueError(f"run {run}: no steps to replay (the trace has no ProfilerStep or step range)")
-    both = beside_measured(con, ident.steps)
-    baseline = float(both["step_ns_measured"].mean()) if both.height else ident.step_ns()
-    ident_ns = float(both["step_ns"].mean()) if both.height else ident.step_ns()
-    err = abs(ident_ns - baseline) / baseline * 100 if baseline else 0.0
-    n_steps = ident.steps["step"].n_unique()
-    out = {
-        "contract": CONTRACT,
-        "run_id": run,
-        "ranks": len(g.ranks),
-        "steps": n_steps,
-        "baseline_step_ns": int(round(baseline)),
-        "identity_step_ns": int(round(ident_ns)),
-        "identity_error_pct": round(err, 3),
-        "critical_path": summary(ident.path, n_steps)[:top],
-        "notes": [f"step {s}: {n}" for s, ns in sorted(g.notes.items()) for n in ns],
-        "changes": [],
-    }
-    return out, ident.step_ns(), n_steps, base
-
-
-def whatif(
-    con: duckdb.DuckDBPyConnection,
-    run: str,
-    wanted: list[Change],
-    top: int = TOP_SEGMENTS,
-    graph: Graph | None = None,
-) -> dict:
-    """The `tracelake.whatif/1` document of `run` (docs/whatif.md) for a pipeline.query
-    connection: baseline_step_ns (the measured mean step time over the ranks and steps replayed,
-    step_window), identity_step_ns and identity_error_pct (the replay with nothing changed), notes
-    (per step, what the graph leaves out) and one entry per change (predicted_step_ns, gain_ns,
-    gain_pct, critical path top segments, leaves_out: what the projection does not model). graph:
-    run's graph when the caller built it already (build(con, run)). Raises ValueError for a run
-    without GPU work, steps or a graph that does not settle."""
-    g = graph if graph is not None else build(con, run)
-    con.execute("SET VARIABLE replay_run = ?", [run])
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # a large run's levels (for the changes) are found beside the identity replay and its
-        # critical paths: numpy lets go of the GIL in its array passes, so two cores share them
-        levels = pool.submit(prepare, g) if wanted and large(g) else None
-        out, ident_step, n_steps, base = _identity(con, run, g, top)
-        if levels is not None:
-            levels.result()
-    for ch in wanted:
-        r = run_replay(g, ch.apply(g, base))
-        pred = r.step_ns()
-        out["changes"].append(
-            {
-                "change": ch.key,
-                "label": ch.label,
-                "predicted_step_ns": int(round(pred)),
-                "gain_ns": int(round(ident_step - pred)),
-                "gain_pct": round((ident_step - pred) / ident_step * 100, 2) if ident_step else 0.0,
-                "critical_path": summary(r.path, n_steps)[:top],
-                "leaves_out": ch.leaves_out,
-            }
-        )
-        del r
-    return out
-
-
-__all__ = [
-    "CONTRACT",
-    "KINDS",
-    "Change",
-    "Graph",
-    "build",
-    "changes",
-    "critical_path",
-    "measured",
-    "replay",
-    "run_replay",
-    "summary",
-    "whatif",
-]
-
-
-def critical_path(con: duckdb.DuckDBPyConnection, run: str) -> pl.DataFrame:
-    """Each step's critical path of `run` across ranks (docs/whatif.md) as segments on the lake's
-    absolute clock: step, end_rank, seq, kind, rank, start_ns, end_ns, dur_ns, name; empty when the
-    run has no steps. Raises ValueError for a run without GPU work."""
-    g = build(con, run)
-    p = run_replay(g, measured(g)).path
-    return p.with_columns(pl.col("start_ns") + g.t0, pl.col("end_ns") + g.t0)
-
-
-def register(con: duckdb.DuckDBPyConnection) -> list[str]:
-    """Bind `critical_path` (one row per segment of each step's critical path: run_id, step,
-    end_rank, seq, kind, rank, start_ns, end_ns on the absolute clock, dur_ns, name) and
-    `critical_path_summary` (run_id, step, end_rank, kind, rank, ns: the segments' time by kind
-    and rank) on a pipeline.query connection, for every run with GPU work and steps. Returns the
-    runs that could not be replayed, with why."""
-    runs = [r for (r,) in con.sql("SELECT DISTINCT run_id FROM gpu_activities ORDER BY 1").fetchall()]
-    frames, skipped = [], []
-    for run in runs:
-        try:
-            p = critical_path(con, run)
-        except ValueError as e:
-            skipped.append(str(e))
-            continue
-        if p.height == 0:
-            skipped.append(f"run {run}: no steps to replay")
-            continue
-        frames.append(p.with_columns(pl.lit(run).alias("run_id")))
-    cols = ["run_id", "step", "end_rank", "seq", "kind", "rank", "start_ns", "end_ns", "dur_ns", "name"]
-    cp = (
-        pl.concat(frames).select(cols)
-        if frames
-        else pl.DataFrame(
-            schema={c: pl.Int64 for c in cols} | {"run_id": pl.String, "kind": pl.String, "name": pl.String}
-        ).select(cols)
-    )
-    con.register("critical_path_rows", cp.to_arrow())
-    con.execute("CREATE OR REPLACE TEMP VIEW critical_path AS SELECT * FROM critical_path_rows")
-    con.execute(
-        "CREATE OR REPLACE TEMP VIEW critical_path_summary AS SELECT run_id, step, end_rank, kind, rank, "
-        "sum(dur_ns) AS ns FROM critical_path GROUP BY ALL ORDER BY run_id, step, ns DESC"
-    )
-    return skipped
+__all__ = sorted(_WHERE) + ["changes"]

@@ -26,22 +26,8 @@ import numpy as np
 import polars as pl
 
 from .graph import CATEGORIES, DATA_LOADING, NEG, STEP_END, Graph
+from .kinds import KINDS  # noqa: F401  (the segment kinds, defined there)
 from .replay import Durations, Timing
-
-KINDS = (
-    "compute",
-    "communication",
-    "memory",
-    "unknown",
-    "transfer",
-    "gpu_gap",
-    "launch",
-    "cross_stream",
-    "sync",
-    "host",
-    "data_loading",
-    "untraced",
-)
 
 
 def _path(
