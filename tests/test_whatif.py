@@ -158,8 +158,46 @@ def test_hand_cli(hand, tmp_path):
         res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), *bad])
         assert res.exit_code == 2
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
-    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), "--on-time", "5"])
-    assert res.exit_code == 4 and "no rank 5" in res.stderr
+    bad_values = (["--on-time", "5"], ["--scale", "category:nonsense=0.5"])
+    for bad, says in zip(bad_values, ("no rank 5", "category is one of compute, communication, memory")):
+        res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), *bad])
+        assert res.exit_code == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    # a glob that names no kernel of the run changes nothing, and says so
+    res = CliRunner().invoke(
+        app, ["whatif", "--lake", str(lk.root), "--scale", "kernel:nomatch*=0.5", "-f", "json"]
+    )
+    doc = json.loads(res.stdout)
+    assert doc["changes"][0]["gain_ns"] == 0
+    assert (
+        "kernels nomatch* x0.5: no GPU work of run job matches kernel:nomatch*: nothing changed"
+        in doc["notes"]
+    )
+
+
+def test_step_notes_name_the_steps_together():
+    """A graph's notes, one line per text with its steps (consecutive steps as a range), worked out
+    by hand."""
+    from types import SimpleNamespace
+
+    from pipeline.whatif.graph import step_notes
+
+    g = SimpleNamespace(notes={5: ["a", "b"], 6: ["a"], 7: ["a"], 9: ["a", "c"], 10: ["b"]})
+    assert step_notes(g) == ["steps 5-7, 9: a", "steps 5, 10: b", "step 9: c"]
+    assert step_notes(SimpleNamespace(notes={})) == []
+
+
+def test_whatif_on_a_lake_of_failed_sources(tmp_path):
+    """Every source failed: whatif says so as analyze does (exit 4), not as a usage error."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "r0.json").write_text('{"traceEvents": [')
+    lk = Lake(tmp_path / "lake")
+    ingest_paths([tmp_path / "t"], lk)
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root)])
+    assert res.exit_code == 4, res.output
+    assert (
+        "every source failed to ingest (1 file(s))" in res.stderr
+        and len(res.stderr.strip().splitlines()) == 1
+    )
 
 
 def test_hand_durations_from(hand, tmp_path):
@@ -185,6 +223,22 @@ def test_hand_durations_from(hand, tmp_path):
     assert measured_other == 1_400_000
     other = build(con, "other")
     assert _steps_us(g, changes.durations_from(other)) == {0: 650, 1: 650}
+    # how much found its kernel: gemm_a and gemm_c on both ranks (the all-reduce keeps its
+    # transfer), all of their 500 + 100 + 1000 + 100 µs
+    ch = changes.durations_from(other)
+    ch.apply(g, measured(g))
+    assert ch.note() == (
+        "4 of 4 activities (100.0 % of their time) found their name in run other; the others keep their time"
+    )
+    # a run whose gemm_a has another name: only gemm_c, 200 of 1,700 µs (11.8 %)
+    rows = [dict(e, name="gemm_z") if e.get("name") == "gemm_a" else e for e in _rank(300)]
+    write_trace(tmp_path / "renamed" / "r0.json", rows, deviceProperties=H100)
+    assert [r.status for r in ingest_paths([tmp_path / "renamed"], lk)] == ["ok"]
+    ch = changes.durations_from(build(query.connect(lk), "renamed"))
+    ch.apply(g, measured(g))
+    assert ch.note() == (
+        "2 of 4 activities (11.8 % of their time) found their name in run renamed; the others keep their time"
+    )
     assert _steps_us(g, changes.durations_from(other, host=True)) == {0: 750, 1: 750}
     # the other run with its own means: gemm_a 350 µs on both ranks, so rank 1 arrives at 1470,
     # 50 µs earlier than measured, and its all-reduce keeps its 700 µs transfer: 2350 - 1000

@@ -357,11 +357,28 @@ MAX_EVENTS = typer.Option(
 def one_run(lk, lake: Path, run_id: str | None) -> str:
     """The run a one-run command (timeline, whatif) works on: --run resolved as _resolve_runs
     does, else the lake's only run (failed sources left out). Raises a one-line usage error (exit
-    2) for an unknown run or a lake of several runs without --run."""
+    2) for an unknown run or a lake of several runs without --run; exits 4 with one line when
+    every source of the lake failed to ingest (as analyze does)."""
     from .app import usage_error
 
-    known = set(lk.sources().filter(lk.sources()["status"] != "failed")["run_id"].drop_nulls().to_list())
+    src = lk.sources()
+    known = set(src.filter(src["status"] != "failed")["run_id"].drop_nulls().to_list())
     if run_id is None:
+        failed = int((src["status"] == "failed").sum())
+        if not known and failed:
+            from ..oneline import one_line
+            from .app import EXIT_FAILED, err
+
+            # as analyze says it: nothing to work on is a failure, not a usage error
+            err.print(
+                one_line(
+                    f"error: {lake}: every source failed to ingest ({failed} file(s)), no run to work on; "
+                    f"their errors: tracelake sql --lake {lake} "
+                    "\"SELECT path, error FROM sources WHERE status = 'failed'\""
+                ),
+                markup=False,
+            )
+            raise typer.Exit(EXIT_FAILED)
         if len(known) != 1:
             raise usage_error(
                 f"{lake}: the lake holds {len(known)} runs: name one with --run (runs: "

@@ -17,7 +17,7 @@ EPILOG = exit_help()
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f}"
+    return f"{round(ns / 1e6, 3) + 0.0:.3f}"  # + 0.0: no "-0.000" for a gain of a few ns
 
 
 def _segments(items: list[dict]) -> str:
@@ -37,7 +37,7 @@ def render_text(doc: dict) -> str:
     for c in doc["changes"]:
         lines.append(
             f"{c['label']:<{width}}  {_ms(c['predicted_step_ns']):>10}  {_ms(c['gain_ns']):>9}  "
-            f"{c['gain_pct']:>7.2f}"
+            f"{round(c['gain_pct'], 2) + 0.0:>7.2f}"
         )
         lines.append(f"  critical path: {_segments(c['critical_path'])}")
         if c.get("leaves_out"):
@@ -147,6 +147,11 @@ def whatif(
             wanted.append(wi.changes.durations_from(wi.build(ocon, durations_from), host=host_durations))
             ocon.close()
         g = wi.build(con, run_id)
+        for r in on_time:
+            if r not in g.ranks:
+                raise usage_error(
+                    f"--on-time {r}: the run has no rank {r} (ranks {g.ranks[0]}..{g.ranks[-1]})"
+                )
         if not wanted:
             wanted = wi.changes.defaults(g)
         doc = wi.whatif(con, run_id, wanted, graph=g)

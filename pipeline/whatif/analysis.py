@@ -17,7 +17,7 @@ import duckdb
 import polars as pl
 
 from . import changes
-from .graph import Graph, build
+from .graph import Graph, build, step_notes
 from .replay import measured
 from .steps import beside_measured
 
@@ -98,7 +98,7 @@ def for_run(
         "baseline_step_ns": int(round(baseline)),
         "identity_step_ns": int(round(ident_ns)),
         "identity_error_pct": round(err_pct, 3),
-        "notes": [f"step {s}: {n}" for s, ns in sorted(g.notes.items()) for n in ns],
+        "notes": step_notes(g),
         "changes": [],
     }
     base = measured(g)

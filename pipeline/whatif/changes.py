@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
@@ -48,6 +48,11 @@ class Change:
     label: str
     apply: object  # (Graph, Durations) -> Durations
     leaves_out: str = ""
+    # what the last apply() found worth saying (how much of the run the change reached), or None
+    said: dict = field(default_factory=dict, compare=False)
+
+    def note(self) -> str | None:
+        return self.said.get("note")
 
 
 def _scaled(g: Graph, d: Durations, mask: np.ndarray, factor: float) -> Durations:
@@ -69,6 +74,9 @@ def scale(spec: str) -> Change:
     if not m:
         raise ValueError(f"--scale {spec!r}: expected kernel:GLOB=FACTOR or category:NAME=FACTOR")
     what, pat, f = m.group(1), m.group(2), float(m.group(3))
+    if what == "category" and pat not in CATEGORIES:
+        raise ValueError(f"--scale {spec!r}: category is one of {', '.join(CATEGORIES)}")
+    said: dict = {}
 
     def apply(g: Graph, d: Durations) -> Durations:
         if what == "kernel":
@@ -76,7 +84,10 @@ def scale(spec: str) -> Change:
             hit = [i for i, n in enumerate(g.names) if rx.match(n)]
             mask = np.isin(g.frame["name_id"].to_numpy(), hit)
         else:
-            mask = g.g_cat == (CATEGORIES.index(pat) if pat in CATEGORIES else -1)
+            mask = g.g_cat == CATEGORIES.index(pat)
+        said["note"] = (
+            None if mask.any() else f"no GPU work of run {g.run} matches {what}:{pat}: nothing changed"
+        )
         return _scaled(g, d, mask, f)
 
     return Change(
@@ -84,6 +95,7 @@ def scale(spec: str) -> Change:
         f"{'kernels ' + pat if what == 'kernel' else pat + ' work'} x{f:g}",
         apply,
         "work beside the scaled kernels keeps its time (no contention between streams modelled)",
+        said,
     )
 
 
@@ -257,8 +269,17 @@ def durations_from(other: Graph, host: bool = False) -> Change:
         ok = ~np.isnan(new) & (g.g_coll < 0)
         g_d = d.g_d.copy()
         g_d[ok] = np.round(new[ok]).astype(np.int64)
+        # how much of the run found its kernel in the other (a run of another model finds little)
+        own = g.g_coll < 0
+        total = int(d.g_d[own].sum())
+        pct = 100 * int(d.g_d[ok].sum()) / total if total else 0.0
+        said["note"] = (
+            f"{int(ok.sum()):,} of {int(own.sum()):,} activities ({pct:.1f} % of their time) found "
+            f"their name in run {other.run}; the others keep their time"
+        )
         return replace(d, g_d=g_d)
 
+    said: dict = {}
     if not host:
         return Change(
             f"durations from {other.run}",
@@ -266,6 +287,7 @@ def durations_from(other: Graph, host: bool = False) -> Change:
             apply,
             f"host time: this run's as recorded (--host-durations takes run {other.run}'s); work that "
             f"exists only in run {other.run} is not added",
+            said,
         )
     host_apply = _host_from(other)
     return Change(
@@ -274,6 +296,7 @@ def durations_from(other: Graph, host: bool = False) -> Change:
         lambda g, d: host_apply(g, apply(g, d)),
         f"work that exists only in run {other.run} is not added; this run's dependencies (syncs, "
         "collectives) are kept",
+        said,
     )
 
 

@@ -13,7 +13,7 @@ import polars as pl
 
 from .changes import Change
 from .critical import paths
-from .graph import Graph, build
+from .graph import Graph, build, step_notes
 from .replay import Durations, Timing, large, measured, prepare, replay
 from .steps import beside_measured, windows
 
@@ -74,7 +74,7 @@ def _identity(con, run: str, g: Graph, top: int) -> tuple[dict, float, int, Dura
         "identity_step_ns": int(round(ident_ns)),
         "identity_error_pct": round(err, 3),
         "critical_path": summary(ident.path, n_steps)[:top],
-        "notes": [f"step {s}: {n}" for s, ns in sorted(g.notes.items()) for n in ns],
+        "notes": step_notes(g),
         "changes": [],
     }
     return out, ident.step_ns(), n_steps, base
@@ -105,6 +105,8 @@ def whatif(
             levels.result()
     for ch in wanted:
         r = run_replay(g, ch.apply(g, base))
+        if ch.note():
+            out["notes"].append(f"{ch.label}: {ch.note()}")
         pred = r.step_ns()
         out["changes"].append(
             {

@@ -90,6 +90,24 @@ class Graph:
     levels: object = field(default=None, repr=False)
 
 
+def step_notes(g: Graph) -> list[str]:
+    """g's notes of what it leaves out, a line per text: the steps that share it named together
+    ("steps 1009-1014: ..."), not one line per step."""
+    by_text: dict[str, list[int]] = {}
+    for s, texts in sorted(g.notes.items()):
+        for t in texts:
+            by_text.setdefault(t, []).append(s)
+    out = []
+    for t, steps in by_text.items():
+        runs, lo = [], steps[0]
+        for a, b in zip(steps, steps[1:] + [None]):
+            if b != a + 1:
+                runs.append(str(lo) if lo == a else f"{lo}-{a}")
+                lo = b
+        out.append(f"{'step' if len(steps) == 1 else 'steps'} {', '.join(runs)}: {t}")
+    return out
+
+
 def _first_of_chain(chain: np.ndarray) -> np.ndarray:
     first = np.ones(len(chain), dtype=bool)
     first[1:] = chain[1:] != chain[:-1]
