@@ -49,7 +49,7 @@ def parse_sort(spec: str | None, columns: list[str]) -> list[tuple[str, bool]]:
         name = name.lstrip("-+").strip()
         if name not in columns:
             raise typer.BadParameter(
-                f"--sort: unknown column {name!r} (columns: {', '.join(columns)})", param_hint="--sort"
+                f"unknown column {name!r} (columns: {', '.join(columns)})", param_hint="--sort"
             )
         keys.append((name, desc))
     return keys
@@ -179,7 +179,7 @@ def runs(
 
     fmt = fmt.lower()
     if fmt not in RUNS_FORMATS:
-        raise typer.BadParameter("--format must be table, csv, json or md", param_hint="--format")
+        raise typer.BadParameter("table, csv, json or md", param_hint="--format")
     keys = parse_sort(sort, list(FLEET_SCHEMA.names()))
     if where is not None:  # checked on the empty table before any analysis: a typo costs nothing
         try:
