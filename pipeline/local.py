@@ -49,10 +49,10 @@ MIN_GPU_ROWS = 20_000
 # DuckDB's memory limit for the per-source connection (_bound_memory): every stored file spills
 # past it (step_time.sql's sweep too, a time bucket at a time), so one rank's results take the same
 # memory whatever its event count (issue 40; benchmarks/ingest_memory.py: the ten files over a
-# 1.8 M-kernel rank in 0.72 GB of RSS under 512 MB, 1.16 GB under 1 GB, in no more time); a source
-# whose files still do not fit is stored without results (a note), its metrics computed in full
-# at analysis
-MEMORY_LIMIT = "512MB"
+# 1.8 M-kernel rank in 0.47 GB of RSS under 256 MB, 0.72 GB under 512 MB, 1.16 GB under 1 GB, in
+# no more time; 0.48 GB under 256 MB for 3.5 M kernels); a source whose files still do not fit is
+# stored without results (a note), its metrics computed in full at analysis
+MEMORY_LIMIT = "256MB"
 # sources of more GPU activities than this run the stored files one at a time, each with the
 # whole memory limit
 SERIAL_ROWS = 500_000
