@@ -241,11 +241,11 @@ def test_runs_named_by_the_jobs_files_state(tmp_path):
         ("a.job-4713", 0, "ok"),
         ("a.job-4713", 1, "ok"),
         ("b.6e4c5d49-31d6", 0, "ok"),
-        ("more.job-4714", 0, "ok"),
         ("traces.job-4711", -1, "failed"),  # the broken link: no rank
         ("traces.job-4711", 0, "ok"),
         ("traces.job-4711", 1, "ok"),
         ("traces.job-4712", 0, "ok"),
+        ("traces.job-4714", 0, "ok"),  # more.tar's top member: as if unpacked in traces/ (rule 1)
     ]
     res = ingest_paths([d], lake, jobs=1)
     assert runs_of() == want, [(r.path, r.run_id, r.status, r.notes) for r in res]
@@ -268,7 +268,13 @@ def test_objects_and_archive_members_name_their_job():
     assert ObjectInput("s3://b/archive/traces/rank0.json", "04/traces").run_name == "04/traces"
     assert ObjectInput("s3://b/archive/job-7/job-7_rank0.json").run_name == "job-7"
     assert member_run_name("/x/a.tar.gz", "d/slurm-9.rank1.json", "job") == "job/d/job-9"
-    assert member_run_name("/x/job-9.tar.gz", "job-9.rank1.json") == "job-9"
+    # a member at the archive's top that states a job: the archive's directory's name with it
+    assert member_run_name("/x/job-9.tar.gz", "job-9.rank1.json") == "x/job-9"
+    assert member_run_name("/x/job-9.tar.gz", "job-9.rank1.json", "job") == "job/job-9"
+    assert member_run_name("/x/job-9/a.tar.gz", "slurm-9.rank1.json") == "job-9"  # names it already
+    # without a job, the archive's name stands for its top members' directory (as before today)
+    assert member_run_name("/x/rank0.tar.gz", "rank0.json") == "rank0"
+    assert member_run_name("/x/rank0.tar.gz", "rank0.json", "job") == "job/rank0"
 
 
 def _nsys_with_env(path, *values: str):
@@ -313,3 +319,167 @@ def test_a_real_trace_named_by_its_group_trace_id(tmp_path):
     d = CORPUS / "hta" / "tests" / "data" / "mtia_inference_trace"
     (r,) = ingest_paths([d], Lake(tmp_path / "lake"), jobs=1)
     assert (r.status, r.run_id) == ("ok", "mtia_inference_trace.6e4c5d49-31d6-410f-83cf-8827e227851d")
+
+
+# ------------------------------------------------------------------ logs beside traces, archives
+
+DLRM = CORPUS / "param" / "et_replay" / "tests" / "inputs" / "dlrm_kineto"
+# a real NCCL_DEBUG log (two TP ranks of torchtitan) standing in for a job's SLURM output
+TORCHTITAN_LOG = CORPUS / "nccl" / "torchtitan-issue-1369-coll-allgather-reducescatter-tp2.log"
+
+
+def _dlrm(rank: int):
+    """DLRM's real rank file (distributedInfo rank `rank` of 8, read by hand; no job metadata)."""
+    (f,) = DLRM.glob(f"worker{rank}_step_12.*.pt.trace.json")
+    return f
+
+
+def _copy(src, dst):
+    import shutil
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def _runs(lake):
+    """(file name, run_id, named_run_id, status) of every sources row, by file name."""
+    src = Lake(lake.root).sources()
+    rows = src.select("path", "run_id", "named_run_id", "status").iter_rows()
+    return sorted((p.rsplit("/", 1)[-1], r, n, s) for p, r, n, s in rows)
+
+
+def test_a_slurm_log_beside_traces_that_state_no_job_joins_them(tmp_path):
+    """The tester's case: two DLRM ranks (their names and contents state no job) and a SLURM
+    output named slurm-4711.out in n2/train. All three are run `train` (n2's subdirectory; the
+    log's own name would give train.job-4711, which its sources row keeps as named_run_id), so the
+    analysis matches the log against the traced ranks; a second ingest skips all three quietly;
+    the log ingested alone into a lake that holds the traces lands in the same run."""
+    d = tmp_path / "n2" / "train"
+    t0, t1 = _copy(_dlrm(0), d / _dlrm(0).name), _copy(_dlrm(1), d / _dlrm(1).name)
+    log = _copy(TORCHTITAN_LOG, d / "slurm-4711.out")
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([tmp_path / "n2"], lake, jobs=1)
+    assert sorted((r.status, r.run_id) for r in res) == [("ok", "train")] * 3
+    (note,) = [n for r in res if r.path.endswith(".out") for n in r.notes]
+    assert note == "the traces beside it are named train; this file was put in run train"
+    assert _runs(lake) == [
+        ("slurm-4711.out", "train", "train.job-4711", "ok"),
+        (t0.name, "train", "train", "ok"),
+        (t1.name, "train", "train", "ok"),
+    ]
+    (run,) = lake_analysis(lake)["runs"]
+    assert run["run_id"] == "train" and run["nccl_matching"] is not None
+    assert [g["file"] for g in run["nccl_matching"]["logs"]] == ["slurm-4711.out"]
+    again = ingest_paths([tmp_path / "n2"], lake, jobs=1)
+    assert [(r.status, r.run_id, r.held_in) for r in again] == [("skipped", "train", None)] * 3
+    # traces first (given by name: their directory's own name), the log alone later
+    alone = Lake(tmp_path / "alone")
+    assert {r.run_id for r in ingest_paths([t0, t1], alone, jobs=1)} == {"train"}
+    (r,) = ingest_paths([log], alone, jobs=1)
+    assert (r.status, r.run_id) == ("ok", "train")
+    assert _runs(alone) == _runs(lake)
+
+
+def test_traces_that_state_a_job_take_the_log_beside_them(tmp_path):
+    """The reverse: DLRM's ranks renamed job-4711_rank<N>.json (run traces.job-4711) and a
+    per-process NCCL log nccl.host1.123.log (its name states no job: run `traces`) in one
+    directory: the log joins traces.job-4711, also when ingested alone after the traces, and
+    with the traces given before the log in one batch of files given by name."""
+    d = tmp_path / "traces"
+    ranks = [_copy(_dlrm(k), d / f"job-4711_rank{k}.json") for k in (0, 1)]
+    log = _copy(TORCHTITAN_LOG, d / "nccl.host1.123.log")
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([d], lake, jobs=1)
+    assert sorted((r.status, r.run_id) for r in res) == [("ok", "traces.job-4711")] * 3
+    assert _runs(lake) == [
+        ("job-4711_rank0.json", "traces.job-4711", "traces.job-4711", "ok"),
+        ("job-4711_rank1.json", "traces.job-4711", "traces.job-4711", "ok"),
+        ("nccl.host1.123.log", "traces.job-4711", "traces", "ok"),
+    ]
+    alone = Lake(tmp_path / "alone")
+    ingest_paths(ranks, alone, jobs=1)
+    (r,) = ingest_paths([log], alone, jobs=1)
+    assert (r.status, r.run_id) == ("ok", "traces.job-4711")
+    together = Lake(tmp_path / "together")
+    assert {r.run_id for r in ingest_paths([log, *ranks], together, jobs=1)} == {"traces.job-4711"}
+
+
+def lake_analysis(lake):
+    from pipeline import open_lake
+
+    return open_lake(lake.root).analysis()
+
+
+@pytest.mark.parametrize(
+    ("beside", "named", "job", "out"),
+    [
+        ([], "train.job-4711", "job-4711", "train.job-4711"),  # no traces beside it: its own name
+        (["train"], "train.job-4711", "job-4711", "train"),  # traces of no job: never left
+        (["traces.job-4711"], "traces", None, "traces.job-4711"),  # the one job its traces state
+        (["t.job-1"], "t.job-2", "job-2", "t.job-1"),  # one job beside it: the log takes it
+        (["t.job-1", "t.job-2"], "t.job-2", "job-2", "t.job-2"),  # its own job among several
+        (["t.job-1", "t.job-2"], "t", None, "t"),  # several jobs, it states none: its own name
+        (["t.job-1", "t.job-3"], "t.job-2", "job-2", "t.job-2"),  # several, not its job
+        (["t.job-1", "t"], "t.job-2", "job-2", "t"),  # not its job, and traces of no job
+        (["t.job-1", "t"], "t", None, "t"),
+        (["job1.traces", "x"], "job1.traces.job-1", "job-1", "job1.traces"),  # a dotted directory
+    ],
+)
+def test_the_run_a_log_is_named_for(beside, named, job, out):
+    from pipeline.ingest.runs import log_name
+
+    assert log_name(beside, named, job) == out
+
+
+def test_what_lies_beside_what():
+    from pipeline.ingest.runs import beside_key
+
+    assert beside_key("/a/b/slurm-1.out") == "/a/b"
+    assert beside_key("/a/x.tar!t/rank0.json") == "/a/x.tar!t"  # a directory inside the archive
+    assert beside_key("/a/x.tar!rank0.json") == "/a"  # at its top: as if unpacked where it lies
+    assert beside_key("s3://b/p/rank0.json") == "s3://b/p"
+
+
+def test_per_rank_archives_of_one_job_are_one_run(tmp_path):
+    """ar4 holds one archive per rank (a .tar.gz, read front to back, and a .tar, read in place),
+    each with DLRM's rank file named job-4711_rank<N>.json at its top: one run ar4.job-4711, as
+    the files unpacked in ar4 would be (rule 1). Without a job in the members' names each archive
+    names its own run by its name (rank0, rank1: the rule since archives were read). A top member
+    whose metadata states its job (job_id 4712), and an Nsight export at the top of a zip whose
+    capture states SLURM_JOB_ID=4713, are named by the archive's directory with that job too."""
+    import zipfile
+
+    m, ar4, plain = tmp_path / "m", tmp_path / "ar4", tmp_path / "plain"
+    for k in (0, 1):
+        _copy(_dlrm(k), m / f"job-4711_rank{k}.json")
+    ar4.mkdir()
+    plain.mkdir()
+    with tarfile.open(ar4 / "rank0.tar.gz", "w:gz") as t:
+        t.add(m / "job-4711_rank0.json", arcname="job-4711_rank0.json")
+    with tarfile.open(ar4 / "rank1.tar", "w") as t:
+        t.add(m / "job-4711_rank1.json", arcname="job-4711_rank1.json")
+    for k in (0, 1):
+        with tarfile.open(plain / f"rank{k}.tar.gz", "w:gz") as t:
+            t.add(_dlrm(k), arcname=_dlrm(k).name)
+    ev = [X("kernel", "k", T0_US, 50, pid=0, tid=7, device=0, stream=7, correlation=1)]
+    write_trace(m / "rank0.json", ev, distributedInfo={"rank": 0, "world_size": 1}, job_id=4712)
+    (tmp_path / "meta").mkdir()
+    with tarfile.open(tmp_path / "meta" / "w.tar", "w") as t:
+        t.add(m / "rank0.json", arcname="rank0.json")
+    sqlite = _nsys_with_env(m / "profile.sqlite", 'SLURM_JOB_ID="4713"')
+    (tmp_path / "nsys").mkdir()
+    with zipfile.ZipFile(tmp_path / "nsys" / "exports.zip", "w") as z:
+        z.write(sqlite, arcname="profile.sqlite")
+    res = ingest_paths([ar4, tmp_path / "meta", tmp_path / "nsys"], Lake(tmp_path / "lake"), jobs=1)
+    # the same DLRM bytes without a job: another lake (one lake would skip them as already in it)
+    res += ingest_paths([plain], Lake(tmp_path / "plain_lake"), jobs=1)
+    got = sorted((r.path.split(str(tmp_path) + "/")[1], r.run_id, r.status) for r in res)
+    assert got == [
+        ("ar4/rank0.tar.gz!job-4711_rank0.json", "ar4.job-4711", "ok"),
+        ("ar4/rank1.tar!job-4711_rank1.json", "ar4.job-4711", "ok"),
+        ("meta/w.tar!rank0.json", "meta.job-4712", "ok"),
+        ("nsys/exports.zip!profile.sqlite", "nsys.job-4713", "ok"),
+        (f"plain/rank0.tar.gz!{_dlrm(0).name}", "rank0", "ok"),
+        (f"plain/rank1.tar.gz!{_dlrm(1).name}", "rank1", "ok"),
+    ]

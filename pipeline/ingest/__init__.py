@@ -38,12 +38,15 @@ from .hold import Pending, hold_runs
 from .jobid import job_of_name, with_job
 from .rows import MAX_RANK, PASSED_OVER, Options, content_sha256, failed, rank_from_name, read_bytes, skipped
 from .runs import (
+    PLACED,
     Runs,
+    beside_key,
     dir_name,
     done_entry,
     done_index,
     is_done,
     jobs,
+    log_name,
     run_for,
     stored_identity,
     stored_sources,
@@ -208,7 +211,8 @@ def ingest_paths(
 def _place_logs(logs, results, lake, done, runs: Runs, force: bool, on_file) -> None:
     """Commit the batch's NCCL-family files (rule 4 of runs.py): those already in the lake as
     commit() does; the others grouped into jobs per named run (runs.jobs), each job placed by
-    Runs.place, in the order of its first file."""
+    Runs.place, in the order of its first file. A log's named run is that of the traces beside it
+    (runs.log_name); its sources row keeps the name its own path gives."""
     fresh = []
     for i, p in logs:
         if done_entry(done, p.sha, p.run_id, True) is not None:
@@ -217,16 +221,23 @@ def _place_logs(logs, results, lake, done, runs: Runs, force: bool, on_file) -> 
                 on_file(results[i])
         else:
             fresh.append((i, p))
-    by_name: dict[str, list] = {}
+    by_name: dict[str, list] = {}  # the run each log is named for: that of the traces beside it
     for i, p in fresh:
-        by_name.setdefault(p.run_id, []).append((i, p))
+        name = log_name(runs.beside.get(beside_key(p.path), []), p.run_id, job_of_name(_leaf(p.path)))
+        by_name.setdefault(name, []).append((i, p))
     groups = []
-    for members in by_name.values():
-        groups += [[members[k] for k in g] for g in jobs([p.identity for _, p in members])]
-    for g in sorted(groups, key=lambda g: g[0][0]):
+    for name, members in by_name.items():
+        groups += [(name, [members[k] for k in g]) for g in jobs([p.identity for _, p in members])]
+    for name, g in sorted(groups, key=lambda g: g[1][0][0]):
         notes: list[str] = []
-        where = runs.place(g[0][1].run_id, g[0][1].source_id, [p.identity for _, p in g], notes)
+        where = runs.place(name, g[0][1].source_id, [p.identity for _, p in g], notes)
         for i, p in g:
-            results[i] = commit(p, lake, done, runs, force, True, place=where, place_notes=notes)
+            own = [] if name == p.run_id else [f"the traces beside it are named {name}{PLACED}{where}"]
+            results[i] = commit(p, lake, done, runs, force, True, place=where, place_notes=own + notes)
             if on_file:
                 on_file(results[i])
+
+
+def _leaf(path: str) -> str:
+    """A sources path's file name (an archive member's own, after the archive's '!')."""
+    return path.rsplit("/", 1)[-1].rsplit("!", 1)[-1]

@@ -5,7 +5,8 @@ scratch space first).
 
 - A member's path in the lake is `<archive>!<member>`; the Kineto rank-from-file-name rule applies
   to the member's own name, and its default run is the member's parent directory inside the
-  archive, else the archive's name without its suffix.
+  archive, else the archive's name without its suffix, else (a member at the top stating a job)
+  the archive's directory with that job (member_run_name).
 - Members whose names are absolute or contain `..`, links and device members are refused (a
   failed `sources` row each); archives inside archives are not opened (a failed row says so).
 - Decompression is bounded: a gzip stream (a file, a member, or the tar.gz itself) that expands
@@ -73,7 +74,11 @@ class FileInput:
     @property
     def run_name(self) -> str:
         """Its directory's run name, with the job its file name states (jobid.py)."""
-        return with_job(self.run if self.run is not None else dir_name(self.path), job_of_name(self.name))
+        return self.run_name_with(job_of_name(self.name))
+
+    def run_name_with(self, job: str | None) -> str:
+        """Its directory's run name with `job` (one its contents state: jobid.with_job)."""
+        return with_job(self.run if self.run is not None else dir_name(self.path), job)
 
     def size(self) -> int:
         return Path(self.path).stat().st_size
@@ -96,6 +101,10 @@ class _Member:
     @property
     def run_name(self) -> str:
         return member_run_name(self.archive, self.member, self.below)
+
+    def run_name_with(self, job: str | None) -> str:
+        """Its run name with `job` (one its contents state) in place of its name's (member_run_name)."""
+        return member_run_name(self.archive, self.member, self.below, job)
 
     def size(self) -> int:
         return self.length
@@ -141,24 +150,40 @@ class StreamMember(_Member):
         return self.fileobj
 
 
-def member_run_name(archive: str, member: str, below: str | None = None) -> str:
-    """The run name of an archive member: its directory's path inside the archive
-    ('job1/traces'), else the archive's name without its suffix; below: the path of the
-    archive's directory below a directory given that was searched (as FileInput.run), put in front
-    ('job7/traces' for job7/traces.tar.gz's top members), so archives with the same name in
-    different jobs' directories stay apart as the same files unpacked would; then the job the
-    member's file name states (jobid.with_job)."""
+_NAME_JOB = object()  # member_run_name's default job: the one the member's file name states
+
+
+def member_run_name(archive: str, member: str, below: str | None = None, job=_NAME_JOB) -> str:
+    """The run name of an archive member (docs/usage.md "Runs", rule 1), as if the archive were
+    unpacked where it lies: a member in a directory inside the archive is named by that
+    directory's path ('job1/traces'); a member at the archive's top by the archive's name without
+    its suffix ('rank0' for rank0.tar.gz: an archive stands for the directory of its top members,
+    as before tracelake named runs by jobs), unless it states a job: then by the archive's own
+    directory, as a file beside the archive would be, so that per-rank archives of one job
+    (ar4/rank0.tar.gz, ar4/rank1.tar.gz holding job-4711_rank<N>.json) are one run (ar4/job-4711).
+    below: the path of the archive's directory below a directory given that was searched (as
+    FileInput.run), put in front ('job7/traces' for job7/traces.tar.gz's top members without a
+    job; 'job7/job-9' for one stating job-9), so archives with the same name in different jobs'
+    directories stay apart as the same files unpacked would; else (the archive given by name, or
+    lying directly in the directory given) the archive's directory's own name stands for it when
+    a top member states a job. job: the job the member states (jobid.py), by default its file
+    name's; None for none. Then jobid.with_job puts the job after the name."""
+    if job is _NAME_JOB:
+        job = job_of_name(PurePosixPath(member).name)
     parent = PurePosixPath(member).parent
+    top = below if below not in (None, "", ".") else None
     if str(parent) not in ("", "."):
         name = str(parent)
+    elif job is not None:  # where the archive lies, as its members unpacked there would be named
+        return with_job(top if top is not None else dir_name(archive), job)
     else:
         name = Path(archive).name
         for s in (".tar.gz", ".tgz", ".tar", ".zip"):
             if name.lower().endswith(s):
                 name = name[: -len(s)] or name
                 break
-    name = f"{below}/{name}" if below not in (None, "", ".") else name
-    return with_job(name, job_of_name(PurePosixPath(member).name))
+    name = f"{top}/{name}" if top is not None else name
+    return with_job(name, job)
 
 
 def sha256_of(inp) -> str:

@@ -28,8 +28,10 @@ the job comes from, first found wins:
 
 The job is put after the directory's name unless that name already states it (its last part
 names the same job by rule 1, or equals the value): `job-4711/job-4711_rank0.json` stays in run
-`job-4711`. NCCL-family files are named by their directory and the file name's job only: which
-job they belong to is what their communicators and processes say (runs.py rule 4). Everything
+`job-4711`. NCCL-family files are named by their directory and the file name's job only, then
+join the traces beside them (runs.log_name) and group by what their communicators and processes
+say (runs.py rule 4). An archive's top member stating a job is named by the archive's directory
+with it (archive.member_run_name: as if the archive were unpacked where it lies). Everything
 here is a pure function of the name or the parsed values, so a re-ingest names a file the same way.
 """
 

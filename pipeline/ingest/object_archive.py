@@ -18,14 +18,17 @@ from .runs import run_for
 def work_archive(work, unit, opts, done, own_process: bool = True) -> list:
     """The outcomes of an archive object's members (executors.work calls it for an
     "object_archive" unit; work: executors.work, for each unit the local archive makes): the object
-    fetched to a local temporary file (removed when done), planned as a local archive is
+    fetched to a local temporary file (removed when done) in a directory named as the object's
+    (archive.member_run_name names a top member stating a job by it), planned as a local archive is
     (discover.plan; members' runs below the object's own prefix), every outcome's path and row
     path given back as the object's URL. A fetch or listing that fails is one failed outcome."""
     inp: ObjectInput = unit.item
     d = Path(tempfile.mkdtemp(prefix="tracelake-archive-"))
-    local = d / inp.name
+    home = inp.dir_run_name  # the object's "directory": a top member stating a job is named by it
+    local = (d / home if home not in ("", ".", "..") and "/" not in home else d) / inp.name
     try:
         try:
+            local.parent.mkdir(exist_ok=True)
             objstore.filesystem().get_file(objstore.key(inp.url), str(local))
         except Exception as e:
             return [failed(inp.url, run_for(inp.run_name, opts.run), str(objstore.describe(inp.url, e)))]

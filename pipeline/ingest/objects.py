@@ -53,12 +53,20 @@ class _Named:
         return self.url.rsplit("/", 1)[-1]
 
     @property
+    def dir_run_name(self) -> str:
+        """`run`, else the object's "directory" (the last part of its key's prefix)."""
+        if self.run is not None:
+            return self.run
+        return objstore.key(self.url).rsplit("/", 1)[0].rsplit("/", 1)[-1]
+
+    @property
     def run_name(self) -> str:
         """`run`, else the object's "directory", with the job its name states (jobid.py)."""
-        name = self.run
-        if name is None:
-            name = objstore.key(self.url).rsplit("/", 1)[0].rsplit("/", 1)[-1]
-        return with_job(name, job_of_name(self.name))
+        return self.run_name_with(job_of_name(self.name))
+
+    def run_name_with(self, job: str | None) -> str:
+        """Its directory's run name with `job` (one its contents state: jobid.with_job)."""
+        return with_job(self.dir_run_name, job)
 
 
 @dataclass

@@ -29,7 +29,7 @@ from . import hold, kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .formats import SQLITE_SIDECARS
-from .jobid import ENV_KEYS, job_of_metadata, job_of_name, with_job
+from .jobid import ENV_KEYS, job_of_metadata, job_of_name
 from .rows import (
     MAX_RANK,
     Options,
@@ -93,7 +93,7 @@ def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pr
         path = Path(inp.path)
         fmt = inp.fmt or sniff_path(path)
         if fmt is not None and fmt.startswith("nsys_"):
-            return prepare_nsys(path, inp.display, fmt, run_id, opts, done, lake, run_name=inp.run_name)
+            return prepare_nsys(path, inp.display, fmt, run_id, opts, done, lake, named=inp.run_name_with)
     t0 = time.time_ns()
     size = inp.size()
     if sha is None:
@@ -208,7 +208,7 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             job, why = job_of_metadata(p.job_metadata)
             notes += [why] if why else []
             if job is not None:
-                run_id = base["run_id"] = run_for(with_job(inp.run_name, job), None)
+                run_id = base["run_id"] = run_for(inp.run_name_with(job), None)
         try:
             tables = p.tables({"run_id": run_id, "source_id": source_id, "rank": r}, arrow=True)
             if run_id in opts.hold_runs:  # a small source stays in memory (hold.py)
@@ -373,10 +373,11 @@ def prepare_nsys(
     lake: Lake,
     name: str | None = None,
     sha: str | None = None,
-    run_name: str | None = None,
+    named=None,
 ) -> Prepared:
-    """An Nsight Systems export (or nsys-jax archive); run_name: the run name its input gives
-    (named by the job its capture's environment states when that name states none: jobid.py)."""
+    """An Nsight Systems export (or nsys-jax archive); named: its input's run_name_with (job ->
+    the run name its input gives with that job), for the job its capture's environment states
+    when its name states none (jobid.py; archive.member_run_name for an archive's member)."""
     from . import nsys  # imported for an export only (40 ms of every other ingest's start-up)
 
     t0 = time.time_ns()
@@ -400,11 +401,11 @@ def prepare_nsys(
             comm_patterns=opts.comm_patterns,
         ) as ex:
             notes = list(ex.notes)
-            if opts.run is None and run_name is not None and job_of_name(name or path.name) is None:
+            if opts.run is None and named is not None and job_of_name(name or path.name) is None:
                 job, why = job_of_metadata(ex.job_env, ENV_KEYS)
                 notes += [why] if why else []
                 if job is not None:
-                    run_id = base["run_id"] = run_for(with_job(run_name, job), None)
+                    run_id = base["run_id"] = run_for(named(job), None)
             rank_list = ex.rank_list
             bad = [r for r in rank_list if not 0 <= r <= MAX_RANK]
             if bad:
@@ -463,7 +464,7 @@ def prepare_extracted(
                 inp.display, run_id, "not a Kineto trace, Nsight Systems export or NCCL-family log", sha, size
             )
         return prepare_nsys(
-            f, inp.display, fmt, run_id, opts, done, lake, name=inp.name, sha=sha, run_name=inp.run_name
+            f, inp.display, fmt, run_id, opts, done, lake, name=inp.name, sha=sha, named=inp.run_name_with
         )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -25,6 +25,11 @@
    the analysis's nccl_matching); else to the named run when it holds nothing yet; else to a new
    run moved_run(), with a note. A file without any identity (a bare nccl-tests table, a watchdog
    capture without NCCL lines) is a job of its own. --run puts every file in the run it names.
+   Before they are grouped, a log joins the traces beside it (log_name): the run it is named
+   for is, among the runs its directory's traces were named (those in the lake and this batch,
+   lying in the same directory: beside_key), the one its own name gives (its job, or none),
+   else the only one, else the one of traces that state no job, else its own name. Its sources
+   row keeps its own name (named_run_id), so a re-ingest finds it, alone or with its traces.
 
 Ranks come from the trace (pipeline/ingest/prepare.py). This module owns names (run_for), the
 index of what the lake already holds (done_index), the rank and time claims (Runs) and the
@@ -217,6 +222,34 @@ def log_identity(tables: dict, t0: int | None = None, t1: int | None = None) -> 
     }
 
 
+def beside_key(path: str) -> str:
+    """The directory a source lies in, from its sources path (rule 4: the traces beside a log):
+    a file's directory, an archive member's directory inside the archive (`a.tar!traces`), the
+    archive's own directory for a member at its top (as if the archive were unpacked where it
+    lies), an object's prefix."""
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def log_name(beside: list[str], named: str, job: str | None) -> str:
+    """The run an NCCL-family file named `named` (its directory's run id with `job`, the job its
+    file name states, or None) is named for (rule 4: a log joins the traces beside it). beside:
+    the named runs of the traces lying in its directory (Runs.beside), first first. The first of
+    - named, when traces beside it were named so (they state its job, or both state none);
+    - the only run of the traces beside it (they state one job, or none: the log takes it);
+    - the run of traces beside it that state no job (named by the directory alone: `named` is
+      that run's id with the job after it, run_id_of('<run>/<job>')), so that a log stating a job
+      never leaves traces that state none;
+    - named (no traces beside it, or those of several jobs none of which is its own nor jobless)."""
+    if named in beside or not beside:
+        return named
+    if len(beside) == 1:
+        return beside[0]
+    for b in beside:
+        if job is not None and run_id_of(f"{b}/{job}") == named:
+            return b
+    return named
+
+
 def has_identity(ident: dict) -> bool:
     return bool(ident["comms"] or ident["procs"])
 
@@ -271,7 +304,8 @@ def jobs(idents: list[dict]) -> list[list[int]]:
 class Runs:
     """The lake's runs as committing needs them: the source holding each (run, rank), each run's
     time span (the union of its sources' trace_start_ns..trace_end_ns), per named run the runs its
-    files were moved to, the runs holding each content, and each source's stored row. Built from
+    files were moved to, the runs holding each content, each source's stored row, and per
+    directory the named runs of the traces lying there (beside, rule 4). Built from
     stored_sources(); add() keeps it current as files are committed."""
 
     def __init__(self, stored: pl.DataFrame, load: Callable[[str, str], dict] | None = None):
@@ -285,6 +319,7 @@ class Runs:
         self.spans: dict[str, tuple[int, int]] = {}
         self.moved: dict[str, list[str]] = {}
         self.by_content: dict[str, list[str]] = {}
+        self.beside: dict[str, list[str]] = {}  # beside_key -> named runs of the traces there
         # (run, source_id) -> (path, named run, notes saying where it was put): kept by --force
         self.rows: dict[tuple[str, str], tuple[str, str, list[str]]] = {}
         names = (
@@ -326,6 +361,9 @@ class Runs:
             self.logs.setdefault(run_id, []).append([source_id, ident])
         elif fmt is not None:
             self.traced.add(run_id)
+            there = self.beside.setdefault(beside_key(path), [])
+            if named not in there:
+                there.append(named)
         for r in rank_list:
             self.ranks[(run_id, r)] = source_id
         if t0 is not None and t1 is not None:
