@@ -30,12 +30,10 @@ from .kinds import KINDS  # noqa: F401  (the segment kinds, defined there)
 from .replay import Durations, Timing
 
 
-def _path(
-    g: Graph, d: Durations, t: Timing, pos: tuple[str, int], stop_ns: int, cats: np.ndarray
-) -> list[tuple]:
+def _path(g: Graph, d: Durations, t: Timing, pos: tuple[str, int], stop_ns: int) -> list[tuple]:
     segs: list[tuple] = []  # (kind, rank, lo, hi, node label)
     add = segs.append
-    first, g_rank, h_rank = g.g_first, g.g_rank, g.h_rank
+    first, g_rank, h_rank, g_cat = g.g_first, g.g_rank, g.h_rank, g.g_cat
     g_start, g_end, h_start, h_end, g_x, g_last = t.g_start, t.g_end, t.h_start, t.h_end, t.g_x, t.g_last
     g_wc, g_d, g_gap, g_wl, h_b = d.g_wc, d.g_d, d.g_gap, d.g_wl, d.h_b
     g_launch, g_cross, g_wx, h_dep, h_t = g.g_launch, g.g_cross, g.g_wx, g.h_dep, g.h_t
@@ -57,7 +55,7 @@ def _path(
                 if g_start[k] <= stop_ns:
                     break
                 continue
-            add((cats[k], int(g_rank[k]), int(g_start[k]), int(g_end[k]), names[name_id[k]]))
+            add((CATEGORIES[g_cat[k]], int(g_rank[k]), int(g_start[k]), int(g_end[k]), names[name_id[k]]))
             where = "g_start"
         elif where == "g_start":
             s = g_start[k]
@@ -97,10 +95,10 @@ def _path(
     return segs
 
 
-def _name_ids(g: Graph) -> list[int]:
-    """Per GPU node, its name's number (a list: indexed one element at a time)."""
+def _name_ids(g: Graph) -> np.ndarray:
+    """Per GPU node, its name's number."""
     if getattr(g, "_name_ids", None) is None:
-        g._name_ids = g.frame["name_id"].to_list()
+        g._name_ids = g.frame["name_id"].to_numpy()
     return g._name_ids
 
 
@@ -149,19 +147,23 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
     """The critical path of every step: one row per segment, in time order. Columns: step,
     end_rank (the rank whose step ended last), seq (from 0), kind (KINDS), rank (whose chain the
     segment is on), start_ns, end_ns (relative to g.t0), dur_ns, name (the kernel or call)."""
-    cats = np.array(CATEGORIES, dtype=object)[g.g_cat]
     if win.height == 0:
         return _empty()
     last = win.sort(["end_ns", "rank"]).group_by("step", maintain_order=True).last()
-    gs = pl.DataFrame({"gi": np.arange(len(g.g_s)), "rank": g.g_rank, "step": g.g_step, "e": t.g_end}).filter(
-        pl.col("step") >= 0
+    # the last-ending activity (the latest node of equal ends) of each step's last rank, within
+    # that rank's rows (the GPU rows are in rank order): only the steps' last ranks are read
+    gi, ge = [], []
+    for rank, step in last.select("rank", "step").iter_rows():
+        lo, hi = np.searchsorted(g.g_rank, rank, "left"), np.searchsorted(g.g_rank, rank, "right")
+        m = np.flatnonzero(g.g_step[lo:hi] == step)
+        e = t.g_end[lo:hi][m]
+        gi.append(int(lo + m[e == e.max()].max()) if len(m) else None)
+        ge.append(int(e.max()) if len(m) else None)
+    gmax = last.select("rank", "step").with_columns(
+        pl.Series("gi", gi, dtype=pl.Int64), pl.Series("e", ge, dtype=pl.Int64)
     )
-    # each rank's and step's last-ending activity (the latest node of equal ends)
-    e = pl.col("e")
-    gmax = gs.group_by("rank", "step").agg(e.max(), pl.col("gi").filter(e == e.max()).max())
-    hm = pl.DataFrame(
-        {"hi": np.arange(len(g.h_s)), "rank": g.h_rank, "step": g.h_step, "what": g.h_what}
-    ).filter(pl.col("what") == STEP_END)
+    ends_h = np.flatnonzero(g.h_what == STEP_END)
+    hm = pl.DataFrame({"hi": ends_h, "rank": g.h_rank[ends_h], "step": g.h_step[ends_h]})
     ends = last.join(gmax, on=["rank", "step"], how="left").join(hm, on=["rank", "step"], how="left")
     cols: dict[str, list] = {k: [] for k in ("step", "end_rank", "seq", *COLUMNS)}
     for r in ends.sort("step").iter_rows(named=True):
@@ -172,7 +174,7 @@ def paths(g: Graph, d: Durations, t: Timing, win: pl.DataFrame) -> pl.DataFrame:
             pos = ("h_end", int(r["hi"]))
         else:
             continue
-        segs = _telescope(_path(g, d, t, pos, start, cats), end, start)
+        segs = _telescope(_path(g, d, t, pos, start), end, start)
         n = len(segs["kind"])
         cols["step"] += [int(r["step"])] * n
         cols["end_rank"] += [int(r["rank"])] * n
@@ -190,7 +192,6 @@ def path_in_window(g: Graph, d: Durations, t: Timing, rank: int, start_ns: int, 
     CriticalPathAnalysis takes one annotation instance: from the latest end, at or before end_ns,
     of the rank's GPU work launched in the window or its host nodes starting in it, back to
     start_ns. Columns as paths() without step and end_rank. Empty when nothing is in the window."""
-    cats = np.array(CATEGORIES, dtype=object)[g.g_cat]
     launch = np.where(g.g_launch >= 0, t.h_start[np.maximum(g.g_launch, 0)], t.g_start)
     gi = np.nonzero((g.g_rank == rank) & (launch >= start_ns) & (launch <= end_ns) & (t.g_end <= end_ns))[0]
     hi = np.nonzero((g.h_rank == rank) & (t.h_start >= start_ns) & (t.h_end <= end_ns))[0]
@@ -202,7 +203,7 @@ def path_in_window(g: Graph, d: Durations, t: Timing, rank: int, start_ns: int, 
         pos, end = ("g_end", int(best_g)), int(t.g_end[best_g])
     else:
         pos, end = ("h_end", int(best_h)), int(t.h_end[best_h])
-    segs = _telescope(_path(g, d, t, pos, start_ns, cats), end, start_ns)
+    segs = _telescope(_path(g, d, t, pos, start_ns), end, start_ns)
     shape = _empty().drop("step", "end_rank")
     f = pl.DataFrame({"seq": range(len(segs["kind"])), **segs}, schema=shape.drop("dur_ns").schema)
     return f.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")).select(shape.columns)
