@@ -29,4 +29,4 @@ def test_a_query_past_the_cap_runs_again_uncapped(tmp_path):
     assert all(got[k].equals(ref[k]) for k in names)
     # the connection now runs with DuckDB's own default
     setting = "SELECT current_setting('memory_limit')"
-    assert con.execute(setting).fetchone() == duckdb.connect().execute(setting).fetchone()
+    assert con.execute(setting).fetchall() == duckdb.connect().execute(setting).fetchall()

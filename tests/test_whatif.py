@@ -554,7 +554,10 @@ def test_launch_lookup_equals_the_join(dlrm, monkeypatch):
     import numpy as np
 
     gr = importlib.import_module("pipeline.whatif.graph")
+    setting = "SELECT current_setting('memory_limit')"
+    cap = dlrm.execute(setting).fetchall()
     packed = build(dlrm, "dlrm_kineto")
+    assert dlrm.execute(setting).fetchall() == cap  # the reads ran uncapped; the cap is back
     monkeypatch.setattr(gr, "_keys", lambda rank, corr: None)
     joined = build(dlrm, "dlrm_kineto")
     for k in ("g_launch", "h_what", "h_s", "h_dep", "g_s", "g_cross", "g_coll"):
