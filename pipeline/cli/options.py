@@ -309,12 +309,14 @@ def check_output(output: Path | None, lakes, inputs=()) -> None:
 def _is_input(where: Path, inputs) -> bool:
     """Whether the existing file `where` (resolved) is one of inputs or a trace or log file that
     ingest would read inside one of the input directories."""
-    if not inputs:  # (report: no inputs, and no import of the ingest package to say so)
+    # only inputs that exist can be it: with none (report; a mistyped path, said next), no import
+    # of the ingest package (and with it the lake, polars and DuckDB) to say so
+    inputs = [q for q in (Path(p).resolve() for p in inputs or ()) if q.exists()]
+    if not inputs:
         return False
     from ..ingest.formats import LOG_SUFFIXES, TRACE_SUFFIXES
 
-    for p in inputs:
-        q = Path(p).resolve()
+    for q in inputs:
         if where == q:
             return True
         if (
