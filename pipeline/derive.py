@@ -317,13 +317,8 @@ def derive_table(gpu: pa.Table, cpu: pa.Table | None, steps: pa.Table | None) ->
     lazy = [None if t is None else pl.from_arrow(t.select(c)).lazy() for t, c in zip((gpu, cpu, steps), read)]
     corr, ids, wids = per_correlation(*lazy)
     keys = lazy[0].select("rank", "correlation", "external_id", "kind")
-    derived = _with_derived(keys, corr, ids, wids).select(DERIVED).collect(engine=ENGINE).to_arrow()
-    if derived.num_rows != gpu.num_rows:  # the joins keep one row per activity, in its order
-        raise AssertionError(f"{derived.num_rows} derived rows for {gpu.num_rows} activities")
-    out = gpu.drop_columns([c for c in DERIVED if c in gpu.column_names])
-    for c in DERIVED:
-        out = out.append_column(c, derived.column(c))
-    return out
+    derived = _with_derived(keys, corr, ids, wids).select(DERIVED).collect(engine=ENGINE)
+    return _append(gpu, derived.to_arrow())
 
 
 def derive_files(

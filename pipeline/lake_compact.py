@@ -112,9 +112,16 @@ def compact(lake, runs, min_sources: int) -> list[tuple[str, int, int]]:
         dirs = {r for r, _ in view.singles}
     else:
         dirs = {lake.part_path("sources", r, "x").parent.name for r in runs}
+    return each_run(lake, dirs, view, min_sources, compact_run)
+
+
+def each_run(lake, dirs, view, min_sources: int, compact_one) -> list[tuple[str, int, int]]:
+    """compact_one(lake, run dir, view, min_sources) for each run directory, in order: (run id,
+    parts before, files after) of those it compacted (a local lake's compact_run, or a bucket's:
+    pipeline/lake_s3_compact.py)."""
     out = []
     for d in sorted(dirs):
-        got = compact_run(lake, d, view, min_sources)
+        got = compact_one(lake, d, view, min_sources)
         if got:
             out.append((d[4:], *got))
     return out

@@ -52,12 +52,7 @@ def compact(lake, runs: Iterable[str] | None, min_sources: int) -> list[tuple[st
     except LakeError as e:
         raise OSError(str(e)) from None
     dirs = {r for r, _ in view.singles} if runs is None else {f"run={r}" for r in runs}
-    out = []
-    for d in sorted(dirs):
-        got = compact_run(lake, d, view, min_sources)
-        if got:
-            out.append((d[4:], *got))
-    return out
+    return compaction.each_run(lake, dirs, view, min_sources, compact_run)
 
 
 def compact_run(lake, run_dir: str, view: RemoteView, min_sources: int) -> tuple[int, int] | None:

@@ -387,8 +387,16 @@ def sql_text(name: str) -> str:
 
 
 def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
-    """Metric `name` (queries/<name>.sql, or its per-source form: metric_sql) as a polars frame."""
-    return pl.from_arrow(con.sql(metric_sql(con, name)).to_arrow_table())
+    """Metric `name` (queries/<name>.sql, or its per-source form: metric_sql) as a polars frame.
+    A query whose state DuckDB cannot spill within the connection's memory cap (MEMORY_LIMIT; 64
+    ranks x 100k kernels with stale per-source results: 953 MiB pinned) runs again without it,
+    and the connection stays uncapped, rather than failing the analysis."""
+    sql = metric_sql(con, name)
+    try:
+        return pl.from_arrow(con.sql(sql).to_arrow_table())
+    except duckdb.OutOfMemoryException:
+        con.execute("RESET memory_limit")
+        return pl.from_arrow(con.sql(sql).to_arrow_table())
 
 
 def _bytes(files_of, size=os.path.getsize) -> int:
@@ -428,19 +436,11 @@ def run_many(
     each query spends most of its 10-100 ms binding and planning on one thread, so two side by side
     take PARAM's 8-rank DLRM job's 13 metrics from 0.48 to 0.28 s on 2 cores; on a large one each
     query already uses every core (and two at once would add their memory), so the caller passes 1
-    there. A query that runs out of DuckDB's MEMORY_LIMIT is run again without it (the connection
-    stays uncapped). Raises what run() raises (the first failing name's error)."""
+    there. Raises what run() raises (the first failing name's error)."""
     done = on_done or (lambda name: None)
 
     def run_and_report(c, name: str) -> pl.DataFrame:
-        try:
-            df = run(c, name)
-        except duckdb.OutOfMemoryException:
-            # a query whose state DuckDB cannot spill within MEMORY_LIMIT (64 ranks x 100k
-            # kernels: 953 MiB pinned) runs again, and the rest of the connection's, without the
-            # cap rather than failing the analysis
-            c.execute("RESET memory_limit")
-            df = run(c, name)
+        df = run(c, name)
         done(name)
         return df
 

@@ -369,13 +369,14 @@ def one_run(lk, lake: Path, run_id: str | None) -> str:
         failed = int((src["status"] == "failed").sum())
         if not known and failed:
             from ..oneline import one_line
+            from .analysis_cmd import lake_option
             from .app import EXIT_FAILED, err
 
             # as analyze says it: nothing to work on is a failure, not a usage error
             err.print(
                 one_line(
                     f"error: {lake}: every source failed to ingest ({failed} file(s)), no run to work on; "
-                    f"their errors: tracelake sql --lake {lake} "
+                    f"their errors: tracelake sql {lake_option(lake)}"
                     "\"SELECT path, error FROM sources WHERE status = 'failed'\""
                 ),
                 markup=False,
