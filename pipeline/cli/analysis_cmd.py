@@ -55,6 +55,7 @@ from .options import (
     _model_options,
     _resolve_runs,
     _window_options,
+    lake_option,
 )
 from .summary import print_summary
 
@@ -104,22 +105,6 @@ def _analysis(
             raise
         err.print(_lake_read_error(lake_dir, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
-
-
-def lake_option(lake_dir: Path) -> str:
-    """'--lake LAKE_DIR ' (as given, shell-quoted) for a command this one prints, when that
-    command without --lake would open another lake (LAKE_DIR is not ./.tracelake, or
-    TRACELAKE_LAKE names another); '' otherwise."""
-    import os
-    import shlex
-
-    default = os.path.abspath(".tracelake")
-    if (
-        os.path.abspath(lake_dir) == default
-        and os.path.abspath(os.environ.get("TRACELAKE_LAKE") or default) == default
-    ):
-        return ""
-    return f"--lake {shlex.quote(str(lake_dir))} "
 
 
 def _timeline_lake(doc: dict, lake_dir: Path) -> dict:

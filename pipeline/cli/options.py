@@ -356,6 +356,22 @@ MAX_EVENTS = typer.Option(
 )
 
 
+def lake_option(lake_dir: Path) -> str:
+    """'--lake LAKE_DIR ' (as given, shell-quoted) for a command this one prints, when that
+    command without --lake would open another lake (LAKE_DIR is not ./.tracelake, or
+    TRACELAKE_LAKE names another); '' otherwise."""
+    import os
+    import shlex
+
+    default = os.path.abspath(".tracelake")
+    if (
+        os.path.abspath(lake_dir) == default
+        and os.path.abspath(os.environ.get("TRACELAKE_LAKE") or default) == default
+    ):
+        return ""
+    return f"--lake {shlex.quote(str(lake_dir))} "
+
+
 def one_run(lk, lake: Path, run_id: str | None) -> str:
     """The run a one-run command (timeline, whatif) works on: --run resolved as _resolve_runs
     does, else the lake's only run (failed sources left out). Raises a one-line usage error (exit
@@ -369,7 +385,6 @@ def one_run(lk, lake: Path, run_id: str | None) -> str:
         failed = int((src["status"] == "failed").sum())
         if not known and failed:
             from ..oneline import one_line
-            from .analysis_cmd import lake_option
             from .app import EXIT_FAILED, err
 
             # as analyze says it: nothing to work on is a failure, not a usage error
