@@ -115,7 +115,7 @@ def _stacked(rows: list[dict], labels: list[str], parts, title: str, x_title: st
                 legend=alt.Legend(orient="bottom", columns=3),
             ),
             order=alt.Order("order:Q"),
-            tooltip=["bar:N", "part:N", alt.Tooltip("ms:Q", format=",.3f")],
+            tooltip=[alt.Tooltip("bar:N"), alt.Tooltip("part:N"), alt.Tooltip("ms:Q", format=",.3f")],
         )
         .properties(width=WIDTH, height=alt.Step(16), title=title)
     )
@@ -303,7 +303,7 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
         labels = (
             alt.Chart(alt.Data(values=shown))
             .mark_text(dy=-6, fontSize=10, color="#333")
-            .encode(x=alt.X("rank:O"), y=alt.Y("overlap_pct:Q"), text="label:N")
+            .encode(x=alt.X("rank:O"), y=alt.Y("overlap_pct:Q"), text=alt.Text("label:N"))
         )
         chart = alt.layer(bars, labels) if shown else bars
         note = None
@@ -337,9 +337,11 @@ def mfu_chart(steps: list[dict], reason: str | None):
     base = alt.Chart(alt.Data(values=data)).encode(
         x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"))
     )
-    band = base.mark_area(opacity=0.25, color="#4c78a8").encode(y=alt.Y("lo:Q", title="MFU (%)"), y2="hi:Q")
+    band = base.mark_area(opacity=0.25, color="#4c78a8").encode(
+        y=alt.Y("lo:Q", title="MFU (%)"), y2=alt.Y2("hi:Q")
+    )
     line = base.mark_line(point=True, color="#4c78a8").encode(
-        y="mean:Q",
+        y=alt.Y("mean:Q"),
         tooltip=[
             alt.Tooltip("step:Q", format="d"),
             alt.Tooltip("mean:Q", format=".2f"),
@@ -381,8 +383,8 @@ def top_kernels_chart(top: list[dict]):
             ),
             tooltip=[
                 alt.Tooltip("name:N", title="kernel"),
-                "category:N",
-                "calls:Q",
+                alt.Tooltip("category:N"),
+                alt.Tooltip("calls:Q"),
                 alt.Tooltip("ms:Q", format=",.3f"),
             ],
         )
@@ -429,8 +431,8 @@ def idle_gap_chart(gaps: list[dict]):
                 ),
             ),
             tooltip=[
-                "bucket:N",
-                "cause:N",
+                alt.Tooltip("bucket:N"),
+                alt.Tooltip("cause:N"),
                 alt.Tooltip("total_ms:Q", format=",.3f", title="idle time (ms)"),
                 alt.Tooltip("gaps:Q", format="d", title="gaps"),
             ],
@@ -461,7 +463,7 @@ def comparison_chart(comp: dict):
                 scale=alt.Scale(domain=["baseline", "this run"], range=["#bab0ac", "#4c78a8"]),
                 title=None,
             ),
-            tooltip=["component:N", "run:N", alt.Tooltip("ms:Q", format=",.3f")],
+            tooltip=[alt.Tooltip("component:N"), alt.Tooltip("run:N"), alt.Tooltip("ms:Q", format=",.3f")],
         )
     )
     return chart.properties(

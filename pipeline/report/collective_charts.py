@@ -55,10 +55,10 @@ def busbw_chart(
             y=alt.Y("busbw_gbps:Q", scale=alt.Scale(type="log"), title="bus bandwidth (GB/s)"),
             color=alt.Color("op:N", title="collective"),
             tooltip=[
-                "op:N",
+                alt.Tooltip("op:N"),
                 alt.Tooltip("msg_mib:Q", format=",.4f"),
                 alt.Tooltip("busbw_gbps:Q", format=",.2f"),
-                "calls:Q",
+                alt.Tooltip("calls:Q"),
             ],
         )
     )
@@ -68,7 +68,7 @@ def busbw_chart(
         layers.append(
             alt.Chart(alt.Data(values=[{"peak": p, "label": f"link peak {p:g} GB/s"} for p in peaks]))
             .mark_rule(strokeDash=[6, 4], color="#333")
-            .encode(y="peak:Q", tooltip=["label:N"])
+            .encode(y=alt.Y("peak:Q"), tooltip=[alt.Tooltip("label:N")])
         )
     else:
         note = (
@@ -121,7 +121,11 @@ def wait_heatmap(collectives: list[dict], n_ranks: int):
             .encode(
                 y=alt.Y("ranks:N", title=None, sort=None),
                 x=alt.X("wait_ms:Q", title="wait in collectives (ms)"),
-                tooltip=["ranks:N", "steps:N", alt.Tooltip("wait_ms:Q", format=",.3f")],
+                tooltip=[
+                    alt.Tooltip("ranks:N"),
+                    alt.Tooltip("steps:N"),
+                    alt.Tooltip("wait_ms:Q", format=",.3f"),
+                ],
             )
         )
         where = "outside steps" if h == [-1] else f"in {group_label('step', h)}"
@@ -137,7 +141,7 @@ def wait_heatmap(collectives: list[dict], n_ranks: int):
             x=alt.X("steps:N", title="step", sort=None),
             y=alt.Y("ranks:N", title=None, sort=None),
             color=alt.Color("wait_ms:Q", title="wait (ms)", scale=alt.Scale(scheme="orangered")),
-            tooltip=["ranks:N", "steps:N", alt.Tooltip("wait_ms:Q", format=",.3f")],
+            tooltip=[alt.Tooltip("ranks:N"), alt.Tooltip("steps:N"), alt.Tooltip("wait_ms:Q", format=",.3f")],
         )
     )
     return chart.properties(

@@ -103,12 +103,12 @@ def nccl_tests_chart(rows: list[dict], peaks: list[dict]):
             y=alt.Y("busbw_gbps:Q", title="bus bandwidth (GB/s)"),
             color=alt.Color("test:N", title="test"),
             strokeDash=alt.StrokeDash("placement:N", title=None),
-            detail="placement:N",
+            detail=alt.Detail("placement:N"),
             tooltip=[
-                "test:N",
-                "placement:N",
+                alt.Tooltip("test:N"),
+                alt.Tooltip("placement:N"),
                 alt.Tooltip("size_bytes:Q", format=",d", title="size (B)"),
-                "type:N",
+                alt.Tooltip("type:N"),
                 alt.Tooltip("busbw_gbps:Q", format=",.2f", title="busbw (GB/s)"),
                 alt.Tooltip("algbw_gbps:Q", format=",.2f", title="algbw (GB/s)"),
                 alt.Tooltip("time_us:Q", format=",.1f", title="time (µs)"),
@@ -132,7 +132,7 @@ def nccl_tests_chart(rows: list[dict], peaks: list[dict]):
                 )
             )
             .mark_rule(strokeDash=[6, 4], color="#333")
-            .encode(y="peak:Q", tooltip=["label:N"])
+            .encode(y=alt.Y("peak:Q"), tooltip=[alt.Tooltip("label:N")])
         )
     else:
         why = sorted({p["link_note"] for p in peaks if p["link_note"]})

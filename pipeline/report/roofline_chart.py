@@ -59,9 +59,9 @@ def roofline_chart(rows: list[dict], summary: dict | None):
             size=alt.Size("ms:Q", title="time (ms)"),
             tooltip=[
                 alt.Tooltip("name:N", title="kernel"),
-                "op:N",
-                "bound:N",
-                "kernels:Q",
+                alt.Tooltip("op:N"),
+                alt.Tooltip("bound:N"),
+                alt.Tooltip("kernels:Q"),
                 alt.Tooltip("ms:Q", format=",.3f"),
                 alt.Tooltip("intensity:Q", format=",.3g"),
                 alt.Tooltip("tflops:Q", format=",.3g"),
@@ -74,7 +74,9 @@ def roofline_chart(rows: list[dict], summary: dict | None):
         layers.append(
             alt.Chart(alt.Data(values=line))
             .mark_line(strokeDash=[6, 4], color="#333")
-            .encode(x="x:Q", y="y:Q", detail="roof:N", tooltip=["roof:N"])
+            .encode(
+                x=alt.X("x:Q"), y=alt.Y("y:Q"), detail=alt.Detail("roof:N"), tooltip=[alt.Tooltip("roof:N")]
+            )
         )
     else:
         note = "the device's peaks are not in pipeline/catalog/devices.toml: no roof lines"
