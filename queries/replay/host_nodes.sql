@@ -10,24 +10,24 @@
 -- of the GPU rows' (rank, correlation): a join here cost three times the read (6.7 M calls).
 -- Parameters: getvariable('replay_run'), the run; getvariable('replay_blocking'), the names.
 -- @column rank INTEGER: Rank.
--- @column what VARCHAR: call (a runtime or driver call), data_loading, step_start or step_end.
+-- @column what TINYINT: 0 a call (a runtime or driver call), 1 a DataLoader fetch (data_loading), 2 a
+--   step's start mark (step_start), 3 its end mark (step_end): a code, not 6.7 M strings.
 -- @column name VARCHAR: Event name (the step number for the marks).
 -- @column start_ns BIGINT ns: Start, absolute clock.
 -- @column end_ns BIGINT ns: End (a mark: its start).
 -- @column correlation BIGINT: Correlation id of a call (NULL otherwise).
 -- @column step BIGINT: Step number of a mark (NULL otherwise).
--- @column tid BIGINT: Thread (NULL: not recorded).
 -- The caller puts the rows in chain order (rank, start).
-SELECT rank, 'call' AS what, name, start_ns, end_ns, correlation, NULL::BIGINT AS step, tid
+SELECT rank, 0::TINYINT AS what, name, start_ns, end_ns, correlation, NULL::BIGINT AS step
 FROM cpu_ops
 WHERE run_id = getvariable('replay_run') AND kind IN ('runtime', 'driver')
   AND (correlation IS NOT NULL OR name IN (SELECT unnest(getvariable('replay_blocking'))))
 UNION ALL
-SELECT rank, 'data_loading', name, start_ns, end_ns, NULL, NULL, tid FROM cpu_ops
+SELECT rank, 1, name, start_ns, end_ns, NULL, NULL FROM cpu_ops
 WHERE run_id = getvariable('replay_run') AND end_ns > start_ns AND is_data_loading(name)
 UNION ALL
-SELECT rank, 'step_start', step::VARCHAR, start_ns, start_ns, NULL, step, tid FROM steps
+SELECT rank, 2, step::VARCHAR, start_ns, start_ns, NULL, step FROM steps
 WHERE run_id = getvariable('replay_run')
 UNION ALL
-SELECT rank, 'step_end', step::VARCHAR, end_ns, end_ns, NULL, step, tid FROM steps
+SELECT rank, 3, step::VARCHAR, end_ns, end_ns, NULL, step FROM steps
 WHERE run_id = getvariable('replay_run')
