@@ -15,112 +15,133 @@ Raises KeyError when doc lacks "runs" (not an analysis document).
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
 
 from .diagnosis.cost import NS_PER_HOUR
+
+if TYPE_CHECKING:  # polars is imported by what builds frames (fleet_rows, FLEET_SCHEMA), not by the
+    # html report of one run, which imports this module (a report of kept results reads no frame)
+    import polars as pl
 
 # a start before 2000-01-01 UTC is not a wall-clock time (a trace on a relative clock, e.g. a
 # profiler without an epoch base): shown as unknown rather than as 1970
 MIN_EPOCH_NS = 946_684_800 * 10**9
 
-# (column, polars type, unit or "", doc): the fleet table's contract; FLEET_SCHEMA is its schema
-FLEET_COLUMNS: list[tuple[str, pl.DataType, str, str]] = [
-    ("run_id", pl.String, "", "the run's id in the lake (docs/usage.md, Runs)"),
+# (column, polars type name, unit or "", doc): the fleet table's contract; FLEET_SCHEMA is its
+# schema (polars types, made on first use: dtype())
+FLEET_COLUMNS: list[tuple[str, str, str, str]] = [
+    ("run_id", "String", "", "the run's id in the lake (docs/usage.md, Runs)"),
     (
         "start_ns",
-        pl.Int64,
+        "Int64",
         "ns",
         "when the run's profiling window starts, ns since the Unix epoch (UTC): runs[].start_ns when "
         "the document gives it, else the earliest trace_start_ns of the run's sources that did not "
         "fail, else its earliest step_start_ns; null when unknown or before 2000 (a relative clock)",
     ),
-    ("start_time", pl.Datetime("ns", "UTC"), "", "start_ns as a UTC timestamp"),
+    ("start_time", "Datetime[ns, UTC]", "", "start_ns as a UTC timestamp"),
     (
         "world_size",
-        pl.Int64,
+        "Int64",
         "",
         "the job's world size as its traces state it (runs[].world_size), else the ranks traced",
     ),
-    ("ranks", pl.Int64, "", "ranks with a file in the lake (runs[].ranks)"),
-    ("hosts", pl.Int64, "", "distinct hosts the run's files name (runs[].hosts); null when none does"),
+    ("ranks", "Int64", "", "ranks with a file in the lake (runs[].ranks)"),
+    ("hosts", "Int64", "", "distinct hosts the run's files name (runs[].hosts); null when none does"),
     (
         "gpus",
-        pl.Int64,
+        "Int64",
         "",
         "ranks with GPU work on a device (sum of runs[].gpus[].ranks, named or not); null when none",
     ),
     (
         "gpu_model",
-        pl.String,
+        "String",
         "",
         "the GPU names, comma-separated (runs[].gpus[].name; (unnamed) when a trace names none)",
     ),
-    ("steps", pl.Int64, "", "profiler steps found (runs[].steps); 0 for a run without steps"),
+    ("steps", "Int64", "", "profiler steps found (runs[].steps); 0 for a run without steps"),
     (
         "median_step_ns",
-        pl.Int64,
+        "Int64",
         "ns",
         "median step time over the steps the verdict kept (verdicts[].median_step_ns); null without steps",
     ),
     (
         "mfu_pct",
-        pl.Float64,
+        "Float64",
         "pct",
         "model FLOPs utilisation from op shapes, median over ranks (throughput[].mfu_pct); null when "
         "not measurable (FLOP coverage under 50 %) or unknown",
     ),
     (
         "tokens_per_s",
-        pl.Float64,
+        "Float64",
         "",
         "tokens per second over the job (throughput[].tokens_per_s); null when tokens are unknown",
     ),
     (
         "verdict",
-        pl.String,
+        "String",
         "",
         "network-bound, straggler-bound, compute-bound, copy-bound, host-bound, input-bound, "
         "balanced or unknown (verdicts[].verdict, docs/report.md)",
     ),
-    ("verdict_confidence", pl.String, "", "high, moderate or low; null when there is no verdict"),
+    ("verdict_confidence", "String", "", "high, moderate or low; null when there is no verdict"),
     (
         "top_finding",
-        pl.String,
+        "String",
         "",
         "the kind of the run's first-ranked finding (findings[].kind); null when it has none",
     ),
-    ("top_finding_title", pl.String, "", "that finding's title"),
+    ("top_finding_title", "String", "", "that finding's title"),
     (
         "top_finding_recoverable_ns",
-        pl.Int64,
+        "Int64",
         "ns",
         "the time that finding could win: per step on a run with steps (findings[].per_step_ns), "
         "over the analysed window per rank otherwise (findings[].recoverable_ns); null when untimed",
     ),
     (
         "top_finding_gpu_hours_per_1000_steps",
-        pl.Float64,
+        "Float64",
         "",
         "that finding's cost in GPU-hours per 1,000 steps (findings[].gpu_hours_per_1000_steps); "
         "null without a per-step time",
     ),
     (
         "top_finding_cost_per_1000_steps",
-        pl.Float64,
+        "Float64",
         "",
         "the same in money (× --gpu-hour-cost); null without a price",
     ),
-    ("findings", pl.Int64, "", "findings of the run"),
+    ("findings", "Int64", "", "findings of the run"),
     (
         "gpu_hours_per_1000_steps",
-        pl.Float64,
+        "Float64",
         "",
         "what 1,000 steps of the run cost: median_step_ns × 1,000 × world_size / 3.6e12 "
         "(pipeline/diagnosis/cost.py's formula); null without steps",
     ),
-    ("formats", pl.String, "", "the input formats of the run's files, comma-separated (runs[].formats)"),
+    ("formats", "String", "", "the input formats of the run's files, comma-separated (runs[].formats)"),
 ]
-FLEET_SCHEMA = pl.Schema({name: dtype for name, dtype, _, _ in FLEET_COLUMNS})
+_NUMERIC = ("Int64", "Float64")
+
+
+def dtype(name: str):
+    """The polars type of a FLEET_COLUMNS type name (results_fleet.FLEET_EXTRA's too)."""
+    import polars as pl
+
+    return pl.Datetime("ns", "UTC") if name == "Datetime[ns, UTC]" else getattr(pl, name)
+
+
+def __getattr__(name: str):
+    """FLEET_SCHEMA: the polars schema of FLEET_COLUMNS (imports polars, so made on first use)."""
+    if name == "FLEET_SCHEMA":
+        import polars as pl
+
+        return pl.Schema({c: dtype(t) for c, t, _, _ in FLEET_COLUMNS})
+    raise AttributeError(name)
 
 
 def _ms(ns) -> str:
@@ -145,7 +166,7 @@ DISPLAY = [
     ("top_finding_recoverable_ns", "could win", _ms),
     ("top_finding_gpu_hours_per_1000_steps", "GPU-h/1k steps", lambda h: f"{h:,.3g}"),
 ]
-NUMERIC_DISPLAY = {c for c, _, _ in DISPLAY if FLEET_SCHEMA[c].is_numeric()}
+NUMERIC_DISPLAY = {c for c, _, _ in DISPLAY if dict((n, t) for n, t, _, _ in FLEET_COLUMNS)[c] in _NUMERIC}
 
 
 def display_cells(df: pl.DataFrame) -> list[list[str]]:
@@ -173,6 +194,8 @@ def _starts(doc: dict, sources: pl.DataFrame | None) -> dict[str, int]:
         if t is not None:
             starts[s["run_id"]] = min(int(t), starts.get(s["run_id"], int(t)))
     if sources is not None and sources.height and "trace_start_ns" in sources.columns:
+        import polars as pl
+
         ok = sources.filter(pl.col("status") != "failed") if "status" in sources.columns else sources
         agg = ok.group_by("run_id").agg(pl.col("trace_start_ns").min())
         starts.update({r: int(t) for r, t in agg.iter_rows() if t is not None})
@@ -231,7 +254,9 @@ def fleet_rows(doc: dict, sources: pl.DataFrame | None = None) -> pl.DataFrame:
                 "formats": ", ".join(run.get("formats") or []) or None,
             }
         )
-    schema = dict(FLEET_SCHEMA)
+    import polars as pl
+
+    schema = {c: dtype(t) for c, t, _, _ in FLEET_COLUMNS}
     schema["start_time"] = pl.Int64  # built from ns, cast below
     df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     return df.with_columns(pl.col("start_time").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))

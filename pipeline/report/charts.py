@@ -22,8 +22,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import polars as pl
-
 from ..kernelname import hover_name, short_names
 from .altair_lib import alt
 
@@ -90,6 +88,15 @@ def group_values(values: list[int], limit: int) -> list[list[int]]:
         return [[v] for v in values]
     size = math.ceil(len(values) / limit)
     return [values[i : i + size] for i in range(0, len(values), size)]
+
+
+def median(values: list[float]) -> float:
+    """The median of values (not empty) as polars computes it (its linear quantile 0.5: the lower
+    middle value plus half the way to the upper one), so that the charts built from Python rows
+    give the numbers a polars group_by gave (the report of kept results imports no polars)."""
+    s = sorted(values)
+    lo, hi = s[(len(s) - 1) // 2], s[len(s) // 2]
+    return lo + (hi - lo) * 0.5
 
 
 def group_label(name: str, g: list[int]) -> str:
@@ -311,19 +318,21 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
 
 
 def mfu_chart(steps: list[dict], reason: str | None):
-    """MFU per step: mean over ranks, with the min–max band."""
+    """MFU per step: mean over ranks, with the min–max band. The means are summed in order, as
+    the polars group_by this replaced did up to 64 ranks (past that polars summed in blocks: the
+    last bit may differ), so a report of kept results imports no polars."""
     rows = [s for s in steps if s["mfu_pct"] is not None]
     if not steps:
         return None, "the run has no steps (MFU is per step)"
     if not rows:
         return None, reason or "MFU not available for this run"
-    df = pl.DataFrame([{"step": s["step"], "mfu": s["mfu_pct"]} for s in rows])
-    agg = (
-        df.group_by("step")
-        .agg(mean=pl.col("mfu").mean(), lo=pl.col("mfu").min(), hi=pl.col("mfu").max(), ranks=pl.len())
-        .sort("step")
-    )
-    data = agg.to_dicts()
+    by: dict[int, list[float]] = {}
+    for s in rows:
+        by.setdefault(s["step"], []).append(s["mfu_pct"])
+    data = [
+        {"step": step, "mean": sum(v) / len(v), "lo": min(v), "hi": max(v), "ranks": len(v)}
+        for step, v in sorted(by.items())
+    ]
     if len(data) == 1:  # one step: a sentence and its ranks, not a single dot
         (d,) = data
         per = sorted(rows, key=lambda s: s["rank"])

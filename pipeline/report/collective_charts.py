@@ -9,10 +9,8 @@ are grouped (charts.group_values).
 
 from __future__ import annotations
 
-import polars as pl
-
 from .altair_lib import alt
-from .charts import MAX_BARS, MAX_STEP_COLS, WIDTH, group_label, group_values
+from .charts import MAX_BARS, MAX_STEP_COLS, WIDTH, group_label, group_values, median
 
 
 def busbw_chart(
@@ -37,15 +35,13 @@ def busbw_chart(
             "no collective has both a message size and a group size, so bandwidth is unknown"
             + (f" ({size_note})" if size_note else "")
         )
-    df = pl.DataFrame(
-        [{"op": c["op"], "msg_bytes": c["msg_bytes"], "busbw_gbps": c["busbw_gbps"]} for c in rows]
-    )
-    agg = (
-        df.group_by("op", "msg_bytes")
-        .agg(busbw_gbps=pl.col("busbw_gbps").median(), calls=pl.len())
-        .sort("op", "msg_bytes")
-    )
-    data = [{**r, "msg_mib": r["msg_bytes"] / 2**20} for r in agg.to_dicts()]
+    by: dict[tuple, list[float]] = {}
+    for c in rows:
+        by.setdefault((c["op"], c["msg_bytes"]), []).append(c["busbw_gbps"])
+    data = [
+        {"op": op, "msg_bytes": b, "busbw_gbps": median(v), "calls": len(v), "msg_mib": b / 2**20}
+        for (op, b), v in sorted(by.items(), key=lambda kv: (kv[0][0] is not None, kv[0][0] or "", kv[0][1]))
+    ]
     peaks = sorted({c["link_peak_gbps"] for c in rows if c["link_peak_gbps"]})
     pts = (
         alt.Chart(alt.Data(values=data))

@@ -4,7 +4,10 @@ archive shows at a glance. Runs are separate jobs: points, never a line between 
 
 from __future__ import annotations
 
-import polars as pl
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (imported by fleet_chart: the html report of one run imports no polars)
+    import polars as pl
 
 from .altair_lib import alt
 from .charts import WIDTH
@@ -38,6 +41,8 @@ def fleet_chart(rows: pl.DataFrame):
     start and a median step (y: ms, log scale, since the runs of an archive differ by orders of
     magnitude; x: start, UTC; colour: verdict; tooltip: run, confidence, top finding). (None,
     reason) when fewer than two runs can be placed; the note names the runs left out."""
+    import polars as pl
+
     ok = rows.filter(pl.col("start_ns").is_not_null() & pl.col("median_step_ns").is_not_null())
     left_out = rows.height - ok.height
     if ok.height < 2:

@@ -10,8 +10,10 @@ clicking a header sorts by it, again reverses, and the header's aria-sort says t
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
-import polars as pl
+if TYPE_CHECKING:  # (annotations only: the html report of one run imports no polars)
+    import polars as pl
 
 from ..fleet import DISPLAY, NUMERIC_DISPLAY, display_cells
 
