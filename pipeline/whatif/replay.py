@@ -157,7 +157,7 @@ def levels(g: Graph) -> tuple[np.ndarray, np.ndarray] | None:
     if not len(gw):
         return None
     gl, gx, hd, gc = g.g_launch, g.g_cross, g.h_dep, g.g_coll
-    li, xi, ci = np.nonzero(gl >= 0)[0], np.nonzero(gx >= 0)[0], np.nonzero(gc >= 0)[0]
+    xi, ci = np.nonzero(gx >= 0)[0], np.nonzero(gc >= 0)[0]
     mi = ci[~g.g_first[ci]]  # members with a stream predecessor
     waiting = np.nonzero(hd >= 0)[0]
     nxt = waiting + 1  # the host node after a waiting one, on the same chain
@@ -166,34 +166,46 @@ def levels(g: Graph) -> tuple[np.ndarray, np.ndarray] | None:
     waiting, nxt = waiting[keep], nxt[keep]
     ncoll = len(g.c_transfer)
     # per-chain cumulative maxima with the chains shifted apart by one bound on every level (a
-    # level is a seed plus at most one per node along a path): the shifts are made once
+    # level is a seed plus at most one per node along a path): the levels are raised in that
+    # shifted space (G = level + the chain's shift), so a chain's cumulative maximum is one
+    # in-place pass, and each edge's shift difference is added once, before the passes
     bound = int(max(gw.max(initial=0), hw.max(initial=0))) + len(gw) + len(hw) + 2
     g_off, h_off = _shifts(g.g_first, bound), _shifts(g.h_chain_first, bound)
     if g_off is None or h_off is None:
         return None
-
-    def cummax(w, off):
-        return np.maximum.accumulate(w + off) - off
-
-    hw = cummax(hw, h_off)
+    G, H = gw + g_off, hw + h_off
+    np.maximum.accumulate(H, out=H)
+    xsrc, wsrc, csrc = gx[xi], hd[waiting], gc[ci]
+    # launch: L(v) >= L(u), over every GPU node at once (nearly all have a launch; the others get
+    # a source whose shifted level, less 2**62, is below every node's)
+    lsrc = np.maximum(gl, 0)
+    dl = g_off - h_off[lsrc] if len(H) else np.zeros(len(G), dtype=np.int64)
+    dl[gl < 0] = -(2**62)
+    lsrc = lsrc if len(H) else None
+    tmp = np.empty_like(G)
+    dx = g_off[xi] - g_off[xsrc] + 1  # cross-stream: L(v) >= L(u) + 1
+    dw = h_off[nxt] - g_off[wsrc] + 1  # awaited work -> the host node after the waiting one
+    c_off = g_off[ci]
+    del gw, hw
     for _ in range(MAX_LEVEL_PASSES):
-        hw2 = hw.copy()
+        G0, H0 = G.copy(), H.copy()
         if len(nxt):
-            hw2[nxt] = np.maximum(hw2[nxt], gw[hd[waiting]] + 1)
-            hw2 = cummax(hw2, h_off)
-        gw2 = gw.copy()
-        gw2[li] = np.maximum(gw2[li], hw2[gl[li]])
-        gw2[xi] = np.maximum(gw2[xi], gw[gx[xi]] + 1)
-        gw2 = cummax(gw2, g_off)
+            H[nxt] = np.maximum(H[nxt], G[wsrc] + dw)
+            np.maximum.accumulate(H, out=H)
+        if lsrc is not None:
+            np.take(H, lsrc, out=tmp)
+            tmp += dl
+            np.maximum(G, tmp, out=G)
+        G[xi] = np.maximum(G[xi], G0[xsrc] + dx)
+        np.maximum.accumulate(G, out=G)
         if ncoll and len(ci):
-            gw2[mi] = np.maximum(gw2[mi], gw2[mi - 1] + 1)
+            G[mi] = np.maximum(G[mi], G[mi - 1] + 1)  # the same chain: the same shift
             cw = np.zeros(ncoll, dtype=np.int64)
-            np.maximum.at(cw, gc[ci], gw2[ci])
-            gw2[ci] = cw[gc[ci]]
-            gw2 = cummax(gw2, g_off)
-        if np.array_equal(gw2, gw) and np.array_equal(hw2, hw):
-            return gw, hw
-        gw, hw = gw2, hw2
+            np.maximum.at(cw, csrc, G[ci] - c_off)
+            G[ci] = cw[csrc] + c_off
+            np.maximum.accumulate(G, out=G)
+        if np.array_equal(G, G0) and np.array_equal(H, H0):
+            return G - g_off, H - h_off
     return None
 
 
@@ -202,7 +214,10 @@ def _shifts(first: np.ndarray, bound: int) -> np.ndarray | None:
     chains = int(first.sum())
     if chains * bound >= 2**62:
         return None
-    return (np.cumsum(first, dtype=np.int64) - 1) * bound
+    off = np.cumsum(first, dtype=np.int64)
+    off -= 1
+    off *= bound
+    return off
 
 
 class _Levels:
@@ -251,12 +266,7 @@ class _State:
         n = len(g.g_s)
         self.g_start, self.g_end = g.g_s.copy(), g.g_e.copy()
         self.h_start, self.h_end = g.h_s.copy(), g.h_e.copy()
-        self.g_prev = np.arange(n, dtype=np.int64) - 1
         self.g_first = g.g_first
-        self.g_prev[g.g_first] = -1
-        m = len(g.h_s)
-        self.h_prev = np.arange(m, dtype=np.int64) - 1
-        self.h_prev[g.h_chain_first] = -1
         members = g.g_coll >= 0
         self.waited = members & ~dur.coll_free
         self.on_time = members & (g.g_rank == dur.on_time_rank) & ~dur.coll_free
@@ -291,10 +301,10 @@ class _State:
         if len(hi):
             dep = g.h_dep[hi]
             a = np.where(dep >= 0, self.g_end[np.maximum(dep, 0)] + g.h_t[hi], NEG)
-            hp = self.h_prev[hi]
-            base = np.where(hp >= 0, self.h_end[np.maximum(hp, 0)], g.h_s[hi])  # read at range starts
-            lens = np.diff(np.append(np.nonzero(hfirst)[0], len(hi)))
-            base = np.repeat(base[hfirst], lens)
+            rs = np.flatnonzero(hfirst)  # range starts: each continues from its chain predecessor
+            hs = hi[rs]
+            b0 = np.where(g.h_chain_first[hs], g.h_s[hs], self.h_end[np.maximum(hs - 1, 0)])
+            base = np.repeat(b0, np.diff(np.append(rs, len(hi))))
             end = _scan(d.h_gap[hi] + d.h_b[hi], a, hfirst, base)
             prev = np.empty_like(end)
             prev[1:] = end[:-1]
@@ -314,8 +324,7 @@ class _State:
             cterm = np.full(len(gi), NEG, dtype=np.int64)
             if members is not None and len(members):
                 mg = gi[members]
-                mp = self.g_prev[mg]
-                pe = np.where(mp >= 0, self.g_end[np.maximum(mp, 0)], NEG)
+                pe = np.where(self.g_first[mg], NEG, self.g_end[np.maximum(mg - 1, 0)])
                 self.g_start[mg] = np.maximum(np.where(pe == NEG, NEG, pe + d.g_gap[mg]), rel[members])
                 arrivers = mg[self.is_arriver[mg]]
             if len(g.c_transfer) and self.waited[gi].any():
@@ -332,16 +341,16 @@ class _State:
             dd = d.g_d[gi]
             a = np.where(rel == NEG, cterm, np.maximum(rel + dd, cterm))
             c = d.g_gap[gi] + dd
-            gp = self.g_prev[gi]
-            prev_end = np.where(gp >= 0, self.g_end[np.maximum(gp, 0)], NEG)  # read at range starts
+            rs = np.flatnonzero(gfirst)  # range starts: each continues from its chain predecessor
+            gs = gi[rs]
+            pe0 = np.where(self.g_first[gs], NEG, self.g_end[np.maximum(gs - 1, 0)])
             e = _seg_cumsum(c, gfirst)
             v = a - e
-            lens = np.diff(np.append(np.nonzero(gfirst)[0], len(gi)))
-            base = np.repeat(np.where(prev_end[gfirst] != NEG, prev_end[gfirst], v[gfirst]), lens)
+            base = np.repeat(np.where(pe0 != NEG, pe0, v[rs]), np.diff(np.append(rs, len(gi))))
             end = e + _seg_cummax(v, gfirst, base)
             prev = np.empty_like(end)
             prev[1:] = end[:-1]
-            prev[gfirst] = prev_end[gfirst]
+            prev[gfirst] = pe0
             start = np.maximum(np.where(prev == NEG, NEG, prev + d.g_gap[gi]), rel)
             changed = changed or not (
                 np.array_equal(end, self.g_end[gi]) and np.array_equal(start, self.g_start[gi])
@@ -360,16 +369,21 @@ def _cycle(g: Graph, max_rounds: int) -> ValueError:
     )
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """a equals b: at once where a is a view of all of b (measured()), else value by value."""
+    return (
+        a.shape == b.shape
+        and a.dtype == b.dtype
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        and a.strides == b.strides
+    ) or np.array_equal(a, b)
+
+
 def _unchanged(g: Graph, d: Durations) -> bool:
     return (
         d.on_time_rank == -1
         and not d.coll_free.any()
-        and all(
-            np.array_equal(a, b)
-            for a, b in ((d.g_d, g.g_d), (d.g_wc, g.g_wc), (d.g_wl, g.g_wl), (d.g_gap, g.g_gap))
-        )
-        and np.array_equal(d.h_b, g.h_b)
-        and np.array_equal(d.h_gap, g.h_gap)
+        and all(_same(getattr(d, k), getattr(g, k)) for k in ("g_d", "g_wc", "g_wl", "g_gap", "h_b", "h_gap"))
     )
 
 
@@ -419,14 +433,18 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
     settled. Raises ValueError when it does not settle in max_rounds rounds (a cycle)."""
     n, m = len(g.g_s), len(g.h_s)
     st = _State(g, dur)
-    all_g, all_gf = np.arange(n, dtype=np.int64), st.g_first
-    all_h, all_hf = np.arange(m, dtype=np.int64), g.h_chain_first.copy()
     big = large(g)
+
+    def every_node() -> bool:  # a round over every node
+        return st.round(
+            np.arange(n, dtype=np.int64), st.g_first, np.arange(m, dtype=np.int64), g.h_chain_first
+        )
+
     rounds = 0
     changed = True
     if not big:
         rounds = 1
-        changed = st.round(all_g, all_gf, all_h, all_hf)  # nothing changes in the identity replay
+        changed = every_node()  # nothing changes in the identity replay
     elif _unchanged(g, dur):
         # the identity replay's check, a block of ranks at a time (temporaries that stay in the
         # cache); where the recorded times are the fixed point no block changes them
@@ -457,7 +475,7 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
         changed = False
     while changed:
         rounds += 1
-        changed = st.round(all_g, all_gf, all_h, all_hf)
+        changed = every_node()
         if changed and rounds > max_rounds:
             raise _cycle(g, max_rounds)
     g_start, g_end, h_start, h_end, g_x = st.g_start, st.g_end, st.h_start, st.h_end, st.g_x
