@@ -46,7 +46,6 @@ def test_directory_paths_are_joined_with_dots(name, run_id):
         "my job/traces",  # a space is not an id character: safe_run_id's name with its hash
         "a/../b",
         "/",
-        "x" * 60 + "/" + "y" * 60,  # past 100 characters joined
     ],
 )
 def test_other_names_keep_safe_run_ids_hash(name):
@@ -171,7 +170,9 @@ def test_no_corpus_file_name_states_a_job():
         ("2026-11-04/traces/", "job-4711", "2026-11-04/traces/job-4711"),
         ("job-4711", "job-4711", "job-4711"),  # the directory already names the job
         ("slurm_4711", "job-4711", "slurm_4711"),  # ... in its own spelling
-        ("job-4711/traces", "job-4711", "job-4711/traces/job-4711"),  # only its last part counts
+        ("job-4711/traces", "job-4711", "job-4711/traces"),  # a parent names it: not twice
+        ("2026/slurm-4711/traces", "job-4711", "2026/slurm-4711/traces"),
+        ("job-4711/traces", "job-4712", "job-4711/traces/job-4712"),  # another job: both
         ("exp-a", "exp-a", "exp-a"),
         ("/", "job-1", "job-1"),  # the root directory has no name of its own
         ("traces", None, "traces"),
@@ -483,3 +484,151 @@ def test_per_rank_archives_of_one_job_are_one_run(tmp_path):
         (f"plain/rank0.tar.gz!{_dlrm(0).name}", "rank0", "ok"),
         (f"plain/rank1.tar.gz!{_dlrm(1).name}", "rank1", "ok"),
     ]
+
+
+# ------------------------------------------------------------------ run ids (pipeline/ingest/runid.py)
+
+LONG = "nightly_llama70b_pretrain_" * 4 + "x"  # 105 characters, one directory
+
+
+def _h(name: str) -> str:
+    """6 hex digits of a name's SHA-1, computed here (the id's suffix)."""
+    import hashlib
+
+    return hashlib.sha1(name.encode()).hexdigest()[:6]
+
+
+@pytest.mark.parametrize(
+    ("name", "run_id"),
+    [
+        # 105 + '.' + 8 = 114 > 100: the directory loses 14 characters, the job none
+        (
+            f"{LONG}/job-4711",
+            "nightly_llama70b_pretrain_" * 3 + "nightly_llama" + ".job-4711-" + _h(f"{LONG}/job-4711"),
+        ),
+        # a directory naming the job is kept whole, as is the last part: 8+1+1+6 = 16, 84 left
+        # for the long one (its first 78 + 6)
+        (
+            f"job-4711/{LONG}/traces",
+            "job-4711."
+            + "nightly_llama70b_pretrain_" * 3
+            + "nightl"
+            + ".traces-"
+            + _h(f"job-4711/{LONG}/traces"),
+        ),
+        # two long directories share the 88 characters left: 44 each (the first 26 + 18)
+        (
+            f"a/{LONG}/{LONG}/job-4711",
+            "a."
+            + ("nightly_llama70b_pretrain_nightly_llama70b_p." * 2)
+            + "job-4711-"
+            + _h(f"a/{LONG}/{LONG}/job-4711"),
+        ),
+        ("x" * 60 + "/" + "y" * 60, "x" * 39 + "." + "y" * 60 + "-" + _h("x" * 60 + "/" + "y" * 60)),
+        (LONG, LONG[:100] + "-" + _h(LONG)),  # one directory alone: its first 100, as before
+    ],
+)
+def test_long_names_are_shortened_in_their_directories_keeping_the_job(name, run_id):
+    assert run_id_of(name) == run_id
+    assert run_id_of(run_id) == run_id  # a stored id given back (--run) names the same run
+
+
+@pytest.mark.parametrize(
+    ("name", "run_id"),
+    [
+        ("über-job", "über-job"),
+        ("u\u0308ber-job", "über-job"),  # decomposed (macOS): the same run
+        ("日本語_run", "日本語_run"),
+        ("2026-11-04/日本語", "2026-11-04.日本語"),
+        ("日本語 run", "日本語_run-" + _h("日本語 run")),  # a space: replaced, with the hash
+        ("😀", "run-" + _h("😀")),  # no letter or digit left
+    ],
+)
+def test_letters_of_every_script_are_kept(name, run_id):
+    assert run_id_of(name) == run_id
+    assert run_id_of(run_id) == run_id
+
+
+def test_ids_that_disagree_are_noted():
+    from pipeline.ingest.jobid import stated_job
+
+    # the file name's job wins (read before the file); the metadata's other one is said
+    job, notes = stated_job("job-4711_rank1.json", "traces", {"job_id": "4712"})
+    assert job is None and len(notes) == 1
+    assert "job-4711" in notes[0] and "job_id job-4712" in notes[0]
+    # the same job both ways, or only one stated: nothing to say
+    assert stated_job("job-4711_rank1.json", "traces", {"job_id": 4711}) == (None, [])
+    assert stated_job("rank1.json", "traces", {"job_id": 4712}) == ("job-4712", [])
+    assert stated_job("job-4711_rank1.json", "traces", {}) == (None, [])
+    # the directory names another job than the file: the run name holds both, and says so
+    job, notes = stated_job("rank0.json", "job-4711", {"run_id": "4712"})
+    assert job == "job-4712" and len(notes) == 1 and "(job-4711/job-4712)" in notes[0]
+    assert stated_job("job-4711_rank0.json", "slurm_4711/traces", {}) == (None, [])
+
+
+def test_runs_of_real_ranks_in_hand_made_layouts(tmp_path):
+    """PARAM's DLRM ranks (real Kineto traces of 2023-09-07 23:10 UTC, ranks 0-7) copied into the
+    layouts the tester reported (issue 37 item 3: 6, 7, 9, 10); expected ids written by hand."""
+    src = sorted((CORPUS / "param/et_replay/tests/inputs/dlrm_kineto").glob("worker*.json"))
+    a = tmp_path / "archive"
+
+    def put(i: int, rel: str, **meta) -> None:
+        (a / rel).parent.mkdir(parents=True, exist_ok=True)
+        doc = json.loads(src[i].read_bytes())
+        (a / rel).write_text(json.dumps({**doc, **meta}))
+
+    put(0, f"{LONG}/job-4711_rank0.pt.trace.json")  # 6: a long directory
+    put(1, "job-4712/traces/job-4712_rank1.pt.trace.json")  # 7: the job in a parent directory
+    put(2, "日本語_run/rank2.pt.trace.json")  # 9: not ASCII
+    put(3, "u\u0308ber-job/rank3.pt.trace.json")
+    put(4, "t/job-4713_rank4.pt.trace.json", job_id="4714")  # 10: name and metadata disagree
+    put(5, "t/rank5.pt.trace.json", job_id="4714")  # ... and the traces of one directory
+    res = ingest_paths([a], Lake(tmp_path / "lake"), jobs=1)
+    got = {r.path.split("/archive/", 1)[1]: r.run_id for r in res}
+    assert got == {
+        f"{LONG}/job-4711_rank0.pt.trace.json": "nightly_llama70b_pretrain_" * 3
+        + "nightly_llama.job-4711-"
+        + _h(f"{LONG}/job-4711"),
+        "job-4712/traces/job-4712_rank1.pt.trace.json": "job-4712.traces",
+        "日本語_run/rank2.pt.trace.json": "日本語_run",
+        "u\u0308ber-job/rank3.pt.trace.json": "über-job",
+        "t/job-4713_rank4.pt.trace.json": "t.job-4713",  # the file name's job
+        "t/rank5.pt.trace.json": "t.job-4714",  # its metadata's
+    }
+    notes = {r.path.rsplit("/", 1)[1]: r.notes for r in res}
+    assert [n for n in notes["job-4713_rank4.pt.trace.json"] if "job_id job-4714" in n] != []
+    (split,) = [n for n in notes["rank5.pt.trace.json"] if "beside it" in n]
+    assert "run t.job-4713" in split and "starts run t.job-4714" in split
+    assert [notes[k] for k in notes if k.endswith(("rank0.pt.trace.json", "rank1.pt.trace.json"))] == [[], []]
+
+
+def test_windows_of_one_name_whatever_batches_bring_them(tmp_path):
+    """Two profiling cycles in one directory (ranks 0 and 1 at 03:00 and at 04:00 UTC, hand-made):
+    one batch, the two cycles in two batches in time order, or the ranks in two batches in either
+    order, give the same names (the earliest cycle `prof`, the later one named by its start);
+    a cycle ingested after the later one is named by its start, and a note says why."""
+    d = tmp_path / "prof"
+    c1 = [_rank(d / f"c1_rank{r}.json", r, T0_US + r) for r in (0, 1)]
+    c2 = [_rank(d / f"c2_rank{r}.json", r, T0_US + 3_600 * 10**6 + r) for r in (0, 1)]
+    want = {"c1_rank0.json": "prof", "c1_rank1.json": "prof"}
+    want |= {"c2_rank0.json": "prof_20261104T040000", "c2_rank1.json": "prof_20261104T040000"}
+
+    def names(*batches, lake="lake"):
+        out, notes = {}, {}
+        for batch in batches:
+            for r in ingest_paths(batch, Lake(tmp_path / lake), jobs=1):
+                out[r.path.rsplit("/", 1)[1]] = r.run_id
+                notes[r.path.rsplit("/", 1)[1]] = r.notes
+        return out, notes
+
+    assert names(c1 + c2, lake="one")[0] == want
+    assert names(c1, c2, lake="in_time_order")[0] == want
+    assert names([c1[0], c2[0]], [c1[1], c2[1]], lake="rank0_first")[0] == want
+    assert names([c1[1], c2[1]], [c1[0], c2[0]], lake="rank1_first")[0] == want
+    late, notes = names(c2, c1, lake="reversed")
+    assert late == {"c2_rank0.json": "prof", "c2_rank1.json": "prof"} | {
+        "c1_rank0.json": "prof_20261104T030000",
+        "c1_rank1.json": "prof_20261104T030000",
+    }
+    (note,) = notes["c1_rank0.json"]
+    assert "ends before run prof starts, which was ingested first" in note and "prof_20261104T030000" in note

@@ -97,7 +97,7 @@ def commit(
         run_id = place
         notes += place_notes or []
     elif p.rank_list:
-        run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time)
+        run_id = runs.claim(run_id, p.source_id, p.rank_list, t0, t1, notes, by_time=by_time, path=path)
     if run_id != p.run_id:
         if isinstance(p.staged, hold.Held):
             hold.retarget(p.staged, run_id)

@@ -26,13 +26,17 @@ the job comes from, first found wins:
    default) are read, in that order. Not read: NCCL-family files (hosts and pids name
    processes, not jobs).
 
-The job is put after the directory's name unless that name already states it (its last part
-names the same job by rule 1, or equals the value): `job-4711/job-4711_rank0.json` stays in run
-`job-4711`. NCCL-family files are named by their directory and the file name's job only, then
-join the traces beside them (runs.log_name) and group by what their communicators and processes
-say (runs.py rule 4). An archive's top member stating a job is named by the archive's directory
-with it (archive.member_run_name: as if the archive were unpacked where it lies). Everything
-here is a pure function of the name or the parsed values, so a re-ingest names a file the same way.
+The job is put after the directory's name unless one of its directories already states it (names
+the same job by rule 1, or equals the value): `job-4711/job-4711_rank0.json` stays in run
+`job-4711`, `job-4711/traces/job-4711_rank0.json` in `job-4711.traces` (names_job). Ids that
+disagree are said in a note of the file, never reconciled silently (stated_job: the file name's
+job against its metadata's, the directory's against the file's; Runs.job_note in runs.py: the
+traces of one directory split between jobs). NCCL-family files are named by their directory
+and the file name's job only, then join the traces beside them (runs.log_name) and group by
+what their communicators and processes say (runs.py rule 4). An archive's top member stating a
+job is named by the archive's directory with it (archive.member_run_name: as if the archive
+were unpacked where it lies). Everything here is a pure function of the name or the parsed
+values, so a re-ingest names a file the same way.
 """
 
 from __future__ import annotations
@@ -88,12 +92,45 @@ def job_of_metadata(values: dict, keys=METADATA_KEYS) -> tuple[str | None, str |
     return None, None
 
 
+def stated_job(name: str, dir_name: str, values: dict, keys=METADATA_KEYS) -> tuple[str | None, list[str]]:
+    """(job, notes) of a file by what it states (module doc; pipeline/ingest/prepare.py): job, the
+    one its metadata `values` (job_of_metadata with `keys`) name, to put after its directory's
+    run name, or None when its file name `name` states a job (that one is used: it is read
+    before the file, so a re-ingest or a failed file names the same run) or none is stated.
+    notes (one line each, so two ids are never reconciled silently): the file name's job and
+    the metadata's differ; the directory (`dir_name`, its run name without a job) names another
+    job than the one the file states (the run holds both); a metadata value names no job."""
+    by_name = job_of_name(name)
+    job, why = job_of_metadata(values, keys)
+    key = next((k for k in keys if k.lower() in {str(x).lower() for x in values}), None)
+    notes = [why] if why else []
+    if by_name is not None and job is not None and job != by_name:
+        notes.append(
+            f"its file name states {by_name} and its metadata {key} {job}: the run is named by "
+            "the file name's (read before the file; rename it or give --run to use the other)"
+        )
+    stated = by_name or job
+    dir_jobs = [j for j in (job_of_name(p) for p in dir_name.rstrip("/").split("/")) if j]
+    if stated is not None and dir_jobs and stated not in dir_jobs:
+        notes.append(
+            f"its directory names {dir_jobs[-1]} and the file states {stated}: "
+            f"its run name holds both ({with_job(dir_name, stated)}); --run names it otherwise"
+        )
+    return (job if by_name is None else None), notes
+
+
+def names_job(name: str, job: str) -> bool:
+    """Whether one of the directories of run name `name` ('job-4711/traces') already names `job`:
+    is it, or states it by rule 1 (module doc: `slurm_4711` names job-4711)."""
+    return any(p == job or job_of_name(p) == job for p in name.rstrip("/").split("/"))
+
+
 def with_job(name: str, job: str | None) -> str:
     """The run name of a file whose directory gives `name` and that states `job`: name/job,
-    unless name's last part already names that job (module doc); name itself without a job."""
+    unless one of name's directories already names that job (names_job: `job-4711/traces` with
+    job-4711 stays `job-4711/traces`, not a name holding the job twice); name itself without a job."""
     if not job:
         return name
-    last = name.rstrip("/").rsplit("/", 1)[-1]
-    if last == job or job_of_name(last) == job:
+    if names_job(name, job):
         return name
     return job if name in ("", "/") else f"{name.rstrip('/')}/{job}"

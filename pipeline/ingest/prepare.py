@@ -29,7 +29,7 @@ from . import hold, kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
 from .errors import TraceError
 from .formats import SQLITE_SIDECARS
-from .jobid import ENV_KEYS, job_of_metadata, job_of_name
+from .jobid import ENV_KEYS, stated_job
 from .rows import (
     MAX_RANK,
     Options,
@@ -204,9 +204,9 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             )
         partial = parsed.partial or stream.truncated
         p = parsed
-        if opts.run is None and job_of_name(inp.name) is None:  # the job the trace states (jobid.py)
-            job, why = job_of_metadata(p.job_metadata)
-            notes += [why] if why else []
+        if opts.run is None:  # the job the trace states, and notes when ids disagree (jobid.py)
+            job, why = stated_job(inp.name, inp.run_name_with(None), p.job_metadata)
+            notes += why
             if job is not None:
                 run_id = base["run_id"] = run_for(inp.run_name_with(job), None)
         try:
@@ -401,9 +401,9 @@ def prepare_nsys(
             comm_patterns=opts.comm_patterns,
         ) as ex:
             notes = list(ex.notes)
-            if opts.run is None and named is not None and job_of_name(name or path.name) is None:
-                job, why = job_of_metadata(ex.job_env, ENV_KEYS)
-                notes += [why] if why else []
+            if opts.run is None and named is not None:  # the job its capture states (jobid.py)
+                job, why = stated_job(name or path.name, named(None), ex.job_env, ENV_KEYS)
+                notes += why
                 if job is not None:
                     run_id = base["run_id"] = run_for(named(job), None)
             rank_list = ex.rank_list

@@ -3,13 +3,16 @@
 1. A file's run is named by `--run`, else by its directory: its path below the directory given
    (as TensorBoard names runs), or the directory's own name for a file given by name or lying
    directly in it; an archive member as if the archive were unpacked where it lies. A path is
-   stored with '.' between its directories (run_id_of: `job1/traces` is run `job1.traces`).
+   stored with '.' between its directories (run_id_of, pipeline/ingest/runid.py: `job1/traces` is
+   run `job1.traces`; letters of any script kept, long names shortened keeping the job).
    The job a file states (its name, else a Kineto trace's metadata) is put after that name
    (pipeline/ingest/jobid.py: `traces/job-4711_rank0.json` is run `traces.job-4711`).
 2. A run holds one file per rank and, without `--run`, one profiling window (files whose time
    spans overlap); a file that does not fit its named run goes to the first run it fits among
    those its name was moved to, else to a new run `<name>_<start>` (the UTC second it starts;
-   `<name>_<8 hex>` when that is unknown or taken), with a note saying so.
+   `<name>_<8 hex>` when that is unknown or taken), with a note saying so. A name once given is
+   kept: of the windows wanting one name the first ingested holds it (a note says when a window
+   starts before the one holding its name).
 3. Content already in the lake (without `--run` in any run, with it in that run) is skipped;
    `--force` re-ingests it where it is.
 
@@ -47,6 +50,7 @@ import polars as pl
 
 from .. import schema as sch
 from ..lake import safe_run_id
+from .runid import run_id_of  # noqa: F401  (the names' ids: runid.py)
 
 # in the note of a file not put in its named run (Runs.claim), before the run it was put in
 PLACED = "; this file was put in run "
@@ -58,20 +62,6 @@ def dir_name(path) -> str:
     removes '.' and '..' without resolving links). The root directory, which has no name, is '/'
     (run id run-42099b: a run id is never '', which a hive partition cannot hold)."""
     return Path(os.path.abspath(path)).parent.name or "/"
-
-
-def run_id_of(name: str) -> str:
-    """The run id a run name is stored as (rule 1): a path of directories ('job1/traces') joins
-    its parts with '.' ('job1.traces') when each part is already a valid id (letters, digits,
-    '.', '_', '-'; not '.' or '..') and the whole fits in 100 characters, so the usual names stay
-    readable; any other name is safe_run_id's (other characters replaced, with 6 hex digits of its
-    hash so that two names never share an id; a trailing '/' is dropped first)."""
-    parts = name.rstrip("/").split("/") if name not in ("", "/") else []
-    if len(parts) > 1 and all(p not in ("", ".", "..") and safe_run_id(p) == p for p in parts):
-        joined = ".".join(parts)
-        if safe_run_id(joined) == joined:
-            return joined
-    return safe_run_id(name.rstrip("/") or name)
 
 
 def run_for(name: str, run: str | None) -> str:
@@ -387,6 +377,7 @@ class Runs:
         t1: int | None,
         notes: list[str],
         by_time: bool = True,
+        path: str | None = None,
     ) -> str:
         """The run a source named run_id goes to (rule 2). by_time=False (--run named it): run_id
         when no other source holds one of its ranks there. Otherwise the candidates are run_id and
@@ -395,10 +386,14 @@ class Runs:
         window run at the same time, so a second cycle of a job, or a second job of the same name
         that ran at another time, stays one run whatever the order the files come in. Else run_id
         when it is a candidate and holds no timed file yet; else a new run moved_run(). A note
-        (also printed) says when the file is not put in run_id."""
+        (also printed) says when the file is not put in run_id, and (path: its sources path,
+        job_note) when it is the first of its run named to state another job than the traces
+        beside it."""
         taken = self.taken(run_id, source_id, rank_list)
         if not by_time and not taken:
             return run_id
+        if path is not None:
+            notes += self.job_note(path, run_id)
         free = [c for c in [run_id] + self.moved.get(run_id, []) if not self.taken(c, source_id, rank_list)]
         if taken:
             what = f"rank {taken[0]}" if len(taken) == 1 else f"ranks {', '.join(map(str, taken))}"
@@ -408,6 +403,8 @@ class Runs:
                 f"its time span does not overlap run {run_id}'s "
                 "(another profiling cycle or job in the same directory)"
             )
+        if t1 is not None and run_id in self.spans and t1 < self.spans[run_id][0]:
+            why += f"; it ends before run {run_id} starts, which was ingested first and keeps its name"
         if t0 is not None and t1 is not None:
             for c in free:
                 span = self.spans.get(c)
@@ -422,6 +419,19 @@ class Runs:
         moved = moved_run(run_id, source_id, t0, self._taken())
         notes.append(f"{why}{PLACED}{moved}")
         return moved
+
+    def job_note(self, path: str, named: str) -> list[str]:
+        """A note for the first trace named `named` (its directory's run with the job it states)
+        lying in a directory whose traces were named otherwise (in the lake or this batch:
+        beside): they state another job or none, so each job is a run of its own, never silently."""
+        there = self.beside.get(beside_key(path), [])
+        if not there or named in there:
+            return []
+        more = f" and {len(there) - 1} more" if len(there) > 1 else ""
+        return [
+            f"the traces beside it are in run {there[0]}{more}: this one states another job (or none), "
+            f"so it starts run {named} (one run per job; --run names one run for all)"
+        ]
 
     def _taken(self) -> set[str]:
         """Every run id the lake or this batch holds (a moved run's name must be new)."""

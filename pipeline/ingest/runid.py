@@ -1,0 +1,131 @@
+"""The run id a run name is stored as (docs/usage.md "Runs", rule 1; pipeline/ingest/runs.py).
+
+A run name is a path of directories, the job a file states last (`2026-11-04/job-4711/traces`,
+`traces/job-4711`; pipeline/ingest/jobid.py). Its id must be a Hive partition value and a file
+name (`<lake>/<table>/run=<id>/`), readable in a listing and typed in a shell:
+
+- its parts joined with '.' (`2026-11-04.job-4711.traces`) when each holds only letters, digits
+  (of any script: `über-job`, `日本語_run` keep theirs), '.', '_' and '-' and the whole fits in
+  MAX_ID characters; names are compared in Unicode NFC, so a directory that macOS wrote
+  decomposed (`u` + combining diaeresis) names the same run as one typed on Linux;
+- another character (a space, punctuation, an emoji) is replaced as
+  safe_run_id (pipeline/lake.py) replaces it, with 6 hex digits of the name's SHA-1 after it
+  (`my job/traces` is `my_job_traces-<6 hex>`, as tracelake always stored it), so two names
+  never share an id; only characters Python calls neither letter nor digit are replaced;
+- a name longer than MAX_ID is shortened in its directories, never in a part that names a job
+  (`job-4711/<long>/traces`, `<long>/job-4711`): the longest part is cut first, the last one
+  (the job a trace's metadata states, up to 64 characters) kept at least LAST_MAX characters,
+  the others MIN_PART while there is room, then middle directories dropped; the hash of the
+  whole name follows (`nightly_llama70b_pretrain_nig.job-4711-<6 hex>`).
+
+run_id_of is a pure function of the name and idempotent (run_id_of(run_id_of(x)) ==
+run_id_of(x): a stored id given to `--run` names its run), so a re-ingest names a file the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+from ..lake import safe_run_id
+
+MAX_ID = 100  # characters of a run id before its hash (safe_run_id's limit)
+LAST_MAX = 64  # characters the last part keeps when a name is shortened (a job value's limit)
+MIN_PART = 8  # characters a shortened directory keeps while there is room
+_SHORTENED = re.compile(r".+-[0-9a-f]{6}")
+
+
+def _ok_char(c: str) -> bool:
+    return c.isalnum() or c in "._-"
+
+
+def clean_part(part: str) -> bool:
+    """Whether a directory name is kept as it is in a run id: letters and digits of any script,
+    '.', '_', '-', not starting or ending with '.' or '_' (nor '.' or '..')."""
+    return bool(part) and all(_ok_char(c) for c in part) and part.strip("._") == part
+
+
+def _hash(name: str) -> str:
+    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:6]
+
+
+def _replaced(name: str) -> str:
+    """safe_run_id's replacement (runs of other characters -> '_', ends stripped of '.' and '_'),
+    keeping letters and digits of any script."""
+    out, bad = [], False
+    for c in name:
+        if _ok_char(c):
+            out.append(c)
+            bad = False
+        elif not bad:
+            out.append("_")
+            bad = True
+    return "".join(out).strip("._")
+
+
+def run_id_of(name: str) -> str:
+    """The run id of a run name (module doc): a str of letters, digits, '.', '_', '-', at most
+    MAX_ID characters plus '-' and 6 hex digits. Never raises; '' and '/' are stored as
+    safe_run_id stores them (`run-42099b`)."""
+    name = unicodedata.normalize("NFC", name)
+    stripped = name.rstrip("/") or name
+    parts = stripped.split("/") if stripped not in ("", "/") else []
+    if not parts or (stripped.isascii() and len(stripped) <= MAX_ID and "/" not in stripped):
+        return safe_run_id(stripped)  # ASCII single parts: as tracelake always stored them
+    if all(clean_part(p) for p in parts):
+        joined = ".".join(parts)
+        if len(joined) <= MAX_ID:
+            return joined
+        if _SHORTENED.fullmatch(joined) and len(parts) == 1 and len(joined) <= MAX_ID + 7:
+            return joined  # an id this function shortened, given back (idempotent)
+        return _shortened(parts, stripped)
+    replaced = _replaced(stripped)
+    if len(replaced) <= MAX_ID:
+        return (replaced or "run") + "-" + _hash(stripped)
+    return _shortened([_replaced(p) for p in parts], stripped)
+
+
+def _shortened(parts: list[str], name: str) -> str:
+    """parts joined with '.' in MAX_ID characters (module doc), then '-' and the hash of the whole
+    name: the longest part above its floor loses a character until the name fits (floors: a
+    part naming a job, all of it, up to LAST_MAX around the job; the last part, LAST_MAX: a job a
+    trace's metadata states has up to 64; another, MIN_PART); then middle directories are
+    dropped; then the first parts cut."""
+    from .jobid import job_of_name
+
+    parts = [p for p in parts if p] or ["run"]
+    job = [job_of_name(p) is not None for p in parts]
+    cut = [_around_job(p, LAST_MAX) if j and len(p) > LAST_MAX else p for p, j in zip(parts, job)]
+    lens = [len(p) for p in cut]
+    last = len(parts) - 1
+    floor = [
+        n if j else min(n, LAST_MAX if i == last else MIN_PART) for i, (n, j) in enumerate(zip(lens, job))
+    ]
+
+    def total() -> int:
+        return sum(n for n in lens if n) + sum(1 for n in lens if n) - 1
+
+    while total() > MAX_ID:
+        free = [i for i, n in enumerate(lens) if n > floor[i]]
+        if free:  # the longest part above its floor loses a character
+            i = max(free, key=lambda j: (lens[j], -j))
+            lens[i] -= 1
+            continue
+        drop = [i for i, n in enumerate(lens) if n and not job[i] and i != last]
+        if drop:  # a middle directory goes
+            lens[drop[len(drop) // 2]] = 0
+            continue
+        i = next(j for j, n in enumerate(lens) if n)  # only the job and last parts left: the first
+        lens[i] = max(0, lens[i] - (total() - MAX_ID))
+    out = ".".join(p[:n].strip("._") for p, n in zip(cut, lens) if n and p[:n].strip("._"))
+    return (out or "run") + "-" + _hash(name)
+
+
+def _around_job(part: str, cap: int) -> str:
+    """A kept part cut to `cap` characters: those ending with the job it names, else its first."""
+    from .jobid import JOB_IN_NAME
+
+    m = JOB_IN_NAME.search(part)
+    end = max(m.end() if m else 0, cap)
+    return part[end - cap : end]
