@@ -583,6 +583,9 @@ def test_runs_of_real_ranks_in_hand_made_layouts(tmp_path):
     put(3, "u\u0308ber-job/rank3.pt.trace.json")
     put(4, "t/job-4713_rank4.pt.trace.json", job_id="4714")  # 10: name and metadata disagree
     put(5, "t/rank5.pt.trace.json", job_id="4714")  # ... and the traces of one directory
+    # a real NCCL log beside the traces of its job, the job in its name and a parent directory
+    log = CORPUS / "nccl" / "nccl-issue-1412-init-complete-and-init-timings-16rank.log"
+    (a / "job-4712/traces/slurm-4712.log").write_bytes(log.read_bytes())
     res = ingest_paths([a], Lake(tmp_path / "lake"), jobs=1)
     got = {r.path.split("/archive/", 1)[1]: r.run_id for r in res}
     assert got == {
@@ -590,6 +593,7 @@ def test_runs_of_real_ranks_in_hand_made_layouts(tmp_path):
         + "nightly_llama.job-4711-"
         + _h(f"{LONG}/job-4711"),
         "job-4712/traces/job-4712_rank1.pt.trace.json": "job-4712.traces",
+        "job-4712/traces/slurm-4712.log": "job-4712.traces",  # joins its job's traces
         "日本語_run/rank2.pt.trace.json": "日本語_run",
         "u\u0308ber-job/rank3.pt.trace.json": "über-job",
         "t/job-4713_rank4.pt.trace.json": "t.job-4713",  # the file name's job
@@ -600,6 +604,12 @@ def test_runs_of_real_ranks_in_hand_made_layouts(tmp_path):
     (split,) = [n for n in notes["rank5.pt.trace.json"] if "beside it" in n]
     assert "run t.job-4713" in split and "starts run t.job-4714" in split
     assert [notes[k] for k in notes if k.endswith(("rank0.pt.trace.json", "rank1.pt.trace.json"))] == [[], []]
+    # the ids are partition values the lake's SQL reads back (run=日本語_run/ on disk)
+    from pipeline import open_lake
+
+    assert (tmp_path / "lake" / "gpu_activities" / "run=日本語_run").is_dir()
+    rows = open_lake(tmp_path / "lake").sql("select distinct run_id from gpu_activities")
+    assert sorted(rows["run_id"].to_list()) == sorted(set(got.values()))  # the log's run has traces
 
 
 def test_windows_of_one_name_whatever_batches_bring_them(tmp_path):
