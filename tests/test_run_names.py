@@ -540,6 +540,8 @@ def test_long_names_are_shortened_in_their_directories_keeping_the_job(name, run
         ("u\u0308ber-job", "über-job"),  # decomposed (macOS): the same run
         ("日本語_run", "日本語_run"),
         ("2026-11-04/日本語", "2026-11-04.日本語"),
+        ("हिन्दी_run", "हिन्दी_run"),  # its vowel signs are combining marks: kept
+        ("naïve/\u202etxt", "naïve_txt-" + _h("naïve/\u202etxt")),  # a bidi control: replaced
         ("日本語 run", "日本語_run-" + _h("日本語 run")),  # a space: replaced, with the hash
         ("😀", "run-" + _h("😀")),  # no letter or digit left
     ],

@@ -5,13 +5,14 @@ A run name is a path of directories, the job a file states last (`2026-11-04/job
 name (`<lake>/<table>/run=<id>/`), readable in a listing and typed in a shell:
 
 - its parts joined with '.' (`2026-11-04.job-4711.traces`) when each holds only letters, digits
-  (of any script: `über-job`, `日本語_run` keep theirs), '.', '_' and '-' and the whole fits in
-  MAX_ID characters; names are compared in Unicode NFC, so a directory that macOS wrote
-  decomposed (`u` + combining diaeresis) names the same run as one typed on Linux;
-- another character (a space, punctuation, an emoji) is replaced as
+  and combining marks of any script (`über-job`, `日本語_run`, `हिन्दी` keep theirs), '.', '_'
+  and '-', and the whole fits in MAX_ID characters; names are compared in Unicode NFC, so a
+  directory that macOS wrote decomposed (`u` + combining diaeresis) names the same run as one
+  typed on Linux;
+- another character (a space, punctuation, a symbol or emoji, a bidi control) is replaced as
   safe_run_id (pipeline/lake.py) replaces it, with 6 hex digits of the name's SHA-1 after it
   (`my job/traces` is `my_job_traces-<6 hex>`, as tracelake always stored it), so two names
-  never share an id; only characters Python calls neither letter nor digit are replaced;
+  never share an id;
 - a name longer than MAX_ID is shortened in its directories, never in a part that names a job
   (`job-4711/<long>/traces`, `<long>/job-4711`): the longest part is cut first, the last one
   (the job a trace's metadata states, up to 64 characters) kept at least LAST_MAX characters,
@@ -37,12 +38,14 @@ _SHORTENED = re.compile(r".+-[0-9a-f]{6}")
 
 
 def _ok_char(c: str) -> bool:
-    return c.isalnum() or c in "._-"
+    """A letter or digit of any script, a combining mark (the vowel signs of Devanagari: `हिन्दी`),
+    '.', '_' or '-'; not a space, punctuation, a symbol or a format character (bidi controls)."""
+    return c.isalnum() or c in "._-" or unicodedata.category(c) in ("Mn", "Mc")
 
 
 def clean_part(part: str) -> bool:
-    """Whether a directory name is kept as it is in a run id: letters and digits of any script,
-    '.', '_', '-', not starting or ending with '.' or '_' (nor '.' or '..')."""
+    """Whether a directory name is kept as it is in a run id: _ok_char's characters, not starting
+    or ending with '.' or '_' (nor '.' or '..')."""
     return bool(part) and all(_ok_char(c) for c in part) and part.strip("._") == part
 
 
