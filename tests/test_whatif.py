@@ -608,6 +608,35 @@ def test_packed_order_equals_lexsort(dlrm, monkeypatch):
     assert packed.frame.equals(lex.frame) and packed.h_name.equals(lex.h_name)
 
 
+def test_last_work_of_each_step_by_brute_force():
+    """Each step end mark's last-ending GPU work of its rank and step (graph._last_work; the
+    latest-placed of those that end together), by the small (rank, step) index and by the
+    group_by used where that index would be large, against a loop over every row."""
+    import importlib
+
+    import numpy as np
+
+    gr = importlib.import_module("pipeline.whatif.graph")
+    rng = np.random.default_rng(3)
+    for rank_scale in (1, 10**6):  # ranks 0..3, or far apart (the group_by path)
+        n = 400
+        g_rank = rng.integers(0, 4, n) * rank_scale
+        g_step = rng.integers(-1, 6, n)
+        g_e = rng.integers(0, 30, n)  # many ends tie
+        ends = np.arange(0, 40, 2)
+        e_rank = rng.integers(0, 5, len(ends)) * rank_scale  # rank 4: no work
+        e_step = rng.integers(0, 7, len(ends))  # step 6: no work
+        hi, gi, ge = gr._last_work(ends, e_rank, e_step, g_rank, g_step, g_e)
+        got = {int(h): (int(a), int(b)) for h, a, b in zip(hi, gi, ge)}
+        want = {}
+        for h, r, st in zip(ends, e_rank, e_step):
+            rows = [i for i in range(n) if g_rank[i] == r and g_step[i] == st]
+            if rows:
+                top = max(g_e[i] for i in rows)
+                want[int(h)] = (max(i for i in rows if g_e[i] == top), int(top))
+        assert got == want and len(want) > 5
+
+
 def test_kinds_without_the_replay():
     """The report reads the critical path's segment kinds without importing the replay's polars
     or DuckDB (a fresh interpreter; the package loads its rooms on first use)."""

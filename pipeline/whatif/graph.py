@@ -66,7 +66,7 @@ class Graph:
     g_wc: np.ndarray  # end - last arrival, for collective members
     g_step: np.ndarray  # -1: outside steps
     g_cat: np.ndarray  # index into CATEGORIES
-    frame: pl.DataFrame  # the GPU rows: rank, stream, name_id, shape, step, pg_key, call_key
+    frame: pl.DataFrame  # the GPU rows: rank, name_id, shape, step (NULL outside steps)
     names: list[str]  # name_id -> kernel name or copy label
     # host
     h_rank: np.ndarray
@@ -262,6 +262,43 @@ def _join_index(h_rank, h_corr, h_call, g_rank, g_corr) -> np.ndarray:
     return np.where(g_corr >= 0, j["hi"].fill_null(-1).to_numpy(), -1)
 
 
+def _last_work(ends, e_rank, e_step, g_rank, g_step, g_e):
+    """Per step end mark (host positions ends, with their rank and step), the GPU work of that
+    rank and step that ended last (the latest-placed of those that end together): (the marks that
+    have one, that work, its end). By one pass of np.maximum.at over a (rank, step) index where
+    that index is small, else by a polars group_by."""
+    sel = np.flatnonzero(g_step >= 0)
+    if not len(sel) or not len(ends):
+        z = np.zeros(0, dtype=np.int64)
+        return z, z, z
+    r, st = g_rank[sel], g_step[sel]
+    r0, s0 = int(r.min()), int(st.min())
+    span = int(st.max()) - s0 + 1
+    cells = (int(r.max()) - r0 + 1) * span
+    if cells > 4 * len(sel) + 1024:
+        last = (
+            pl.DataFrame({"gi": sel, "rank": r, "step": st, "e": g_e[sel]})
+            .group_by("rank", "step")
+            .agg(pl.col("e").max(), pl.col("gi").filter(pl.col("e") == pl.col("e").max()).max())
+        )
+        mk = pl.DataFrame({"hi": ends, "rank": e_rank, "step": e_step}).join(
+            last, on=["rank", "step"], how="inner"
+        )
+        return tuple(mk[c].to_numpy().astype(np.int64) for c in ("hi", "gi", "e"))
+    cell = (r - r0) * span + (st - s0)
+    e = g_e[sel]
+    emax = np.full(cells, NEG, dtype=np.int64)
+    np.maximum.at(emax, cell, e)
+    at = e == emax[cell]
+    gmax = np.full(cells, -1, dtype=np.int64)
+    np.maximum.at(gmax, cell[at], sel[at])
+    ok = (e_rank >= r0) & (e_rank - r0 < cells // span) & (e_step >= s0) & (e_step - s0 < span)
+    hi = ends[ok]
+    c = (e_rank[ok] - r0) * span + (e_step[ok] - s0)
+    has = gmax[c] >= 0
+    return hi[has], gmax[c][has], emax[c][has]
+
+
 def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     notes: dict[int, list[str]] = {}
     gpu, host = frames
@@ -324,8 +361,16 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     g_s0 = gpu["start_ns"].to_numpy().astype(np.int64)
     g_e0 = gpu["end_ns"].to_numpy().astype(np.int64)
     gperm = _order([g_rank0, g_stream0, g_s0], [g_e0, gpu["event_index"].to_numpy()])
-    kept = ("rank", "stream", "category_id", "name_id", "step", "shape", "graph_replay", "pg_key", "call_key")
-    gpu = gpu.select(kept)[gperm]
+    g_cat = gpu["category_id"].to_numpy()[gperm]
+    graph_replay = gpu["graph_replay"].to_numpy()[gperm]
+    # the collectives' kernels (few): found in the first order, given their place in stream order
+    mem = gpu.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("old"), "pg_key", "call_key").filter(
+        pl.col("pg_key").is_not_null()
+    )
+    frame = gpu.select("rank", "name_id", "shape", "step")[gperm]
+    n = len(gperm)
+    inv = np.empty(n, dtype=np.int64)
+    inv[gperm] = np.arange(n, dtype=np.int64)
     g_rank = g_rank0[gperm]
     g_stream = g_stream0[gperm]
     g_s = g_s0[gperm] - t0
@@ -333,10 +378,22 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     g_corr = g_corr0[gperm]
     if g_launch0 is not None:
         g_launch0 = g_launch0[gperm]
-    del g_s0, g_e0, g_stream0, g_corr0, g_rank0, gperm
-    gpu = gpu.with_columns(pl.Series("s", g_s), pl.Series("e", g_e)).with_row_index("gi")
+    del gpu, g_s0, g_e0, g_stream0, g_corr0, g_rank0, gperm
+    g_step = frame["step"].fill_null(-1).to_numpy().astype(np.int64)
+    gi_m = inv[mem["old"].to_numpy()]
+    members = (
+        mem.select("pg_key", "call_key")
+        .with_columns(
+            pl.Series("gi", gi_m),
+            pl.Series("rank", g_rank[gi_m]),
+            pl.Series("s", g_s[gi_m]),
+            pl.Series("e", g_e[gi_m]),
+            pl.Series("step", frame["step"].gather(gi_m)),
+        )
+        .sort("gi")
+    )
+    del inv, mem, gi_m
     g_d = g_e - g_s
-    n = len(g_s)
     first = np.ones(n, dtype=bool)
     first[1:] = (g_rank[1:] != g_rank[:-1]) | (g_stream[1:] != g_stream[:-1])
     prev_end = np.full(n, NEG, dtype=np.int64)
@@ -349,7 +406,6 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     else:
         g_launch = _join_index(h_rank, h_corr, what == LAUNCH, g_rank, g_corr)
     launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)
-    graph_replay = gpu["graph_replay"].to_numpy()
     # a graph replay's kernels share one launch: only its first kernel is released by it
     launch_t = np.where(graph_replay & ~first & (g_launch == np.roll(g_launch, 1)), NEG, launch_t)
 
@@ -391,7 +447,6 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     g_wl = np.where(~fixed & (launch_t == best) & (prev_end != best), g_s - launch_t, 0)
     g_wx = np.where(~fixed & (cross_t == best) & (prev_end != best) & (launch_t != best), g_s - cross_t, 0)
     g_fixed = np.where(fixed, g_s, NEG)
-    g_step = gpu["step"].fill_null(-1).to_numpy().astype(np.int64)
     no_launch = fixed & (g_step >= 0)
     for st, cnt in zip(*np.unique(g_step[no_launch], return_counts=True)):
         notes.setdefault(int(st), []).append(
@@ -405,7 +460,6 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     c_key: list[tuple[str, int]] = []
     c_transfer = np.zeros(0, dtype=np.int64)
     c_peak = np.zeros(0, dtype=np.int64)
-    members = gpu.filter(pl.col("pg_key").is_not_null()).select("gi", "pg_key", "call_key", "s", "e", "step")
     if members.height and coll.height:
         ok = coll.filter(pl.col("consistent")).with_columns(
             pl.when((pl.col("link_peak_gbps") > 0) & (pl.col("algbw_gbps") > 0) & (pl.col("msg_bytes") > 0))
@@ -422,7 +476,7 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
             ok.select("pg_key", "call_key", "ci", "peak_ns"), on=["pg_key", "call_key"], how="inner"
         )
         # one kernel per rank and call (the latest-starting, as collective_matching's wait)
-        m = m.join(gpu.select("gi", "rank"), on="gi").sort("s").unique(["ci", "rank"], keep="last")
+        m = m.sort("s").unique(["ci", "rank"], keep="last")
         agg = m.group_by("ci").agg(
             pl.col("s").max().alias("x0"), (pl.col("e") - pl.col("s")).min().alias("t"), pl.len().alias("k")
         )
@@ -485,16 +539,7 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     # its end mark waits for the work instead of keeping the host time before it
     ends = np.nonzero(what == STEP_END)[0]
     if len(ends):
-        last = (
-            pl.DataFrame({"gi": np.arange(n), "rank": g_rank, "step": g_step, "e": g_e})
-            .filter(pl.col("step") >= 0)
-            .group_by("rank", "step")
-            .agg(pl.col("e").max(), pl.col("gi").filter(pl.col("e") == pl.col("e").max()).max())
-        )
-        mk = pl.DataFrame({"hi": ends, "rank": h_rank[ends], "step": h_step[ends]}).join(
-            last, on=["rank", "step"], how="inner"
-        )
-        hi, gi, ge = (mk[c].to_numpy().astype(np.int64) for c in ("hi", "gi", "e"))
+        hi, gi, ge = _last_work(ends, h_rank[ends], h_step[ends], g_rank, g_step, g_e)
         waits = (ge <= h_e[hi]) & (h_e[hi] - ge <= facts["explained_gap_ns"]) & (cand_h[hi] < 0)
         cand_h[hi[waits]] = gi[waits]
         h_gap[hi[waits]] = np.minimum(h_gap[hi[waits]], 0)
@@ -527,8 +572,8 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
         g_coll=g_coll,
         g_wc=g_wc,
         g_step=g_step,
-        g_cat=gpu["category_id"].to_numpy(),
-        frame=gpu.select("rank", "stream", "name_id", "shape", "step", "pg_key", "call_key"),
+        g_cat=g_cat,
+        frame=frame,
         names=names,
         h_rank=h_rank,
         h_chain_first=h_first,
