@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -68,6 +69,9 @@ CHUNK_ROWS = 1 << 17
 # for a DLRM rank); a large one is streamed (see derived_batches)
 ENGINE = "in-memory"
 _KEYS = ["rank", "correlation"]
+# derive_many's source key: the source's place in its list
+SOURCE_KEY = "_source"
+SOURCE_KEY_TYPE = pl.Int32
 
 
 def _scan(x: Path | pl.LazyFrame) -> pl.LazyFrame:
@@ -92,14 +96,15 @@ _NO_OPS = {
 }
 
 
-def _launches(ops: pl.LazyFrame) -> pl.LazyFrame:
-    """One row per rank and correlation of the runtime/driver calls among `ops` (cpu_ops rows):
-    the earliest call's launch_ns, launch_name, launch_pid, launch_tid."""
+def _launches(ops: pl.LazyFrame, by: tuple[str, ...] = ()) -> pl.LazyFrame:
+    """One row per rank and correlation (and `by`: derive_many's source key) of the runtime/driver
+    calls among `ops` (cpu_ops rows): the earliest call's launch_ns, launch_name, launch_pid,
+    launch_tid."""
     return (
         ops.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null())
-        .select(*_KEYS, "start_ns", "name", "pid", "tid")
+        .select(*by, *_KEYS, "start_ns", "name", "pid", "tid")
         .sort("start_ns", maintain_order=True)
-        .group_by(_KEYS, maintain_order=True)
+        .group_by([*by, *_KEYS], maintain_order=True)
         .first()
         .rename({"start_ns": "launch_ns", "name": "launch_name", "pid": "launch_pid", "tid": "launch_tid"})
     )
@@ -111,31 +116,34 @@ def _modelled(ops: pl.LazyFrame, work: bool) -> pl.LazyFrame:
     return ops.filter(has | pl.col("mem_bytes").is_not_null() if work else has)
 
 
-def _ranges(mo: pl.LazyFrame, wo: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def _ranges(
+    mo: pl.LazyFrame, wo: pl.LazyFrame, by: tuple[str, ...] = ()
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """The asof right sides: (modelled ops: launch_pid, launch_tid, op_start_ns, op_end_ns; ops
     with modelled work: launch_pid, launch_tid, w_start_ns, w_end_ns, w_op), each sorted by start
     and, among equal starts, by event_index (so that a subset of the ops sorts its rows in the
-    same order as the whole: _near)."""
+    same order as the whole: _near); `by` columns kept as they are."""
     mo = mo.sort("start_ns", "event_index").select(
-        launch_pid="pid", launch_tid="tid", op_start_ns="start_ns", op_end_ns="end_ns"
+        *by, launch_pid="pid", launch_tid="tid", op_start_ns="start_ns", op_end_ns="end_ns"
     )
     wo = wo.sort("start_ns", "event_index").select(
-        launch_pid="pid", launch_tid="tid", w_start_ns="start_ns", w_end_ns="end_ns", w_op="event_index"
+        *by, launch_pid="pid", launch_tid="tid", w_start_ns="start_ns", w_end_ns="end_ns", w_op="event_index"
     )
     return mo, wo
 
 
-def _join(corr, launches, st, mo, wo) -> pl.LazyFrame:
+def _join(corr, launches, st, mo, wo, by: tuple[str, ...] = ()) -> pl.LazyFrame:
     """corr (rank, correlation, activities) with its launch, the step window holding the launch
-    and the (modelled, work) op the launch ran in: per_correlation's first frame."""
+    and the (modelled, work) op the launch ran in: per_correlation's first frame. by: key columns
+    every frame has (derive_many's source key), joined on first."""
     # asof joins give no match for a NULL key (an unknown launch, pid or tid)
     asof = dict(left_on="launch_ns", strategy="backward", check_sortedness=False)
     return (
-        corr.join(launches, on=_KEYS, how="left")
+        corr.join(launches, on=[*by, *_KEYS], how="left")
         .sort("launch_ns")
-        .join_asof(st.sort("step_start_ns"), right_on="step_start_ns", by="rank", **asof)
-        .join_asof(mo, right_on="op_start_ns", by=["launch_pid", "launch_tid"], **asof)
-        .join_asof(wo, right_on="w_start_ns", by=["launch_pid", "launch_tid"], **asof)
+        .join_asof(st.sort("step_start_ns"), right_on="step_start_ns", by=[*by, "rank"], **asof)
+        .join_asof(mo, right_on="op_start_ns", by=[*by, "launch_pid", "launch_tid"], **asof)
+        .join_asof(wo, right_on="w_start_ns", by=[*by, "launch_pid", "launch_tid"], **asof)
         .with_columns(
             step=pl.when(pl.col("launch_ns") < pl.col("step_end_ns")).then(pl.col("step")).cast(pl.Int64),
             in_op=(pl.col("launch_ns") < pl.col("op_end_ns")).fill_null(False),
@@ -145,53 +153,71 @@ def _join(corr, launches, st, mo, wo) -> pl.LazyFrame:
     )
 
 
-def _steps(steps: Path | pl.LazyFrame | None) -> pl.LazyFrame:
+def _steps(steps: Path | pl.LazyFrame | None, by: tuple[str, ...] = ()) -> pl.LazyFrame:
     if steps is None:
         return pl.LazyFrame(
-            schema={"rank": pl.Int32, "step": pl.Int64, "step_start_ns": pl.Int64, "step_end_ns": pl.Int64}
+            schema={
+                **dict.fromkeys(by, SOURCE_KEY_TYPE),
+                "rank": pl.Int32,
+                "step": pl.Int64,
+                "step_start_ns": pl.Int64,
+                "step_end_ns": pl.Int64,
+            }
         )
-    return _scan(steps).select("rank", "step", step_start_ns="start_ns", step_end_ns="end_ns")
+    return _scan(steps).select(*by, "rank", "step", step_start_ns="start_ns", step_end_ns="end_ns")
 
 
-def _external(mo: pl.LazyFrame, wo: pl.LazyFrame) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+def _external(
+    mo: pl.LazyFrame, wo: pl.LazyFrame, by: tuple[str, ...] = ()
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
     """(the External ids of modelled ops: external_id; of ops with modelled work, the least
-    event_index: external_id, ext_work_op)."""
-    ids = mo.filter(pl.col("external_id").is_not_null()).select("external_id").unique()
+    event_index: external_id, ext_work_op), each with the `by` columns."""
+    ids = mo.filter(pl.col("external_id").is_not_null()).select(*by, "external_id").unique()
     wids = (
         wo.filter(pl.col("external_id").is_not_null())
-        .group_by("external_id")
+        .group_by([*by, "external_id"])
         .agg(ext_work_op=pl.col("event_index").min())
     )
     return ids, wids
 
 
 def per_correlation(
-    gpu: Path | pl.LazyFrame, cpu: Path | pl.LazyFrame | None, steps: Path | pl.LazyFrame | None
+    gpu: Path | pl.LazyFrame,
+    cpu: Path | pl.LazyFrame | None,
+    steps: Path | pl.LazyFrame | None,
+    by: tuple[str, ...] = (),
 ) -> tuple[pl.LazyFrame, pl.LazyFrame, pl.LazyFrame]:
     """Lazy frames (gpu, cpu, steps: the source's parts, or lazy frames of their rows): (one row
     per rank and correlation with GPU work: activities, launch_ns,
     launch_name, launch_pid, launch_tid, step, in_op, in_work_op; the External ids of ops with
     modelled FLOPs, column external_id; the External ids of ops with modelled work, columns
-    external_id, ext_work_op). Built as one plan, so a small source costs one collect."""
+    external_id, ext_work_op). Built as one plan, so a small source costs one collect. by: key
+    columns of all three (derive_many's source key), each frame's rows then derived per key value
+    as if alone."""
     corr = (
         _scan(gpu)
-        .select(_KEYS)
+        .select(*by, *_KEYS)
         .filter(pl.col("correlation").is_not_null())
-        .group_by(_KEYS)
+        .group_by([*by, *_KEYS])
         .agg(activities=pl.len())
     )
-    ops = _scan(cpu) if cpu is not None else pl.LazyFrame(schema=_NO_OPS)
-    launches = _launches(ops)
+    ops = (
+        _scan(cpu)
+        if cpu is not None
+        else pl.LazyFrame(schema={**dict.fromkeys(by, SOURCE_KEY_TYPE), **_NO_OPS})
+    )
+    launches = _launches(ops, by)
     mo, wo = _modelled(ops, False), _modelled(ops, True)
-    ids, wids = _external(mo, wo)
-    return _join(corr, launches, _steps(steps), *_ranges(mo, wo)), ids, wids
+    ids, wids = _external(mo, wo, by)
+    return _join(corr, launches, _steps(steps, by), *_ranges(mo, wo, by), by), ids, wids
 
 
-def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids, wids):
+def _with_derived(df: pl.LazyFrame | pl.DataFrame, corr, ids, wids, by: tuple[str, ...] = ()):
     df = df.drop([c for c in DERIVED if c in df.collect_schema().names()])
-    df = df.join(corr, on=_KEYS, how="left", maintain_order="left")
-    df = df.join(ids.with_columns(by_ext=pl.lit(True)), on="external_id", how="left", maintain_order="left")
-    df = df.join(wids, on="external_id", how="left", maintain_order="left")
+    df = df.join(corr, on=[*by, *_KEYS], how="left", maintain_order="left")
+    ext = [*by, "external_id"]
+    df = df.join(ids.with_columns(by_ext=pl.lit(True)), on=ext, how="left", maintain_order="left")
+    df = df.join(wids, on=ext, how="left", maintain_order="left")
     return df.with_columns(
         graph_replay=((pl.col("activities") > 1) & (pl.col("kind") == "kernel")).fill_null(False),
         flops_op=pl.col("by_ext").fill_null(False) | pl.col("in_op").fill_null(False),
@@ -301,20 +327,24 @@ def _append(t: pa.Table, derived: pa.Table) -> pa.Table:
     return t
 
 
+# the columns of (gpu_activities, cpu_ops, steps) derive_table and derive_many read: only these go
+# to polars (a small source's wide tables cost more to convert than the plan costs to run)
+_READ = (
+    ("rank", "correlation", "external_id", "kind"),
+    tuple(_NO_OPS),
+    ("rank", "step", "start_ns", "end_ns"),
+)
+
+
 def derive_table(gpu: pa.Table, cpu: pa.Table | None, steps: pa.Table | None) -> pa.Table:
     """A small source's gpu_activities rows held in memory (pa.Table of its schema v3 columns)
     with the derived columns computed from its cpu_ops and steps rows (None: it has none): the
     same values as derived_batches gives for the same rows written as parts, in one in-memory
     polars plan without a Parquet round trip (pipeline/ingest/hold.py). Types as polars gives
     them (the caller conforms the table to the schema)."""
-    # only the columns read here go to polars (a small source's wide tables cost more to convert
-    # than the plan costs to run)
-    read = (
-        ["rank", "correlation", "external_id", "kind"],
-        list(_NO_OPS),
-        ["rank", "step", "start_ns", "end_ns"],
-    )
-    lazy = [None if t is None else pl.from_arrow(t.select(c)).lazy() for t, c in zip((gpu, cpu, steps), read)]
+    lazy = [
+        None if t is None else pl.from_arrow(t.select(c)).lazy() for t, c in zip((gpu, cpu, steps), _READ)
+    ]
     corr, ids, wids = per_correlation(*lazy)
     keys = lazy[0].select("rank", "correlation", "external_id", "kind")
     derived = _with_derived(keys, corr, ids, wids).select(DERIVED).collect(engine=ENGINE)
@@ -327,3 +357,43 @@ def derive_files(
     """Write `out` from derived_batches(gpu, cpu, steps) with write(chunks, path) (pipeline/lake.py
     conforms each chunk to the schema); returns what write returns."""
     return write(derived_batches(gpu, cpu, steps), out)
+
+
+def derive_many(sources: list[tuple[pa.Table, pa.Table | None, pa.Table | None]]) -> list[pa.Table]:
+    """derive_table of many small sources in one polars plan (pipeline/ingest/hold.py: the held
+    sources of a batch): sources, each (gpu_activities, cpu_ops, steps) as derive_table takes
+    them; returns each source's gpu_activities rows with their derived columns, in that order.
+
+    The same values as derive_table of each source alone: the rows of all sources are put
+    together with a SOURCE_KEY column (the source's place in the list), which every group, join
+    and asof join of the plan takes as its first key, so no row is matched with another source's
+    (two sources may hold the same rank, correlation ids, threads and External ids). One plan for
+    N sources costs about what one source's costs (a few ms of polars set-up; docs/performance.md
+    "Ingest of small files"). Types as polars gives them (the caller conforms)."""
+    by = (SOURCE_KEY,)
+    whole = []
+    for k, cols in enumerate(_READ):
+        parts = [
+            t[k].select(cols).append_column(SOURCE_KEY, _ints32(i, t[k].num_rows))
+            for i, t in enumerate(sources)
+            if t[k] is not None
+        ]
+        whole.append(pl.from_arrow(pa.concat_tables(parts)).lazy() if parts else None)
+    if whole[0] is None:
+        return [g for g, _, _ in sources]
+    corr, ids, wids = per_correlation(*whole, by=by)
+    keys = whole[0].select(SOURCE_KEY, *_READ[0])
+    derived = _with_derived(keys, corr, ids, wids, by).select(DERIVED).collect(engine=ENGINE).to_arrow()
+    out, offset = [], 0
+    for gpu, _, _ in sources:
+        out.append(_append(gpu, derived.slice(offset, gpu.num_rows)))
+        offset += gpu.num_rows
+    if offset != derived.num_rows:  # the joins keep one row per activity, in its order
+        raise AssertionError(f"{derived.num_rows} derived rows for {offset} activities")
+    return out
+
+
+def _ints32(value: int, n: int) -> pa.Array:
+    """n copies of value as an int32 Arrow array, built from a buffer (pa.array imports pandas
+    where it is installed)."""
+    return pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(np.full(n, value, np.int32))])

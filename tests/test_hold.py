@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, corpus
@@ -30,7 +31,7 @@ from conftest import REPO, corpus
 from pipeline import derive
 from pipeline import lake_manifest as manifest
 from pipeline import schema as sch
-from pipeline.ingest import ingest_paths
+from pipeline.ingest import hold, ingest_paths
 from pipeline.lake import Lake
 
 STEP_TRACE = corpus("hta", "tests", "data", "trace_filter", "sampled_rank-0.json.gz")
@@ -152,3 +153,87 @@ def test_a_run_of_few_files_keeps_parts_of_its_own(inputs, tmp_path):
     assert [r.status for r in ingest_paths([d], Lake(root))] == ["ok", "ok"]
     assert manifest.read_one(root, "run=few") is None
     assert len(list((root / "gpu_activities" / "run=few").glob("*.parquet"))) == 2
+
+
+def _source_tables(root: Path, sid: str) -> dict:
+    """One source's rows of each table, from every Parquet file under the lake (pyarrow, filtered
+    by source_id), tables without rows left out."""
+    out = {}
+    for t in sch.tables():
+        files = sorted((root / t).glob("run=*/*.parquet"))
+        tbl = pq.read_table(files, filters=[("source_id", "=", sid)], partitioning=None) if files else None
+        if tbl is not None and tbl.num_rows:
+            out[t] = tbl
+    return out
+
+
+def _sources(root: Path) -> list[dict]:
+    """Every `sources` row under the lake (pyarrow)."""
+    return [
+        r for f in sorted((root / "sources").glob("run=*/*.parquet")) for r in pq.read_table(f).to_pylist()
+    ]
+
+
+def test_derived_columns_of_many_sources_in_one_plan_equal_those_of_the_parts(reference):
+    """derive.derive_many over sources that share rank, correlation ids, threads and External ids
+    (rank 0 of the job, rank 3 relabelled as rank 0, and the rank 0 copy an hour later in a run of
+    its own) gives each the derived columns its own parts got (the reference lake's rows): no row
+    is matched with another source's."""
+    root = reference
+    rows = [r for r in _sources(root) if r["status"] == "ok" and r["rank"] in (0, 3)]
+    rows.sort(key=lambda r: (r["run_id"] != "job", r["rank"]))
+    assert [(r["run_id"] == "job", r["rank"]) for r in rows] == [(True, 0), (True, 3), (False, 0)]
+    picked = [_source_tables(root, r["source_id"]) for r in rows]
+    want = [p["gpu_activities"] for p in picked]
+    relabel = lambda t: t.set_column(  # noqa: E731
+        t.schema.get_field_index("rank"), "rank", pa.array([0] * t.num_rows, pa.int32())
+    )
+    ins = [
+        tuple(
+            relabel(p[t]).drop_columns(list(derive.DERIVED)) if t == "gpu_activities" else relabel(p[t])
+            for t in ("gpu_activities", "cpu_ops", "steps")
+        )
+        for p in picked
+    ]
+    got = [sch.conform("gpu_activities", g) for g in derive.derive_many(ins)]
+    for g, w in zip(got, want):
+        assert g.drop_columns(["rank"]).to_pylist() == w.drop_columns(["rank"]).to_pylist()
+    # the copy an hour later: its launches an hour (HOUR_US, as the inputs were written) after rank 0's
+    early, late = ([x for x in t.column("launch_ns").to_pylist() if x is not None] for t in (got[0], got[-1]))
+    assert early and sorted(x - HOUR_US * 1000 for x in late) == sorted(early)
+    # rank 0's kernels each have a correlation of their own in the trace: none is a graph replay
+    assert not any(got[0].column("graph_replay").to_pylist())
+
+
+def test_a_held_source_whose_sources_row_does_not_fit_fails_alone(reference, tmp_path):
+    """Pending.flush conforms a run's `sources` rows together; a row that does not fit schema v3
+    (a rank given as text) fails its source only, and the run's other held sources are written
+    with their rows as given."""
+    root = reference
+    rows = [r for r in _sources(root) if r["run_id"] == "job" and r["status"] == "ok"]
+    lake = Lake(tmp_path / "lake")
+    pending = hold.Pending(lake, min_sources=2)
+    for i, r in enumerate(rows):
+        tables = _source_tables(root, r["source_id"])
+        tables["gpu_activities"] = sch.conform(
+            "gpu_activities", tables["gpu_activities"].drop_columns(list(derive.DERIVED))
+        )
+        bad = {**r, "rank": "three"} if i == 1 else r
+        pending.add(hold.Held("job", r["source_id"], tables), bad, key=i)
+    failures = pending.flush()
+    assert [k for k, _ in failures] == [1] and isinstance(failures[0][1], sch.SchemaError)
+    assert "sources.rank" in str(failures[0][1])
+    m = manifest.read_one(lake.root, "run=job")
+    assert sorted(m.sources) == sorted(r["source_id"] for i, r in enumerate(rows) if i != 1)
+    got = raw_rows(lake.root)
+    want_sids = set(m.sources)
+    want = {
+        t: sorted(
+            repr({k: v for k, v in r.items() if not (t == "sources" and k == "ingested_at_ns")})
+            for f in (root / t).glob("run=job/*.parquet")
+            for r in pq.read_table(f).to_pylist()
+            if r["source_id"] in want_sids
+        )
+        for t in sch.tables()
+    }
+    assert got == want

@@ -28,6 +28,7 @@ from typing import Callable, Iterable
 from ..classify import check_regex
 from ..lake import Lake, LakeError, one_line
 from ..lake_compact import AUTO_MIN_SOURCES
+from ..schema import SchemaError
 from ..upgrade import upgrade
 from . import objects
 from .commit import FileResult, commit, problem_failure
@@ -184,9 +185,12 @@ def ingest_paths(
                         put(failed(p.path, p.run_id, "cannot write its rows to the lake", p.sha))
             _place_logs(logs, results, lake, done, runs, force, on_file)
             for (i, sha), err in pending.flush():  # held sources the lake could not take: failed
-                if not lake.writable():
+                if isinstance(err, SchemaError):  # its sources row (commit() says it the same way)
+                    why = one_line(f"schema violation: {err}")
+                elif not lake.writable():
                     raise LakeError(f"{lake.root}: cannot write to the lake")
-                why = f"cannot write its rows to the lake ({one_line(err.strerror or str(err))})"
+                else:
+                    why = f"cannot write its rows to the lake ({one_line(err.strerror or str(err))})"
                 results[i] = commit(
                     failed(results[i].path, results[i].run_id, why, sha), lake, done, runs, force
                 )
