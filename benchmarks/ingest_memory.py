@@ -8,14 +8,18 @@ kernels each; every kernel has its `aten::mm` cpu_op (External id), its `cudaLau
 (never held in memory), gzip level 1 when the name ends in .gz. `--gb X` sizes the JSON by its
 uncompressed bytes.
 
-  python benchmarks/ingest_memory.py [--gb 1 --gb 2] [--work DIR] [--keep]
+  python benchmarks/ingest_memory.py [--gb 1 --gb 2] [--work DIR] [--keep] [--reuse] [--no-analyze]
 
-For each size: the JSON's bytes and events, the ingest's wall seconds and the child's peak RSS
-(wait4's ru_maxrss: the ingest process; with --jobs 1 nothing else), the peak RSS per GB of JSON
-and per million events, and an RSS timeline sampled every 0.5 s from /proc (the stage it is in
-is not known from outside: the timeline shows where it grows); then the same for the analysis
-of the lake (`tracelake analyze`, with the per-source results stored at ingest), and whether the
-source got those results. Not a test: numbers depend on the machine.
+For each size: the JSON's bytes and events; then phase 1 alone (the Kineto decode into spooled
+tables, `kineto.parse_stream` as the ingest calls it, in a child: its peak RSS and its RSS after
+every BATCHES_PER_LINE batches, read by the child itself, so growth per batch is seen); then the
+ingest's wall seconds and the child's peak RSS (wait4's ru_maxrss: the ingest process; with
+--jobs 1 nothing else), the peak RSS per GB of JSON and per million events, and an RSS timeline
+sampled every 0.5 s from /proc (the stage it is in is not known from outside: the timeline shows
+where it grows); then the same for the analysis of the lake (`tracelake analyze`, with the
+per-source results stored at ingest), and whether the source got those results. --reuse takes a
+trace of the same size already in --work (kept by --keep) instead of writing it again. Not a
+test: numbers depend on the machine.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 KERNELS_PER_STEP = 30_000
 US_PER_KERNEL = 10  # each kernel 6 µs, launched 10 µs apart
+BATCHES_PER_LINE = 40  # phase 1: one RSS figure every this many batches of 16 MB of JSON
 
 
 def write_trace(path: Path, target_bytes: int) -> tuple[int, int]:
@@ -86,11 +91,41 @@ def write_trace(path: Path, target_bytes: int) -> tuple[int, int]:
     return written, events
 
 
-def run(*args: str) -> tuple[float, float, list[tuple[float, float]]]:
-    """(wall seconds, peak RSS MB, [(seconds, RSS MB)]) of `tracelake ARGS` in a child."""
-    exe = shutil.which("tracelake", path=str(Path(sys.executable).parent)) or "tracelake"
+def _rss_mb() -> float:
+    """This process's resident set (VmRSS of /proc/self/status), in MiB."""
+    for ln in Path("/proc/self/status").read_text().splitlines():
+        if ln.startswith("VmRSS:"):
+            return int(ln.split()[1]) / 1024
+    return float("nan")
+
+
+def phase1(trace: Path) -> None:
+    """Run in a child (--phase1 TRACE): phase 1 of one Kineto file's ingest as prepare_kineto
+    runs it (gzip inflated by streams.Inflate, kineto.parse_stream with the default batch and spool
+    sizes, spilling to a temporary directory), printing 'batches events RSS-MiB' every
+    BATCHES_PER_LINE batches and at the end."""
+    import tempfile
+
+    from pipeline.ingest import kineto, streams
+
+    def report(batches: int, events: int) -> None:
+        if batches % BATCHES_PER_LINE == 0:
+            print(f"{batches} {events} {_rss_mb():.0f}", flush=True)
+
+    with open(trace, "rb") as raw, tempfile.TemporaryDirectory() as tmp:
+        parsed = kineto.parse_stream(streams.Inflate(raw).read, spool_dir=tmp, on_batch=report)
+        print(f"end {parsed.event_count} {_rss_mb():.0f}", flush=True)
+        parsed.close()
+
+
+def run(*args: str, python: bool = False) -> tuple[float, float, list[tuple[float, float]], str]:
+    """(wall seconds, peak RSS MB, [(seconds, RSS MB)], stdout) of `tracelake ARGS` in a child
+    (python=True: of `python ARGS`)."""
+    exe = sys.executable if python else shutil.which("tracelake", path=str(Path(sys.executable).parent))
     t = time.monotonic()
-    p = subprocess.Popen([exe, *args], stdout=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [exe or "tracelake", *args], stdout=subprocess.PIPE if python else subprocess.DEVNULL
+    )
     samples: list[tuple[float, float]] = []
     stop = threading.Event()
 
@@ -106,12 +141,26 @@ def run(*args: str) -> tuple[float, float, list[tuple[float, float]]]:
 
     th = threading.Thread(target=sample, daemon=True)
     th.start()
+    out = p.stdout.read().decode() if python else ""
     _, status, ru = os.wait4(p.pid, 0)
     stop.set()
     th.join()
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"tracelake {' '.join(args)} failed: exit {os.waitstatus_to_exitcode(status)}")
-    return time.monotonic() - t, ru.ru_maxrss / 1024, samples
+        raise SystemExit(f"{exe} {' '.join(args)} failed: exit {os.waitstatus_to_exitcode(status)}")
+    return time.monotonic() - t, ru.ru_maxrss / 1024, samples, out
+
+
+def trace_of(work: Path, gb: float, reuse: bool) -> tuple[Path, int, int]:
+    """(path, bytes of JSON, events) of the trace of `gb` GB in `work`: written, or with reuse
+    the one written before (its counts kept beside it)."""
+    trace = work / f"rank0_{gb:g}gb.json.gz"
+    counts = trace.with_suffix(".counts")
+    if reuse and trace.exists() and counts.exists():
+        nbytes, events = map(int, counts.read_text().split())
+        return trace, nbytes, events
+    nbytes, events = write_trace(trace, int(gb * 1e9))
+    counts.write_text(f"{nbytes} {events}\n")
+    return trace, nbytes, events
 
 
 def main():
@@ -119,25 +168,38 @@ def main():
     ap.add_argument("--gb", type=float, action="append", help="JSON size in GB (1e9 bytes); repeatable")
     ap.add_argument("--work", type=Path, default=Path("/tmp/ingest-memory"))
     ap.add_argument("--keep", action="store_true", help="keep the traces and lakes")
+    ap.add_argument("--reuse", action="store_true", help="use a trace of the same size kept in --work")
+    ap.add_argument("--no-analyze", action="store_true", help="measure phase 1 and the ingest only")
+    ap.add_argument("--phase1", type=Path, help=argparse.SUPPRESS)  # the child of phase 1
     a = ap.parse_args()
+    if a.phase1:
+        return phase1(a.phase1)
     sizes = a.gb or [1.0, 2.0]
     a.work.mkdir(parents=True, exist_ok=True)
     print(f"{'JSON GB':>8} {'events M':>9} {'step':>8} {'s':>7} {'peak MB':>8} {'MB/GB':>6} {'MB/M ev':>8}")
     for gb in sizes:
-        trace = a.work / f"rank0_{gb:g}gb.json.gz"
+        trace, nbytes, events = trace_of(a.work, gb, a.reuse)
         lake = a.work / f"lake_{gb:g}gb"
         shutil.rmtree(lake, ignore_errors=True)
-        nbytes, events = write_trace(trace, int(gb * 1e9))
-        for what, args in (
-            ("ingest", ("ingest", str(trace), "--lake", str(lake), "--jobs", "1")),
-            ("analyze", ("analyze", "--lake", str(lake))),
-        ):
-            secs, peak, samples = run(*args)
+        steps = [
+            ("phase 1", (str(Path(__file__).resolve()), "--phase1", str(trace)), True),
+            ("ingest", ("ingest", str(trace), "--lake", str(lake), "--jobs", "1"), False),
+            ("analyze", ("analyze", "--lake", str(lake)), False),
+        ]
+        for what, args, python in steps[: 2 if a.no_analyze else 3]:
+            secs, peak, samples, out = run(*args, python=python)
             print(
                 f"{nbytes / 1e9:8.2f} {events / 1e6:9.2f} {what:>8} {secs:7.1f} {peak:8.0f} "
                 f"{peak / (nbytes / 1e9):6.0f} {peak / (events / 1e6):8.0f}",
                 flush=True,
             )
+            if python:
+                lines = [ln.split() for ln in out.splitlines()]
+                print(
+                    "  RSS MB by batch of 16 MB: "
+                    + ", ".join(f"{b} ({int(n) / 1e6:.1f} M events) {m}" for b, n, m in lines)
+                )
+                continue
             step = max(1, len(samples) // 20)
             print("  RSS MB over time: " + ", ".join(f"{s:.0f}s {m:.0f}" for s, m in samples[::step]))
             if what == "ingest":
@@ -146,6 +208,7 @@ def main():
                 print(f"  per-source results stored: {'yes' if stored else full}")
         if not a.keep:
             trace.unlink()
+            trace.with_suffix(".counts").unlink(missing_ok=True)
             shutil.rmtree(lake, ignore_errors=True)
 
 

@@ -28,6 +28,17 @@ if TYPE_CHECKING:
     from .stream import _Splitter
 
 
+def _owned(df: pl.DataFrame) -> pl.DataFrame:
+    """The same rows and dtypes in buffers of their own, for the few rows of a batch kept to the
+    end of the parse. A polars filter that keeps contiguous rows is a slice of the batch's
+    columns, and a gather shares the batch's string buffers: either would keep the whole batch's
+    memory (its numpy time columns, its name strings) alive with the rows, about 1 MB a batch of
+    16 MB of JSON that holds a ProfilerStep (issue 40: phase-1 RSS grew with the event count).
+    Rebuilt from Python values: these frames hold a few rows a batch (ProfilerSteps, comm host
+    ops, ops with collective metadata)."""
+    return pl.DataFrame(df.to_dict(as_series=False), schema=df.schema)
+
+
 class _Acc:
     """Phase 1: per batch, the table rows with raw (file) timestamps, spooled; plus what the
     whole-trace steps need (comm host ops' External ids, collective metadata, step ranges, used
@@ -125,19 +136,23 @@ class _Acc:
             hosts = cpu.filter(host)
             self.comm_ext |= set(hosts["external_id"].drop_nulls().to_list())
             self.hosts.append(
-                hosts.select(
-                    "event_index", "pid", "tid", "name", "start_ns", "dur_ns", "input_dims", "input_types"
+                _owned(
+                    hosts.select(
+                        "event_index", "pid", "tid", "name", "start_ns", "dur_ns", "input_dims", "input_types"
+                    )
                 )
             )
         self.spools["launch"].add(
             cpu.select("correlation", "pid", "tid", "start_ns").filter(launch).to_arrow()
         )
         if step.any():
-            self.steps.append(cpu.filter(step).select("name", "start_ns", "dur_ns", "pid", "tid"))
+            self.steps.append(_owned(cpu.filter(step).select("name", "start_ns", "dur_ns", "pid", "tid")))
         if meta:
             self.rpc.append(
-                cpu.filter(pl.col("event_index").is_in(list(meta))).select(
-                    "event_index", "external_id", "start_ns", "dur_ns"
+                _owned(
+                    cpu.filter(pl.col("event_index").is_in(list(meta))).select(
+                        "event_index", "external_id", "start_ns", "dur_ns"
+                    )
                 )
             )
         self.spools["cpu"].add(cpu.to_arrow())

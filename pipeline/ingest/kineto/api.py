@@ -47,17 +47,22 @@ def parse_stream(
     spool_dir=None,
     batch_bytes: int | None = None,
     spool_bytes: int | None = None,
+    on_batch=None,
 ) -> "StreamParsed":
     """Parse one Kineto trace from `read(n) -> bytes` (decompressed; b'' at the end) in batches.
     Memory is bounded by batch_bytes plus spool_bytes of tables (beyond that they are spilled to
     Arrow IPC files in spool_dir, a directory or a callable giving one at the first spill; without
-    spool_dir they stay in memory). Raises TraceError /
-    NotKinetoError (one line). Call .close() on the result when done with it."""
+    spool_dir they stay in memory). on_batch(batches, events), when given, is called after each
+    batch is added (batches and events so far; benchmarks/ingest_memory.py reads the RSS there).
+    Raises TraceError / NotKinetoError (one line). Call .close() on the result when done with it."""
     sp = _Splitter(read, BATCH_BYTES if batch_bytes is None else batch_bytes)
     acc = _Acc(_Budget(SPOOL_BYTES if spool_bytes is None else spool_bytes, spool_dir))
     try:
-        for events in sp.batches():
+        for k, events in enumerate(sp.batches(), 1):
             acc.add(events)
+            del events  # the batch's Python objects go before the next batch is decoded
+            if on_batch is not None:
+                on_batch(k, acc.n)
         return acc.finish(sp, comm_patterns)
     except BaseException:
         acc.close()

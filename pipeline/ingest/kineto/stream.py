@@ -370,6 +370,7 @@ class _Splitter(_Skeleton):
                 self._fill(search + READ_BYTES)
             evs, tail_at = r
             yield evs
+            del evs, r  # the caller dropped the batch: its objects go before the next is decoded
             if tail_at is not None:  # the array ended before the candidate
                 self._tail(head, tail_at)
                 return
