@@ -12,11 +12,13 @@ with pyarrow (no listing or manifest of the code under test)."""
 
 from __future__ import annotations
 
+import io
+import json
 import shutil
 
 import polars as pl
 import pytest
-from conftest import corpus
+from conftest import X, corpus
 from test_hold import raw_rows
 
 from pipeline import timeparse
@@ -123,3 +125,39 @@ def test_a_scratch_directory_only_for_a_trace_that_spills(tmp_path, monkeypatch)
     assert ingest_paths([TRACES[0]], Lake(tmp_path / "b"), jobs=1)[0].status == "ok"
     assert len(made) == 1 and not made[0].exists()  # made at the first spill, removed after
     assert raw_rows(tmp_path / "a") == raw_rows(tmp_path / "b")
+
+
+AR = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+def _collective_rows(events: list[dict]) -> tuple[list, list]:
+    """(the collectives rows of the ingest's Arrow path, StreamParsed.tables(arrow=True), which
+    skips _collectives for a trace without communication kernels and collective ops; those of
+    parse(), which always runs it), each as (op, timing_source, start_ns) sorted."""
+    data = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    s = kineto_api.parse_stream(io.BytesIO(data).read)
+    try:
+        chunks = s.tables({"run_id": "r", "source_id": "s", "rank": 0}, arrow=True)["collectives"]()
+        fast = [(r["op"], r["timing_source"], r["start_ns"]) for c in chunks for r in c.to_pylist()]
+    finally:
+        s.close()
+    full = kineto_api.parse(data).collectives
+    return sorted(fast), sorted(
+        zip(*(full.get_column(c).to_list() for c in ("op", "timing_source", "start_ns")))
+    )
+
+
+def test_collectives_skipped_only_for_a_trace_without_communication():
+    """Hand-built traces (µs): a compute kernel alone has no collectives row on either path; an NCCL
+    all-reduce kernel at 200 launched with no host record around it is one row named by its
+    kernel (GPU timing, 200,000 ns), and a CPU-only record_param_comms 'allreduce' at 50 (gloo,
+    no GPU) one row timed by the op (50,000 ns): the Arrow path's skip leaves both rows."""
+    kernel = X("kernel", "volta_sgemm_128x64_nn", 100, 10, pid=0, tid=7, device=0, stream=7, correlation=1)
+    launch = X("cuda_runtime", "cudaLaunchKernel", 90, 5, pid=10, tid=10, correlation=1)
+    assert _collective_rows([kernel, launch]) == ([], [])
+    nccl = X("kernel", AR, 200, 50, pid=0, tid=7, device=0, stream=7, correlation=2)
+    want = [("all_reduce", "gpu_kernel", 200_000)]
+    assert _collective_rows([kernel, launch, nccl]) == (want, want)
+    rpc = X("cpu_op", "record_param_comms", 50, 20, pid=10, tid=10, **{"Collective name": "allreduce"})
+    want = [("all_reduce", "cpu_op", 50_000)]
+    assert _collective_rows([rpc]) == (want, want)

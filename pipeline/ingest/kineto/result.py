@@ -173,6 +173,8 @@ class StreamParsed(TraceMeta):
                 for _ in gpu_chunks():
                     pass
             comm = pl.concat(comm_rows, how="vertical_relaxed") if comm_rows else None
+            if arrow and (comm is None or not comm.height) and not self.rpc.height:
+                return []  # no communication kernel nor collective op: _collectives has no row
             return [
                 out(
                     _collectives(
