@@ -616,9 +616,10 @@ def test_runs_of_real_ranks_in_hand_made_layouts(tmp_path):
 
 def test_windows_of_one_name_whatever_batches_bring_them(tmp_path):
     """Two profiling cycles in one directory (ranks 0 and 1 at 03:00 and at 04:00 UTC, hand-made):
-    one batch, the two cycles in two batches in time order, or the ranks in two batches in either
-    order, give the same names (the earliest cycle `prof`, the later one named by its start);
-    a cycle ingested after the later one is named by its start, and a note says why."""
+    one batch listed in any order, the two cycles in two batches in time order, or the ranks in
+    two batches in either order, give the same names (the earliest cycle `prof`, the later one
+    named by its start); a cycle ingested after the later one is named by its start, and a note
+    says why."""
     d = tmp_path / "prof"
     c1 = [_rank(d / f"c1_rank{r}.json", r, T0_US + r) for r in (0, 1)]
     c2 = [_rank(d / f"c2_rank{r}.json", r, T0_US + 3_600 * 10**6 + r) for r in (0, 1)]
@@ -637,6 +638,9 @@ def test_windows_of_one_name_whatever_batches_bring_them(tmp_path):
     assert names(c1, c2, lake="in_time_order")[0] == want
     assert names([c1[0], c2[0]], [c1[1], c2[1]], lake="rank0_first")[0] == want
     assert names([c1[1], c2[1]], [c1[0], c2[0]], lake="rank1_first")[0] == want
+    # a batch is taken sorted by path, however it was listed
+    assert names(c2[::-1] + c1[::-1], lake="listed_backwards")[0] == want
+    assert names([c2[1], c1[1]], [c2[0], c1[0]], lake="halves_listed_backwards")[0] == want
     late, notes = names(c2, c1, lake="reversed")
     assert late == {"c2_rank0.json": "prof", "c2_rank1.json": "prof"} | {
         "c1_rank0.json": "prof_20261104T030000",

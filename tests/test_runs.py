@@ -188,12 +188,18 @@ def test_cycles_are_grouped_whatever_the_order(tmp_path):
         [(0, 0), (1, 1), (1, 0), (0, 1)],
         [(1, 1), (1, 0), (0, 1), (0, 0)],
     ]
+    key = {f.name: k for k, f in files.items()}
     for i, order in enumerate(orders):
         lake = Lake(tmp_path / f"lake{i}")
         res = ingest_paths([files[k] for k in order], lake, jobs=1)
         assert [r.status for r in res] == ["ok"] * 4
         assert _partition(lake, files) == CYCLES, order
-        assert len({r.run_id for r in res}) == 2
+        # and the same names, whatever the order the files were given in: cycle 0 (listed first
+        # by path) holds the directory's name, cycle 1 is named by its start, 60 s later
+        got = {key[Path(r.path).name]: r.run_id for r in res}
+        assert got == {(0, 0): "prof", (0, 1): "prof"} | dict.fromkeys(
+            [(1, 0), (1, 1)], "prof_20230428T235238"
+        )
     # a growing archive: cycle 0's rank 1 arrives after cycle 1 is in the lake
     lake = Lake(tmp_path / "grow")
     ingest_paths([files[(0, 0)], files[(1, 0)], files[(1, 1)]], lake, jobs=1)
@@ -295,8 +301,11 @@ def test_run_given_keeps_free_ranks_together(tmp_path):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([files[(0, 0)], files[(1, 1)], files[(1, 0)]], lake, run="X", jobs=1)
     # --run: rank 1 of cycle 1 is free in X, so it joins X although it is another window;
-    # rank 0 of cycle 1 is taken there and goes to a run of its own
-    assert [r.run_id for r in res[:2]] == ["X", "X"] and res[2].run_id == "X_20230428T235238"
+    # rank 0 of cycle 1 is taken there and goes to a run of its own (files are committed sorted
+    # by path: c0_rank-0, c1_rank-0, c1_rank-1)
+    key = {f.name: k for k, f in files.items()}
+    got = {key[Path(r.path).name]: r.run_id for r in res}
+    assert got == {(0, 0): "X", (1, 1): "X", (1, 0): "X_20230428T235238"}
 
 
 def test_archives_in_job_directories_keep_the_job(tmp_path):

@@ -9,7 +9,9 @@ is (sniffed here, in one place, from its first bytes), and the units of work the
   bytes, and of a text stream (pipeline/ingest/nccl sniff). Everything else is read as Kineto
   JSON, which says itself when it is not one.
 - plan(): the units of work in input order: a file, an archive member (a zip or plain tar is
-  listed here), or a whole compressed tar (read front to back by one worker).
+  listed here), or a whole compressed tar (read front to back by one worker). Input order is
+  the files' absolute paths sorted (a zip's or tar's members by name), whatever the order the
+  paths were given in, so a batch names its runs the same however it was listed (runs.py rule 2).
 """
 
 from __future__ import annotations
@@ -319,7 +321,8 @@ def _size(path: Path) -> int:
 def plan(
     paths: Iterable[str | Path], exclude: list[str] | None = None, not_logs: list | None = None
 ) -> tuple[list[Unit], list[Problem]]:
-    """The units of work for `paths` in input order (archives opened into their members), minus
+    """The units of work for `paths` in input order (module doc: sorted by path; archives opened
+    into their members, sorted by name; object URLs first, in their listing's order), minus
     the files and members `exclude` (patterns as exclude_patterns() returns them) leaves out.
     not_logs, when given, gets the paths of the files (found in a directory) and zip or tar
     members (`archive!member`) with a log suffix that are passed over as NOT_A_LOG."""
@@ -328,6 +331,9 @@ def plan(
     paths = list(paths)
     urls = [p for p in paths if objstore.is_url(p)]  # s3://bucket/prefix/: pipeline/ingest/objects.py
     files = discover([p for p in paths if p not in urls], problems, exclude, roots=roots, not_logs=not_logs)
+    # one order whatever the order the paths were given in: which of two windows of one name
+    # holds it (pipeline/ingest/runs.py rule 2) must not depend on how the shell listed them
+    files.sort(key=lambda f: os.path.abspath(f))
     units: list[Unit] = [Unit("problem", p) for p in problems]
     if urls:
         from .objects import plan_urls
@@ -352,7 +358,7 @@ def plan(
                 why = f"corrupt archive: its member list cannot be read ({type(e).__name__}: {e})"
                 units.append(Unit("problem", Problem(f, why[:300], _below(below))))
                 continue
-            for m in members:
+            for m in sorted(members, key=lambda m: m.member):  # by name, as files are
                 if excluded(m.member, exclude):
                     continue
                 m.below = below
