@@ -553,7 +553,7 @@ def test_launch_lookup_equals_the_join(dlrm, monkeypatch):
 
     import numpy as np
 
-    gr = importlib.import_module("pipeline.whatif.graph")
+    gr = importlib.import_module("pipeline.whatif.rows")
     setting = "SELECT current_setting('memory_limit')"
     cap = dlrm.execute(setting).fetchall()
     packed = build(dlrm, "dlrm_kineto")
@@ -584,14 +584,14 @@ def test_launch_lookup_equals_the_join(dlrm, monkeypatch):
 
 def test_packed_order_equals_lexsort(dlrm, monkeypatch):
     """The chains are ordered by one stable argsort of the sort columns packed in an int64, the
-    rows that tie on them by the tie-breakers (graph._order); np.lexsort of every column (what
+    rows that tie on them by the tie-breakers (rows._order); np.lexsort of every column (what
     _order falls back to where the packed columns do not fit in 63 bits) gives the same graph on
     DLRM, and on random columns with many ties the same order."""
     import importlib
 
     import numpy as np
 
-    gr = importlib.import_module("pipeline.whatif.graph")
+    gr = importlib.import_module("pipeline.whatif.rows")
     rng = np.random.default_rng(7)
     a, b, c = (rng.integers(lo, hi, 5000) for lo, hi in ((-3, 4), (0, 50), (10**12, 10**12 + 40)))
     d = rng.integers(0, 3, 5000)

@@ -24,6 +24,7 @@ limits. Raises ValueError when the run has no GPU work.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -33,11 +34,20 @@ import polars as pl
 
 from ..catalog import replay as replay_facts
 from ..paths import QUERIES_DIR
+from .rows import (  # noqa: F401  (WHAT and the kinds: what Graph.h_what holds, read by the other rooms)
+    BLOCKING,
+    DATA_LOADING,
+    LAUNCH,
+    NEG,
+    STEP_END,
+    STEP_START,
+    WHAT,
+    _join_index,
+    gpu_rows,
+    host_rows,
+)
 
-NEG = np.int64(-(2**60))  # "no such edge": below every time
-# host node kinds (Graph.h_what holds their index) and GPU categories (Graph.g_cat)
-WHAT = ("launch", "blocking", "data_loading", "step_start", "step_end")
-LAUNCH, BLOCKING, DATA_LOADING, STEP_START, STEP_END = range(len(WHAT))
+# host node kinds (Graph.h_what holds their index: rows.WHAT) and GPU categories (Graph.g_cat)
 CATEGORIES = ("compute", "communication", "memory", "unknown")
 
 
@@ -109,12 +119,6 @@ def step_notes(g: Graph) -> list[str]:
     return out
 
 
-def _first_of_chain(chain: np.ndarray) -> np.ndarray:
-    first = np.ones(len(chain), dtype=bool)
-    first[1:] = chain[1:] != chain[:-1]
-    return first
-
-
 def _read(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
     return pl.from_arrow(con.sql((QUERIES_DIR / "replay" / name).read_text()).to_arrow_table())
 
@@ -148,11 +152,18 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     con.execute("SET VARIABLE replay_categories = ?", [list(CATEGORIES)])
     con.execute((QUERIES_DIR / "replay" / "gpu_names.sql").read_text())
     names = [n for (n,) in con.execute("SELECT name FROM replay_names ORDER BY name_id").fetchall()]
-    with _uncapped(con):
+    with _uncapped(con), ThreadPoolExecutor(max_workers=1) as pool:
+        # the host rows read on a cursor of their own beside the GPU rows (DuckDB lets go of the
+        # GIL while it reads); a cursor has the database's views but not the connection's variables
+        cur = con.cursor()
+        cur.execute("SET VARIABLE replay_run = ?", [run])
+        cur.execute("SET VARIABLE replay_blocking = ?", [facts["blocking_calls"]])
+        host_read = pool.submit(_read, cur, "host_nodes.sql")
         gpu = _read(con, "gpu_nodes.sql")
-        if gpu.height == 0:
-            raise ValueError(f"run {run}: no GPU work to replay")
-        host = _read(con, "host_nodes.sql")
+        host = host_read.result()
+        cur.close()
+    if gpu.height == 0:
+        raise ValueError(f"run {run}: no GPU work to replay")
     name = host["name"].fill_null("")
     host = host.with_columns(name.cast(pl.Enum(name.unique().sort())))  # a code per distinct name
     from ..query import metric_sql  # collective_matching.sql, whether or not its view is bound
@@ -168,98 +179,6 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     frames = [gpu, host]
     del gpu, host  # _assemble lets each frame go as soon as it has what it needs (peak memory)
     return _assemble(run, t0, frames, coll, facts, names)
-
-
-def _keys(rank: np.ndarray, corr: np.ndarray) -> np.ndarray | None:
-    """(rank, correlation) as one int64 (rank above bit 40), or None when a value does not fit
-    (then the callers join on the two columns)."""
-    if len(rank) and (rank.min() < 0 or rank.max() >= (1 << 22) or corr.max() >= (1 << 40)):
-        return None
-    return np.where(corr >= 0, (rank.astype(np.int64) << 40) | corr, -1)
-
-
-class _Links:
-    """Host calls and GPU rows linked by (rank, correlation) packed in one int64 (_keys), with one
-    sort of the calls' keys: which calls launched work (their key is a GPU row's), and, once the
-    host rows have their chain order, each GPU row's launch (the first call of its key in that
-    order). Returns None (make) where a key does not fit; then _join_index joins on the columns."""
-
-    def __init__(self, hk: np.ndarray, gk: np.ndarray):
-        self.o = np.argsort(hk, kind="stable")
-        sk = hk[self.o]
-        new = np.ones(len(sk), dtype=bool)
-        new[1:] = sk[1:] != sk[:-1]
-        self.run = np.cumsum(new) - 1  # per sorted call: the number of its key
-        self.starts = np.flatnonzero(new)
-        pos = np.minimum(np.searchsorted(sk, gk), max(len(sk) - 1, 0))
-        self.hit = (gk >= 0) & (sk[pos] == gk) if len(sk) else np.zeros(len(gk), dtype=bool)
-        self.g_run = np.where(self.hit, self.run[pos] if len(sk) else 0, -1)
-        hit_run = np.zeros(len(self.starts), dtype=bool)
-        hit_run[self.g_run[self.hit]] = True
-        self.launched = np.zeros(len(hk), dtype=bool)
-        self.launched[self.o] = hit_run[self.run] & (sk >= 0)
-
-    @classmethod
-    def make(cls, h_rank, h_corr, h_call, g_rank, g_corr) -> _Links | None:
-        hk, gk = _keys(h_rank, h_corr), _keys(g_rank, g_corr)
-        if hk is None or gk is None:
-            return None
-        return cls(np.where(h_call, hk, -1), gk)  # -1: no key (never a GPU row's)
-
-    def launch(self, keep: np.ndarray) -> np.ndarray:
-        """Per GPU row (in the rows' first order), its launch's position among the host rows that
-        keep marks (the host rows are in chain order; every call of a launching key is kept): the
-        first call of its key in chain order. -1: none."""
-        if not len(self.starts):
-            return np.full(len(self.hit), -1, dtype=np.int64)
-        at = np.cumsum(keep, dtype=np.int64) - 1  # position among the kept rows
-        first = at[self.o[self.starts]]  # o is a stable sort: a key's first call comes first
-        return np.where(self.hit, first[np.maximum(self.g_run, 0)], -1)
-
-
-def _order(parts: list[np.ndarray], ties: list[np.ndarray]) -> np.ndarray:
-    """The row order np.lexsort gives by the integer columns `parts` (most significant first),
-    then `ties` (most significant first), then position: one stable argsort of `parts` packed in
-    one int64 (numpy's stable sort is a timsort, so rows that come nearly in order, as a trace's
-    do, cost little: 0.07 s for 6.7 M GPU rows, where np.lexsort of five keys took 0.45 s), the
-    rare rows that tie on all parts then ordered by `ties`. Falls back to np.lexsort where the
-    parts' ranges do not fit in 63 bits together."""
-    n = len(parts[0])
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    lo = [int(p.min()) for p in parts]
-    bits = [(int(p.max()) - m).bit_length() for p, m in zip(parts, lo)]
-    if sum(bits) > 63:
-        return np.lexsort(tuple(reversed(ties)) + tuple(reversed(parts)))
-    key = np.zeros(n, dtype=np.int64)
-    for p, m, b in zip(parts, lo, bits):
-        key <<= b
-        key |= p - m if m else p
-    o = np.argsort(key, kind="stable")
-    if ties:
-        ks = key[o]
-        tie = ks[1:] == ks[:-1]
-        if tie.any():
-            at = np.zeros(n, dtype=bool)
-            at[1:] = tie
-            at[:-1] |= tie
-            idx = np.flatnonzero(at)  # the tied rows' places; ks is sorted, so each group stays put
-            sub = o[idx]
-            o[idx] = sub[np.lexsort(tuple(t[sub] for t in reversed(ties)) + (ks[idx],))]
-    return o
-
-
-def _join_index(h_rank, h_corr, h_call, g_rank, g_corr) -> np.ndarray:
-    """Per GPU row, the first host call (in the host rows' order) of its rank and correlation
-    (-1: none); h_call marks the host rows that are calls. A join on the two columns: what
-    _Links does where a key does not fit in one integer."""
-    h = pl.DataFrame({"rank": h_rank, "correlation": h_corr, "hi": np.arange(len(h_rank))}).filter(
-        pl.Series(h_call)
-    )
-    first = h.group_by("rank", "correlation").agg(pl.col("hi").min())
-    g = pl.DataFrame({"rank": g_rank, "correlation": g_corr})
-    j = g.join(first, on=["rank", "correlation"], how="left", maintain_order="left")
-    return np.where(g_corr >= 0, j["hi"].fill_null(-1).to_numpy(), -1)
 
 
 def _last_work(ends, e_rank, e_step, g_rank, g_step, g_e):
@@ -303,102 +222,40 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     notes: dict[int, list[str]] = {}
     gpu, host = frames
     frames.clear()
-    # --- host rows: the calls that launched GPU work of the run (their correlation is a GPU
-    # row's of the same rank), or blocking calls; DataLoader fetches; step marks
-    blocking_names = set(facts["blocking_calls"])
-    cats = host.schema["name"].categories.to_list()
-    is_blocking = np.array([c in blocking_names for c in cats], dtype=bool)
-    # chain order (of every row; the ones not kept are dropped below): rank, start; a step's end
-    # mark before the next step's start mark at one instant; the longer of two events that start
-    # together first
-    kind0 = host["what"].to_numpy()  # host_nodes.sql's code: 0 call, 1 data_loading, 2 step_start, 3 step_end
-    order_of = np.array([1, 1, 2, 0], dtype=np.int8)  # by kind
-    h_s0 = host["start_ns"].to_numpy().astype(np.int64)
-    h_e0 = host["end_ns"].to_numpy().astype(np.int64)
-    h_rank0 = host["rank"].to_numpy().astype(np.int64)
-    perm = _order([h_rank0, h_s0, order_of[kind0]], [-h_e0])
-    h_rank, h_s, h_e, kind = h_rank0[perm], h_s0[perm], h_e0[perm], kind0[perm]
-    del h_s0, h_e0, h_rank0, kind0
-    codes = host["name"].to_physical().to_numpy()[perm]
-    blocking = is_blocking[codes] if len(cats) else np.zeros(host.height, dtype=bool)
-    call = kind == 0
-    h_corr = host["correlation"].fill_null(-1).to_numpy().astype(np.int64)[perm]
     g_corr0 = gpu["correlation"].fill_null(-1).to_numpy().astype(np.int64)
     g_rank0 = gpu["rank"].to_numpy().astype(np.int64)
-    # the calls that launched work: their (rank, correlation) is a GPU row's
-    links = _Links.make(h_rank, h_corr, call, g_rank0, g_corr0)  # the calls' keys come nearly sorted
-    if links is not None:
-        launched = links.launched
-    else:
-        launched = call & (h_corr >= 0)
-        if launched.any():
-            hit = _join_index(g_rank0, g_corr0, np.ones(len(g_rank0), dtype=bool), h_rank, h_corr)
-            launched &= hit >= 0
-    what = np.select(
-        [launched, call & blocking, kind == 1, kind == 2, kind == 3],
-        [LAUNCH, BLOCKING, DATA_LOADING, STEP_START, STEP_END],
-        -1,
-    ).astype(np.int8)
-    keep = what >= 0
-    g_launch0 = links.launch(keep) if links is not None else None
-    perm = perm[keep]
-    h_rank, what, is_block_name, h_corr = h_rank[keep], what[keep], blocking[keep], h_corr[keep]
-    h_s = h_s[keep] - t0
-    h_e = h_e[keep] - t0
-    h_step = host["step"].fill_null(-1).to_numpy().astype(np.int64)[perm]
-    h_name = host["name"].gather(perm)
-    del host, codes, blocking, kind, call, launched, perm, links, keep
-    h_first = _first_of_chain(h_rank)
-    prev_e = np.empty_like(h_e)
-    prev_e[0:1] = h_s[0:1]
-    prev_e[1:] = h_e[:-1]
-    prev_e[h_first] = h_s[h_first]
-    h_gap = h_s - prev_e
-    h_b = h_e - h_s
-
-    # --- GPU chains: rank, stream, start (then end, then file order)
-    g_stream0 = gpu["stream"].to_numpy().astype(np.int64)
-    g_s0 = gpu["start_ns"].to_numpy().astype(np.int64)
-    g_e0 = gpu["end_ns"].to_numpy().astype(np.int64)
-    gperm = _order([g_rank0, g_stream0, g_s0], [g_e0, gpu["event_index"].to_numpy()])
-    g_cat = gpu["category_id"].to_numpy()[gperm]
-    graph_replay = gpu["graph_replay"].to_numpy()[gperm]
-    # the collectives' kernels (few): found in the first order, given their place in stream order
-    mem = gpu.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("old"), "pg_key", "call_key").filter(
-        pl.col("pg_key").is_not_null()
+    # the host side (chain order, which calls launched work) and the GPU side (stream order,
+    # cross-stream candidates) in two threads: numpy lets go of the GIL in its array passes
+    gpu_box, host_box = [gpu], [host]
+    del gpu, host
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        host_side = pool.submit(host_rows, host_box, t0, facts["blocking_calls"], g_rank0, g_corr0)
+        gr = gpu_rows(gpu_box, t0, g_rank0, g_corr0)
+        del g_rank0, g_corr0
+        hr = host_side.result()
+    h_rank, h_s, h_e, what, is_block_name, h_corr = hr.rank, hr.s, hr.e, hr.what, hr.is_block_name, hr.corr
+    h_step, h_name, h_first, h_gap, h_b = hr.step, hr.name, hr.first, hr.gap, hr.b
+    g_launch0 = hr.g_launch0[gr.gperm] if hr.g_launch0 is not None else None
+    del hr
+    g_rank, g_s, g_e, g_corr, g_step, g_cat = gr.rank, gr.s, gr.e, gr.corr, gr.step, gr.cat
+    graph_replay, frame, members, first, prev_end = (
+        gr.graph_replay,
+        gr.frame,
+        gr.members,
+        gr.first,
+        gr.prev_end,
     )
-    frame = gpu.select("rank", "name_id", "shape", "step")[gperm]
-    n = len(gperm)
-    inv = np.empty(n, dtype=np.int64)
-    inv[gperm] = np.arange(n, dtype=np.int64)
-    g_rank = g_rank0[gperm]
-    g_stream = g_stream0[gperm]
-    g_s = g_s0[gperm] - t0
-    g_e = g_e0[gperm] - t0
-    g_corr = g_corr0[gperm]
-    if g_launch0 is not None:
-        g_launch0 = g_launch0[gperm]
-    del gpu, g_s0, g_e0, g_stream0, g_corr0, g_rank0, gperm
-    g_step = frame["step"].fill_null(-1).to_numpy().astype(np.int64)
-    gi_m = inv[mem["old"].to_numpy()]
-    members = (
-        mem.select("pg_key", "call_key")
-        .with_columns(
-            pl.Series("gi", gi_m),
-            pl.Series("rank", g_rank[gi_m]),
-            pl.Series("s", g_s[gi_m]),
-            pl.Series("e", g_e[gi_m]),
-            pl.Series("step", frame["step"].gather(gi_m)),
-        )
-        .sort("gi")
+    ranks_u, rank_lo, rank_hi, chain_lo, chain_hi = (
+        gr.ranks_u,
+        gr.rank_lo,
+        gr.rank_hi,
+        gr.chain_lo,
+        gr.chain_hi,
     )
-    del inv, mem, gi_m
+    cand = gr.cand
+    del gr
+    n = len(g_s)
     g_d = g_e - g_s
-    first = np.ones(n, dtype=bool)
-    first[1:] = (g_rank[1:] != g_rank[:-1]) | (g_stream[1:] != g_stream[:-1])
-    prev_end = np.full(n, NEG, dtype=np.int64)
-    prev_end[1:] = g_e[:-1]
-    prev_end[first] = NEG
 
     # launch: the first host node of the same rank and correlation that launched work
     if g_launch0 is not None:
@@ -409,27 +266,9 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     # a graph replay's kernels share one launch: only its first kernel is released by it
     launch_t = np.where(graph_replay & ~first & (g_launch == np.roll(g_launch, 1)), NEG, launch_t)
 
-    # cross-stream: the latest end on another stream of the rank at or before the start
+    # cross-stream: the latest end on another stream of the rank at or before the start (rows.py),
+    # where the predecessor and the launch do not explain the start
     explained = np.maximum(prev_end, launch_t)
-    cand = np.full(n, -1, dtype=np.int64)
-    by_end = _order([g_rank, g_e], [])
-    # the GPU rows are in (rank, stream, start) order, so a rank's and a chain's rows are slices
-    rank_lo = np.flatnonzero(np.r_[True, g_rank[1:] != g_rank[:-1]]) if n else np.zeros(0, dtype=np.int64)
-    ranks_u = g_rank[rank_lo]
-    rank_hi = np.append(rank_lo[1:], n)
-    chain_lo = np.nonzero(first)[0]
-    chain_hi = np.append(chain_lo[1:], n)
-    for r, a, b in zip(ranks_u, rank_lo, rank_hi):
-        rows = by_end[a:b]  # by_end is in (rank, end) order: the same slice holds rank r
-        for c0, c1 in zip(
-            chain_lo[(chain_lo >= a) & (chain_lo < b)], chain_hi[(chain_lo >= a) & (chain_lo < b)]
-        ):
-            other = rows[g_stream[rows] != g_stream[c0]]
-            if len(other) == 0:
-                continue
-            pos = np.searchsorted(g_e[other], g_s[c0:c1], side="right") - 1
-            ok = pos >= 0
-            cand[c0:c1][ok] = other[pos[ok]]
     cand_end = np.where(cand >= 0, g_e[np.maximum(cand, 0)], NEG)
     use_cross = (
         (cand >= 0)
@@ -453,6 +292,10 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
             f"{cnt} activities have no recorded launch and nothing before them on their stream: "
             "they start where they started"
         )
+    unlaunched = launch_t == NEG  # no launch edge (Graph.g_launch -1); the sync edges read g_launch
+    # the temporaries of 6.7 M rows each let go before the sync edges make theirs (peak memory)
+    del prev_end, launch_t, explained, cand, cand_end, use_cross, cross_t, best, fixed, no_launch
+    del graph_replay, g_corr
 
     # collectives: consistent matched calls
     g_coll = np.full(n, -1, dtype=np.int64)
@@ -502,13 +345,19 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
             )
 
     # --- sync edges: a blocking node waits for work that ended inside it
-    h_dep = np.full(len(h_s), -1, dtype=np.int64)
-    h_t = np.zeros(len(h_s), dtype=np.int64)
-    # a launching blocking call: its own work, when that ended inside it
-    own = np.full(len(h_s), -1, dtype=np.int64)
-    li = np.nonzero(g_launch >= 0)[0]
-    own[g_launch[li]] = li  # the last of its activities in stream order
-    cand_h = np.where((what == LAUNCH) & is_block_name & (own >= 0), own, -1)
+    m = len(h_s)
+    # a launching blocking call: its own work (the last of its activities in stream order), when
+    # that ended inside it
+    cand_h = np.full(m, -1, dtype=np.int64)
+    lb = np.flatnonzero((what == LAUNCH) & is_block_name)  # few
+    if len(lb):
+        mark = np.zeros(m, dtype=bool)
+        mark[lb] = True
+        gi = np.flatnonzero((g_launch >= 0) & mark[np.maximum(g_launch, 0)])
+        last = np.full(len(lb), -1, dtype=np.int64)
+        np.maximum.at(last, np.searchsorted(lb, g_launch[gi]), gi)
+        cand_h[lb] = last
+        del mark, gi, last
     # a blocking call that launched nothing: per stream, the last activity launched before it;
     # the one that ended latest inside the call
     bl = np.nonzero(what == BLOCKING)[0]
@@ -543,16 +392,24 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
         waits = (ge <= h_e[hi]) & (h_e[hi] - ge <= facts["explained_gap_ns"]) & (cand_h[hi] < 0)
         cand_h[hi[waits]] = gi[waits]
         h_gap[hi[waits]] = np.minimum(h_gap[hi[waits]], 0)
-        inferred_end = np.zeros(len(h_s), dtype=bool)
+        inferred_end = np.zeros(m, dtype=bool)
         inferred_end[hi[waits]] = True
     else:
-        inferred_end = np.zeros(len(h_s), dtype=bool)
-    dep_e = np.where(cand_h >= 0, g_e[np.maximum(cand_h, 0)], NEG)
-    valid = (cand_h >= 0) & (dep_e <= h_e)
-    h_dep = np.where(valid, cand_h, -1)
-    binding = valid & ((dep_e > h_s) | inferred_end)
-    h_t = np.where(binding, h_e - dep_e, 0)
-    h_b = np.where(binding, h_t, h_b)
+        inferred_end = np.zeros(m, dtype=bool)
+    # the waits that hold: the work ended inside the node (few nodes; not arrays over every node)
+    idx = np.flatnonzero(cand_h >= 0)
+    dep = cand_h[idx]
+    dep_e = g_e[dep]
+    valid = dep_e <= h_e[idx]
+    idx, dep, dep_e = idx[valid], dep[valid], dep_e[valid]
+    h_dep = np.full(m, -1, dtype=np.int64)
+    h_dep[idx] = dep
+    binding = (dep_e > h_s[idx]) | inferred_end[idx]
+    bi = idx[binding]
+    h_t = np.zeros(m, dtype=np.int64)
+    h_t[bi] = h_e[bi] - dep_e[binding]
+    h_b[bi] = h_t[bi]
+    del cand_h, inferred_end, idx, dep, dep_e, valid, binding, bi
 
     return Graph(
         run=run,
@@ -565,7 +422,7 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
         g_d=g_d,
         g_gap=g_gap,
         g_fixed=g_fixed,
-        g_launch=np.where(launch_t == NEG, -1, g_launch),
+        g_launch=np.where(unlaunched, -1, g_launch),
         g_wl=g_wl,
         g_cross=g_cross,
         g_wx=g_wx,

@@ -13,7 +13,6 @@
 -- @column name_id INTEGER: The kernel name's or copy label's position in replay/gpu_names.sql.
 -- @column start_ns BIGINT ns: Start, absolute clock.
 -- @column end_ns BIGINT ns: End.
--- @column launch_ns BIGINT ns: Start of the host call that launched it (NULL: not recorded).
 -- @column correlation BIGINT: Correlation id of that call.
 -- @column step BIGINT: The step whose host window holds the launch (NULL: outside steps).
 -- @column shape UBIGINT: A hash of the grid and block dimensions of a kernel, or of the byte count
@@ -24,7 +23,7 @@
 -- @column event_index BIGINT: Position in its input file (the tie-breaker of stream order).
 SELECT a.rank, coalesce(a.stream, -1) AS stream,
   (coalesce(list_position(getvariable('replay_categories'), a.category), 4) - 1)::TINYINT AS category_id,
-  n.name_id, a.start_ns, a.end_ns, a.launch_ns, a.correlation, a.step,
+  n.name_id, a.start_ns, a.end_ns, a.correlation, a.step,
   CASE WHEN a.kind = 'kernel' AND a.grid_x IS NOT NULL
        THEN hash(a.grid_x, a.grid_y, a.grid_z, a.block_x, a.block_y, a.block_z)
        WHEN a.bytes IS NOT NULL THEN hash(a.bytes) END AS shape,
