@@ -566,6 +566,10 @@ def test_ids_that_disagree_are_noted():
     job, notes = stated_job("rank0.json", "job-4711", {"run_id": "4712"})
     assert job == "job-4712" and len(notes) == 1 and "(job-4711/job-4712)" in notes[0]
     assert stated_job("job-4711_rank0.json", "slurm_4711/traces", {}) == (None, [])
+    # an id of other text (a collection's group_trace_id, a run_id) is not a job to compare
+    uuid = {"group_trace_id": "6e4c5d49-31d6"}
+    assert stated_job("job-4711_rank0.json", "traces", uuid) == (None, [])
+    assert stated_job("rank0.json", "job-4711", uuid) == ("6e4c5d49-31d6", [])
 
 
 def test_runs_of_real_ranks_in_hand_made_layouts(tmp_path):

@@ -99,24 +99,32 @@ def stated_job(name: str, dir_name: str, values: dict, keys=METADATA_KEYS) -> tu
     before the file, so a re-ingest or a failed file names the same run) or none is stated.
     notes (one line each, so two ids are never reconciled silently): the file name's job and
     the metadata's differ; the directory (`dir_name`, its run name without a job) names another
-    job than the one the file states (the run holds both); a metadata value names no job."""
+    job than the one the file states (the run holds both); a metadata value names no job. Only
+    numbered jobs (`job-<digits>`) are compared: a run_id or group_trace_id of other text
+    names a run or a collection, which a job directory may well hold."""
     by_name = job_of_name(name)
     job, why = job_of_metadata(values, keys)
-    key = next((k for k in keys if k.lower() in {str(x).lower() for x in values}), None)
+    given = {str(k).lower() for k, v in values.items() if v is not None}
+    key = next((k for k in keys if k.lower() in given), None)  # the one job_of_metadata read
     notes = [why] if why else []
-    if by_name is not None and job is not None and job != by_name:
+    if by_name is not None and _numbered(job) and job != by_name:
         notes.append(
             f"its file name states {by_name} and its metadata {key} {job}: the run is named by "
             "the file name's (read before the file; rename it or give --run to use the other)"
         )
     stated = by_name or job
     dir_jobs = [j for j in (job_of_name(p) for p in dir_name.rstrip("/").split("/")) if j]
-    if stated is not None and dir_jobs and stated not in dir_jobs:
+    if _numbered(stated) and dir_jobs and stated not in dir_jobs:
         notes.append(
             f"its directory names {dir_jobs[-1]} and the file states {stated}: "
             f"its run name holds both ({with_job(dir_name, stated)}); --run names it otherwise"
         )
     return (job if by_name is None else None), notes
+
+
+def _numbered(job: str | None) -> bool:
+    """Whether a job is `job-<digits>` (a scheduler's job id, from a name or a value of digits)."""
+    return job is not None and job_of_name(job) == job
 
 
 def names_job(name: str, job: str) -> bool:
