@@ -526,6 +526,9 @@ def _h(name: str) -> str:
         ),
         ("x" * 60 + "/" + "y" * 60, "x" * 39 + "." + "y" * 60 + "-" + _h("x" * 60 + "/" + "y" * 60)),
         (LONG, LONG[:100] + "-" + _h(LONG)),  # one directory alone: its first 100, as before
+        # UTF-8 bytes are counted (a directory name holds 255 of them): 日本語 is 9 bytes
+        ("日本語" * 40 + "/job-4711", "日本語" * 10 + ".job-4711-" + _h("日本語" * 40 + "/job-4711")),
+        ("a/" + "日本語" * 30, "a." + "日本語" * 10 + "日本-" + _h("a/" + "日本語" * 30)),  # 98 bytes
     ],
 )
 def test_long_names_are_shortened_in_their_directories_keeping_the_job(name, run_id):

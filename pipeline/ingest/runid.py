@@ -6,18 +6,18 @@ name (`<lake>/<table>/run=<id>/`), readable in a listing and typed in a shell:
 
 - its parts joined with '.' (`2026-11-04.job-4711.traces`) when each holds only letters, digits
   and combining marks of any script (`über-job`, `日本語_run`, `हिन्दी` keep theirs), '.', '_'
-  and '-', and the whole fits in MAX_ID characters; names are compared in Unicode NFC, so a
-  directory that macOS wrote decomposed (`u` + combining diaeresis) names the same run as one
-  typed on Linux;
+  and '-', and the whole fits in MAX_ID bytes of UTF-8 (`日本語` is 9; a directory name holds
+  255); names are compared in Unicode NFC, so a directory that macOS wrote decomposed (`u` +
+  combining diaeresis) names the same run as one typed on Linux;
 - another character (a space, punctuation, a symbol or emoji, a bidi control) is replaced as
   safe_run_id (pipeline/lake.py) replaces it, with 6 hex digits of the name's SHA-1 after it
   (`my job/traces` is `my_job_traces-<6 hex>`, as tracelake always stored it), so two names
   never share an id;
-- a name longer than MAX_ID is shortened in its directories, never in a part that names a job
+- a longer name is shortened in its directories, never in a part that names a job
   (`job-4711/<long>/traces`, `<long>/job-4711`): the longest part is cut first, the last one
-  (the job a trace's metadata states, up to 64 characters) kept at least LAST_MAX characters,
-  the others MIN_PART while there is room, then middle directories dropped; the hash of the
-  whole name follows (`nightly_llama70b_pretrain_nig.job-4711-<6 hex>`).
+  (the job a trace's metadata states, up to 64 characters) kept at least LAST_MAX bytes, the
+  others MIN_PART while there is room, then middle directories dropped; the hash of the whole
+  name follows (`nightly_llama70b_pretrain_nig.job-4711-<6 hex>`).
 
 run_id_of is a pure function of the name and idempotent (run_id_of(run_id_of(x)) ==
 run_id_of(x): a stored id given to `--run` names its run), so a re-ingest names a file the same way.
@@ -31,9 +31,9 @@ import unicodedata
 
 from ..lake import safe_run_id
 
-MAX_ID = 100  # characters of a run id before its hash (safe_run_id's limit)
-LAST_MAX = 64  # characters the last part keeps when a name is shortened (a job value's limit)
-MIN_PART = 8  # characters a shortened directory keeps while there is room
+MAX_ID = 100  # UTF-8 bytes of a run id before its hash (safe_run_id's limit, in characters)
+LAST_MAX = 64  # bytes the last part keeps when a name is shortened (a job value's limit)
+MIN_PART = 8  # bytes a shortened directory keeps while there is room
 _SHORTENED = re.compile(r".+-[0-9a-f]{6}")
 
 
@@ -67,10 +67,16 @@ def _replaced(name: str) -> str:
     return "".join(out).strip("._")
 
 
+def _bytes(s: str) -> int:
+    """The length of a name in a file system's terms: UTF-8 bytes (a directory name has at most
+    255 of them on Linux and macOS; `run=` and the id must fit)."""
+    return len(s.encode("utf-8", "surrogateescape"))
+
+
 def run_id_of(name: str) -> str:
-    """The run id of a run name (module doc): a str of letters, digits, '.', '_', '-', at most
-    MAX_ID characters plus '-' and 6 hex digits. Never raises; '' and '/' are stored as
-    safe_run_id stores them (`run-42099b`)."""
+    """The run id of a run name (module doc): a str of letters, digits, combining marks, '.', '_',
+    '-', at most MAX_ID UTF-8 bytes plus '-' and 6 hex digits. Never raises; '' and '/' are
+    stored as safe_run_id stores them (`run-42099b`)."""
     name = unicodedata.normalize("NFC", name)
     stripped = name.rstrip("/") or name
     parts = stripped.split("/") if stripped not in ("", "/") else []
@@ -78,23 +84,24 @@ def run_id_of(name: str) -> str:
         return safe_run_id(stripped)  # ASCII single parts: as tracelake always stored them
     if all(clean_part(p) for p in parts):
         joined = ".".join(parts)
-        if len(joined) <= MAX_ID:
+        if _bytes(joined) <= MAX_ID:
             return joined
-        if _SHORTENED.fullmatch(joined) and len(parts) == 1 and len(joined) <= MAX_ID + 7:
+        if _SHORTENED.fullmatch(joined) and len(parts) == 1 and _bytes(joined) <= MAX_ID + 7:
             return joined  # an id this function shortened, given back (idempotent)
         return _shortened(parts, stripped)
     replaced = _replaced(stripped)
-    if len(replaced) <= MAX_ID:
+    if _bytes(replaced) <= MAX_ID:
         return (replaced or "run") + "-" + _hash(stripped)
     return _shortened([_replaced(p) for p in parts], stripped)
 
 
 def _shortened(parts: list[str], name: str) -> str:
-    """parts joined with '.' in MAX_ID characters (module doc), then '-' and the hash of the whole
-    name: the longest part above its floor loses a character until the name fits (floors: a
-    part naming a job, all of it, up to LAST_MAX around the job; the last part, LAST_MAX: a job a
-    trace's metadata states has up to 64; another, MIN_PART); then middle directories are
-    dropped; then the first parts cut."""
+    """parts joined with '.' in MAX_ID UTF-8 bytes (module doc), then '-' and the hash of the
+    whole name. Until the name fits: the longest part (in bytes) above its floor loses a character
+    (floors, in bytes: a part naming a job, all of it, up to LAST_MAX characters around the job;
+    the last part, LAST_MAX, as a job a trace's metadata states has up to 64; another,
+    MIN_PART); then middle directories are dropped; then the last part, if it names no job, loses
+    characters; then the longest part left."""
     from .jobid import job_of_name
 
     parts = [p for p in parts if p] or ["run"]
@@ -102,25 +109,28 @@ def _shortened(parts: list[str], name: str) -> str:
     cut = [_around_job(p, LAST_MAX) if j and len(p) > LAST_MAX else p for p, j in zip(parts, job)]
     lens = [len(p) for p in cut]
     last = len(parts) - 1
+    size = [_bytes(p) for p in cut]
     floor = [
-        n if j else min(n, LAST_MAX if i == last else MIN_PART) for i, (n, j) in enumerate(zip(lens, job))
+        n if j else min(n, LAST_MAX if i == last else MIN_PART) for i, (n, j) in enumerate(zip(size, job))
     ]
 
     def total() -> int:
-        return sum(n for n in lens if n) + sum(1 for n in lens if n) - 1
+        return sum(n for n in size if n) + sum(1 for n in size if n) - 1
 
     while total() > MAX_ID:
-        free = [i for i, n in enumerate(lens) if n > floor[i]]
-        if free:  # the longest part above its floor loses a character
-            i = max(free, key=lambda j: (lens[j], -j))
-            lens[i] -= 1
-            continue
+        free = [i for i, n in enumerate(size) if n > floor[i]]
         drop = [i for i, n in enumerate(lens) if n and not job[i] and i != last]
-        if drop:  # a middle directory goes
-            lens[drop[len(drop) // 2]] = 0
+        if free:  # the longest part above its floor loses a character
+            i = max(free, key=lambda j: (size[j], -j))
+            lens[i] -= 1
+            size[i] = _bytes(cut[i][: lens[i]])
             continue
-        i = next(j for j, n in enumerate(lens) if n)  # only the job and last parts left: the first
-        lens[i] = max(0, lens[i] - (total() - MAX_ID))
+        if drop:  # a middle directory goes
+            lens[drop[len(drop) // 2]] = size[drop[len(drop) // 2]] = 0
+            continue
+        i = last if not job[last] and lens[last] > 1 else max(range(len(lens)), key=lambda j: (size[j], -j))
+        lens[i] -= 1  # the last part, if it names no job; else (a last resort) the longest job part
+        size[i] = _bytes(cut[i][: lens[i]])
     out = ".".join(p[:n].strip("._") for p, n in zip(cut, lens) if n and p[:n].strip("._"))
     return (out or "run") + "-" + _hash(name)
 
