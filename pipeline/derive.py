@@ -359,17 +359,22 @@ def derive_files(
     return write(derived_batches(gpu, cpu, steps), out)
 
 
-def derive_many(sources: list[tuple[pa.Table, pa.Table | None, pa.Table | None]]) -> list[pa.Table]:
+def derive_many(
+    sources: list[tuple[pa.Table, pa.Table | None, pa.Table | None]],
+    finish: Callable[[pa.Table], pa.Table] | None = None,
+) -> list[pa.Table]:
     """derive_table of many small sources in one polars plan (pipeline/ingest/hold.py: the held
-    sources of a batch): sources, each (gpu_activities, cpu_ops, steps) as derive_table takes
-    them; returns each source's gpu_activities rows with their derived columns, in that order.
+    sources of a run): sources, each (gpu_activities, cpu_ops, steps) as derive_table takes them,
+    every gpu_activities table of the same Arrow schema; returns each source's gpu_activities rows
+    with their derived columns, in that order: slices of one table, to which `finish` (when given)
+    was applied whole (hold.py conforms it to the schema there: one call, not one per source).
 
     The same values as derive_table of each source alone: the rows of all sources are put
     together with a SOURCE_KEY column (the source's place in the list), which every group, join
     and asof join of the plan takes as its first key, so no row is matched with another source's
     (two sources may hold the same rank, correlation ids, threads and External ids). One plan for
-    N sources costs about what one source's costs (a few ms of polars set-up; docs/performance.md
-    "Ingest of small files"). Types as polars gives them (the caller conforms)."""
+    N sources instead of N plans of a few ms of polars set-up each (docs/performance.md "Ingest of
+    small files"). Types as polars gives them, unless finish changes them."""
     by = (SOURCE_KEY,)
     whole = []
     for k, cols in enumerate(_READ):
@@ -379,17 +384,17 @@ def derive_many(sources: list[tuple[pa.Table, pa.Table | None, pa.Table | None]]
             if t[k] is not None
         ]
         whole.append(pl.from_arrow(pa.concat_tables(parts)).lazy() if parts else None)
-    if whole[0] is None:
-        return [g for g, _, _ in sources]
+    if not sources:
+        return []
     corr, ids, wids = per_correlation(*whole, by=by)
     keys = whole[0].select(SOURCE_KEY, *_READ[0])
     derived = _with_derived(keys, corr, ids, wids, by).select(DERIVED).collect(engine=ENGINE).to_arrow()
+    gpu = _append(pa.concat_tables([g for g, _, _ in sources]), derived)
+    gpu = finish(gpu) if finish is not None else gpu
     out, offset = [], 0
-    for gpu, _, _ in sources:
-        out.append(_append(gpu, derived.slice(offset, gpu.num_rows)))
-        offset += gpu.num_rows
-    if offset != derived.num_rows:  # the joins keep one row per activity, in its order
-        raise AssertionError(f"{derived.num_rows} derived rows for {offset} activities")
+    for g, _, _ in sources:
+        out.append(gpu.slice(offset, g.num_rows))
+        offset += g.num_rows
     return out
 
 

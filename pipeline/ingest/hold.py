@@ -214,8 +214,11 @@ def _derived(entries: list[_Entry]) -> list[dict[str, pa.Table]]:
     {"gpu_activities": rows conformed}, or {} for a source without GPU activities."""
     have = [e for e in entries if "gpu_activities" in e.held.tables]
     tables = [e.held.tables for e in have]
-    gpus = derive.derive_many([(t["gpu_activities"], t.get("cpu_ops"), t.get("steps")) for t in tables])
-    got = {id(e): {"gpu_activities": sch.conform("gpu_activities", g)} for e, g in zip(have, gpus)}
+    gpus = derive.derive_many(
+        [(t["gpu_activities"], t.get("cpu_ops"), t.get("steps")) for t in tables],
+        lambda g: sch.conform("gpu_activities", g),
+    )
+    got = {id(e): {"gpu_activities": g} for e, g in zip(have, gpus)}
     return [got.get(id(e), {}) for e in entries]
 
 
