@@ -178,34 +178,61 @@ def levels(g: Graph) -> tuple[np.ndarray, np.ndarray] | None:
     xsrc, wsrc, csrc = gx[xi], hd[waiting], gc[ci]
     # launch: L(v) >= L(u), over every GPU node at once (nearly all have a launch; the others get
     # a source whose shifted level, less 2**62, is below every node's)
-    lsrc = np.maximum(gl, 0)
+    lsrc = np.maximum(gl, 0).astype(np.int32 if len(H) < 2**31 else np.int64)
     dl = g_off - h_off[lsrc] if len(H) else np.zeros(len(G), dtype=np.int64)
     dl[gl < 0] = -(2**62)
     lsrc = lsrc if len(H) else None
-    tmp = np.empty_like(G)
     dx = g_off[xi] - g_off[xsrc] + 1  # cross-stream: L(v) >= L(u) + 1
     dw = h_off[nxt] - g_off[wsrc] + 1  # awaited work -> the host node after the waiting one
     c_off = g_off[ci]
-    del gw, hw
+    del gw, hw, g_off, h_off  # made again at the end (memory: the passes run beside the identity replay)
+    tmp = np.empty_like(G)
+    up_all = np.empty(len(G), dtype=bool)
     for _ in range(MAX_LEVEL_PASSES):
-        G0, H0 = G.copy(), H.copy()
+        # each update records whether it raised a level (levels only rise), so a pass that raises
+        # none ends the passes; a chain's cumulative maximum is taken again only after a raise
+        changed = dirty = False
+        old_x = G[xsrc]  # the cross-stream edges read the levels the pass started with
         if len(nxt):
-            H[nxt] = np.maximum(H[nxt], G[wsrc] + dw)
-            np.maximum.accumulate(H, out=H)
+            cand = G[wsrc] + dw
+            up = cand > H[nxt]
+            if up.any():
+                changed = True
+                H[nxt[up]] = cand[up]
+                np.maximum.accumulate(H, out=H)
         if lsrc is not None:
             np.take(H, lsrc, out=tmp)
             tmp += dl
-            np.maximum(G, tmp, out=G)
-        G[xi] = np.maximum(G[xi], G0[xsrc] + dx)
-        np.maximum.accumulate(G, out=G)
+            np.greater(tmp, G, out=up_all)
+            if up_all.any():
+                changed = dirty = True
+                np.maximum(G, tmp, out=G)
+        cand = old_x + dx
+        up = cand > G[xi]
+        if up.any():
+            changed = dirty = True
+            G[xi[up]] = cand[up]
+        if dirty:
+            np.maximum.accumulate(G, out=G)
+            dirty = False
         if ncoll and len(ci):
-            G[mi] = np.maximum(G[mi], G[mi - 1] + 1)  # the same chain: the same shift
+            cand = G[mi - 1] + 1  # the same chain: the same shift
+            up = cand > G[mi]
+            if up.any():
+                changed = dirty = True
+                G[mi[up]] = cand[up]
             cw = np.zeros(ncoll, dtype=np.int64)
             np.maximum.at(cw, csrc, G[ci] - c_off)
-            G[ci] = cw[csrc] + c_off
-            np.maximum.accumulate(G, out=G)
-        if np.array_equal(G, G0) and np.array_equal(H, H0):
-            return G - g_off, H - h_off
+            cand = cw[csrc] + c_off
+            if (cand > G[ci]).any():
+                changed = dirty = True
+                G[ci] = cand
+            if dirty:
+                np.maximum.accumulate(G, out=G)
+        if not changed:
+            G -= _shifts(g.g_first, bound)
+            H -= _shifts(g.h_chain_first, bound)
+            return G, H
     return None
 
 
