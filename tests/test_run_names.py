@@ -66,6 +66,11 @@ def test_moved_runs_are_named_by_their_start():
     assert moved_run("prof", "0c0119f3deadbeef", t0, {"prof_20230428T235238"}) == "prof_0c0119f3"
     assert moved_run("prof", "0c0119f3deadbeef", 5_000) == "prof_0c0119f3"
     assert moved_run("prof", "0c0119f3deadbeef", None) == "prof_0c0119f3"
+    # a run id in any script stays as it is; a long one is cut before its suffix, which stays
+    assert moved_run("日本語_run", "0c0119f3deadbeef", t0) == "日本語_run_20230428T235238"
+    stored = "x" * 100 + "-abcdef"  # a shortened id: 100 + 7; the suffix takes 16 of the 100
+    want = "x" * 84 + "_20230428T235238-" + _h(stored + "_20230428T235238")
+    assert moved_run(stored, "0c0119f3deadbeef", t0) == want
 
 
 def _rank(path, rank: int, start_us: int):

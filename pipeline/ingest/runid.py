@@ -135,6 +135,20 @@ def _shortened(parts: list[str], name: str) -> str:
     return (out or "run") + "-" + _hash(name)
 
 
+def suffixed(run_id: str, suffix: str) -> str:
+    """The id of run run_id with `suffix` after it (`_<start>` of a moved run: runs.moved_run),
+    the suffix kept whole: run_id + suffix when that is a run id that fits (MAX_ID bytes), else
+    run_id cut to make room, with the hash of the whole after it."""
+    whole = run_id + suffix
+    if run_id_of(whole) == whole:
+        return whole
+    room = MAX_ID - _bytes(suffix)
+    head = run_id
+    while head and _bytes(head) > room:
+        head = head[:-1]
+    return (head.strip("._") or "run") + suffix + "-" + _hash(whole)
+
+
 def _around_job(part: str, cap: int) -> str:
     """A kept part cut to `cap` characters: those ending with the job it names, else its first."""
     from .jobid import JOB_IN_NAME

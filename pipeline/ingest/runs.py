@@ -49,8 +49,7 @@ from typing import Callable
 import polars as pl
 
 from .. import schema as sch
-from ..lake import safe_run_id
-from .runid import run_id_of  # noqa: F401  (the names' ids: runid.py)
+from .runid import run_id_of, suffixed  # the names' ids: runid.py
 
 # in the note of a file not put in its named run (Runs.claim), before the run it was put in
 PLACED = "; this file was put in run "
@@ -78,15 +77,17 @@ def moved_run(run_id: str, source_id: str, t0: int | None = None, taken=()) -> s
     """The new run a file goes to when no run of its name fits it (rule 2): `<run>_<start>`, the
     UTC second its first file starts (`prof_20210608T085712`: a second profiling cycle or another
     job reads as when it ran), when that start is known (an epoch time) and no run in `taken`
-    has that id; else `<run>_<8 hex digits of its first file's source id>`."""
+    has that id; else `<run>_<8 hex digits of its first file's source id>`. The suffix is kept
+    whole (runid.suffixed: a long run id is cut before it), and a run id in any script stays
+    as it is (`日本語_run_20230907T231001`)."""
     if t0 is not None and t0 >= _MIN_EPOCH_NS:
         import datetime as dt
 
         when = dt.datetime.fromtimestamp(t0 // 10**9, dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        named = safe_run_id(f"{run_id}_{when}")
+        named = suffixed(run_id, f"_{when}")
         if named not in taken:
             return named
-    return safe_run_id(f"{run_id}_{source_id[:8]}")
+    return suffixed(run_id, f"_{source_id[:8]}")
 
 
 def stored_sources(src: pl.DataFrame) -> pl.DataFrame:
