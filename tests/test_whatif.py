@@ -523,6 +523,23 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
         monkeypatch.setattr(rp, "CHECK_BLOCK_NODES", 1)  # one rank a block
         ident = rp.replay(g, measured(g))
         assert ident.rounds == 1 and np.array_equal(ident.g_end, g.g_e) and np.array_equal(ident.h_end, g.h_e)
+        # recorded times that are not the fixed point (a kernel recorded 5 us late): the check
+        # copies the recorded times it shares at its first change, then goes by levels, and
+        # ends where rounds over every node end; the graph's own times are left as they were
+        import dataclasses
+
+        k = int(np.nonzero(~g.g_first & (g.g_launch >= 0))[0][len(g.g_s) // 3])
+        late = dataclasses.replace(g, g_s=g.g_s.copy(), g_e=g.g_e.copy(), levels=None, windows=None)
+        late.g_s[k] += 5000
+        late.g_e[k] += 5000
+        kept = late.g_e.copy()
+        moved = rp.replay(late, measured(late))
+        monkeypatch.setattr(rp, "BLOCK_NODES", 10**12)
+        plain = rp.replay(late, measured(late))
+        monkeypatch.setattr(rp, "BLOCK_NODES", 0)
+        for key in ("g_start", "g_end", "h_start", "h_end", "g_x", "g_last"):
+            assert np.array_equal(getattr(plain, key), getattr(moved, key)), (run, key)
+        assert moved.rounds > 1 and not np.array_equal(moved.g_end, kept) and np.array_equal(late.g_e, kept)
         for ch in wanted:
             d = ch.apply(g, measured(g))
             monkeypatch.setattr(rp, "BLOCK_NODES", 10**12)

@@ -288,11 +288,20 @@ def _by_window(w: np.ndarray, first: np.ndarray) -> list[tuple[np.ndarray, np.nd
 class _State:
     """The times being replayed, and the settled parts of one replay (replay())."""
 
-    def __init__(self, g: Graph, dur: Durations):
+    def __init__(self, g: Graph, dur: Durations, shared: bool = False):
         self.g, self.d = g, dur
         n = len(g.g_s)
-        self.g_start, self.g_end = g.g_s.copy(), g.g_e.copy()
-        self.h_start, self.h_end = g.h_s.copy(), g.h_e.copy()
+        # shared (the identity replay's check): the times are the graph's recorded arrays, read
+        # only, until a round changes one (_own copies them then); a check that changes nothing
+        # returns them as they are (no copies of 13 M times held beside the graph)
+        self.shared = shared
+        if shared:
+            self.g_start, self.g_end, self.h_start, self.h_end = (
+                _read_only(a) for a in (g.g_s, g.g_e, g.h_s, g.h_e)
+            )
+        else:
+            self.g_start, self.g_end = g.g_s.copy(), g.g_e.copy()
+            self.h_start, self.h_end = g.h_s.copy(), g.h_e.copy()
         self.g_first = g.g_first
         members = g.g_coll >= 0
         self.waited = members & ~dur.coll_free
@@ -300,6 +309,13 @@ class _State:
         self.g_x = np.full(n, NEG, dtype=np.int64)
         self.is_arriver = self.waited & ~self.on_time  # whose arrival others wait for
         self.arrivers = np.nonzero(self.is_arriver)[0]
+
+    def _own(self) -> None:
+        """Copy the shared times before the first write."""
+        if self.shared:
+            self.shared = False
+            self.g_start, self.g_end = self.g_start.copy(), self.g_end.copy()
+            self.h_start, self.h_end = self.h_start.copy(), self.h_end.copy()
 
     def arrivers_in(self, gi: np.ndarray) -> np.ndarray:
         """The arrivers (whose arrival others wait for) among the GPU nodes gi."""
@@ -338,7 +354,9 @@ class _State:
             prev[hfirst] = base[hfirst]
             start = prev + d.h_gap[hi]
             changed = not (np.array_equal(end, self.h_end[hi]) and np.array_equal(start, self.h_start[hi]))
-            self.h_end[hi], self.h_start[hi] = end, start
+            if changed:
+                self._own()
+                self.h_end[hi], self.h_start[hi] = end, start
         if len(gi):
             launch, cross = g.g_launch[gi], g.g_cross[gi]
             rel = (
@@ -352,6 +370,7 @@ class _State:
             if members is not None and len(members):
                 mg = gi[members]
                 pe = np.where(self.g_first[mg], NEG, self.g_end[np.maximum(mg - 1, 0)])
+                self._own()
                 self.g_start[mg] = np.maximum(np.where(pe == NEG, NEG, pe + d.g_gap[mg]), rel[members])
                 arrivers = mg[self.is_arriver[mg]]
             if len(g.c_transfer) and self.waited[gi].any():
@@ -379,15 +398,22 @@ class _State:
             prev[1:] = end[:-1]
             prev[gfirst] = pe0
             start = np.maximum(np.where(prev == NEG, NEG, prev + d.g_gap[gi]), rel)
-            changed = changed or not (
-                np.array_equal(end, self.g_end[gi]) and np.array_equal(start, self.g_start[gi])
-            )
-            self.g_end[gi], self.g_start[gi] = end, start
+            if not (np.array_equal(end, self.g_end[gi]) and np.array_equal(start, self.g_start[gi])):
+                changed = True
+                self._own()
+                self.g_end[gi], self.g_start[gi] = end, start
         if finish is not None and len(finish):
             # end = max(start + own time, awaited work's end + time after it), as the host scan
             a = self.g_end[g.h_dep[finish]] + g.h_t[finish]
+            self._own()
             self.h_end[finish] = np.maximum(self.h_start[finish] + d.h_b[finish], a)
         return changed
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def _cycle(g: Graph, max_rounds: int) -> ValueError:
@@ -459,8 +485,8 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
     or a later window), each window's rounds touching only its nodes, so a window settled stays
     settled. Raises ValueError when it does not settle in max_rounds rounds (a cycle)."""
     n, m = len(g.g_s), len(g.h_s)
-    st = _State(g, dur)
     big = large(g)
+    st = _State(g, dur, shared=big and _unchanged(g, dur))
 
     def every_node() -> bool:  # a round over every node
         return st.round(
