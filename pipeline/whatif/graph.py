@@ -160,7 +160,10 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
         cur.execute("SET VARIABLE replay_blocking = ?", [facts["blocking_calls"]])
         host_read = pool.submit(_read, cur, "host_nodes.sql")
         gpu = _read(con, "gpu_nodes.sql")
-        host = host_read.result()
+        try:
+            host = host_read.result()
+        except duckdb.CatalogException:  # cpu_ops or steps only on this connection (a caller's TEMP view)
+            host = _read(con, "host_nodes.sql")
         cur.close()
     if gpu.height == 0:
         raise ValueError(f"run {run}: no GPU work to replay")
