@@ -237,3 +237,26 @@ def test_a_held_source_whose_sources_row_does_not_fit_fails_alone(reference, tmp
         for t in sch.tables()
     }
     assert got == want
+
+
+def test_an_ingest_reports_a_held_source_whose_row_does_not_fit_as_failed(inputs, monkeypatch, tmp_path):
+    """A held source whose `sources` row fails the flush's conform (its rank made text here) is
+    reported failed with one line and a failed `sources` row; the run's other sources are
+    stored."""
+    add = hold.Pending.add
+
+    def spoiled(self, held, row, key=None):
+        return add(self, held, {**row, "rank": "three"} if row["rank"] == 3 else row, key)
+
+    monkeypatch.setattr(hold.Pending, "add", spoiled)
+    root = tmp_path / "lake"
+    res = ingest_paths([inputs], Lake(root))
+    bad = [r for r in res if r.path.endswith("rank3.json")]
+    assert [(r.status, r.error.split(":")[0]) for r in bad] == [("failed", "schema violation")]
+    assert "sources.rank" in bad[0].error and "\n" not in bad[0].error
+    assert sorted(r.status for r in res) == ["failed"] * 2 + ["ok"] * RANKS
+    rows = _sources(root)
+    assert sorted(
+        (r["rank"], r["status"]) for r in rows if r["run_id"] == "job" and r["rank"] is not None
+    ) == [(k, "ok") for k in range(RANKS) if k != 3]
+    assert [r["status"] for r in rows if r["path"].endswith("rank3.json")] == ["failed"]
