@@ -561,6 +561,36 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
         assert big == small and g2.levels  # levels were found (and used)
 
 
+def test_large_whatif_raises_what_its_thread_or_identity_raised(dlrm, monkeypatch):
+    """whatif() of a large run replays its changes in a thread beside the identity replay: an
+    error in a change reaches the caller as itself, and an error before the changes are taken
+    (here the identity replay's) ends whatif() without waiting on the thread's full queue."""
+    import importlib
+    import time
+
+    rp = importlib.import_module("pipeline.whatif.replay")
+    face = importlib.import_module("pipeline.whatif.face")
+    monkeypatch.setattr(rp, "BLOCK_NODES", 0)  # DLRM counts as large: the threaded path
+    g = build(dlrm, "dlrm_kineto")
+
+    def broken(graph, d):
+        raise ValueError("broken change")
+
+    wanted = changes.defaults(g) + [changes.Change("broken", "broken", broken)] + changes.defaults(g)
+    with pytest.raises(ValueError, match="broken change"):
+        whatif(dlrm, "dlrm_kineto", wanted, graph=g)
+
+    def no_identity(*a, **k):
+        time.sleep(0.3)  # the thread fills its queue meanwhile
+        raise ValueError("identity failed")
+
+    monkeypatch.setattr(face, "_identity", no_identity)
+    t = time.perf_counter()
+    with pytest.raises(ValueError, match="identity failed"):
+        whatif(dlrm, "dlrm_kineto", changes.defaults(g) * 3, graph=build(dlrm, "dlrm_kineto"))
+    assert time.perf_counter() - t < 30
+
+
 def test_launch_lookup_equals_the_join(dlrm, monkeypatch):
     """Each GPU activity's launch is found by a sorted lookup of (rank, correlation) packed in one
     integer; where a value does not fit (a correlation of 2**40 or more) the graph joins on the two

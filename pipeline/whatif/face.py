@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from queue import Full, Queue
+from threading import Event, Semaphore
 
 import duckdb
 import polars as pl
@@ -53,10 +55,9 @@ def summary(path: pl.DataFrame, n_steps: int) -> list[dict]:
     return [{"kind": k, "rank": int(r), "ns": int(round(v / n_steps))} for k, r, v in s.iter_rows()]
 
 
-def _identity(con, run: str, g: Graph, top: int) -> tuple[dict, float, int, Durations]:
+def _identity(con, run: str, g: Graph, top: int, base: Durations) -> tuple[dict, float, int, Durations]:
     """whatif()'s document without its changes, the identity replay's mean step, the number of
-    steps and the measured durations."""
-    base = measured(g)
+    steps and the measured durations (base: measured(g))."""
     ident = run_replay(g, base)
     if ident.steps.height == 0:
         raise ValueError(f"run {run}: no steps to replay (the trace has no ProfilerStep or step range)")
@@ -97,14 +98,34 @@ def whatif(
     g = graph if graph is not None else build(con, run)
     con.execute("SET VARIABLE replay_run = ?", [run])
     with ThreadPoolExecutor(max_workers=1) as pool:
-        # a large run's levels (for the changes) are found beside the identity replay and its
-        # critical paths: numpy lets go of the GIL in its array passes, so two cores share them
-        levels = pool.submit(prepare, g) if wanted and large(g) else None
-        out, ident_step, n_steps, base = _identity(con, run, g, top)
-        if levels is not None:
-            levels.result()
+        # a large run's changes are replayed in a thread (its levels first) beside the identity
+        # replay and the critical paths: numpy lets go of the GIL in its array passes, so two
+        # cores share them; one change's replay is alive at a time (memory: the thread starts the
+        # next once the document has taken the last)
+        ahead: Queue | None = Queue(maxsize=1) if wanted and large(g) else None
+        base, stop, turn = measured(g), Event(), Semaphore(1)
+        if ahead is not None:
+            pool.submit(_replay_ahead, g, base, wanted, ahead, stop, turn)
+        try:
+            return _document(con, run, g, top, base, wanted, ahead, turn)
+        finally:
+            stop.set()  # the thread stops where whatif() raised before taking every replay
+            turn.release()
+
+
+def _document(con, run, g, top, base, wanted, ahead, turn) -> dict:
+    """whatif()'s document: the identity replay, then each change (replayed by the thread of
+    whatif() into ahead, which may start the next when turn is released, or here where ahead is
+    None)."""
+    out, ident_step, n_steps, base = _identity(con, run, g, top, base)
     for ch in wanted:
-        r = run_replay(g, ch.apply(g, base))
+        if ahead is not None:
+            d, t = _taken(ahead)
+            w = windows(g, t)
+            r = Replayed(d, t, w, paths(g, d, t, w))
+            del d, t, w
+        else:
+            r = run_replay(g, ch.apply(g, base))
         if ch.note():
             out["notes"].append(f"{ch.label}: {ch.note()}")
         pred = r.step_ns()
@@ -120,7 +141,46 @@ def whatif(
             }
         )
         del r
+        turn.release()
     return out
+
+
+def _replay_ahead(
+    g: Graph, base: Durations, wanted: list[Change], out: Queue, stop: Event, turn: Semaphore
+) -> None:
+    """whatif()'s thread: g's levels, then each change's durations and replay, in order, into out
+    (an exception instead, once, where one is raised), each once turn is given; it ends early
+    once stop is set."""
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.05)
+                return True
+            except Full:
+                continue
+        return False
+
+    try:
+        prepare(g)
+        for ch in wanted:
+            while not turn.acquire(timeout=0.05):
+                if stop.is_set():
+                    return
+            if stop.is_set():
+                return
+            d = ch.apply(g, base)
+            if not put((d, replay(g, d))):
+                return
+    except BaseException as e:  # handed to whatif(), which raises it
+        put(e)
+
+
+def _taken(q: Queue) -> tuple[Durations, Timing]:
+    item = q.get()
+    if isinstance(item, BaseException):
+        raise item
+    return item
 
 
 def critical_path(con: duckdb.DuckDBPyConnection, run: str) -> pl.DataFrame:
