@@ -8,7 +8,7 @@ kernels each; every kernel has its `aten::mm` cpu_op (External id), its `cudaLau
 (never held in memory), gzip level 1 when the name ends in .gz. `--gb X` sizes the JSON by its
 uncompressed bytes.
 
-  python benchmarks/ingest_memory.py [--gb 1 --gb 2] [--work DIR] [--keep] [--reuse] [--no-analyze]
+  python benchmarks/ingest_memory.py [--gb 1 --gb 2] [--work DIR] [--keep] [--reuse] [--skip STEP]
 
 For each size: the JSON's bytes and events; then phase 1 alone (the Kineto decode into spooled
 tables, `kineto.parse_stream` as the ingest calls it, in a child: its peak RSS and its RSS after
@@ -18,8 +18,9 @@ ingest's wall seconds and the child's peak RSS (wait4's ru_maxrss: the ingest pr
 sampled every 0.5 s from /proc (the stage it is in is not known from outside: the timeline shows
 where it grows); then the same for the analysis of the lake (`tracelake analyze`, with the
 per-source results stored at ingest), and whether the source got those results. --reuse takes a
-trace of the same size already in --work (kept by --keep) instead of writing it again. Not a
-test: numbers depend on the machine.
+trace of the same size already in --work (kept by --keep) instead of writing it again; --skip
+leaves a step out (phase1, ingest, analyze; analyze needs the ingest). Not a test: numbers depend
+on the machine.
 """
 
 from __future__ import annotations
@@ -169,7 +170,13 @@ def main():
     ap.add_argument("--work", type=Path, default=Path("/tmp/ingest-memory"))
     ap.add_argument("--keep", action="store_true", help="keep the traces and lakes")
     ap.add_argument("--reuse", action="store_true", help="use a trace of the same size kept in --work")
-    ap.add_argument("--no-analyze", action="store_true", help="measure phase 1 and the ingest only")
+    ap.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=["phase1", "ingest", "analyze"],
+        help="leave a step out",
+    )
     ap.add_argument("--phase1", type=Path, help=argparse.SUPPRESS)  # the child of phase 1
     a = ap.parse_args()
     if a.phase1:
@@ -182,11 +189,12 @@ def main():
         lake = a.work / f"lake_{gb:g}gb"
         shutil.rmtree(lake, ignore_errors=True)
         steps = [
-            ("phase 1", (str(Path(__file__).resolve()), "--phase1", str(trace)), True),
+            ("phase1", (str(Path(__file__).resolve()), "--phase1", str(trace)), True),
             ("ingest", ("ingest", str(trace), "--lake", str(lake), "--jobs", "1"), False),
             ("analyze", ("analyze", "--lake", str(lake)), False),
         ]
-        for what, args, python in steps[: 2 if a.no_analyze else 3]:
+        skip = set(a.skip) | ({"analyze"} if "ingest" in a.skip else set())
+        for what, args, python in [st for st in steps if st[0] not in skip]:
             secs, peak, samples, out = run(*args, python=python)
             print(
                 f"{nbytes / 1e9:8.2f} {events / 1e6:9.2f} {what:>8} {secs:7.1f} {peak:8.0f} "
