@@ -24,7 +24,7 @@ from test_hold import raw_rows
 from pipeline import timeparse
 from pipeline.ingest import hold, ingest_paths
 from pipeline.ingest.kineto import api as kineto_api
-from pipeline.ingest.kineto import result, values
+from pipeline.ingest.kineto import result, summary, values
 from pipeline.lake import Lake
 
 # small traces with GPU annotations, collectives, process groups, AMD devices, steps, large integers,
@@ -161,3 +161,24 @@ def test_collectives_skipped_only_for_a_trace_without_communication():
     rpc = X("cpu_op", "record_param_comms", 50, 20, pid=10, tid=10, **{"Collective name": "allreduce"})
     want = [("all_reduce", "cpu_op", 50_000)]
     assert _collective_rows([rpc]) == (want, want)
+
+
+def test_summaries_without_rows_have_the_columns_of_those_with_rows():
+    """steps, record_param_comms ops and comm host ops of a trace that has none (their frames made
+    without running their plans) have the names and types these frames have on a real trace that
+    has them all (HTA's sampled_rank-0: ProfilerStep windows and NCCL collectives)."""
+    from isal import igzip
+
+    s = kineto_api.parse_stream(io.BytesIO(igzip.decompress(TRACES[0].read_bytes())).read)
+    try:
+        full = {"steps": s.steps, "rpc": s.rpc, "hosts": s.comm_hosts}
+    finally:
+        s.close()
+    empty = {
+        "steps": summary.steps_frame([], 7),
+        "rpc": summary.rpc_frame([], 7),
+        "hosts": summary.hosts_frame([], 7),
+    }
+    for k, f in full.items():
+        assert f.height > 0, k  # read by hand from the trace: 2 steps, NCCL ops with collective metadata
+        assert empty[k].height == 0 and empty[k].schema == f.schema, k
