@@ -5,8 +5,9 @@ They depend only on the rows of the activity's own source (its cpu_ops and steps
 computed once, when the source is written: pipeline/lake.py Lake.stage calls derive_files in the
 worker that ingests the file, pipeline/upgrade.py calls it for the parts of a schema v1 lake, and
 the small sources an ingest holds in memory get theirs from derive_many, a run's at a time, in
-the ingesting process (pipeline/ingest/hold.py). Analysis reads them as plain columns instead of joining every kernel to its launch (that join
-was a third of the analysis time of a 64-rank x 100k-kernel lake, docs/performance.md). Polars,
+the ingesting process (pipeline/ingest/hold.py). Analysis reads them as plain columns instead of
+joining every kernel to its launch (that join was a third of the analysis time of a 64-rank x
+100k-kernel lake, docs/performance.md). Polars,
 not DuckDB: a DuckDB connection and query cost about 90 ms per source however small it is,
 polars a few ms (the 8-rank job of benchmarks/small_job.py has 8 sources).
 
