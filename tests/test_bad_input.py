@@ -93,6 +93,40 @@ def test_invalid_utf8_is_replaced_and_noted(tmp_path):
     assert name == "ge\ufffd\ufffdmm"
 
 
+def test_a_path_that_is_not_utf8_fails_alone(tmp_path):
+    """A directory, a file or an archive member named in another encoding than UTF-8 (Latin-1's
+    byte E9 for e-acute): one line naming it, its bytes written as \\xe9, and the rest of the
+    batch ingested (the lake stores paths and run names as UTF-8: it had stopped the batch with a
+    traceback)."""
+    import os
+    import tarfile
+
+    top = os.fsencode(str(tmp_path / "in"))
+    bad_dir = top + b"/caf\xe9"
+    os.makedirs(bad_dir)
+    write_trace(Path(os.fsdecode(bad_dir + b"/rank0.json")), GOOD)
+    write_trace(tmp_path / "in" / "ok" / "rank1.json", GOOD)
+    write_trace(Path(os.fsdecode(top + b"/ok/r\xe9sum\xe9_rank2.json")), GOOD)
+    with tarfile.open(tmp_path / "in" / "a.tar", "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as t:
+        t.add(tmp_path / "in" / "ok" / "rank1.json", arcname="caf\xe9/rank3.json")
+    runner = CliRunner()
+    r = runner.invoke(app, ["ingest", str(tmp_path / "in"), "--lake", str(tmp_path / "lake")])
+    assert r.exit_code == EXIT_PARTIAL, r.output
+    failed = [line for line in r.output.splitlines() if line.startswith("failed ")]
+    assert len(failed) == 3 and all("not UTF-8" in line for line in failed)
+    assert any(
+        line.endswith(
+            "caf\\xe9/rank0.json: its path is not UTF-8 text (a name in another encoding): rename it"
+        )
+        for line in failed
+    )
+    assert any("r\\xe9sum\\xe9_rank2.json" in line for line in failed)
+    assert any("a.tar!caf\\xe9/rank3.json: its name is not UTF-8" in line for line in failed)
+    assert "ingested 1, failed 3" in r.output
+    (n,) = connect(Lake(tmp_path / "lake")).execute("SELECT count(*) FROM gpu_activities").fetchone()
+    assert n == 1
+
+
 def test_a_bad_file_never_corrupts_what_is_in_the_lake(tmp_path):
     lake = Lake(tmp_path / "lake")
     write_trace(tmp_path / "a" / "rank0.json", GOOD)

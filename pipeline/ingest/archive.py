@@ -255,6 +255,29 @@ def wanted(name: str) -> bool:
     return name.lower().endswith(TRACE_SUFFIXES + LOG_SUFFIXES + ARCHIVE_SUFFIXES)
 
 
+NOT_UTF8 = "its name is not UTF-8 text (a name in another encoding); refused"
+
+
+def escaped_name(name: str) -> str | None:
+    """name with the bytes that are not UTF-8 (decoded as surrogates) written as \\xNN, or None
+    when name is UTF-8 text: the lake stores member names and run names as UTF-8."""
+    try:
+        name.encode("utf-8")
+        return None
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _tar_refusal(m) -> str | None:
+    """Why a wanted tar member is refused before its kind is looked at (its name made printable
+    where it is not UTF-8), else classify_member's answer."""
+    shown = escaped_name(m.name)
+    if shown is not None:
+        m.name = shown
+        return NOT_UTF8
+    return classify_member(m.name)
+
+
 def classify_member(name: str) -> str | None:
     """Why a regular member with a wanted suffix is refused without reading it, else None."""
     why = unsafe_name(name)
@@ -346,7 +369,7 @@ def list_members(path: Path, kind: str) -> list:
                 files += not m.isdir()
                 if m.isdir() or not wanted(m.name):
                     continue
-                why = classify_member(m.name)
+                why = _tar_refusal(m)
                 if why is None and not m.isreg():
                     why = "a link or special member; refused"
                 if why is None and m.sparse is not None:
@@ -386,7 +409,7 @@ def stream_members(path: Path):
                 files += not m.isdir()
                 if m.isdir() or not wanted(m.name):
                     continue
-                why = classify_member(m.name)
+                why = _tar_refusal(m)
                 if why is None and not m.isreg():
                     why = "a link or special member; refused"
                 if why is None:

@@ -241,6 +241,18 @@ def discover(
             return True
         return False
 
+    def not_utf8(f: Path, rel: Path | None = None) -> bool:
+        """f's path holds bytes that are not UTF-8 (a name written in another encoding): one
+        problem naming it, with those bytes escaped, and the file is left out (the lake stores
+        paths and run names as UTF-8 text)."""
+        try:
+            str(f).encode("utf-8")
+            return False
+        except UnicodeEncodeError:
+            shown = Path(os.fsencode(str(f)).decode("utf-8", "backslashreplace"))
+            problem(shown, "its path is not UTF-8 text (a name in another encoding): rename it", rel)
+            return True
+
     def walk(p: Path) -> None:
         top = p.resolve()
         onerror = lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")  # noqa: E731
@@ -249,8 +261,9 @@ def discover(
             dirs[:] = sorted(d for d in dirs if not leave(Path(root) / d, (rel / d).as_posix()))
             for d in [d for d in dirs if d.endswith("_pqtdir")]:
                 dirs.remove(d)
-                out.append(Path(root) / d)
-                root_of(out[-1], top, rel)
+                if not not_utf8(Path(root) / d, rel):
+                    out.append(Path(root) / d)
+                    root_of(out[-1], top, rel)
             for name in sorted(files):
                 f = Path(root) / name
                 if leave(f, (rel / name).as_posix()):
@@ -258,6 +271,8 @@ def discover(
                 low = name.lower()
                 if not low.endswith(TRACE_SUFFIXES + LOG_SUFFIXES):
                     continue  # not an input: never resolved (a link into /proc or a link loop)
+                if not_utf8(f, rel):
+                    continue
                 try:
                     f.resolve()
                 except (RuntimeError, OSError) as e:  # a symbolic link loop, a link we may not follow
@@ -279,6 +294,8 @@ def discover(
     for p in paths:
         p = Path(p)
         if not p.is_dir() and leave(p, p.name):
+            continue
+        if not p.is_dir() and not_utf8(p):
             continue
         if is_parquetdir(p):
             out.append(p)
