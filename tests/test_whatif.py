@@ -240,6 +240,25 @@ def test_hand_durations_from(hand, tmp_path):
         "2 of 4 activities (11.8 % of their time) found their name in run renamed; the others keep their time"
     )
     assert _steps_us(g, changes.durations_from(other, host=True)) == {0: 750, 1: 750}
+    # a change with nothing to act on says so: "renamed" is one rank, its all-reduce matched with
+    # no other rank's
+    one = build(query.connect(lk), "renamed")
+    for ch, says in (
+        (
+            changes.on_time(0),
+            "rank 0 takes part in no collective call matched across ranks: nothing "
+            "waits for it, nothing changed",
+        ),
+        (
+            changes.collectives_at_peak(),
+            "the run has no collective call matched across ranks: nothing changed",
+        ),
+    ):
+        ch.apply(one, measured(one))
+        assert ch.note() == says
+    ch = changes.on_time(1)
+    ch.apply(g, measured(g))
+    assert ch.note() is None  # rank 1 of the hand-made job is waited for
     # the other run with its own means: gemm_a 350 µs on both ranks, so rank 1 arrives at 1470,
     # 50 µs earlier than measured, and its all-reduce keeps its 700 µs transfer: 2350 - 1000
     assert _steps_us(other, changes.durations_from(other, host=True)) == {0: 1350, 1: 1350}
@@ -255,6 +274,13 @@ def test_no_steps_says_why(tmp_path):
     res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root)])
     assert res.exit_code == 4
     assert "no steps to replay" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    # durations taken from a run with no GPU work: a usage error naming the option, exit 2
+    write_trace(tmp_path / "cpu" / "r0.json", [X("cpu_op", "aten::mm", 10, 5, pid=1, tid=1)])
+    ingest_paths([tmp_path / "cpu"], lk)
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), "--run", "t", "--durations-from", "cpu"])
+    assert res.exit_code == 2, res.output
+    assert "--durations-from cpu: run cpu: no GPU work to replay" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 # ---------------------------------------------------------------- real traces

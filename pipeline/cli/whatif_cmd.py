@@ -144,7 +144,12 @@ def whatif(
                     f"(runs: {', '.join(sorted(okn)) or 'none'})"
                 )
             ocon = query.connect(olk, runs=[durations_from], materialize=True, metric_views=())
-            wanted.append(wi.changes.durations_from(wi.build(ocon, durations_from), host=host_durations))
+            try:
+                other = wi.build(ocon, durations_from)
+            except ValueError as e:  # a run with no GPU work has no durations to give
+                raise usage_error(f"--durations-from {durations_from}: {e}") from None
+            wanted.append(wi.changes.durations_from(other, host=host_durations))
+            del other
             ocon.close()
         g = wi.build(con, run_id)
         for r in on_time:

@@ -100,10 +100,19 @@ def scale(spec: str) -> Change:
 
 
 def collectives_at_peak() -> Change:
+    said: dict = {}
+
     def apply(g: Graph, d: Durations) -> Durations:
         members = g.g_coll >= 0
         peak = np.where(members, g.c_peak_ns[np.maximum(g.g_coll, 0)] if len(g.c_peak_ns) else -1, -1)
         ok = members & (peak >= 0) & (peak < d.g_d)
+        said.clear()
+        if not ok.any():
+            said["note"] = (
+                "the run has no collective call matched across ranks: nothing changed"
+                if not members.any()
+                else "no matched collective call has a known link peak to run faster at: nothing changed"
+            )
         g_d = d.g_d.copy()
         g_d[ok] = peak[ok]
         g_wc = d.g_wc.copy()
@@ -115,13 +124,19 @@ def collectives_at_peak() -> Change:
         "collectives at the link's peak bus bandwidth",
         apply,
         "the per-call latency of a real transfer; calls with no link peak keep their time",
+        said,
     )
 
 
 def collectives_overlapped() -> Change:
+    said: dict = {}
+
     def apply(g: Graph, d: Durations) -> Durations:
         members = g.g_coll >= 0
         comm = members | (g.g_cat == CATEGORIES.index("communication"))
+        said.clear()
+        if not comm.any():
+            said["note"] = "the run has no communication work: nothing changed"
         g_d = np.where(comm, 0, d.g_d)
         return replace(d, g_d=g_d, coll_free=members.copy())
 
@@ -130,14 +145,23 @@ def collectives_overlapped() -> Change:
         "collectives fully overlapped (no time, no waiting)",
         apply,
         "the compute that would hide them is not slowed by sharing the GPU with them",
+        said,
     )
 
 
 def on_time(rank: int) -> Change:
+    said: dict = {}
+
     def apply(g: Graph, d: Durations) -> Durations:
         if rank not in g.ranks:
             raise ValueError(
                 f"--on-time {rank}: the run has no rank {rank} (ranks {g.ranks[0]}..{g.ranks[-1]})"
+            )
+        said.clear()
+        if not ((g.g_coll >= 0) & (g.g_rank == rank)).any():
+            said["note"] = (
+                f"rank {rank} takes part in no collective call matched across ranks: nothing waits "
+                "for it, nothing changed"
             )
         return replace(d, on_time_rank=int(rank))
 
@@ -146,6 +170,7 @@ def on_time(rank: int) -> Change:
         f"rank {rank} on time at every collective",
         apply,
         f"what made rank {rank} late: its own step keeps its time",
+        said,
     )
 
 
