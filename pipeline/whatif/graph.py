@@ -283,11 +283,15 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     cross_t = np.where(use_cross, cand_end, NEG)
 
     # binding edge: the latest of predecessor, launch and cross; it carries the measured delay
-    best = np.maximum(np.maximum(prev_end, launch_t), cross_t)
+    best = np.maximum(explained, cross_t)
     fixed = best == NEG  # nothing explains the start: it stays where it was
-    g_gap = np.where(~fixed & (prev_end == best), g_s - prev_end, 0)
-    g_wl = np.where(~fixed & (launch_t == best) & (prev_end != best), g_s - launch_t, 0)
-    g_wx = np.where(~fixed & (cross_t == best) & (prev_end != best) & (launch_t != best), g_s - cross_t, 0)
+    by_prev = ~fixed & (prev_end == best)
+    by_launch = ~fixed & ~by_prev & (launch_t == best)
+    by_cross = ~fixed & ~by_prev & ~by_launch & (cross_t == best)
+    g_gap = np.where(by_prev, g_s - prev_end, 0)
+    g_wl = np.where(by_launch, g_s - launch_t, 0)
+    g_wx = np.where(by_cross, g_s - cross_t, 0)
+    del by_prev, by_launch, by_cross
     g_fixed = np.where(fixed, g_s, NEG)
     no_launch = fixed & (g_step >= 0)
     for st, cnt in zip(*np.unique(g_step[no_launch], return_counts=True)):
