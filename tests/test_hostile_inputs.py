@@ -505,7 +505,9 @@ def test_invalid_utf8_in_the_sqlite_schema_fails_in_one_line(tmp_path):
     bad = tmp_path / "bad_schema.sqlite"
     bad.write_bytes(raw[:i] + b"\x93" + raw[i + 1 :])
     lake = Lake(tmp_path / "lake")
-    r, ok = ingest_paths([bad, GOOD_KINETO], lake, jobs=1)
+    # a batch takes its files in path order, not in the order given: the results by name
+    res = {r.path.rsplit("/", 1)[-1]: r for r in ingest_paths([bad, GOOD_KINETO], lake, jobs=1)}
+    r, ok = res[bad.name], res[GOOD_KINETO.name]
     assert r.status == "failed" and ok.status == "ok"
     assert r.error.startswith("not a readable SQLite database (malformed database schema (ENUM")
     assert "\n" not in r.error and "please report" not in r.error
