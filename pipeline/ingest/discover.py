@@ -245,13 +245,11 @@ def discover(
         """f's path holds bytes that are not UTF-8 (a name written in another encoding): one
         problem naming it, with those bytes escaped, and the file is left out (the lake stores
         paths and run names as UTF-8 text)."""
-        try:
-            str(f).encode("utf-8")
+        shown = arc.escaped_name(str(f))
+        if shown is None:
             return False
-        except UnicodeEncodeError:
-            shown = Path(os.fsencode(str(f)).decode("utf-8", "backslashreplace"))
-            problem(shown, "its path is not UTF-8 text (a name in another encoding): rename it", rel)
-            return True
+        problem(Path(shown), "its path is not UTF-8 text (a name in another encoding): rename it", rel)
+        return True
 
     def walk(p: Path) -> None:
         top = p.resolve()
