@@ -588,9 +588,9 @@ def test_windowed_replay_equals_rounds_over_every_node(dlrm, tmp_path, monkeypat
 
 
 def test_large_whatif_raises_what_its_thread_or_identity_raised(dlrm, monkeypatch):
-    """whatif() of a large run replays its changes in a thread beside the identity replay: an
-    error in a change reaches the caller as itself, and an error before the changes are taken
-    (here the identity replay's) ends whatif() without waiting on the thread's full queue."""
+    """whatif() of a large run replays its first change in a thread beside the identity replay:
+    an error in a change reaches the caller as itself, and an error before the changes are taken
+    (here the identity replay's) ends whatif() promptly."""
     import importlib
     import time
 
@@ -607,7 +607,7 @@ def test_large_whatif_raises_what_its_thread_or_identity_raised(dlrm, monkeypatc
         whatif(dlrm, "dlrm_kineto", wanted, graph=g)
 
     def no_identity(*a, **k):
-        time.sleep(0.3)  # the thread fills its queue meanwhile
+        time.sleep(0.3)  # the thread replays the first change meanwhile
         raise ValueError("identity failed")
 
     monkeypatch.setattr(face, "_identity", no_identity)

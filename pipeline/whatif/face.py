@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from queue import Full, Queue
-from threading import Event, Semaphore
 
 import duckdb
 import polars as pl
@@ -97,90 +95,46 @@ def whatif(
     without GPU work, steps or a graph that does not settle."""
     g = graph if graph is not None else build(con, run)
     con.execute("SET VARIABLE replay_run = ?", [run])
+    base = measured(g)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        # a large run's changes are replayed in a thread (its levels first) beside the identity
-        # replay and the critical paths: numpy lets go of the GIL in its array passes, so two
-        # cores share them; one change's replay is alive at a time (memory: the thread starts the
-        # next once the document has taken the last)
-        ahead: Queue | None = Queue(maxsize=1) if wanted and large(g) else None
-        base, stop, turn = measured(g), Event(), Semaphore(1)
-        if ahead is not None:
-            pool.submit(_replay_ahead, g, base, wanted, ahead, stop, turn)
-        try:
-            return _document(con, run, g, top, base, wanted, ahead, turn)
-        finally:
-            stop.set()  # the thread stops where whatif() raised before taking every replay
-            turn.release()
-
-
-def _document(con, run, g, top, base, wanted, ahead, turn) -> dict:
-    """whatif()'s document: the identity replay, then each change (replayed by the thread of
-    whatif() into ahead, which may start the next when turn is released, or here where ahead is
-    None)."""
-    out, ident_step, n_steps, base = _identity(con, run, g, top, base)
-    for ch in wanted:
-        if ahead is not None:
-            d, t = _taken(ahead)
-            w = windows(g, t)
-            r = Replayed(d, t, w, paths(g, d, t, w))
-            del d, t, w
-        else:
-            r = run_replay(g, ch.apply(g, base))
-        if ch.note():
-            out["notes"].append(f"{ch.label}: {ch.note()}")
-        pred = r.step_ns()
-        out["changes"].append(
-            {
-                "change": ch.key,
-                "label": ch.label,
-                "predicted_step_ns": int(round(pred)),
-                "gain_ns": int(round(ident_step - pred)),
-                "gain_pct": round((ident_step - pred) / ident_step * 100, 2) if ident_step else 0.0,
-                "critical_path": summary(r.path, n_steps)[:top],
-                "leaves_out": ch.leaves_out,
-            }
-        )
-        del r
-        turn.release()
+        # a large run's levels and its first change's replay are made in a thread beside the
+        # identity replay and its critical paths (numpy lets go of the GIL in its array passes, so
+        # two cores share them); the later changes follow one after another, so that one
+        # change's replay is alive at a time (memory)
+        first = pool.submit(_first_change, g, base, wanted[0]) if wanted and large(g) else None
+        out, ident_step, n_steps, base = _identity(con, run, g, top, base)
+        for i, ch in enumerate(wanted):
+            if i == 0 and first is not None:
+                d, t = first.result()  # raises what the thread raised
+                first = None
+                w = windows(g, t)
+                r = Replayed(d, t, w, paths(g, d, t, w))
+                del d, t, w
+            else:
+                r = run_replay(g, ch.apply(g, base))
+            if ch.note():
+                out["notes"].append(f"{ch.label}: {ch.note()}")
+            pred = r.step_ns()
+            out["changes"].append(
+                {
+                    "change": ch.key,
+                    "label": ch.label,
+                    "predicted_step_ns": int(round(pred)),
+                    "gain_ns": int(round(ident_step - pred)),
+                    "gain_pct": round((ident_step - pred) / ident_step * 100, 2) if ident_step else 0.0,
+                    "critical_path": summary(r.path, n_steps)[:top],
+                    "leaves_out": ch.leaves_out,
+                }
+            )
+            del r
     return out
 
 
-def _replay_ahead(
-    g: Graph, base: Durations, wanted: list[Change], out: Queue, stop: Event, turn: Semaphore
-) -> None:
-    """whatif()'s thread: g's levels, then each change's durations and replay, in order, into out
-    (an exception instead, once, where one is raised), each once turn is given; it ends early
-    once stop is set."""
-
-    def put(item) -> bool:
-        while not stop.is_set():
-            try:
-                out.put(item, timeout=0.05)
-                return True
-            except Full:
-                continue
-        return False
-
-    try:
-        prepare(g)
-        for ch in wanted:
-            while not turn.acquire(timeout=0.05):
-                if stop.is_set():
-                    return
-            if stop.is_set():
-                return
-            d = ch.apply(g, base)
-            if not put((d, replay(g, d))):
-                return
-    except BaseException as e:  # handed to whatif(), which raises it
-        put(e)
-
-
-def _taken(q: Queue) -> tuple[Durations, Timing]:
-    item = q.get()
-    if isinstance(item, BaseException):
-        raise item
-    return item
+def _first_change(g: Graph, base: Durations, ch: Change) -> tuple[Durations, Timing]:
+    """whatif()'s thread: g's levels, then the first change's durations and replay."""
+    prepare(g)
+    d = ch.apply(g, base)
+    return d, replay(g, d)
 
 
 def critical_path(con: duckdb.DuckDBPyConnection, run: str) -> pl.DataFrame:
