@@ -147,17 +147,21 @@ def _uncapped(con: duckdb.DuckDBPyConnection):
 def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     """The graph of `run` from a pipeline.query connection (derived and metric views bound)."""
     facts = replay_facts()
-    con.execute("SET VARIABLE replay_run = ?", [run])
-    con.execute("SET VARIABLE replay_blocking = ?", [facts["blocking_calls"]])
-    con.execute("SET VARIABLE replay_categories = ?", [list(CATEGORIES)])
+    variables = {
+        "replay_run": run,
+        "replay_blocking": facts["blocking_calls"],
+        "replay_categories": list(CATEGORIES),
+    }
+    for k, v in variables.items():
+        con.execute(f"SET VARIABLE {k} = ?", [v])
     con.execute((QUERIES_DIR / "replay" / "gpu_names.sql").read_text())
     names = [n for (n,) in con.execute("SELECT name FROM replay_names ORDER BY name_id").fetchall()]
     with _uncapped(con), ThreadPoolExecutor(max_workers=1) as pool:
         # the host rows read on a cursor of their own beside the GPU rows (DuckDB lets go of the
         # GIL while it reads); a cursor has the database's views but not the connection's variables
         cur = con.cursor()
-        cur.execute("SET VARIABLE replay_run = ?", [run])
-        cur.execute("SET VARIABLE replay_blocking = ?", [facts["blocking_calls"]])
+        for k, v in variables.items():
+            cur.execute(f"SET VARIABLE {k} = ?", [v])
         host_read = pool.submit(_read, cur, "host_nodes.sql")
         gpu = _read(con, "gpu_nodes.sql")
         try:
