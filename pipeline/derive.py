@@ -329,7 +329,7 @@ def _append(t: pa.Table, derived: pa.Table) -> pa.Table:
     return t
 
 
-# the columns of (gpu_activities, cpu_ops, steps) derive_table and derive_many read: only these go
+# the columns of (gpu_activities, cpu_ops, steps) derive_many reads: only these go
 # to polars (a small source's wide tables cost more to convert than the plan costs to run)
 _READ = (
     ("rank", "correlation", "external_id", "kind"),
@@ -343,14 +343,8 @@ def derive_table(gpu: pa.Table, cpu: pa.Table | None, steps: pa.Table | None) ->
     with the derived columns computed from its cpu_ops and steps rows (None: it has none): the
     same values as derived_batches gives for the same rows written as parts, in one in-memory
     polars plan without a Parquet round trip (pipeline/ingest/hold.py). Types as polars gives
-    them (the caller conforms the table to the schema)."""
-    lazy = [
-        None if t is None else pl.from_arrow(t.select(c)).lazy() for t, c in zip((gpu, cpu, steps), _READ)
-    ]
-    corr, ids, wids = per_correlation(*lazy)
-    keys = lazy[0].select("rank", "correlation", "external_id", "kind")
-    derived = _with_derived(keys, corr, ids, wids).select(DERIVED).collect(engine=ENGINE)
-    return _append(gpu, derived.to_arrow())
+    them (the caller conforms the table to the schema). derive_many of the one source."""
+    return derive_many([(gpu, cpu, steps)])[0]
 
 
 def derive_files(
