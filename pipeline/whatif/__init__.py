@@ -1,6 +1,7 @@
 """What-if: a run's dependency graph across ranks, its critical path, and replays with changes.
 
-Rooms: graph.py (the graph from the lake, queries/replay/*.sql), replay.py (re-timing it),
+Rooms: graph.py (the graph from the lake, queries/replay/*.sql; its host and GPU rows made by
+rows.py), replay.py (re-timing it),
 steps.py (step windows of a replay), critical.py (each step's critical path), changes.py (the
 changes a what-if applies). `whatif()` is the face: the measured baseline, the identity replay's
 error and, per change, the predicted step time with the new critical path's top segments
@@ -37,7 +38,7 @@ _WHERE = {
 
 
 def __getattr__(name: str):
-    if name in ("changes", "graph", "replay", "critical", "steps", "analysis", "face", "kinds"):
+    if name in ("changes", "graph", "rows", "replay", "critical", "steps", "analysis", "face", "kinds"):
         return importlib.import_module(f"{__name__}.{name}")
     room = _WHERE.get(name)
     if room is None:
