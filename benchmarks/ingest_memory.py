@@ -92,12 +92,13 @@ def write_trace(path: Path, target_bytes: int) -> tuple[int, int]:
     return written, events
 
 
-def _rss_mb() -> float:
-    """This process's resident set (VmRSS of /proc/self/status), in MiB."""
-    for ln in Path("/proc/self/status").read_text().splitlines():
+def _rss_mb(pid: int | str = "self") -> float | None:
+    """A process's resident set (VmRSS of /proc/PID/status; this process's by default), in MiB;
+    None when it has none (a child that exited). OSError when /proc has no such process."""
+    for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
         if ln.startswith("VmRSS:"):
             return int(ln.split()[1]) / 1024
-    return float("nan")
+    return None
 
 
 def phase1(trace: Path) -> None:
@@ -133,9 +134,8 @@ def run(*args: str, python: bool = False) -> tuple[float, float, list[tuple[floa
     def sample():
         while not stop.is_set():
             try:
-                for ln in Path(f"/proc/{p.pid}/status").read_text().splitlines():
-                    if ln.startswith("VmRSS:"):
-                        samples.append((time.monotonic() - t, int(ln.split()[1]) / 1024))
+                if (rss := _rss_mb(p.pid)) is not None:
+                    samples.append((time.monotonic() - t, rss))
             except OSError:
                 pass
             stop.wait(0.5)
