@@ -55,6 +55,7 @@ from .options import (
     _model_options,
     _resolve_runs,
     _window_options,
+    all_failed,
     lake_option,
 )
 from .summary import print_summary
@@ -123,19 +124,9 @@ def _nothing_analysed(doc: dict, lake_dir) -> None:
     a note per failed file): nothing to analyse is a failure a CI job must see, not a success
     with a note."""
     failed = [n for n in doc["notes"] if ": not ingested: " in n]
-    if doc["runs"] or not failed:
-        return
-    from ..oneline import one_line
-
-    err.print(
-        one_line(
-            f"error: {lake_dir}: every source in scope failed to ingest ({len(failed)} file(s)), nothing "
-            f"to analyse; their errors: tracelake sql {lake_option(lake_dir)}"
-            "\"SELECT path, error FROM sources WHERE status = 'failed'\""
-        ),
-        markup=False,
-    )
-    raise typer.Exit(EXIT_FAILED)
+    if not doc["runs"] and failed:
+        n = len(failed)
+        all_failed(lake_dir, f"every source in scope failed to ingest ({n} file(s)), nothing to analyse")
 
 
 def _analysis_of(

@@ -372,6 +372,23 @@ def lake_option(lake_dir: Path) -> str:
     return f"--lake {shlex.quote(str(lake_dir))} "
 
 
+def all_failed(lake_dir, what: str) -> None:
+    """Exit 4 (EXIT_FAILED) with one line on stderr: 'error: LAKE_DIR: WHAT; their errors:' and
+    the `tracelake sql` command that lists the failed sources' errors. For a lake whose every
+    source (in scope) failed to ingest: nothing to work on is a failure a CI job must see."""
+    from ..oneline import one_line
+    from .app import EXIT_FAILED, err
+
+    err.print(
+        one_line(
+            f"error: {lake_dir}: {what}; their errors: tracelake sql {lake_option(lake_dir)}"
+            "\"SELECT path, error FROM sources WHERE status = 'failed'\""
+        ),
+        markup=False,
+    )
+    raise typer.Exit(EXIT_FAILED)
+
+
 def one_run(lk, lake: Path, run_id: str | None) -> str:
     """The run a one-run command (timeline, whatif) works on: --run resolved as _resolve_runs
     does, else the lake's only run (failed sources left out). Raises a one-line usage error (exit
@@ -383,20 +400,8 @@ def one_run(lk, lake: Path, run_id: str | None) -> str:
     known = set(src.filter(src["status"] != "failed")["run_id"].drop_nulls().to_list())
     if run_id is None:
         failed = int((src["status"] == "failed").sum())
-        if not known and failed:
-            from ..oneline import one_line
-            from .app import EXIT_FAILED, err
-
-            # as analyze says it: nothing to work on is a failure, not a usage error
-            err.print(
-                one_line(
-                    f"error: {lake}: every source failed to ingest ({failed} file(s)), no run to work on; "
-                    f"their errors: tracelake sql {lake_option(lake)}"
-                    "\"SELECT path, error FROM sources WHERE status = 'failed'\""
-                ),
-                markup=False,
-            )
-            raise typer.Exit(EXIT_FAILED)
+        if not known and failed:  # as analyze says it: a failure, not a usage error
+            all_failed(lake, f"every source failed to ingest ({failed} file(s)), no run to work on")
         if len(known) != 1:
             raise usage_error(
                 f"{lake}: the lake holds {len(known)} runs: name one with --run (runs: "
