@@ -176,13 +176,12 @@ class S3Listing:
         """The run's compaction manifest (one GET), None when it has no generation."""
         k = self._key(manifest.MANIFEST_DIR, f"{run_dir}.json")
         try:
-            return self._decode(k, self.filesystem.cat_file(k))
+            data = self.filesystem.cat_file(k)
         except FileNotFoundError:
             return None
-        except LakeError:
-            raise
         except Exception as e:
             raise objstore.describe(objstore.url_of(k), e) from None
+        return self._decode(k, data)
 
     def committed(self, tables: Iterable[str] | None = None) -> RemoteView:
         """One listing of the lake (module doc): the `sources` rows first, then the parts of every
