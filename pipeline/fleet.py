@@ -135,12 +135,17 @@ def dtype(name: str):
     return pl.Datetime("ns", "UTC") if name == "Datetime[ns, UTC]" else getattr(pl, name)
 
 
-def __getattr__(name: str):
-    """FLEET_SCHEMA: the polars schema of FLEET_COLUMNS (imports polars, so made on first use)."""
-    if name == "FLEET_SCHEMA":
-        import polars as pl
+def fleet_schema() -> pl.Schema:
+    """The polars schema of FLEET_COLUMNS (imports polars: made when asked for)."""
+    import polars as pl
 
-        return pl.Schema({c: dtype(t) for c, t, _, _ in FLEET_COLUMNS})
+    return pl.Schema({c: dtype(t) for c, t, _, _ in FLEET_COLUMNS})
+
+
+def __getattr__(name: str):
+    """FLEET_SCHEMA: fleet_schema() (imports polars, so made on first use)."""
+    if name == "FLEET_SCHEMA":
+        return fleet_schema()
     raise AttributeError(name)
 
 
@@ -166,7 +171,8 @@ DISPLAY = [
     ("top_finding_recoverable_ns", "could win", _ms),
     ("top_finding_gpu_hours_per_1000_steps", "GPU-h/1k steps", lambda h: f"{h:,.3g}"),
 ]
-NUMERIC_DISPLAY = {c for c, _, _ in DISPLAY if dict((n, t) for n, t, _, _ in FLEET_COLUMNS)[c] in _NUMERIC}
+_TYPES = {c: t for c, t, _, _ in FLEET_COLUMNS}
+NUMERIC_DISPLAY = {c for c, _, _ in DISPLAY if _TYPES[c] in _NUMERIC}
 
 
 def display_cells(df: pl.DataFrame) -> list[list[str]]:
@@ -256,7 +262,7 @@ def fleet_rows(doc: dict, sources: pl.DataFrame | None = None) -> pl.DataFrame:
         )
     import polars as pl
 
-    schema = {c: dtype(t) for c, t, _, _ in FLEET_COLUMNS}
+    schema = dict(fleet_schema())
     schema["start_time"] = pl.Int64  # built from ns, cast below
     df = pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
     return df.with_columns(pl.col("start_time").cast(pl.Datetime("ns")).dt.replace_time_zone("UTC"))
