@@ -30,6 +30,7 @@ import re
 import unicodedata
 
 from ..lake import safe_run_id
+from .jobid import JOB_IN_NAME, job_of_name
 
 MAX_ID = 100  # UTF-8 bytes of a run id before its hash (safe_run_id's limit, in characters)
 LAST_MAX = 64  # bytes the last part keeps when a name is shortened (a job value's limit)
@@ -102,8 +103,6 @@ def _shortened(parts: list[str], name: str) -> str:
     the last part, LAST_MAX, as a job a trace's metadata states has up to 64; another,
     MIN_PART); then middle directories are dropped; then the last part, if it names no job, loses
     characters; then the longest part left."""
-    from .jobid import job_of_name
-
     parts = [p for p in parts if p] or ["run"]
     job = [job_of_name(p) is not None for p in parts]
     cut = [_around_job(p, LAST_MAX) if j and len(p) > LAST_MAX else p for p, j in zip(parts, job)]
@@ -151,8 +150,6 @@ def suffixed(run_id: str, suffix: str) -> str:
 
 def _around_job(part: str, cap: int) -> str:
     """A kept part cut to `cap` characters: those ending with the job it names, else its first."""
-    from .jobid import JOB_IN_NAME
-
     m = JOB_IN_NAME.search(part)
     end = max(m.end() if m else 0, cap)
     return part[end - cap : end]
