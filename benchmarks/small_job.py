@@ -160,74 +160,39 @@ def main():
     global ENV
     with tempfile.TemporaryDirectory() as tmp:
         ENV = bytecode_env(os.path.join(tmp, "pycache"))
+        at = lambda name: os.path.join(tmp, name)  # noqa: E731
+        # each kind of child's command line: a lake and its report are named under tmp
+        hta_argv = [*exe, "-c", HTA, str(traces)]
+        both = lambda lk: [*tl_exe, "-c", TRACELAKE, str(traces), at(lk)]  # noqa: E731
+        run_cmd = lambda lk: [tl_bin, "run", str(traces), "--lake", at(lk), "-o", at(f"{lk}.html")]  # noqa: E731
+        ingest = lambda lk: [tl_bin, "ingest", str(traces), "--lake", at(lk), "-q"]  # noqa: E731
+        analyze = lambda lk: [tl_bin, "analyze", "--json", "--lake", at(lk)]  # noqa: E731
+        report = lambda lk: [tl_bin, "report", "--lake", at(lk), "-q", "-o", at(f"{lk}.html")]  # noqa: E731
+        bogus = [tl_bin, "run", "--bogus"]
         # untimed: each kind of child once, so that every timed one runs from compiled bytecode
-        child([*exe, "-c", HTA, str(traces)])
-        child([*tl_exe, "-c", TRACELAKE, str(traces), os.path.join(tmp, "w0")])
-        child(
-            [
-                tl_bin,
-                "run",
-                str(traces),
-                "--lake",
-                os.path.join(tmp, "w1"),
-                "-o",
-                os.path.join(tmp, "w1.html"),
-            ]
-        )
-        child([tl_bin, "ingest", str(traces), "--lake", os.path.join(tmp, "w2"), "-q"])
-        child([tl_bin, "analyze", "--json", "--lake", os.path.join(tmp, "w2")])
-        child([tl_bin, "report", "--lake", os.path.join(tmp, "w2"), "-q", "-o", os.path.join(tmp, "w2.html")])
-        child([tl_bin, "run", "--bogus"], ok=(2,))
-        hta = best([child([*exe, "-c", HTA, str(traces)]) for _ in range(a.repeat)])
-        ours = best(
-            [
-                child([*tl_exe, "-c", TRACELAKE, str(traces), os.path.join(tmp, f"l{i}")])
-                for i in range(a.repeat)
-            ]
-        )
-        run = best(
-            [
-                child(
-                    [
-                        tl_bin,
-                        "run",
-                        str(traces),
-                        "--lake",
-                        os.path.join(tmp, f"r{i}"),
-                        "-o",
-                        os.path.join(tmp, f"r{i}.html"),
-                    ]
-                )  # fmt: skip
-                for i in range(a.repeat)
-            ]
-        )
+        for argv in (hta_argv, both("w0"), run_cmd("w1"), ingest("w2"), analyze("w2"), report("w2")):
+            child(argv)
+        child(bogus, ok=(2,))
+        hta = best([child(hta_argv) for _ in range(a.repeat)])
+        ours = best([child(both(f"l{i}")) for i in range(a.repeat)])
+        run = best([child(run_cmd(f"r{i}")) for i in range(a.repeat)])
         # the two commands a user runs: `tracelake ingest` then `tracelake analyze` (each pays its
         # start-up), then `tracelake report` of the same lake (its results kept: the system time
         # and page faults of the three commands, against `run`'s, which once made 700,000
         # mmap/munmap pairs that they did not: issue 38 item 2)
         two, three = [], []
         for i in range(a.repeat):
-            lk = os.path.join(tmp, f"c{i}")
-            ing = child([tl_bin, "ingest", str(traces), "--lake", lk, "-q"])
-            ana = child([tl_bin, "analyze", "--json", "--lake", lk])
-            rep = child([tl_bin, "report", "--lake", lk, "-q", "-o", os.path.join(tmp, f"c{i}.html")])
+            ing, ana, rep = child(ingest(f"c{i}")), child(analyze(f"c{i}")), child(report(f"c{i}"))
             two.append(chain(ing, ana))
             three.append(chain(ing, ana, rep))
         two, three = best(two), best(three)
         # the lakes the ingest + analyze children wrote: analysed again, their results kept
-        again = best(
-            [
-                child([tl_bin, "analyze", "--json", "--lake", os.path.join(tmp, f"l{i}")])
-                for i in range(a.repeat)
-            ]
-        )
+        again = best([child(analyze(f"l{i}")) for i in range(a.repeat)])
         # start-up alone: help and a usage error (the issue's target: under 0.15 s)
         helps = {
             "tracelake --help": best([child([tl_bin, "--help"]) for _ in range(3 * a.repeat)]),
             "tracelake run --help": best([child([tl_bin, "run", "--help"]) for _ in range(3 * a.repeat)]),
-            "tracelake run --bogus (usage error)": best(
-                [child([tl_bin, "run", "--bogus"], ok=(2,)) for _ in range(3 * a.repeat)]
-            ),
+            "tracelake run --bogus (usage error)": best([child(bogus, ok=(2,)) for _ in range(3 * a.repeat)]),
         }
     if not hta[2] == ours[2] == again[2] == two[2]:
         raise SystemExit(f"HTA loaded {hta[2]} ranks, tracelake {ours[2]}: not the same work")
