@@ -212,14 +212,10 @@ def _rows(
 def _derived(entries: list[_Entry]) -> list[dict[str, pa.Table]]:
     """Each entry's gpu_activities with its derived columns (one plan: derive.derive_many), as
     {"gpu_activities": rows conformed}, or {} for a source without GPU activities."""
-    have = [e for e in entries if "gpu_activities" in e.held.tables]
-    tables = [e.held.tables for e in have]
-    gpus = derive.derive_many(
-        [(t["gpu_activities"], t.get("cpu_ops"), t.get("steps")) for t in tables],
-        lambda g: sch.conform("gpu_activities", g),
-    )
-    got = {id(e): {"gpu_activities": g} for e, g in zip(have, gpus)}
-    return [got.get(id(e), {}) for e in entries]
+    tables = [e.held.tables for e in entries]
+    have = [(t["gpu_activities"], t.get("cpu_ops"), t.get("steps")) for t in tables if "gpu_activities" in t]
+    gpus = iter(derive.derive_many(have, lambda g: sch.conform("gpu_activities", g)))
+    return [{"gpu_activities": next(gpus)} if "gpu_activities" in t else {} for t in tables]
 
 
 def hold_runs(units, run: str | None, run_for, compact: bool) -> frozenset[str]:
