@@ -153,10 +153,10 @@ def whatif(
             ocon.close()
         g = wi.build(con, run_id)
         for r in on_time:
-            if r not in g.ranks:
-                raise usage_error(
-                    f"--on-time {r}: the run has no rank {r} (ranks {g.ranks[0]}..{g.ranks[-1]})"
-                )
+            try:
+                wi.changes.check_rank(g, r)
+            except ValueError as e:  # a change the run cannot take: a usage error
+                raise usage_error(str(e)) from None
         if not wanted:
             wanted = wi.changes.defaults(g)
         doc = wi.whatif(con, run_id, wanted, graph=g)

@@ -149,14 +149,17 @@ def collectives_overlapped() -> Change:
     )
 
 
+def check_rank(g: Graph, rank: int) -> None:
+    """Raises ValueError (one line) when g's run has no rank `rank` (--on-time's check)."""
+    if rank not in g.ranks:
+        raise ValueError(f"--on-time {rank}: the run has no rank {rank} (ranks {g.ranks[0]}..{g.ranks[-1]})")
+
+
 def on_time(rank: int) -> Change:
     said: dict = {}
 
     def apply(g: Graph, d: Durations) -> Durations:
-        if rank not in g.ranks:
-            raise ValueError(
-                f"--on-time {rank}: the run has no rank {rank} (ranks {g.ranks[0]}..{g.ranks[-1]})"
-            )
+        check_rank(g, rank)
         said.clear()
         if not ((g.g_coll >= 0) & (g.g_rank == rank)).any():
             said["note"] = (
