@@ -722,3 +722,48 @@ def test_kinds_without_the_replay():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["12", "False", "False", "False"]
+
+
+def test_launch_is_the_first_call_of_its_key_in_chain_order():
+    """rows.host_rows links the calls to their GPU rows on the host rows' first order (in a thread
+    beside the chain order); a GPU row's launch is the first call of its (rank, correlation) in
+    chain order even where the file lists the later call first. Hand-made rows, expected launches
+    written by hand; the join on the two columns (where keys do not fit) gives the same."""
+    import importlib
+
+    import numpy as np
+
+    rows = importlib.import_module("pipeline.whatif.rows")
+    # first order as a query may return it: rank 1's rows first, and for (0, 7) the call at 50
+    # before the call at 20 (both launched it); (0, 9) is a call nothing on the GPU has
+    host = pl.DataFrame(
+        {
+            "rank": [1, 0, 0, 0, 0, 1, 0],
+            "what": pl.Series([0, 0, 0, 0, 2, 0, 3], dtype=pl.Int8),
+            "name": ["cudaLaunchKernel"] * 4 + ["1", "cudaLaunchKernel", "1"],
+            "start_ns": [15, 50, 20, 30, 10, 40, 90],
+            "end_ns": [18, 55, 25, 35, 10, 45, 90],
+            "correlation": [7, 7, 7, 9, None, 8, None],
+            "step": [None, None, None, None, 1, None, 1],
+        }
+    )
+    host = host.with_columns(pl.col("name").cast(pl.Enum(sorted(set(host["name"])))))
+    g_rank = np.array([0, 1, 1], dtype=np.int64)
+    g_corr = np.array([7, 8, 7], dtype=np.int64)
+    # kept, chain order: rank 0: step mark 10, call 20 (corr 7), call 50 (corr 7), end mark 90;
+    # rank 1: call 15 (corr 7), call 40 (corr 8). The call at 30 (corr 9) launched nothing.
+    want_s = [10, 20, 50, 90, 15, 40]
+    want_launch = [1, 5, 4]  # (0, 7) -> the call at 20; (1, 8) -> 40; (1, 7) -> 15
+    got = rows.host_rows([host.clone()], 0, ["cudaDeviceSynchronize"], g_rank, g_corr)
+    assert got.s.tolist() == want_s
+    assert got.g_launch0.tolist() == want_launch
+    assert got.what.tolist() == [
+        rows.STEP_START,
+        rows.LAUNCH,
+        rows.LAUNCH,
+        rows.STEP_END,
+        rows.LAUNCH,
+        rows.LAUNCH,
+    ]
+    joined = rows._join_index(got.rank, got.corr, got.what == rows.LAUNCH, g_rank, g_corr)
+    assert joined.tolist() == want_launch
