@@ -82,7 +82,7 @@ def scale(spec: str) -> Change:
         if what == "kernel":
             rx = re.compile(fnmatch.translate(pat))
             hit = [i for i, n in enumerate(g.names) if rx.match(n)]
-            mask = np.isin(g.frame["name_id"].to_numpy(), hit)
+            mask = np.isin(g.g_name, hit)
         else:
             mask = g.g_cat == CATEGORIES.index(pat)
         said["note"] = (

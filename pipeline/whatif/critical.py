@@ -97,9 +97,7 @@ def _path(g: Graph, d: Durations, t: Timing, pos: tuple[str, int], stop_ns: int)
 
 def _name_ids(g: Graph) -> np.ndarray:
     """Per GPU node, its name's number."""
-    if getattr(g, "_name_ids", None) is None:
-        g._name_ids = g.frame["name_id"].to_numpy()
-    return g._name_ids
+    return g.g_name
 
 
 def _host_names(g: Graph) -> tuple[np.ndarray, list[str]]:

@@ -76,7 +76,8 @@ class Graph:
     g_wc: np.ndarray  # end - last arrival, for collective members
     g_step: np.ndarray  # -1: outside steps
     g_cat: np.ndarray  # index into CATEGORIES
-    frame: pl.DataFrame  # the GPU rows: rank, name_id, shape, step (NULL outside steps)
+    g_name: np.ndarray  # int32 name_id: position in names
+    g_shape: np.ndarray  # uint64 hash of the launch shape or byte count (gpu_nodes.sql; 0: none recorded)
     names: list[str]  # name_id -> kernel name or copy label
     # host
     h_rank: np.ndarray
@@ -99,6 +100,17 @@ class Graph:
     windows: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
     # replay levels (replay._Levels; False: none found), made on a large graph's first changed replay
     levels: object = field(default=None, repr=False)
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        """The GPU rows as a frame: rank, name_id, shape (NULL: none recorded), step (NULL: outside
+        steps), made from the arrays when asked for (what --durations-from matches by)."""
+        return pl.DataFrame(
+            {"rank": self.g_rank, "name_id": self.g_name, "shape": self.g_shape, "step": self.g_step}
+        ).with_columns(
+            pl.when(pl.col("shape") != 0).then(pl.col("shape")).alias("shape"),
+            pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"),
+        )
 
 
 def step_notes(g: Graph) -> list[str]:
@@ -251,9 +263,10 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     g_launch0 = hr.g_launch0[gr.gperm] if hr.g_launch0 is not None else None
     del hr
     g_rank, g_s, g_e, g_corr, g_step, g_cat = gr.rank, gr.s, gr.e, gr.corr, gr.step, gr.cat
-    graph_replay, frame, members, first, prev_end = (
+    graph_replay, g_name, g_shape, members, first, prev_end = (
         gr.graph_replay,
-        gr.frame,
+        gr.name,
+        gr.shape,
         gr.members,
         gr.first,
         gr.prev_end,
@@ -447,7 +460,8 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
         g_wc=g_wc,
         g_step=g_step,
         g_cat=g_cat,
-        frame=frame,
+        g_name=g_name,
+        g_shape=g_shape,
         names=names,
         h_rank=h_rank,
         h_chain_first=h_first,

@@ -220,10 +220,10 @@ def host_rows(
 
 @dataclass
 class GpuRows:
-    """The GPU rows in stream order (graph.Graph's g_* arrays before the edges), gperm (their first
-    order's positions), the collectives' kernels (pg_key, call_key, gi, rank, s, e, step), where
-    each rank's and chain's rows lie, and per row the latest end on another stream of its rank at
-    or before its start (cand, -1: none)."""
+    """The GPU rows in stream order (graph.Graph's g_* arrays before the edges, name and shape its
+    g_name and g_shape), gperm (their first order's positions), the collectives' kernels (pg_key,
+    call_key, gi, rank, s, e, step), where each rank's and chain's rows lie, and per row the
+    latest end on another stream of its rank at or before its start (cand, -1: none)."""
 
     rank: np.ndarray
     s: np.ndarray
@@ -232,7 +232,8 @@ class GpuRows:
     step: np.ndarray
     cat: np.ndarray
     graph_replay: np.ndarray
-    frame: pl.DataFrame
+    name: np.ndarray
+    shape: np.ndarray
     members: pl.DataFrame
     first: np.ndarray
     prev_end: np.ndarray
@@ -261,7 +262,9 @@ def gpu_rows(box: list[pl.DataFrame], t0: int, g_rank0: np.ndarray, g_corr0: np.
     mem = gpu.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("old"), "pg_key", "call_key").filter(
         pl.col("pg_key").is_not_null()
     )
-    frame = gpu.select("rank", "name_id", "shape", "step")[gperm]
+    g_name = gpu["name_id"].to_numpy()[gperm]
+    g_shape = gpu["shape"].fill_null(0).to_numpy()[gperm]  # 0: none recorded (Graph.frame: NULL)
+    g_step = gpu["step"].fill_null(-1).to_numpy().astype(np.int64)[gperm]
     del gpu
     n = len(gperm)
     inv = np.empty(n, dtype=np.int64)
@@ -272,7 +275,6 @@ def gpu_rows(box: list[pl.DataFrame], t0: int, g_rank0: np.ndarray, g_corr0: np.
     g_e = g_e0[gperm] - t0
     g_corr = g_corr0[gperm]
     del g_s0, g_e0, g_stream0
-    g_step = frame["step"].fill_null(-1).to_numpy().astype(np.int64)
     gi_m = inv[mem["old"].to_numpy()]
     members = (
         mem.select("pg_key", "call_key")
@@ -281,8 +283,9 @@ def gpu_rows(box: list[pl.DataFrame], t0: int, g_rank0: np.ndarray, g_corr0: np.
             pl.Series("rank", g_rank[gi_m]),
             pl.Series("s", g_s[gi_m]),
             pl.Series("e", g_e[gi_m]),
-            pl.Series("step", frame["step"].gather(gi_m)),
+            pl.Series("step", g_step[gi_m]),
         )
+        .with_columns(pl.when(pl.col("step") >= 0).then(pl.col("step")).alias("step"))
         .sort("gi")
     )
     del inv, mem, gi_m
@@ -320,7 +323,8 @@ def gpu_rows(box: list[pl.DataFrame], t0: int, g_rank0: np.ndarray, g_corr0: np.
         g_step,
         g_cat,
         graph_replay,
-        frame,
+        g_name,
+        g_shape,
         members,
         first,
         prev_end,
