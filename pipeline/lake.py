@@ -92,6 +92,12 @@ _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SHORTENED = re.compile(r".{100}-[0-9a-f]{6}")
 
 
+def name_hash(name: str) -> str:
+    """6 hex digits of the SHA-1 of a name's UTF-8 (surrogates escaped): what a run id that had
+    to change carries after a '-' (safe_run_id; pipeline/ingest/runid.py)."""
+    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:6]
+
+
 def safe_run_id(name: str) -> str:
     """A run id usable as a hive partition value: [A-Za-z0-9._-], other runs of characters -> '_'.
     A name that had to change gets '-' and 6 hex digits of its SHA-1, so two different names never
@@ -105,7 +111,7 @@ def safe_run_id(name: str) -> str:
         return name
     s = _SAFE.sub("_", name).strip("._")[:100] or "run"
     if s != name:
-        s += "-" + hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:6]
+        s += "-" + name_hash(name)
     return s
 
 

@@ -22,6 +22,14 @@ from pipeline.lake import Lake, safe_run_id
 
 runner = CliRunner()
 
+
+def _h(name: str) -> str:
+    """6 hex digits of a name's SHA-1, computed here (the id's suffix)."""
+    import hashlib
+
+    return hashlib.sha1(name.encode()).hexdigest()[:6]
+
+
 # 2026-11-04 03:00:00 UTC in µs (Kineto's ts unit): 1,793,761,200 s since the epoch
 T0_US = 1_793_761_200 * 10**6
 
@@ -33,11 +41,66 @@ T0_US = 1_793_761_200 * 10**6
         ("2026-11-04/job-4711/profiler", "2026-11-04.job-4711.profiler"),
         ("job1/traces/", "job1.traces"),  # a trailing '/' is dropped
         ("dlrm_kineto", "dlrm_kineto"),  # one directory: its name, as before
-        ("v1.2", "v1.2"),
     ],
 )
 def test_directory_paths_are_joined_with_dots(name, run_id):
     assert run_id_of(name) == run_id == run_for(name, None)
+
+
+@pytest.mark.parametrize(
+    ("name", "run_id"),
+    [
+        # a '.' in an id stands for a '/': a directory holding a '.' of its own gets its hash
+        ("a/b", "a.b"),
+        ("a.b", "a.b-" + _h("a.b")),
+        ("v1.2", "v1.2-" + _h("v1.2")),
+        ("a.b/c", f"a.b-{_h('a.b')}.c"),
+        ("a/b.c", f"a.b.c-{_h('b.c')}"),
+        ("a/b/c", "a.b.c"),
+        ("traces/llama-8b.exp3", f"traces.llama-8b.exp3-{_h('llama-8b.exp3')}"),  # a job value
+        ("über.v2/x", f"über.v2-{_h('über.v2')}.x"),
+        ("a.b-" + _h("a.b"), "a.b-" + _h("a.b")),  # an id given back stays as it is
+    ],
+)
+def test_a_dot_of_a_directory_never_reads_as_a_slash(name, run_id):
+    assert run_id_of(name) == run_id
+
+
+def test_run_values_name_an_id_as_printed_or_a_path():
+    """--run takes a run id as `tracelake runs` prints it, or a directory path (given_run_id)."""
+    assert run_for("x", "a.b") == "a.b"  # the id of a/b
+    assert run_for("x", "a.b/") == "a.b-" + _h("a.b")  # the directory a.b
+    assert run_for("x", "job1/traces") == "job1.traces"
+    assert run_for("x", "v1.2-" + _h("v1.2")) == "v1.2-" + _h("v1.2")
+    assert run_for("x", "my job") == "my_job-" + _h("my job")
+    # found by analyze's --run too: the exact id first, then the directory's
+    known = {"a.b", "a.b-" + _h("a.b")}
+    assert _resolve_runs(["a.b", "a.b/", "a/b"], known) == ["a.b", "a.b-" + _h("a.b"), "a.b"]
+
+
+def test_dotted_and_nested_directories_are_two_runs(tmp_path):
+    """The tester's case: a.b/ and a/b/ (rank 0 and rank 1, at the same time) were one run a.b."""
+    root = tmp_path / "root"
+    _rank(root / "a.b" / "rank0.json", 0, T0_US)
+    _rank(root / "a" / "b" / "rank1.json", 1, T0_US + 1)
+    lake = tmp_path / "lake"
+    for _ in range(2):  # the second ingest skips both files: same names, no new run
+        r = runner.invoke(app, ["ingest", str(root), "--lake", str(lake), "-j", "1", "-q"])
+        assert r.exit_code == EXIT_OK, r.output
+        src = Lake(lake).sources().sort("path")
+        assert src["run_id"].to_list() == ["a.b-" + _h("a.b"), "a.b"]
+        assert src["path"].to_list() == [
+            str(root / "a.b" / "rank0.json"),
+            str(root / "a" / "b" / "rank1.json"),
+        ]
+    # --run a.b (the id as printed) adds to a/b's run; --run a.b/ (the directory) to a.b/'s
+    _rank(tmp_path / "late" / "rank2.json", 2, T0_US + 2)
+    _rank(tmp_path / "late2" / "rank3.json", 3, T0_US + 3)
+    for f, run in (("late/rank2.json", "a.b"), ("late2/rank3.json", "a.b/")):
+        r = runner.invoke(app, ["ingest", str(tmp_path / f), "--run", run, "--lake", str(lake), "-q"])
+        assert r.exit_code == EXIT_OK, r.output
+    by_run = {k: sorted(g["rank"].to_list()) for (k,), g in Lake(lake).sources().group_by("run_id")}
+    assert by_run == {"a.b": [1, 2], "a.b-" + _h("a.b"): [0, 3]}
 
 
 @pytest.mark.parametrize(
@@ -496,13 +559,6 @@ def test_per_rank_archives_of_one_job_are_one_run(tmp_path):
 LONG = "nightly_llama70b_pretrain_" * 4 + "x"  # 105 characters, one directory
 
 
-def _h(name: str) -> str:
-    """6 hex digits of a name's SHA-1, computed here (the id's suffix)."""
-    import hashlib
-
-    return hashlib.sha1(name.encode()).hexdigest()[:6]
-
-
 @pytest.mark.parametrize(
     ("name", "run_id"),
     [
@@ -538,7 +594,7 @@ def _h(name: str) -> str:
 )
 def test_long_names_are_shortened_in_their_directories_keeping_the_job(name, run_id):
     assert run_id_of(name) == run_id
-    assert run_id_of(run_id) == run_id  # a stored id given back (--run) names the same run
+    assert run_for("x", run_id) == run_id  # a stored id given back (--run) names the same run
 
 
 @pytest.mark.parametrize(
@@ -556,7 +612,7 @@ def test_long_names_are_shortened_in_their_directories_keeping_the_job(name, run
 )
 def test_letters_of_every_script_are_kept(name, run_id):
     assert run_id_of(name) == run_id
-    assert run_id_of(run_id) == run_id
+    assert run_for("x", run_id) == run_id  # given back to --run
 
 
 def test_ids_that_disagree_are_noted():

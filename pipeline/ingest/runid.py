@@ -9,6 +9,10 @@ name (`<lake>/<table>/run=<id>/`), readable in a listing and typed in a shell:
   and '-', and the whole fits in MAX_ID bytes of UTF-8 (`日本語` is 9; a directory name holds
   255); names are compared in Unicode NFC, so a directory that macOS wrote decomposed (`u` +
   combining diaeresis) names the same run as one typed on Linux;
+- a '.' of an id thus stands for a '/': a part holding a '.' of its own (a directory `v1.2`, a
+  job value `llama-8b.exp3`) is followed by '-' and 6 hex digits of its SHA-1 (`_token`:
+  `a.b/` is run `a.b-<6 hex>`, `a/b/` run `a.b`), so two different directories never share a
+  run; a part that already ends so (an id given back) is kept;
 - another character (a space, punctuation, a symbol or emoji, a bidi control) is replaced as
   safe_run_id (pipeline/lake.py) replaces it, with 6 hex digits of the name's SHA-1 after it
   (`my job/traces` is `my_job_traces-<6 hex>`, as tracelake always stored it), so two names
@@ -19,23 +23,23 @@ name (`<lake>/<table>/run=<id>/`), readable in a listing and typed in a shell:
   others MIN_PART while there is room, then middle directories dropped; the hash of the whole
   name follows (`nightly_llama70b_pretrain_nig.job-4711-<6 hex>`).
 
-run_id_of is a pure function of the name and idempotent (run_id_of(run_id_of(x)) ==
-run_id_of(x): a stored id given to `--run` names its run), so a re-ingest names a file the same way.
+run_id_of is a pure function of the name, so a re-ingest names a file the same way. A stored id
+given to `--run` names its run (given_run_id: a value that is a run id, is_run_id, is taken as it
+is, since run_id_of('a.b') is the id of a directory `a.b`, not `a.b` itself).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 
-from ..lake import safe_run_id
+from ..lake import name_hash, safe_run_id
 from .jobid import JOB_IN_NAME, job_of_name
 
 MAX_ID = 100  # UTF-8 bytes of a run id before its hash (safe_run_id's limit, in characters)
 LAST_MAX = 64  # bytes the last part keeps when a name is shortened (a job value's limit)
 MIN_PART = 8  # bytes a shortened directory keeps while there is room
-_SHORTENED = re.compile(r".+-[0-9a-f]{6}")
+_SHORTENED = re.compile(r".+-[0-9a-f]{6}")  # an id with a hash after it (shortened, or _token's)
 
 
 def _ok_char(c: str) -> bool:
@@ -50,8 +54,38 @@ def clean_part(part: str) -> bool:
     return bool(part) and all(_ok_char(c) for c in part) and part.strip("._") == part
 
 
-def _hash(name: str) -> str:
-    return hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:6]
+def _token(part: str) -> str:
+    """A clean part as it stands in a run id: itself, or (holding a '.', which in an id stands for
+    a '/') itself with '-' and its hash after it, unless it already ends so (an id given back)."""
+    return f"{part}-{name_hash(part)}" if "." in part and not _SHORTENED.fullmatch(part) else part
+
+
+def is_run_id(s: str) -> bool:
+    """Whether s is a run id as this module writes them (one part of _ok_char's characters, not
+    starting or ending with '.' or '_', in NFC, at most MAX_ID UTF-8 bytes, or MAX_ID + 7 with a
+    hash after it): `--run` given one names that run (given_run_id)."""
+    return (
+        clean_part(s)
+        and unicodedata.is_normalized("NFC", s)
+        and (_bytes(s) <= MAX_ID or (_bytes(s) <= MAX_ID + 7 and _SHORTENED.fullmatch(s) is not None))
+    )
+
+
+def given_run_id(value: str) -> str:
+    """The run id a `--run` value names: the value itself when it is a run id (is_run_id: `job1.traces`
+    as `tracelake runs` prints it), else run_id_of's id of it as a directory path (`job1/traces`
+    is job1.traces, `v1.2/` is v1.2-<6 hex>, `my job` my_job-<6 hex>)."""
+    nfc = unicodedata.normalize("NFC", value)
+    return nfc if is_run_id(nfc) else run_id_of(value)
+
+
+def id_with_job(run_id: str, job: str) -> str:
+    """The id run_id_of gives `<name>/<job>` for a name of clean parts whose id is run_id
+    (runs.log_name: the traces beside a log that state no job), when it fits in MAX_ID bytes: the
+    run id, '.', the job as a part (_token); else run_id_of of the pair (a long name's shortened id
+    depends on the whole name, which run_id does not give back)."""
+    joined = f"{run_id}.{_token(job)}"
+    return joined if _bytes(joined) <= MAX_ID else run_id_of(f"{run_id}/{job}")
 
 
 def _replaced(name: str) -> str:
@@ -82,9 +116,10 @@ def run_id_of(name: str) -> str:
     stripped = name.rstrip("/") or name
     parts = stripped.split("/") if stripped not in ("", "/") else []
     if not parts or (stripped.isascii() and len(stripped) <= MAX_ID and "/" not in stripped):
-        return safe_run_id(stripped)  # ASCII single parts: as tracelake always stored them
+        rid = safe_run_id(stripped)  # ASCII single parts: as tracelake always stored them, ...
+        return _token(rid) if rid == stripped else rid  # ... but for a '.' of their own
     if all(clean_part(p) for p in parts):
-        joined = ".".join(parts)
+        joined = ".".join(_token(p) for p in parts)
         if _bytes(joined) <= MAX_ID:
             return joined
         if _SHORTENED.fullmatch(joined) and len(parts) == 1 and _bytes(joined) <= MAX_ID + 7:
@@ -92,7 +127,7 @@ def run_id_of(name: str) -> str:
         return _shortened(parts, stripped)
     replaced = _replaced(stripped)
     if _bytes(replaced) <= MAX_ID:
-        return (replaced or "run") + "-" + _hash(stripped)
+        return (replaced or "run") + "-" + name_hash(stripped)
     return _shortened([_replaced(p) for p in parts], stripped)
 
 
@@ -131,7 +166,7 @@ def _shortened(parts: list[str], name: str) -> str:
         lens[i] -= 1  # the last part, if it names no job; else (a last resort) the longest job part
         size[i] = _bytes(cut[i][: lens[i]])
     out = ".".join(p[:n].strip("._") for p, n in zip(cut, lens) if n and p[:n].strip("._"))
-    return (out or "run") + "-" + _hash(name)
+    return (out or "run") + "-" + name_hash(name)
 
 
 def suffixed(run_id: str, suffix: str) -> str:
@@ -139,13 +174,13 @@ def suffixed(run_id: str, suffix: str) -> str:
     the suffix kept whole: run_id + suffix when that is a run id that fits (MAX_ID bytes), else
     run_id cut to make room, with the hash of the whole after it."""
     whole = run_id + suffix
-    if run_id_of(whole) == whole:
+    if is_run_id(whole):
         return whole
     room = MAX_ID - _bytes(suffix)
     head = run_id
     while head and _bytes(head) > room:
         head = head[:-1]
-    return (head.strip("._") or "run") + suffix + "-" + _hash(whole)
+    return (head.strip("._") or "run") + suffix + "-" + name_hash(whole)
 
 
 def _around_job(part: str, cap: int) -> str:

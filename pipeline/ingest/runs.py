@@ -49,7 +49,7 @@ from typing import Callable
 import polars as pl
 
 from .. import schema as sch
-from .runid import run_id_of, suffixed  # the names' ids: runid.py
+from .runid import given_run_id, id_with_job, run_id_of, suffixed  # the names' ids: runid.py
 
 # in the note of a file not put in its named run (Runs.claim), before the run it was put in
 PLACED = "; this file was put in run "
@@ -64,9 +64,10 @@ def dir_name(path) -> str:
 
 
 def run_for(name: str, run: str | None) -> str:
-    """The run id of a file whose directory gives `name` (rule 1): --run when given (a --run
-    value is stored as a directory path is: `--run job1/traces` names run job1.traces)."""
-    return run_id_of(run) if run else run_id_of(name)
+    """The run id of a file whose directory gives `name` (rule 1): --run when given (a run id as
+    it is, a directory path as such a path is stored: `--run job1/traces` names run job1.traces;
+    runid.given_run_id)."""
+    return given_run_id(run) if run else run_id_of(name)
 
 
 # a start before 2000-01-01 UTC is a relative clock, not a date to name a run by
@@ -228,7 +229,7 @@ def log_name(beside: list[str], named: str, job: str | None) -> str:
     - named, when traces beside it were named so (they state its job, or both state none);
     - the only run of the traces beside it (they state one job, or none: the log takes it);
     - the run of traces beside it that state no job (named by the directory alone: `named` is
-      that run's id with the job after it, run_id_of('<run>/<job>')), so that a log stating a job
+      that run's id with the job after it, runid.id_with_job), so that a log stating a job
       never leaves traces that state none;
     - named (no traces beside it, or those of several jobs none of which is its own nor jobless)."""
     if named in beside or not beside:
@@ -236,7 +237,7 @@ def log_name(beside: list[str], named: str, job: str | None) -> str:
     if len(beside) == 1:
         return beside[0]
     for b in beside:
-        if job is not None and run_id_of(f"{b}/{job}") == named:
+        if job is not None and id_with_job(b, job) == named:
             return b
     return named
 
