@@ -58,10 +58,32 @@ class Group(typer.core.TyperGroup):
 
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            finally:  # a reader gone is found here, not by the interpreter's last flush at exit
+                if sys.stdout is not None:
+                    sys.stdout.flush()
         except clickx.UsageError as e:
             sub = ctx.invoked_subcommand
             raise _one_line(e, f"{ctx.command_path} {sub}" if sub else ctx.command_path)
+        except BrokenPipeError:
+            raise pipe_closed()
+
+
+EXIT_PIPE = 128 + 13  # SIGPIPE's number: the code a shell reports for `yes | head -1`'s yes
+
+
+def pipe_closed() -> typer.Exit:
+    """Standard output's reader went away (`tracelake runs | head -1`): what is left to write goes
+    to /dev/null (Python's documented recipe, so no "Exception ignored" line at exit) and the
+    command ends quietly, exit 141 (128 + SIGPIPE), as a Unix tool the signal ends; click's own
+    handling exited 1 without a word."""
+    import io
+    import os
+
+    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return typer.Exit(EXIT_PIPE)
 
 
 def _one_line(e: clickx.UsageError, where: str | None = None) -> clickx.UsageError:
@@ -159,10 +181,15 @@ class LazyConsole:
             from rich.console import Console
 
             self._console = Console(**self._kwargs)
+            self._console.on_broken_pipe = _broken_pipe  # rich's own exits 1: Group.invoke decides
         return self._console
 
     def __getattr__(self, name: str):
         return getattr(self.console, name)
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError(32, "Broken pipe")
 
 
 def real_console(console):

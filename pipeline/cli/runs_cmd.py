@@ -4,7 +4,6 @@ table, CSV, JSON or Markdown."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import List, Optional
@@ -33,7 +32,8 @@ RUNS_FORMATS = ("table", "csv", "json", "md")
 WHERE_HELP = (
     "Keep the runs for which this DuckDB SQL boolean expression over the fleet columns is true, "
     "e.g. \"verdict = 'network-bound' AND world_size >= 8\" or \"start_time >= '2026-11-01'\" "
-    "(columns: docs/usage.md, Runs: the fleet view). A null compares as unknown: the run is left out."
+    "(columns: docs/usage.md, Runs: the fleet view). A null compares as unknown: the run is left out. "
+    "Repeated, a run must match every one (AND)."
 )
 
 
@@ -113,17 +113,22 @@ def markdown(df) -> str:
 
 def write_rows(df, fmt: str) -> None:
     """The fleet rows on stdout: table (rich), md (fleet.DISPLAY columns), csv and json (every column,
-    start_time as ISO 8601 UTC, NaN as null)."""
+    start_time as ISO 8601 UTC, NaN as null; JSON in UTF-8, msgspec's, letters of any script as
+    they are)."""
     import polars as pl
 
     if fmt in ("csv", "json"):
         df = df.with_columns(pl.col("start_time").dt.strftime("%Y-%m-%dT%H:%M:%S%.fZ"))
     if fmt == "csv":
         sys.stdout.write(df.write_csv())
-    elif fmt == "json":
+    elif fmt == "json":  # UTF-8 as it is (`über`, not `\u00fcber`), whatever the locale
+        import msgspec
+
         from .lake_cmd import _finite
 
-        sys.stdout.write(json.dumps(_finite(df.to_dicts()), allow_nan=False) + "\n")
+        data = msgspec.json.encode(_finite(df.to_dicts())) + b"\n"
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
     elif fmt == "md":
         sys.stdout.write(markdown(df))
     else:
@@ -143,7 +148,7 @@ def write_rows(df, fmt: str) -> None:
 )
 def runs(
     lake: Path = LAKE,
-    where: Optional[str] = typer.Option(None, "--where", "-w", metavar="EXPR", help=WHERE_HELP),
+    where: Optional[List[str]] = typer.Option(None, "--where", "-w", metavar="EXPR", help=WHERE_HELP),
     sort: Optional[str] = typer.Option(
         None,
         "--sort",
@@ -181,9 +186,10 @@ def runs(
     if fmt not in RUNS_FORMATS:
         raise typer.BadParameter("table, csv, json or md", param_hint="--format")
     keys = parse_sort(sort, list(FLEET_SCHEMA.names()))
-    if where is not None:  # checked on the empty table before any analysis: a typo costs nothing
+    wheres = list(where or [])  # each parsed on its own, the rows kept by all of them (AND)
+    for w in wheres:  # checked on the empty table before any analysis: a typo costs nothing
         try:
-            filter_rows(pl.DataFrame(schema=FLEET_SCHEMA), where)
+            filter_rows(pl.DataFrame(schema=FLEET_SCHEMA), w)
         except ValueError as e:
             raise usage_error(f"--where: {e}")
     res, code = _analysis(
@@ -208,12 +214,12 @@ def runs(
     from .app import existing_lake
 
     df = fleet_rows(res, existing_lake(lake).sources())
-    if where is not None:
+    for w in wheres:
         try:
-            df = filter_rows(df, where)
+            df = filter_rows(df, w)
         except ValueError as e:  # a value the empty table could not show (a bad cast)
             raise usage_error(f"--where: {e}")
     write_rows(sort_rows(df, keys), fmt)
     if df.height == 0:
-        err.print("note: no run matches" if where else "note: the lake holds no runs", markup=False)
+        err.print("note: no run matches" if wheres else "note: the lake holds no runs", markup=False)
     raise typer.Exit(code if code != EXIT_OK else EXIT_OK)
