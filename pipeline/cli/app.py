@@ -242,18 +242,26 @@ def progress(label: str, quiet: bool = False):
 
 
 def preload_charts(fmt: str) -> str:
-    """fmt; when it is html, the report's chart library (altair, pipeline/report/altair_lib.py: 0.3-0.6 s
-    of imports, 2.6 s in an environment with jsonschema's format extras before altair_lib) starts
-    importing in a thread of its own, so that it overlaps the analysis before the report (most of
-    its time is DuckDB binding and running the queries, which releases the GIL); the report then
-    finds it imported, or waits for the import to end (Python's module lock). A failed import is
-    left to the report's own import, which then raises it."""
+    """fmt; when it is html and the report's chart templates were not kept yet for this altair and
+    these chart modules (pipeline/report/spec_cache.py: with them kept, the report needs no altair),
+    the report's chart library (altair, pipeline/report/altair_lib.py: 0.3-0.6 s of imports, 2.6 s
+    in an environment with jsonschema's format extras before altair_lib) starts importing in a
+    thread of its own, so that it overlaps the analysis before the report (most of its time is
+    DuckDB binding and running the queries, which releases the GIL); the report then finds it
+    imported, or waits for the import to end (Python's module lock). A failed import is left to
+    the report's own import, which then raises it."""
     if fmt == "html" and "altair" not in sys.modules:
+        from ..report import spec_cache
+
+        if spec_cache.warm():
+            return fmt
         import threading
 
         def load() -> None:
             with contextlib.suppress(Exception):
-                import pipeline.report.altair_lib  # noqa: F401
+                from ..report.altair_lib import load
+
+                load()
 
         threading.Thread(target=load, name="tracelake-preload-charts", daemon=True).start()
     return fmt

@@ -17,7 +17,9 @@ process had already imported jsonschema's format checkers (a user's notebook), t
 save and altair is imported as it is. tests/test_report_charts.py checks that the report's import
 leaves these packages unimported.
 
-`alt` is the altair module.
+`alt` stands for the altair module, imported on its first attribute (`alt.Chart`): the report's
+modules import it without importing altair, which a report whose chart templates are cached never
+needs (pipeline/report/spec_cache.py). `load()` imports it now (the CLI's preload thread).
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ def _importer() -> str | None:
     return None
 
 
-def _load():
+def load():
+    """The altair module, imported (as described above) when it was not."""
     if "altair" in sys.modules or _IMPORTER in sys.modules:
         import altair
 
@@ -75,4 +78,11 @@ def _load():
     return altair
 
 
-alt = _load()
+class _Altair:
+    """altair, imported on first use (load())."""
+
+    def __getattr__(self, name: str):
+        return getattr(load(), name)
+
+
+alt = _Altair()

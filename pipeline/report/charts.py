@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..kernelname import hover_name, short_names
 from .altair_lib import alt
+from .spec_cache import Spec
 
 
 @dataclass
@@ -103,12 +104,19 @@ def group_label(name: str, g: list[int]) -> str:
     return f"{name} {g[0]}" if len(g) == 1 else f"{name}s {g[0]}–{g[-1]}"
 
 
-def _stacked(rows: list[dict], labels: list[str], parts, title: str, x_title: str) -> alt.Chart:
+def _stacked(rows: list[dict], labels: list[str], parts, title: str, x_title: str) -> Spec:
     data = []
     for row, label in zip(rows, labels):
         for i, (col, name, _) in enumerate(parts):
             data.append({"bar": label, "part": name, "order": i, "ms": (row.get(col) or 0) / 1e6})
     names = [p[1] for p in parts]
+    colors = [p[2] for p in parts]
+    return Spec(
+        _draw_stacked, data=data, labels=labels, names=names, colors=colors, title=title, x_title=x_title
+    )
+
+
+def _draw_stacked(data, labels, names, colors, title, x_title):
     return (
         alt.Chart(alt.Data(values=data))
         .mark_bar()
@@ -118,7 +126,7 @@ def _stacked(rows: list[dict], labels: list[str], parts, title: str, x_title: st
             color=alt.Color(
                 "part:N",
                 title=None,
-                scale=alt.Scale(domain=names, range=[p[2] for p in parts]),
+                scale=alt.Scale(domain=names, range=colors),
                 legend=alt.Legend(orient="bottom", columns=3),
             ),
             order=alt.Order("order:Q"),
@@ -280,6 +288,23 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
         who = f"rank {ranks[0]}" if len(ranks) == 1 else f"any of the {len(ranks)} ranks"
         return Table(title, f"0 % of the communication is hidden under compute on {who}: none overlaps"), None
     if len(data) > MAX_BARS:
+        return Spec(_draw_overlap, {"kind": "histogram"}, data=data, title=title), (
+            f"{len(data)} ranks: histogram over ranks"
+        )
+    # every bar's value as text when they fit (up to 16), else the 0 % ones, which draw nothing
+    if len(data) <= 16:
+        return Spec(_draw_overlap, {"kind": "labelled"}, data=data, title=title), None
+    shown = [d for d in data if d["overlap_pct"] == 0]
+    if shown:
+        return Spec(_draw_overlap, {"kind": "zeros labelled"}, data=data, shown=shown, title=title), None
+    return Spec(_draw_overlap, {"kind": "bars"}, data=data, title=title), None
+
+
+def _draw_overlap(kind: str, data, title, shown=None):
+    """The overlap chart: a histogram over ranks (kind 'histogram'), else a bar per rank with its
+    value as text on every bar ('labelled'), on the given ones ('zeros labelled': shown), or on
+    none ('bars')."""
+    if kind == "histogram":
         chart = (
             alt.Chart(alt.Data(values=data))
             .mark_bar(color="#54a24b")
@@ -292,29 +317,27 @@ def overlap_chart(step_rows: list[dict], ranks: list[dict]):
                 y=alt.Y("count():Q", title="ranks"),
             )
         )
-        note = f"{len(data)} ranks: histogram over ranks"
-    else:
-        base = alt.Chart(alt.Data(values=data)).encode(
-            x=alt.X("rank:O", title="rank", axis=alt.Axis(format="d")),
-            y=alt.Y(
-                "overlap_pct:Q",
-                title="communication hidden under compute (%)",
-                scale=alt.Scale(domain=[0, 100]),
-            ),
-        )
-        bars = base.mark_bar(color="#54a24b").encode(
-            tooltip=[alt.Tooltip("rank:O", format="d"), alt.Tooltip("overlap_pct:Q", format=".2f")]
-        )
-        # every bar's value as text when they fit (up to 16), else the 0 % ones, which draw nothing
-        shown = data if len(data) <= 16 else [d for d in data if d["overlap_pct"] == 0]
+        return chart.properties(width=WIDTH, height=220, title=title)
+    base = alt.Chart(alt.Data(values=data)).encode(
+        x=alt.X("rank:O", title="rank", axis=alt.Axis(format="d")),
+        y=alt.Y(
+            "overlap_pct:Q",
+            title="communication hidden under compute (%)",
+            scale=alt.Scale(domain=[0, 100]),
+        ),
+    )
+    bars = base.mark_bar(color="#54a24b").encode(
+        tooltip=[alt.Tooltip("rank:O", format="d"), alt.Tooltip("overlap_pct:Q", format=".2f")]
+    )
+    chart = bars
+    if kind != "bars":
         labels = (
-            alt.Chart(alt.Data(values=shown))
+            alt.Chart(alt.Data(values=data if kind == "labelled" else shown))
             .mark_text(dy=-6, fontSize=10, color="#333")
             .encode(x=alt.X("rank:O"), y=alt.Y("overlap_pct:Q"), text=alt.Text("label:N"))
         )
-        chart = alt.layer(bars, labels) if shown else bars
-        note = None
-    return chart.properties(width=WIDTH, height=220, title=title), note
+        chart = alt.layer(bars, labels)
+    return chart.properties(width=WIDTH, height=220, title=title)
 
 
 def mfu_chart(steps: list[dict], reason: str | None):
@@ -343,6 +366,10 @@ def mfu_chart(steps: list[dict], reason: str | None):
         return Table("Model FLOPs utilisation", text, ["rank", "MFU"] if table else [], table), (
             f"first {MAX_BARS} of {len(per)} ranks shown" if len(per) > MAX_BARS else None
         )
+    return Spec(_draw_mfu, data=data), None
+
+
+def _draw_mfu(data):
     base = alt.Chart(alt.Data(values=data)).encode(
         x=alt.X("step:Q", title="step", axis=alt.Axis(tickMinStep=1, format="d"))
     )
@@ -361,7 +388,7 @@ def mfu_chart(steps: list[dict], reason: str | None):
     )
     return alt.layer(band, line).properties(
         width=WIDTH, height=220, title="Model FLOPs utilisation per step (mean over ranks, band: min–max)"
-    ), None
+    )
 
 
 def top_kernels_chart(top: list[dict]):
@@ -378,6 +405,10 @@ def top_kernels_chart(top: list[dict]):
         }
         for t in top[:15]
     ]
+    return Spec(_draw_top_kernels, data=data), None
+
+
+def _draw_top_kernels(data):
     cats = list(_CATEGORY_COLORS)
     chart = (
         alt.Chart(alt.Data(values=data))
@@ -398,7 +429,7 @@ def top_kernels_chart(top: list[dict]):
             ],
         )
     )
-    return chart.properties(width=420, height=alt.Step(18), title="Top kernels by time"), None
+    return chart.properties(width=420, height=alt.Step(18), title="Top kernels by time")
 
 
 def _dur(ns: float) -> str:
@@ -425,6 +456,10 @@ def idle_gap_chart(gaps: list[dict]):
         for g in gaps
     ]
     order = [d["bucket"] for d in sorted({d["lo"]: d for d in data}.values(), key=lambda d: d["lo"])]
+    return Spec(_draw_idle_gaps, data=data, order=order), None
+
+
+def _draw_idle_gaps(data, order):
     causes = list(_CAUSE_LABELS)
     chart = (
         alt.Chart(alt.Data(values=data))
@@ -449,7 +484,7 @@ def idle_gap_chart(gaps: list[dict]):
     )
     return chart.properties(
         width=WIDTH, height=220, title="GPU idle time by gap length and cause (all ranks, whole trace)"
-    ), None
+    )
 
 
 def comparison_chart(comp: dict):
@@ -460,13 +495,19 @@ def comparison_chart(comp: dict):
     for c in rows:
         data.append({"component": c["label"], "run": "baseline", "ms": c["baseline_ns"] / 1e6})
         data.append({"component": c["label"], "run": "this run", "ms": c["current_ns"] / 1e6})
+    return Spec(
+        _draw_comparison, data=data, order=[c["label"] for c in rows], x_title=f"ms {comp['per']}"
+    ), None
+
+
+def _draw_comparison(data, order, x_title):
     chart = (
         alt.Chart(alt.Data(values=data))
         .mark_bar()
         .encode(
-            y=alt.Y("component:N", sort=[c["label"] for c in rows], title=None),
+            y=alt.Y("component:N", sort=order, title=None),
             yOffset=alt.YOffset("run:N", sort=["baseline", "this run"]),
-            x=alt.X("ms:Q", title=f"ms {comp['per']}"),
+            x=alt.X("ms:Q", title=x_title),
             color=alt.Color(
                 "run:N",
                 scale=alt.Scale(domain=["baseline", "this run"], range=["#bab0ac", "#4c78a8"]),
@@ -477,4 +518,4 @@ def comparison_chart(comp: dict):
     )
     return chart.properties(
         width=WIDTH, height=alt.Step(12), title="Step-time components: baseline against this run"
-    ), None
+    )

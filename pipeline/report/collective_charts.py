@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .altair_lib import alt
 from .charts import MAX_BARS, MAX_STEP_COLS, WIDTH, group_label, group_values, median
+from .spec_cache import Spec
 
 
 def busbw_chart(
@@ -43,6 +44,20 @@ def busbw_chart(
         for (op, b), v in sorted(by.items(), key=lambda kv: (kv[0][0] is not None, kv[0][0] or "", kv[0][1]))
     ]
     peaks = sorted({c["link_peak_gbps"] for c in rows if c["link_peak_gbps"]})
+    title = f"Collective bus bandwidth against message size (median over {over})"
+    if not peaks:
+        note = (
+            "link peak unknown (the group spans hosts, or the device is not in "
+            "pipeline/catalog/devices.toml): no peak line"
+        )
+        return Spec(_draw_busbw, data=data, title=title), note
+    lines = [{"peak": p, "label": f"link peak {p:g} GB/s"} for p in peaks]
+    return Spec(_draw_busbw, data=data, peaks=lines, title=title), None
+
+
+def _draw_busbw(data, title, peaks=None):
+    """The bus bandwidth's points, with a dashed rule at each of peaks (rows: peak, label) when
+    given."""
     pts = (
         alt.Chart(alt.Data(values=data))
         .mark_point(filled=True, size=60)
@@ -59,21 +74,13 @@ def busbw_chart(
         )
     )
     layers = [pts]
-    note = None
-    if peaks:
+    if peaks is not None:
         layers.append(
-            alt.Chart(alt.Data(values=[{"peak": p, "label": f"link peak {p:g} GB/s"} for p in peaks]))
+            alt.Chart(alt.Data(values=peaks))
             .mark_rule(strokeDash=[6, 4], color="#333")
             .encode(y=alt.Y("peak:Q"), tooltip=[alt.Tooltip("label:N")])
         )
-    else:
-        note = (
-            "link peak unknown (the group spans hosts, or the device is not in "
-            "pipeline/catalog/devices.toml): no peak line"
-        )
-    return alt.layer(*layers).properties(
-        width=WIDTH, height=280, title=f"Collective bus bandwidth against message size (median over {over})"
-    ), note
+    return alt.layer(*layers).properties(width=WIDTH, height=280, title=title)
 
 
 def wait_heatmap(collectives: list[dict], n_ranks: int):
@@ -111,25 +118,31 @@ def wait_heatmap(collectives: list[dict], n_ranks: int):
         )
     if len(sg) == 1:  # one step: a heat map of one column is a bar per rank
         (h,) = sg
-        chart = (
-            alt.Chart(alt.Data(values=data))
-            .mark_bar(color="#e45756")
-            .encode(
-                y=alt.Y("ranks:N", title=None, sort=None),
-                x=alt.X("wait_ms:Q", title="wait in collectives (ms)"),
-                tooltip=[
-                    alt.Tooltip("ranks:N"),
-                    alt.Tooltip("steps:N"),
-                    alt.Tooltip("wait_ms:Q", format=",.3f"),
-                ],
-            )
-        )
         where = "outside steps" if h == [-1] else f"in {group_label('step', h)}"
-        return chart.properties(
-            width=WIDTH,
-            height=alt.Step(14),
-            title=f"Collective wait per rank {where} (a straggler waits least: the others wait for it)",
-        ), note
+        title = f"Collective wait per rank {where} (a straggler waits least: the others wait for it)"
+        return Spec(_draw_wait_bars, data=data, title=title), note
+    # the width decides the template (a number altair checks): one per column count
+    return Spec(_draw_wait_heatmap, {"width": min(WIDTH, 40 * len(sg) + 80)}, data=data), note
+
+
+def _draw_wait_bars(data, title):
+    chart = (
+        alt.Chart(alt.Data(values=data))
+        .mark_bar(color="#e45756")
+        .encode(
+            y=alt.Y("ranks:N", title=None, sort=None),
+            x=alt.X("wait_ms:Q", title="wait in collectives (ms)"),
+            tooltip=[
+                alt.Tooltip("ranks:N"),
+                alt.Tooltip("steps:N"),
+                alt.Tooltip("wait_ms:Q", format=",.3f"),
+            ],
+        )
+    )
+    return chart.properties(width=WIDTH, height=alt.Step(14), title=title)
+
+
+def _draw_wait_heatmap(width: int, data):
     chart = (
         alt.Chart(alt.Data(values=data))
         .mark_rect()
@@ -141,7 +154,7 @@ def wait_heatmap(collectives: list[dict], n_ranks: int):
         )
     )
     return chart.properties(
-        width=min(WIDTH, 40 * len(sg) + 80),
+        width=width,
         height=alt.Step(14),
         title="Collective wait per rank and step (a straggler waits least: the others wait for it)",
-    ), note
+    )

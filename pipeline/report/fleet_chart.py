@@ -11,6 +11,7 @@ if TYPE_CHECKING:  # (imported by fleet_chart: the html report of one run import
 
 from .altair_lib import alt
 from .charts import WIDTH
+from .spec_cache import Spec
 
 # verdict -> colour: the colour of its cause in the step-time breakdown (charts.STEP_PARTS)
 VERDICT_COLORS = {
@@ -62,7 +63,14 @@ def fleet_chart(rows: pl.DataFrame):
         }
         for r in ok.iter_rows(named=True)
     ]
-    chart = (
+    note = (
+        f"{left_out} of {rows.height} runs not drawn (no steps or no known start time)" if left_out else None
+    )
+    return Spec(_draw, data=data), note
+
+
+def _draw(data):
+    return (
         alt.Chart(alt.Data(values=data))
         .mark_point(filled=True, size=90, opacity=0.9)
         .encode(
@@ -97,7 +105,3 @@ def fleet_chart(rows: pl.DataFrame):
         )
         .properties(width=WIDTH, height=240, title="Median step time and verdict per run, by start time")
     )
-    note = (
-        f"{left_out} of {rows.height} runs not drawn (no steps or no known start time)" if left_out else None
-    )
-    return chart, note

@@ -44,7 +44,6 @@ from ..diagnosis.steady import kept_rows
 from ..diagnosis.verdict import CAUSES
 from ..fleet import fleet_rows
 from ..kernelname import hover_name, short_names
-from .altair_lib import alt
 from .charts import (
     MAX_BARS,
     MAX_STEP_COLS,
@@ -76,6 +75,7 @@ from .fleet_chart import fleet_chart
 from .fleet_html import fleet_table
 from .nccl_tests_chart import nccl_tests_chart
 from .roofline_chart import roofline_chart
+from .spec_cache import spec_dict
 from .vega import _json_for_script, vega_bundle
 
 __all__ = [
@@ -186,13 +186,13 @@ def render(
     (the analysis of another lake) each run is also compared with its baseline run. `doc` is the
     report document (document.build) when the caller already has it.
 
-    The charts are built with altair's debug mode off: altair otherwise validates every schema
-    object against the Vega-Lite schema as it is created (jsonschema over 66 objects, and a JSON
-    dump of the schema of each: 0.1-0.15 of the 0.25-0.35 CPU-s of the DLRM job's first report),
-    while the page embeds each chart unvalidated anyway (to_dict(validate=False)); the HTML is
-    the same either way."""
-    with alt.utils.schemapi.debug_mode(False):
-        return _page(result, title, baseline, doc)
+    Each chart's spec comes from its cached template when there is one (spec_cache.py: altair is
+    then not imported); a chart drawn with altair is drawn with altair's debug mode off (altair
+    otherwise validates every schema object against the Vega-Lite schema as it is created:
+    jsonschema over 66 objects, and a JSON dump of the schema of each, 0.1-0.15 of the 0.25-0.35
+    CPU-s of the DLRM job's first report), while the page embeds each chart unvalidated anyway
+    (to_dict(validate=False)); the HTML is the same either way."""
+    return _page(result, title, baseline, doc)
 
 
 def _page(result: dict, title: str, baseline: dict | None, doc: dict | None) -> str:
@@ -218,7 +218,7 @@ def _page(result: dict, title: str, baseline: dict | None, doc: dict | None) -> 
             )
             return
         cid = f"chart{len(specs)}"
-        specs.append((cid, kind, chart.to_dict(validate=False)))
+        specs.append((cid, kind, spec_dict(chart)))
         body.append(f'<div class="chart" id="{cid}" data-chart="{kind}"></div>')
         if note:
             body.append(f'<p class="note">{e(note)}.</p>')

@@ -11,6 +11,7 @@ from collections import Counter
 
 from .altair_lib import alt
 from .charts import WIDTH
+from .spec_cache import Spec
 
 _PLACEMENT = {"out_of_place": "out-of-place", "in_place": "in-place"}
 # binary size labels on the log axis (8 B, 1 KiB, 8 MiB, 1 GiB)
@@ -90,6 +91,27 @@ def nccl_tests_chart(rows: list[dict], peaks: list[dict]):
         }
         for r in pts
     ]
+    known = sorted(
+        {(p["test"], p["link_peak_gbps"], p["link_note"]) for p in peaks if p["link_peak_gbps"]},
+        key=lambda x: (x[0], x[1]),
+    )
+    note = None
+    if not known:
+        why = sorted({p["link_note"] for p in peaks if p["link_note"]})
+        note = "no link-peak line: " + ("; ".join(why) if why else "the link peak is unknown")
+    zero = len(rows) - len(pts)
+    if zero:
+        note = (note + "; " if note else "") + f"{zero} measurement(s) of 0 bytes left out (log axis)"
+    note = ". ".join(peak_lines(peaks) + ([note] if note else []))
+    if not known:
+        return Spec(_draw, data=data, title="nccl-tests: bus bandwidth against message size"), note
+    rules = [{"peak": g, "label": f"link peak {g:g} GB/s for {t} ({why})"} for t, g, why in known]
+    title = "nccl-tests: bus bandwidth against message size (dashed: link peak)"
+    return Spec(_draw, data=data, rules=rules, title=title), note
+
+
+def _draw(data, title, rules=None):
+    """The tests' lines, with a dashed rule at each of rules (rows: peak, label) when given."""
     lines = (
         alt.Chart(alt.Data(values=data))
         .mark_line(point=True)
@@ -116,33 +138,11 @@ def nccl_tests_chart(rows: list[dict], peaks: list[dict]):
             ],
         )
     )
-    known = sorted(
-        {(p["test"], p["link_peak_gbps"], p["link_note"]) for p in peaks if p["link_peak_gbps"]},
-        key=lambda x: (x[0], x[1]),
-    )
     layers = [lines]
-    note = None
-    if known:
+    if rules is not None:
         layers.append(
-            alt.Chart(
-                alt.Data(
-                    values=[
-                        {"peak": g, "label": f"link peak {g:g} GB/s for {t} ({why})"} for t, g, why in known
-                    ]
-                )
-            )
+            alt.Chart(alt.Data(values=rules))
             .mark_rule(strokeDash=[6, 4], color="#333")
             .encode(y=alt.Y("peak:Q"), tooltip=[alt.Tooltip("label:N")])
         )
-    else:
-        why = sorted({p["link_note"] for p in peaks if p["link_note"]})
-        note = "no link-peak line: " + ("; ".join(why) if why else "the link peak is unknown")
-    zero = len(rows) - len(pts)
-    if zero:
-        note = (note + "; " if note else "") + f"{zero} measurement(s) of 0 bytes left out (log axis)"
-    note = ". ".join(peak_lines(peaks) + ([note] if note else []))
-    return alt.layer(*layers).properties(
-        width=WIDTH,
-        height=280,
-        title="nccl-tests: bus bandwidth against message size" + (" (dashed: link peak)" if known else ""),
-    ), note
+    return alt.layer(*layers).properties(width=WIDTH, height=280, title=title)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..kernelname import hover_name, short_names
 from .altair_lib import alt
 from .charts import WIDTH
+from .spec_cache import Spec
 
 
 def roofline_chart(rows: list[dict], summary: dict | None):
@@ -49,6 +50,18 @@ def roofline_chart(rows: list[dict], summary: dict | None):
         label = f"{prec} roof: {peak:g} TFLOP/s, {bw:g} GB/s"
         xs = [min(lo, ridge / 4), ridge, max(hi, ridge * 4)]
         line += [{"roof": label, "x": x, "y": min(peak, x * bw / 1e3)} for x in xs]
+    note = None if line else "the device's peaks are not in pipeline/catalog/devices.toml: no roof lines"
+    if summary is not None and len(pts) < len(rows):
+        note = (
+            (note + "; ") if note else ""
+        ) + f"{len(rows) - len(pts)} kernel group(s) without a byte count left out"
+    if line:
+        return Spec(_draw_roofline, data=data, roofs=line), note
+    return Spec(_draw_roofline, data=data), note
+
+
+def _draw_roofline(data, roofs=None):
+    """The kernels' points, with the roofs' dashed lines (rows: roof, x, y) when given."""
     layers = [
         alt.Chart(alt.Data(values=data))
         .mark_point(filled=True, opacity=0.75)
@@ -69,21 +82,14 @@ def roofline_chart(rows: list[dict], summary: dict | None):
             ],
         )
     ]
-    note = None
-    if line:
+    if roofs is not None:
         layers.append(
-            alt.Chart(alt.Data(values=line))
+            alt.Chart(alt.Data(values=roofs))
             .mark_line(strokeDash=[6, 4], color="#333")
             .encode(
                 x=alt.X("x:Q"), y=alt.Y("y:Q"), detail=alt.Detail("roof:N"), tooltip=[alt.Tooltip("roof:N")]
             )
         )
-    else:
-        note = "the device's peaks are not in pipeline/catalog/devices.toml: no roof lines"
-    if summary is not None and len(pts) < len(rows):
-        note = (
-            (note + "; ") if note else ""
-        ) + f"{len(rows) - len(pts)} kernel group(s) without a byte count left out"
     return alt.layer(*layers).properties(
         width=WIDTH, height=300, title="Kernels against the roofline (one point per kernel and op, all ranks)"
-    ), note
+    )
