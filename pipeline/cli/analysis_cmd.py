@@ -73,13 +73,16 @@ def _analysis(
     runs: list[str] | None = None,
     quiet: bool = False,
     recompute: bool = False,
+    exact_runs: bool = False,
 ) -> tuple[dict, int]:
     """Analysis of the lake with the command's options, and its exit code; palm_shape = (params,
     layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost), all None when
     not given; top_n: kernels kept per run; scheduler: a Dask scheduler's address to analyse on,
     one task per run (each run whose task fails gets a warning here and a note in the document;
     the code is then EXIT_PARTIAL, or EXIT_FAILED when no run could be analysed); runs: only
-    these runs (a usage error names any the lake does not hold); quiet: no progress bar;
+    these runs (a usage error names any the lake does not hold; exact_runs: they are the lake's
+    own run ids, as an ingest of this process returned them, so they are not resolved against its
+    `sources` rows: one read of them less for `run`); quiet: no progress bar;
     recompute: compute every run again (and keep the new results) instead of reading them. Raises
     Exit(2) when lake_dir holds no lake."""
     try:
@@ -95,6 +98,7 @@ def _analysis(
             runs=runs,
             quiet=quiet,
             recompute=recompute,
+            exact_runs=exact_runs,
         )
     except Exception as e:
         # a lake that cannot be read: the lake's own errors and DuckDB's (neither module is
@@ -141,6 +145,7 @@ def _analysis_of(
     runs,
     quiet,
     recompute,
+    exact_runs=False,
 ):
     from ..analyze import kept_analysis
 
@@ -156,7 +161,7 @@ def _analysis_of(
             _nothing_analysed(doc, lake_dir)
             return _timeline_lake(doc, lake_dir), EXIT_OK
     lake = existing_lake(lake_dir)
-    if runs:
+    if runs and not exact_runs:
         runs = _resolve_runs(runs, set(lake.sources()["run_id"].drop_nulls().to_list()))
     options.update(runs=sorted(set(runs)) if runs else None, recompute=recompute)
     if not scheduler:
@@ -450,6 +455,7 @@ def run(
         runs=sorted(runs),
         quiet=quiet,
         recompute=recompute,
+        exact_runs=True,  # the ingest's own run ids
     )
     code = max(code, acode)
     if str(output) == "-":
