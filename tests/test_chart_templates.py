@@ -215,3 +215,21 @@ def test_a_report_with_kept_templates_imports_no_altair_and_is_the_same_page(tmp
     assert p.stdout.strip() == "False False", p.stderr[-800:]
     assert out.read_text(encoding="utf-8") == cold
     assert cold.count('class="chart"') >= 8
+
+
+def test_a_cache_that_cannot_be_written_costs_only_the_drawing(tmp_path, monkeypatch):
+    """The cache directory under a file (mkdir fails): the spec is still altair's own, nothing
+    is kept, and the next chart of the process reuses the template built in memory."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    monkeypatch.setenv("TRACELAKE_CACHE_DIR", str(blocker / "cache"))
+    spec_cache._memo.clear()
+    try:
+        s = charts.overlap_chart(_ranks(3, zero=(1,)), [])[0]
+        assert json.dumps(s.to_dict()) == json.dumps(spec_cache._drawn(s.chart()))
+        assert spec_cache._memo[spec_cache._key(s)] is not None
+        assert not (blocker / "cache").exists()
+        again = charts.overlap_chart(_ranks(5), [])[0]
+        assert json.dumps(again.to_dict()) == json.dumps(spec_cache._drawn(again.chart()))
+    finally:
+        spec_cache._memo.clear()

@@ -144,12 +144,15 @@ def _template(spec: Spec):
     got = _memo.get(key, _MISSING)
     if got is not _MISSING:
         return got
-    path = directory() / f"{key}.json"
+    try:
+        path = directory() / f"{key}.json"
+    except (OSError, RuntimeError):  # no home directory to keep a cache in: built per process
+        path = None
     try:
         got = json.loads(path.read_bytes())["template"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):
         got = _build(spec)
-        if got is not None:
+        if got is not None and path is not None:
             _store(path, got)
     _memo[key] = got
     return got
