@@ -554,6 +554,36 @@ def test_per_rank_archives_of_one_job_are_one_run(tmp_path):
     ]
 
 
+def test_per_rank_archives_without_a_job_get_no_job_note(tmp_path):
+    """The tester's finding 3: rank0.tar.gz and rank1.tar.gz in one directory, no file stating a
+    job, are runs rank0 and rank1 (each archive a directory of its own): the second got the note
+    "the traces beside it are in run rank0: this one states another job (or none)". An archive
+    whose member states a job beside them still gets it (a job against none)."""
+    src, ar = tmp_path / "src", tmp_path / "ar"
+    ar.mkdir()
+    for k in (0, 1):
+        _rank(src / f"rank{k}.json", k, T0_US + k)
+        with tarfile.open(ar / f"rank{k}.tar.gz", "w:gz") as t:
+            t.add(src / f"rank{k}.json", arcname=f"rank{k}.json")
+    _rank(src / "job-4711_rank2.json", 2, T0_US + 2)
+    with tarfile.open(ar / "x2.tar", "w") as t:
+        t.add(src / "job-4711_rank2.json", arcname="job-4711_rank2.json")
+    res = ingest_paths([ar], Lake(tmp_path / "lake"), jobs=1)
+    got = sorted((r.path.rsplit("/", 1)[1], r.run_id, r.notes) for r in res)
+    assert got == [
+        ("rank0.tar.gz!rank0.json", "rank0", []),
+        ("rank1.tar.gz!rank1.json", "rank1", []),
+        (
+            "x2.tar!job-4711_rank2.json",
+            "ar.job-4711",
+            [
+                "the traces beside it are in run rank0 and 1 more: this one states another job (or none), "
+                "so it starts run ar.job-4711 (one run per job; --run names one run for all)"
+            ],
+        ),
+    ]
+
+
 # ------------------------------------------------------------------ run ids (pipeline/ingest/runid.py)
 
 LONG = "nightly_llama70b_pretrain_" * 4 + "x"  # 105 characters, one directory

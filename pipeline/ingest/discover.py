@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import unicodedata
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -71,10 +72,12 @@ class Unit:
 
 
 def exclude_patterns(exclude: Iterable[str] | None) -> list[str]:
-    """--exclude patterns as matched: a leading './' and trailing '/' dropped. Raises ValueError
-    for a pattern that is empty or only slashes."""
+    """--exclude patterns as matched: in Unicode NFC (as excluded() compares paths, so `über`
+    typed decomposed matches a directory written composed, and the other way round), a leading
+    './' and trailing '/' dropped. Raises ValueError for a pattern that is empty or only slashes."""
     out = []
     for pat in exclude or ():
+        pat = unicodedata.normalize("NFC", pat)
         p = pat[2:] if pat.startswith("./") else pat
         p = p.rstrip("/")
         if not p:
@@ -87,10 +90,11 @@ def excluded(relpath: str, patterns: list[str] | None) -> bool:
     """True when a file, directory or archive member is left out by --exclude: the name or the
     path (relative to the directory searched, or inside the archive; '/'-separated) of it or of
     one of its directories matches one of the glob patterns (fnmatch: `*` also matches `/`), so
-    `checkpoints` leaves out every checkpoints directory at any depth."""
+    `checkpoints` leaves out every checkpoints directory at any depth. Names are compared in
+    Unicode NFC (patterns as exclude_patterns() gives them; run names are too: runid.py)."""
     if not patterns:
         return False
-    parts = PurePosixPath(relpath).parts
+    parts = PurePosixPath(unicodedata.normalize("NFC", relpath)).parts
     for i, name in enumerate(parts):
         prefix = "/".join(parts[: i + 1])
         if any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(prefix, p) for p in patterns):
@@ -209,7 +213,8 @@ def discover(
     directories found below a directory given, and files given by their name; a directory given
     is always searched), appended to `left_out` when given: files as given, directories searched
     recursively for the TRACE_SUFFIXES of pipeline/ingest/formats.py, and LOG_SUFFIXES files
-    that look like NCCL-family output (symlinks to directories are not followed); an nsys
+    that look like NCCL-family output (symbolic links to directories are followed, each directory
+    searched once however many links lead to it: walk); an nsys
     parquetdir export (`*_pqtdir/`) is one input, given or found. Archives are listed as files
     (plan() opens them). Paths that do not exist, are not regular files or directories, or
     cannot be listed go to `problems` (a list of Problem) when given; otherwise the first raises
@@ -252,9 +257,18 @@ def discover(
         return True
 
     def walk(p: Path) -> None:
+        """Search p; symbolic links to directories are followed, each directory searched once
+        (by its real path: a link loop, or two links to one directory, end there), named by the
+        path it was first reached by (sorted order), as a file through a link is (runs.dir_name)."""
         top = p.resolve()
         onerror = lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")  # noqa: E731
-        for root, dirs, files in os.walk(p, onerror=onerror):
+        searched: set[str] = set()
+        for root, dirs, files in os.walk(p, onerror=onerror, followlinks=True):
+            real = os.path.realpath(root)
+            if real in searched:  # reached again through a link: a loop, or a second way in
+                dirs[:] = []
+                continue
+            searched.add(real)
             rel = Path(root).relative_to(p)
             dirs[:] = sorted(d for d in dirs if not leave(Path(root) / d, (rel / d).as_posix()))
             for d in [d for d in dirs if d.endswith("_pqtdir")]:

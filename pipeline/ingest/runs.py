@@ -293,6 +293,23 @@ def jobs(idents: list[dict]) -> list[list[int]]:
 # ------------------------------------------------------------------ ranks and time windows (rule 2)
 
 
+def _archive_named(path: str, named: str) -> bool:
+    """Whether a source is a member at an archive's top named by the archive (rank0.tar.gz!rank0.json
+    in run rank0, or <dir>.rank0 below a directory searched): it states no job, and its archive
+    stands for a directory of its own (docs/usage.md "Runs"), so traces beside the archive in
+    other runs are no disagreement of jobs (Runs.job_note)."""
+    archive, bang, member = path.rpartition("!")
+    if not bang or "/" in member:
+        return False
+    stem = archive.rsplit("/", 1)[-1]
+    for suffix in (".tar.gz", ".tgz", ".tar", ".zip"):
+        if stem.lower().endswith(suffix):
+            stem = stem[: -len(suffix)] or stem
+            break
+    tail = run_id_of(stem)
+    return named == tail or named.endswith("." + tail)
+
+
 class Runs:
     """The lake's runs as committing needs them: the source holding each (run, rank), each run's
     time span (the union of its sources' trace_start_ns..trace_end_ns), per named run the runs its
@@ -427,7 +444,7 @@ class Runs:
         lying in a directory whose traces were named otherwise (in the lake or this batch:
         beside): they state another job or none, so each job is a run of its own, never silently."""
         there = self.beside.get(beside_key(path), [])
-        if not there or named in there:
+        if not there or named in there or _archive_named(path, named):
             return []
         more = f" and {len(there) - 1} more" if len(there) > 1 else ""
         return [
