@@ -167,7 +167,8 @@ def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest_nor_po
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.stdout.strip().splitlines()[-1] == "0 []", (p.stdout[-500:], p.stderr[-500:])
     assert [r["run_id"] for r in __import__("json").loads(out.read_text())["runs"]] == runs
-    # the html report of the same kept run: its charts need altair, still no polars, pyarrow,
+    # the html report of the same kept run: its charts may need altair (while their templates are
+    # not kept: pipeline/report/spec_cache.py; tests/test_chart_templates.py), still no polars, pyarrow,
     # numpy or DuckDB (the fleet view's schema, the bus bandwidth's medians and MFU's means no
     # longer go through polars: issue 38); the run has collectives, so busbw_chart is drawn
     page = tmp_path / "report.html"
