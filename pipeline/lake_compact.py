@@ -227,6 +227,47 @@ def append(lake, run_dir: str, batch: list[tuple[str, dict[str, pa.Table], pa.Ta
     _switch(lake, run_dir, new)
 
 
+def add_tables(lake, run_dir: str, gen: str, adds: dict[str, dict[str, pa.Table]]) -> bool:
+    """Add rows of tables a held source has none in yet (its per-source results, pipeline/local.py
+    fill) to the run's generation, as append() adds sources: per table, the sources' new rows
+    (source id order, sorted by sort_keys()) in one new file, the manifest naming the old files
+    and these, each source's list of tables extended. adds: source id -> table -> its rows,
+    conformed to schema v3; every source must be held by the generation `gen`. False, and nothing
+    changed, when the run's live generation is not `gen` any more (a compaction, append or forget
+    switched it since the caller read it) or does not hold every source of adds. The same steps,
+    crash points and switch as append (a kill leaves the old generation or the new one). OSError
+    from the file system (the run is then as it was)."""
+    old = manifest.read_one(lake.root, run_dir)
+    if old is None or old.gen != gen or not adds.keys() <= old.sources.keys():
+        return False
+    new_gen = uuid.uuid4().hex[:16]
+    stage = lake.root / ".tmp" / f"compact-{new_gen}"
+    files = {t: list(ns) for t, ns in old.files.items()}
+    sources = {s: list(ts) for s, ts in old.sources.items()}
+    written: dict[str, list[str]] = {}
+    try:
+        for t in sorted({t for tables in adds.values() for t in tables}):
+            rows = [adds[s][t] for s in sorted(adds) if t in adds[s] and adds[s][t].num_rows]
+            if not rows:
+                continue
+            tbl = pa.concat_tables(rows).sort_by(sort_keys(t))
+            (stage / t).mkdir(parents=True, exist_ok=True)
+            name = f"c-{new_gen}-0.parquet"
+            pq.write_table(
+                tbl, stage / t / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema)
+            )
+            files.setdefault(t, []).append(name)
+            written[t] = [name]
+        for s, tables in adds.items():
+            sources[s] = sorted({*sources[s], *(t for t, v in tables.items() if v.num_rows)})
+        _place(lake, run_dir, stage, manifest.Manifest(new_gen, written, {}))
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    journal.crash_point("compact-written")
+    _switch(lake, run_dir, manifest.Manifest(new_gen, files, sources))
+    return True
+
+
 def drop(lake, run_dir: str, old: manifest.Manifest, sids: set[str], keep_own: bool) -> None:
     """Take sources out of the run's generation: its files rewritten without their rows, switched
     to as a compaction is. keep_own: each such source's rows are first written back as parts of

@@ -1,11 +1,14 @@
-"""Per-source metric results, computed once when a source is ingested (issue 16, point 3).
+"""Per-source metric results, computed once per source at its run's first analysis (issue 16,
+point 3; issue 37 item 2 moved them off the ingest path, where they were half of a large rank's
+ingest CPU).
 
 breakdown.sql, step_time.sql, idle_gaps.sql, idle_breakdown.sql, step_status.sql, mfu.sql and
 phases.sql read every GPU activity (or host launch) of every rank at each analysis (1-47 s each
 at 64 ranks x 100k kernels). Every measure they give depends on the rank's own work alone,
 except the split of exposed communication into waiting for peers and transfer (breakdown,
 step_time, phases), which needs the other ranks' kernels (views/44_comm_wait.sql). So for a
-source of one rank, the worker that ingests it runs the seven files on that source alone
+source of one rank, fill() (called by analysis before it connects) runs the seven files on that
+source alone
 (window all, the default kernel_wait_threshold_ns; one rank alone has no collective call matched
 across ranks, so every collective counts as transfer), queries/local/comm_cover.sql (the
 compute under its communication kernels) and comm_phase.sql (the phase that launched each of
@@ -19,12 +22,15 @@ options are the defaults (mfu also without its overrides); otherwise it runs the
 The results equal the full files' rows (tests/test_local.py).
 
 Only sources of at least MIN_GPU_ROWS GPU activities get results: below that the full queries
-take milliseconds, and a small job would pay a DuckDB connection per file at ingest for nothing.
+take milliseconds, and a small job would pay a DuckDB connection per file for nothing.
 
-stage_local(staged) adds the tables to a staged source (pipeline/ingest/prepare.py calls it);
-backfill(lake) adds them to the committed sources of a lake that lack them (lakes written by
-benchmarks/scale_trace.py, or before these tables existed). Errors: duckdb.Error from the SQL,
-SchemaError (pipeline/schema.py) if a result does not conform, OSError from the file system.
+fill(lake, runs) adds them to the committed sources of those runs that lack them, in parts of
+their own or held by a compacted generation (pipeline/analyze_compute.py calls it);
+stage_local(staged) adds them to a staged source (pipeline/ingest/prepare.py calls it for a lake
+in a bucket only, which fill cannot write yet); backfill(lake) to every committed source with
+parts of its own (lakes written by benchmarks/scale_trace.py). Errors: duckdb.Error from the SQL,
+SchemaError (pipeline/schema.py) if a result does not conform, OSError from the file system
+(fill catches them per source: that source is left without results).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -208,6 +215,167 @@ def stage_local(staged: Staged, status: str = "ok", min_rows: int | None = None)
     for t, tbl in compute(files, staged.source_id, min_rows, status, spill_dir=d.parent).items():
         write_parquet(tbl, d / f"{t}.parquet")
         staged.tables.append(t)
+
+
+def fill(lake: Lake, runs=None, min_rows: int | None = None, src: pl.DataFrame | None = None) -> int:
+    """Compute and store the local results of the committed sources of `runs` (None: every run)
+    that lack results of the current SQL version: sources of one rank with at least min_rows
+    (None: MIN_GPU_ROWS) GPU activities, in parts of their own or held by their run's compacted
+    generation. Called by analysis before it connects (pipeline/analyze_compute.py), so a run's
+    first analysis computes them and every later one reads them (issue 37 item 2: they used to be
+    computed by ingest, half of a large rank's ingest CPU). src: the `sources` rows of runs when
+    the caller has them.
+
+    Each source is computed outside the lake's lock, reading its committed parts (those of a held
+    source copied out of the generation first) and spilling under the system's temporary
+    directory; its results are then written under the lock if the source is still what was read
+    (its `sources` part or its run's generation unchanged), as backfill writes them (local_results
+    last, so a kill half-way leaves results no reader uses and the next call completes) or as new
+    files of the generation (lake_compact.add_tables, one switch). Nothing is done for a lake in a
+    bucket (its sources get their results at ingest, pipeline/ingest/prepare.py), one that cannot
+    be written or is of an older schema; a source whose results cannot be computed (duckdb.Error,
+    SchemaError, OSError, polars' errors: the DuckDB memory cap exceeded, say) is left without, and
+    so is everything still to write while another command holds the lock (LakeBusy): analysis then
+    computes those metrics in full, and the next analysis tries again. Returns the number of
+    sources given results."""
+    from . import lake_compact, upgrade
+    from .lake import LakeBusy
+
+    if getattr(lake, "remote", False) or not lake.exists() or not lake.writable():
+        return 0
+    if upgrade.marker_version(lake) < sch.SCHEMA_VERSION:
+        return 0
+    min_rows = MIN_GPU_ROWS if min_rows is None else min_rows
+    done = 0
+    todo = _missing(lake, runs, min_rows, src)
+    for run_dir, sid, gen in todo:  # parts of their own: written source by source
+        if gen is not None:
+            continue
+        part = lake.root / "sources" / run_dir / f"{sid}.parquet"
+        ident = _identity(part)
+        files = {
+            t: [str(p)]
+            for t in sch.tables()
+            if not t.startswith("local_") and (p := lake.root / t / run_dir / f"{sid}.parquet").exists()
+        }
+        res = _computed(lambda _: files, sid, min_rows)
+        try:
+            if res:
+                with lake.lock():
+                    if _identity(part) == ident and (run_dir, sid) in lake.committed():
+                        _write_own(lake, run_dir, sid, res)
+                        done += 1
+        except LakeBusy:
+            return done
+    held: dict[tuple[str, str], list[str]] = {}
+    for run_dir, sid, gen in todo:
+        if gen is not None:
+            held.setdefault((run_dir, gen), []).append(sid)
+    for (run_dir, gen), sids in sorted(held.items()):  # held by a generation: one switch a run
+        adds = {}
+        for sid in sids:
+            res = _computed(lambda d, sid=sid: _copy_held(lake, run_dir, sid, d), sid, min_rows)
+            if res:
+                adds[sid] = res
+        try:
+            if adds:
+                with lake.lock():
+                    if lake_compact.add_tables(lake, run_dir, gen, adds):
+                        done += len(adds)
+        except LakeBusy:
+            return done
+    return done
+
+
+def _computed(files_in, sid: str, min_rows: int) -> dict[str, pa.Table]:
+    """compute() of a source whose parts files_in(scratch) gives (scratch: a fresh directory
+    under the system's temporary directory, removed here); {} when it gives none or fails."""
+    scratch = Path(tempfile.mkdtemp(prefix="tracelake-local-"))
+    try:
+        files = files_in(scratch)
+        return compute(files, sid, min_rows) if files else {}
+    except (duckdb.Error, sch.SchemaError, OSError, pl.exceptions.PolarsError):
+        return {}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _missing(lake: Lake, runs, min_rows: int, src: pl.DataFrame | None) -> list[tuple[str, str, str | None]]:
+    """(run directory, source id, its generation or None for parts of its own) of the committed
+    sources fill() gives results: one rank (their `sources` row's rank), at least min_rows GPU
+    activities (from the Parquet footers of own parts; a run's generation is read only when its
+    gpu_activities files hold that many rows in all), no local_results row of the current
+    version."""
+
+    src = lake.sources(runs) if src is None else src
+    if "rank" not in src.columns or not src.height:
+        return []
+    one_rank = {
+        ("run=" + r, s)
+        for r, s in src.filter(pl.col("rank").is_not_null() & pl.col("status").is_in(["ok", "partial"]))
+        .select("run_id", "source_id")
+        .iter_rows()
+    }
+    view = lake.committed()
+    dirs = {d for d, _ in one_rank}
+    counts: dict[tuple[str, str], tuple[int, str | None]] = {}
+    for d, s in view.singles:
+        p = lake.root / "gpu_activities" / d / f"{s}.parquet"
+        if d in dirs and (d, s) in one_rank and p.exists():
+            counts[(d, s)] = (pq.ParquetFile(p).metadata.num_rows, None)
+    for d, m in view.manifests.items():
+        names = [lake.root / "gpu_activities" / d / n for n in m.files.get("gpu_activities", ())]
+        if d not in dirs or sum(pq.ParquetFile(f).metadata.num_rows for f in names) < min_rows:
+            continue
+        ids = pa.concat_tables([pq.ParquetFile(f).read(columns=["source_id"]) for f in names])
+        for s, n in pl.from_arrow(ids)["source_id"].value_counts().iter_rows():
+            if (d, s) in one_rank and s in m.sources:
+                counts[(d, s)] = (n, m.gen)
+    todo = {k: g for k, (n, g) in counts.items() if n >= min_rows}
+    if not todo:
+        return []
+    current = query.local_sql_version()
+    have = lake.table_files("local_results", [d[4:] for d, _ in todo], committed=view)
+    if have:
+        rows = pl.read_parquet(have, columns=["run_id", "source_id", "sql_version"])
+        for r, s in rows.filter(pl.col("sql_version") == current).select("run_id", "source_id").iter_rows():
+            todo.pop(("run=" + r, s), None)
+    return [(d, s, g) for (d, s), g in sorted(todo.items())]
+
+
+def _identity(part: Path) -> tuple[int, int] | None:
+    """A `sources` part's inode and modification time (a commit replacing the source changes
+    them); None when it is gone."""
+    try:
+        st = part.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _copy_held(lake: Lake, run_dir: str, sid: str, scratch: Path) -> dict[str, list[str]]:
+    """A source held by its run's generation, copied out as parts of its own under scratch
+    (table -> [file]) for compute()."""
+    out = {}
+    for t in sch.tables():
+        if t.startswith("local_"):
+            continue
+        df = lake.read_source(t, run_dir[4:], sid)
+        if df is not None and df.height:
+            write_parquet(sch.conform(t, df.to_arrow()), scratch / f"{t}.parquet")
+            out[t] = [str(scratch / f"{t}.parquet")]
+    return out
+
+
+def _write_own(lake: Lake, run_dir: str, sid: str, res: dict[str, pa.Table]) -> None:
+    """Write a source's results as parts of its own, local_results last (the marker that makes
+    them used), each through a temporary file and a rename."""
+    for t in (*TABLES, "local_results"):
+        dest = lake.root / t / run_dir / f"{sid}.parquet"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{sid}.{uuid.uuid4().hex}.tmp")
+        write_parquet(res[t], tmp)
+        os.replace(tmp, dest)
 
 
 def backfill(lake: Lake, min_rows: int | None = None) -> int:

@@ -51,16 +51,13 @@ def inputs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def small_lake(inputs, tmp_path_factory) -> Path:
-    """The four sources as parts of their own (compaction off), with local results (MIN_GPU_ROWS
-    lowered so that these small sources get them, as a large rank would)."""
+    """The four sources as parts of their own (compaction off), with local results (min_rows
+    lowered so that these small sources get them, as a large rank would at its run's first
+    analysis: local.fill)."""
     root = tmp_path_factory.mktemp("lake") / "lake"
-    keep = local.MIN_GPU_ROWS
-    local.MIN_GPU_ROWS = 10
-    try:
-        res = ingest_paths([inputs], Lake(root), compact=False)
-    finally:
-        local.MIN_GPU_ROWS = keep
+    res = ingest_paths([inputs], Lake(root), compact=False)
     assert [r.status for r in res] == ["ok"] * 4 and {r.run_id for r in res} == {RUN}
+    assert local.fill(Lake(root), min_rows=10) == 4
     return root
 
 

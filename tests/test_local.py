@@ -1,10 +1,11 @@
-"""Per-source metric results computed at ingest (pipeline/local.py, issue 16 point 3).
+"""Per-source metric results, computed at a run's first analysis and kept in the lake
+(pipeline/local.py fill; issue 16 point 3, issue 37 item 2: ingest no longer computes them).
 
 Analysis reads breakdown, step_time, idle_gaps, idle_breakdown, step_status and mfu from the
 local_<metric> tables, and makes only the split of exposed communication into waiting and
 transfer over the other ranks' kernels (queries/local/*.sql). Checked here:
 - on PARAM's real 8-rank DLRM job (56 collective kernels that wait for a peer, steps on every
-  rank), ingested with the results: every such metric equals the full query's rows on the
+  rank), ingested, then given the results (fill): every such metric equals the full query's rows on the
   same connection, exactly, and the whole analysis (verdict, findings, every number) equals
   the analysis of the same lake without the results;
 - on random two-rank jobs of compute kernels and collectives with random step windows
@@ -13,8 +14,8 @@ transfer over the other ranks' kernels (queries/local/*.sql). Checked here:
 - when the results must not be used (another window or threshold, a source without results, a
   result of another SQL version, a rank whose work comes from two sources), the full queries run,
   and mfu runs in full under an MFU override;
-- a source below MIN_GPU_ROWS gets none, and re-ingesting or forgetting a source removes its
-  results with its other parts;
+- a source below MIN_GPU_ROWS gets none (and costs no DuckDB connection), and re-ingesting or
+  forgetting a source removes its results with its other parts;
 - query.run_many, which analyze() uses to run the metrics two at a time on cursors of one
   connection, gives every metric's rows exactly as run() on the connection itself, with the
   per-source results and with the full files under non-default options (the cursors must carry
@@ -67,17 +68,16 @@ def _uses_local(con) -> bool:
 
 @pytest.fixture(scope="module")
 def dlrm_lakes(tmp_path_factory):
-    """The DLRM job ingested twice: with per-source results (threshold 0) and without (default
+    """The DLRM job ingested twice: given per-source results (threshold 0) and without (default
     threshold: its ranks have fewer GPU activities)."""
     d = tmp_path_factory.mktemp("dlrm")
     with_local, plain = Lake(d / "with"), Lake(d / "plain")
-    mp = pytest.MonkeyPatch()
-    mp.setattr(local, "MIN_GPU_ROWS", 0)
-    try:
-        assert {r.status for r in ingest_paths([corpus(*DLRM)], with_local, jobs=1)} == {"ok"}
-    finally:
-        mp.undo()
+    assert {r.status for r in ingest_paths([corpus(*DLRM)], with_local, jobs=1)} == {"ok"}
+    assert with_local.table_files("local_results") == []  # not computed by ingest
+    assert local.fill(with_local, min_rows=0) == 8
+    assert local.fill(with_local, min_rows=0) == 0  # kept: nothing left to compute
     assert {r.status for r in ingest_paths([corpus(*DLRM)], plain, jobs=1)} == {"ok"}
+    assert local.fill(plain) == 0
     return with_local, plain
 
 
@@ -135,10 +135,10 @@ def test_a_truncated_source_keeps_its_steps_incomplete(tmp_path, monkeypatch):
     for f in files:
         data = f.read_bytes()
         (job / f.name).write_bytes(data[: int(len(data) * 0.7)] if f is files[3] else data)
-    monkeypatch.setattr(local, "MIN_GPU_ROWS", 0)
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([job], lake, jobs=1)
     assert sorted(r.status for r in res) == ["ok"] * 7 + ["partial"]
+    assert local.fill(lake, min_rows=0) == 8
     con = query.connect(lake)
     assert _uses_local(con)
     got = query.run(con, "step_status")
@@ -171,17 +171,19 @@ def test_random_jobs_equal_the_full_queries_and_the_brute_force(acts0, acts1, cu
 
 
 def test_a_source_below_the_threshold_costs_no_connection(tmp_path, monkeypatch):
-    """DLRM's ranks have fewer than MIN_GPU_ROWS GPU activities: ingest decides from the Parquet
-    footers and never opens the DuckDB connection the results would need (0.4 s per file, which
-    a small job would pay for nothing)."""
+    """DLRM's ranks have fewer than MIN_GPU_ROWS GPU activities: neither ingest nor the analysis's
+    fill opens the DuckDB connection the results would need (0.4 s per file, which a small job
+    would pay for nothing); fill decides from the Parquet footers."""
 
     def refuse(*a, **k):
         raise AssertionError("connected for a small source")
 
     monkeypatch.setattr(local.query, "connect", refuse)
-    res = ingest_paths(sorted(corpus(*DLRM).glob("*.json"))[:2], Lake(tmp_path / "lake"), jobs=1)
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths(sorted(corpus(*DLRM).glob("*.json"))[:2], lake, jobs=1)
     assert [r.status for r in res] == ["ok", "ok"]
     assert not any("per-source" in n for r in res for n in r.notes)
+    assert local.fill(lake) == 0
 
 
 @pytest.fixture()
@@ -238,13 +240,12 @@ def test_a_rank_with_results_from_two_sources_runs_in_full(small_lake):
 def test_reingest_and_forget_remove_a_sources_results(small_lake, monkeypatch):
     rank0 = sorted(corpus(*DLRM).glob("*0*.json"))[0]
     before = len(small_lake.table_files("local_results"))
-    # --force with the default threshold: the source is rewritten without results
+    # --force: the source is rewritten without results (ingest computes none)
     (r,) = ingest_paths([rank0], small_lake, force=True, run="dlrm_kineto", jobs=1)
     assert r.status == "ok"
     assert len(small_lake.table_files("local_results")) == before - 1
     assert not _uses_local(query.connect(small_lake))
-    monkeypatch.setattr(local, "MIN_GPU_ROWS", 0)
-    (r,) = ingest_paths([rank0], small_lake, force=True, run="dlrm_kineto", jobs=1)
+    assert local.fill(small_lake, min_rows=0) == 1  # the analysis's fill gives it them again
     assert len(small_lake.table_files("local_results")) == before
     assert _uses_local(query.connect(small_lake))
     n = small_lake.forget([(r.run_id, r.source_id)])
@@ -256,21 +257,25 @@ def test_reingest_and_forget_remove_a_sources_results(small_lake, monkeypatch):
 def test_memory_capped_results_and_the_fallback(tmp_path, monkeypatch):
     """The per-source connection is capped (local.MEMORY_LIMIT, issue 40): with a cap DuckDB must
     spill under (32 MB) and the stored files run one at a time (SERIAL_ROWS 0), the results still
-    equal the full files; with a cap no query fits in (1 MB), the source is ingested without
-    results and a note, the analysis equals that of a lake without them, and no spill directory is
-    left in the lake."""
+    equal the full files; with a cap no query fits in (1 MB), fill stores nothing, the analysis
+    equals that of a lake with them, and no spill directory is left in the lake or in the
+    system's temporary directory."""
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 0)
     monkeypatch.setattr(local, "SERIAL_ROWS", 0)
     monkeypatch.setattr(local, "MEMORY_LIMIT", "32MB")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "systmp"))
+    (tmp_path / "systmp").mkdir()
     capped = Lake(tmp_path / "capped")
     assert {r.status for r in ingest_paths([corpus(*DLRM)], capped, jobs=1)} == {"ok"}
+    assert local.fill(capped) == 8
     _same_as_full(capped)
     monkeypatch.setattr(local, "MEMORY_LIMIT", "1MB")
     starved = Lake(tmp_path / "starved")
     res = ingest_paths([corpus(*DLRM)], starved, jobs=1)
     assert {r.status for r in res} == {"ok"}
-    assert all(any("per-source metric results not stored" in n for n in r.notes) for r in res)
+    assert local.fill(starved) == 0
     assert not _uses_local(query.connect(starved))
     a, b = analyze(starved), analyze(capped)
     assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
     assert not list((starved.root / ".tmp").glob("*")) and not list((capped.root / ".tmp").glob("*"))
+    assert not list((tmp_path / "systmp").glob("tracelake-local-*"))

@@ -81,14 +81,15 @@ def init_worker(jobs: int = 1) -> None:
     (a Ctrl-C at a terminal reaches the whole process group: the ingest stops its workers itself,
     see pool_scope.stop_workers); end on SIGTERM, unwinding the unit in hand first (its staging directory
     removed, an `nsys export` it runs killed: _on_sigterm); and size the per-source metric queries
-    (pipeline/local.py THREADS) to this worker's share of the cores: `jobs` workers already keep
-    that many cores busy, so a worker's DuckDB threads beyond its share only contend (8 rank files
-    of 50 MB, 2 workers on 2 cores: 7.4-7.7 s with 2 threads each, 6.8-7.1 s with one)."""
+    a worker runs for a lake in a bucket (pipeline/local.py THREADS, set by prepare.with_local) to
+    its share of the cores: `jobs` workers already keep that many cores busy, so a worker's DuckDB
+    threads beyond its share only contend (8 rank files of 50 MB, 2 workers on 2 cores: 7.4-7.7 s
+    with 2 threads each, 6.8-7.1 s with one)."""
     import signal
 
-    from .. import local
+    from . import prepare as prep
 
-    local.THREADS = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    prep.LOCAL_THREADS = max(1, (os.cpu_count() or 1) // max(1, jobs))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _on_sigterm)

@@ -7,10 +7,11 @@ a journal, a rename per part, then at the end of the ingest all of it read back,
 rewritten by compaction) cost about 40 ms more per file. For a run that the ingest will compact
 anyway (at least lake_compact.AUTO_MIN_SOURCES units of work name it, and compaction is on):
 
-1. the worker (prepare.py) keeps a source whose tables add up to under HOLD_BYTES of Arrow and
-   that gets no per-source metric results (fewer than local.MIN_GPU_ROWS GPU activities) in
+1. the worker (prepare.py) keeps a source whose tables add up to under HOLD_BYTES of Arrow in
    memory: its tables conformed to schema v3, gpu_activities with its derived columns still
-   NULL; a Held, not a Staged, goes back to the ingesting process (pickled with the Prepared);
+   NULL; a Held, not a Staged, goes back to the ingesting process (pickled with the Prepared).
+   (A source of many GPU activities gets its per-source metric results at its run's first
+   analysis, pipeline/local.py fill, from the run's generation as from parts of its own);
 2. commit.py decides its run as for any source and hands it with its `sources` row to Pending,
    which keeps it until the end of the ingest (or until PENDING_BYTES are held): then the derived
    columns of each run's held sources are computed in one polars plan (derive.derive_many: the
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from .. import derive, local
+from .. import derive
 from .. import lake_compact as compaction
 from .. import lake_manifest as manifest
 from .. import schema as sch
@@ -92,9 +93,6 @@ def hold_or_stage(lake: Lake, run_id: str, source_id: str, tables: dict[str, obj
                 rest.update({k: v for k, v in items[i + 1 :]})
                 return lake.stage(run_id, source_id, rest)
     whole = {t: pa.concat_tables(c) for t, c in held.items() if c}
-    gpu = whole.get("gpu_activities")
-    if gpu is not None and gpu.num_rows >= local.MIN_GPU_ROWS:  # gets per-source results: staged
-        return lake.stage(run_id, source_id, whole)
     return Held(run_id, source_id, whole, size)
 
 

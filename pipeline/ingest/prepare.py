@@ -18,10 +18,8 @@ import shutil
 import time
 from pathlib import Path
 
-import duckdb
 import polars as pl
 
-from .. import local
 from .. import schema as sch
 from ..lake import Lake, one_line
 from . import archive as arc
@@ -46,6 +44,9 @@ from .spool import _Budget
 
 IN_MEMORY_LIMIT = 1 << 30  # formats read whole (NCCL-family JSON, pickles and reports)
 LOG_SPOOL_BYTES = 64 << 20  # a text log's built rows kept in memory up to this, then on disk
+# DuckDB threads of the per-source results a pool worker computes (with_local; None: every core),
+# its share of the cores (executors.init_worker)
+LOCAL_THREADS: int | None = None
 
 
 def _identity(path: str) -> tuple | None:
@@ -216,7 +217,7 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             else:
                 staged = lake.stage(run_id, source_id, tables)
             if not isinstance(staged, hold.Held):
-                with_local(staged, notes, "partial" if partial else "ok")
+                with_local(lake, staged, notes, "partial" if partial else "ok")
         except sch.SchemaError as e:
             return failed(
                 display,
@@ -266,10 +267,21 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             shutil.rmtree(d, ignore_errors=True)
 
 
-def with_local(staged, notes: list[str], status: str) -> None:
-    """Stage the source's per-source metric results beside its parts (pipeline/local.py; status:
-    the sources status it will be committed with); a failure there costs only speed (analysis
-    then computes those metrics in full): a note."""
+def with_local(lake: Lake, staged, notes: list[str], status: str) -> None:
+    """For a lake in a bucket (pipeline/lake_s3.py), stage the source's per-source metric results
+    beside its parts (pipeline/local.py; status: the sources status it will be committed with);
+    a failure there costs only speed (analysis then computes those metrics in full): a note. A
+    local lake's sources get them at their run's first analysis instead (local.fill: half of a
+    large rank's ingest CPU, and DuckDB is not imported by an ingest of Kineto traces), which
+    cannot yet write them into a bucket."""
+    if not getattr(lake, "remote", False):
+        return
+    import duckdb
+
+    from .. import local
+
+    if LOCAL_THREADS is not None:
+        local.THREADS = LOCAL_THREADS
     try:
         local.stage_local(staged, status)
     except (duckdb.Error, sch.SchemaError, OSError, pl.exceptions.PolarsError) as e:
@@ -378,6 +390,8 @@ def prepare_nsys(
     """An Nsight Systems export (or nsys-jax archive); named: its input's run_name_with (job ->
     the run name its input gives with that job), for the job its capture's environment states
     when its name states none (jobid.py; archive.member_run_name for an archive's member)."""
+    import duckdb  # an export is staged in DuckDB (nsys/build.py)
+
     from . import nsys  # imported for an export only (40 ms of every other ingest's start-up)
 
     t0 = time.time_ns()
@@ -426,7 +440,7 @@ def prepare_nsys(
                 "world_size": len(rank_list) if ex.rank_source == "process_order" else None,
             }
             staged = lake.stage(run_id, source_id, ex.tables(run_id, source_id))
-            with_local(staged, notes, "ok")
+            with_local(lake, staged, notes, "ok")
     except (TraceError, duckdb.Error, sch.SchemaError) as e:
         err = one_line(str(e) if isinstance(e, TraceError) else f"{type(e).__name__}: {e}")[:500]
         return failed(display, run_id, err, sha, size, base=base)

@@ -1,0 +1,174 @@
+"""Per-source metric results computed at a run's first analysis (pipeline/local.py fill, issue 37
+item 2 / issue 38 item 4), not by ingest.
+
+Inputs: 16 ranks of one real trace (HTA's simple_add, 139 kernels a rank: the same bytes with
+distributedInfo.rank 0-15, so one run of 16 sources, which an ingest holds and writes into the
+run's compacted generation), and the same files ingested as parts of their own (compaction off).
+min_rows is lowered to 10 so that these small sources get results, as a large rank would.
+Checked, against references outside the code under test (the full metric files, which read the
+lake's rows and never the stored results; the rows read straight from each source's Parquet
+part with pyarrow):
+- an ingest of Kineto traces imports no DuckDB (issue 38 item 1) and stores no results;
+- fill gives the sources held by a generation the same rows as the same sources in parts of
+  their own, and every metric read through them equals the full files (run by run and over the
+  whole lake); the first analysis fills and its document equals the full computation's;
+- a source replaced while its results were computed, and a lake whose lock another command
+  holds, get nothing written; a fill that fails before its local_results part leaves results no
+  reader uses, and the next fill completes them.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+
+import msgspec
+import polars as pl
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, corpus
+
+from pipeline import local, query
+from pipeline.analyze import analyze
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+
+TRACE = corpus(
+    "hta", "tests", "data", "critical_path", "simple_add", "benchmark_result_493459_1694039959_trace.json.gz"
+)
+RANKS = 16
+CHECKED = (*query.LOCAL_METRICS, "collective_exposure", "roofline")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("in") / "job"
+    d.mkdir()
+    doc = msgspec.json.decode(gzip.decompress(TRACE.read_bytes()))
+    for r in range(RANKS):
+        doc["distributedInfo"] = {"rank": r, "world_size": RANKS, "backend": "nccl"}
+        (d / f"rank{r}.json").write_bytes(msgspec.json.encode(doc))
+    return d
+
+
+@pytest.fixture(scope="module")
+def lakes(inputs, tmp_path_factory):
+    """(held: compaction on, so every source is held by the run's generation; parts: compaction
+    off), each filled with min_rows 10."""
+    d = tmp_path_factory.mktemp("lakes")
+    held, parts = Lake(d / "held"), Lake(d / "parts")
+    assert {r.status for r in ingest_paths([inputs], held, jobs=1)} == {"ok"}
+    assert {r.status for r in ingest_paths([inputs], parts, jobs=1, compact=False)} == {"ok"}
+    assert (held.root / "_compacted" / "run=job.json").exists()
+    assert not (parts.root / "_compacted").exists()
+    for lake in (held, parts):
+        assert lake.table_files("local_results") == []
+        assert local.fill(lake, min_rows=10) == RANKS
+        assert local.fill(lake, min_rows=10) == 0
+    return held, parts
+
+
+def test_an_ingest_of_kineto_traces_imports_no_duckdb(tmp_path):
+    code = (
+        "import sys; from pathlib import Path; from pipeline.ingest import ingest_paths; "
+        "from pipeline.lake import Lake; "
+        f"r = ingest_paths([Path({str(TRACE)!r})], Lake(Path({str(tmp_path / 'lake')!r})), jobs=1); "
+        "print(r[0].status, 'duckdb' in sys.modules, 'pipeline.local' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["ok", "False", "False"]
+
+
+def _own_rows(lake: Lake, table: str) -> list[str]:
+    """The table's rows read from every Parquet file under the lake (pyarrow, no listing or
+    manifest of the code under test), sorted."""
+    rows = []
+    for f in sorted((lake.root / table).glob("run=*/*.parquet")):
+        rows += [repr(r) for r in pq.read_table(f).to_pylist()]
+    return sorted(rows)
+
+
+def test_held_sources_get_the_results_of_parts_of_their_own(lakes):
+    held, parts = lakes
+    for t in (*local.TABLES, "local_results"):
+        assert _own_rows(held, t) == _own_rows(parts, t), t
+    assert _own_rows(held, "local_breakdown") and _own_rows(held, "local_idle_gaps")
+    assert len(_own_rows(held, "local_results")) == RANKS
+    for lake in (held, parts):
+        con, ref = query.connect(lake), query.connect(lake, local_results=False)
+        assert con.execute("SELECT getvariable('use_local')").fetchall() == [(True,)]
+        for name in CHECKED:
+            assert query.run(con, name).equals(query.run(ref, name)), name
+
+
+def test_the_first_analysis_fills_and_equals_the_full_computation(inputs, tmp_path, monkeypatch):
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    lake = Lake(tmp_path / "lake")
+    assert {r.status for r in ingest_paths([inputs], lake, jobs=1)} == {"ok"}
+    got = analyze(lake, keep=False)
+    assert len(lake.holders("local_results")) == RANKS
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
+    full = Lake(tmp_path / "full")
+    ingest_paths([inputs], full, jobs=1)
+    ref = analyze(full, keep=False)
+    assert full.table_files("local_results") == []
+    assert json.dumps(got, sort_keys=True, default=str) == json.dumps(ref, sort_keys=True, default=str)
+
+
+def test_a_source_replaced_meanwhile_and_a_busy_lake_get_nothing(inputs, tmp_path, monkeypatch):
+    parts = Lake(tmp_path / "parts")
+    ingest_paths([inputs], parts, jobs=1, compact=False)
+    held = Lake(tmp_path / "held")
+    ingest_paths([inputs], held, jobs=1)
+    compute = local.compute
+
+    def replaced(files, sid, *a, **k):  # a commit replaces the source (or switches the run) meanwhile
+        out = compute(files, sid, *a, **k)
+        src = parts.root / "sources" / "run=job" / f"{sid}.parquet"
+        if src.exists():
+            data = src.read_bytes()
+            src.unlink()
+            src.write_bytes(data)  # a new inode: as a --force commit leaves it
+        man = held.root / "_compacted" / "run=job.json"
+        m = json.loads(man.read_bytes())
+        m["gen"] = os.urandom(8).hex()
+        man.write_text(json.dumps(m))
+        return out
+
+    monkeypatch.setattr(local, "compute", replaced)
+    assert local.fill(parts, min_rows=10) == 0
+    assert parts.table_files("local_results") == [] and parts.table_files("local_breakdown") == []
+    assert local.fill(held, min_rows=10) == 0
+    assert held.holders("local_results") == set()
+    monkeypatch.setattr(local, "compute", compute)
+    with parts.lock():  # another command writes to the lake
+        assert local.fill(parts, min_rows=10) == 0
+    assert parts.table_files("local_results") == []
+
+
+def test_a_fill_cut_before_its_marker_is_not_used_and_is_completed(inputs, tmp_path, monkeypatch):
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([inputs], lake, jobs=1, compact=False)
+    write = local.write_parquet
+
+    def cut(tbl, path):
+        if path.parent.parent.name == "local_results":
+            raise OSError(28, "No space left on device")
+        write(tbl, path)
+
+    monkeypatch.setattr(local, "write_parquet", cut)
+    with pytest.raises(OSError):
+        local.fill(lake, min_rows=10)
+    assert lake.table_files("local_results") == [] and len(lake.table_files("local_breakdown")) == 1
+    assert not [f for f in os.listdir(lake.root / "local_results" / "run=job") if f.endswith(".parquet")]
+    con = query.connect(lake)
+    assert con.execute("SELECT getvariable('use_local')").fetchall() == [(False,)]
+    monkeypatch.setattr(local, "write_parquet", write)
+    assert local.fill(lake, min_rows=10) == RANKS
+    assert len(lake.table_files("local_results")) == RANKS
+    assert pl.read_parquet(lake.table_files("local_results"))["sql_version"].unique().to_list() == [
+        query.local_sql_version()
+    ]
