@@ -43,3 +43,23 @@ def test_exclude_compares_names_in_nfc(tmp_path):
     _touch(other / "keep" / "rank0.json")
     assert [f.parent.name for f in discover([other], exclude=[NFC])] == ["keep"]
     assert exclude_patterns([NFD + "/"]) == [NFC]
+
+
+def test_a_file_named_like_an_archive_that_is_none_is_a_corrupt_archive(tmp_path):
+    """The tester's finding 4: bytes that are no zip in `bad.zip` were reported as "not a Kineto
+    trace, Nsight Systems export or NCCL-family log"."""
+    (tmp_path / "bad.zip").write_bytes(b"\x00\x01garbage, no PK signature" * 20)
+    (tmp_path / "empty.zip").write_bytes(b"")
+    (tmp_path / "x.tar").write_bytes(b"not a tar header")
+    (tmp_path / "y.tgz").write_bytes(b"nope")
+    _touch(tmp_path / "rank0.json")
+    units, problems = plan([tmp_path])
+    why = " (truncated, or another file renamed)"
+    assert problems == []  # planned as failed units, each named
+    assert {u.item.path.name: u.item.error for u in units if u.kind == "problem"} == {
+        "bad.zip": "corrupt zip archive: it does not start with a zip signature (PK)" + why,
+        "empty.zip": "corrupt zip archive: the file is empty",
+        "x.tar": "corrupt tar archive: it does not start with a tar header" + why,
+        "y.tgz": "corrupt tar.gz archive: it does not start with gzip's magic number (1f 8b)" + why,
+    }
+    assert [u.item.path for u in units if u.kind == "input"] == [str(tmp_path / "rank0.json")]

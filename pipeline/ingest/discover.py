@@ -347,6 +347,29 @@ def _size(path: Path) -> int:
         return 0
 
 
+def _not_an_archive(path: Path) -> str | None:
+    """The one-line error of a file named like an archive (`.zip`, `.tar`, `.tar.gz`, `.tgz`) whose
+    first bytes sniff_path() found no archive in (a truncated download, another file renamed):
+    a corrupt archive, which reading it as a trace would call "not a trace". None for other
+    names, and for a `.tar.gz` that is gzip data (read as a gzipped trace or log, as before)."""
+    low = path.name.lower()
+    kind = next((k for k in ("zip", "tar.gz", "tgz", "tar") if low.endswith("." + k)), None)
+    if kind is None:
+        return None
+    try:
+        with streams.open_regular(path) as f:
+            head = f.read(512)
+    except (OSError, TraceError):
+        return None  # unreadable: prepare says why
+    if kind in ("tar.gz", "tgz") and head[:2] == GZIP_MAGIC:
+        return None
+    what = {"zip": "zip", "tar.gz": "tar.gz", "tgz": "tar.gz", "tar": "tar"}[kind]
+    start = {"zip": "a zip signature (PK)", "tar": "a tar header"}.get(what, "gzip's magic number (1f 8b)")
+    if not head:
+        return f"corrupt {what} archive: the file is empty"
+    return f"corrupt {what} archive: it does not start with {start} (truncated, or another file renamed)"
+
+
 def plan(
     paths: Iterable[str | Path], exclude: list[str] | None = None, not_logs: list | None = None
 ) -> tuple[list[Unit], list[Problem]]:
@@ -375,6 +398,10 @@ def plan(
             kind = sniff_path(f)
         except Exception as e:  # one file never stops the batch, whatever its bytes
             why = f"cannot tell its format ({type(e).__name__}: {e})"[:300]
+            units.append(Unit("problem", Problem(f, why, _below(below))))
+            continue
+        why = _not_an_archive(f) if kind is None else None
+        if why is not None:  # named like an archive, not one: never read as a trace
             units.append(Unit("problem", Problem(f, why, _below(below))))
             continue
         if kind in ("zip", "tar"):
