@@ -211,3 +211,79 @@ class Closing:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# text in a Unicode encoding other than UTF-8, told by its byte order mark (Unicode 15, section
+# 23.8, table 23-4; PowerShell's `>` and Windows editors write UTF-16LE with one). UTF-32LE's
+# mark starts with UTF-16LE's, so it is looked for first. A UTF-8 mark is left to the readers.
+UNICODE_BOMS = (
+    (b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32LE"),
+    (b"\x00\x00\xfe\xff", "utf-32-be", "UTF-32BE"),
+    (b"\xff\xfe", "utf-16-le", "UTF-16LE"),
+    (b"\xfe\xff", "utf-16-be", "UTF-16BE"),
+)
+_SIGN_BYTES = 16  # without a mark: 8 ASCII characters of UTF-16, each with its zero byte
+
+
+def text_encoding(head: bytes) -> tuple[int, str, str] | None:
+    """(bytes of the byte order mark, Python codec, its name in a note) of UTF-16 or UTF-32 text:
+    one starting with that byte order mark, or, without one, UTF-16 whose first 8 characters are
+    ASCII (their bytes alternate with zeros: RFC 4627 section 3's rule for JSON, over 8 characters
+    rather than 2, so a log padded with NULs when its writer died is not taken for it). None for
+    anything else (UTF-8, binary data)."""
+    for bom, codec, name in UNICODE_BOMS:
+        if head.startswith(bom):
+            return len(bom), codec, name
+    h = head[:_SIGN_BYTES]
+    if len(h) == _SIGN_BYTES:
+        even, odd = h[0::2], h[1::2]
+        if not any(odd) and all(0 < b < 0x80 for b in even):
+            return 0, "utf-16-le", "UTF-16LE"
+        if not any(even) and all(0 < b < 0x80 for b in odd):
+            return 0, "utf-16-be", "UTF-16BE"
+    return None
+
+
+def utf8_head(head: bytes) -> bytes:
+    """The first bytes of a text as UTF-8: head decoded when it is UTF-16 or UTF-32 (text_encoding;
+    a character cut off at its end dropped), else head itself."""
+    enc = text_encoding(head)
+    if enc is None:
+        return head
+    import codecs
+
+    return codecs.getincrementaldecoder(enc[1])("replace").decode(head[enc[0] :]).encode("utf-8")
+
+
+def utf8_reader(read, notes: list[str], what: str = "text"):
+    """read(n) -> bytes as a read(n) of UTF-8 (b'' at its end): a stream of UTF-16 or UTF-32 text
+    (text_encoding of its first bytes) is decoded as it is read, in pieces of n bytes (memory stays bounded;
+    what cannot be decoded is U+FFFD), and notes gets `<encoding> encoded <what>: decoded to UTF-8
+    as it was read`; any other stream is read as it is."""
+    import codecs
+
+    first = b""
+    while len(first) < _SIGN_BYTES and (b := read(_SIGN_BYTES - len(first))):
+        first += b
+    enc = text_encoding(first)
+    pending = [first[enc[0] :] if enc else first]
+    if enc is None:
+
+        def plain(n: int = -1) -> bytes:
+            return pending.pop() if pending and pending[0] else read(n)
+
+        return plain
+    notes.append(f"{enc[2]} encoded {what}: decoded to UTF-8 as it was read")
+    decoder = codecs.getincrementaldecoder(enc[1])("replace")
+    done = [False]
+
+    def decoded(n: int = -1) -> bytes:
+        while not done[0]:
+            raw = pending.pop() if pending and pending[0] else read(max(n, 4) if n and n > 0 else -1)
+            done[0] = not raw
+            text = decoder.decode(raw, final=done[0])
+            if text:
+                return text.encode("utf-8")
+        return b""
+
+    return decoded

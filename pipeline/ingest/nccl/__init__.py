@@ -31,6 +31,7 @@ import polars as pl
 
 from ... import schema as sch
 from ..errors import TraceError
+from ..streams import text_encoding, utf8_head, utf8_reader
 
 if TYPE_CHECKING:
     from .common import LogParsed
@@ -140,8 +141,9 @@ def sniff(head: bytes, name: str) -> str | None:
     INFO/WARN/TRACE/CALL lines or a bare 'NCCL version X+cudaY' line), torch_watchdog
     (ProcessGroupNCCL / WorkNCCL messages without NCCL lines).
     None for Kineto traces (traceEvents, schemaVersion, deviceProperties), SQLite, zip, gzip,
-    other binary data and text without any of those markers."""
-    head = head[:_SNIFF_BYTES]
+    other binary data and text without any of those markers. UTF-16 or UTF-32 text (a byte order
+    mark: PowerShell's `>` writes UTF-16LE) is sniffed as the text it holds."""
+    head = utf8_head(head[:_SNIFF_BYTES])
     if not head.strip():
         return None
     if _looks_json(head) and any(k in head for k in _KINETO_KEYS):
@@ -192,6 +194,10 @@ def parse(data: bytes, name: str, fmt: str | None = None) -> "LogParsed":
     unreadable (empty, binary, Kineto JSON, truncated JSON/pickle, refused pickle class).
     """
     notes: list[str] = []
+    enc = text_encoding(data)
+    if enc is not None:  # UTF-16 or UTF-32 text: decoded whole (these files are read whole anyway)
+        data = data[enc[0] :].decode(enc[1], "replace").encode("utf-8")
+        notes.append(f"{enc[2]} encoded file: decoded to UTF-8")
     if not data or not data.strip():
         raise TraceError("empty file")
     head = data[:_SNIFF_BYTES]
@@ -228,8 +234,9 @@ def parse(data: bytes, name: str, fmt: str | None = None) -> "LogParsed":
 def streams(head: bytes, fmt: str) -> bool:
     """Whether a file of format `fmt` (sniffed from `head`) is a text log for parse_stream: NCCL_DEBUG
     output, nccl-tests text and PyTorch watchdog messages. JSON, pickles, RAS reports and
-    torchfrtrace reports are parsed whole by parse()."""
-    h = head[:_SNIFF_BYTES]
+    torchfrtrace reports are parsed whole by parse(). UTF-16 or UTF-32 text is judged as the text
+    it holds (parse_stream decodes it)."""
+    h = utf8_head(head[:_SNIFF_BYTES])
     return (
         fmt in ("nccl_log", "nccl_tests", "torch_watchdog")
         and bool(h.strip())
@@ -251,6 +258,7 @@ def parse_stream(read, name: str, fmt: str, budget=None) -> "LogParsed":
     from . import stream as _stream
 
     notes: list[str] = []
+    read = utf8_reader(read, notes, "log")  # UTF-16 or UTF-32 with a byte order mark: decoded
     try:
         parsed, recognized = log.parse_lines(_stream.lines(read, notes), name, fmt, budget)
     except RecursionError:
