@@ -746,3 +746,32 @@ def test_windows_of_one_name_whatever_batches_bring_them(tmp_path):
     }
     (note,) = notes["c1_rank0.json"]
     assert "ends before run prof starts, which was ingested first" in note and "prof_20261104T030000" in note
+
+
+def test_a_log_of_another_job_beside_traces_is_noted(tmp_path):
+    """The tester's finding 10: slurm-4712.out beside job-4711_rank0.json joins the only traces
+    beside it, run d.job-4711, and now says that their jobs disagree; slurm-4711.out beside
+    them gets no such note."""
+    d = tmp_path / "d"
+    _rank(d / "job-4711_rank0.json", 0, T0_US)
+    log = CORPUS / "nccl" / "nccl-issue-1412-init-complete-and-init-timings-16rank.log"
+    (d / "slurm-4712.out").write_bytes(log.read_bytes())
+    (tmp_path / "e").mkdir()
+    _rank(tmp_path / "e" / "job-4711_rank0.json", 0, T0_US + 5)
+    (tmp_path / "e" / "slurm-4711.out").write_bytes(log.read_bytes() + b"\n")  # other bytes: not skipped
+    res = ingest_paths([d], Lake(tmp_path / "lake"), jobs=1)
+    res += ingest_paths([tmp_path / "e"], Lake(tmp_path / "lake2"), jobs=1)
+    got = {r.path.rsplit("/", 2)[-2] + "/" + r.path.rsplit("/", 1)[1]: (r.run_id, r.notes) for r in res}
+    assert got == {
+        "d/job-4711_rank0.json": ("d.job-4711", []),
+        "d/slurm-4712.out": (
+            "d.job-4711",
+            [
+                "the traces beside it are named d.job-4711; this file was put in run d.job-4711",
+                "its file name states job-4712 and the traces beside it job-4711: it joins them in run "
+                "d.job-4711 (the only traces beside it); --run names another run",
+            ],
+        ),
+        "e/job-4711_rank0.json": ("e.job-4711", []),
+        "e/slurm-4711.out": ("e.job-4711", []),
+    }

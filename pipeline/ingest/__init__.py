@@ -47,6 +47,7 @@ from .runs import (
     done_index,
     is_done,
     jobs,
+    log_job_note,
     log_name,
     run_for,
     stored_identity,
@@ -237,6 +238,7 @@ def _place_logs(logs, results, lake, done, runs: Runs, force: bool, on_file) -> 
         where = runs.place(name, g[0][1].source_id, [p.identity for _, p in g], notes)
         for i, p in g:
             own = [] if name == p.run_id else [f"the traces beside it are named {name}{PLACED}{where}"]
+            own += log_job_note(name, job_of_name(_leaf(p.path)))
             results[i] = commit(p, lake, done, runs, force, True, place=where, place_notes=own + notes)
             if on_file:
                 on_file(results[i])

@@ -49,6 +49,7 @@ from typing import Callable
 import polars as pl
 
 from .. import schema as sch
+from .jobid import JOB_IN_NAME, job_of_name
 from .runid import given_run_id, id_with_job, run_id_of, suffixed  # the names' ids: runid.py
 
 # in the note of a file not put in its named run (Runs.claim), before the run it was put in
@@ -240,6 +241,19 @@ def log_name(beside: list[str], named: str, job: str | None) -> str:
         if job is not None and id_with_job(b, job) == named:
             return b
     return named
+
+
+def log_job_note(run: str, job: str | None) -> list[str]:
+    """A note for an NCCL-family file whose file name states numbered job `job` and that joins
+    the traces of run `run` (log_name) stating another numbered job, and none of its (ids that
+    disagree are never reconciled silently, jobid.py): [] otherwise."""
+    stated = [f"job-{int(d)}" for d in JOB_IN_NAME.findall(run)]
+    if job is None or job_of_name(job) != job or not stated or job in stated:
+        return []
+    return [
+        f"its file name states {job} and the traces beside it {stated[-1]}: it joins them in run "
+        f"{run} (the only traces beside it); --run names another run"
+    ]
 
 
 def has_identity(ident: dict) -> bool:
