@@ -116,3 +116,20 @@ def test_head_reads_the_first_line(small_lake):
     assert p.stdout.splitlines()[0] == "range"
     assert p.stdout.splitlines()[1] in ("rc=141", "rc=0")  # 0 when it wrote it all before head left
     assert p.stderr == ""
+
+
+def test_run_of_only_bad_inputs_ends_with_one_line_saying_so(tmp_path):
+    """The tester's finding 11: `tracelake run` on inputs that all fail exited 4 after the ingest's
+    summary, without a word about the report."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text("garbage")
+    (tmp_path / "in" / "b.json").write_text("{")
+    out = tmp_path / "r.html"
+    r = runner.invoke(
+        app, ["run", str(tmp_path / "in"), "--lake", str(tmp_path / "lake"), "-o", str(out), "-q"]
+    )
+    assert r.exit_code == 4
+    lines = r.stderr.splitlines()
+    assert lines[-2] == f"ingested 0, failed 2, skipped 0 (already in the lake) -> {tmp_path / 'lake'}"
+    assert lines[-1] == f"error: no report written to {out}: no input could be ingested"
+    assert not out.exists()

@@ -441,7 +441,10 @@ def run(
         runs=runs,
         quiet=quiet,
     )
-    if code == EXIT_FAILED or not runs:
+    if code == EXIT_FAILED or not runs:  # the ingest's lines said why; this one says what it means
+        from ..oneline import one_line
+
+        err.print(one_line(f"error: no report written to {output}: no input could be ingested"), markup=False)
         raise typer.Exit(EXIT_FAILED)
     preload_charts(fmt)  # altair imported while the analysis runs its queries
     res, acode = _analysis(
