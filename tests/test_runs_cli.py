@@ -133,3 +133,17 @@ def test_run_of_only_bad_inputs_ends_with_one_line_saying_so(tmp_path):
     assert lines[-2] == f"ingested 0, failed 2, skipped 0 (already in the lake) -> {tmp_path / 'lake'}"
     assert lines[-1] == f"error: no report written to {out}: no input could be ingested"
     assert not out.exists()
+
+
+def test_the_table_keeps_its_columns_whatever_the_script_of_a_run_id(small_lake):
+    """The tester's finding 9: हिन्दी's vowel signs are 3 cells by rich's count, 4 by wcwidth's and
+    5 by glibc's, so a terminal drew its row wider than rich padded it and shifted the columns
+    after it. The run id is the last column: every other column starts at the same offset on
+    every line (all their cells are ASCII, '—' or box lines: one character, one cell)."""
+    r = _runs(small_lake)
+    assert r.exit_code == EXIT_OK, r.output
+    header, rule, *rows = r.stdout.splitlines()
+    assert header.split("┃")[0].strip() == "start (UTC)" and header.split("┃")[-1].strip() == "run"
+    assert sorted(row.split("│")[-1].strip() for row in rows) == sorted(["über", "हिन्दी", "plain"])
+    seps = [[i for i, c in enumerate(line) if c in "┃│╇"] for line in (header, rule, *rows)]
+    assert len(seps[0]) == 13 and all(s == seps[0] for s in seps)  # 14 columns, 13 separators

@@ -134,10 +134,14 @@ def write_rows(df, fmt: str) -> None:
     else:
         from rich.table import Table
 
+        # the run id last, as `docker ps` puts its NAMES: terminals give letters of some scripts
+        # another width than rich counts (Devanagari's vowel signs: 3 cells by rich's count, 4 by
+        # wcwidth's, 5 by glibc's for हिन्दी), which would shift every column after a name there
         header, cells = shown(df)
-        table = Table(*header, show_edge=False, pad_edge=False)
+        order = [*range(1, len(header)), 0]
+        table = Table(*[header[i] for i in order], show_edge=False, pad_edge=False)
         for r in cells:
-            table.add_row(*r)
+            table.add_row(*[r[i] for i in order])
         out.print(table)
 
 
