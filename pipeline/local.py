@@ -35,6 +35,7 @@ SchemaError (pipeline/schema.py) if a result does not conform, OSError from the 
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import ctypes
 import os
 import shutil
@@ -63,6 +64,9 @@ MEMORY_LIMIT = "256MB"
 # sources of more GPU activities than this run the stored files one at a time, each with the
 # whole memory limit
 SERIAL_ROWS = 500_000
+# sources fill() computes side by side (each on its own connection, its files QUERY_WORKERS at a
+# time), so a run's first analysis keeps the cores busy as the ingest's pool workers did
+FILL_WORKERS = 2
 # DuckDB threads of the per-source connection, and files run side by side (_run_stored); None:
 # every core. A process-pool worker of ingest sets its share of the cores
 # (pipeline/ingest/executors.py init_worker).
@@ -238,52 +242,79 @@ def fill(lake: Lake, runs=None, min_rows: int | None = None, src: pl.DataFrame |
     so is everything still to write while another command holds the lock (LakeBusy): analysis then
     computes those metrics in full, and the next analysis tries again. Returns the number of
     sources given results."""
-    from . import lake_compact, upgrade
-    from .lake import LakeBusy
+    from . import upgrade
 
     if getattr(lake, "remote", False) or not lake.exists() or not lake.writable():
         return 0
     if upgrade.marker_version(lake) < sch.SCHEMA_VERSION:
         return 0
     min_rows = MIN_GPU_ROWS if min_rows is None else min_rows
-    done = 0
     todo = _missing(lake, runs, min_rows, src)
-    for run_dir, sid, gen in todo:  # parts of their own: written source by source
-        if gen is not None:
-            continue
-        part = lake.root / "sources" / run_dir / f"{sid}.parquet"
-        ident = _identity(part)
-        files = {
-            t: [str(p)]
-            for t in sch.tables()
-            if not t.startswith("local_") and (p := lake.root / t / run_dir / f"{sid}.parquet").exists()
-        }
-        res = _computed(lambda _: files, sid, min_rows)
-        try:
+    # sources up to SERIAL_ROWS activities FILL_WORKERS at a time (the ingest's pool workers
+    # computed them side by side before), larger ones alone (each under the whole memory cap)
+    small = [t for t in todo if t[3] <= SERIAL_ROWS]
+    done = 0
+    for group, workers in ((small, FILL_WORKERS), ([t for t in todo if t[3] > SERIAL_ROWS], 1)):
+        with cf.ThreadPoolExecutor(workers) as pool:
+            try:
+                done += _fill_group(lake, group, min_rows, pool)
+            except _Busy as e:
+                pool.shutdown(cancel_futures=True)
+                return done + e.done
+    return done
+
+
+class _Busy(Exception):
+    """Another command holds the lake's lock (LakeBusy): fill stops, having written `done`."""
+
+    def __init__(self, done: int):
+        self.done = done
+
+
+def _fill_group(lake: Lake, todo, min_rows: int, pool) -> int:
+    """fill() for `todo` ((run directory, source id, generation or None, GPU rows), in run order),
+    computed on `pool`: a source with parts of its own written as soon as it is computed, those
+    of a generation in one switch once the run's last one is. Raises _Busy."""
+    from . import lake_compact
+    from .lake import LakeBusy
+
+    futures, idents = [], []
+    for run_dir, sid, gen, _ in todo:
+        if gen is None:
+            part = lake.root / "sources" / run_dir / f"{sid}.parquet"
+            idents.append(_identity(part))
+            files = {
+                t: [str(p)]
+                for t in sch.tables()
+                if not t.startswith("local_") and (p := lake.root / t / run_dir / f"{sid}.parquet").exists()
+            }
+            futures.append(pool.submit(_computed, lambda _, f=files: f, sid, min_rows))
+        else:
+            idents.append(None)
+            cp = lambda d, r=run_dir, s=sid: _copy_held(lake, r, s, d)  # noqa: E731
+            futures.append(pool.submit(_computed, cp, sid, min_rows))
+    # the last source of each generation: its run's results are written once it is computed
+    last = {(run_dir, gen): i for i, (run_dir, _, gen, _) in enumerate(todo) if gen is not None}
+    done, adds = 0, {}
+    try:
+        for i, ((run_dir, sid, gen, _), fut) in enumerate(zip(todo, futures)):
+            res = fut.result()
+            if gen is None:
+                part = lake.root / "sources" / run_dir / f"{sid}.parquet"
+                if res:
+                    with lake.lock():
+                        if _identity(part) == idents[i] and (run_dir, sid) in lake.committed():
+                            _write_own(lake, run_dir, sid, res)
+                            done += 1
+                continue
             if res:
+                adds.setdefault((run_dir, gen), {})[sid] = res
+            if last[(run_dir, gen)] == i and (batch := adds.pop((run_dir, gen), None)):
                 with lake.lock():
-                    if _identity(part) == ident and (run_dir, sid) in lake.committed():
-                        _write_own(lake, run_dir, sid, res)
-                        done += 1
-        except LakeBusy:
-            return done
-    held: dict[tuple[str, str], list[str]] = {}
-    for run_dir, sid, gen in todo:
-        if gen is not None:
-            held.setdefault((run_dir, gen), []).append(sid)
-    for (run_dir, gen), sids in sorted(held.items()):  # held by a generation: one switch a run
-        adds = {}
-        for sid in sids:
-            res = _computed(lambda d, sid=sid: _copy_held(lake, run_dir, sid, d), sid, min_rows)
-            if res:
-                adds[sid] = res
-        try:
-            if adds:
-                with lake.lock():
-                    if lake_compact.add_tables(lake, run_dir, gen, adds):
-                        done += len(adds)
-        except LakeBusy:
-            return done
+                    if lake_compact.add_tables(lake, run_dir, gen, batch):
+                        done += len(batch)
+    except LakeBusy:
+        raise _Busy(done) from None
     return done
 
 
@@ -300,13 +331,12 @@ def _computed(files_in, sid: str, min_rows: int) -> dict[str, pa.Table]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _missing(lake: Lake, runs, min_rows: int, src: pl.DataFrame | None) -> list[tuple[str, str, str | None]]:
-    """(run directory, source id, its generation or None for parts of its own) of the committed
-    sources fill() gives results: one rank (their `sources` row's rank), at least min_rows GPU
+def _missing(lake: Lake, runs, min_rows: int, src) -> list[tuple[str, str, str | None, int]]:
+    """(run directory, source id, its generation or None for parts of its own, its GPU rows) of
+    the committed sources fill() gives results: one rank (their `sources` row's rank), at least min_rows GPU
     activities (from the Parquet footers of own parts; a run's generation is read only when its
     gpu_activities files hold that many rows in all), no local_results row of the current
     version."""
-
     src = lake.sources(runs) if src is None else src
     if "rank" not in src.columns or not src.height:
         return []
@@ -340,7 +370,7 @@ def _missing(lake: Lake, runs, min_rows: int, src: pl.DataFrame | None) -> list[
         rows = pl.read_parquet(have, columns=["run_id", "source_id", "sql_version"])
         for r, s in rows.filter(pl.col("sql_version") == current).select("run_id", "source_id").iter_rows():
             todo.pop(("run=" + r, s), None)
-    return [(d, s, g) for (d, s), g in sorted(todo.items())]
+    return [(d, s, g, counts[(d, s)][0]) for (d, s), g in sorted(todo.items())]
 
 
 def _identity(part: Path) -> tuple[int, int] | None:
