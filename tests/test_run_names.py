@@ -664,6 +664,9 @@ def test_ids_that_disagree_are_noted():
     uuid = {"group_trace_id": "6e4c5d49-31d6"}
     assert stated_job("job-4711_rank0.json", "traces", uuid) == (None, [])
     assert stated_job("rank0.json", "job-4711", uuid) == ("6e4c5d49-31d6", [])
+    # the note names the key the job was read from: job_id "none" is passed over for run_id
+    job, notes = stated_job("job-4711_rank1.json", "traces", {"job_id": "none", "run_id": 4712})
+    assert job is None and len(notes) == 1 and "its metadata run_id job-4712" in notes[0]
 
 
 def test_runs_of_real_ranks_in_hand_made_layouts(tmp_path):

@@ -80,16 +80,22 @@ def job_of_metadata(values: dict, keys=METADATA_KEYS) -> tuple[str | None, str |
     """(job, note) from a file's metadata (`values`: key -> value; keys compared ignoring case),
     the first of `keys` present: its job_of_value, or None with a note when its value names no
     job. (None, None) when no key is present."""
+    return _metadata_job(values, keys)[:2]
+
+
+def _metadata_job(values: dict, keys) -> tuple[str | None, str | None, str | None]:
+    """job_of_metadata's (job, note) and the key they come from (None when no key is read); a key
+    whose value is empty, 'none' or 'null' is passed over for the next."""
     lower = {str(k).lower(): v for k, v in values.items()}
     for k in keys:
         if k.lower() in lower and lower[k.lower()] is not None:
             v = lower[k.lower()]
             job = job_of_value(v)
             if job is not None:
-                return job, None
+                return job, None, k
             if not (isinstance(v, str) and v.strip().lower() in ("", "none", "null")):
-                return None, f"metadata {k} {str(v)[:40]!r} names no job (not an id): run named without it"
-    return None, None
+                return None, f"metadata {k} {str(v)[:40]!r} names no job (not an id): run named without it", k
+    return None, None, None
 
 
 def stated_job(name: str, dir_name: str, values: dict, keys=METADATA_KEYS) -> tuple[str | None, list[str]]:
@@ -103,9 +109,7 @@ def stated_job(name: str, dir_name: str, values: dict, keys=METADATA_KEYS) -> tu
     numbered jobs (`job-<digits>`) are compared: a run_id or group_trace_id of other text
     names a run or a collection, which a job directory may well hold."""
     by_name = job_of_name(name)
-    job, why = job_of_metadata(values, keys)
-    given = {str(k).lower() for k, v in values.items() if v is not None}
-    key = next((k for k in keys if k.lower() in given), None)  # the one job_of_metadata read
+    job, why, key = _metadata_job(values, keys)
     notes = [why] if why else []
     if by_name is not None and _numbered(job) and job != by_name:
         notes.append(
