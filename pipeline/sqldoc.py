@@ -87,7 +87,7 @@ _ALIASES = {
     "REAL": "FLOAT",
 }
 
-KINDS = ("table", "catalog", "view", "metric", "kept")
+KINDS = ("table", "catalog", "view", "metric", "kept", "replay")
 
 REFERENCE = ROOT / "docs" / "sql-reference.md"
 
@@ -110,6 +110,34 @@ CATALOGS = """
 -- @column op VARCHAR: Normalized op name (collectives.op).
 -- @column busbw_factor VARCHAR: '2(n-1)/n', '(n-1)/n' or '1' (nccl-tests doc/PERFORMANCE.md).
 -- @column msg VARCHAR: Which element count gives msg_bytes: in, out or max.
+"""
+
+
+# the replay's views (pipeline/whatif/face.py register), bound when a query names them
+REPLAY_VIEWS = """
+-- @table critical_path: One row per segment of each step's critical path across ranks
+--   (docs/whatif.md), from the identity replay of each run with GPU work and steps; bound by
+--   `tracelake sql` when a query names it.
+-- @column run_id VARCHAR: Run.
+-- @column step BIGINT: Step number (step_window.step).
+-- @column end_rank BIGINT: The rank whose step ends last: where the path starts, walking back.
+-- @column seq BIGINT: Position of the segment along the path, from the step's start (0).
+-- @column kind VARCHAR: What the time was spent on: compute, communication, memory, unknown (GPU
+--   work of that category), transfer (a collective after its last rank arrived), gpu_gap,
+--   launch, cross_stream, sync, host, data_loading or untraced (pipeline/whatif/critical.py).
+-- @column rank BIGINT: The rank the segment lies on.
+-- @column start_ns BIGINT ns: Start, absolute clock.
+-- @column end_ns BIGINT ns: End, absolute clock.
+-- @column dur_ns BIGINT ns: end_ns - start_ns; a step's segments add up to its time.
+-- @column name VARCHAR: The kernel, copy or host call the segment is ('' for gaps and host work).
+-- @table critical_path_summary: Each step's critical path by kind and rank (critical_path summed),
+--   the largest first.
+-- @column run_id VARCHAR: Run.
+-- @column step BIGINT: Step number.
+-- @column end_rank BIGINT: The rank whose step ends last.
+-- @column kind VARCHAR: Segment kind (critical_path.kind).
+-- @column rank BIGINT: The rank the segments lie on.
+-- @column ns BIGINT ns: Their total time in the step.
 """
 
 
@@ -324,6 +352,24 @@ def _catalog_docs() -> list[ObjectDoc]:
     return out
 
 
+def _replay_docs() -> list[ObjectDoc]:
+    """critical_path and critical_path_summary (REPLAY_VIEWS), kind "replay"."""
+    lines = REPLAY_VIEWS.strip().splitlines()
+    tags = _tags(lines, "pipeline/sqldoc.py REPLAY_VIEWS")
+    out, cur = [], None
+    for i, tag, t in tags + [(len(lines), "table", "")]:
+        if tag == "table":
+            if cur:
+                cols = _columns(cur[2], "REPLAY_VIEWS")
+                out.append(ObjectDoc(cur[0], "replay", cur[1], cols, "pipeline/whatif/face.py"))
+            if t:
+                name, summary = _named(t, tag, "REPLAY_VIEWS")
+                cur = (name, summary, [])
+        else:
+            cur[2].append((i, tag, t))
+    return out
+
+
 # DuckDB's names of the polars types the fleet view's columns have (pipeline/fleet.py)
 _POLARS_TYPES = {"String": "VARCHAR", "Int64": "BIGINT", "Float64": "DOUBLE", "Boolean": "BOOLEAN"}
 _FLEET_UNITS = {"ns": "ns", "pct": "%", "": ""}
@@ -374,7 +420,7 @@ def catalog() -> dict[str, ObjectDoc]:
     tables, the views of queries/views/*.sql (internal ones flagged), the metric views; columns
     of @columns_of resolved. Raises DocError for a malformed or missing doc."""
     raw: dict[str, ObjectDoc] = {}
-    for d in _table_docs() + _catalog_docs() + [_overview_doc()]:
+    for d in _table_docs() + _catalog_docs() + [_overview_doc()] + _replay_docs():
         raw[d.name] = d
     for f in sorted((QUERIES_DIR / "views").glob("*.sql")):
         rel = f.relative_to(ROOT).as_posix()
@@ -455,6 +501,7 @@ def render_reference() -> str:
         "view": "Derived views",
         "metric": "Metric views",
         "kept": "Kept results",
+        "replay": "Replay views (computed when a query names them)",
     }
     docs = listed()
     for kind in KINDS:

@@ -154,7 +154,9 @@ def test_hand_cli(hand, tmp_path):
     # every projection says what it does not model
     assert "  leaves out: what made rank 1 late: its own step keeps its time" in res.stdout
     assert "measured step 1.300 ms; identity replay 1.300 ms (error 0.000 %)" in res.stdout
-    for bad in (["--scale", "kernel:gemm_a"], ["--collectives", "fast"], ["--run", "nope"]):
+    bad_args = (["--scale", "kernel:gemm_a"], ["--collectives", "fast"], ["--run", "nope"])
+    bad_factors = (["--scale", f"kernel:gemm_a={f}"] for f in ("nan", "-1", "inf", "1e999", "x"))
+    for bad in (*bad_args, *bad_factors):
         res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), *bad])
         assert res.exit_code == 2
         assert len(res.stderr.strip().splitlines()) == 1, res.stderr
@@ -172,6 +174,16 @@ def test_hand_cli(hand, tmp_path):
         "kernels nomatch* x0.5: no GPU work of run job matches kernel:nomatch*: nothing changed"
         in doc["notes"]
     )
+    # the text output's notes go to stderr, one line each, as analyze's; a factor in exponent form
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), "--scale", "kernel:nomatch*=1e2"])
+    assert res.exit_code == 0 and "note:" not in res.stdout and "kernels nomatch* x100" in res.stdout
+    assert res.stderr.splitlines() == [
+        "note: kernels nomatch* x100: no GPU work of run job matches kernel:nomatch*: nothing changed"
+    ]
+    res = CliRunner().invoke(
+        app, ["whatif", "--lake", str(lk.root), "--scale", "kernel:gemm_a=5e-1", "-f", "json"]
+    )
+    assert json.loads(res.stdout)["changes"][0]["predicted_step_ns"] == 800_000  # as =0.5 above
 
 
 def test_step_notes_name_the_steps_together():

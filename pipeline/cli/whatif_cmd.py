@@ -42,9 +42,7 @@ def render_text(doc: dict) -> str:
         lines.append(f"  critical path: {_segments(c['critical_path'])}")
         if c.get("leaves_out"):
             lines.append(f"  leaves out: {c['leaves_out']}")
-    for n in doc["notes"]:
-        lines.append(f"note: {n}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"  # the notes go to stderr (whatif(), as analyze's)
 
 
 @command(epilog=EPILOG)
@@ -171,3 +169,6 @@ def whatif(
         sys.stdout.write(text)
     else:
         _write(output, text)
+    if fmt != "json":  # as analyze: the text's notes on stderr, one line each (JSON: in "notes")
+        for n in doc["notes"]:
+            err.print(one_line(f"note: {n}"), markup=False)

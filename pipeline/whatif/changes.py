@@ -29,6 +29,7 @@ Raises ValueError for a change it cannot read.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from dataclasses import dataclass, field, replace
 
@@ -65,15 +66,22 @@ def _scaled(g: Graph, d: Durations, mask: np.ndarray, factor: float) -> Duration
     return replace(d, g_d=g_d, g_wc=g_wc)
 
 
-_SCALE = re.compile(r"^(kernel|category):(.+)=([0-9]*\.?[0-9]+)$")
+_SCALE = re.compile(r"^(kernel|category):(.+)=([^=]+)$")
 
 
 def scale(spec: str) -> Change:
-    """`kernel:GLOB=F` or `category:NAME=F` (F >= 0)."""
+    """`kernel:GLOB=F` or `category:NAME=F`, F a finite number >= 0 in any form Python's float()
+    reads (0.5, .5, 1e2). Raises ValueError otherwise."""
     m = _SCALE.match(spec.strip())
-    if not m:
-        raise ValueError(f"--scale {spec!r}: expected kernel:GLOB=FACTOR or category:NAME=FACTOR")
-    what, pat, f = m.group(1), m.group(2), float(m.group(3))
+    try:
+        f = float(m.group(3)) if m else math.nan
+    except ValueError:
+        f = math.nan
+    if not m or not (math.isfinite(f) and f >= 0):
+        raise ValueError(
+            f"--scale {spec!r}: expected kernel:GLOB=FACTOR or category:NAME=FACTOR (FACTOR a number >= 0)"
+        )
+    what, pat = m.group(1), m.group(2)
     if what == "category" and pat not in CATEGORIES:
         raise ValueError(f"--scale {spec!r}: category is one of {', '.join(CATEGORIES)}")
     said: dict = {}

@@ -176,6 +176,6 @@ def register(con: duckdb.DuckDBPyConnection) -> list[str]:
     con.execute("CREATE OR REPLACE TEMP VIEW critical_path AS SELECT * FROM critical_path_rows")
     con.execute(
         "CREATE OR REPLACE TEMP VIEW critical_path_summary AS SELECT run_id, step, end_rank, kind, rank, "
-        "sum(dur_ns) AS ns FROM critical_path GROUP BY ALL ORDER BY run_id, step, ns DESC"
+        "sum(dur_ns)::BIGINT AS ns FROM critical_path GROUP BY ALL ORDER BY run_id, step, ns DESC"
     )
     return skipped
