@@ -113,7 +113,7 @@ class _Acc:
         self.gpu_meta.update(meta)
         self.used_devices |= set(gpu["device"].to_list()) - {None}
         self._extent(gpu)
-        self.spools["gpu"].add(gpu.to_arrow())
+        self.spools["gpu"].add(gpu)  # read back as frames (result.gpu_chunks): kept as one
 
     def _add_cpu(self, p: Part, off: int) -> None:
         """CPU ops: spooled, with the runtime launches; comm host ops, collective metadata, vendor
@@ -149,9 +149,7 @@ class _Acc:
                     )
                 )
             )
-        self.spools["launch"].add(
-            cpu.select("correlation", "pid", "tid", "start_ns").filter(launch).to_arrow()
-        )
+        self.spools["launch"].add(cpu.select("correlation", "pid", "tid", "start_ns").filter(launch))
         if step.any():
             self.steps.append(own(cpu.filter(step).select("name", "start_ns", "dur_ns", "pid", "tid")))
         if meta:
