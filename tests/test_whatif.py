@@ -694,14 +694,14 @@ def test_packed_order_equals_lexsort(dlrm, monkeypatch):
 
 
 def test_last_work_of_each_step_by_brute_force():
-    """Each step end mark's last-ending GPU work of its rank and step (graph._last_work; the
+    """Each step end mark's last-ending GPU work of its rank and step (sync._last_work; the
     latest-placed of those that end together), by the small (rank, step) index and by the
     group_by used where that index would be large, against a loop over every row."""
     import importlib
 
     import numpy as np
 
-    gr = importlib.import_module("pipeline.whatif.graph")
+    gr = importlib.import_module("pipeline.whatif.sync")
     rng = np.random.default_rng(3)
     for rank_scale in (1, 10**6):  # ranks 0..3, or far apart (the group_by path)
         n = 400
