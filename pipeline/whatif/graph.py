@@ -157,6 +157,28 @@ def _uncapped(con: duckdb.DuckDBPyConnection):
             pass
 
 
+def _read_host(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """replay/host_nodes.sql's rows, the name an Enum (a code per distinct name)."""
+    host = _read(con, "host_nodes.sql")
+    name = host["name"].fill_null("")
+    return host.with_columns(name.cast(pl.Enum(name.unique().sort())))
+
+
+def _collectives(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """The run's matched collective calls (collective_matching.sql, whether or not its view is
+    bound): pg_key, call_key, consistent, transfer_ns, msg_bytes, algbw_gbps, busbw_gbps,
+    link_peak_gbps."""
+    from ..query import metric_sql
+
+    return pl.from_arrow(
+        con.sql(
+            "SELECT pg_key, call_key, consistent, transfer_ns, msg_bytes, algbw_gbps, busbw_gbps, "
+            f"link_peak_gbps FROM ({metric_sql(con, 'collective_matching').strip().rstrip(';')}) "
+            "WHERE run_id = getvariable('replay_run')"
+        ).to_arrow_table()
+    )
+
+
 def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
     """The graph of `run` from a pipeline.query connection (derived and metric views bound)."""
     facts = replay_facts()
@@ -175,26 +197,17 @@ def build(con: duckdb.DuckDBPyConnection, run: str) -> Graph:
         cur = con.cursor()
         for k, v in variables.items():
             cur.execute(f"SET VARIABLE {k} = ?", [v])
-        host_read = pool.submit(_read, cur, "host_nodes.sql")
+        host_read = pool.submit(_read_host, cur)
         gpu = _read(con, "gpu_nodes.sql")
+        if gpu.height:
+            coll = _collectives(con)  # while the host rows are read
         try:
             host = host_read.result()
         except duckdb.CatalogException:  # cpu_ops or steps only on this connection (a caller's TEMP view)
-            host = _read(con, "host_nodes.sql")
+            host = _read_host(con)
         cur.close()
     if gpu.height == 0:
         raise ValueError(f"run {run}: no GPU work to replay")
-    name = host["name"].fill_null("")
-    host = host.with_columns(name.cast(pl.Enum(name.unique().sort())))  # a code per distinct name
-    from ..query import metric_sql  # collective_matching.sql, whether or not its view is bound
-
-    coll = pl.from_arrow(
-        con.sql(
-            "SELECT pg_key, call_key, consistent, transfer_ns, msg_bytes, algbw_gbps, busbw_gbps, "
-            f"link_peak_gbps FROM ({metric_sql(con, 'collective_matching').strip().rstrip(';')}) "
-            "WHERE run_id = getvariable('replay_run')"
-        ).to_arrow_table()
-    )
     t0 = int(min(gpu["start_ns"].min(), host["start_ns"].min() if host.height else gpu["start_ns"].min()))
     frames = [gpu, host]
     del gpu, host  # _assemble lets each frame go as soon as it has what it needs (peak memory)
