@@ -778,3 +778,20 @@ def test_a_log_of_another_job_beside_traces_is_noted(tmp_path):
         "e/job-4711_rank0.json": ("e.job-4711", []),
         "e/slurm-4711.out": ("e.job-4711", []),
     }
+
+
+def test_a_file_named_by_run_gets_no_job_note(tmp_path):
+    """A file put in --run x lying beside traces of run d states no job: when x's rank 0 is taken
+    and it moves on, its only note is the move's (it was also told it "states another job")."""
+    _rank(tmp_path / "d" / "rank0.json", 0, T0_US)
+    _rank(tmp_path / "other" / "rank0.json", 0, T0_US + 1)
+    _rank(tmp_path / "d" / "late.json", 0, T0_US + 2)
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([tmp_path / "d" / "rank0.json"], lake, jobs=1)
+    ingest_paths([tmp_path / "other" / "rank0.json"], lake, jobs=1, run="x")
+    (res,) = ingest_paths([tmp_path / "d" / "late.json"], lake, jobs=1, run="x")
+    assert res.run_id == "x_20261104T030000"  # its first event: 03:00:00.000002 UTC
+    held = lake.sources().filter(run_id="x")["source_id"].item()
+    assert res.notes == [
+        f"rank 0 of run x is already held by source {held}; this file was put in run {res.run_id}"
+    ]

@@ -302,7 +302,7 @@ class Runs:
         taken = self.taken(run_id, source_id, rank_list)
         if not by_time and not taken:
             return run_id
-        if path is not None:
+        if path is not None and by_time:  # named by --run: its name is no job it states
             notes += self.job_note(path, run_id)
         free = [c for c in [run_id] + self.moved.get(run_id, []) if not self.taken(c, source_id, rank_list)]
         if taken:
