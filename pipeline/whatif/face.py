@@ -96,45 +96,47 @@ def whatif(
     g = graph if graph is not None else build(con, run)
     con.execute("SET VARIABLE replay_run = ?", [run])
     base = measured(g)
+    entries: dict[int, dict] = {}
     with ThreadPoolExecutor(max_workers=1) as pool:
-        # a large run's levels and its first change's replay are made in a thread beside the
-        # identity replay and its critical paths (numpy lets go of the GIL in its array passes, so
-        # two cores share them); the later changes follow one after another, so that one
-        # change's replay is alive at a time (memory)
+        # a large run's levels and its first change (replay, step windows, critical paths) are
+        # made in a thread beside the identity replay and the later changes (numpy lets go of the
+        # GIL in its array passes, so two cores share them); the thread keeps only the change's
+        # step time and path, so that at most two changes' replays are alive at a time (memory)
         first = pool.submit(_first_change, g, base, wanted[0]) if wanted and large(g) else None
         out, ident_step, n_steps, base = _identity(con, run, g, top, base)
+
+        def entry(ch: Change, pred: float, path: pl.DataFrame | None) -> dict:
+            return {
+                "change": ch.key,
+                "label": ch.label,
+                "predicted_step_ns": int(round(pred)),
+                "gain_ns": int(round(ident_step - pred)),
+                "gain_pct": round((ident_step - pred) / ident_step * 100, 2) if ident_step else 0.0,
+                "critical_path": summary(path, n_steps)[:top],
+                "leaves_out": ch.leaves_out,
+            }
+
         for i, ch in enumerate(wanted):
             if i == 0 and first is not None:
-                d, t = first.result()  # raises what the thread raised
-                first = None
-                w = windows(g, t)
-                r = Replayed(d, t, w, paths(g, d, t, w))
-                del d, t, w
-            else:
-                r = run_replay(g, ch.apply(g, base))
-            if ch.note():
-                out["notes"].append(f"{ch.label}: {ch.note()}")
-            pred = r.step_ns()
-            out["changes"].append(
-                {
-                    "change": ch.key,
-                    "label": ch.label,
-                    "predicted_step_ns": int(round(pred)),
-                    "gain_ns": int(round(ident_step - pred)),
-                    "gain_pct": round((ident_step - pred) / ident_step * 100, 2) if ident_step else 0.0,
-                    "critical_path": summary(r.path, n_steps)[:top],
-                    "leaves_out": ch.leaves_out,
-                }
-            )
+                continue  # the thread's
+            r = run_replay(g, ch.apply(g, base))
+            entries[i] = entry(ch, r.step_ns(), r.path)
             del r
+        if first is not None:
+            entries[0] = entry(wanted[0], *first.result())  # raises what the thread raised
+    for i, ch in enumerate(wanted):  # in the order asked (a change's note is known once applied)
+        if ch.note():
+            out["notes"].append(f"{ch.label}: {ch.note()}")
+        out["changes"].append(entries[i])
     return out
 
 
-def _first_change(g: Graph, base: Durations, ch: Change) -> tuple[Durations, Timing]:
-    """whatif()'s thread: g's levels, then the first change's durations and replay."""
+def _first_change(g: Graph, base: Durations, ch: Change) -> tuple[float, pl.DataFrame | None]:
+    """whatif()'s thread: g's levels, then the first change's replay: its mean step time and
+    critical paths."""
     prepare(g)
-    d = ch.apply(g, base)
-    return d, replay(g, d)
+    r = run_replay(g, ch.apply(g, base))
+    return r.step_ns(), r.path
 
 
 def critical_path(con: duckdb.DuckDBPyConnection, run: str) -> pl.DataFrame:

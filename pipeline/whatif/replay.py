@@ -19,6 +19,7 @@ the graph leaves out (work not in the lake, such as kernels before the trace's f
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -445,12 +446,18 @@ def large(g: Graph) -> bool:
     return len(g.g_s) + len(g.h_s) > BLOCK_NODES
 
 
+_PREPARING = threading.Lock()  # one prepare() at a time: a second caller waits for the levels
+
+
 def prepare(g: Graph) -> None:
     """Find g's levels for its changed replays (g.levels: False where none settle), once. It
-    only reads g's arrays, so it may run in a thread beside the identity replay (whatif())."""
-    if g.levels is None:
-        lv = levels(g)
-        g.levels = _Levels(g, *lv) if lv is not None else False
+    only reads g's arrays, so it may run in a thread beside the identity replay and another
+    change's replay (whatif()); a replay that needs the levels while they are being found waits
+    for them instead of finding them again."""
+    with _PREPARING:
+        if g.levels is None:
+            lv = levels(g)
+            g.levels = _Levels(g, *lv) if lv is not None else False
 
 
 CHECK_BLOCK_NODES = 400_000  # nodes per block of ranks in the identity replay's check
