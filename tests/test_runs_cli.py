@@ -106,6 +106,11 @@ def test_a_closed_pipe_ends_quietly_with_141(small_lake, args):
     assert err == ""  # no traceback, no "Exception ignored" line
 
 
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["sql", "--help"]])
+def test_help_and_version_into_a_closed_pipe_end_quietly_too(args):
+    assert _closed_stdout(args) == (128 + 13, "")
+
+
 def test_head_reads_the_first_line(small_lake):
     """The tester's pipeline as a shell runs it: head prints the header, the command ends 141."""
     cmd = (

@@ -55,6 +55,8 @@ class Group(typer.core.TyperGroup):
             return super().make_context(*args, **kwargs)
         except clickx.UsageError as e:
             raise _one_line(e)
+        except BrokenPipeError:  # --help or --version into a closed pipe
+            raise pipe_closed()
 
     def invoke(self, ctx):
         try:
