@@ -4,6 +4,7 @@ shows files, MB/s and errors."""
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import io
 import shutil
 import tarfile
@@ -134,3 +135,30 @@ def test_progress_shows_files_rate_and_errors():
     assert line.startswith("120.0 MB") and "MB/s" in line
     text = buf.getvalue()
     assert "3/10" in text and "files" in text and "1 error(s)" in text
+
+
+def test_pool_workers_know_the_lake_given_once(inputs, tmp_path, monkeypatch):
+    """The lake's content index reaches each pool worker once (executors.init_worker), not with
+    every unit: a second pooled ingest of the same inputs into the same lake skips every file the
+    first stored, as the serial path does, and no unit is submitted with the index."""
+    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    lake = Lake(tmp_path / "lake")
+    first = ingest_paths(inputs, lake, jobs=2)
+    stored = sorted(r.path for r in first if r.status == "ok")
+    assert len(stored) == 10
+    submitted = []
+    real = cf.ProcessPoolExecutor.submit
+
+    def submit(self, fn, *args, **kwargs):
+        submitted.append(len(args))
+        return real(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(cf.ProcessPoolExecutor, "submit", submit)
+    again = ingest_paths(inputs, lake, jobs=2, force=False)
+    assert submitted and set(submitted) == {2}  # (unit, opts): no index
+    by_path = {r.path: r for r in again}
+    for p in stored:
+        assert by_path[p].status == "skipped", p
+        assert by_path[p].notes[0].startswith("already in the lake (same content"), p
+    serial = [(r.path, r.status, r.notes) for r in ingest_paths(inputs, lake, jobs=1)]
+    assert serial == [(r.path, r.status, r.notes) for r in again]
