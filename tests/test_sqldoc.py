@@ -344,3 +344,12 @@ def test_the_line_format():
         and prose == "m: what it is,\non two lines.\n\nMore."
         and len(cols) == 1
     )
+
+
+def test_sql_json_writes_utf8_as_is(lake):
+    """`tracelake sql --format json` writes non-ASCII text as UTF-8, not as \\u escapes (as
+    `tracelake runs --format json` does); the expected text is written by hand."""
+    q = "SELECT 'über-job' AS run, 'हिन्दी' AS name, 3 AS n"
+    r = runner.invoke(app, ["sql", "--lake", str(lake.root), "--format", "json", q])
+    assert r.exit_code == EXIT_OK, r.output
+    assert r.stdout == '[{"run": "über-job", "name": "हिन्दी", "n": 3}]\n'

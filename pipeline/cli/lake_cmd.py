@@ -343,7 +343,8 @@ def _describe(name: str, fmt: str) -> None:
                     "doc": d.summary,
                     "internal": d.internal,
                     "columns": pl.DataFrame(cols).to_dicts(),
-                }
+                },
+                ensure_ascii=False,
             )
             + "\n"
         )
@@ -417,14 +418,20 @@ def _write_frame(df, fmt: str) -> None:
         df = df.with_columns(
             pl.Series(
                 c,
-                [None if v is None else json.dumps(v, default=_json_value) for v in df[c].to_list()],
+                [
+                    None if v is None else json.dumps(v, default=_json_value, ensure_ascii=False)
+                    for v in df[c].to_list()
+                ],
                 dtype=pl.String,
             )
             for c in nested
         )
         sys.stdout.write(df.write_csv())
     elif fmt == "json":  # NaN and infinities are not JSON: null
-        sys.stdout.write(json.dumps(_finite(df.to_dicts()), default=_json_value, allow_nan=False) + "\n")
+        sys.stdout.write(
+            json.dumps(_finite(df.to_dicts()), default=_json_value, allow_nan=False, ensure_ascii=False)
+            + "\n"
+        )
     else:
         with pl.Config(
             tbl_rows=200,
