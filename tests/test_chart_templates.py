@@ -17,7 +17,7 @@ from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.report import charts, html, spec_cache, vega
-from pipeline.report.collective_charts import busbw_chart, wait_heatmap
+from pipeline.report.collective_charts import busbw_chart, overlap_chart, wait_heatmap
 from pipeline.report.nccl_tests_chart import nccl_tests_chart
 from pipeline.report.roofline_chart import roofline_chart
 
@@ -102,10 +102,10 @@ def test_every_variant_of_each_builder_is_its_drawn_spec(cache):
     import polars as pl
 
     built = [
-        charts.overlap_chart(_ranks(70), [])[0],
-        charts.overlap_chart(_ranks(20, zero=(3, 7)), [])[0],
-        charts.overlap_chart(_ranks(20), [])[0],
-        charts.overlap_chart(_ranks(3, zero=(1,)), [])[0],
+        overlap_chart(_ranks(70), [])[0],
+        overlap_chart(_ranks(20, zero=(3, 7)), [])[0],
+        overlap_chart(_ranks(20), [])[0],
+        overlap_chart(_ranks(3, zero=(1,)), [])[0],
         charts.mfu_chart(
             [{"rank": r, "step": s, "mfu_pct": 10.0 + r + s} for r in (0, 1) for s in (4, 5)], None
         )[0],
@@ -225,11 +225,11 @@ def test_a_cache_that_cannot_be_written_costs_only_the_drawing(tmp_path, monkeyp
     monkeypatch.setenv("TRACELAKE_CACHE_DIR", str(blocker / "cache"))
     spec_cache._memo.clear()
     try:
-        s = charts.overlap_chart(_ranks(3, zero=(1,)), [])[0]
+        s = overlap_chart(_ranks(3, zero=(1,)), [])[0]
         assert json.dumps(s.to_dict()) == json.dumps(spec_cache._drawn(s.chart()))
         assert spec_cache._memo[spec_cache._key(s)] is not None
         assert not (blocker / "cache").exists()
-        again = charts.overlap_chart(_ranks(5), [])[0]
+        again = overlap_chart(_ranks(5), [])[0]
         assert json.dumps(again.to_dict()) == json.dumps(spec_cache._drawn(again.chart()))
     finally:
         spec_cache._memo.clear()

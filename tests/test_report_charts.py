@@ -12,7 +12,8 @@ from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 from pipeline.report import document
-from pipeline.report.charts import Table, mfu_chart, overlap_chart, top_kernels_chart
+from pipeline.report.charts import Table, mfu_chart, top_kernels_chart
+from pipeline.report.collective_charts import overlap_chart
 
 ADD_F = (
     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "

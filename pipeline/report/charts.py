@@ -6,9 +6,9 @@ rows: beyond that, ranks and steps are aggregated (means over ranks per step, co
 steps in groups, histograms).
   1. step-time breakdown per rank x step (compute, exposed communication, exposed memory, idle by
      cause) — whole trace per rank when the run has no steps (breakdown_chart);
-  2. comm-compute overlap per rank (overlap_chart);
-  3. and 4. the collectives' charts, in collective_charts.py: bus bandwidth against message size
-     (busbw_chart) and the rank x step heat map of collective wait (wait_heatmap);
+  2. to 4. the communication's charts, in collective_charts.py: comm-compute overlap per rank
+     (overlap_chart), bus bandwidth against message size (busbw_chart) and the rank x step heat
+     map of collective wait (wait_heatmap);
   5. MFU per step (mfu_chart);
   6. top kernels by time (top_kernels_chart);
   7. idle-gap histogram by cause (idle_gap_chart);
@@ -264,80 +264,6 @@ def critical_path_chart(rows: list[dict]):
     ]
     parts = [(k, k.replace("_", " "), CRITICAL_COLOURS[k]) for k in KINDS if any(b.get(k) for b in bars)]
     return _stacked(bars, labels, parts, "Each step's critical path across ranks, by kind", "time (ms)"), note
-
-
-def overlap_chart(step_rows: list[dict], ranks: list[dict]):
-    """Share of each rank's communication hidden under compute (over the analysed steps, else the
-    whole trace); a histogram over ranks beyond MAX_BARS."""
-    per: dict[int, list[float]] = {}
-    for r in step_rows or ranks:
-        t = per.setdefault(r["rank"], [0.0, 0.0])
-        t[0] += r.get("overlap_ns") or 0
-        t[1] += r.get("comm_ns") or 0
-    data = [
-        {"rank": k, "overlap_pct": 100 * o / c, "label": f"{100 * o / c:.0f}\u00a0%"}
-        for k, (o, c) in sorted(per.items())
-        if c > 0
-    ]
-    if not data:
-        return None, "no communication kernels: nothing to overlap"
-    where = "over the analysed steps" if step_rows else "over the whole trace"
-    title = f"Communication–computation overlap per rank, {where}"
-    if all(d["overlap_pct"] == 0 for d in data):
-        ranks = [d["rank"] for d in data]
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"any of the {len(ranks)} ranks"
-        return Table(title, f"0 % of the communication is hidden under compute on {who}: none overlaps"), None
-    if len(data) > MAX_BARS:
-        return Spec(_draw_overlap, {"kind": "histogram"}, data=data, title=title), (
-            f"{len(data)} ranks: histogram over ranks"
-        )
-    # every bar's value as text when they fit (up to 16), else the 0 % ones, which draw nothing
-    if len(data) <= 16:
-        return Spec(_draw_overlap, {"kind": "labelled"}, data=data, title=title), None
-    shown = [d for d in data if d["overlap_pct"] == 0]
-    if shown:
-        return Spec(_draw_overlap, {"kind": "zeros labelled"}, data=data, shown=shown, title=title), None
-    return Spec(_draw_overlap, {"kind": "bars"}, data=data, title=title), None
-
-
-def _draw_overlap(kind: str, data, title, shown=None):
-    """The overlap chart: a histogram over ranks (kind 'histogram'), else a bar per rank with its
-    value as text on every bar ('labelled'), on the given ones ('zeros labelled': shown), or on
-    none ('bars')."""
-    if kind == "histogram":
-        chart = (
-            alt.Chart(alt.Data(values=data))
-            .mark_bar(color="#54a24b")
-            .encode(
-                x=alt.X(
-                    "overlap_pct:Q",
-                    bin=alt.Bin(maxbins=20, extent=[0, 100]),
-                    title="communication hidden under compute (%)",
-                ),
-                y=alt.Y("count():Q", title="ranks"),
-            )
-        )
-        return chart.properties(width=WIDTH, height=220, title=title)
-    base = alt.Chart(alt.Data(values=data)).encode(
-        x=alt.X("rank:O", title="rank", axis=alt.Axis(format="d")),
-        y=alt.Y(
-            "overlap_pct:Q",
-            title="communication hidden under compute (%)",
-            scale=alt.Scale(domain=[0, 100]),
-        ),
-    )
-    bars = base.mark_bar(color="#54a24b").encode(
-        tooltip=[alt.Tooltip("rank:O", format="d"), alt.Tooltip("overlap_pct:Q", format=".2f")]
-    )
-    chart = bars
-    if kind != "bars":
-        labels = (
-            alt.Chart(alt.Data(values=data if kind == "labelled" else shown))
-            .mark_text(dy=-6, fontSize=10, color="#333")
-            .encode(x=alt.X("rank:O"), y=alt.Y("overlap_pct:Q"), text=alt.Text("label:N"))
-        )
-        chart = alt.layer(bars, labels)
-    return chart.properties(width=WIDTH, height=220, title=title)
 
 
 def mfu_chart(steps: list[dict], reason: str | None):

@@ -1,5 +1,6 @@
-"""The collectives' charts of the HTML report, in the (chart | None, note | None) shape of charts.py
-(html.py embeds their specs):
+"""The communication's charts of the HTML report, in the (chart | None, note | None) shape of
+charts.py (html.py embeds their specs):
+  2. share of each rank's communication hidden under compute (overlap_chart);
   3. collective bus bandwidth against message size, with the link peak (busbw_chart);
   4. rank x step heat map of collective wait: stragglers are the ranks the others wait for
      (wait_heatmap).
@@ -10,8 +11,82 @@ are grouped (charts.group_values).
 from __future__ import annotations
 
 from .altair_lib import alt
-from .charts import MAX_BARS, MAX_STEP_COLS, WIDTH, group_label, group_values, median
+from .charts import MAX_BARS, MAX_STEP_COLS, WIDTH, Table, group_label, group_values, median
 from .spec_cache import Spec
+
+
+def overlap_chart(step_rows: list[dict], ranks: list[dict]):
+    """Share of each rank's communication hidden under compute (over the analysed steps, else the
+    whole trace); a histogram over ranks beyond MAX_BARS."""
+    per: dict[int, list[float]] = {}
+    for r in step_rows or ranks:
+        t = per.setdefault(r["rank"], [0.0, 0.0])
+        t[0] += r.get("overlap_ns") or 0
+        t[1] += r.get("comm_ns") or 0
+    data = [
+        {"rank": k, "overlap_pct": 100 * o / c, "label": f"{100 * o / c:.0f}\u00a0%"}
+        for k, (o, c) in sorted(per.items())
+        if c > 0
+    ]
+    if not data:
+        return None, "no communication kernels: nothing to overlap"
+    where = "over the analysed steps" if step_rows else "over the whole trace"
+    title = f"Communication–computation overlap per rank, {where}"
+    if all(d["overlap_pct"] == 0 for d in data):
+        ranks = [d["rank"] for d in data]
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"any of the {len(ranks)} ranks"
+        return Table(title, f"0 % of the communication is hidden under compute on {who}: none overlaps"), None
+    if len(data) > MAX_BARS:
+        return Spec(_draw_overlap, {"kind": "histogram"}, data=data, title=title), (
+            f"{len(data)} ranks: histogram over ranks"
+        )
+    # every bar's value as text when they fit (up to 16), else the 0 % ones, which draw nothing
+    if len(data) <= 16:
+        return Spec(_draw_overlap, {"kind": "labelled"}, data=data, title=title), None
+    shown = [d for d in data if d["overlap_pct"] == 0]
+    if shown:
+        return Spec(_draw_overlap, {"kind": "zeros labelled"}, data=data, shown=shown, title=title), None
+    return Spec(_draw_overlap, {"kind": "bars"}, data=data, title=title), None
+
+
+def _draw_overlap(kind: str, data, title, shown=None):
+    """The overlap chart: a histogram over ranks (kind 'histogram'), else a bar per rank with its
+    value as text on every bar ('labelled'), on the given ones ('zeros labelled': shown), or on
+    none ('bars')."""
+    if kind == "histogram":
+        chart = (
+            alt.Chart(alt.Data(values=data))
+            .mark_bar(color="#54a24b")
+            .encode(
+                x=alt.X(
+                    "overlap_pct:Q",
+                    bin=alt.Bin(maxbins=20, extent=[0, 100]),
+                    title="communication hidden under compute (%)",
+                ),
+                y=alt.Y("count():Q", title="ranks"),
+            )
+        )
+        return chart.properties(width=WIDTH, height=220, title=title)
+    base = alt.Chart(alt.Data(values=data)).encode(
+        x=alt.X("rank:O", title="rank", axis=alt.Axis(format="d")),
+        y=alt.Y(
+            "overlap_pct:Q",
+            title="communication hidden under compute (%)",
+            scale=alt.Scale(domain=[0, 100]),
+        ),
+    )
+    bars = base.mark_bar(color="#54a24b").encode(
+        tooltip=[alt.Tooltip("rank:O", format="d"), alt.Tooltip("overlap_pct:Q", format=".2f")]
+    )
+    chart = bars
+    if kind != "bars":
+        labels = (
+            alt.Chart(alt.Data(values=data if kind == "labelled" else shown))
+            .mark_text(dy=-6, fontSize=10, color="#333")
+            .encode(x=alt.X("rank:O"), y=alt.Y("overlap_pct:Q"), text=alt.Text("label:N"))
+        )
+        chart = alt.layer(bars, labels)
+    return chart.properties(width=WIDTH, height=220, title=title)
 
 
 def busbw_chart(

@@ -56,11 +56,10 @@ from .charts import (
     critical_path_chart,
     idle_gap_chart,
     mfu_chart,
-    overlap_chart,
     phase_chart,
     top_kernels_chart,
 )
-from .collective_charts import busbw_chart, wait_heatmap
+from .collective_charts import busbw_chart, overlap_chart, wait_heatmap
 from .document import (
     basis_text,
     build,
