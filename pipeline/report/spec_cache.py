@@ -93,6 +93,8 @@ def _draw(draw, kwargs: dict):
 
 
 def placeholder(name: str) -> str:
+    """The string that stands for value `name` while a template is drawn (a NUL-delimited mark no
+    chart text holds)."""
     return f"{_MARK}{name}\x00"
 
 
