@@ -13,7 +13,8 @@ its value. That spec with placeholders, the template, is built once with altair 
 (vega.cache_dir(), beside the Vega bundle) under the installed altair's version and a hash of the
 chart modules' source, so a new altair or a changed chart builds new templates. What is cached
 gives the spec that drawing with the values gives, byte for byte
-(tests/test_report_charts.py compares them on every chart of real reports).
+(tests/test_chart_templates.py compares them on every chart of real reports and every form of
+each builder).
 
 A template whose placeholders altair did not keep whole (one missing, or inside a longer string)
 is not kept: such a chart is drawn with altair each time. A template that cannot be read (cut,
