@@ -24,6 +24,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import msgspec
 import polars as pl
@@ -123,19 +124,22 @@ def test_a_source_replaced_meanwhile_and_a_busy_lake_get_nothing(inputs, tmp_pat
     ingest_paths([inputs], parts, jobs=1, compact=False)
     held = Lake(tmp_path / "held")
     ingest_paths([inputs], held, jobs=1)
-    compute = local.compute
+    compute, one = local.compute, threading.Lock()
 
     def replaced(files, sid, *a, **k):  # a commit replaces the source (or switches the run) meanwhile
         out = compute(files, sid, *a, **k)
-        src = parts.root / "sources" / "run=job" / f"{sid}.parquet"
-        if src.exists():
-            data = src.read_bytes()
-            src.unlink()
-            src.write_bytes(data)  # a new inode: as a --force commit leaves it
-        man = held.root / "_compacted" / "run=job.json"
-        m = json.loads(man.read_bytes())
-        m["gen"] = os.urandom(8).hex()
-        man.write_text(json.dumps(m))
+        with one:  # fill computes two sources at a time
+            src = parts.root / "sources" / "run=job" / f"{sid}.parquet"
+            if src.exists():
+                data = src.read_bytes()
+                src.unlink()
+                src.write_bytes(data)  # a new inode: as a --force commit leaves it
+            man = held.root / "_compacted" / "run=job.json"
+            m = json.loads(man.read_bytes())
+            m["gen"] = os.urandom(8).hex()
+            tmp = man.with_name(".switch.tmp")
+            tmp.write_text(json.dumps(m))
+            os.replace(tmp, man)  # as a switch replaces it: readers see the old or the new
         return out
 
     monkeypatch.setattr(local, "compute", replaced)
