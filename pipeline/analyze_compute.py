@@ -153,7 +153,7 @@ def compute(
         status.select("run_id", "rank", "step", "complete"), on=["run_id", "rank", "step"], how="left"
     )
     phase_rows, step_rows = _records(phases), _records(step_time)  # once, for the notes and the document
-    devices = pl.from_arrow(con.sql("SELECT run_id, rank, name, used FROM devices").to_arrow_table())
+    devices = query.frame(con, "SELECT run_id, rank, name, used FROM devices")
     # how each run's steps were found (steps.source: pipeline/ingest/nsys/step_detect.py)
     found_by, step_kinds = {}, {}
     for r, s, k in con.execute(
@@ -161,11 +161,10 @@ def compute(
         "FROM steps GROUP BY run_id"
     ).fetchall():
         found_by[r], step_kinds[r] = sorted(s), sorted(k)
-    collectives_notes = pl.from_arrow(
-        con.sql(
-            "SELECT run_id, msg_bytes_note, count(*) AS n FROM collectives WHERE msg_bytes IS NULL "
-            "GROUP BY ALL ORDER BY run_id, n DESC, msg_bytes_note"
-        ).to_arrow_table()
+    collectives_notes = query.frame(
+        con,
+        "SELECT run_id, msg_bytes_note, count(*) AS n FROM collectives WHERE msg_bytes IS NULL "
+        "GROUP BY ALL ORDER BY run_id, n DESC, msg_bytes_note",
     )
     src = lake.sources(runs) if src is None else src
     nccl_tests, nccl_tests_bw = nccl_findings.tests_results(con) if nccl else ([], [])
@@ -181,9 +180,7 @@ def compute(
     log_only: set[str] = set()  # runs of NCCL logs or nccl-tests output alone (no trace)
     mfu_why: dict[str, str] = {}  # run -> why MFU is unavailable (the note's text)
     ok = src.filter(pl.col("status") != "failed")
-    log_match = (
-        _records(pl.from_arrow(con.sql("SELECT * FROM nccl_log_match").to_arrow_table())) if nccl else []
-    )
+    log_match = _records(query.frame(con, "SELECT * FROM nccl_log_match")) if nccl else []
     for run_id in sorted(ok["run_id"].unique().to_list()):
 
         def say(text: str, run_id: str = run_id) -> None:

@@ -43,6 +43,8 @@ import re
 import tempfile
 import time
 import uuid
+import warnings
+import weakref
 from pathlib import Path
 
 import duckdb
@@ -52,6 +54,7 @@ from . import catalog, results_fleet, upgrade
 from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
+from .query_text import _views_in, derived_view_names, for_query, metric_names, sql_text  # noqa: F401
 
 # DuckDB's memory cap for a connection: past it DuckDB spills to a directory of its own under the
 # system's temporary directory (removed when the connection closes). Unbounded (DuckDB's default,
@@ -74,6 +77,16 @@ LOAD_ALL_BYTES = 16 * 2**20
 # filter over gpu_activities that each metric reads straight from the Parquet parts, only the
 # columns it needs; materializing it cost 5 s and the kernel names' memory at 64 x 100k)
 MATERIALIZED = ("rank_device", "step_window", "collective_ranks", "collective_calls")
+# connections (and their cursors) over a lake of at most LOAD_ALL_BYTES of GPU and host Parquet: run()
+# executes their metric queries with con.execute, which binds and plans a query once, where
+# con.sql(...).to_arrow_table() binds it to make the relation and again to run it (PARAM's 8-rank
+# DLRM job's 17 queries: 0.30-0.33 -> 0.24-0.27 CPU-s, the same frames); the result is then
+# copied once more into Arrow (DuckDB warns of it: ignored below), nothing on a few thousand rows,
+# so a larger lake keeps con.sql
+_SMALL: weakref.WeakSet = weakref.WeakSet()
+warnings.filterwarnings(
+    "ignore", message="Arrow output on a DB-API result", category=UserWarning, module=__name__
+)
 
 
 def connect(
@@ -274,6 +287,8 @@ def _connect(
         con.execute(f"CREATE VIEW {name} AS " + metric_sql(con, name).strip().rstrip(";"))
     if one_thread:
         con.execute("RESET threads")
+    if size <= LOAD_ALL_BYTES:
+        _SMALL.add(con)
     return con
 
 
@@ -385,13 +400,6 @@ def _glob_escape(path: str) -> str:
     return _GLOB_CHARS.sub(r"[\1]", path)
 
 
-def sql_text(name: str) -> str:
-    p = QUERIES_DIR / f"{name}.sql"
-    if not p.exists():
-        raise FileNotFoundError(f"no query named {name!r} in {QUERIES_DIR}")
-    return p.read_text()
-
-
 def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
     """Metric `name` (queries/<name>.sql, or its per-source form: metric_sql) as a polars frame.
     A query whose state DuckDB cannot spill within the connection's memory cap (MEMORY_LIMIT; 64
@@ -399,10 +407,18 @@ def run(con: duckdb.DuckDBPyConnection, name: str) -> pl.DataFrame:
     and the connection stays uncapped, rather than failing the analysis."""
     sql = metric_sql(con, name)
     try:
-        return pl.from_arrow(con.sql(sql).to_arrow_table())
+        return frame(con, sql)
     except duckdb.OutOfMemoryException:
         con.execute("RESET memory_limit")
-        return pl.from_arrow(con.sql(sql).to_arrow_table())
+        return frame(con, sql)
+
+
+def frame(con: duckdb.DuckDBPyConnection, sql: str) -> pl.DataFrame:
+    """The rows of one SELECT (sql) on con as a polars frame, bound and planned once on a small
+    lake's connection (_SMALL), through a relation otherwise. Raises what DuckDB raises."""
+    if con in _SMALL:
+        return pl.from_arrow(con.execute(sql).to_arrow_table())
+    return pl.from_arrow(con.sql(sql).to_arrow_table())
 
 
 def _bytes(files_of, size=os.path.getsize) -> int:
@@ -425,6 +441,8 @@ def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
     same variables (DuckDB keeps variables per connection: they are copied), usable from another
     thread while con runs a query."""
     cur = con.cursor()
+    if con in _SMALL:
+        _SMALL.add(cur)
     for name, value, typ in con.execute("SELECT name, value, type FROM duckdb_variables()").fetchall():
         if value is None:
             cur.execute(f"SET VARIABLE {name} = NULL")
@@ -478,42 +496,6 @@ def on_cursors(con: duckdb.DuckDBPyConnection, fn, items: list, workers: int) ->
     finally:
         for c in curs:
             c.close()
-
-
-def metric_names() -> list[str]:
-    return sorted(p.stem for p in QUERIES_DIR.glob("*.sql"))
-
-
-def derived_view_names() -> set[str]:
-    """The views queries/views/*.sql create."""
-    return {v for f in (QUERIES_DIR / "views").glob("*.sql") for v in _views_in(f.read_text())}
-
-
-def _views_in(text: str) -> set[str]:
-    """The views an SQL text creates (CREATE OR REPLACE VIEW name), lower case."""
-    return {m.lower() for m in re.findall(r"CREATE\s+OR\s+REPLACE\s+VIEW\s+(\w+)", text, re.IGNORECASE)}
-
-
-# words of a query that list or describe the catalog: such a query gets every view
-_CATALOG_WORDS = {"show", "describe", "summarize", "information_schema", "pg_catalog"}
-
-
-def for_query(text: str) -> dict:
-    """connect() arguments for one ad-hoc query (`tracelake sql`): the metric views it names,
-    and the derived views (materialized as for analyze on a small lake) only when it names one
-    of them or a metric, so a query of the schema tables alone pays nothing for them (on a lake
-    of thousands of small sources, the derived views' materialization alone reads every part).
-    A query naming the catalog (SHOW, DESCRIBE, information_schema, duckdb_*) gets every view.
-    Names are matched as words of the text, so a mention in a comment or a string counts too
-    (it only costs time)."""
-    words = set(re.findall(r"[a-z_][a-z0-9_]*", text.lower()))
-    if words & _CATALOG_WORDS or any(w.startswith("duckdb_") for w in words):
-        return {}
-    fleet = "runs_overview" in words
-    metrics = tuple(n for n in metric_names() if n in words)
-    if metrics or words & derived_view_names():
-        return {"metric_views": metrics, "fleet": fleet}
-    return {"derived_views": False, "fleet": fleet}
 
 
 def sql_count(con: duckdb.DuckDBPyConnection, text: str) -> int:
