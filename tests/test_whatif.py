@@ -155,7 +155,8 @@ def test_hand_cli(hand, tmp_path):
     assert "  leaves out: what made rank 1 late: its own step keeps its time" in res.stdout
     assert "measured step 1.300 ms; identity replay 1.300 ms (error 0.000 %)" in res.stdout
     bad_args = (["--scale", "kernel:gemm_a"], ["--collectives", "fast"], ["--run", "nope"])
-    bad_factors = (["--scale", f"kernel:gemm_a={f}"] for f in ("nan", "-1", "inf", "1e999", "x"))
+    factors = ("nan", "-1", "inf", "1e999", "x", "1_0", "0x10", "1e300")  # 1e300: past int64 ns
+    bad_factors = (["--scale", f"kernel:gemm_a={f}"] for f in factors)
     for bad in (*bad_args, *bad_factors):
         res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), *bad])
         assert res.exit_code == 2
@@ -180,6 +181,8 @@ def test_hand_cli(hand, tmp_path):
     assert res.stderr.splitlines() == [
         "note: kernels nomatch* x100: no GPU work of run job matches kernel:nomatch*: nothing changed"
     ]
+    res = CliRunner().invoke(app, ["whatif", "--lake", str(lk.root), "--scale", "kernel:gemm_a=1e300"])
+    assert "x1e+300 makes the matched work of run job add up to" in res.stderr  # 1,500 µs x 1e300
     res = CliRunner().invoke(
         app, ["whatif", "--lake", str(lk.root), "--scale", "kernel:gemm_a=5e-1", "-f", "json"]
     )

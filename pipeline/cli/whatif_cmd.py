@@ -150,11 +150,14 @@ def whatif(
             del other
             ocon.close()
         g = wi.build(con, run_id)
-        for r in on_time:
-            try:
+        try:  # a change the run cannot take: a usage error
+            for r in on_time:
                 wi.changes.check_rank(g, r)
-            except ValueError as e:  # a change the run cannot take: a usage error
-                raise usage_error(str(e)) from None
+            for ch in wanted:
+                if ch.check is not None:
+                    ch.check(g)
+        except ValueError as e:
+            raise usage_error(str(e)) from None
         if not wanted:
             wanted = wi.changes.defaults(g)
         doc = wi.whatif(con, run_id, wanted, graph=g)

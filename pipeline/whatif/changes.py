@@ -51,6 +51,8 @@ class Change:
     leaves_out: str = ""
     # what the last apply() found worth saying (how much of the run the change reached), or None
     said: dict = field(default_factory=dict, compare=False)
+    # (Graph) -> None: raises ValueError where the run cannot take the change (None: any run can)
+    check: object = field(default=None, compare=False)
 
     def note(self) -> str | None:
         return self.said.get("note")
@@ -67,16 +69,20 @@ def _scaled(g: Graph, d: Durations, mask: np.ndarray, factor: float) -> Duration
 
 
 _SCALE = re.compile(r"^(kernel|category):(.+)=([^=]+)$")
+# FACTOR: a plain decimal number, with an exponent or not (0.5, .5, 2., 1e2; not 1_0, nan, inf)
+_FACTOR = re.compile(r"^(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+# the most ns the scaled work of a run may add up to: 2**61 ns (73 years) keeps every replayed time
+# (a sum of durations and measured gaps along the graph's edges) far inside int64
+MAX_SCALED_NS = 2**61
 
 
 def scale(spec: str) -> Change:
-    """`kernel:GLOB=F` or `category:NAME=F`, F a finite number >= 0 in any form Python's float()
-    reads (0.5, .5, 1e2). Raises ValueError otherwise."""
+    """`kernel:GLOB=F` or `category:NAME=F`, F a decimal number >= 0 (0.5, .5, 1e2). Raises
+    ValueError otherwise; the Change's check(g) raises ValueError where F would make the matched
+    work of g add up to more than MAX_SCALED_NS (the CLI calls it before replaying: a usage
+    error)."""
     m = _SCALE.match(spec.strip())
-    try:
-        f = float(m.group(3)) if m else math.nan
-    except ValueError:
-        f = math.nan
+    f = float(m.group(3)) if m and _FACTOR.match(m.group(3).strip()) else math.nan
     if not m or not (math.isfinite(f) and f >= 0):
         raise ValueError(
             f"--scale {spec!r}: expected kernel:GLOB=FACTOR or category:NAME=FACTOR (FACTOR a number >= 0)"
@@ -86,13 +92,26 @@ def scale(spec: str) -> Change:
         raise ValueError(f"--scale {spec!r}: category is one of {', '.join(CATEGORIES)}")
     said: dict = {}
 
-    def apply(g: Graph, d: Durations) -> Durations:
+    def matched(g: Graph) -> np.ndarray:
         if what == "kernel":
             rx = re.compile(fnmatch.translate(pat))
             hit = [i for i, n in enumerate(g.names) if rx.match(n)]
-            mask = np.isin(g.g_name, hit)
-        else:
-            mask = g.g_cat == CATEGORIES.index(pat)
+            return np.isin(g.g_name, hit)
+        return g.g_cat == CATEGORIES.index(pat)
+
+    def check(g: Graph, mask: np.ndarray | None = None) -> None:
+        mask = matched(g) if mask is None else mask
+        total = float(g.g_d[mask].sum()) * f
+        if total > MAX_SCALED_NS:
+            raise ValueError(
+                f"--scale {spec!r}: x{f:g} makes the matched work of run {g.run} add up to "
+                f"{total / 1e9 / 86400 / 365.25:.3g} years, past what the replay's int64 ns hold "
+                f"({MAX_SCALED_NS / 1e9 / 86400 / 365.25:.0f} years)"
+            )
+
+    def apply(g: Graph, d: Durations) -> Durations:
+        mask = matched(g)
+        check(g, mask)
         said["note"] = (
             None if mask.any() else f"no GPU work of run {g.run} matches {what}:{pat}: nothing changed"
         )
@@ -104,6 +123,7 @@ def scale(spec: str) -> Change:
         apply,
         "work beside the scaled kernels keeps its time (no contention between streams modelled)",
         said,
+        check,
     )
 
 
