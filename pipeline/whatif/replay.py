@@ -519,8 +519,9 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
                 st.round(gi, gf, hi, hf, members=mpos, finish=fin)
             rounds += len(g.levels.rounds)
         else:
-            if g.windows is None:
-                g.windows = windows(g)
+            with _PREPARING:  # once, as the levels (whatif() replays two changes at a time)
+                if g.windows is None:
+                    g.windows = windows(g)
             gw, hw = g.windows
             hb = {w: (i, f) for w, i, f in _by_window(hw, g.h_chain_first)}
             gb = {w: (i, f) for w, i, f in _by_window(gw, st.g_first)}
