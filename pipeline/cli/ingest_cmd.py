@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, real_console, usage_error
+from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, _clip, command, err, exit_help, real_console, usage_error
 from .interrupt import Interrupted, signals_interrupt
 from .options import (
     COMM,
@@ -53,6 +53,30 @@ def check_inputs(paths: list[Path], lake_dir: Path) -> None:
             f"--lake {lake_dir}: not a tracelake lake (no TRACELAKE file), and not empty; give a new "
             "or empty directory, or an existing lake"
         )
+
+
+def _ingest_run(run: str, lake) -> str:
+    """The run `ingest --run` adds to: the lake's run the value names for the read commands
+    (runid.resolve_run: `--run v1.2` is v1.2/'s run v1.2-<6 hex> when the lake holds it, as
+    `runs --run v1.2` reads it), with a note on stderr when that is not the run the value alone
+    names (runid.given_run_id: a new lake's); else
+    the value as a new run's id (runs.run_for). Raises BadParameter when it names several runs."""
+    from ..ingest.runid import given_run_id, resolve_run
+    from ..lake import one_line
+
+    found = resolve_run(run, set(lake.sources()["run_id"].drop_nulls().to_list()))
+    if len(found) > 1:
+        raise typer.BadParameter(
+            one_line(
+                _clip(f"--run {run}: names {len(found)} runs (one per job): {', '.join(found)}; give one")
+            )
+        )
+    if found and found[0] != given_run_id(run):
+        err.print(
+            one_line(f"note: --run {run} is run {found[0]} of the lake (as runs and analyze read it)"),
+            markup=False,
+        )
+    return found[0] if found else run
 
 
 def _ingest(
@@ -121,6 +145,8 @@ def _ingest(
         return EXIT_FAILED
     not_logs = []  # filled again by the ingest, with the archive members passed over
     lake = Lake(lake_dir)
+    if run is not None:
+        run = _ingest_run(run, lake)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
     not_traces = []
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

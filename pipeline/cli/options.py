@@ -237,22 +237,28 @@ FORMATS = ("html", "json", "md")
 
 
 def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
-    """--run values as the lake's run ids: an id as given to `ingest --run`, or a directory path a
-    run was named by (docs/usage.md, Runs; a trailing '/' ignored), names the run it was stored as
-    (ingest.runs.run_id_of: `job1/traces` is run job1.traces; safe_run_id's id, as lakes written
-    before stored it, also names it). Raises BadParameter naming the ones the lake does not hold."""
-    from ..ingest.runs import run_id_of
-    from ..lake import one_line, safe_run_id
+    """--run values as the lake's run ids (ingest.runid.resolve_run, as `ingest --run` resolves
+    them): an id as printed, or a directory path a run was named by (docs/usage.md, Runs; './',
+    '..' and a trailing '/' normalised), names the run it was stored as (`job1/traces` is run
+    job1.traces; safe_run_id's id, as lakes written before stored it, also names it); a directory
+    whose traces state a numbered job names that job's run (`meta` finds `meta.job-4712`).
+    Raises BadParameter naming the values the lake does not hold, or a directory path that
+    names several runs (listing them)."""
+    from ..ingest.runid import resolve_run
+    from ..lake import one_line
 
-    def resolve(r: str) -> str:
-        for name in (r, r.rstrip("/") or r):
-            for rid in (name, run_id_of(name), safe_run_id(name)):
-                if rid in known:
-                    return rid
-        return r
-
-    out = [resolve(r) for r in runs]
-    missing = [r for r in out if r not in known]
+    out, missing = [], []
+    for r in runs:
+        found = resolve_run(r, known)
+        if len(found) > 1:
+            raise typer.BadParameter(
+                one_line(
+                    _clip(f"--run {r}: names {len(found)} runs (one per job): {', '.join(found)}; give one")
+                )
+            )
+        if not found:
+            missing.append(r)
+        out.append(found[0] if found else r)
     if missing:
         raise typer.BadParameter(
             one_line(

@@ -258,8 +258,11 @@ def discover(
 
     def walk(p: Path) -> None:
         """Search p; symbolic links to directories are followed, each directory searched once
-        (by its real path: a link loop, or two links to one directory, end there), named by the
-        path it was first reached by (sorted order), as a file through a link is (runs.dir_name)."""
+        (by its real path: a link loop, or two links to one directory, end there). A directory
+        inside the inputs (a directory given) is named by its own path: a link to it is not
+        followed (inside_inputs), so adding a link never renames it or splits its run; a link to
+        a directory outside them is followed, named by the link's path (the first in sorted
+        order of those leading there), as a file through a link is (runs.dir_name)."""
         top = p.resolve()
         onerror = lambda e: problem(Path(e.filename), f"cannot list directory: {e.strerror}")  # noqa: E731
         searched: set[str] = set()
@@ -270,7 +273,11 @@ def discover(
                 continue
             searched.add(real)
             rel = Path(root).relative_to(p)
-            dirs[:] = sorted(d for d in dirs if not leave(Path(root) / d, (rel / d).as_posix()))
+            dirs[:] = sorted(
+                d
+                for d in dirs
+                if not leave(Path(root) / d, (rel / d).as_posix()) and not inside_inputs(Path(root) / d)
+            )
             for d in [d for d in dirs if d.endswith("_pqtdir")]:
                 dirs.remove(d)
                 if not not_utf8(Path(root) / d, rel):
@@ -303,8 +310,21 @@ def discover(
                     elif not_logs is not None:
                         not_logs.append(f)
 
+    paths = [Path(p) for p in paths]
+    tops = [p.resolve() for p in paths if p.is_dir()]
+
+    def inside_inputs(d: Path) -> bool:
+        """d is a symbolic link to a directory inside a directory given (searched by its own path
+        there: walk)."""
+        if not d.is_symlink():
+            return False
+        try:
+            real = d.resolve()
+        except (RuntimeError, OSError):
+            return False  # a loop: os.walk lists it and the searched set ends it
+        return any(real.is_relative_to(t) for t in tops)
+
     for p in paths:
-        p = Path(p)
         if not p.is_dir() and leave(p, p.name):
             continue
         if not p.is_dir() and not_utf8(p):

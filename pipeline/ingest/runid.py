@@ -30,6 +30,7 @@ is, since run_id_of('a.b') is the id of a directory `a.b`, not `a.b` itself).
 
 from __future__ import annotations
 
+import posixpath
 import re
 import unicodedata
 
@@ -76,7 +77,39 @@ def given_run_id(value: str) -> str:
     as `tracelake runs` prints it), else run_id_of's id of it as a directory path (`job1/traces`
     is job1.traces, `v1.2/` is v1.2-<6 hex>, `my job` my_job-<6 hex>)."""
     nfc = unicodedata.normalize("NFC", value)
-    return nfc if is_run_id(nfc) else run_id_of(value)
+    return nfc if is_run_id(nfc) else run_id_of(run_path(value))
+
+
+# what follows a directory's run id in the id of a run named by a numbered job its traces state
+# (jobid.py: `meta.job-4712`), or of one moved from it (runs.moved_run: `_<start>`, `_<8 hex>`)
+_JOB_TAIL = re.compile(r"job-\d+(?:_[0-9A-Za-z]+)?")
+
+
+def run_path(value: str) -> str:
+    """A `--run` value in Unicode NFC; one written as a path (holding a '/', or starting with '.'
+    and a '/') normalised as the path form of a directory is: `./a/b`, `a/./b`, `a//b/` and
+    `a/c/../b` are `a/b` (posixpath.normpath: '..' removed lexically, as a typed path reads)."""
+    nfc = unicodedata.normalize("NFC", value)
+    if "/" not in nfc:
+        return nfc
+    norm = posixpath.normpath(nfc)
+    return "/" if norm in ("/", "//") else norm
+
+
+def resolve_run(value: str, known) -> list[str]:
+    """The runs of `known` (run ids) a `--run` value names, for every command (ingest adds to it,
+    the others read it): the value as a run id as printed, else as a directory path (run_path,
+    then run_id_of; safe_run_id's id, as lakes written before stored it), first found, as [id];
+    else the runs a directory's traces named by the numbered jobs they state, or moved from them
+    (`meta` finds `meta.job-4712`: _JOB_TAIL), sorted, as a list of one or several; else [] (no
+    run of the lake: ingest starts one, given_run_id)."""
+    path = run_path(value)
+    for name in dict.fromkeys((value, unicodedata.normalize("NFC", value), path)):
+        for rid in (name, run_id_of(name), safe_run_id(name)):
+            if rid in known:
+                return [rid]
+    prefix = run_id_of(path) + "."
+    return sorted(k for k in known if k.startswith(prefix) and _JOB_TAIL.fullmatch(k[len(prefix) :]))
 
 
 def id_with_job(run_id: str, job: str) -> str:
