@@ -1,17 +1,18 @@
 """Per-source metric results computed at a run's first analysis (pipeline/local.py fill, issue 37
 item 2 / issue 38 item 4), not by ingest.
 
-Inputs: 16 ranks of one real trace (HTA's simple_add, 139 kernels a rank: the same bytes with
-distributedInfo.rank 0-15, so one run of 16 sources, which an ingest holds and writes into the
-run's compacted generation), and the same files ingested as parts of their own (compaction off).
-min_rows is lowered to 10 so that these small sources get results, as a large rank would.
+Inputs: 3 ranks of one real trace (HTA's simple_add, 139 kernels a rank: the same bytes with
+distributedInfo.rank 0-2, so one run of 3 sources), ingested as parts of their own, and the same
+compacted into the run's generation (Lake.compact; an ingest's held sources are written into one
+the same way, pipeline/ingest/hold.py). min_rows is lowered to 10 so that these small sources get
+results, as a large rank would.
 Checked, against references outside the code under test (the full metric files, which read the
 lake's rows and never the stored results; the rows read straight from each source's Parquet
 part with pyarrow):
 - an ingest of Kineto traces imports no DuckDB (issue 38 item 1) and stores no results;
 - fill gives the sources held by a generation the same rows as the same sources in parts of
-  their own, and every metric read through them equals the full files (run by run and over the
-  whole lake); the first analysis fills and its document equals the full computation's;
+  their own, and every metric read through them equals the full files; the first analysis fills
+  and its document equals the full computation's;
 - a source replaced while its results were computed, and a lake whose lock another command
   holds, get nothing written; a fill that fails before its local_results part leaves results no
   reader uses, and the next fill completes them.
@@ -40,34 +41,42 @@ from pipeline.lake import Lake
 TRACE = corpus(
     "hta", "tests", "data", "critical_path", "simple_add", "benchmark_result_493459_1694039959_trace.json.gz"
 )
-RANKS = 16
+FEW = 3
 CHECKED = (*query.LOCAL_METRICS, "collective_exposure", "roofline")
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory):
+def few(tmp_path_factory):
     d = tmp_path_factory.mktemp("in") / "job"
     d.mkdir()
     doc = msgspec.json.decode(gzip.decompress(TRACE.read_bytes()))
-    for r in range(RANKS):
-        doc["distributedInfo"] = {"rank": r, "world_size": RANKS, "backend": "nccl"}
+    for r in range(FEW):
+        doc["distributedInfo"] = {"rank": r, "world_size": FEW, "backend": "nccl"}
         (d / f"rank{r}.json").write_bytes(msgspec.json.encode(doc))
     return d
 
 
+def _few_lakes(few, root) -> tuple[Lake, Lake]:
+    """(parts: the FEW sources as parts of their own; held: the same compacted into the run's
+    generation by Lake.compact)."""
+    parts, held = Lake(root / "parts"), Lake(root / "held")
+    for lake in (parts, held):
+        assert {r.status for r in ingest_paths([few], lake, jobs=1, compact=False)} == {"ok"}
+    with held.lock():
+        assert held.compact(min_sources=2) == [("job", FEW * 4, 4)]
+    return parts, held
+
+
 @pytest.fixture(scope="module")
-def lakes(inputs, tmp_path_factory):
-    """(held: compaction on, so every source is held by the run's generation; parts: compaction
-    off), each filled with min_rows 10."""
-    d = tmp_path_factory.mktemp("lakes")
-    held, parts = Lake(d / "held"), Lake(d / "parts")
-    assert {r.status for r in ingest_paths([inputs], held, jobs=1)} == {"ok"}
-    assert {r.status for r in ingest_paths([inputs], parts, jobs=1, compact=False)} == {"ok"}
+def lakes(few, tmp_path_factory):
+    """(held: the sources in the run's compacted generation; parts: as parts of their own), each
+    filled with min_rows 10."""
+    parts, held = _few_lakes(few, tmp_path_factory.mktemp("lakes"))
     assert (held.root / "_compacted" / "run=job.json").exists()
     assert not (parts.root / "_compacted").exists()
     for lake in (held, parts):
         assert lake.table_files("local_results") == []
-        assert local.fill(lake, min_rows=10) == RANKS
+        assert local.fill(lake, min_rows=10) == FEW
         assert local.fill(lake, min_rows=10) == 0
     return held, parts
 
@@ -97,7 +106,7 @@ def test_held_sources_get_the_results_of_parts_of_their_own(lakes):
     for t in (*local.TABLES, "local_results"):
         assert _own_rows(held, t) == _own_rows(parts, t), t
     assert _own_rows(held, "local_breakdown") and _own_rows(held, "local_idle_gaps")
-    assert len(_own_rows(held, "local_results")) == RANKS
+    assert len(_own_rows(held, "local_results")) == FEW
     for lake in (held, parts):
         con, ref = query.connect(lake), query.connect(lake, local_results=False)
         assert con.execute("SELECT getvariable('use_local')").fetchall() == [(True,)]
@@ -105,25 +114,22 @@ def test_held_sources_get_the_results_of_parts_of_their_own(lakes):
             assert query.run(con, name).equals(query.run(ref, name)), name
 
 
-def test_the_first_analysis_fills_and_equals_the_full_computation(inputs, tmp_path, monkeypatch):
+def test_the_first_analysis_fills_and_equals_the_full_computation(few, tmp_path, monkeypatch):
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
     lake = Lake(tmp_path / "lake")
-    assert {r.status for r in ingest_paths([inputs], lake, jobs=1)} == {"ok"}
+    assert {r.status for r in ingest_paths([few], lake, jobs=1)} == {"ok"}
     got = analyze(lake, keep=False)
-    assert len(lake.holders("local_results")) == RANKS
+    assert len(lake.holders("local_results")) == FEW
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
     full = Lake(tmp_path / "full")
-    ingest_paths([inputs], full, jobs=1)
+    ingest_paths([few], full, jobs=1)
     ref = analyze(full, keep=False)
     assert full.table_files("local_results") == []
     assert json.dumps(got, sort_keys=True, default=str) == json.dumps(ref, sort_keys=True, default=str)
 
 
-def test_a_source_replaced_meanwhile_and_a_busy_lake_get_nothing(inputs, tmp_path, monkeypatch):
-    parts = Lake(tmp_path / "parts")
-    ingest_paths([inputs], parts, jobs=1, compact=False)
-    held = Lake(tmp_path / "held")
-    ingest_paths([inputs], held, jobs=1)
+def test_a_source_replaced_meanwhile_and_a_busy_lake_get_nothing(few, tmp_path, monkeypatch):
+    parts, held = _few_lakes(few, tmp_path)
     compute, one = local.compute, threading.Lock()
 
     def replaced(files, sid, *a, **k):  # a commit replaces the source (or switches the run) meanwhile
@@ -153,9 +159,9 @@ def test_a_source_replaced_meanwhile_and_a_busy_lake_get_nothing(inputs, tmp_pat
     assert parts.table_files("local_results") == []
 
 
-def test_a_fill_cut_before_its_marker_is_not_used_and_is_completed(inputs, tmp_path, monkeypatch):
+def test_a_fill_cut_before_its_marker_is_not_used_and_is_completed(few, tmp_path, monkeypatch):
     lake = Lake(tmp_path / "lake")
-    ingest_paths([inputs], lake, jobs=1, compact=False)
+    ingest_paths([few], lake, jobs=1, compact=False)
     write = local.write_parquet
 
     def cut(tbl, path):
@@ -171,8 +177,8 @@ def test_a_fill_cut_before_its_marker_is_not_used_and_is_completed(inputs, tmp_p
     con = query.connect(lake)
     assert con.execute("SELECT getvariable('use_local')").fetchall() == [(False,)]
     monkeypatch.setattr(local, "write_parquet", write)
-    assert local.fill(lake, min_rows=10) == RANKS
-    assert len(lake.table_files("local_results")) == RANKS
+    assert local.fill(lake, min_rows=10) == FEW
+    assert len(lake.table_files("local_results")) == FEW
     assert pl.read_parquet(lake.table_files("local_results"))["sql_version"].unique().to_list() == [
         query.local_sql_version()
     ]
