@@ -68,8 +68,8 @@ SERIAL_ROWS = 500_000
 # time), so a run's first analysis keeps the cores busy as the ingest's pool workers did
 FILL_WORKERS = 2
 # DuckDB threads of the per-source connection, and files run side by side (_run_stored); None:
-# every core. A process-pool worker of ingest sets its share of the cores
-# (pipeline/ingest/executors.py init_worker).
+# every core. A process-pool worker of an ingest into a lake in a bucket sets its share of the
+# cores (pipeline/ingest/prepare.py with_local, from executors.init_worker).
 THREADS: int | None = None
 # lake table -> the SQL it stores, run on the source alone (metric files: queries/<name>.sql)
 STORED = {f"local_{m}": f"{m}.sql" for m in query.LOCAL_METRICS}
