@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
 import os
 import tarfile
 import zipfile
@@ -179,12 +180,41 @@ def test_a_tar_gz_cut_inside_a_member_fails_alone(tmp_path, jobs):
     (tmp_path / "in" / "cut.tar.gz").write_bytes(raw[: len(raw) // 2])
     (tmp_path / "in" / "sampled_rank-1.json.gz").write_bytes(good)
     res = {Path(r.path).name: r for r in ingest_paths([tmp_path / "in"], Lake(tmp_path / "l"), jobs=jobs)}
-    assert res["cut.tar.gz"].status == "failed"
-    assert (
-        res["cut.tar.gz"].error.startswith("corrupt or truncated tar.gz")
-        and "\n" not in res["cut.tar.gz"].error
+    assert sorted(res) == ["sampled_rank-1.json.gz", "worker2.json"]  # the member cut short, failed
+    assert res["worker2.json"].path == str(tmp_path / "in" / "cut.tar.gz") + "!x/worker2.json"
+    assert res["worker2.json"].status == "failed"
+    assert res["worker2.json"].error == (
+        "corrupt or truncated tar.gz (unexpected end of data): the archive ends inside this member; "
+        "no member before it"
     )
     assert res["sampled_rank-1.json.gz"].status == "ok"
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_tar_gz_cut_inside_its_second_member_keeps_the_first(tmp_path, jobs):
+    """The tester's cut.tar.gz (the first 60 KB of 83 KB, its first member whole) failed whole:
+    the complete member is ingested, the one cut short fails with its own line (as a truncated
+    .json.gz keeps its complete events). The second member is incompressible, so the cut, 20,000
+    bytes before the end, lies inside it."""
+    first = member_bytes("job/sampled_rank-1.json.gz")
+    pad = json.dumps({"schemaVersion": 1, "pad": os.urandom(60_000).hex(), "traceEvents": []}).encode()
+    whole = make_archive(tmp_path / "whole.tar.gz", {"a/first.json.gz": first, "a/second.json": pad})
+    assert len(whole.read_bytes()) > len(first) + 60_000  # the second member's 120,000 hex digits
+    (tmp_path / "in").mkdir()
+    cut = tmp_path / "in" / "cut.tar.gz"
+    cut.write_bytes(whole.read_bytes()[:-20_000])
+    lake = Lake(tmp_path / "l")
+    res = ingest_paths([tmp_path / "in"], lake, jobs=jobs)
+    assert [(r.path, r.status) for r in res] == [
+        (f"{cut}!a/first.json.gz", "ok"),
+        (f"{cut}!a/second.json", "failed"),
+    ]
+    assert res[1].error == (
+        "corrupt or truncated tar.gz (unexpected end of data): the archive ends inside this member; "
+        "the 1 complete member(s) before it were kept"
+    )
+    src = lake.sources()
+    assert src.filter(src["status"] == "ok")["path"].to_list() == [f"{cut}!a/first.json.gz"]
 
 
 CONFIG = b'{"lr": 0.1, "batch_size": 32}'  # a run's config.json kept beside its traces: not a trace

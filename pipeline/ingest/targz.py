@@ -27,13 +27,9 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
     display = str(Path(path).absolute())
     out: list[Prepared] = []
     try:
-        shas = {}
-        for m, f, why in arc.stream_members(Path(path)):
-            if f is not None and not excluded(m.name, opts.exclude):
-                h = hashlib.sha256()
-                while block := f.read(1 << 20):
-                    h.update(block)
-                shas[m.name] = h.hexdigest()
+        shas, cut = _hashed(path, opts)
+        if cut is not None and cut[0] is None and not shas:
+            raise cut[1]  # nothing complete before the archive's fault: the archive fails
         todo = {
             n
             for n, s in shas.items()
@@ -42,7 +38,7 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                 done, s, run_for(arc.member_run_name(display, n, below), opts.run), opts.run is None
             )
         }
-        for m, f, why in arc.stream_members(Path(path)):
+        for m, f, why in _until(arc.stream_members(Path(path)), cut):
             if excluded(m.name, opts.exclude):
                 continue
             run_id = run_for(arc.member_run_name(display, m.name, below), opts.run)
@@ -78,15 +74,8 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                 p = Prepared(disp, run_id, PASSED_OVER)
             if p is not None:
                 out.append(p)
-    except (TraceError, OSError, tarfile.TarError, EOFError, zlib.error) as e:
-        # a member's data cut short raises from its read, not from the tar header walk
-        err = (
-            str(e)
-            if isinstance(e, TraceError)
-            else f"cannot read: {e.strerror or e}"
-            if isinstance(e, OSError)
-            else f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})"
-        )
+    except _FAULTS as e:
+        err = _error(e)
         for p in out:
             if p.staged is not None:
                 Lake(opts.lake).discard(p.staged)
@@ -100,4 +89,67 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
                 Path(path).stat().st_size if Path(path).exists() else 0,
             )
         ]
+    if cut is not None:  # the complete members before the fault are kept; one line for the rest
+        name, e = cut
+        kept = f"the {len(shas)} complete member(s) before it were kept" if shas else "no member before it"
+        if name is not None:
+            run_id = run_for(arc.member_run_name(display, name, below), opts.run)
+            out.append(
+                failed(
+                    f"{display}!{name}", run_id, f"{_error(e)}: the archive ends inside this member; {kept}"
+                )
+            )
+        else:
+            run_id = run_for(below if below not in (None, "", ".") else dir_name(path), opts.run)
+            out.append(failed(display, run_id, f"{_error(e)} after its last complete member; {kept}"))
     return out
+
+
+# a member's data cut short raises from its read, not from the tar header walk
+_FAULTS = (TraceError, OSError, tarfile.TarError, EOFError, zlib.error)
+
+
+def _error(e: BaseException) -> str:
+    """The one-line error of a fault reading a compressed tar."""
+    if isinstance(e, TraceError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"cannot read: {e.strerror or e}"
+    return f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})"
+
+
+def _hashed(path: str, opts: Options) -> tuple[dict, tuple | None]:
+    """Pass 1 of work_targz: (member name -> sha256 of its bytes, for each wanted member read
+    whole; cut), cut being None for an archive read to its end, else (the name of the member
+    whose data the fault cut short, or None when it came between members or after the last; the
+    exception): a truncated archive keeps its complete members (as a truncated .json.gz keeps its
+    complete events)."""
+    shas: dict = {}
+    current = None
+    try:
+        for m, f, why in arc.stream_members(Path(path)):
+            if f is not None and not excluded(m.name, opts.exclude):
+                current = m.name
+                h = hashlib.sha256()
+                while block := f.read(1 << 20):
+                    h.update(block)
+                shas[m.name] = h.hexdigest()
+                current = None
+    except _FAULTS as e:
+        return shas, (current, e)
+    return shas, None
+
+
+def _until(members, cut: tuple | None):
+    """Pass 2's members: all of them, or (cut) those before the member cut short, the archive's
+    fault where pass 1 met it not raised again."""
+    if cut is None:
+        yield from members
+        return
+    try:
+        for m, f, why in members:
+            if m.name == cut[0]:
+                return
+            yield m, f, why
+    except _FAULTS:
+        return
