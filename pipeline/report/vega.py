@@ -23,10 +23,14 @@ def _json_for_script(obj) -> str:
 
 
 def cache_dir() -> Path:
-    """Where tracelake keeps files it can rebuild (the Vega bundle)."""
+    """Where tracelake keeps files it can rebuild (the Vega bundle, the charts' templates):
+    $TRACELAKE_CACHE_DIR, else $XDG_CACHE_HOME/tracelake when that is an absolute path (the XDG
+    Base Directory spec: a relative one is invalid and ignored), else ~/.cache/tracelake. Raises
+    RuntimeError when there is no home to name (callers keep their files in memory then)."""
     if os.environ.get("TRACELAKE_CACHE_DIR"):
         return Path(os.environ["TRACELAKE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    xdg = os.environ.get("XDG_CACHE_HOME") or ""
+    base = xdg if os.path.isabs(xdg) else str(Path.home() / ".cache")
     return Path(base) / "tracelake"
 
 
