@@ -65,6 +65,44 @@ def test_where_repeated_keeps_the_runs_matching_every_one(small_lake):
     assert bad.exit_code == 2 and bad.stderr.startswith("error: --where: ") and bad.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("where", "line"),
+    [
+        (
+            "1; select 1",
+            "error: --where: '1; select 1' holds 2 statements (';' ends one): give one SQL expression",
+        ),
+        (
+            "",
+            "error: --where: empty condition: give one SQL expression over the columns "
+            "(verdict = 'network-bound')",
+        ),
+        (
+            "  ",
+            "error: --where: empty condition: give one SQL expression over the columns "
+            "(verdict = 'network-bound')",
+        ),
+        (
+            "1 ORDER BY 2",
+            "error: --where: '1 ORDER BY 2': one SQL expression expected (ORDER BY, LIMIT and the like "
+            "are no part of one)",
+        ),
+    ],
+)
+def test_a_where_that_is_not_one_expression_says_so(small_lake, where, line):
+    """The tester's finding 7: DuckDB's 'Cannot have any modifiers in the expression list' and
+    'SELECT clause without selection list' named neither --where nor what was wrong."""
+    r = _runs(small_lake, "--where", where)
+    assert r.exit_code == 2
+    assert r.stderr == line + "\n"
+
+
+def test_a_semicolon_in_a_string_is_no_second_statement(small_lake):
+    r = _runs(small_lake, "--format", "csv", "--where", "run_id <> 'a;b' AND world_size = 4")
+    assert r.exit_code == EXIT_OK, r.output
+    assert _ids(r) == ["हिन्दी"]
+
+
 def test_json_is_utf8_as_it_is(small_lake):
     r = _runs(small_lake, "--format", "json", "--sort", "run_id")
     assert r.exit_code == EXIT_OK, r.output

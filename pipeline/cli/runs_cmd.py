@@ -58,17 +58,32 @@ def parse_sort(spec: str | None, columns: list[str]) -> list[tuple[str, bool]]:
 def filter_rows(df, where: str):
     """The rows of df (a fleet frame) for which the DuckDB expression `where` is true, in df's
     order. DuckDB parses it as one expression (a statement, `;` or a subquery of another table is
-    an error) on a connection without file access. Raises ValueError with DuckDB's one-line
-    message when it cannot be parsed, names an unknown column or is not boolean."""
+    an error) on a connection without file access. Raises ValueError with one line: an empty
+    condition; several statements (`1; select 1`) or a clause after the expression (`ORDER BY`),
+    named so; else DuckDB's one-line message (it cannot be parsed, names an unknown column or is
+    not boolean)."""
     import duckdb
     import polars as pl
 
+    if not where.strip():
+        raise ValueError(
+            "empty condition: give one SQL expression over the columns (verdict = 'network-bound')"
+        )
+    try:
+        statements = len(duckdb.extract_statements(f"SELECT 1 WHERE {where}"))
+    except duckdb.Error:
+        statements = 1  # DuckDB's own message below says what does not parse
+    if statements > 1:
+        raise ValueError(f"{where!r} holds {statements} statements (';' ends one): give one SQL expression")
     con = duckdb.connect(config={"enable_external_access": False})
     try:
         con.register("runs", df.with_row_index("__row").to_arrow())
         kept = con.table("runs").filter(where).select("__row").fetchall()
     except duckdb.Error as e:
-        raise ValueError((str(e).splitlines() or [type(e).__name__])[0]) from None
+        line = (str(e).splitlines() or [type(e).__name__])[0]
+        if "Cannot have any modifiers" in line:  # DuckDB's words for `x ORDER BY y`, `x LIMIT 1`
+            line = f"{where!r}: one SQL expression expected (ORDER BY, LIMIT and the like are no part of one)"
+        raise ValueError(line) from None
     finally:
         con.close()
     rows = sorted(r[0] for r in kept)
