@@ -63,3 +63,36 @@ def test_a_file_named_like_an_archive_that_is_none_is_a_corrupt_archive(tmp_path
         "y.tgz": "corrupt tar.gz archive: it does not start with gzip's magic number (1f 8b)" + why,
     }
     assert [u.item.path for u in units if u.kind == "input"] == [str(tmp_path / "rank0.json")]
+
+
+def test_a_link_to_a_directory_inside_the_inputs_is_not_followed(tmp_path):
+    """The tester's third round, finding 1: arch/real/ was named by arch/linkA (the first link
+    in name order); a directory inside the inputs is named by its own path."""
+    arch = tmp_path / "arch"
+    _touch(arch / "real" / "rank0.json")
+    (arch / "linkA").symlink_to("real")
+    (arch / "aaa").symlink_to(arch / "real")
+    units, problems = plan([arch])
+    assert problems == [] and [(u.item.path, u.item.run) for u in units] == [
+        (str(arch / "real" / "rank0.json"), "real")
+    ]
+
+
+def test_files_that_are_no_regular_files_get_a_line_each(tmp_path):
+    """The tester's third round, finding 8: a link to a FIFO or a device, named like a trace or a
+    log, was passed over without a line; it is one problem each (never opened)."""
+    import os
+
+    root = tmp_path / "sl"
+    _touch(root / "rank0.json")
+    os.mkfifo(root / "fifo.json")
+    (root / "null.json").symlink_to("/dev/null")
+    (root / "tofifo.log").symlink_to("fifo.json")
+    problems: list = []
+    found = discover([root], problems)
+    assert [f.name for f in found] == ["rank0.json"]
+    assert [(p.path.name, p.error) for p in problems] == [
+        ("fifo.json", "not a regular file (a FIFO)"),
+        ("null.json", "not a regular file (a symbolic link to a character device)"),
+        ("tofifo.log", "not a regular file (a symbolic link to a FIFO)"),
+    ]

@@ -309,6 +309,8 @@ def discover(
                         out.append(f)
                     elif not_logs is not None:
                         not_logs.append(f)
+                elif f.exists() and not f.is_dir():  # a FIFO, a device, a socket (or a link to one)
+                    problem(f, _special(f), rel)
 
     paths = [Path(p) for p in paths]
     tops = [p.resolve() for p in paths if p.is_dir()]
@@ -346,6 +348,30 @@ def discover(
             seen.add(r)
             uniq.append(f)
     return uniq
+
+
+def _special(f: Path) -> str:
+    """The one-line problem of a file found in a directory that is no regular file (never opened:
+    reading a FIFO or a terminal would wait for a writer)."""
+    import stat
+
+    try:
+        mode = f.stat().st_mode
+    except OSError as e:
+        return f"cannot read: {e.strerror or e}"
+    what = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "no regular file"
+    )
+    via = f"a symbolic link to {what}" if f.is_symlink() else what
+    return f"not a regular file ({via})"
 
 
 def _below(rel) -> str | None:
