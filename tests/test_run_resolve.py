@@ -130,3 +130,22 @@ def test_run_meta_finds_the_job_run_from_the_cli(tmp_path):
     r = runner.invoke(app, ["runs", "--lake", str(lake), "--run", "meta"])
     assert r.exit_code == 2  # a usage error (click)
     assert "--run meta: names 2 runs (one per job): meta.job-4712, meta.job-4713; give one" in r.stderr
+
+
+def test_an_archive_that_fails_whole_is_in_its_directorys_run(tmp_path):
+    """The tester's third round, finding 9 (docs/usage.md "Runs" now says so): an archive with no
+    members to name a run by is recorded in its directory's run, beside the files it lay with."""
+    root = tmp_path / "in"
+    _rank(root / "zz" / "rank0.json", 0)
+    (root / "zz" / "empty.zip").write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip's end record
+    (root / "zz2" / "sub").mkdir(parents=True)
+    (root / "zz2" / "sub" / "fake.tar.gz").write_bytes(b"not gzip")
+    lake = tmp_path / "lake"
+    r = runner.invoke(app, ["ingest", str(root), "--lake", str(lake), "-j", "1", "-q"])
+    assert r.exit_code == 3, r.output  # some files failed
+    src = Lake(lake).sources().sort("path")
+    assert list(zip(src["path"].to_list(), src["run_id"].to_list(), src["status"].to_list())) == [
+        (str(root / "zz" / "empty.zip"), "zz", "failed"),
+        (str(root / "zz" / "rank0.json"), "zz", "ok"),
+        (str(root / "zz2" / "sub" / "fake.tar.gz"), "zz2.sub", "failed"),
+    ]
