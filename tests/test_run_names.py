@@ -620,6 +620,18 @@ LONG = "nightly_llama70b_pretrain_" * 4 + "x"  # 105 characters, one directory
         # UTF-8 bytes are counted (a directory name holds 255 of them): 日本語 is 9 bytes
         ("日本語" * 40 + "/job-4711", "日本語" * 10 + ".job-4711-" + _h("日本語" * 40 + "/job-4711")),
         ("a/" + "日本語" * 30, "a." + "日本語" * 10 + "日本-" + _h("a/" + "日本語" * 30)),  # 98 bytes
+        # a directory's own '.' keeps its marker when shortened (the tester's third round, finding
+        # 10: `deeper.dir` read as two directories): 15 + 1 + 17 + 1 + 64 = 98 bytes, the first
+        # part cut last below 18 (the longest above its floor), the last kept at 64
+        (
+            "日本語" * 20 + "/deeper.dir/" + "y" * 70,
+            "日本語日本.deeper.dir-"
+            + _h("deeper.dir")
+            + "."
+            + "y" * 64
+            + "-"
+            + _h("日本語" * 20 + "/deeper.dir/" + "y" * 70),
+        ),
     ],
 )
 def test_long_names_are_shortened_in_their_directories_keeping_the_job(name, run_id):

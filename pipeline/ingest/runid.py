@@ -20,7 +20,8 @@ name (`<lake>/<table>/run=<id>/`), readable in a listing and typed in a shell:
 - a longer name is shortened in its directories, never in a part that names a job
   (`job-4711/<long>/traces`, `<long>/job-4711`): the longest part is cut first, the last one
   (the job a trace's metadata states, up to 64 characters) kept at least LAST_MAX bytes, the
-  others MIN_PART while there is room, then middle directories dropped; the hash of the whole
+  others MIN_PART while there is room, then middle directories dropped; a part whose own '.'
+  is kept keeps _token's '-<6 hex>' after it (`deeper.dir-<6 hex>`); the hash of the whole
   name follows (`nightly_llama70b_pretrain_nig.job-4711-<6 hex>`).
 
 run_id_of is a pure function of the name, so a re-ingest names a file the same way. A stored id
@@ -174,11 +175,19 @@ def _shortened(parts: list[str], name: str) -> str:
     parts = [p for p in parts if p] or ["run"]
     job = [job_of_name(p) is not None for p in parts]
     cut = [_around_job(p, LAST_MAX) if j and len(p) > LAST_MAX else p for p, j in zip(parts, job)]
+    # a part's own '.' keeps its marker while it is kept (`deeper.dir-<6 hex>`, as _token writes it)
+    mark = [f"-{name_hash(p)}" if "." in p.strip("._") else "" for p in parts]
     lens = [len(p) for p in cut]
     last = len(parts) - 1
-    size = [_bytes(p) for p in cut]
+
+    def sized(i: int) -> int:  # bytes part i takes: its kept characters, and its marker
+        kept = cut[i][: lens[i]].strip("._")
+        return _bytes(cut[i][: lens[i]]) + (len(mark[i]) if mark[i] and "." in kept else 0)
+
+    size = [sized(i) for i in range(len(cut))]
     floor = [
-        n if j else min(n, LAST_MAX if i == last else MIN_PART) for i, (n, j) in enumerate(zip(size, job))
+        n if j else min(n, (LAST_MAX if i == last else MIN_PART) + len(mark[i]))
+        for i, (n, j) in enumerate(zip(size, job))
     ]
 
     def total() -> int:
@@ -190,15 +199,16 @@ def _shortened(parts: list[str], name: str) -> str:
         if free:  # the longest part above its floor loses a character
             i = max(free, key=lambda j: (size[j], -j))
             lens[i] -= 1
-            size[i] = _bytes(cut[i][: lens[i]])
+            size[i] = sized(i)
             continue
         if drop:  # a middle directory goes
             lens[drop[len(drop) // 2]] = size[drop[len(drop) // 2]] = 0
             continue
         i = last if not job[last] and lens[last] > 1 else max(range(len(lens)), key=lambda j: (size[j], -j))
         lens[i] -= 1  # the last part, if it names no job; else (a last resort) the longest job part
-        size[i] = _bytes(cut[i][: lens[i]])
-    out = ".".join(p[:n].strip("._") for p, n in zip(cut, lens) if n and p[:n].strip("._"))
+        size[i] = sized(i)
+    kept = [(p[:n].strip("._"), m) for p, n, m in zip(cut, lens, mark) if n and p[:n].strip("._")]
+    out = ".".join(k + (m if m and "." in k else "") for k, m in kept)
     return (out or "run") + "-" + name_hash(name)
 
 
