@@ -268,6 +268,11 @@ def test_with_job(name, job, out):
         ({"job_id": True}, None, True),
         ({"run_id": "none"}, None, False),  # TORCHELASTIC's default: no job, nothing to say
         ({"trace_id": "D84EEAE1F7B4478F9F2D86023BDD9BA9"}, None, False),  # per process: not a job
+        # a job keyword and digits, as a file name states them (tester's third round, finding 11)
+        ({"job_id": "slurm-4711"}, "job-4711", False),
+        ({"job_id": "JOB-4711"}, "job-4711", False),
+        ({"run_id": "job_id=0042"}, "job-42", False),
+        ({"run_id": "myjob-3"}, "myjob-3", False),  # a keyword glued to a word: text, as in a name
     ],
 )
 def test_job_from_metadata(meta, job, noted):
@@ -807,3 +812,31 @@ def test_a_file_named_by_run_gets_no_job_note(tmp_path):
     assert res.notes == [
         f"rank 0 of run x is already held by source {held}; this file was put in run {res.run_id}"
     ]
+
+
+def test_one_job_in_file_names_and_metadata_is_one_run(tmp_path):
+    """The tester's mix2/: JOB-4711_rank0.json and slurm-4711.rank3.json (job in the file name)
+    were in mix2.job-4711, r1.json (job_id "slurm-4711") in mix2.slurm-4711 and r2.json (job_id
+    "JOB-4711") in mix2.JOB-4711: one job, three runs."""
+    d = tmp_path / "mix2"
+    _rank(d / "JOB-4711_rank0.json", 0, T0_US)
+    _rank(d / "slurm-4711.rank3.json", 3, T0_US + 3)
+    write_trace(
+        d / "r1.json",
+        [X("kernel", "k", T0_US + 1, 50, pid=0, tid=7, device=0, stream=7, correlation=1)],
+        distributedInfo={"rank": 1, "world_size": 4},
+        job_id="slurm-4711",
+    )
+    write_trace(
+        d / "r2.json",
+        [X("kernel", "k", T0_US + 2, 50, pid=0, tid=7, device=0, stream=7, correlation=1)],
+        distributedInfo={"rank": 2, "world_size": 4},
+        job_id="JOB-4711",
+    )
+    lake = tmp_path / "lake"
+    r = runner.invoke(app, ["ingest", str(d), "--lake", str(lake), "-j", "1", "-q"])
+    assert r.exit_code == EXIT_OK, r.output
+    src = Lake(lake).sources()
+    assert {k: sorted(g["rank"].to_list()) for (k,), g in src.group_by("run_id")} == {
+        "mix2.job-4711": [0, 1, 2, 3]
+    }

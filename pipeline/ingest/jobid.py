@@ -19,7 +19,8 @@ the job comes from, first found wins:
    `group_trace_id` (the id Kineto's on-demand profiling gives the traces of all ranks
    collected together; `trace_id` is per process and is not used); values added with
    `torch.profiler.profile.add_metadata_json`; keys as written here, in lower case. A value of
-   digits is job `job-<digits>`; any other value of 1 to 64 letters, digits, `.`, `_`, `-`
+   digits, or a job keyword and digits as rule 1 reads them (`slurm-4711`, `JOB-4711`), is job
+   `job-<digits>`; any other value of 1 to 64 letters, digits, `.`, `_`, `-`
    is used as it is; other values are ignored (a note says so). An Nsight Systems export: the
    environment its capture recorded for the profiled process (META_DATA_CAPTURE), of which
    only `SLURM_JOB_ID`, `PBS_JOBID`, `LSB_JOBID`, `TORCHELASTIC_RUN_ID` (unless `none`, its
@@ -50,6 +51,8 @@ METADATA_KEYS = ("job_id", "jobid", "slurm_job_id", "run_id", "group_trace_id")
 # environment variables naming a capture's job (an Nsight Systems export's META_DATA_CAPTURE)
 ENV_KEYS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "TORCHELASTIC_RUN_ID")
 _VALUE = re.compile(r"[A-Za-z0-9._-]{1,64}")
+# a value that is a job keyword and the job's digits, as a file name states them (`slurm-4711`)
+_JOB_VALUE = re.compile(rf"{_KEYWORD}[-_.=]?(\d+)", re.IGNORECASE)
 
 
 def job_of_name(name: str) -> str | None:
@@ -60,8 +63,9 @@ def job_of_name(name: str) -> str | None:
 
 def job_of_value(value) -> str | None:
     """The job a metadata value names (module doc, 2): `job-<n>` for digits (an int, or text of
-    digits), the text itself for another id (1-64 of letters, digits, '.', '_', '-'), else None
-    (also for True/False, null, '', 'none' and nested values)."""
+    digits) and for a job keyword with digits (`slurm-4711`, `JOB-4711`, `job_id=4711`: as
+    job_of_name reads a file name), the text itself for another id (1-64 of letters, digits,
+    '.', '_', '-'), else None (also for True/False, null, '', 'none' and nested values)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
@@ -71,6 +75,9 @@ def job_of_value(value) -> str | None:
     v = value.strip()
     if v.isascii() and v.isdigit():
         return f"job-{int(v)}"
+    m = _JOB_VALUE.fullmatch(v) if v.isascii() else None
+    if m is not None:  # `slurm-4711`, `JOB-4711`: the job a file name `slurm-4711.json` states
+        return f"job-{int(m.group(1))}"
     if v.lower() in ("", "none", "null") or not _VALUE.fullmatch(v) or v in (".", ".."):
         return None
     return v
