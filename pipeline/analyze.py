@@ -203,13 +203,18 @@ def kept_or_computed(
     if (missing or no_row) and src is None:
         src = lake.sources(None if whole else sorted(keys))
     if missing:
+        from . import local
         from .analyze_compute import compute
 
         # every run: the connection reads the lake unfiltered (its cheapest form)
         scope = None if whole and len(missing) == len(keys) else missing
         rows = src if scope is None else src.filter(src["run_id"].is_in(scope))  # (read once)
+        # the per-source results the runs' sources lack, computed and kept first (a run's first
+        # analysis; ingest no longer computes them), so the metrics read them
+        switches: list[tuple[str, str]] = []
+        local.fill(lake, scope, src=rows, switches=switches)
         fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
-        same = listing is not None and results.listing_signature(lake.root) == listing
+        same = listing is not None and results.listing_signature(lake.root) == _through(listing, switches)
         for run_id, doc in run_docs(fresh, missing).items():
             data = results.encode(doc)
             docs[run_id] = results.decode(data)
@@ -222,6 +227,17 @@ def kept_or_computed(
     if keep and whole:
         results.prune(lake.root, set(keys))
     return docs
+
+
+def _through(listing: str, switches: list[tuple[str, str]]) -> str | None:
+    """The lake's listing signature after local.fill's own switches of compacted generations
+    (each (signature before, after) taken under the lake's lock), from `listing`; None when
+    another command's commit came between (what was computed may then mix two states)."""
+    for before, after in switches:
+        if before != listing:
+            return None
+        listing = after
+    return listing
 
 
 def kept_fleet_row(options: dict, run_id: str, doc: dict, src: pl.DataFrame, key: str) -> pa.Table | None:

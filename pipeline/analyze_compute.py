@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from . import local, query
+from . import query
 from . import schema as sch
 from .analyze_doc import LIST_KEYS, SCHEMA, header  # noqa: F401  (LIST_KEYS: the document's lists)
 from .analyze_fields import (
@@ -121,9 +121,6 @@ def compute(
     # the NCCL findings' views are bound only when a run in scope holds NCCL logs or nccl-tests
     # output (binding them cost a small job of traces alone 0.1 s for no finding)
     nccl = nccl_findings.has_inputs(lake, runs)
-    # the per-source results a run's sources lack are computed and kept first (local.fill: a
-    # run's first analysis; ingest no longer computes them), so the metrics below read them
-    local.fill(lake, runs, src=src)
     con = query.connect(
         lake,
         window=window,

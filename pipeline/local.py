@@ -25,7 +25,7 @@ Only sources of at least MIN_GPU_ROWS GPU activities get results: below that the
 take milliseconds, and a small job would pay a DuckDB connection per file for nothing.
 
 fill(lake, runs) adds them to the committed sources of those runs that lack them, in parts of
-their own or held by a compacted generation (pipeline/analyze_compute.py calls it);
+their own or held by a compacted generation (pipeline/analyze.py calls it);
 stage_local(staged) adds them to a staged source (pipeline/ingest/prepare.py calls it for a lake
 in a bucket only, which fill cannot write yet); backfill(lake) to every committed source with
 parts of its own (lakes written by benchmarks/scale_trace.py). Errors: duckdb.Error from the SQL,
@@ -221,14 +221,18 @@ def stage_local(staged: Staged, status: str = "ok", min_rows: int | None = None)
         staged.tables.append(t)
 
 
-def fill(lake: Lake, runs=None, min_rows: int | None = None, src: pl.DataFrame | None = None) -> int:
+def fill(
+    lake: Lake, runs=None, min_rows: int | None = None, src: pl.DataFrame | None = None, switches=None
+) -> int:
     """Compute and store the local results of the committed sources of `runs` (None: every run)
     that lack results of the current SQL version: sources of one rank with at least min_rows
     (None: MIN_GPU_ROWS) GPU activities, in parts of their own or held by their run's compacted
-    generation. Called by analysis before it connects (pipeline/analyze_compute.py), so a run's
+    generation. Called by analysis before it computes (pipeline/analyze.py kept_or_computed), so a run's
     first analysis computes them and every later one reads them (issue 37 item 2: they used to be
     computed by ingest, half of a large rank's ingest CPU). src: the `sources` rows of runs when
-    the caller has them.
+    the caller has them. switches: a list given, (results.listing_signature before, after) is
+    appended for each compacted generation switched here, both taken under the lake's lock (so
+    analysis can tell its own switches from another command's commits).
 
     Each source is computed outside the lake's lock, reading its committed parts (those of a held
     source copied out of the generation first) and spilling under the system's temporary
@@ -257,7 +261,7 @@ def fill(lake: Lake, runs=None, min_rows: int | None = None, src: pl.DataFrame |
     for group, workers in ((small, FILL_WORKERS), ([t for t in todo if t[3] > SERIAL_ROWS], 1)):
         with cf.ThreadPoolExecutor(workers) as pool:
             try:
-                done += _fill_group(lake, group, min_rows, pool)
+                done += _fill_group(lake, group, min_rows, pool, switches)
             except _Busy as e:
                 pool.shutdown(cancel_futures=True)
                 return done + e.done
@@ -271,11 +275,11 @@ class _Busy(Exception):
         self.done = done
 
 
-def _fill_group(lake: Lake, todo, min_rows: int, pool) -> int:
+def _fill_group(lake: Lake, todo, min_rows: int, pool, switches: list | None) -> int:
     """fill() for `todo` ((run directory, source id, generation or None, GPU rows), in run order),
     computed on `pool`: a source with parts of its own written as soon as it is computed, those
     of a generation in one switch once the run's last one is. Raises _Busy."""
-    from . import lake_compact
+    from . import lake_compact, results
     from .lake import LakeBusy
 
     futures, idents = [], []
@@ -311,8 +315,11 @@ def _fill_group(lake: Lake, todo, min_rows: int, pool) -> int:
                 adds.setdefault((run_dir, gen), {})[sid] = res
             if last[(run_dir, gen)] == i and (batch := adds.pop((run_dir, gen), None)):
                 with lake.lock():
+                    before = results.listing_signature(lake.root) if switches is not None else ""
                     if lake_compact.add_tables(lake, run_dir, gen, batch):
                         done += len(batch)
+                        if switches is not None:
+                            switches.append((before, results.listing_signature(lake.root)))
     except LakeBusy:
         raise _Busy(done) from None
     return done

@@ -182,3 +182,39 @@ def test_a_fill_cut_before_its_marker_is_not_used_and_is_completed(few, tmp_path
     assert pl.read_parquet(lake.table_files("local_results"))["sql_version"].unique().to_list() == [
         query.local_sql_version()
     ]
+
+
+def test_a_compacted_runs_first_analysis_is_kept(few, tmp_path, monkeypatch):
+    """fill's switch of the run's generation changes the lake's listing, which analysis compares
+    before keeping what it computed: its own switches (signatures taken under the lock) are told
+    apart from another command's commit, so the first analysis is kept and the second reads it;
+    a commit between the listing and fill's switch keeps nothing."""
+    import pipeline.analyze_compute as ac
+    from pipeline import results
+
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    _, held = _few_lakes(few, tmp_path / "a")
+    first = analyze(held)
+    assert len(held.holders("local_results")) == FEW
+    assert list((held.root / "results" / "job").glob("*.json"))
+
+    def refuse(*a, **k):
+        raise AssertionError("computed again")
+
+    monkeypatch.setattr(ac, "compute", refuse)
+    same = json.dumps(analyze(held), sort_keys=True, default=str)
+    assert same == json.dumps(first, sort_keys=True, default=str)
+    monkeypatch.undo()
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    _, other = _few_lakes(few, tmp_path / "b")
+    fill = local.fill
+
+    def racing(lake, *a, **k):  # another command commits between the listing and the switch
+        os.utime(next((lake.root / "sources").rglob("*.parquet")), ns=(1, 1))
+        return fill(lake, *a, **k)
+
+    monkeypatch.setattr(local, "fill", racing)
+    before = results.listing_signature(other.root)
+    analyze(other)
+    assert results.listing_signature(other.root) != before
+    assert not list((other.root / "results" / "job").glob("*.json"))
