@@ -8,9 +8,11 @@ stages, each a function of its own:
    (`results.known_keys`; `kept_analysis` is the CLI's path through it).
 2. **reuse or compute** (`kept_or_computed`): a run whose key has a kept result
    (<lake>/results/<run_id>/<key>.json) is read back; every other run is computed, all of them in
-   one pass of the metric queries (pipeline/analyze_compute.py `compute`), the document cut into
-   one per run (`run_docs`) and each kept under its key with its fleet row
-   (pipeline/results_fleet.py), unless the lake changed meanwhile.
+   one pass of the metric queries (pipeline/analyze_compute.py `compute`), after the per-source
+   results their large ranks lack are computed and kept in the lake (pipeline/local.py `fill`: a
+   run's first analysis), the document cut into one per run (`run_docs`) and each kept under its
+   key with its fleet row (pipeline/results_fleet.py), unless the lake changed meanwhile (other
+   than by fill's own switches: `_through`).
 3. **assemble** (`assemble`): the per-run documents' lists concatenated in run order, their notes
    likewise, under the scalar keys the options give (`analyze_doc.header`).
 
