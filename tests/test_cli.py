@@ -271,8 +271,10 @@ def test_a_failed_file_found_in_a_directory_gets_the_run_its_place_gives(tmp_pat
     r = runner.invoke(app, ["ingest", str(tmp_path / "top"), "--lake", str(lake), "-j", "1"])
     assert r.exit_code == 3, r.output
     rows = connect(Lake(lake)).execute("SELECT regexp_extract(path, '[^/]+$'), status, run_id FROM sources")
+    # bad.tar.gz is cut inside its member rank2.json: the member fails, in the run a member at
+    # the archive's top gets (the archive's name: a.b.bad), as a healthy one would be
     assert sorted(rows.fetchall()) == [
-        ("bad.tar.gz", "failed", "a.b"),
+        ("bad.tar.gz!rank2.json", "failed", "a.b.bad"),
         ("cut.tar", "failed", "a.b"),
         ("loop.json", "failed", "a.b"),
         ("rank0.json", "ok", "a.b"),
