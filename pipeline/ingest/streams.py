@@ -92,17 +92,25 @@ class Inflate(io.RawIOBase):
             else:
                 data = self.raw.read(READ_BLOCK)
                 self.in_bytes += len(data)
-                if not data:
-                    if self._started and not self._d.eof:
-                        self.truncated = True  # the job was killed while the file was written
+                if not data and not (self._started and not self._d.eof):
                     self._eof = True
                     return b""
-            try:
-                out = self._d.decompress(data, n)
-            except Exception as e:  # zlib/isal raise their own error types
-                raise TraceError(
-                    f"corrupt or truncated gzip ({str(e).strip() or type(e).__name__})"
-                ) from None
+            if not data:  # the stream ends inside a gzip member: the job was killed while the
+                try:  # file was written; first the output the decompressor still holds (isal
+                    out = self._d.decompress(b"", n)  # keeps up to a window back until asked)
+                except Exception:
+                    out = b""
+                if not out:
+                    self.truncated = True
+                    self._eof = True
+                    return b""
+            else:
+                try:
+                    out = self._d.decompress(data, n)
+                except Exception as e:  # zlib/isal raise their own error types
+                    raise TraceError(
+                        f"corrupt or truncated gzip ({str(e).strip() or type(e).__name__})"
+                    ) from None
             self._started = True
             if self._d.eof:  # end of a member: another may follow
                 rest = self._d.unused_data
