@@ -209,12 +209,7 @@ def append(lake, run_dir: str, batch: list[tuple[str, dict[str, pa.Table], pa.Ta
             rows = [r for r in rows if r is not None and r.num_rows]
             if not rows:
                 continue
-            tbl = pa.concat_tables(rows).sort_by(sort_keys(t))
-            (stage / t).mkdir(parents=True, exist_ok=True)
-            name = f"c-{gen}-0.parquet"
-            pq.write_table(
-                tbl, stage / t / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema)
-            )
+            name = _stage_table(stage, t, gen, rows)
             files.setdefault(t, []).append(name)
             written[t] = [name]
         for sid, tables, _ in batch:
@@ -225,6 +220,16 @@ def append(lake, run_dir: str, batch: list[tuple[str, dict[str, pa.Table], pa.Ta
         shutil.rmtree(stage, ignore_errors=True)
     journal.crash_point("compact-written")
     _switch(lake, run_dir, new)
+
+
+def _stage_table(stage: Path, t: str, gen: str, rows: list[pa.Table]) -> str:
+    """Write `rows` of table t, concatenated and sorted by sort_keys(t), as generation gen's one
+    new file of t under stage; its name."""
+    tbl = pa.concat_tables(rows).sort_by(sort_keys(t))
+    (stage / t).mkdir(parents=True, exist_ok=True)
+    name = f"c-{gen}-0.parquet"
+    pq.write_table(tbl, stage / t / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema))
+    return name
 
 
 def add_tables(lake, run_dir: str, gen: str, adds: dict[str, dict[str, pa.Table]]) -> bool:
@@ -250,12 +255,7 @@ def add_tables(lake, run_dir: str, gen: str, adds: dict[str, dict[str, pa.Table]
             rows = [adds[s][t] for s in sorted(adds) if t in adds[s] and adds[s][t].num_rows]
             if not rows:
                 continue
-            tbl = pa.concat_tables(rows).sort_by(sort_keys(t))
-            (stage / t).mkdir(parents=True, exist_ok=True)
-            name = f"c-{new_gen}-0.parquet"
-            pq.write_table(
-                tbl, stage / t / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema)
-            )
+            name = _stage_table(stage, t, new_gen, rows)
             files.setdefault(t, []).append(name)
             written[t] = [name]
         for s, tables in adds.items():

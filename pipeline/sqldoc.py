@@ -331,43 +331,34 @@ def _table_docs() -> list[ObjectDoc]:
     return out
 
 
-def _catalog_docs() -> list[ObjectDoc]:
-    lines = CATALOGS.strip().splitlines()
-    tags = _tags(lines, "pipeline/sqldoc.py CATALOGS")
+def _tagged_docs(text: str, where: str, kind: str, source) -> list[ObjectDoc]:
+    """The @table entries of a doc text held in this module (CATALOGS, REPLAY_VIEWS), each with
+    its @column tags, as ObjectDocs of `kind`; source(name) names the file the object comes from."""
+    lines = text.strip().splitlines()
+    tags = _tags(lines, f"pipeline/sqldoc.py {where}")
     out, cur = [], None
     for i, tag, t in tags + [(len(lines), "table", "")]:
         if tag == "table":
             if cur:
-                out.append(ObjectDoc(cur[0], "catalog", cur[1], _columns(cur[2], "CATALOGS"), cur[3]))
+                out.append(ObjectDoc(cur[0], kind, cur[1], _columns(cur[2], where), source(cur[0])))
             if t:
-                name, summary = _named(t, tag, "CATALOGS")
-                cur = (
-                    name,
-                    summary,
-                    [],
-                    "pipeline/catalog/" + ("devices" if "device" in name else "collectives") + ".toml",
-                )
-        else:
-            cur[2].append((i, tag, t))
-    return out
-
-
-def _replay_docs() -> list[ObjectDoc]:
-    """critical_path and critical_path_summary (REPLAY_VIEWS), kind "replay"."""
-    lines = REPLAY_VIEWS.strip().splitlines()
-    tags = _tags(lines, "pipeline/sqldoc.py REPLAY_VIEWS")
-    out, cur = [], None
-    for i, tag, t in tags + [(len(lines), "table", "")]:
-        if tag == "table":
-            if cur:
-                cols = _columns(cur[2], "REPLAY_VIEWS")
-                out.append(ObjectDoc(cur[0], "replay", cur[1], cols, "pipeline/whatif/face.py"))
-            if t:
-                name, summary = _named(t, tag, "REPLAY_VIEWS")
+                name, summary = _named(t, tag, where)
                 cur = (name, summary, [])
         else:
             cur[2].append((i, tag, t))
     return out
+
+
+def _catalog_docs() -> list[ObjectDoc]:
+    def source(name: str) -> str:
+        return "pipeline/catalog/" + ("devices" if "device" in name else "collectives") + ".toml"
+
+    return _tagged_docs(CATALOGS, "CATALOGS", "catalog", source)
+
+
+def _replay_docs() -> list[ObjectDoc]:
+    """critical_path and critical_path_summary (REPLAY_VIEWS), kind "replay"."""
+    return _tagged_docs(REPLAY_VIEWS, "REPLAY_VIEWS", "replay", lambda name: "pipeline/whatif/face.py")
 
 
 # DuckDB's names of the polars types the fleet view's columns have (pipeline/fleet.py)

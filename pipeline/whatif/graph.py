@@ -269,24 +269,10 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     # beside the launch, cross-stream and collective edges (numpy lets go of the GIL)
     pool = ThreadPoolExecutor(max_workers=1)
     spans = (ranks_u, rank_lo, rank_hi, chain_lo, chain_hi)
-    sync = pool.submit(
-        _sync_edges,
-        g_launch,
-        g_s,
-        g_e,
-        g_rank,
-        g_step,
-        h_s,
-        h_e,
-        h_rank,
-        h_step,
-        what,
-        is_block_name,
-        h_gap,
-        h_b,
-        spans,
-        facts,
-    )
+    gpu = (g_launch, g_s, g_e, g_rank, g_step)
+    host = (h_s, h_e, h_rank, h_step, what, is_block_name, h_gap, h_b)
+    sync = pool.submit(_sync_edges, gpu, host, spans, facts)
+    del gpu, host
     pool.shutdown(wait=False)  # the thread ends with the sync edges; sync.result() below waits
     launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)
     # a graph replay's kernels share one launch: only its first kernel is released by it

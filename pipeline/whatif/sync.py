@@ -50,27 +50,15 @@ def _last_work(ends, e_rank, e_step, g_rank, g_step, g_e):
     return hi[has], gmax[c][has], emax[c][has]
 
 
-def _sync_edges(
-    g_launch,
-    g_s,
-    g_e,
-    g_rank,
-    g_step,
-    h_s,
-    h_e,
-    h_rank,
-    h_step,
-    what,
-    is_block_name,
-    h_gap,
-    h_b,
-    spans,
-    facts,
-):
+def _sync_edges(gpu, host, spans, facts):
     """The sync edges (graph.py module doc): per host node the GPU work it waits for (h_dep, -1:
     none) and, where binding, the time from that work's end to its own (h_t; also its own time in
-    h_b). A step end mark that waits gets h_gap clipped to 0. h_gap and h_b are changed in place;
-    spans: the GPU rows' (ranks_u, rank_lo, rank_hi, chain_lo, chain_hi)."""
+    h_b). A step end mark that waits gets h_gap clipped to 0. h_gap and h_b are changed in place.
+    gpu: (g_launch, g_s, g_e, g_rank, g_step); host: (h_s, h_e, h_rank, h_step, what,
+    is_block_name, h_gap, h_b); spans: the GPU rows' (ranks_u, rank_lo, rank_hi, chain_lo,
+    chain_hi)."""
+    g_launch, g_s, g_e, g_rank, g_step = gpu
+    h_s, h_e, h_rank, h_step, what, is_block_name, h_gap, h_b = host
     ranks_u, rank_lo, rank_hi, chain_lo, chain_hi = spans
     # --- sync edges: a blocking node waits for work that ended inside it
     m = len(h_s)
