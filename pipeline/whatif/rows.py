@@ -182,7 +182,7 @@ def host_rows(
     with ThreadPoolExecutor(max_workers=1) as pool:
         # the calls that launched work (their (rank, correlation) is a GPU row's), found on the
         # rows' first order in a thread beside the chain order (numpy lets go of the GIL in its
-        # sorts: 64 x 100k, host side 2.5 -> 1.6 s on two cores)
+        # sorts and searches; docs/whatif.md "Speed" has what the threads together gave)
         linking = pool.submit(_Links.make, h_rank0, h_corr0, call0, g_rank0, g_corr0)
         perm = _order([h_rank0, h_s0, order_of[kind0]], [-h_e0])
         h_rank, h_s, h_e, kind = h_rank0[perm], h_s0[perm], h_e0[perm], kind0[perm]
