@@ -29,8 +29,9 @@ again therefore leaves the same lake as an uninterrupted run. (A power loss can 
 renames the file system had not written back; nothing is fsynced.)
 
 One writer at a time: lock() takes an exclusive flock(2) on <lake>/.lock for the whole ingest;
-a second ingest gets LakeError naming the holder (pid, host, start time). The kernel releases the
-lock when the holder dies, however it dies.
+a second ingest gets LakeError naming the holder (pid, host, start time). A writer waits (up to
+BRIEF_HOLD_WAIT_S) only for an analysis writing its per-source results, whose holds are a few
+milliseconds. The kernel releases the lock when the holder dies, however it dies.
 
 Failed files get a `sources` row with status=failed and no other rows.
 
@@ -70,6 +71,7 @@ import os
 import re
 import shutil
 import socket
+import time
 import uuid
 from collections.abc import Iterable
 from contextlib import contextmanager
@@ -269,13 +271,22 @@ class LakeFiles:
         )
 
 
+# how long a writer waits for the lock where its holder is an analysis writing its per-source
+# results (Lake.lock; a few ms per rank): longer holds (an ingest, a forget) fail at once
+BRIEF_HOLD_WAIT_S = 10.0
+
+
 class Lake(LakeFiles):
     """A lake: LakeFiles plus the crash-safe writing protocol of this module's docstring."""
 
     @contextmanager
-    def lock(self):
+    def lock(self, purpose: str | None = None):
         """Hold the lake's writer lock (flock on <lake>/.lock) for the duration. Raises LakeBusy
-        (one line, naming the holder) when another process holds it."""
+        (one line, naming the holder) when another process holds it, at once, or after up to
+        BRIEF_HOLD_WAIT_S where the holder said its purpose is "analysis" (a run's first analysis
+        writing its per-source results, pipeline/local.py: a few ms per rank, which an ingest or
+        forget then waits out instead of failing). purpose: what this holder writes, recorded
+        with its pid for the others."""
         self.ensure()
         path = self.root / ".lock"
         try:
@@ -283,29 +294,36 @@ class Lake(LakeFiles):
         except OSError as e:
             raise LakeError(f"{self.root}: cannot open the lock file: {e.strerror or e}") from None
         try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise LakeError(f"{self.root}: cannot lock the lake: {e.strerror or e}") from None
+            deadline = time.monotonic() + BRIEF_HOLD_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as e:
+                    if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise LakeError(f"{self.root}: cannot lock the lake: {e.strerror or e}") from None
                 try:
                     holder = json.loads(os.pread(fd, 4096, 0) or b"{}")
                 except ValueError:
                     holder = {}
+                if holder.get("purpose") == "analysis" and time.monotonic() < deadline:
+                    time.sleep(0.02)  # an analysis's short write: wait it out
+                    continue
                 who = (
                     f" (pid {holder.get('pid')} on {holder.get('host')}, since {holder.get('since')})"
                     if holder.get("pid")
                     else ""
                 )
                 raise LakeBusy(
-                    f"{self.root}: another tracelake command (ingest or forget) is writing to this "
-                    f"lake{who}; wait for it to finish, then run this one again"
+                    f"{self.root}: another tracelake command ({holder.get('purpose') or 'ingest or forget'}) "
+                    f"is writing to this lake{who}; wait for it to finish, then run this one again"
                 ) from None
             info = json.dumps(
                 {
                     "pid": os.getpid(),
                     "host": socket.gethostname(),
                     "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+                    **({"purpose": purpose} if purpose else {}),
                 }
             ).encode()
             os.ftruncate(fd, 0)

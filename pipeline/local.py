@@ -306,7 +306,7 @@ def _fill_group(lake: Lake, todo, min_rows: int, pool, switches: list | None) ->
             if gen is None:
                 part = lake.root / "sources" / run_dir / f"{sid}.parquet"
                 if res:
-                    with lake.lock():
+                    with lake.lock(purpose="analysis"):
                         if _identity(part) == idents[i] and (run_dir, sid) in lake.committed():
                             _write_own(lake, run_dir, sid, res)
                             done += 1
@@ -314,7 +314,7 @@ def _fill_group(lake: Lake, todo, min_rows: int, pool, switches: list | None) ->
             if res:
                 adds.setdefault((run_dir, gen), {})[sid] = res
             if last[(run_dir, gen)] == i and (batch := adds.pop((run_dir, gen), None)):
-                with lake.lock():
+                with lake.lock(purpose="analysis"):
                     before = results.listing_signature(lake.root) if switches is not None else ""
                     if lake_compact.add_tables(lake, run_dir, gen, batch):
                         done += len(batch)

@@ -218,3 +218,51 @@ def test_a_compacted_runs_first_analysis_is_kept(few, tmp_path, monkeypatch):
     analyze(other)
     assert results.listing_signature(other.root) != before
     assert not list((other.root / "results" / "job").glob("*.json"))
+
+
+def test_a_writer_waits_out_an_analysis_short_hold(tmp_path, monkeypatch):
+    """Lake.lock: a holder whose purpose is "analysis" (a first analysis writing its per-source
+    results, a few ms a rank) is waited for, up to BRIEF_HOLD_WAIT_S; any other holder makes a
+    writer fail at once with LakeBusy naming it. Hand-made holds in a thread, on a second open of
+    the lock file (flock(2) locks conflict between two open file descriptions, even in one
+    process)."""
+    import time
+
+    import pipeline.lake as lake_mod
+    from pipeline.lake import LakeBusy
+
+    lake = Lake(tmp_path / "lake")
+    lake.ensure()
+    held = threading.Event()
+
+    def hold(purpose, secs):
+        with lake.lock(purpose=purpose):
+            held.set()
+            time.sleep(secs)
+
+    def holding(purpose, secs) -> threading.Thread:
+        held.clear()
+        t = threading.Thread(target=hold, args=(purpose, secs))
+        t.start()
+        held.wait()
+        return t
+
+    t = holding("analysis", 0.4)
+    start = time.monotonic()
+    with lake.lock():  # waits the analysis out
+        waited = time.monotonic() - start
+    t.join()
+    assert waited >= 0.2
+    t = holding(None, 0.6)  # an ingest or forget: no waiting
+    start = time.monotonic()
+    with pytest.raises(LakeBusy, match=r"another tracelake command \(ingest or forget\) is writing"):
+        with lake.lock():
+            pass
+    assert time.monotonic() - start < 0.3
+    t.join()
+    monkeypatch.setattr(lake_mod, "BRIEF_HOLD_WAIT_S", 0.1)  # an analysis holding longer than that
+    t = holding("analysis", 0.6)
+    with pytest.raises(LakeBusy, match=r"another tracelake command \(analysis\) is writing"):
+        with lake.lock():
+            pass
+    t.join()
