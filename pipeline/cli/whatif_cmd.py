@@ -150,9 +150,7 @@ def whatif(
             del other
             ocon.close()
         g = wi.build(con, run_id)
-        try:  # a change the run cannot take: a usage error
-            for r in on_time:
-                wi.changes.check_rank(g, r)
+        try:  # a change the run cannot take (Change.check): a usage error
             for ch in wanted:
                 if ch.check is not None:
                     ch.check(g)

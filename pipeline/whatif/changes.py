@@ -202,6 +202,7 @@ def on_time(rank: int) -> Change:
         apply,
         f"what made rank {rank} late: its own step keeps its time",
         said,
+        lambda g: check_rank(g, rank),
     )
 
 
