@@ -141,6 +141,15 @@ LEVEL_SPAN = 1 << 20  # a step's levels start at step x LEVEL_SPAN (a lower boun
 MAX_LEVEL_PASSES = 64  # passes of levels() before it gives up (the replay goes window by window)
 
 
+def _raise_at(a: np.ndarray, idx: np.ndarray, cand: np.ndarray) -> bool:
+    """a[idx] raised to cand where cand is higher (levels only rise); whether any was."""
+    up = cand > a[idx]
+    if not up.any():
+        return False
+    a[idx[up]] = cand[up]
+    return True
+
+
 def levels(g: Graph) -> tuple[np.ndarray, np.ndarray] | None:
     """A level per GPU and host node such that re-timing the levels in ascending order, each once
     (host nodes, then GPU nodes), gives every node its final time: every edge that round order
@@ -194,13 +203,9 @@ def levels(g: Graph) -> tuple[np.ndarray, np.ndarray] | None:
         # none ends the passes; a chain's cumulative maximum is taken again only after a raise
         changed = dirty = False
         old_x = G[xsrc]  # the cross-stream edges read the levels the pass started with
-        if len(nxt):
-            cand = G[wsrc] + dw
-            up = cand > H[nxt]
-            if up.any():
-                changed = True
-                H[nxt[up]] = cand[up]
-                np.maximum.accumulate(H, out=H)
+        if len(nxt) and _raise_at(H, nxt, G[wsrc] + dw):
+            changed = True
+            np.maximum.accumulate(H, out=H)
         if lsrc is not None:
             np.take(H, lsrc, out=tmp)
             tmp += dl
@@ -208,20 +213,14 @@ def levels(g: Graph) -> tuple[np.ndarray, np.ndarray] | None:
             if up_all.any():
                 changed = dirty = True
                 np.maximum(G, tmp, out=G)
-        cand = old_x + dx
-        up = cand > G[xi]
-        if up.any():
+        if _raise_at(G, xi, old_x + dx):
             changed = dirty = True
-            G[xi[up]] = cand[up]
         if dirty:
             np.maximum.accumulate(G, out=G)
             dirty = False
         if ncoll and len(ci):
-            cand = G[mi - 1] + 1  # the same chain: the same shift
-            up = cand > G[mi]
-            if up.any():
+            if _raise_at(G, mi, G[mi - 1] + 1):  # the same chain: the same shift
                 changed = dirty = True
-                G[mi[up]] = cand[up]
             cw = np.zeros(ncoll, dtype=np.int64)
             np.maximum.at(cw, csrc, G[ci] - c_off)
             cand = cw[csrc] + c_off
