@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, _clip, command, err, exit_help, real_console, usage_error
+from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, real_console, usage_error
 from .interrupt import Interrupted, signals_interrupt
 from .options import (
     COMM,
@@ -61,22 +61,17 @@ def _ingest_run(run: str, lake) -> str:
     `runs --run v1.2` reads it), with a note on stderr when that is not the run the value alone
     names (runid.given_run_id: a new lake's); else
     the value as a new run's id (runs.run_for). Raises BadParameter when it names several runs."""
-    from ..ingest.runid import given_run_id, resolve_run
+    from ..ingest.runid import given_run_id
     from ..lake import one_line
+    from .options import resolve_one
 
-    found = resolve_run(run, set(lake.sources()["run_id"].drop_nulls().to_list()))
-    if len(found) > 1:
-        raise typer.BadParameter(
-            one_line(
-                _clip(f"--run {run}: names {len(found)} runs (one per job): {', '.join(found)}; give one")
-            )
-        )
-    if found and found[0] != given_run_id(run):
+    found = resolve_one(run, set(lake.sources()["run_id"].drop_nulls().to_list()))
+    if found is not None and found != given_run_id(run):
         err.print(
-            one_line(f"note: --run {run} is run {found[0]} of the lake (as runs and analyze read it)"),
+            one_line(f"note: --run {run} is run {found} of the lake (as runs and analyze read it)"),
             markup=False,
         )
-    return found[0] if found else run
+    return found or run
 
 
 def _ingest(

@@ -236,6 +236,22 @@ def _check_patterns(patterns: list[str]) -> None:
 FORMATS = ("html", "json", "md")
 
 
+def resolve_one(value: str, known: set[str]) -> str | None:
+    """The lake's run a --run value names (ingest.runid.resolve_run), None when none. Raises
+    BadParameter when it names several runs (one per job), listing them."""
+    from ..ingest.runid import resolve_run
+    from ..lake import one_line
+
+    found = resolve_run(value, known)
+    if len(found) > 1:
+        raise typer.BadParameter(
+            one_line(
+                _clip(f"--run {value}: names {len(found)} runs (one per job): {', '.join(found)}; give one")
+            )
+        )
+    return found[0] if found else None
+
+
 def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
     """--run values as the lake's run ids (ingest.runid.resolve_run, as `ingest --run` resolves
     them): an id as printed, or a directory path a run was named by (docs/usage.md, Runs; './',
@@ -244,21 +260,14 @@ def _resolve_runs(runs: list[str], known: set[str]) -> list[str]:
     whose traces state a numbered job names that job's run (`meta` finds `meta.job-4712`).
     Raises BadParameter naming the values the lake does not hold, or a directory path that
     names several runs (listing them)."""
-    from ..ingest.runid import resolve_run
     from ..lake import one_line
 
     out, missing = [], []
     for r in runs:
-        found = resolve_run(r, known)
-        if len(found) > 1:
-            raise typer.BadParameter(
-                one_line(
-                    _clip(f"--run {r}: names {len(found)} runs (one per job): {', '.join(found)}; give one")
-                )
-            )
-        if not found:
+        found = resolve_one(r, known)
+        if found is None:
             missing.append(r)
-        out.append(found[0] if found else r)
+        out.append(found or r)
     if missing:
         raise typer.BadParameter(
             one_line(
