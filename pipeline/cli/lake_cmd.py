@@ -334,19 +334,15 @@ def _describe(name: str, fmt: str) -> None:
         "doc": [c.doc for c in d.columns],
     }
     if fmt == "json":
-        sys.stdout.write(
-            json.dumps(
-                {
-                    "name": d.name,
-                    "kind": d.kind,
-                    "source": d.source,
-                    "doc": d.summary,
-                    "internal": d.internal,
-                    "columns": pl.DataFrame(cols).to_dicts(),
-                },
-                ensure_ascii=False,
-            )
-            + "\n"
+        _write_json(
+            {
+                "name": d.name,
+                "kind": d.kind,
+                "source": d.source,
+                "doc": d.summary,
+                "internal": d.internal,
+                "columns": pl.DataFrame(cols).to_dicts(),
+            }
         )
         return
     if fmt == "csv":
@@ -392,6 +388,14 @@ def _json_value(v):
     return str(v)
 
 
+def _write_json(obj, **kw) -> None:
+    """obj as one line of JSON on stdout, non-ASCII text as UTF-8 bytes (`über`, not `\\u00fcber`)
+    whatever the locale's encoding, as `tracelake runs --format json` writes (runs_cmd.write_rows);
+    kw: json.dumps' options."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write((json.dumps(obj, ensure_ascii=False, **kw) + "\n").encode())
+
+
 def _finite(v):
     """v with every float NaN or infinity (not JSON) replaced by None, and every integer past
     MAX_SAFE_INT as its decimal text (a double-based reader would round it), through lists and
@@ -428,10 +432,7 @@ def _write_frame(df, fmt: str) -> None:
         )
         sys.stdout.write(df.write_csv())
     elif fmt == "json":  # NaN and infinities are not JSON: null
-        sys.stdout.write(
-            json.dumps(_finite(df.to_dicts()), default=_json_value, allow_nan=False, ensure_ascii=False)
-            + "\n"
-        )
+        _write_json(_finite(df.to_dicts()), default=_json_value, allow_nan=False)
     else:
         with pl.Config(
             tbl_rows=200,
