@@ -443,11 +443,7 @@ def backfill(lake: Lake, min_rows: int | None = None) -> int:
                 res = compute(files, sid, min_rows, spill_dir=scratch)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
-            for t in (*TABLES, "local_results") if res else ():
-                dest = lake.root / t / run_dir / f"{sid}.parquet"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(f".{sid}.{uuid.uuid4().hex}.tmp")
-                write_parquet(res[t], tmp)
-                os.replace(tmp, dest)
+            if res:
+                _write_own(lake, run_dir, sid, res)
             done += bool(res)
     return done
