@@ -51,8 +51,6 @@ METADATA_KEYS = ("job_id", "jobid", "slurm_job_id", "run_id", "group_trace_id")
 # environment variables naming a capture's job (an Nsight Systems export's META_DATA_CAPTURE)
 ENV_KEYS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "TORCHELASTIC_RUN_ID")
 _VALUE = re.compile(r"[A-Za-z0-9._-]{1,64}")
-# a value that is a job keyword and the job's digits, as a file name states them (`slurm-4711`)
-_JOB_VALUE = re.compile(rf"{_KEYWORD}[-_.=]?(\d+)", re.IGNORECASE)
 
 
 def job_of_name(name: str) -> str | None:
@@ -75,7 +73,7 @@ def job_of_value(value) -> str | None:
     v = value.strip()
     if v.isascii() and v.isdigit():
         return f"job-{int(v)}"
-    m = _JOB_VALUE.fullmatch(v) if v.isascii() else None
+    m = JOB_IN_NAME.fullmatch(v) if v.isascii() else None
     if m is not None:  # `slurm-4711`, `JOB-4711`: the job a file name `slurm-4711.json` states
         return f"job-{int(m.group(1))}"
     if v.lower() in ("", "none", "null") or not _VALUE.fullmatch(v) or v in (".", ".."):
@@ -118,14 +116,14 @@ def stated_job(name: str, dir_name: str, values: dict, keys=METADATA_KEYS) -> tu
     by_name = job_of_name(name)
     job, why, key = _metadata_job(values, keys)
     notes = [why] if why else []
-    if by_name is not None and _numbered(job) and job != by_name:
+    if by_name is not None and numbered(job) and job != by_name:
         notes.append(
             f"its file name states {by_name} and its metadata {key} {job}: the run is named by "
             "the file name's (read before the file; rename it or give --run to use the other)"
         )
     stated = by_name or job
     dir_jobs = [j for j in (job_of_name(p) for p in dir_name.rstrip("/").split("/")) if j]
-    if _numbered(stated) and dir_jobs and stated not in dir_jobs:
+    if numbered(stated) and dir_jobs and stated not in dir_jobs:
         notes.append(
             f"its directory names {dir_jobs[-1]} and the file states {stated}: "
             f"its run name holds both ({with_job(dir_name, stated)}); --run names it otherwise"
@@ -133,7 +131,7 @@ def stated_job(name: str, dir_name: str, values: dict, keys=METADATA_KEYS) -> tu
     return (job if by_name is None else None), notes
 
 
-def _numbered(job: str | None) -> bool:
+def numbered(job: str | None) -> bool:
     """Whether a job is `job-<digits>` (a scheduler's job id, from a name or a value of digits)."""
     return job is not None and job_of_name(job) == job
 

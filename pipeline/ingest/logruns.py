@@ -12,7 +12,7 @@ import re
 import polars as pl
 
 from .. import schema as sch
-from .jobid import JOB_IN_NAME, job_of_name
+from .jobid import JOB_IN_NAME, numbered
 from .runid import id_with_job
 
 NCCL_FORMATS = sch.NCCL_FORMATS  # the sources.format values of NCCL-family files
@@ -91,7 +91,7 @@ def log_job_note(run: str, job: str | None) -> list[str]:
     the traces of run `run` (log_name) stating another numbered job, and none of its (ids that
     disagree are never reconciled silently, jobid.py): [] otherwise."""
     stated = [f"job-{int(d)}" for d in JOB_IN_NAME.findall(run)]
-    if job is None or job_of_name(job) != job or not stated or job in stated:
+    if not numbered(job) or not stated or job in stated:
         return []
     return [
         f"its file name states {job} and the traces beside it {stated[-1]}: it joins them in run "
