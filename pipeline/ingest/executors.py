@@ -91,7 +91,7 @@ def init_worker(jobs: int = 1, done: dict | None = None) -> None:
     its share of the cores: `jobs` workers already keep that many cores busy, so a worker's DuckDB
     threads beyond its share only contend (8 rank files of 50 MB, 2 workers on 2 cores: 7.4-7.7 s
     with 2 threads each, 6.8-7.1 s with one). done: the lake's content index, which pool_work
-    reads when its unit comes without one."""
+    reads."""
     import signal
 
     from . import prepare as prep
@@ -122,14 +122,14 @@ def _on_sigterm(signum, frame) -> None:
     os._exit(128 + signum)
 
 
-def pool_work(unit: Unit, opts: Options, done=None) -> list[Prepared]:
-    """work() in a pool worker (done None: the index init_worker was given); a SIGTERM while it
+def pool_work(unit: Unit, opts: Options) -> list[Prepared]:
+    """work() in a pool worker, with the index init_worker was given; a SIGTERM while it
     runs ends the worker once the unit has unwound (the executor would otherwise report the
     SystemExit as the unit's result and wait for more)."""
     global _IN_WORK
     _IN_WORK = True
     try:
-        return work(unit, opts, _DONE if done is None else done)
+        return work(unit, opts, _DONE)
     except SystemExit as e:
         os._exit(e.code if isinstance(e.code, int) else 1)
     finally:
@@ -208,9 +208,9 @@ def _pooled(units, opts, done, jobs: int, ctx):
 
 
 def retry_alone(u: Unit, opts: Options, done, ctx) -> list[Prepared]:
-    with process_pool(1, ctx, init_worker, ()) as pool:
+    with process_pool(1, ctx, init_worker, (1, done)) as pool:  # the index once, as _pooled's
         try:
-            return pool.submit(pool_work, u, opts, done).result()
+            return pool.submit(pool_work, u, opts).result()
         except cf.process.BrokenProcessPool:
             return unit_failure(u, opts, "the worker process died while ingesting this file (out of memory?)")
 
