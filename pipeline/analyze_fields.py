@@ -293,7 +293,9 @@ def nic_peak(con, coll: pl.DataFrame) -> pl.DataFrame:
     """Collectives per rank with the NICs' rate as the link peak where the device catalog's NVLink
     peak does not apply (the group spans hosts) and the rank's NCCL log states its host's NICs
     (views/50_nccl.sql rank_line_rate; docs/nccl.md "Line rate"); link_kind says which peak."""
-    rates = pl.from_arrow(con.sql("SELECT run_id, rank, nic_rate_gbps FROM rank_line_rate").to_arrow_table())
+    from .query import frame  # planned once on a small lake
+
+    rates = frame(con, "SELECT run_id, rank, nic_rate_gbps FROM rank_line_rate")
     if rates.height == 0:
         return coll.with_columns(link_kind=link_kind(coll))
     out = coll.join(rates, on=["run_id", "rank"], how="left")

@@ -202,7 +202,7 @@ def _run_stored(con, workers: int | None = None) -> dict[str, pl.DataFrame]:
     texts = {t: (query.QUERIES_DIR / STORED[t]).read_text() for t in order}
     got = query.on_cursors(
         con,
-        lambda c, t: pl.from_arrow(c.sql(texts[t]).to_arrow_table()),
+        lambda c, t: query.frame(c, texts[t]),
         order,
         min(workers or QUERY_WORKERS, THREADS or os.cpu_count() or 1),
     )
