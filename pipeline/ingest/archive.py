@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from .errors import TraceError
-from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES
+from .formats import ARCHIVE_SUFFIXES, LOG_SUFFIXES, TRACE_SUFFIXES, archive_stem
 from .jobid import job_of_name, with_job
 from .runs import dir_name
 from .streams import (
@@ -177,11 +177,7 @@ def member_run_name(archive: str, member: str, below: str | None = None, job=_NA
     elif job is not None:  # where the archive lies, as its members unpacked there would be named
         return with_job(top if top is not None else dir_name(archive), job)
     else:
-        name = Path(archive).name
-        for s in (".tar.gz", ".tgz", ".tar", ".zip"):
-            if name.lower().endswith(s):
-                name = name[: -len(s)] or name
-                break
+        name = archive_stem(Path(archive).name)
     name = f"{top}/{name}" if top is not None else name
     return with_job(name, job)
 

@@ -38,6 +38,7 @@ from .formats import (
     SQLITE_MAGIC,
     TRACE_SUFFIXES,
     ZIP_MAGIC,
+    archive_suffix,
 )
 
 SNIFF_BYTES = 65536  # how much of a text file sniffing reads
@@ -398,10 +399,10 @@ def _not_an_archive(path: Path) -> str | None:
     first bytes sniff_path() found no archive in (a truncated download, another file renamed):
     a corrupt archive, which reading it as a trace would call "not a trace". None for other
     names, and for a `.tar.gz` that is gzip data (read as a gzipped trace or log, as before)."""
-    low = path.name.lower()
-    kind = next((k for k in ("zip", "tar.gz", "tgz", "tar") if low.endswith("." + k)), None)
-    if kind is None:
+    suffix = archive_suffix(path.name)
+    if suffix is None:
         return None
+    kind = suffix[1:]
     try:
         with streams.open_regular(path) as f:
             head = f.read(512)

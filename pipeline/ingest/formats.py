@@ -45,3 +45,17 @@ SQLITE_SIDECARS = ("-wal", "-journal")
 WAL_MAGIC = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83")
 WAL_HEADER_BYTES = 32
 JOURNAL_MAGIC = b"\xd9\xd5\x05\xf9\x20\xa1\x63\xd7"
+
+
+def archive_suffix(name: str) -> str | None:
+    """The archive suffix of ARCHIVE_SUFFIXES that `name` ends with, case-insensitively (none of
+    them ends another); None for none."""
+    low = name.lower()
+    return next((s for s in ARCHIVE_SUFFIXES if low.endswith(s)), None)
+
+
+def archive_stem(name: str) -> str:
+    """`name` without its archive suffix (as it is where it has none, or where nothing would be
+    left)."""
+    s = archive_suffix(name)
+    return (name[: -len(s)] or name) if s else name

@@ -48,6 +48,7 @@ from typing import Callable
 
 import polars as pl
 
+from .formats import archive_stem
 from .logruns import (  # noqa: F401  (rule 4's pieces, re-exported: their module is logruns.py)
     IDENTITY_TABLES,
     NCCL_FORMATS,
@@ -192,12 +193,7 @@ def _archive_named(path: str, named: str) -> bool:
     archive, bang, member = path.rpartition("!")
     if not bang or "/" in member:
         return False
-    stem = archive.rsplit("/", 1)[-1]
-    for suffix in (".tar.gz", ".tgz", ".tar", ".zip"):
-        if stem.lower().endswith(suffix):
-            stem = stem[: -len(suffix)] or stem
-            break
-    tail = run_id_of(stem)
+    tail = run_id_of(archive_stem(archive.rsplit("/", 1)[-1]))
     return named == tail or named.endswith("." + tail)
 
 
