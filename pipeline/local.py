@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from . import query
 from . import schema as sch
-from .lake import Lake, Staged
+from .lake import Lake, LakeBusy, Staged
 from .parts import write_parquet
 
 MIN_GPU_ROWS = 20_000
@@ -255,35 +255,35 @@ def fill(
     min_rows = MIN_GPU_ROWS if min_rows is None else min_rows
     todo = _missing(lake, runs, min_rows, src)
     # sources up to SERIAL_ROWS activities FILL_WORKERS at a time (the ingest's pool workers
-    # computed them side by side before), larger ones alone (each under the whole memory cap)
-    small = [t for t in todo if t[3] <= SERIAL_ROWS]
-    done = 0
-    for group, workers in ((small, FILL_WORKERS), ([t for t in todo if t[3] > SERIAL_ROWS], 1)):
+    # computed them side by side before), larger ones after them, alone (each under the whole
+    # memory cap); a generation's results are written once its last source in that order is
+    # computed, so one switch takes a run's small and large sources together
+    todo = [t for t in todo if t[3] <= SERIAL_ROWS] + [t for t in todo if t[3] > SERIAL_ROWS]
+    last = {(run_dir, gen): i for i, (run_dir, _, gen, _) in enumerate(todo) if gen is not None}
+    state = {"done": 0, "adds": {}}
+    n_small = sum(1 for t in todo if t[3] <= SERIAL_ROWS)
+    for lo, hi, workers in ((0, n_small, FILL_WORKERS), (n_small, len(todo), 1)):
+        if lo == hi:
+            continue
         with cf.ThreadPoolExecutor(workers) as pool:
             try:
-                done += _fill_group(lake, group, min_rows, pool, switches)
-            except _Busy as e:
+                _fill_group(lake, todo, lo, hi, min_rows, pool, switches, last, state)
+            except LakeBusy:
                 pool.shutdown(cancel_futures=True)
-                return done + e.done
-    return done
+                return state["done"]
+    return state["done"]
 
 
-class _Busy(Exception):
-    """Another command holds the lake's lock (LakeBusy): fill stops, having written `done`."""
-
-    def __init__(self, done: int):
-        self.done = done
-
-
-def _fill_group(lake: Lake, todo, min_rows: int, pool, switches: list | None) -> int:
-    """fill() for `todo` ((run directory, source id, generation or None, GPU rows), in run order),
+def _fill_group(lake: Lake, todo, lo: int, hi: int, min_rows: int, pool, switches, last, state) -> None:
+    """fill() for todo[lo:hi] (todo: (run directory, source id, generation or None, GPU rows)),
     computed on `pool`: a source with parts of its own written as soon as it is computed, those
-    of a generation in one switch once the run's last one is. Raises _Busy."""
+    of a generation kept in state["adds"] until last[(run directory, generation)], the index of
+    the generation's last source in todo, is computed, then written in one switch;
+    state["done"] counts the sources given results. Raises LakeBusy (what is written stays)."""
     from . import lake_compact, results
-    from .lake import LakeBusy
 
     futures, idents = [], []
-    for run_dir, sid, gen, _ in todo:
+    for run_dir, sid, gen, _ in todo[lo:hi]:
         if gen is None:
             part = lake.root / "sources" / run_dir / f"{sid}.parquet"
             idents.append(_identity(part))
@@ -297,32 +297,26 @@ def _fill_group(lake: Lake, todo, min_rows: int, pool, switches: list | None) ->
             idents.append(None)
             cp = lambda d, r=run_dir, s=sid: _copy_held(lake, r, s, d)  # noqa: E731
             futures.append(pool.submit(_computed, cp, sid, min_rows))
-    # the last source of each generation: its run's results are written once it is computed
-    last = {(run_dir, gen): i for i, (run_dir, _, gen, _) in enumerate(todo) if gen is not None}
-    done, adds = 0, {}
-    try:
-        for i, ((run_dir, sid, gen, _), fut) in enumerate(zip(todo, futures)):
-            res = fut.result()
-            if gen is None:
-                part = lake.root / "sources" / run_dir / f"{sid}.parquet"
-                if res:
-                    with lake.lock(purpose="analysis"):
-                        if _identity(part) == idents[i] and (run_dir, sid) in lake.committed():
-                            _write_own(lake, run_dir, sid, res)
-                            done += 1
-                continue
+    adds = state["adds"]
+    for i, (run_dir, sid, gen, _), ident, fut in zip(range(lo, hi), todo[lo:hi], idents, futures):
+        res = fut.result()
+        if gen is None:
+            part = lake.root / "sources" / run_dir / f"{sid}.parquet"
             if res:
-                adds.setdefault((run_dir, gen), {})[sid] = res
-            if last[(run_dir, gen)] == i and (batch := adds.pop((run_dir, gen), None)):
                 with lake.lock(purpose="analysis"):
-                    before = results.listing_signature(lake.root) if switches is not None else ""
-                    if lake_compact.add_tables(lake, run_dir, gen, batch):
-                        done += len(batch)
-                        if switches is not None:
-                            switches.append((before, results.listing_signature(lake.root)))
-    except LakeBusy:
-        raise _Busy(done) from None
-    return done
+                    if _identity(part) == ident and (run_dir, sid) in lake.committed():
+                        _write_own(lake, run_dir, sid, res)
+                        state["done"] += 1
+            continue
+        if res:
+            adds.setdefault((run_dir, gen), {})[sid] = res
+        if last[(run_dir, gen)] == i and (batch := adds.pop((run_dir, gen), None)):
+            with lake.lock(purpose="analysis"):
+                before = results.listing_signature(lake.root) if switches is not None else ""
+                if lake_compact.add_tables(lake, run_dir, gen, batch):
+                    state["done"] += len(batch)
+                    if switches is not None:
+                        switches.append((before, results.listing_signature(lake.root)))
 
 
 def _computed(files_in, sid: str, min_rows: int) -> dict[str, pa.Table]:

@@ -114,6 +114,29 @@ def test_held_sources_get_the_results_of_parts_of_their_own(lakes):
             assert query.run(con, name).equals(query.run(ref, name)), name
 
 
+def test_a_generation_of_small_and_large_sources_is_filled_in_one_call(lakes, few, tmp_path, monkeypatch):
+    """A generation holding sources on both sides of SERIAL_ROWS (the small computed side by side,
+    the large after them, alone) gets every source's results in one fill and one switch: the
+    small ones' switch used to leave the large one pointing at a generation that was gone, its
+    results computed and dropped. Reference: the rows of the parts-of-their-own lake."""
+    _, parts = lakes
+    _, held = _few_lakes(few, tmp_path)
+    missing = local._missing
+
+    def one_large(*a, **k):  # the second source counts as large (its rows are the same 139 kernels)
+        got = missing(*a, **k)
+        return [(r, s, g, 10**6 if i == 1 else n) for i, (r, s, g, n) in enumerate(got)]
+
+    monkeypatch.setattr(local, "_missing", one_large)
+    monkeypatch.setattr(local, "SERIAL_ROWS", 1000)
+    switches = []
+    assert local.fill(held, min_rows=10, switches=switches) == FEW
+    assert len(switches) == 1
+    assert local.fill(held, min_rows=10) == 0
+    for t in (*local.TABLES, "local_results"):
+        assert _own_rows(held, t) == _own_rows(parts, t), t
+
+
 def test_the_first_analysis_fills_and_equals_the_full_computation(few, tmp_path, monkeypatch):
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
     lake = Lake(tmp_path / "lake")
