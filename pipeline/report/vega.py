@@ -37,14 +37,20 @@ def cache_dir() -> Path:
 MIN_BUNDLE_BYTES = 100_000  # a cached bundle shorter than this was cut: built again
 
 
+def bundle_path() -> Path:
+    """Where the installed vl-convert's bundle is kept: vega-bundle-vl-convert-<its version>.js in
+    cache_dir() (RuntimeError as cache_dir; PackageNotFoundError without vl-convert-python)."""
+    from importlib.metadata import version
+
+    return cache_dir() / f"vega-bundle-vl-convert-{version('vl-convert-python')}.js"
+
+
 @lru_cache(maxsize=1)
 def vega_bundle() -> str:
     """Vega + Vega-Lite + vega-embed as one ES module (vl-convert's bundle), safe inside <script>:
     read from the cache when it holds the bundle of the installed vl-convert, else built and
     written there (atomically: a temporary name, then renamed, so a reader never sees half)."""
-    from importlib.metadata import version
-
-    path = cache_dir() / f"vega-bundle-vl-convert-{version('vl-convert-python')}.js"
+    path = bundle_path()
     try:
         js = path.read_text(encoding="utf-8")
         if len(js) >= MIN_BUNDLE_BYTES:
