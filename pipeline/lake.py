@@ -18,10 +18,13 @@ Crash safety. A source (one input file) reaches the lake whole or not at all:
    far go back to the staging directory, the earlier version's parts and then its `sources` row
    go back where they were, and the staging directory is removed. The lake is then exactly as it
    was before (commit raises the OSError, naming the lake file that could not be changed).
-3. recover() (run by every ingest under the lock, before it writes): a staging directory with an
+3. recover() (run under the lock by every ingest, forget and compact before it writes, and by a
+   run's first analysis before it writes the per-source results, pipeline/local.py fill): a
+   staging directory with an
    UNDO marker is undone, one with a COMMIT journal is finished (or, when that fails, undone), the
-   same steps each time (each one is idempotent), one without either is removed, and a part with
-   no `sources` row of its run and source id (left by a kill in step 2) is removed.
+   same steps each time (each one is idempotent), one without either is removed, a part with
+   no `sources` row of its run and source id (left by a kill in step 2) is removed, and so is a
+   hidden temporary file in a run directory (a part killed before its rename).
 Steps 2 and 3 are pipeline/lake_journal.py. Readers (table_files(), so DuckDB through
 pipeline/query.py) list only parts whose `sources` row exists, so a source being replaced is
 either seen whole or not at all. Killing an ingest with SIGKILL at any moment and running it

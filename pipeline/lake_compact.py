@@ -308,9 +308,13 @@ def garbage(lake, view: manifest.View) -> list[tuple[Path, str]]:
     """Parts no reader sees, with why (recover() removes them): parts of a source without its
     `sources` part ('no sources row'), compacted files of no live generation and the own parts of
     sources a generation holds ('not in the run's compacted generation'), a manifest's temporary
-    file."""
+    file, and the hidden temporary file of a part a kill stopped before its rename ('an unfinished
+    write': pipeline/local.py's `.<source id>.<hex>.tmp`, pipeline/upgrade.py's
+    `.<part>.upgrade`; both are written only under the lake's lock, so under the lock one is
+    always a leftover)."""
     out = []
     for t in sch.tables():
+        out += [(p, "an unfinished write") for p in _unfinished(lake.root / t)]
         live = set(view.files(t))
         for r, stem in lake._listing(t):
             m = view.manifests.get(r)
@@ -332,6 +336,25 @@ def garbage(lake, view: manifest.View) -> list[tuple[Path, str]]:
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _unfinished(table_dir: Path) -> list[Path]:
+    """Hidden temporary files (`.*.tmp`, `.*.upgrade`) in a table's run directories."""
+    out = []
+    try:
+        runs = [e.path for e in os.scandir(table_dir) if e.name.startswith("run=") and e.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    for r in runs:
+        try:
+            out += [
+                Path(e.path)
+                for e in os.scandir(r)
+                if e.name.startswith(".") and e.name.endswith((".tmp", ".upgrade")) and e.is_file()
+            ]
+        except FileNotFoundError:  # a run directory removed meanwhile
+            continue
+    return sorted(out)
 
 
 def write_groups(table: str, inputs: list[tuple[Path, set | None]], out_dir: Path, gen: str) -> list[str]:

@@ -36,6 +36,7 @@ SchemaError (pipeline/schema.py) if a result does not conform, OSError from the 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import ctypes
 import os
 import shutil
@@ -48,6 +49,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from . import lake_journal as journal
 from . import query
 from . import schema as sch
 from .lake import Lake, LakeBusy, Staged
@@ -239,7 +241,9 @@ def fill(
     directory; its results are then written under the lock if the source is still what was read
     (its `sources` part or its run's generation unchanged), as backfill writes them (local_results
     last, so a kill half-way leaves results no reader uses and the next call completes) or as new
-    files of the generation (lake_compact.add_tables, one switch). Nothing is done for a lake in a
+    files of the generation (lake_compact.add_tables, one switch); the first time it takes the
+    lock it runs Lake.recover, which removes what a killed fill left (a hidden `.tmp` file in a
+    run directory, a generation's files no manifest names). Nothing is done for a lake in a
     bucket (its sources get their results at ingest, pipeline/ingest/prepare.py), one that cannot
     be written or is of an older schema; a source whose results cannot be computed (duckdb.Error,
     SchemaError, OSError, polars' errors: the DuckDB memory cap exceeded, say) is left without, and
@@ -303,7 +307,7 @@ def _fill_group(lake: Lake, todo, lo: int, hi: int, min_rows: int, pool, switche
         if gen is None:
             part = lake.root / "sources" / run_dir / f"{sid}.parquet"
             if res:
-                with lake.lock(purpose="analysis"):
+                with _writing(lake, state):
                     if _identity(part) == ident and (run_dir, sid) in lake.committed():
                         _write_own(lake, run_dir, sid, res)
                         state["done"] += 1
@@ -311,12 +315,26 @@ def _fill_group(lake: Lake, todo, lo: int, hi: int, min_rows: int, pool, switche
         if res:
             adds.setdefault((run_dir, gen), {})[sid] = res
         if last[(run_dir, gen)] == i and (batch := adds.pop((run_dir, gen), None)):
-            with lake.lock(purpose="analysis"):
+            with _writing(lake, state):
                 before = results.listing_signature(lake.root) if switches is not None else ""
                 if lake_compact.add_tables(lake, run_dir, gen, batch):
                     state["done"] += len(batch)
                     if switches is not None:
                         switches.append((before, results.listing_signature(lake.root)))
+
+
+@contextlib.contextmanager
+def _writing(lake: Lake, state: dict):
+    """The lake's lock for fill's writes (purpose "analysis": Lake.lock); the first time in a
+    fill, what an interrupted writer left is repaired first (Lake.recover: a fill killed before
+    its rename or switch leaves a hidden `.tmp` file in a run directory, or a generation's files no
+    manifest names, which no reader sees; the next ingest, forget or compact would remove them,
+    but the next analysis may come first)."""
+    with lake.lock(purpose="analysis"):
+        if not state.get("recovered"):
+            state["recovered"] = True
+            lake.recover()
+        yield
 
 
 def _computed(files_in, sid: str, min_rows: int) -> dict[str, pa.Table]:
@@ -406,6 +424,7 @@ def _write_own(lake: Lake, run_dir: str, sid: str, res: dict[str, pa.Table]) -> 
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{sid}.{uuid.uuid4().hex}.tmp")
         write_parquet(res[t], tmp)
+        journal.crash_point("local-written")
         os.replace(tmp, dest)
 
 

@@ -1,0 +1,147 @@
+"""A run's first analysis killed while it writes the per-source results (pipeline/local.py fill),
+and the readers and writers around it.
+
+Inputs: the 3 ranks of HTA's simple_add trace of tests/test_local_fill.py (139 kernels a rank;
+min_rows lowered to 10 so that fill computes them), as parts of their own and compacted into the
+run's generation. A real `kill -9` at exact moments: a child process runs fill with
+TRACELAKE_CRASH_AT (pipeline/lake_journal.py crash_point) and dies there.
+Checked, against references outside the code under test (the rows of a lake filled without
+interruption, read straight from every Parquet file under it with pyarrow; the full metric files,
+`query.connect(lake, local_results=False)`; a directory listing of the lake):
+- a fill killed between writing a result part's temporary file and renaming it leaves a hidden
+  `.tmp` file in a run directory; the next fill (the next analysis) removes it and completes the
+  results, which equal an uninterrupted fill's;
+- a fill killed after writing a compacted generation's new files but before its switch leaves
+  files no manifest names; the next fill removes them and switches once.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+
+import msgspec
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, corpus
+
+from pipeline import local, query
+from pipeline.ingest import ingest_paths
+from pipeline.lake import Lake
+
+TRACE = corpus(
+    "hta", "tests", "data", "critical_path", "simple_add", "benchmark_result_493459_1694039959_trace.json.gz"
+)
+FEW = 3
+CHECKED = (*query.LOCAL_METRICS, "collective_exposure", "roofline")
+
+
+@pytest.fixture(scope="module")
+def few(tmp_path_factory):
+    d = tmp_path_factory.mktemp("in") / "job"
+    d.mkdir()
+    doc = msgspec.json.decode(gzip.decompress(TRACE.read_bytes()))
+    for r in range(FEW):
+        doc["distributedInfo"] = {"rank": r, "world_size": FEW, "backend": "nccl"}
+        (d / f"rank{r}.json").write_bytes(msgspec.json.encode(doc))
+    return d
+
+
+def _lake(few, root, held: bool) -> Lake:
+    lake = Lake(root)
+    assert {r.status for r in ingest_paths([few], lake, jobs=1, compact=False)} == {"ok"}
+    if held:
+        with lake.lock():
+            assert lake.compact(min_sources=2) == [("job", FEW * 4, 4)]
+    return lake
+
+
+@pytest.fixture(scope="module")
+def filled(few, tmp_path_factory):
+    """{held: a lake of the FEW sources filled without interruption} (the reference rows)."""
+    out = {}
+    for held in (False, True):
+        lake = _lake(few, tmp_path_factory.mktemp("ref") / "lake", held)
+        assert local.fill(lake, min_rows=10) == FEW
+        out[held] = lake
+    return out
+
+
+def _all_rows(lake: Lake, table: str) -> list[str]:
+    """The table's rows read from every Parquet file under the lake (pyarrow; no listing or
+    manifest of the code under test), sorted."""
+    rows = []
+    for f in sorted((lake.root / table).glob("run=*/*.parquet")):
+        rows += [repr(r) for r in pq.read_table(f).to_pylist()]
+    return sorted(rows)
+
+
+def _hidden(lake: Lake) -> list[str]:
+    """Hidden files in the lake's run directories and what <lake>/.tmp and _compacted hold
+    besides manifests (a plain directory listing)."""
+    out = [str(p.relative_to(lake.root)) for p in lake.root.glob("*/run=*/.*")]
+    if (lake.root / ".tmp").is_dir():
+        out += [f".tmp/{p.name}" for p in (lake.root / ".tmp").iterdir()]
+    if (lake.root / "_compacted").is_dir():
+        out += [p.name for p in (lake.root / "_compacted").iterdir() if not p.name.endswith(".json")]
+    return sorted(out)
+
+
+def _compacted(lake: Lake) -> set[str]:
+    """The compacted files under the lake (table/run=job/c-<gen>-<k>.parquet)."""
+    return {str(p.relative_to(lake.root)) for p in lake.root.glob("*/run=job/c-*.parquet")}
+
+
+def _killed_fill(lake: Lake, point: str) -> None:
+    """A child process running fill(lake, min_rows=10), killed by SIGKILL at crash point `point`
+    ("name:n")."""
+    code = (
+        "from pipeline import local; from pipeline.lake import Lake; "
+        f"local.fill(Lake({str(lake.root)!r}), min_rows=10)"
+    )
+    env = {**os.environ, "TRACELAKE_CRASH_AT": point}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert out.returncode == -9, out.stderr
+
+
+def _same_as_uninterrupted(lake: Lake, ref: Lake) -> None:
+    for t in (*local.TABLES, "local_results"):
+        assert _all_rows(lake, t) == _all_rows(ref, t), t
+    con, full = query.connect(lake), query.connect(lake, local_results=False)
+    assert con.execute("SELECT getvariable('use_local')").fetchall() == [(True,)]
+    for name in CHECKED:
+        assert query.run(con, name).equals(query.run(full, name)), name
+
+
+def test_a_kill_before_a_result_part_is_renamed_leaves_nothing_after_the_next_fill(few, filled, tmp_path):
+    lake = _lake(few, tmp_path / "lake", held=False)
+    # the 13th part written: the second source's (11 tables a source, local_results last)
+    _killed_fill(lake, "local-written:13")
+    left = _hidden(lake)
+    assert len(left) == 1 and left[0].endswith(".tmp") and left[0].startswith("local_step_time/run=job/."), (
+        left
+    )
+    assert len(lake.table_files("local_results")) == 1
+    assert local.fill(lake, min_rows=10) == FEW - 1
+    assert _hidden(lake) == []
+    _same_as_uninterrupted(lake, filled[False])
+
+
+def test_a_kill_before_a_generations_switch_leaves_nothing_after_the_next_fill(few, filled, tmp_path):
+    lake = _lake(few, tmp_path / "lake", held=True)
+    gen_files = _compacted(lake)
+    _killed_fill(lake, "compact-written:1")
+    orphans = _compacted(lake) - gen_files
+    # a new file per table with rows in the uninterrupted fill's lake (simple_add has no steps
+    # or communication kernels: 4 tables), none live
+    with_rows = {t for t in (*local.TABLES, "local_results") if _all_rows(filled[True], t)}
+    assert {o.split("/")[0] for o in orphans} == with_rows and len(orphans) == 4, orphans
+    assert lake.holders("local_results") == set()
+    switches = []
+    assert local.fill(lake, min_rows=10, switches=switches) == FEW
+    assert len(switches) == 1
+    assert not orphans & _compacted(lake)
+    assert _hidden(lake) == []
+    _same_as_uninterrupted(lake, filled[True])
