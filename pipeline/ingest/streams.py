@@ -1,6 +1,8 @@
 """Byte streams every input is read through: bounded gunzip (Inflate), a peek at the first
 bytes (Peek), regular files opened without blocking on a FIFO (open_regular), and a window onto
-an archive member's bytes (Window, Closing). Limits, from the environment:
+an archive member's bytes (Window, Closing), and text in UTF-16 or UTF-32 told from UTF-8 and
+decoded as it is read (text_encoding, utf8_head, utf8_reader: the one rule of every text reader,
+NCCL-family logs and Kineto JSON). Limits, from the environment:
 TRACELAKE_MAX_UNCOMPRESSED_BYTES (default 16 GiB) on what one gzip stream may expand to, and
 TRACELAKE_MAX_COMPRESSION_RATIO (default 200:1, applied once past RATIO_FLOOR, 64 MiB) on how
 much it may expand (docs/usage.md; what an archive is and how its members are found:
@@ -9,6 +11,7 @@ pipeline/ingest/archive.py).
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 import stat
@@ -221,34 +224,46 @@ class Closing:
         self.close()
 
 
-# text in a Unicode encoding other than UTF-8, told by its byte order mark (Unicode 15, section
-# 23.8, table 23-4; PowerShell's `>` and Windows editors write UTF-16LE with one). UTF-32LE's
-# mark starts with UTF-16LE's, so it is looked for first. A UTF-8 mark is left to the readers.
+# Text in a Unicode encoding other than UTF-8, for every reader of text (NCCL-family logs, Kineto
+# JSON): told by its byte order mark (Unicode 15, section 23.8, table 23-4; PowerShell's `>` and
+# Windows editors write UTF-16LE with one). UTF-32LE's mark starts with UTF-16LE's, so it is
+# looked for first. A UTF-8 mark is left to the readers (utf8_reader drops it on request).
 UNICODE_BOMS = (
-    (b"\xff\xfe\x00\x00", "utf-32-le", "UTF-32LE"),
-    (b"\x00\x00\xfe\xff", "utf-32-be", "UTF-32BE"),
-    (b"\xff\xfe", "utf-16-le", "UTF-16LE"),
-    (b"\xfe\xff", "utf-16-be", "UTF-16BE"),
+    (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32LE"),
+    (codecs.BOM_UTF32_BE, "utf-32-be", "UTF-32BE"),
+    (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16LE"),
+    (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16BE"),
 )
-_SIGN_BYTES = 16  # without a mark: 8 ASCII characters of UTF-16, each with its zero byte
+# Without a mark, by the zero bytes around ASCII characters (RFC 4627 section 3): in each group
+# of 4 (UTF-32) or 2 (UTF-16) bytes, the one at `at` is an ASCII character other than NUL and the
+# others are zero. UTF-32's groups hold a zero byte where UTF-16's hold a character: never both.
+_UNMARKED = (
+    (4, 0, "utf-32-le", "UTF-32LE"),
+    (4, 3, "utf-32-be", "UTF-32BE"),
+    (2, 0, "utf-16-le", "UTF-16LE"),
+    (2, 1, "utf-16-be", "UTF-16BE"),
+)
+SIGN_BYTES = 16  # bytes told apart without a mark: 8 ASCII characters of UTF-16, 4 of UTF-32
+JSON_SIGN_BYTES = 4  # a JSON text's first 2 characters are ASCII (RFC 4627 section 3)
 
 
-def text_encoding(head: bytes) -> tuple[int, str, str] | None:
+def text_encoding(head: bytes, sign_bytes: int = SIGN_BYTES) -> tuple[int, str, str] | None:
     """(bytes of the byte order mark, Python codec, its name in a note) of UTF-16 or UTF-32 text:
-    one starting with that byte order mark, or, without one, UTF-16 whose first 8 characters are
-    ASCII (their bytes alternate with zeros: RFC 4627 section 3's rule for JSON, over 8 characters
-    rather than 2, so a log padded with NULs when its writer died is not taken for it). None for
-    anything else (UTF-8, binary data)."""
+    one starting with that byte order mark (UNICODE_BOMS), or, without one, whose first
+    `sign_bytes` bytes (a multiple of 4; head must hold them) are ASCII characters with the zero
+    bytes of UTF-32 or UTF-16 around them (_UNMARKED: RFC 4627 section 3's rule for JSON, over 8
+    characters of UTF-16 rather than 2 by default, so a log padded with NULs when its writer died
+    is not taken for it; JSON_SIGN_BYTES for JSON, whose first 2 characters are always ASCII).
+    None for anything else (UTF-8, binary data)."""
     for bom, codec, name in UNICODE_BOMS:
         if head.startswith(bom):
             return len(bom), codec, name
-    h = head[:_SIGN_BYTES]
-    if len(h) == _SIGN_BYTES:
-        even, odd = h[0::2], h[1::2]
-        if not any(odd) and all(0 < b < 0x80 for b in even):
-            return 0, "utf-16-le", "UTF-16LE"
-        if not any(even) and all(0 < b < 0x80 for b in odd):
-            return 0, "utf-16-be", "UTF-16BE"
+    h = head[:sign_bytes]
+    if len(h) == sign_bytes:
+        for width, at, codec, name in _UNMARKED:
+            chars = h[at::width]
+            if all(0 < b < 0x80 for b in chars) and h.count(0) == sign_bytes - len(chars):
+                return 0, codec, name
     return None
 
 
@@ -258,29 +273,30 @@ def utf8_head(head: bytes) -> bytes:
     enc = text_encoding(head)
     if enc is None:
         return head
-    import codecs
-
     return codecs.getincrementaldecoder(enc[1])("replace").decode(head[enc[0] :]).encode("utf-8")
 
 
-def utf8_reader(read, notes: list[str], what: str = "text"):
+def utf8_reader(
+    read, notes: list[str], what: str = "text", sign_bytes: int = SIGN_BYTES, utf8_mark: bool = False
+):
     """read(n) -> bytes as a read(n) of UTF-8 (b'' at its end): a stream of UTF-16 or UTF-32 text
-    (text_encoding of its first bytes) is decoded as it is read, in pieces of n bytes (memory stays bounded;
-    what cannot be decoded is U+FFFD), and notes gets `<encoding> encoded <what>: decoded to UTF-8
-    as it was read`; any other stream is read as it is."""
-    import codecs
-
+    (text_encoding of its first sign_bytes bytes) is decoded as it is read, in pieces of n bytes
+    (memory stays bounded; what cannot be decoded, a lone surrogate or a cut-off last character,
+    is U+FFFD), and notes gets `<encoding> encoded <what>: decoded to UTF-8 as it was read`; any
+    other stream is read as it is (utf8_mark: its UTF-8 byte order mark dropped), its bytes
+    passed through untouched."""
     first = b""
-    while len(first) < _SIGN_BYTES and (b := read(_SIGN_BYTES - len(first))):
+    while len(first) < sign_bytes and (b := read(sign_bytes - len(first))):
         first += b
-    enc = text_encoding(first)
-    pending = [first[enc[0] :] if enc else first]
+    enc = text_encoding(first, sign_bytes)
     if enc is None:
+        pending = [first[3:] if utf8_mark and first.startswith(codecs.BOM_UTF8) else first]
 
         def plain(n: int = -1) -> bytes:
             return pending.pop() if pending and pending[0] else read(n)
 
         return plain
+    pending = [first[enc[0] :]]
     notes.append(f"{enc[2]} encoded {what}: decoded to UTF-8 as it was read")
     decoder = codecs.getincrementaldecoder(enc[1])("replace")
     done = [False]

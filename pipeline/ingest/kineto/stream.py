@@ -3,20 +3,21 @@
 Owns: _Splitter (the traceEvents array cut into batches that msgspec decodes, every complete
 event of a truncated file kept) built on _Input (the byte window over `read`) and _Skeleton (the
 document around the array: the keys before and after it, and the whole-document fallback);
-_ArrayEnd and _fix_utf8; reading JSON in another encoding than UTF-8 (_unicode, _Transcoded: a
-byte order mark dropped, UTF-16 and UTF-32 decoded as read); bytes after the end of the document
+_ArrayEnd and _fix_utf8; JSON in another encoding than UTF-8 read through
+pipeline/ingest/streams.py's utf8_reader (a byte order mark dropped, UTF-16 and UTF-32 decoded as
+read: the one rule of every text reader); bytes after the end of the document
 (ignored, counted in a note: _Skeleton._trailing); the size limits (BATCH_BYTES, READ_BYTES,
 HEAD_LIMIT, TAIL_LIMIT, MAX_EVENT_BYTES, IN_MEMORY_LIMIT).
 """
 
 from __future__ import annotations
 
-import codecs
 import re
 
 import msgspec
 
 from ..errors import TraceError
+from ..streams import JSON_SIGN_BYTES, utf8_reader
 from .decode import _TAGGED, KEvent, KTrace, _TEv, _TSkipped, decode, document_end
 
 # ----------------------------------------------------------------------------- streaming split
@@ -52,77 +53,6 @@ _NON_WS = re.compile(rb"[^ \t\r\n]")
 _BATCH_FAST = msgspec.json.Decoder(list[_TAGGED])
 _BATCH_GENERAL = msgspec.json.Decoder(list[KEvent])
 _TOP = msgspec.json.Decoder(KTrace)
-
-
-# JSON text in another Unicode encoding than UTF-8 (RFC 8259 section 8.1 requires UTF-8; RFC 4627
-# section 3 told the encodings apart by the zero bytes around the first, ASCII, character). A
-# UTF-8 byte order mark is dropped; UTF-16 and UTF-32 text, with or without one, is decoded to
-# UTF-8 as it is read (_Transcoded), so memory stays bounded as for UTF-8.
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32LE"),  # before UTF-16LE: FF FE 00 00 starts with FF FE
-    (codecs.BOM_UTF32_BE, "utf-32-be", "UTF-32BE"),
-    (codecs.BOM_UTF8, None, None),
-    (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16LE"),
-    (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16BE"),
-)
-
-
-def _encoding(head: bytes) -> tuple[int, str | None, str | None]:
-    """(bytes of byte order mark to drop, Python codec, its name in a note) of JSON text starting
-    with `head` (its first 4 bytes); codec None: UTF-8."""
-    for bom, codec, name in _BOMS:
-        if head.startswith(bom):
-            return len(bom), codec, name
-    if len(head) == 4:
-        z = [b == 0 for b in head]
-        for pattern, codec, name in (
-            ([True, True, True, False], "utf-32-be", "UTF-32BE"),
-            ([False, True, True, True], "utf-32-le", "UTF-32LE"),
-            ([True, False, True, False], "utf-16-be", "UTF-16BE"),
-            ([False, True, False, True], "utf-16-le", "UTF-16LE"),
-        ):
-            if z == pattern:
-                return 0, codec, name
-    return 0, None, None
-
-
-class _Transcoded:
-    """read(n) -> UTF-8 bytes of a stream of UTF-16 or UTF-32 text (b'' at its end), decoded in
-    pieces of n bytes; what cannot be decoded (a lone surrogate, a cut-off last character) is
-    U+FFFD."""
-
-    def __init__(self, read, first: bytes, codec: str):
-        self.raw = read
-        self.pending = first
-        self.decoder = codecs.getincrementaldecoder(codec)("replace")
-        self.done = False
-
-    def read(self, n: int) -> bytes:
-        while not self.done:
-            raw, self.pending = self.pending or self.raw(max(n, 4)), b""
-            self.done = not raw
-            text = self.decoder.decode(raw, final=self.done)
-            if text:
-                return text.encode("utf-8")
-        return b""
-
-
-def _unicode(read, notes: list[str]):
-    """`read` as UTF-8: a UTF-8 byte order mark dropped, UTF-16 or UTF-32 text decoded (a note
-    says which)."""
-    head = b""
-    while len(head) < 4 and (b := read(4 - len(head))):
-        head += b
-    drop, codec, name = _encoding(head)
-    if codec is None:
-        rest = [head[drop:]]
-
-        def utf8(n: int) -> bytes:
-            return rest.pop() if rest and rest[0] else read(n)
-
-        return utf8
-    notes.append(f"{name} encoded JSON: decoded to UTF-8 as it was read")
-    return _Transcoded(read, head[drop:], codec).read
 
 
 def _fix_utf8(text) -> tuple[bytes, int]:
@@ -186,7 +116,9 @@ class _Skeleton(_Input):
 
     def __init__(self, read):
         self.notes: list[str] = []
-        super().__init__(_unicode(read, self.notes))
+        # JSON in another encoding than UTF-8 (RFC 8259 section 8.1 requires UTF-8): a UTF-8 byte
+        # order mark dropped, UTF-16 and UTF-32 decoded as read, so memory stays bounded as for UTF-8
+        super().__init__(utf8_reader(read, self.notes, "JSON", JSON_SIGN_BYTES, utf8_mark=True))
         self.top: KTrace | None = None
         self.utf8_fixed = 0
         self.truncated = False
