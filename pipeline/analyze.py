@@ -212,9 +212,10 @@ def kept_or_computed(
         scope = None if whole and len(missing) == len(keys) else missing
         rows = src if scope is None else src.filter(src["run_id"].is_in(scope))  # (read once)
         # the per-source results the runs' sources lack, computed and kept first (a run's first
-        # analysis; ingest no longer computes them), so the metrics read them
+        # analysis; ingest no longer computes them), so the metrics read them: when the runs hold
+        # enough GPU work for that to cost less than computing every metric in full
         switches: list[tuple[str, str]] = []
-        local.fill(lake, scope, src=rows, switches=switches)
+        local.fill(lake, scope, src=rows, switches=switches, min_total=local.FILL_MIN_ROWS)
         fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
         same = listing is not None and results.listing_signature(lake.root) == _through(listing, switches)
         for run_id, doc in run_docs(fresh, missing).items():

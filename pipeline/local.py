@@ -22,7 +22,10 @@ options are the defaults (mfu also without its overrides); otherwise it runs the
 The results equal the full files' rows (tests/test_local.py).
 
 Only sources of at least MIN_GPU_ROWS GPU activities get results: below that the full queries
-take milliseconds, and a small job would pay a DuckDB connection per file for nothing.
+take milliseconds, and a small job would pay a DuckDB connection per file for nothing. And an
+analysis fills only runs whose sources hold at least FILL_MIN_ROWS GPU activities in all (fill's
+min_total): below that, every metric computed in full costs less than the per-source step, whose
+fixed costs (a connection, the step windows and ten files per source) then outweigh the sweep.
 
 fill(lake, runs) adds them to the committed sources of those runs that lack them, in parts of
 their own or held by a compacted generation (pipeline/analyze.py calls it);
@@ -56,6 +59,16 @@ from .lake import Lake, LakeBusy, Staged
 from .parts import write_parquet
 
 MIN_GPU_ROWS = 20_000
+# an analysis computes the per-source results of its runs first (fill's min_total) only when
+# their sources hold at least this many GPU activities in all, with or without results already
+# (every source in scope must have them for the metrics to read them: query.use_local). Below it,
+# every metric computed in full costs less: 8 ranks x 37k GPU activities (benchmarks/
+# scale_trace.py's 50 MB ranks, 0.3 M in all) 4.3-4.5 s wall, 6.6-6.9 CPU-s, 1.13 GB peak for the
+# first analysis in full, against 6.6-10.1 s, 11 CPU-s, 0.96 GB with the per-source step first
+# (2 cores, 2026-12-05). Above it, the full computation's memory grows with the rows (16 x 100k,
+# 1.7 M: 1.19 GB against 0.76 GB, about the same time; 64 x 100k, 6.7 M: 5.4 GB against 1.08 GB)
+# while the per-source step's stays under its cap.
+FILL_MIN_ROWS = 1_000_000
 # DuckDB's memory limit for the per-source connection (_bound_memory): every stored file spills
 # past it (step_time.sql's sweep too, a time bucket at a time), so one rank's results take the same
 # memory whatever its event count (issue 40; benchmarks/ingest_memory.py: the ten files over a
@@ -224,7 +237,12 @@ def stage_local(staged: Staged, status: str = "ok", min_rows: int | None = None)
 
 
 def fill(
-    lake: Lake, runs=None, min_rows: int | None = None, src: pl.DataFrame | None = None, switches=None
+    lake: Lake,
+    runs=None,
+    min_rows: int | None = None,
+    src: pl.DataFrame | None = None,
+    switches=None,
+    min_total: int = 0,
 ) -> int:
     """Compute and store the local results of the committed sources of `runs` (None: every run)
     that lack results of the current SQL version: sources of one rank with at least min_rows
@@ -234,7 +252,9 @@ def fill(
     computed by ingest, half of a large rank's ingest CPU). src: the `sources` rows of runs when
     the caller has them. switches: a list given, (results.listing_signature before, after) is
     appended for each compacted generation switched here, both taken under the lake's lock (so
-    analysis can tell its own switches from another command's commits).
+    analysis can tell its own switches from another command's commits). min_total: nothing is
+    done unless the one-rank sources of `runs` with at least min_rows GPU activities, with results
+    or without, hold at least this many GPU activities in all (analysis passes FILL_MIN_ROWS).
 
     Each source is computed outside the lake's lock, reading its committed parts (those of a held
     source copied out of the generation first) and spilling under the system's temporary
@@ -257,7 +277,9 @@ def fill(
     if upgrade.marker_version(lake) < sch.SCHEMA_VERSION:
         return 0
     min_rows = MIN_GPU_ROWS if min_rows is None else min_rows
-    todo = _missing(lake, runs, min_rows, src)
+    todo, total = _missing(lake, runs, min_rows, src)
+    if total < min_total:
+        return 0
     # sources up to SERIAL_ROWS activities FILL_WORKERS at a time (the ingest's pool workers
     # computed them side by side before), larger ones after them, alone (each under the whole
     # memory cap); a generation's results are written once its last source in that order is
@@ -350,15 +372,16 @@ def _computed(files_in, sid: str, min_rows: int) -> dict[str, pa.Table]:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _missing(lake: Lake, runs, min_rows: int, src) -> list[tuple[str, str, str | None, int]]:
-    """(run directory, source id, its generation or None for parts of its own, its GPU rows) of
-    the committed sources fill() gives results: one rank (their `sources` row's rank), at least min_rows GPU
-    activities (from the Parquet footers of own parts; a run's generation is read only when its
-    gpu_activities files hold that many rows in all), no local_results row of the current
-    version."""
+def _missing(lake: Lake, runs, min_rows: int, src) -> tuple[list[tuple[str, str, str | None, int]], int]:
+    """((run directory, source id, its generation or None for parts of its own, its GPU rows) of
+    the committed sources fill() gives results, the GPU rows of every committed source of `runs`
+    fill() would give results to, with or without them): one rank (their `sources` row's
+    rank), at least min_rows GPU activities (from the Parquet footers of own parts; a run's
+    generation is read only when its gpu_activities files hold that many rows in all), no
+    local_results row of the current version."""
     src = lake.sources(runs) if src is None else src
     if "rank" not in src.columns or not src.height:
-        return []
+        return [], 0
     one_rank = {
         ("run=" + r, s)
         for r, s in src.filter(pl.col("rank").is_not_null() & pl.col("status").is_in(["ok", "partial"]))
@@ -381,15 +404,16 @@ def _missing(lake: Lake, runs, min_rows: int, src) -> list[tuple[str, str, str |
             if (d, s) in one_rank and s in m.sources:
                 counts[(d, s)] = (n, m.gen)
     todo = {k: g for k, (n, g) in counts.items() if n >= min_rows}
+    total = sum(counts[k][0] for k in todo)
     if not todo:
-        return []
+        return [], 0
     current = query.local_sql_version()
     have = lake.table_files("local_results", [d[4:] for d, _ in todo], committed=view)
     if have:
         rows = pl.read_parquet(have, columns=["run_id", "source_id", "sql_version"])
         for r, s in rows.filter(pl.col("sql_version") == current).select("run_id", "source_id").iter_rows():
             todo.pop(("run=" + r, s), None)
-    return [(d, s, g, counts[(d, s)][0]) for (d, s), g in sorted(todo.items())]
+    return [(d, s, g, counts[(d, s)][0]) for (d, s), g in sorted(todo.items())], total
 
 
 def _identity(part: Path) -> tuple[int, int] | None:

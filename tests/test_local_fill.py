@@ -12,7 +12,9 @@ part with pyarrow):
 - an ingest of Kineto traces imports no DuckDB (issue 38 item 1) and stores no results;
 - fill gives the sources held by a generation the same rows as the same sources in parts of
   their own, and every metric read through them equals the full files; the first analysis fills
-  and its document equals the full computation's;
+  only runs of FILL_MIN_ROWS GPU activities or more (the sources that have results counted; the
+  threshold set around the row counts pyarrow reads from the parts' footers), and its document
+  equals the full computation's either way;
 - a source replaced while its results were computed, and a lake whose lock another command
   holds, get nothing written; a fill that fails before its local_results part leaves results no
   reader uses, and the next fill completes them.
@@ -124,8 +126,8 @@ def test_a_generation_of_small_and_large_sources_is_filled_in_one_call(lakes, fe
     missing = local._missing
 
     def one_large(*a, **k):  # the second source counts as large (its rows are the same 139 kernels)
-        got = missing(*a, **k)
-        return [(r, s, g, 10**6 if i == 1 else n) for i, (r, s, g, n) in enumerate(got)]
+        got, total = missing(*a, **k)
+        return [(r, s, g, 10**6 if i == 1 else n) for i, (r, s, g, n) in enumerate(got)], total
 
     monkeypatch.setattr(local, "_missing", one_large)
     monkeypatch.setattr(local, "SERIAL_ROWS", 1000)
@@ -137,18 +139,56 @@ def test_a_generation_of_small_and_large_sources_is_filled_in_one_call(lakes, fe
         assert _own_rows(held, t) == _own_rows(parts, t), t
 
 
-def test_the_first_analysis_fills_and_equals_the_full_computation(few, tmp_path, monkeypatch):
-    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
-    lake = Lake(tmp_path / "lake")
-    assert {r.status for r in ingest_paths([few], lake, jobs=1)} == {"ok"}
-    got = analyze(lake, keep=False)
-    assert len(lake.holders("local_results")) == FEW
+def test_the_first_analysis_fills_only_above_fill_min_rows_and_equals_the_full_computation(
+    few, tmp_path, monkeypatch
+):
+    """Below FILL_MIN_ROWS GPU activities in all, the first analysis computes every metric in
+    full and stores no per-source results; at it, it fills; both documents equal the full
+    computation's (a lake analysed with MIN_GPU_ROWS above every source: no results at all). The
+    threshold is set around the sources' own row count, read from their Parquet footers with
+    pyarrow."""
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
     full = Lake(tmp_path / "full")
     ingest_paths([few], full, jobs=1)
-    ref = analyze(full, keep=False)
+    ref = json.dumps(analyze(full, keep=False), sort_keys=True, default=str)
     assert full.table_files("local_results") == []
-    assert json.dumps(got, sort_keys=True, default=str) == json.dumps(ref, sort_keys=True, default=str)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    lake = Lake(tmp_path / "lake")
+    assert {r.status for r in ingest_paths([few], lake, jobs=1)} == {"ok"}
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in lake.table_files("gpu_activities"))
+    assert rows > FEW * 100
+    monkeypatch.setattr(local, "FILL_MIN_ROWS", rows + 1)
+    assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == ref
+    assert lake.table_files("local_results") == []
+    monkeypatch.setattr(local, "FILL_MIN_ROWS", rows)
+    assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == ref
+    assert len(lake.holders("local_results")) == FEW
+
+
+def test_sources_with_results_count_toward_fill_min_rows(few, tmp_path, monkeypatch):
+    """A run of its own too small to be filled is filled when it is analysed beside a run whose
+    sources have results already (the metrics read per-source results only when every source in
+    scope has them: query.use_local), and not when both together stay under FILL_MIN_ROWS."""
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    other = tmp_path / "in" / "job2"
+    other.mkdir(parents=True)
+    for f in few.iterdir():  # the same events in other bytes (an ingest skips content it holds)
+        doc = msgspec.json.decode(f.read_bytes())
+        doc["copy"] = 2
+        (other / f.name).write_bytes(msgspec.json.encode(doc))
+    for name, top in (("together", 0), ("apart", 1)):
+        lake = Lake(tmp_path / name)
+        assert {r.status for r in ingest_paths([few], lake, jobs=1)} == {"ok"}
+        assert local.fill(lake, min_rows=10) == FEW  # run "job" has results
+        assert {r.status for r in ingest_paths([other], lake, jobs=1)} == {"ok"}
+        runs = {r for r, _ in lake.holders("gpu_activities")}
+        assert len(runs) == 2, runs
+        rows = sum(pq.ParquetFile(f).metadata.num_rows for f in lake.table_files("gpu_activities"))
+        # more than the new run alone holds (half the rows), at most (together) or just over
+        # (apart) what both hold
+        monkeypatch.setattr(local, "FILL_MIN_ROWS", rows + top)
+        analyze(lake, keep=False)
+        assert len(lake.holders("local_results")) == (2 * FEW if name == "together" else FEW), name
 
 
 def test_a_source_replaced_meanwhile_and_a_busy_lake_get_nothing(few, tmp_path, monkeypatch):
@@ -216,6 +256,7 @@ def test_a_compacted_runs_first_analysis_is_kept(few, tmp_path, monkeypatch):
     from pipeline import results
 
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
     _, held = _few_lakes(few, tmp_path / "a")
     first = analyze(held)
     assert len(held.holders("local_results")) == FEW
@@ -229,6 +270,7 @@ def test_a_compacted_runs_first_analysis_is_kept(few, tmp_path, monkeypatch):
     assert same == json.dumps(first, sort_keys=True, default=str)
     monkeypatch.undo()
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
     _, other = _few_lakes(few, tmp_path / "b")
     fill = local.fill
 
