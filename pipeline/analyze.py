@@ -108,9 +108,11 @@ def analyze(
     keep: read and write kept results (pipeline/results.py); False computes every run and keeps
     nothing. recompute: compute every run and keep the new results (`--recompute`).
     on_progress(stage, done, total), if given, is called as the work advances: ('kept', 1, 1)
-    when every run's result was kept; otherwise 'connect' (the derived views bound and the step
-    windows computed), each metric query as it finishes (by its file's name), and 'findings'
-    (verdict and findings built); total counts them all.
+    when every run's result was kept; otherwise ('per-source results', k, n) as each source's
+    per-source results are computed (a large run's first analysis: pipeline/local.py fill), then
+    'connect' (the derived views bound and the step windows computed), each metric query as it
+    finishes (by its file's name), and 'findings' (verdict and findings built); total counts them
+    all (each stage's own).
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
@@ -215,7 +217,9 @@ def kept_or_computed(
         # analysis; ingest no longer computes them), so the metrics read them: when the runs hold
         # enough GPU work for that to cost less than computing every metric in full
         switches: list[tuple[str, str]] = []
-        local.fill(lake, scope, src=rows, switches=switches, min_total=local.FILL_MIN_ROWS)
+        local.fill(
+            lake, scope, src=rows, switches=switches, min_total=local.FILL_MIN_ROWS, on_progress=on_progress
+        )
         fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
         same = listing is not None and results.listing_signature(lake.root) == _through(listing, switches)
         for run_id, doc in run_docs(fresh, missing).items():

@@ -157,12 +157,19 @@ def test_the_first_analysis_fills_only_above_fill_min_rows_and_equals_the_full_c
     assert {r.status for r in ingest_paths([few], lake, jobs=1)} == {"ok"}
     rows = sum(pq.ParquetFile(f).metadata.num_rows for f in lake.table_files("gpu_activities"))
     assert rows > FEW * 100
+    seen: list = []
+
+    def progress(stage, done, total):
+        if stage == "per-source results":
+            seen.append((done, total))
+
     monkeypatch.setattr(local, "FILL_MIN_ROWS", rows + 1)
-    assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == ref
-    assert lake.table_files("local_results") == []
+    assert json.dumps(analyze(lake, keep=False, on_progress=progress), sort_keys=True, default=str) == ref
+    assert lake.table_files("local_results") == [] and seen == []
     monkeypatch.setattr(local, "FILL_MIN_ROWS", rows)
-    assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == ref
+    assert json.dumps(analyze(lake, keep=False, on_progress=progress), sort_keys=True, default=str) == ref
     assert len(lake.holders("local_results")) == FEW
+    assert seen == [(k, FEW) for k in range(1, FEW + 1)]  # the progress bar's steps, one a source
 
 
 def test_sources_with_results_count_toward_fill_min_rows(few, tmp_path, monkeypatch):
