@@ -42,14 +42,17 @@ def same_as_drawn(spec: spec_cache.Spec) -> None:
     """The spec built cold (template made and kept), read back from the disk, and drawn by altair
     with the values: the same JSON text; the template was kept (else the check would compare
     altair with itself)."""
-    drawn = json.dumps(spec_cache._drawn(spec.chart()))
+    drawn_spec = spec_cache._drawn(spec.chart())
+    drawn = json.dumps(drawn_spec)
     spec_cache._memo.clear()
     cold = json.dumps(spec.to_dict())
     assert spec_cache._memo[spec_cache._key(spec)] is not None, spec.draw.__qualname__
     spec_cache._memo.clear()
-    warm = json.dumps(spec.to_dict())
+    warm_spec = spec.to_dict()
+    warm = json.dumps(warm_spec)
     assert (spec_cache.directory() / f"{spec_cache._key(spec)}.json").is_file()
     assert cold == drawn and warm == drawn, spec.draw.__qualname__
+    assert warm_spec == drawn_spec  # as Python values too (lists where altair gives lists)
     assert spec_cache._MARK not in warm
 
 
@@ -233,3 +236,90 @@ def test_a_cache_that_cannot_be_written_costs_only_the_drawing(tmp_path, monkeyp
         assert json.dumps(again.to_dict()) == json.dumps(spec_cache._drawn(again.chart()))
     finally:
         spec_cache._memo.clear()
+
+
+# the modules holding draw functions, their helpers and the cache itself (read by hand from
+# pipeline/report/: the builders returning a Spec, altair_lib, spec_cache)
+CHART_MODULES = [
+    "charts.py",
+    "collective_charts.py",
+    "roofline_chart.py",
+    "nccl_tests_chart.py",
+    "fleet_chart.py",
+    "altair_lib.py",
+    "spec_cache.py",
+]
+
+
+def test_a_change_to_any_chart_module_keys_new_templates(tmp_path):
+    """The key is derived from the package's sources (no hand-kept list): a copy of the package
+    gives the installed key; a line added to any chart module, or a new module, gives another;
+    a package without spec_cache.py's source (bytecode only) keeps no template."""
+    import shutil
+
+    from pipeline.report import spec_cache as sc
+
+    pkg = tmp_path / "report"
+    pkg.mkdir()
+    for f in (REPO / "pipeline" / "report").glob("*.py"):
+        shutil.copy(f, pkg)
+    assert sc.source_hash(pkg) == sc._code_hash()
+    keys = {sc._code_hash()}
+    for name in CHART_MODULES:
+        before = (pkg / name).read_bytes()
+        (pkg / name).write_bytes(before + b"# a change\n")
+        keys.add(sc.source_hash(pkg))
+        (pkg / name).write_bytes(before)
+        assert sc.source_hash(pkg) == sc._code_hash()
+    (pkg / "heatmap_chart.py").write_text("def draw(data): ...\n")
+    keys.add(sc.source_hash(pkg))
+    assert len(keys) == len(CHART_MODULES) + 2
+    (pkg / "spec_cache.py").unlink()
+    with pytest.raises(FileNotFoundError):
+        sc.source_hash(pkg)
+
+
+def test_template_directories_of_other_keys_are_pruned(cache):
+    """When a new key's directory is written, the template directories of other keys (another
+    altair, older chart modules) go; the current one and what is not a template directory stay.
+    A directory added later stays until the next new key."""
+    root = spec_cache.directory().parent
+    old = [root / "altair-5.0.0-0123456789abcdef", root / "altair-5.4.1-fedcba9876543210"]
+    for d in old:
+        d.mkdir(parents=True)
+        (d / f"{'0' * 32}.json").write_text('{"template": {}}')
+    (root / "notes.txt").write_text("not ours")
+    s = overlap_chart(_ranks(3, zero=(1,)), [])[0]
+    assert json.dumps(s.to_dict()) == json.dumps(spec_cache._drawn(s.chart()))
+    assert sorted(p.name for p in root.iterdir()) == sorted([spec_cache.directory().name, "notes.txt"])
+    assert (spec_cache.directory() / f"{spec_cache._key(s)}.json").is_file()
+    old[0].mkdir()
+    again = overlap_chart(_ranks(20), [])[0]  # another template (bars), in the existing directory
+    again.to_dict()
+    assert old[0].is_dir() and len(list(spec_cache.directory().iterdir())) == 2
+
+
+def test_pruning_that_fails_never_fails_the_report(cache, monkeypatch):
+    def fail(*a, **k):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(spec_cache.shutil, "rmtree", fail)
+    old = spec_cache.directory().parent / "altair-5.0.0-0123456789abcdef"
+    old.mkdir(parents=True)
+    s = overlap_chart(_ranks(3, zero=(1,)), [])[0]
+    assert json.dumps(s.to_dict()) == json.dumps(spec_cache._drawn(s.chart()))
+    assert old.is_dir() and (spec_cache.directory() / f"{spec_cache._key(s)}.json").is_file()
+
+
+def test_without_the_charts_source_nothing_is_kept(cache, monkeypatch):
+    """Bytecode installed without its source (source_hash raises): the spec is altair's own, drawn
+    in this process, and no template directory is written."""
+
+    def no_source():
+        raise FileNotFoundError("no spec_cache.py")
+
+    monkeypatch.setattr(spec_cache, "_code_hash", no_source)
+    s = overlap_chart(_ranks(3, zero=(1,)), [])[0]
+    assert json.dumps(s.to_dict()) == json.dumps(spec_cache._drawn(s.chart()))
+    assert spec_cache._memo[spec_cache._key(s)] is not None
+    assert not (cache / "chart-specs").exists()

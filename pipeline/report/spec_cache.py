@@ -11,14 +11,17 @@ drawn with a unique placeholder string in place of each value, each placeholder 
 its value. That spec with placeholders, the template, is built once with altair (debug mode off,
 `to_dict(validate=False)`, as the page always embedded it) and kept on disk in the cache directory
 (vega.cache_dir(), beside the Vega bundle) under the installed altair's version and a hash of the
-chart modules' source, so a new altair or a changed chart builds new templates. What is cached
+source of every module of this package (the draw functions, what they read, this file: derived,
+never listed), so a new altair or a changed chart builds new templates; the directories of other
+keys are removed when a new one is written. What is cached
 gives the spec that drawing with the values gives, byte for byte
 (tests/test_chart_templates.py compares them on every chart of real reports and every form of
 each builder).
 
 A template whose placeholders altair did not keep whole (one missing, or inside a longer string)
 is not kept: such a chart is drawn with altair each time. A template that cannot be read (cut,
-not JSON) is built again; a cache that cannot be written costs only the time of building it.
+not JSON) is built again; a cache that cannot be written (or pruned) costs only the time of
+building it.
 """
 
 from __future__ import annotations
@@ -26,20 +29,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import uuid
 from functools import cache
 from pathlib import Path
 
-# the modules whose source decides a template (the draw functions and this file)
-_MODULES = (
-    "charts.py",
-    "collective_charts.py",
-    "roofline_chart.py",
-    "nccl_tests_chart.py",
-    "fleet_chart.py",
-    "altair_lib.py",
-    "spec_cache.py",
-)
+_DIR_PREFIX = "altair-"  # a key's directory: altair-<altair's version>-<source_hash>
 _MARK = "\x00tracelake-value:"  # a placeholder is _MARK + the value's name + "\x00"
 
 
@@ -63,7 +58,8 @@ class Spec:
     def to_dict(self, validate: bool = False) -> dict:
         """The chart's Vega-Lite spec: its template filled with the values, or, when the template
         cannot be cached, the chart drawn and converted by altair (validate: altair's schema check,
-        which only the drawn path can run)."""
+        which only the drawn path can run; the argument of an altair chart's to_dict, which
+        callers treat a Spec as)."""
         if validate:
             return self.chart().to_dict(validate=True)
         template = _template(self)
@@ -99,13 +95,24 @@ def placeholder(name: str) -> str:
     return f"{_MARK}{name}\x00"
 
 
+def source_hash(package: Path) -> str:
+    """The first 16 hex digits of the SHA-256 of every module's source in directory `package`
+    (each name and bytes, by name): the draw functions, what they read in the package and this
+    file, so that a change to any of them, or a module added or removed, keys new templates.
+    Raises FileNotFoundError when this file's own source is not there (bytecode installed without
+    its source: no template is kept then, as for a cache that cannot be written)."""
+    files = sorted(package.glob("*.py"))
+    if Path(__file__).name not in {f.name for f in files}:
+        raise FileNotFoundError(f"no {Path(__file__).name} in {package}: the charts' source is not installed")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
 @cache
 def _code_hash() -> str:
-    h = hashlib.sha256()
-    here = Path(__file__).parent
-    for name in _MODULES:
-        h.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
-    return h.hexdigest()[:16]
+    return source_hash(Path(__file__).parent)
 
 
 @cache
@@ -119,7 +126,7 @@ def directory() -> Path:
     """Where this altair and these chart modules keep their templates."""
     from .vega import cache_dir
 
-    return cache_dir() / "chart-specs" / f"altair-{_altair_version()}-{_code_hash()}"
+    return cache_dir() / "chart-specs" / f"{_DIR_PREFIX}{_altair_version()}-{_code_hash()}"
 
 
 def warm() -> bool:
@@ -185,24 +192,40 @@ def _build(spec: Spec):
 
 
 def _store(path: Path, template) -> None:
-    """Write atomically (a temporary name, then renamed); a cache that cannot be written is left."""
+    """Write atomically (a temporary name, then renamed); a cache that cannot be written is left.
+    The first template of a key's directory prunes the directories of other keys (_prune)."""
     try:
+        new = not path.parent.is_dir()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
         tmp.write_text(json.dumps({"template": template}), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
+        return
+    if new:
+        _prune(path.parent)
+
+
+def _prune(current: Path) -> None:
+    """Remove the template directories of other keys beside `current` (another altair, older
+    chart modules: never read again by this installation). What cannot be removed is left: a
+    report never fails for it."""
+    try:
+        for d in current.parent.iterdir():
+            if d.name.startswith(_DIR_PREFIX) and d.name != current.name and d.is_dir():
+                shutil.rmtree(d, ignore_errors=True)
+    except Exception:  # a report never fails for its cache's housekeeping
         pass
 
 
 def _fill(template, values: dict):
-    """The template with each placeholder replaced by its value (a new structure; the values'
-    tuples as lists, as altair gives them)."""
+    """The template with each placeholder replaced by its value (the template's dicts and lists
+    new, each value placed as it is: JSON values, Spec's contract)."""
     marks = {placeholder(n): v for n, v in values.items()}
 
     def fill(x):
         if isinstance(x, str):
-            return _plain(marks[x]) if x in marks else x
+            return marks.get(x, x)
         if isinstance(x, dict):
             return {k: fill(v) for k, v in x.items()}
         if isinstance(x, list):
@@ -210,11 +233,3 @@ def _fill(template, values: dict):
         return x
 
     return fill(template)
-
-
-def _plain(v):
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
