@@ -146,3 +146,20 @@ def test_utf8_reader_decodes_in_pieces_and_passes_utf8_through(piece):
         notes = []
         read = utf8_reader(_reader(utf8, piece), notes, "JSON", JSON_SIGN_BYTES, utf8_mark=mark)
         assert b"".join(iter(lambda: read(5), b"")) == want and notes == []
+
+
+def test_json_is_told_by_its_first_two_characters(tmp_path):
+    """Kineto JSON without a mark whose third character is not ASCII (a first key of one letter in
+    another script): JSON's first two characters are ASCII (RFC 4627 section 3), so its first 4
+    bytes tell the encoding (a log needs 16)."""
+    text = '{"é": 0, ' + TRACE[1:]
+    codecs_ = {"u16le": "utf-16-le", "u16be": "utf-16-be", "u32le": "utf-32-le", "u32be": "utf-32-be"}
+    for case, codec in codecs_.items():
+        (tmp_path / case).mkdir()
+        (tmp_path / case / "rank0.json").write_bytes(text.encode(codec))
+        assert text_encoding(text.encode(codec)) is None  # the 16 bytes of a log's rule: not ASCII
+    lake = Lake(tmp_path / "lake")
+    res = ingest_paths([tmp_path / c for c in codecs_], lake, jobs=1)
+    assert sorted((r.run_id, r.status) for r in res) == sorted((c, "ok") for c in codecs_)
+    kernels = connect(lake).execute("SELECT run_id, name, start_ns, dur_ns FROM gpu_activities").fetchall()
+    assert sorted(kernels) == sorted((c, "gemm_é_核", 10_000, 5_000) for c in codecs_)
