@@ -57,3 +57,24 @@ def test_utf8_and_binary_are_not_taken_for_utf16():
     assert text_encoding(TEXT.encode()) is None
     assert text_encoding(b"\x00" * 64 + TEXT.encode()) is None  # a log padded with NULs when its writer died
     assert text_encoding(bytes(range(256))) is None
+
+
+def test_a_utf8_byte_order_mark_is_not_part_of_the_first_host():
+    """A log saved by a Windows editor starts with the UTF-8 mark (EF BB BF): streamed and parsed
+    whole, every line's host is node01 (line 1 of the file: "node01:2017630:2017671 [2] NCCL
+    INFO ..."), as in the file without it, and no note (UTF-8 needs no decoding)."""
+    data = codecs.BOM_UTF8 + TEXT.encode("utf-8")
+    chunks = [data[i : i + 7] for i in range(0, len(data), 7)]
+
+    def read(n: int = -1) -> bytes:
+        return chunks.pop(0) if chunks else b""
+
+    for parsed in (nccl.parse_stream(read, "nccl.log", "nccl_log"), nccl.parse(data, "nccl.log")):
+        _check(parsed)
+        assert set(parsed.tables["nccl_processes"]["host"].to_list()) == {"node01"}
+        events = parsed.tables["nccl_events"]  # a spool of frames when streamed
+        hosts = {
+            h for df in ([events] if hasattr(events, "columns") else events) for h in df["host"].to_list()
+        }
+        assert hosts == {"node01"}
+        assert not [n for n in parsed.notes if "encoded" in n]

@@ -86,11 +86,14 @@ def test_every_encoding_of_a_trace_and_a_log_gives_the_utf8_rows(container, tmp_
     assert sorted(kernels) == sorted((f"k_{c}", "gemm_é_核", 10_000, 5_000) for c in ENCODINGS)
     procs = con.execute(
         "SELECT run_id, list_sort(list(rank)), list_distinct(list(nranks)), list_distinct(list(pid)),"
-        " list_sort(list(comm_id) FILTER (comm_id IS NOT NULL)) FROM nccl_processes GROUP BY 1"
+        " list_sort(list(comm_id) FILTER (comm_id IS NOT NULL)), list_distinct(list(host))"
+        " FROM nccl_processes GROUP BY 1"
     ).fetchall()
     comm = "0x49bbd7790311d5eb"
+    # every line's host is node01 (line 1: "node01:2017630:2017671 [2] NCCL INFO ..."): a UTF-8
+    # byte order mark is not part of the first line's host
     assert sorted(procs) == [
-        (f"l_{c}", [0, 1, 2, 4, 5, 6], [16], [2017630], [comm] * 5) for c in sorted(ENCODINGS)
+        (f"l_{c}", [0, 1, 2, 4, 5, 6], [16], [2017630], [comm] * 5, ["node01"]) for c in sorted(ENCODINGS)
     ]
     events = con.execute("SELECT run_id, count(*) FROM nccl_events GROUP BY 1").fetchall()
     assert sorted(events) == [(f"l_{c}", 8) for c in sorted(ENCODINGS)]

@@ -198,6 +198,8 @@ def parse(data: bytes, name: str, fmt: str | None = None) -> "LogParsed":
     if enc is not None:  # UTF-16 or UTF-32 text: decoded whole (these files are read whole anyway)
         data = data[enc[0] :].decode(enc[1], "replace").encode("utf-8")
         notes.append(f"{enc[2]} encoded file: decoded to UTF-8")
+    else:  # a UTF-8 byte order mark is no part of the text (it would start the first host)
+        data = data.removeprefix(b"\xef\xbb\xbf")
     if not data or not data.strip():
         raise TraceError("empty file")
     head = data[:_SNIFF_BYTES]
@@ -258,7 +260,8 @@ def parse_stream(read, name: str, fmt: str, budget=None) -> "LogParsed":
     from . import stream as _stream
 
     notes: list[str] = []
-    read = utf8_reader(read, notes, "log")  # UTF-16 or UTF-32 with a byte order mark: decoded
+    # UTF-16 or UTF-32 decoded; a UTF-8 byte order mark dropped (it would start the first host)
+    read = utf8_reader(read, notes, "log", utf8_mark=True)
     try:
         parsed, recognized = log.parse_lines(_stream.lines(read, notes), name, fmt, budget)
     except RecursionError:
