@@ -34,8 +34,10 @@ def cache(tmp_path, monkeypatch):
     d.mkdir()
     (d / f"vega-bundle-vl-convert-{version('vl-convert-python')}.js").write_text(bundle, encoding="utf-8")
     spec_cache._memo.clear()
+    spec_cache._used.clear()
     yield d
     spec_cache._memo.clear()
+    spec_cache._used.clear()
 
 
 def same_as_drawn(spec: spec_cache.Spec) -> None:
@@ -279,24 +281,41 @@ def test_a_change_to_any_chart_module_keys_new_templates(tmp_path):
         sc.source_hash(pkg)
 
 
-def test_template_directories_of_other_keys_are_pruned(cache):
+def test_template_directories_of_other_keys_are_pruned_when_unused(cache):
     """When a new key's directory is written, the template directories of other keys (another
-    altair, older chart modules) go; the current one and what is not a template directory stay.
-    A directory added later stays until the next new key."""
+    altair, older chart modules) unused for PRUNE_AFTER_S go (modification times set by hand: 31
+    and 29 days ago); one used more recently (another installation sharing the cache), the current
+    one and what is not a template directory stay. A directory added later stays until the next
+    new key. Reading a template marks its directory used, once per process."""
+    import os
+    import time
+
     root = spec_cache.directory().parent
-    old = [root / "altair-5.0.0-0123456789abcdef", root / "altair-5.4.1-fedcba9876543210"]
-    for d in old:
+    day = 86400
+    old = root / "altair-5.0.0-0123456789abcdef"
+    other = root / "altair-5.4.1-fedcba9876543210"
+    for d, age in ((old, 31 * day), (other, 29 * day)):
         d.mkdir(parents=True)
         (d / f"{'0' * 32}.json").write_text('{"template": {}}')
+        os.utime(d, (time.time() - age, time.time() - age))
     (root / "notes.txt").write_text("not ours")
     s = overlap_chart(_ranks(3, zero=(1,)), [])[0]
     assert json.dumps(s.to_dict()) == json.dumps(spec_cache._drawn(s.chart()))
-    assert sorted(p.name for p in root.iterdir()) == sorted([spec_cache.directory().name, "notes.txt"])
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [spec_cache.directory().name, other.name, "notes.txt"]
+    )
     assert (spec_cache.directory() / f"{spec_cache._key(s)}.json").is_file()
-    old[0].mkdir()
+    old.mkdir()
     again = overlap_chart(_ranks(20), [])[0]  # another template (bars), in the existing directory
     again.to_dict()
-    assert old[0].is_dir() and len(list(spec_cache.directory().iterdir())) == 2
+    assert old.is_dir() and len(list(spec_cache.directory().iterdir())) == 2
+    # a fresh process reading a kept template marks the directory used
+    cur = spec_cache.directory()
+    os.utime(cur, (time.time() - 40 * day, time.time() - 40 * day))
+    spec_cache._memo.clear()
+    spec_cache._used.clear()
+    assert json.dumps(s.to_dict()) == json.dumps(spec_cache._drawn(s.chart()))
+    assert time.time() - cur.stat().st_mtime < day
 
 
 def test_pruning_that_fails_never_fails_the_report(cache, monkeypatch):

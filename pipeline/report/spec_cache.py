@@ -12,8 +12,9 @@ its value. That spec with placeholders, the template, is built once with altair 
 `to_dict(validate=False)`, as the page always embedded it) and kept on disk in the cache directory
 (vega.cache_dir(), beside the Vega bundle) under the installed altair's version and a hash of the
 source of every module of this package (the draw functions, what they read, this file: derived,
-never listed), so a new altair or a changed chart builds new templates; the directories of other
-keys are removed when a new one is written. What is cached
+never listed), so a new altair or a changed chart builds new templates; when a new key's
+directory is written, the directories of other keys unused for PRUNE_AFTER_S (30 days) are
+removed (another installation sharing the cache keeps its own in use). What is cached
 gives the spec that drawing with the values gives, byte for byte
 (tests/test_chart_templates.py compares them on every chart of real reports and every form of
 each builder).
@@ -30,6 +31,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
 from functools import cache
 from pathlib import Path
@@ -147,6 +149,23 @@ def _key(spec: Spec) -> str:
 
 _MISSING = object()
 _memo: dict[str, object] = {}  # key -> template (None: not cacheable), per process
+# template directories of other keys unused this long are removed (_prune); a directory is marked
+# used (its modification time) the first time a process reads a template from it (_use), so a
+# second installation sharing the cache (another virtual environment, another altair) keeps its
+# own while it is used instead of each removing the other's at its next new key
+PRUNE_AFTER_S = 30 * 86400
+_used: set[Path] = set()
+
+
+def _use(d: Path) -> None:
+    """Mark the template directory d used, once per process; a cache that cannot be written is
+    left as it is."""
+    if d not in _used:
+        _used.add(d)
+        try:
+            os.utime(d)
+        except OSError:
+            pass
 
 
 def _template(spec: Spec):
@@ -160,6 +179,7 @@ def _template(spec: Spec):
         path = None
     try:
         got = json.loads(path.read_bytes())["template"]
+        _use(path.parent)
     except (AttributeError, OSError, ValueError, KeyError, TypeError):
         got = _build(spec)
         if got is not None and path is not None:
@@ -193,7 +213,7 @@ def _build(spec: Spec):
 
 def _store(path: Path, template) -> None:
     """Write atomically (a temporary name, then renamed); a cache that cannot be written is left.
-    The first template of a key's directory prunes the directories of other keys (_prune)."""
+    The first template of a key's directory prunes the unused directories of other keys (_prune)."""
     try:
         new = not path.parent.is_dir()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -208,12 +228,14 @@ def _store(path: Path, template) -> None:
 
 def _prune(current: Path) -> None:
     """Remove the template directories of other keys beside `current` (another altair, older
-    chart modules: never read again by this installation). What cannot be removed is left: a
-    report never fails for it."""
+    chart modules) that no process has used for PRUNE_AFTER_S seconds (_use). What cannot be
+    removed is left: a report never fails for it."""
     try:
+        old = time.time() - PRUNE_AFTER_S
         for d in current.parent.iterdir():
             if d.name.startswith(_DIR_PREFIX) and d.name != current.name and d.is_dir():
-                shutil.rmtree(d, ignore_errors=True)
+                if d.stat().st_mtime < old:
+                    shutil.rmtree(d, ignore_errors=True)
     except Exception:  # a report never fails for its cache's housekeeping
         pass
 
