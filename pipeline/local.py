@@ -55,7 +55,7 @@ import pyarrow.parquet as pq
 from . import lake_journal as journal
 from . import query
 from . import schema as sch
-from .lake import Lake, LakeBusy, Staged
+from .lake import Lake, LakeError, Staged
 from .parts import write_parquet
 
 MIN_GPU_ROWS = 20_000
@@ -270,10 +270,12 @@ def fill(
     run directory, a generation's files no manifest names). Nothing is done for a lake in a
     bucket (its sources get their results at ingest, pipeline/ingest/prepare.py), one that cannot
     be written or is of an older schema; a source whose results cannot be computed (duckdb.Error,
-    SchemaError, OSError, polars' errors: the DuckDB memory cap exceeded, say) is left without, and
-    so is everything still to write while another command holds the lock (LakeBusy): analysis then
-    computes those metrics in full, and the next analysis tries again. Returns the number of
-    sources given results."""
+    SchemaError, OSError, polars' errors: the DuckDB memory cap exceeded, say) or written (OSError:
+    a full disk, a directory that cannot be written; no marker is written, so none of it is read)
+    is left without, and so is everything still to write while another command holds the lock
+    (LakeBusy) or the lock cannot be taken (LakeError): analysis then computes those metrics in
+    full, and the next analysis tries again. Returns the number of sources given results; raises
+    nothing for what it could not write."""
     from . import upgrade
 
     if getattr(lake, "remote", False) or not lake.exists() or not lake.writable():
@@ -298,7 +300,7 @@ def fill(
         with cf.ThreadPoolExecutor(workers) as pool:
             try:
                 _fill_group(lake, todo, lo, hi, min_rows, pool, switches, last, state)
-            except LakeBusy:
+            except LakeError:  # LakeBusy: another command writes; or a lock that cannot be taken
                 pool.shutdown(cancel_futures=True)
                 return state["done"]
     return state["done"]
@@ -310,7 +312,9 @@ def _fill_group(lake: Lake, todo, lo: int, hi: int, min_rows: int, pool, switche
     of a generation kept in state["adds"] until last[(run directory, generation)], the index of
     the generation's last source in todo, is computed, then written in one switch;
     state["done"] counts the sources given results, state["seen"] those computed (reported to
-    state["on_progress"] when set). Raises LakeBusy (what is written stays)."""
+    state["on_progress"] when set). Raises LakeError, LakeBusy when another command holds the
+    lock (what is written stays); a write that fails (OSError) leaves that source or generation
+    without results."""
     from . import lake_compact, results
 
     futures, idents = [], []
@@ -339,15 +343,22 @@ def _fill_group(lake: Lake, todo, lo: int, hi: int, min_rows: int, pool, switche
             if res:
                 with _writing(lake, state):
                     if _identity(part) == ident and (run_dir, sid) in lake.committed():
-                        _write_own(lake, run_dir, sid, res)
-                        state["done"] += 1
+                        try:
+                            _write_own(lake, run_dir, sid, res)
+                            state["done"] += 1
+                        except OSError:  # no marker written: none of it is read; tried again next time
+                            pass
             continue
         if res:
             adds.setdefault((run_dir, gen), {})[sid] = res
         if last[(run_dir, gen)] == i and (batch := adds.pop((run_dir, gen), None)):
             with _writing(lake, state):
                 before = results.listing_signature(lake.root) if switches is not None else ""
-                if lake_compact.add_tables(lake, run_dir, gen, batch):
+                try:
+                    switched = lake_compact.add_tables(lake, run_dir, gen, batch)
+                except OSError:  # the run as it was (files placed before the switch: recover())
+                    switched = False
+                if switched:
                     state["done"] += len(batch)
                     if switches is not None:
                         switches.append((before, results.listing_signature(lake.root)))
@@ -450,14 +461,20 @@ def _copy_held(lake: Lake, run_dir: str, sid: str, scratch: Path) -> dict[str, l
 
 def _write_own(lake: Lake, run_dir: str, sid: str, res: dict[str, pa.Table]) -> None:
     """Write a source's results as parts of its own, local_results last (the marker that makes
-    them used), each through a temporary file and a rename."""
+    them used), each through a temporary file and a rename. OSError from the file system (a full
+    disk, a directory that cannot be written): the temporary file is removed, the parts written
+    before stay (unread without their marker)."""
     for t in (*TABLES, "local_results"):
         dest = lake.root / t / run_dir / f"{sid}.parquet"
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{sid}.{uuid.uuid4().hex}.tmp")
-        write_parquet(res[t], tmp)
-        journal.crash_point("local-written")
-        os.replace(tmp, dest)
+        try:
+            write_parquet(res[t], tmp)
+            journal.crash_point("local-written")
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def backfill(lake: Lake, min_rows: int | None = None) -> int:

@@ -20,6 +20,7 @@ interruption, read straight from every Parquet file under it with pyarrow; the f
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -180,3 +181,35 @@ def test_a_reader_connecting_while_fill_writes_never_reads_results_it_did_not_li
     for name in CHECKED:
         assert query.run(con, name).equals(query.run(full, name)), name
     assert query.run(full, "breakdown").height == FEW  # a rank each: not a comparison of nothing
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["parts", "held"])
+def test_an_analysis_whose_results_cannot_be_written_equals_the_full_one(few, tmp_path, held, monkeypatch):
+    """fill writing into a lake it cannot write to after all (a full disk, a run directory of
+    another owner; here a file where the local_breakdown directory goes, which no permission
+    bypasses), or whose lock cannot be taken (a directory in its place): the analysis is not lost
+    to a traceback, it computes every metric in full, and the next analysis, once the lake can be
+    written, fills. Reference: the analysis of a fresh lake of
+    the same traces with the per-source step off (MIN_GPU_ROWS above every source)."""
+    from pipeline.analyze import analyze
+
+    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
+    ref = json.dumps(analyze(_lake(few, tmp_path / "full", held), keep=False), sort_keys=True, default=str)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    lake = _lake(few, tmp_path / "lake", held)
+    (lake.root / "local_breakdown").write_text("in the way\n")
+    got = analyze(lake, keep=False)
+    assert lake.holders("local_results") == set()
+    assert _hidden(lake) == []
+    assert json.dumps(got, sort_keys=True, default=str) == ref
+    (lake.root / "local_breakdown").unlink()
+    (lake.root / ".lock").unlink(missing_ok=True)
+    (lake.root / ".lock").mkdir()  # a lock that cannot be taken (LakeError, not LakeBusy)
+    got = analyze(lake, keep=False)
+    assert lake.holders("local_results") == set()
+    assert json.dumps(got, sort_keys=True, default=str) == ref
+    (lake.root / ".lock").rmdir()
+    got = analyze(lake, keep=False)
+    assert len(lake.holders("local_results")) == FEW
+    assert json.dumps(got, sort_keys=True, default=str) == ref
