@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from . import results, results_fleet
 from .analyze_doc import LIST_KEYS, SCHEMA, header
+from .oneline import one_line
 
 if TYPE_CHECKING:  # the kept path imports none of them (a second analyze: docs/performance.md)
     import polars as pl
@@ -180,6 +181,27 @@ def select_runs(
     return src, keys, listing
 
 
+def _computed(compute, lake, scope, missing: list[str], on_progress, rows, options: dict) -> dict:
+    """compute() of the runs in scope; when it fails reading a per-source result part (a local_*
+    file cut or damaged by hand: DuckDB names it), the same computed from the lake's own rows
+    (local_results=False: the full metric files, the same numbers) with a note in each run saying
+    which file could not be read, rather than no analysis. Other errors are raised."""
+    import duckdb
+
+    try:
+        return compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
+    except duckdb.Error as e:
+        if "/local_" not in str(e).replace("\\", "/"):
+            raise
+        why = one_line(str(e))[:300]
+    fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, local_results=False, **options)
+    fresh["notes"] += [
+        (r, f"per-source results could not be read ({why}): every metric computed from the lake's own rows")
+        for r in missing
+    ]
+    return fresh
+
+
 def kept_or_computed(
     lake: Lake,
     src: pl.DataFrame | None,
@@ -220,7 +242,7 @@ def kept_or_computed(
         local.fill(
             lake, scope, src=rows, switches=switches, min_total=local.FILL_MIN_ROWS, on_progress=on_progress
         )
-        fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
+        fresh = _computed(compute, lake, scope, missing, on_progress, rows, options)
         same = listing is not None and results.listing_signature(lake.root) == _through(listing, switches)
         for run_id, doc in run_docs(fresh, missing).items():
             data = results.encode(doc)

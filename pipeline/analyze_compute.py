@@ -87,6 +87,7 @@ def compute(
     gpu_hour_cost: float | None = None,
     on_progress=None,
     src: pl.DataFrame | None = None,
+    local_results: bool = True,
 ) -> dict:
     """The analysis document of the runs (one connection, one pass of the metric queries), its
     notes as (run_id, text) pairs; pipeline/analyze.py analyze() is the public face.
@@ -103,7 +104,8 @@ def compute(
     derived views bound and the step windows computed), then each metric query as it finishes
     (by its file's name), then 'findings' (verdict and findings built); total counts them all.
     src: the `sources` rows of the runs in scope when the caller has read them (analyze's
-    select_runs), else None (read here).
+    select_runs), else None (read here). local_results: False never reads the per-source results
+    (query.connect's; the same numbers from the full metric files).
     Raises FileNotFoundError if the lake does not exist."""
     if not lake.exists():
         raise FileNotFoundError(f"{lake.root}: not a tracelake lake (run `tracelake ingest` first)")
@@ -135,6 +137,7 @@ def compute(
         metric_views=nccl_findings.VIEWS if nccl else (),  # the rest it runs itself (query.run_many)
         skip_views=() if nccl else ("50_nccl",),  # the NCCL logs' joins to the traces
         fleet=False,  # runs_overview: not read by the analysis
+        local_results=local_results,
     )
     advance("connect")
     m = query.run_many(con, names, query.query_workers(lake, runs), on_done=advance)

@@ -111,7 +111,8 @@ def connect(
     """The connection described in the module doc. parts: read these Parquet files per table
     instead of the lake's (one staged source, pipeline/local.py; files of the current schema,
     outside the run= layout), `lake` then only names it. local_results=False: never read the
-    per-source results (use_local), always the full metric files. skip_views: stems of
+    per-source results (use_local), always the full metric files; the local_* tables are then
+    empty views. skip_views: stems of
     queries/views files not to run (analyze leaves out 50_nccl, the NCCL logs' joins to the traces,
     for runs without NCCL inputs: binding it cost a small job 30 ms). fleet: bind `runs_overview`
     (pipeline/results_fleet.py bind_overview; it reads every kept fleet row's footer, which the metric
@@ -200,7 +201,10 @@ def _connect(
         con.execute(f"SET threads = {int(threads or 1)}")
     committed = lake.committed() if parts is None else None
     for t in sch.tables():
-        files = [instead.get(f, f) for f in files_of(t, committed)]
+        # local_results=False: the per-source tables are not even bound (empty), so a damaged one
+        # cannot stop the connection (pipeline/analyze.py falls back to this)
+        skip = not local_results and t.startswith("local_")
+        files = [] if skip else [instead.get(f, f) for f in files_of(t, committed)]
         if files and getattr(lake, "remote", False) and parts is None:  # local copies (lake_s3.py)
             try:
                 files = lake.local_parts(files)

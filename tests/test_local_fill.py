@@ -338,3 +338,26 @@ def test_a_writer_waits_out_an_analysis_short_hold(tmp_path, monkeypatch):
         with lake.lock():
             pass
     t.join()
+
+
+def test_a_damaged_per_source_part_gives_the_full_computation_with_a_note(few, tmp_path, monkeypatch):
+    """A local_* part cut by hand (the tester's finding: every analysis then failed with DuckDB's
+    "No magic bytes"): the analysis equals the full computation's (a lake analysed with
+    MIN_GPU_ROWS above every source: no results at all), with a note in the run naming the
+    damaged file; --recompute the same."""
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
+    full = Lake(tmp_path / "full")
+    ingest_paths([few], full, jobs=1)
+    ref = analyze(full, keep=False)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([few], lake, jobs=1, compact=False)
+    assert local.fill(lake, min_rows=10) == FEW
+    part = sorted((lake.root / "local_step_time").rglob("*.parquet"))[0]
+    part.write_bytes(part.read_bytes()[:100])
+    for recompute in (False, True):
+        got = analyze(lake, keep=False, recompute=recompute)
+        notes = [n for n in got["notes"] if n.startswith("per-source results could not be read")]
+        assert len(notes) == 1 and part.name in notes[0], got["notes"]
+        got["notes"] = [n for n in got["notes"] if n not in notes]
+        assert json.dumps(got, sort_keys=True, default=str) == json.dumps(ref, sort_keys=True, default=str)
