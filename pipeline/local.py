@@ -397,7 +397,8 @@ def _missing(lake: Lake, runs, min_rows: int, src) -> tuple[list[tuple[str, str,
     fill() would give results to, with or without them): one rank (their `sources` row's
     rank), at least min_rows GPU activities (from the Parquet footers of own parts; a run's
     generation is read only when its gpu_activities files hold that many rows in all), no
-    local_results row of the current version."""
+    local_results row of the current version that can be read (and, for parts of their own,
+    every local_* part there and whole: _whole)."""
     src = lake.sources(runs) if src is None else src
     if "rank" not in src.columns or not src.height:
         return [], 0
@@ -428,11 +429,55 @@ def _missing(lake: Lake, runs, min_rows: int, src) -> tuple[list[tuple[str, str,
         return [], 0
     current = query.local_sql_version()
     have = lake.table_files("local_results", [d[4:] for d, _ in todo], committed=view)
-    if have:
-        rows = pl.read_parquet(have, columns=["run_id", "source_id", "sql_version"])
-        for r, s in rows.filter(pl.col("sql_version") == current).select("run_id", "source_id").iter_rows():
-            todo.pop(("run=" + r, s), None)
+    for r, s in _current(have, current, view):
+        key = ("run=" + r, s)
+        # a source with parts of its own keeps its results only while every part is whole: one
+        # cut short or gone under its marker would be read as a rank without rows
+        if key in todo and (todo[key] is not None or _whole(lake, *key)):
+            todo.pop(key)
     return [(d, s, g, counts[(d, s)][0]) for (d, s), g in sorted(todo.items())], total
+
+
+def _current(files: list[str], version: str, view) -> list[tuple[str, str]]:
+    """(run id, source id) of the local_results rows of `version` in `files`. A file that cannot
+    be read is passed over (its source is then computed again and its part replaced), except a
+    compacted generation's, whose sources all count as current (a new file beside it would not
+    replace it: the reader names it)."""
+    cols = ["run_id", "source_id", "sql_version"]
+    try:  # one read for all (the usual case)
+        frames = [pl.read_parquet(files, columns=cols)] if files else []
+    except (OSError, pl.exceptions.PolarsError):
+        frames = []
+        for f in files:
+            try:
+                frames.append(pl.read_parquet(f, columns=cols))
+            except (OSError, pl.exceptions.PolarsError):
+                run_dir, name = Path(f).parent.name, Path(f).name
+                m = view.manifests.get(run_dir)
+                if m is not None and name in m.files.get("local_results", ()):
+                    held = [s for s, ts in m.sources.items() if "local_results" in ts]
+                    frames.append(pl.DataFrame({"run_id": [run_dir[4:]] * len(held), "source_id": held}))
+    out = []
+    for df in frames:
+        if "sql_version" in df.columns:
+            df = df.filter(pl.col("sql_version") == version)
+        out += df.select("run_id", "source_id").iter_rows()
+    return out
+
+
+def _whole(lake: Lake, run_dir: str, sid: str) -> bool:
+    """Whether every local_* part of a source with parts of its own is there and whole (a Parquet
+    file begins and ends with its magic bytes: one cut short does not)."""
+    for t in TABLES:
+        try:
+            with open(lake.root / t / run_dir / f"{sid}.parquet", "rb") as f:
+                head = f.read(4)
+                f.seek(-4, os.SEEK_END)
+                if head != b"PAR1" or f.read(4) != b"PAR1":
+                    return False
+        except OSError:  # gone, or shorter than its magic bytes
+            return False
+    return True
 
 
 def _identity(part: Path) -> tuple[int, int] | None:

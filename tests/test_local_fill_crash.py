@@ -14,7 +14,11 @@ interruption, read straight from every Parquet file under it with pyarrow; the f
 - a fill killed after writing a compacted generation's new files but before its switch leaves
   files no manifest names; the next fill removes them and switches once;
 - a reader (`tracelake sql`, the notebook API, a second analysis) connecting while a fill
-  writes reads every metric as the full files give it (known to fail: see its marker).
+  writes reads every metric as the full files give it;
+- a fill that cannot write (a file in the way of a directory, a lock that cannot be taken)
+  leaves the analysis equal to the full computation, and the next one fills;
+- a result part cut short or gone under its source's marker (own parts) is computed again by
+  the next analysis, whose document equals the full computation's.
 """
 
 from __future__ import annotations
@@ -150,10 +154,6 @@ def test_a_kill_before_a_generations_switch_leaves_nothing_after_the_next_fill(f
     _same_as_uninterrupted(lake, filled[True])
 
 
-# the fix is in pipeline/query.py use_local (read the connection's own local_results view, not a
-# listing taken after it), outside the files this change may touch: proposed to the lead as a
-# patch; strict, so the fix makes this marker fail and be removed
-@pytest.mark.xfail(strict=True, reason="query.use_local trusts a listing taken after the connection's views")
 @pytest.mark.parametrize("held", [False, True], ids=["parts", "held"])
 def test_a_reader_connecting_while_fill_writes_never_reads_results_it_did_not_list(
     few, tmp_path, held, monkeypatch
@@ -213,3 +213,43 @@ def test_an_analysis_whose_results_cannot_be_written_equals_the_full_one(few, tm
     got = analyze(lake, keep=False)
     assert len(lake.holders("local_results")) == FEW
     assert json.dumps(got, sort_keys=True, default=str) == ref
+
+
+@pytest.fixture(scope="module")
+def full_doc(few, tmp_path_factory) -> str:
+    """The analysis document (JSON text) of a fresh lake of the FEW sources as parts of their own,
+    every metric in full (the per-source step off: MIN_GPU_ROWS above every source)."""
+    from pipeline.analyze import analyze
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(local, "MIN_GPU_ROWS", 10**9)
+        doc = analyze(_lake(few, tmp_path_factory.mktemp("full") / "lake", held=False), keep=False)
+    return json.dumps(doc, sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize(
+    "table, damage",
+    [("local_results", "truncate"), ("local_breakdown", "truncate"), ("local_breakdown", "remove")],
+)
+def test_a_damaged_result_part_is_computed_again_by_the_next_analysis(
+    few, filled, full_doc, tmp_path, table, damage, monkeypatch
+):
+    """A source's stored result part cut short (a full disk, a copy interrupted) or gone (a user
+    who moved an unreadable file out of the lake) while its local_results marker says its results
+    are there: the next analysis that computes its run must not crash (the marker unreadable) nor
+    read the metric without that source's rows; it computes the source's results again. Reference:
+    the full computation's document, and the rows of the lake filled without damage."""
+    from pipeline.analyze import analyze
+
+    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    lake = _lake(few, tmp_path / "lake", held=False)
+    assert local.fill(lake, min_rows=10) == FEW
+    part = sorted((lake.root / table / "run=job").glob("*.parquet"))[0]
+    if damage == "truncate":
+        part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    else:
+        part.unlink()
+    assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == full_doc
+    for t in (*local.TABLES, "local_results"):
+        assert _all_rows(lake, t) == _all_rows(filled[False], t), t
