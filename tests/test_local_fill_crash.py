@@ -253,3 +253,37 @@ def test_a_damaged_result_part_is_computed_again_by_the_next_analysis(
     assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == full_doc
     for t in (*local.TABLES, "local_results"):
         assert _all_rows(lake, t) == _all_rows(filled[False], t), t
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["parts", "held"])
+def test_a_source_whose_results_fail_leaves_the_full_analysis_and_is_tried_again(
+    few, full_doc, tmp_path, held, monkeypatch
+):
+    """One STORED file failing on one source (a DuckDB error, as the memory cap exceeded raises
+    one): that source gets no results, the others do, the analysis equals the full computation's
+    document (it cannot read per-source results for every source, so it reads none), and the next
+    analysis computes the missing source's results. Reference: full_doc (compacted or not, a run's
+    document is the same)."""
+    import duckdb
+
+    from pipeline.analyze import analyze
+
+    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    lake = _lake(few, tmp_path / "lake", held)
+    frame, failed = query.frame, []
+    mfu = (query.QUERIES_DIR / "mfu.sql").read_text()
+
+    def failing(con, sql):
+        if sql == mfu and not failed:
+            failed.append(1)
+            raise duckdb.OutOfMemoryException("Out of Memory Error: could not allocate block (test)")
+        return frame(con, sql)
+
+    monkeypatch.setattr(query, "frame", failing)
+    assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == full_doc
+    assert failed == [1] and len(lake.holders("local_results")) == FEW - 1
+    assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == full_doc
+    assert len(lake.holders("local_results")) == FEW
+    con = query.connect(lake)
+    assert con.execute("SELECT getvariable('use_local')").fetchall() == [(True,)]
