@@ -26,6 +26,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -131,6 +132,11 @@ def test_a_kill_before_a_result_part_is_renamed_leaves_nothing_after_the_next_fi
         left
     )
     assert len(lake.table_files("local_results")) == 1
+    other = Lake(tmp_path / "copy")  # the next ingest, forget or compact: Lake.recover
+    shutil.copytree(lake.root, other.root)
+    with other.lock():
+        assert other.recover() == [f"removed {left[0]} (an unfinished write)"]
+    assert _hidden(other) == []
     assert local.fill(lake, min_rows=10) == FEW - 1
     assert _hidden(lake) == []
     _same_as_uninterrupted(lake, filled[False])
