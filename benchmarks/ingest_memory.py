@@ -17,7 +17,7 @@ ingest's wall seconds and the child's peak RSS (wait4's ru_maxrss: the ingest pr
 --jobs 1 nothing else), the peak RSS per GB of JSON and per million events, and an RSS timeline
 sampled every 0.5 s from /proc (the stage it is in is not known from outside: the timeline shows
 where it grows); then the same for the analysis of the lake (`tracelake analyze`, with the
-per-source results computed and stored by this first analysis, pipeline/local.py fill), and
+per-source results computed and stored by this first analysis, pipeline/local_fill.py fill), and
 whether the source got those results. --reuse takes a
 trace of the same size already in --work (kept by --keep) instead of writing it again; --skip
 leaves a step out (phase1, ingest, analyze; analyze needs the ingest). Not a test: numbers depend
@@ -211,7 +211,7 @@ def main():
                 continue
             step = max(1, len(samples) // 20)
             print("  RSS MB over time: " + ", ".join(f"{s:.0f}s {m:.0f}" for s, m in samples[::step]))
-            if what == "analyze":  # computed by the first analysis (pipeline/local.py fill)
+            if what == "analyze":  # computed by the first analysis (pipeline/local_fill.py fill)
                 stored = any((lake / "local_results").rglob("*.parquet"))
                 full = "no (the metrics were computed in full)"
                 print(f"  per-source results stored by the analysis: {'yes' if stored else full}")

@@ -26,8 +26,8 @@ a 128-rank NCCL job, scaled keeping its shape):
    lakes are written by scale_trace.write_lake (the source ingested once, its rows repeated:
    the same rows as ingesting the scaled JSON, which scale_trace.py --check verifies), then
    given the per-source results a run's first analysis stores for sources of that size
-   (pipeline/local.py backfill; "local s": the time that takes, which the first analysis of an
-   ingested lake spends in local.fill). In 1., traces -> answers counts it (the analysis is the
+   (pipeline/local_fill.py backfill; "local s": the time that takes, which the first analysis of an
+   ingested lake spends in local_fill.fill). In 1., traces -> answers counts it (the analysis is the
    lake's first).
 Not a test: numbers depend on the machine; record them in docs/performance.md with this command.
 """

@@ -169,7 +169,7 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
 
     import polars as pl
 
-    from pipeline import local
+    from pipeline import local_fill
     from pipeline import schema as sch
     from pipeline.ingest import ingest_paths
     from pipeline.lake import Lake
@@ -258,7 +258,7 @@ def write_lake(source: Path, lake_dir: Path, ranks: int, kernels: int, run: str 
     # what ingest stores with each source of that size (pipeline/local.py), timed apart: ingest
     # computes it in the worker that reads the file
     t = time.perf_counter()
-    with_local = local.backfill(lake)
+    with_local = local_fill.backfill(lake)
     return {
         "copies": copies,
         "kernels_per_rank": shape.kernels * copies,

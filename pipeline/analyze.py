@@ -110,7 +110,7 @@ def analyze(
     nothing. recompute: compute every run and keep the new results (`--recompute`).
     on_progress(stage, done, total), if given, is called as the work advances: ('kept', 1, 1)
     when every run's result was kept; otherwise ('per-source results', k, n) as each source's
-    per-source results are computed (a large run's first analysis: pipeline/local.py fill), then
+    per-source results are computed (a large run's first analysis: pipeline/local_fill.py fill), then
     'connect' (the derived views bound and the step windows computed), each metric query as it
     finishes (by its file's name), and 'findings' (verdict and findings built); total counts them
     all (each stage's own).
@@ -229,7 +229,7 @@ def kept_or_computed(
     if (missing or no_row) and src is None:
         src = lake.sources(None if whole else sorted(keys))
     if missing:
-        from . import local
+        from . import local_fill
         from .analyze_compute import compute
 
         # every run: the connection reads the lake unfiltered (its cheapest form)
@@ -239,8 +239,13 @@ def kept_or_computed(
         # analysis; ingest no longer computes them), so the metrics read them: when the runs hold
         # enough GPU work for that to cost less than computing every metric in full
         switches: list[tuple[str, str]] = []
-        local.fill(
-            lake, scope, src=rows, switches=switches, min_total=local.FILL_MIN_ROWS, on_progress=on_progress
+        local_fill.fill(
+            lake,
+            scope,
+            src=rows,
+            switches=switches,
+            min_total=local_fill.FILL_MIN_ROWS,
+            on_progress=on_progress,
         )
         fresh = _computed(compute, lake, scope, missing, on_progress, rows, options)
         same = listing is not None and results.listing_signature(lake.root) == _through(listing, switches)
@@ -259,7 +264,7 @@ def kept_or_computed(
 
 
 def _through(listing: str, switches: list[tuple[str, str]]) -> str | None:
-    """The lake's listing signature after local.fill's own switches of compacted generations
+    """The lake's listing signature after local_fill.fill's own switches of compacted generations
     (each (signature before, after) taken under the lake's lock), from `listing`; None when
     another command's commit came between (what was computed may then mix two states)."""
     for before, after in switches:

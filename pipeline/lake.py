@@ -19,7 +19,7 @@ Crash safety. A source (one input file) reaches the lake whole or not at all:
    go back where they were, and the staging directory is removed. The lake is then exactly as it
    was before (commit raises the OSError, naming the lake file that could not be changed).
 3. recover() (run under the lock by every ingest, forget and compact before it writes, and by a
-   run's first analysis before it writes the per-source results, pipeline/local.py fill): a
+   run's first analysis before it writes the per-source results, pipeline/local_fill.py fill): a
    staging directory with an
    UNDO marker is undone, one with a COMMIT journal is finished (or, when that fails, undone), the
    same steps each time (each one is idempotent), one without either is removed, a part with

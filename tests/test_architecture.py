@@ -21,6 +21,7 @@ _AFTER_LAKE = {
     "ingest",
     "query",
     "local",
+    "local_fill",
     "analyze",
     "analyze_cluster",
     "diagnosis",
@@ -31,29 +32,50 @@ _AFTER_LAKE = {
 FORBIDDEN = {
     "ingest": {"query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     "lake": _AFTER_LAKE,
-    "query": {"ingest", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
+    "query": {"ingest", "local", "local_fill", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     # per-source metric results at ingest: above query (it runs the metric SQL), below ingest
-    "local": {"ingest", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
+    "local": {"ingest", "local_fill", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
+    "local_fill": {"ingest", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     "diagnosis": {"ingest", "analyze", "analyze_cluster", "report", "cli", "cluster"},
     "analyze": {"ingest", "analyze_cluster", "report", "cli"},
     "analyze_cluster": {"ingest", "report", "cli"},
     # the metric pass analyze() calls for the runs it does not read back
     "analyze_compute": {"ingest", "analyze", "analyze_cluster", "report", "cli"},
     # kept results: files under the lake, keyed by sources rows, options and code; no room's logic
-    "results": {"lake", "query", "local", "analyze", "analyze_compute", "analyze_cluster"}
+    "results": {"lake", "query", "local", "local_fill", "analyze", "analyze_compute", "analyze_cluster"}
     | {"ingest", "diagnosis", "report", "cli", "cluster", "whatif", "timeline"},
     # the kept fleet rows and runs_overview: results' files, the fleet view's columns
-    "results_fleet": {"lake", "query", "local", "analyze", "analyze_compute", "analyze_cluster"}
+    "results_fleet": {"lake", "query", "local", "local_fill", "analyze", "analyze_compute", "analyze_cluster"}
     | {"ingest", "report", "cli", "cluster", "whatif", "timeline"},
     "report": {"ingest", "query", "analyze_cluster", "cli", "cluster"},
     # the fleet view: rows of the analysis document, between diagnosis and report
-    "fleet": {"ingest", "query", "local", "analyze", "analyze_cluster", "cluster", "report", "cli"},
+    "fleet": {
+        "ingest",
+        "query",
+        "local",
+        "local_fill",
+        "analyze",
+        "analyze_cluster",
+        "cluster",
+        "report",
+        "cli",
+    },
     "cluster": {"ingest", "query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     # the timeline reads the lake through query and the findings through analyze; analyze never
     # imports it (a finding only names the `tracelake timeline` command)
     "timeline": {"ingest", "analyze_cluster", "cluster", "report", "cli"},
     # the replay reads the lake through a query connection it is given; analyze calls it
-    "whatif": {"ingest", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli", "cluster"},
+    "whatif": {
+        "ingest",
+        "local",
+        "local_fill",
+        "analyze",
+        "analyze_cluster",
+        "diagnosis",
+        "report",
+        "cli",
+        "cluster",
+    },
     "derive": {"lake"} | _AFTER_LAKE,
     "parts": {"lake"} | _AFTER_LAKE,
     # compaction's reading and writing sides: helpers of the lake, which imports them
@@ -70,8 +92,18 @@ FORBIDDEN = {
     | {"schema", "parts", "derive"}
     | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering
-    "api": {"ingest", "local", "report", "cli", "analyze_cluster"},
-    "upgrade": {"ingest", "query", "local", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
+    "api": {"ingest", "local", "local_fill", "report", "cli", "analyze_cluster"},
+    "upgrade": {
+        "ingest",
+        "query",
+        "local",
+        "local_fill",
+        "analyze",
+        "analyze_cluster",
+        "diagnosis",
+        "report",
+        "cli",
+    },
     # the docs of the tables and views: read from schemas/ and queries/, never from a lake
     "sqldoc": {"lake"} | _AFTER_LAKE,
 }

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, corpus
 
-from pipeline import local, query
+from pipeline import local_fill, query
 from pipeline import schema as sch
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -53,11 +53,11 @@ def inputs(tmp_path_factory) -> Path:
 def small_lake(inputs, tmp_path_factory) -> Path:
     """The four sources as parts of their own (compaction off), with local results (min_rows
     lowered so that these small sources get them, as a large rank would at its run's first
-    analysis: local.fill)."""
+    analysis: local_fill.fill)."""
     root = tmp_path_factory.mktemp("lake") / "lake"
     res = ingest_paths([inputs], Lake(root), compact=False)
     assert [r.status for r in res] == ["ok"] * 4 and {r.run_id for r in res} == {RUN}
-    assert local.fill(Lake(root), min_rows=10) == 4
+    assert local_fill.fill(Lake(root), min_rows=10) == 4
     return root
 
 

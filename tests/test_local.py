@@ -1,5 +1,5 @@
 """Per-source metric results, computed at a run's first analysis and kept in the lake
-(pipeline/local.py fill; issue 16 point 3, issue 37 item 2: ingest no longer computes them).
+(pipeline/local_fill.py fill; issue 16 point 3, issue 37 item 2: ingest no longer computes them).
 
 Analysis reads breakdown, step_time, idle_gaps, idle_breakdown, step_status and mfu from the
 local_<metric> tables, and makes only the split of exposed communication into waiting and
@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_interval_property import _brute_split, collective_lake, member
 
-from pipeline import local, query
+from pipeline import local, local_fill, query
 from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -74,10 +74,10 @@ def dlrm_lakes(tmp_path_factory):
     with_local, plain = Lake(d / "with"), Lake(d / "plain")
     assert {r.status for r in ingest_paths([corpus(*DLRM)], with_local, jobs=1)} == {"ok"}
     assert with_local.table_files("local_results") == []  # not computed by ingest
-    assert local.fill(with_local, min_rows=0) == 8
-    assert local.fill(with_local, min_rows=0) == 0  # kept: nothing left to compute
+    assert local_fill.fill(with_local, min_rows=0) == 8
+    assert local_fill.fill(with_local, min_rows=0) == 0  # kept: nothing left to compute
     assert {r.status for r in ingest_paths([corpus(*DLRM)], plain, jobs=1)} == {"ok"}
-    assert local.fill(plain) == 0
+    assert local_fill.fill(plain) == 0
     return with_local, plain
 
 
@@ -138,7 +138,7 @@ def test_a_truncated_source_keeps_its_steps_incomplete(tmp_path, monkeypatch):
     lake = Lake(tmp_path / "lake")
     res = ingest_paths([job], lake, jobs=1)
     assert sorted(r.status for r in res) == ["ok"] * 7 + ["partial"]
-    assert local.fill(lake, min_rows=0) == 8
+    assert local_fill.fill(lake, min_rows=0) == 8
     con = query.connect(lake)
     assert _uses_local(con)
     got = query.run(con, "step_status")
@@ -159,7 +159,7 @@ def test_random_jobs_equal_the_full_queries_and_the_brute_force(acts0, acts1, cu
     steps = {r: list(zip(edges, edges[1:])) for r in ranks}  # the same host windows on both ranks
     with tempfile.TemporaryDirectory() as d:
         lake = collective_lake(d, ranks, steps)
-        assert local.backfill(lake, min_rows=0) == 2
+        assert local_fill.backfill(lake, min_rows=0) == 2
         _same_as_full(lake)
         rows = [r for r in query.run(query.connect(lake), "breakdown").to_dicts() if r["level"] == "rank"]
     b = _brute_split(ranks)
@@ -183,7 +183,7 @@ def test_a_source_below_the_threshold_costs_no_connection(tmp_path, monkeypatch)
     res = ingest_paths(sorted(corpus(*DLRM).glob("*.json"))[:2], lake, jobs=1)
     assert [r.status for r in res] == ["ok", "ok"]
     assert not any("per-source" in n for r in res for n in r.notes)
-    assert local.fill(lake) == 0
+    assert local_fill.fill(lake) == 0
 
 
 @pytest.fixture()
@@ -245,7 +245,7 @@ def test_reingest_and_forget_remove_a_sources_results(small_lake, monkeypatch):
     assert r.status == "ok"
     assert len(small_lake.table_files("local_results")) == before - 1
     assert not _uses_local(query.connect(small_lake))
-    assert local.fill(small_lake, min_rows=0) == 1  # the analysis's fill gives it them again
+    assert local_fill.fill(small_lake, min_rows=0) == 1  # the analysis's fill gives it them again
     assert len(small_lake.table_files("local_results")) == before
     assert _uses_local(query.connect(small_lake))
     n = small_lake.forget([(r.run_id, r.source_id)])
@@ -267,13 +267,13 @@ def test_memory_capped_results_and_the_fallback(tmp_path, monkeypatch):
     (tmp_path / "systmp").mkdir()
     capped = Lake(tmp_path / "capped")
     assert {r.status for r in ingest_paths([corpus(*DLRM)], capped, jobs=1)} == {"ok"}
-    assert local.fill(capped) == 8
+    assert local_fill.fill(capped) == 8
     _same_as_full(capped)
     monkeypatch.setattr(local, "MEMORY_LIMIT", "1MB")
     starved = Lake(tmp_path / "starved")
     res = ingest_paths([corpus(*DLRM)], starved, jobs=1)
     assert {r.status for r in res} == {"ok"}
-    assert local.fill(starved) == 0
+    assert local_fill.fill(starved) == 0
     assert not _uses_local(query.connect(starved))
     a, b = analyze(starved), analyze(capped)
     assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)

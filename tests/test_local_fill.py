@@ -1,4 +1,4 @@
-"""Per-source metric results computed at a run's first analysis (pipeline/local.py fill, issue 37
+"""Per-source metric results computed at a run's first analysis (pipeline/local_fill.py fill, issue 37
 item 2 / issue 38 item 4), not by ingest.
 
 Inputs: 3 ranks of one real trace (HTA's simple_add, 139 kernels a rank: the same bytes with
@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, corpus
 
-from pipeline import local, query
+from pipeline import local, local_fill, query
 from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -78,8 +78,8 @@ def lakes(few, tmp_path_factory):
     assert not (parts.root / "_compacted").exists()
     for lake in (held, parts):
         assert lake.table_files("local_results") == []
-        assert local.fill(lake, min_rows=10) == FEW
-        assert local.fill(lake, min_rows=10) == 0
+        assert local_fill.fill(lake, min_rows=10) == FEW
+        assert local_fill.fill(lake, min_rows=10) == 0
     return held, parts
 
 
@@ -123,18 +123,18 @@ def test_a_generation_of_small_and_large_sources_is_filled_in_one_call(lakes, fe
     results computed and dropped. Reference: the rows of the parts-of-their-own lake."""
     _, parts = lakes
     _, held = _few_lakes(few, tmp_path)
-    missing = local._missing
+    missing = local_fill._missing
 
     def one_large(*a, **k):  # the second source counts as large (its rows are the same 139 kernels)
         got, total = missing(*a, **k)
         return [(r, s, g, 10**6 if i == 1 else n) for i, (r, s, g, n) in enumerate(got)], total
 
-    monkeypatch.setattr(local, "_missing", one_large)
+    monkeypatch.setattr(local_fill, "_missing", one_large)
     monkeypatch.setattr(local, "SERIAL_ROWS", 1000)
     switches = []
-    assert local.fill(held, min_rows=10, switches=switches) == FEW
+    assert local_fill.fill(held, min_rows=10, switches=switches) == FEW
     assert len(switches) == 1
-    assert local.fill(held, min_rows=10) == 0
+    assert local_fill.fill(held, min_rows=10) == 0
     for t in (*local.TABLES, "local_results"):
         assert _own_rows(held, t) == _own_rows(parts, t), t
 
@@ -163,10 +163,10 @@ def test_the_first_analysis_fills_only_above_fill_min_rows_and_equals_the_full_c
         if stage == "per-source results":
             seen.append((done, total))
 
-    monkeypatch.setattr(local, "FILL_MIN_ROWS", rows + 1)
+    monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", rows + 1)
     assert json.dumps(analyze(lake, keep=False, on_progress=progress), sort_keys=True, default=str) == ref
     assert lake.table_files("local_results") == [] and seen == []
-    monkeypatch.setattr(local, "FILL_MIN_ROWS", rows)
+    monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", rows)
     assert json.dumps(analyze(lake, keep=False, on_progress=progress), sort_keys=True, default=str) == ref
     assert len(lake.holders("local_results")) == FEW
     assert seen == [(k, FEW) for k in range(1, FEW + 1)]  # the progress bar's steps, one a source
@@ -186,14 +186,14 @@ def test_sources_with_results_count_toward_fill_min_rows(few, tmp_path, monkeypa
     for name, top in (("together", 0), ("apart", 1)):
         lake = Lake(tmp_path / name)
         assert {r.status for r in ingest_paths([few], lake, jobs=1)} == {"ok"}
-        assert local.fill(lake, min_rows=10) == FEW  # run "job" has results
+        assert local_fill.fill(lake, min_rows=10) == FEW  # run "job" has results
         assert {r.status for r in ingest_paths([other], lake, jobs=1)} == {"ok"}
         runs = {r for r, _ in lake.holders("gpu_activities")}
         assert len(runs) == 2, runs
         rows = sum(pq.ParquetFile(f).metadata.num_rows for f in lake.table_files("gpu_activities"))
         # more than the new run alone holds (half the rows), at most (together) or just over
         # (apart) what both hold
-        monkeypatch.setattr(local, "FILL_MIN_ROWS", rows + top)
+        monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", rows + top)
         analyze(lake, keep=False)
         assert len(lake.holders("local_results")) == (2 * FEW if name == "together" else FEW), name
 
@@ -219,20 +219,20 @@ def test_a_source_replaced_meanwhile_and_a_busy_lake_get_nothing(few, tmp_path, 
         return out
 
     monkeypatch.setattr(local, "compute", replaced)
-    assert local.fill(parts, min_rows=10) == 0
+    assert local_fill.fill(parts, min_rows=10) == 0
     assert parts.table_files("local_results") == [] and parts.table_files("local_breakdown") == []
-    assert local.fill(held, min_rows=10) == 0
+    assert local_fill.fill(held, min_rows=10) == 0
     assert held.holders("local_results") == set()
     monkeypatch.setattr(local, "compute", compute)
     with parts.lock():  # another command writes to the lake
-        assert local.fill(parts, min_rows=10) == 0
+        assert local_fill.fill(parts, min_rows=10) == 0
     assert parts.table_files("local_results") == []
 
 
 def test_a_fill_cut_before_its_marker_is_not_used_and_is_completed(few, tmp_path, monkeypatch):
     lake = Lake(tmp_path / "lake")
     ingest_paths([few], lake, jobs=1, compact=False)
-    write = local.write_parquet
+    write = local_fill.write_parquet
 
     def cut(tbl, path):
         if path.parent.parent.name == "local_results":
@@ -240,14 +240,14 @@ def test_a_fill_cut_before_its_marker_is_not_used_and_is_completed(few, tmp_path
             raise OSError(28, "No space left on device")
         write(tbl, path)
 
-    monkeypatch.setattr(local, "write_parquet", cut)
-    assert local.fill(lake, min_rows=10) == 0  # not raised: the analysis goes on in full
+    monkeypatch.setattr(local_fill, "write_parquet", cut)
+    assert local_fill.fill(lake, min_rows=10) == 0  # not raised: the analysis goes on in full
     assert lake.table_files("local_results") == [] and len(lake.table_files("local_breakdown")) == FEW
     assert os.listdir(lake.root / "local_results" / "run=job") == []  # its temporary file removed
     con = query.connect(lake)
     assert con.execute("SELECT getvariable('use_local')").fetchall() == [(False,)]
-    monkeypatch.setattr(local, "write_parquet", write)
-    assert local.fill(lake, min_rows=10) == FEW
+    monkeypatch.setattr(local_fill, "write_parquet", write)
+    assert local_fill.fill(lake, min_rows=10) == FEW
     assert len(lake.table_files("local_results")) == FEW
     assert pl.read_parquet(lake.table_files("local_results"))["sql_version"].unique().to_list() == [
         query.local_sql_version()
@@ -263,7 +263,7 @@ def test_a_compacted_runs_first_analysis_is_kept(few, tmp_path, monkeypatch):
     from pipeline import results
 
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
-    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", 0)
     _, held = _few_lakes(few, tmp_path / "a")
     first = analyze(held)
     assert len(held.holders("local_results")) == FEW
@@ -277,15 +277,15 @@ def test_a_compacted_runs_first_analysis_is_kept(few, tmp_path, monkeypatch):
     assert same == json.dumps(first, sort_keys=True, default=str)
     monkeypatch.undo()
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
-    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", 0)
     _, other = _few_lakes(few, tmp_path / "b")
-    fill = local.fill
+    fill = local_fill.fill
 
     def racing(lake, *a, **k):  # another command commits between the listing and the switch
         os.utime(next((lake.root / "sources").rglob("*.parquet")), ns=(1, 1))
         return fill(lake, *a, **k)
 
-    monkeypatch.setattr(local, "fill", racing)
+    monkeypatch.setattr(local_fill, "fill", racing)
     before = results.listing_signature(other.root)
     analyze(other)
     assert results.listing_signature(other.root) != before
@@ -352,7 +352,7 @@ def test_a_damaged_per_source_part_gives_the_full_computation_with_a_note(few, t
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
     lake = Lake(tmp_path / "lake")
     ingest_paths([few], lake, jobs=1, compact=False)
-    assert local.fill(lake, min_rows=10) == FEW
+    assert local_fill.fill(lake, min_rows=10) == FEW
     part = sorted((lake.root / "local_step_time").rglob("*.parquet"))[0]
     part.write_bytes(part.read_bytes()[:100])
     for recompute in (False, True):

@@ -1,4 +1,4 @@
-"""A run's first analysis killed while it writes the per-source results (pipeline/local.py fill),
+"""A run's first analysis killed while it writes the per-source results (pipeline/local_fill.py fill),
 and the readers and writers around it.
 
 Inputs: the 3 ranks of HTA's simple_add trace of tests/test_local_fill.py (139 kernels a rank;
@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, corpus
 
-from pipeline import local, query
+from pipeline import local, local_fill, query
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 
@@ -72,7 +72,7 @@ def filled(few, tmp_path_factory):
     out = {}
     for held in (False, True):
         lake = _lake(few, tmp_path_factory.mktemp("ref") / "lake", held)
-        assert local.fill(lake, min_rows=10) == FEW
+        assert local_fill.fill(lake, min_rows=10) == FEW
         out[held] = lake
     return out
 
@@ -106,8 +106,8 @@ def _killed_fill(lake: Lake, point: str) -> None:
     """A child process running fill(lake, min_rows=10), killed by SIGKILL at crash point `point`
     ("name:n")."""
     code = (
-        "from pipeline import local; from pipeline.lake import Lake; "
-        f"local.fill(Lake({str(lake.root)!r}), min_rows=10)"
+        "from pipeline import local_fill; from pipeline.lake import Lake; "
+        f"local_fill.fill(Lake({str(lake.root)!r}), min_rows=10)"
     )
     env = {**os.environ, "TRACELAKE_CRASH_AT": point}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
@@ -137,7 +137,7 @@ def test_a_kill_before_a_result_part_is_renamed_leaves_nothing_after_the_next_fi
     with other.lock():
         assert other.recover() == [f"removed {left[0]} (an unfinished write)"]
     assert _hidden(other) == []
-    assert local.fill(lake, min_rows=10) == FEW - 1
+    assert local_fill.fill(lake, min_rows=10) == FEW - 1
     assert _hidden(lake) == []
     _same_as_uninterrupted(lake, filled[False])
 
@@ -153,7 +153,7 @@ def test_a_kill_before_a_generations_switch_leaves_nothing_after_the_next_fill(f
     assert {o.split("/")[0] for o in orphans} == with_rows and len(orphans) == 4, orphans
     assert lake.holders("local_results") == set()
     switches = []
-    assert local.fill(lake, min_rows=10, switches=switches) == FEW
+    assert local_fill.fill(lake, min_rows=10, switches=switches) == FEW
     assert len(switches) == 1
     assert not orphans & _compacted(lake)
     assert _hidden(lake) == []
@@ -177,7 +177,7 @@ def test_a_reader_connecting_while_fill_writes_never_reads_results_it_did_not_li
         if not once:  # the connection's (fill's own connections call create_views too)
             once.append(None)
             monkeypatch.setattr(query, "create_views", create_views)
-            once[0] = local.fill(lake, min_rows=10)
+            once[0] = local_fill.fill(lake, min_rows=10)
         return create_views(con, *a, **k)
 
     monkeypatch.setattr(query, "create_views", fill_meanwhile)
@@ -199,7 +199,7 @@ def test_an_analysis_whose_results_cannot_be_written_equals_the_full_one(few, tm
     the same traces with the per-source step off (MIN_GPU_ROWS above every source)."""
     from pipeline.analyze import analyze
 
-    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", 0)
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
     ref = json.dumps(analyze(_lake(few, tmp_path / "full", held), keep=False), sort_keys=True, default=str)
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
@@ -247,10 +247,10 @@ def test_a_damaged_result_part_is_computed_again_by_the_next_analysis(
     the full computation's document, and the rows of the lake filled without damage."""
     from pipeline.analyze import analyze
 
-    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", 0)
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
     lake = _lake(few, tmp_path / "lake", held=False)
-    assert local.fill(lake, min_rows=10) == FEW
+    assert local_fill.fill(lake, min_rows=10) == FEW
     part = sorted((lake.root / table / "run=job").glob("*.parquet"))[0]
     if damage == "truncate":
         part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
@@ -274,7 +274,7 @@ def test_a_source_whose_results_fail_leaves_the_full_analysis_and_is_tried_again
 
     from pipeline.analyze import analyze
 
-    monkeypatch.setattr(local, "FILL_MIN_ROWS", 0)
+    monkeypatch.setattr(local_fill, "FILL_MIN_ROWS", 0)
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
     lake = _lake(few, tmp_path / "lake", held)
     frame, failed = query.frame, []

@@ -11,7 +11,7 @@ anyway (at least lake_compact.AUTO_MIN_SOURCES units of work name it, and compac
    memory: its tables conformed to schema v3, gpu_activities with its derived columns still
    NULL; a Held, not a Staged, goes back to the ingesting process (pickled with the Prepared).
    (A source of many GPU activities gets its per-source metric results at its run's first
-   analysis, pipeline/local.py fill, from the run's generation as from parts of its own);
+   analysis, pipeline/local_fill.py fill, from the run's generation as from parts of its own);
 2. commit.py decides its run as for any source and hands it with its `sources` row to Pending,
    which keeps it until the end of the ingest (or until PENDING_BYTES are held): then the derived
    columns of each run's held sources are computed in one polars plan (derive.derive_many: the

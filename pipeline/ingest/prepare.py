@@ -271,7 +271,7 @@ def with_local(lake: Lake, staged, notes: list[str], status: str) -> None:
     """For a lake in a bucket (pipeline/lake_s3.py), stage the source's per-source metric results
     beside its parts (pipeline/local.py; status: the sources status it will be committed with);
     a failure there costs only speed (analysis then computes those metrics in full): a note. A
-    local lake's sources get them at their run's first analysis instead (local.fill: half of a
+    local lake's sources get them at their run's first analysis instead (local_fill.fill: half of a
     large rank's ingest CPU, and DuckDB is not imported by an ingest of Kineto traces), which
     cannot yet write them into a bucket."""
     if not getattr(lake, "remote", False):
