@@ -194,3 +194,36 @@ def browser():
         )
         yield b
         b.close()
+
+
+# HTA's simple_add trace (139 kernels a rank) made into FEW ranks of one run, `job`: the inputs of
+# the per-source results' tests (test_local_fill.py, test_local_fill_crash.py)
+SIMPLE_ADD = corpus(
+    "hta", "tests", "data", "critical_path", "simple_add", "benchmark_result_493459_1694039959_trace.json.gz"
+)
+FEW = 3
+
+
+@pytest.fixture(scope="module")
+def few(tmp_path_factory):
+    """A directory `job` of FEW rank files: the same events with distributedInfo.rank 0..FEW-1."""
+    import msgspec
+
+    d = tmp_path_factory.mktemp("in") / "job"
+    d.mkdir()
+    doc = msgspec.json.decode(gzip.decompress(SIMPLE_ADD.read_bytes()))
+    for r in range(FEW):
+        doc["distributedInfo"] = {"rank": r, "world_size": FEW, "backend": "nccl"}
+        (d / f"rank{r}.json").write_bytes(msgspec.json.encode(doc))
+    return d
+
+
+def parquet_rows(lake, table: str) -> list[str]:
+    """The table's rows read from every Parquet file under the lake's run directories (pyarrow: no
+    listing or manifest of the code under test), each as its repr, sorted."""
+    import pyarrow.parquet as pq
+
+    rows = []
+    for f in sorted((lake.root / table).glob("run=*/*.parquet")):
+        rows += [repr(r) for r in pq.read_table(f).to_pylist()]
+    return sorted(rows)

@@ -28,11 +28,13 @@ _AFTER_LAKE = {
     "report",
     "cli",
 }
+# the per-source results' two rooms (what they are and their SQL; filling them for committed sources)
+_LOCAL = {"local", "local_fill"}
 # room -> rooms it must never import (docs/architecture.md, "The rooms", column "never imports")
 FORBIDDEN = {
     "ingest": {"query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     "lake": _AFTER_LAKE,
-    "query": {"ingest", "local", "local_fill", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
+    "query": {"ingest", "analyze", "analyze_cluster", "diagnosis", "report", "cli"} | _LOCAL,
     # per-source metric results at ingest: above query (it runs the metric SQL), below ingest
     "local": {"ingest", "local_fill", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     "local_fill": {"ingest", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
@@ -42,40 +44,22 @@ FORBIDDEN = {
     # the metric pass analyze() calls for the runs it does not read back
     "analyze_compute": {"ingest", "analyze", "analyze_cluster", "report", "cli"},
     # kept results: files under the lake, keyed by sources rows, options and code; no room's logic
-    "results": {"lake", "query", "local", "local_fill", "analyze", "analyze_compute", "analyze_cluster"}
+    "results": {"lake", "query", "analyze", "analyze_compute", "analyze_cluster"}
+    | _LOCAL
     | {"ingest", "diagnosis", "report", "cli", "cluster", "whatif", "timeline"},
     # the kept fleet rows and runs_overview: results' files, the fleet view's columns
-    "results_fleet": {"lake", "query", "local", "local_fill", "analyze", "analyze_compute", "analyze_cluster"}
+    "results_fleet": {"lake", "query", "analyze", "analyze_compute", "analyze_cluster"}
+    | _LOCAL
     | {"ingest", "report", "cli", "cluster", "whatif", "timeline"},
     "report": {"ingest", "query", "analyze_cluster", "cli", "cluster"},
     # the fleet view: rows of the analysis document, between diagnosis and report
-    "fleet": {
-        "ingest",
-        "query",
-        "local",
-        "local_fill",
-        "analyze",
-        "analyze_cluster",
-        "cluster",
-        "report",
-        "cli",
-    },
+    "fleet": {"ingest", "query", "analyze", "analyze_cluster", "cluster", "report", "cli"} | _LOCAL,
     "cluster": {"ingest", "query", "analyze", "analyze_cluster", "diagnosis", "report", "cli"},
     # the timeline reads the lake through query and the findings through analyze; analyze never
     # imports it (a finding only names the `tracelake timeline` command)
     "timeline": {"ingest", "analyze_cluster", "cluster", "report", "cli"},
     # the replay reads the lake through a query connection it is given; analyze calls it
-    "whatif": {
-        "ingest",
-        "local",
-        "local_fill",
-        "analyze",
-        "analyze_cluster",
-        "diagnosis",
-        "report",
-        "cli",
-        "cluster",
-    },
+    "whatif": {"ingest", "analyze", "analyze_cluster", "diagnosis", "report", "cli", "cluster"} | _LOCAL,
     "derive": {"lake"} | _AFTER_LAKE,
     "parts": {"lake"} | _AFTER_LAKE,
     # compaction's reading and writing sides: helpers of the lake, which imports them
@@ -92,18 +76,8 @@ FORBIDDEN = {
     | {"schema", "parts", "derive"}
     | _AFTER_LAKE,
     # the lake from Python: the query connection and the analysis, never ingest or rendering
-    "api": {"ingest", "local", "local_fill", "report", "cli", "analyze_cluster"},
-    "upgrade": {
-        "ingest",
-        "query",
-        "local",
-        "local_fill",
-        "analyze",
-        "analyze_cluster",
-        "diagnosis",
-        "report",
-        "cli",
-    },
+    "api": {"ingest", "report", "cli", "analyze_cluster"} | _LOCAL,
+    "upgrade": _AFTER_LAKE - {"upgrade"},
     # the docs of the tables and views: read from schemas/ and queries/, never from a lake
     "sqldoc": {"lake"} | _AFTER_LAKE,
 }

@@ -22,7 +22,6 @@ part with pyarrow):
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import subprocess
@@ -33,29 +32,15 @@ import msgspec
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, corpus
+from conftest import FEW, REPO, SIMPLE_ADD, parquet_rows
 
 from pipeline import local, local_fill, query
 from pipeline.analyze import analyze
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 
-TRACE = corpus(
-    "hta", "tests", "data", "critical_path", "simple_add", "benchmark_result_493459_1694039959_trace.json.gz"
-)
-FEW = 3
+TRACE = SIMPLE_ADD
 CHECKED = (*query.LOCAL_METRICS, "collective_exposure", "roofline")
-
-
-@pytest.fixture(scope="module")
-def few(tmp_path_factory):
-    d = tmp_path_factory.mktemp("in") / "job"
-    d.mkdir()
-    doc = msgspec.json.decode(gzip.decompress(TRACE.read_bytes()))
-    for r in range(FEW):
-        doc["distributedInfo"] = {"rank": r, "world_size": FEW, "backend": "nccl"}
-        (d / f"rank{r}.json").write_bytes(msgspec.json.encode(doc))
-    return d
 
 
 def _few_lakes(few, root) -> tuple[Lake, Lake]:
@@ -94,21 +79,12 @@ def test_an_ingest_of_kineto_traces_imports_no_duckdb(tmp_path):
     assert out.stdout.split() == ["ok", "False", "False"]
 
 
-def _own_rows(lake: Lake, table: str) -> list[str]:
-    """The table's rows read from every Parquet file under the lake (pyarrow, no listing or
-    manifest of the code under test), sorted."""
-    rows = []
-    for f in sorted((lake.root / table).glob("run=*/*.parquet")):
-        rows += [repr(r) for r in pq.read_table(f).to_pylist()]
-    return sorted(rows)
-
-
 def test_held_sources_get_the_results_of_parts_of_their_own(lakes):
     held, parts = lakes
     for t in (*local.TABLES, "local_results"):
-        assert _own_rows(held, t) == _own_rows(parts, t), t
-    assert _own_rows(held, "local_breakdown") and _own_rows(held, "local_idle_gaps")
-    assert len(_own_rows(held, "local_results")) == FEW
+        assert parquet_rows(held, t) == parquet_rows(parts, t), t
+    assert parquet_rows(held, "local_breakdown") and parquet_rows(held, "local_idle_gaps")
+    assert len(parquet_rows(held, "local_results")) == FEW
     for lake in (held, parts):
         con, ref = query.connect(lake), query.connect(lake, local_results=False)
         assert con.execute("SELECT getvariable('use_local')").fetchall() == [(True,)]
@@ -136,7 +112,7 @@ def test_a_generation_of_small_and_large_sources_is_filled_in_one_call(lakes, fe
     assert len(switches) == 1
     assert local_fill.fill(held, min_rows=10) == 0
     for t in (*local.TABLES, "local_results"):
-        assert _own_rows(held, t) == _own_rows(parts, t), t
+        assert parquet_rows(held, t) == parquet_rows(parts, t), t
 
 
 def test_the_first_analysis_fills_only_above_fill_min_rows_and_equals_the_full_computation(

@@ -23,38 +23,20 @@ interruption, read straight from every Parquet file under it with pyarrow; the f
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import shutil
 import subprocess
 import sys
 
-import msgspec
-import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, corpus
+from conftest import FEW, REPO, parquet_rows
 
 from pipeline import local, local_fill, query
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
 
-TRACE = corpus(
-    "hta", "tests", "data", "critical_path", "simple_add", "benchmark_result_493459_1694039959_trace.json.gz"
-)
-FEW = 3
 CHECKED = (*query.LOCAL_METRICS, "collective_exposure", "roofline")
-
-
-@pytest.fixture(scope="module")
-def few(tmp_path_factory):
-    d = tmp_path_factory.mktemp("in") / "job"
-    d.mkdir()
-    doc = msgspec.json.decode(gzip.decompress(TRACE.read_bytes()))
-    for r in range(FEW):
-        doc["distributedInfo"] = {"rank": r, "world_size": FEW, "backend": "nccl"}
-        (d / f"rank{r}.json").write_bytes(msgspec.json.encode(doc))
-    return d
 
 
 def _lake(few, root, held: bool) -> Lake:
@@ -75,15 +57,6 @@ def filled(few, tmp_path_factory):
         assert local_fill.fill(lake, min_rows=10) == FEW
         out[held] = lake
     return out
-
-
-def _all_rows(lake: Lake, table: str) -> list[str]:
-    """The table's rows read from every Parquet file under the lake (pyarrow; no listing or
-    manifest of the code under test), sorted."""
-    rows = []
-    for f in sorted((lake.root / table).glob("run=*/*.parquet")):
-        rows += [repr(r) for r in pq.read_table(f).to_pylist()]
-    return sorted(rows)
 
 
 def _hidden(lake: Lake) -> list[str]:
@@ -116,7 +89,7 @@ def _killed_fill(lake: Lake, point: str) -> None:
 
 def _same_as_uninterrupted(lake: Lake, ref: Lake) -> None:
     for t in (*local.TABLES, "local_results"):
-        assert _all_rows(lake, t) == _all_rows(ref, t), t
+        assert parquet_rows(lake, t) == parquet_rows(ref, t), t
     con, full = query.connect(lake), query.connect(lake, local_results=False)
     assert con.execute("SELECT getvariable('use_local')").fetchall() == [(True,)]
     for name in CHECKED:
@@ -149,7 +122,7 @@ def test_a_kill_before_a_generations_switch_leaves_nothing_after_the_next_fill(f
     orphans = _compacted(lake) - gen_files
     # a new file per table with rows in the uninterrupted fill's lake (simple_add has no steps
     # or communication kernels: 4 tables), none live
-    with_rows = {t for t in (*local.TABLES, "local_results") if _all_rows(filled[True], t)}
+    with_rows = {t for t in (*local.TABLES, "local_results") if parquet_rows(filled[True], t)}
     assert {o.split("/")[0] for o in orphans} == with_rows and len(orphans) == 4, orphans
     assert lake.holders("local_results") == set()
     switches = []
@@ -258,7 +231,7 @@ def test_a_damaged_result_part_is_computed_again_by_the_next_analysis(
         part.unlink()
     assert json.dumps(analyze(lake, keep=False), sort_keys=True, default=str) == full_doc
     for t in (*local.TABLES, "local_results"):
-        assert _all_rows(lake, t) == _all_rows(filled[False], t), t
+        assert parquet_rows(lake, t) == parquet_rows(filled[False], t), t
 
 
 @pytest.mark.parametrize("held", [False, True], ids=["parts", "held"])
