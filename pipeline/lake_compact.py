@@ -309,7 +309,7 @@ def garbage(lake, view: manifest.View) -> list[tuple[Path, str]]:
     `sources` part ('no sources row'), compacted files of no live generation and the own parts of
     sources a generation holds ('not in the run's compacted generation'), a manifest's temporary
     file, and the hidden temporary file of a part a kill stopped before its rename ('an unfinished
-    write': pipeline/local.py's `.<source id>.<hex>.tmp`, pipeline/upgrade.py's
+    write': pipeline/local_fill.py's `.<source id>.<hex>.tmp`, pipeline/upgrade.py's
     `.<part>.upgrade`; both are written only under the lake's lock, so under the lock one is
     always a leftover)."""
     out = []

@@ -130,13 +130,8 @@ def _fill_group(lake: Lake, todo, lo: int, hi: int, min_rows: int, pool, switche
     futures, idents = [], []
     for run_dir, sid, gen, _ in todo[lo:hi]:
         if gen is None:
-            part = lake.root / "sources" / run_dir / f"{sid}.parquet"
-            idents.append(_identity(part))
-            files = {
-                t: [str(p)]
-                for t in sch.tables()
-                if not t.startswith("local_") and (p := lake.root / t / run_dir / f"{sid}.parquet").exists()
-            }
+            idents.append(_identity(_part(lake, "sources", run_dir, sid)))
+            files = _own_files(lake, run_dir, sid)
             futures.append(pool.submit(_computed, lambda _, f=files: f, sid, min_rows))
         else:
             idents.append(None)
@@ -149,10 +144,12 @@ def _fill_group(lake: Lake, todo, lo: int, hi: int, min_rows: int, pool, switche
         if state["on_progress"] is not None:
             state["on_progress"]("per-source results", state["seen"], state["total"])
         if gen is None:
-            part = lake.root / "sources" / run_dir / f"{sid}.parquet"
             if res:
                 with _writing(lake, state):
-                    if _identity(part) == ident and (run_dir, sid) in lake.committed():
+                    if (
+                        _identity(_part(lake, "sources", run_dir, sid)) == ident
+                        and (run_dir, sid) in lake.committed()
+                    ):
                         try:
                             _write_own(lake, run_dir, sid, res)
                             state["done"] += 1
@@ -222,7 +219,7 @@ def _missing(lake: Lake, runs, min_rows: int, src) -> tuple[list[tuple[str, str,
     dirs = {d for d, _ in one_rank}
     counts: dict[tuple[str, str], tuple[int, str | None]] = {}
     for d, s in view.singles:
-        p = lake.root / "gpu_activities" / d / f"{s}.parquet"
+        p = _part(lake, "gpu_activities", d, s)
         if d in dirs and (d, s) in one_rank and p.exists():
             counts[(d, s)] = (pq.ParquetFile(p).metadata.num_rows, None)
     for d, m in view.manifests.items():
@@ -280,7 +277,7 @@ def _whole(lake: Lake, run_dir: str, sid: str) -> bool:
     file begins and ends with its magic bytes: one cut short does not)."""
     for t in local.TABLES:
         try:
-            with open(lake.root / t / run_dir / f"{sid}.parquet", "rb") as f:
+            with open(_part(lake, t, run_dir, sid), "rb") as f:
                 head = f.read(4)
                 f.seek(-4, os.SEEK_END)
                 if head != b"PAR1" or f.read(4) != b"PAR1":
@@ -288,6 +285,21 @@ def _whole(lake: Lake, run_dir: str, sid: str) -> bool:
         except OSError:  # gone, or shorter than its magic bytes
             return False
     return True
+
+
+def _part(lake: Lake, table: str, run_dir: str, sid: str) -> Path:
+    """A source's own part of `table` (run_dir: `run=<run id>`)."""
+    return lake.root / table / run_dir / f"{sid}.parquet"
+
+
+def _own_files(lake: Lake, run_dir: str, sid: str) -> dict[str, list[str]]:
+    """A source's own parts that local.compute() reads (table -> [file]): every table but the
+    local_* ones, where the source has a part."""
+    return {
+        t: [str(p)]
+        for t in sch.tables()
+        if not t.startswith("local_") and (p := _part(lake, t, run_dir, sid)).exists()
+    }
 
 
 def _identity(part: Path) -> tuple[int, int] | None:
@@ -320,7 +332,7 @@ def _write_own(lake: Lake, run_dir: str, sid: str, res: dict[str, pa.Table]) -> 
     disk, a directory that cannot be written): the temporary file is removed, the parts written
     before stay (unread without their marker)."""
     for t in (*local.TABLES, "local_results"):
-        dest = lake.root / t / run_dir / f"{sid}.parquet"
+        dest = _part(lake, t, run_dir, sid)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{sid}.{uuid.uuid4().hex}.tmp")
         try:
@@ -342,22 +354,20 @@ def backfill(lake: Lake, min_rows: int | None = None) -> int:
         current = query.local_sql_version()
 
         def version(key: tuple[str, str]) -> list:
-            part = lake.root / "local_results" / key[0] / f"{key[1]}.parquet"
-            return pl.read_parquet(part, columns=["sql_version"]).get_column("sql_version").to_list()
+            return (
+                pl.read_parquet(_part(lake, "local_results", *key), columns=["sql_version"])
+                .get_column("sql_version")
+                .to_list()
+            )
 
         have = {key for key in lake._listing("local_results") if version(key) == [current]}
         committed = lake.committed()
         for run_dir, sid in lake._listing("gpu_activities"):
             if (run_dir, sid) in have or (run_dir, sid) not in committed:
                 continue
-            files = {}
-            for t in sch.tables():
-                p = lake.root / t / run_dir / f"{sid}.parquet"
-                if p.exists():
-                    files[t] = [str(p)]
             scratch = lake.scratch()
             try:
-                res = local.compute(files, sid, min_rows, spill_dir=scratch)
+                res = local.compute(_own_files(lake, run_dir, sid), sid, min_rows, spill_dir=scratch)
             finally:
                 shutil.rmtree(scratch, ignore_errors=True)
             if res:
