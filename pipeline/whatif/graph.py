@@ -46,7 +46,7 @@ from .rows import (  # noqa: F401  (WHAT and the kinds: what Graph.h_what holds,
     gpu_rows,
     host_rows,
 )
-from .sync import _sync_edges
+from .sync import sync_edges
 
 # host node kinds (Graph.h_what holds their index: rows.WHAT) and GPU categories (Graph.g_cat)
 CATEGORIES = ("compute", "communication", "memory", "unknown")
@@ -271,7 +271,7 @@ def _assemble(run, t0, frames, coll, facts, names) -> Graph:
     spans = (ranks_u, rank_lo, rank_hi, chain_lo, chain_hi)
     gpu = (g_launch, g_s, g_e, g_rank, g_step)
     host = (h_s, h_e, h_rank, h_step, what, is_block_name, h_gap, h_b)
-    sync = pool.submit(_sync_edges, gpu, host, spans, facts)
+    sync = pool.submit(sync_edges, gpu, host, spans, facts)
     del gpu, host
     pool.shutdown(wait=False)  # the thread ends with the sync edges; sync.result() below waits
     launch_t = np.where(g_launch >= 0, h_s[np.maximum(g_launch, 0)], NEG) if len(h_s) else np.full(n, NEG)

@@ -2,7 +2,7 @@
 blocking host call, and each step's end mark, waited for. graph._assemble makes them in a thread
 beside the launch, cross-stream and collective edges.
 
-Owns: _sync_edges() and _last_work() (each step end mark's last-ending GPU work).
+Owns: sync_edges() and _last_work() (each step end mark's last-ending GPU work).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _last_work(ends, e_rank, e_step, g_rank, g_step, g_e):
     return hi[has], gmax[c][has], emax[c][has]
 
 
-def _sync_edges(gpu, host, spans, facts):
+def sync_edges(gpu, host, spans, facts):
     """The sync edges (graph.py module doc): per host node the GPU work it waits for (h_dep, -1:
     none) and, where binding, the time from that work's end to its own (h_t; also its own time in
     h_b). A step end mark that waits gets h_gap clipped to 0. h_gap and h_b are changed in place.
