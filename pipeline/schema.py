@@ -6,13 +6,13 @@
 from __future__ import annotations
 
 import sys
-import tomllib
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 import polars as pl
 import pyarrow as pa
 
+from . import toml_data
 from .paths import SCHEMAS_DIR
 
 SCHEMA_VERSION = 3
@@ -110,8 +110,7 @@ class Table:
 @lru_cache(maxsize=1)
 def tables() -> dict[str, Table]:
     """All tables of schema v3, keyed by name, in file order."""
-    with open(SCHEMAS_DIR / f"v{SCHEMA_VERSION}.toml", "rb") as f:
-        data = tomllib.load(f)
+    data = toml_data.load(SCHEMAS_DIR / f"v{SCHEMA_VERSION}.toml")
     if data.get("version") != SCHEMA_VERSION:
         raise SchemaError(f"schemas/v{SCHEMA_VERSION}.toml declares version {data.get('version')}")
     out = {}

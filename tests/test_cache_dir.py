@@ -1,4 +1,4 @@
-"""The cache directory (pipeline/report/vega.cache_dir): $TRACELAKE_CACHE_DIR, else an absolute
+"""The cache directory (pipeline/paths.cache_dir): $TRACELAKE_CACHE_DIR, else an absolute
 $XDG_CACHE_HOME/tracelake, else ~/.cache/tracelake. A relative XDG_CACHE_HOME is invalid by the
 XDG Base Directory spec ("If an implementation encounters a relative path in any of these
 variables it should consider the path invalid and ignore it"): the tester's `XDG_CACHE_HOME=relx`
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.report.vega import cache_dir
+from pipeline.paths import cache_dir
 
 
 @pytest.mark.parametrize(

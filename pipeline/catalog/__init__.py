@@ -8,18 +8,17 @@ Each fact lives in one of these files; Python and SQL both read them from here.
 from __future__ import annotations
 
 import re
-import tomllib
 from functools import lru_cache
 
 import polars as pl
 import pyarrow as pa
 
+from .. import toml_data
 from ..paths import CATALOG_DIR
 
 
 def _load(name: str) -> dict:
-    with open(CATALOG_DIR / name, "rb") as f:
-        return tomllib.load(f)
+    return toml_data.load(CATALOG_DIR / name)  # parsed once per content, then JSON (toml_data.py)
 
 
 @lru_cache(maxsize=1)

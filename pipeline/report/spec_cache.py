@@ -10,7 +10,7 @@ number it computes with, never to decide a branch), so its Vega-Lite spec is the
 drawn with a unique placeholder string in place of each value, each placeholder then replaced by
 its value. That spec with placeholders, the template, is built once with altair (debug mode off,
 `to_dict(validate=False)`, as the page always embedded it) and kept on disk in the cache directory
-(vega.cache_dir(), beside the Vega bundle) under the installed altair's version and a hash of the
+(paths.cache_dir(), beside the Vega bundle) under the installed altair's version and a hash of the
 source of every module of this package (the draw functions, what they read, this file: derived,
 never listed), so a new altair or a changed chart builds new templates; when a new key's
 directory is written, the directories of other keys unused for PRUNE_AFTER_S (30 days) are
@@ -126,7 +126,7 @@ def _altair_version() -> str:
 
 def directory() -> Path:
     """Where this altair and these chart modules keep their templates."""
-    from .vega import cache_dir
+    from ..paths import cache_dir
 
     return cache_dir() / "chart-specs" / f"{_DIR_PREFIX}{_altair_version()}-{_code_hash()}"
 

@@ -17,21 +17,11 @@ import uuid
 from functools import lru_cache
 from pathlib import Path
 
+from ..paths import cache_dir
+
 
 def _json_for_script(obj) -> str:
     return json.dumps(obj).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def cache_dir() -> Path:
-    """Where tracelake keeps files it can rebuild (the Vega bundle, the charts' templates):
-    $TRACELAKE_CACHE_DIR, else $XDG_CACHE_HOME/tracelake when that is an absolute path (the XDG
-    Base Directory spec: a relative one is invalid and ignored), else ~/.cache/tracelake. Raises
-    RuntimeError when there is no home to name (callers keep their files in memory then)."""
-    if os.environ.get("TRACELAKE_CACHE_DIR"):
-        return Path(os.environ["TRACELAKE_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or ""
-    base = xdg if os.path.isabs(xdg) else str(Path.home() / ".cache")
-    return Path(base) / "tracelake"
 
 
 MIN_BUNDLE_BYTES = 100_000  # a cached bundle shorter than this was cut: built again
