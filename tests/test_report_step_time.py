@@ -254,7 +254,43 @@ def test_step_time_matches_brute_force(raw_acts, raw_steps, raw_loaders, shift, 
         lake = write_lake(d, steps, acts, loaders, shifts=(0, shift))
         con = connect(lake, kernel_wait_threshold_ns=THRESHOLD, materialize=materialize)
         got = {(r["rank"], r["step"]): r for r in run(con, "step_time").to_dicts()}
-    want = brute(steps, acts, loaders, THRESHOLD)
+    _agrees(got, brute(steps, acts, loaders, THRESHOLD), shift)
+
+
+def test_step_time_with_epoch_times_and_launches_far_away(tmp_path):
+    """The sweep's order key (step_time.sql's ok: o, then the launch relative to the instant, held
+    within +-2^59 ns) on epoch nanoseconds and on launches decades away: two starts at one instant
+    with launches before and after each other, one launch 54 years early and one 100 years late
+    (garbage a trace can hold), the second rank at 1.7e18 ns (2023); the brute-force reference
+    orders by the launches themselves."""
+    far_past, far_future = -1_700_000_000_000_000_000, 3_200_000_000_000_000_000
+    acts = make_acts(
+        [
+            (10, 5, "compute", 8, False),
+            (10, 3, "memory", 6, False),  # same instant, launched earlier: carries the start
+            (20, 4, "compute", far_past, False),
+            (20, 2, "memory", 19, False),
+            (30, 6, "compute", far_future, False),
+            (30, 2, "unknown", far_future, False),
+            (45, 3, "communication", 40, False),
+            (60, 5, "compute", None, False),
+            (60, 5, "memory", far_past, False),
+        ]
+    )
+    steps = [(1, 0, 40), (2, 40, 70)]
+    shift = 1_700_000_000_000_000_000
+    lake = write_lake(tmp_path, steps, acts, [(42, 44)], shifts=(0, shift))
+    got = {
+        (r["rank"], r["step"]): r
+        for r in run(connect(lake, kernel_wait_threshold_ns=THRESHOLD), "step_time").to_dicts()
+    }
+    want = brute(steps, acts, [(42, 44)], THRESHOLD)
+    assert sum(w["host_wait"] + w["kernel_wait"] + w["other"] for _, _, w in want.values()) > 0
+    _agrees(got, want, shift)
+
+
+def _agrees(got, want, shift):
+    """step_time's rows (rank, step) -> row agree with brute()'s for both ranks (rank 1 shifted)."""
     assert set(got) == {(rank, num) for rank in (0, 1) for num in want}
     for (rank, num), g in got.items():
         ws, we, w = want[num]

@@ -39,6 +39,11 @@ CREATE OR REPLACE MACRO is_data_loading(name) AS
   prefix(name, 'enumerate(Data') AND ((name LIKE 'enumerate(DataLoader)#%' AND name LIKE '%.\_\_next\_\_' ESCAPE '\') OR name LIKE 'enumerate(DataPipe)#%');
 CREATE OR REPLACE MACRO lo32(s) AS s % 4294967296;
 CREATE OR REPLACE MACRO hi32(s) AS s // 4294967296;
+-- Two such running sums can travel as one HUGEINT, a + b * 2^64 (a window computes one running
+-- sum instead of two: step_time.sql): lo64(h) and hi64(h) read them back, as BIGINTs, where
+-- neither is negative and a is under 2^63.
+CREATE OR REPLACE MACRO lo64(h) AS (h % 18446744073709551616)::BIGINT;
+CREATE OR REPLACE MACRO hi64(h) AS (h // 18446744073709551616)::BIGINT;
 
 -- "The latest earlier end" per stream or rank as one running max over a global order (a window
 -- per partition is several times slower in DuckDB): keyed_ns(id, ns) puts the partition's dense
