@@ -144,15 +144,27 @@ def test_a_kill_while_held_sources_are_written_loses_nothing_a_rerun_does_not_re
     assert not any((root / ".tmp").iterdir())
 
 
-def test_a_run_of_few_files_keeps_parts_of_its_own(inputs, tmp_path):
-    d = tmp_path / "few"
-    shutil.copytree(
-        inputs, d, ignore=lambda _, names: [n for n in names if n not in ("rank1.json", "rank2.json")]
-    )
-    root = tmp_path / "lake"
-    assert [r.status for r in ingest_paths([d], Lake(root))] == ["ok", "ok"]
-    assert manifest.read_one(root, "run=few") is None
-    assert len(list((root / "gpu_activities" / "run=few").glob("*.parquet"))) == 2
+def test_a_run_of_one_file_keeps_parts_of_its_own_and_two_are_held(inputs, tmp_path):
+    """HOLD_MIN_SOURCES (2): a run of two small files is written as one generation, the rows those
+    of each source's own parts (an ingest with compact=False); a run of one file keeps its parts."""
+    for keep in (("rank1.json",), ("rank1.json", "rank2.json")):
+        d = tmp_path / f"few{len(keep)}" / "few"
+        shutil.copytree(inputs, d, ignore=lambda _, names, keep=keep: [n for n in names if n not in keep])
+        root, parts = d.parent / "lake", d.parent / "parts"
+        assert [r.status for r in ingest_paths([d], Lake(root))] == ["ok"] * len(keep)
+        assert [r.status for r in ingest_paths([d], Lake(parts), compact=False)] == ["ok"] * len(keep)
+        gen = manifest.read_one(root, "run=few")
+        files = list((root / "gpu_activities" / "run=few").glob("*.parquet"))
+        if len(keep) == 1:
+            assert gen is None and len(files) == 1
+        else:
+            assert (
+                gen is not None
+                and len(gen.sources) == 2
+                and [f.name for f in files] == gen.files["gpu_activities"]
+            )
+        assert len(list((parts / "gpu_activities" / "run=few").glob("*.parquet"))) == len(keep)
+        assert raw_rows(root) == raw_rows(parts)
 
 
 def _source_tables(root: Path, sid: str) -> dict:

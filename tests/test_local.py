@@ -69,10 +69,12 @@ def _uses_local(con) -> bool:
 @pytest.fixture(scope="module")
 def dlrm_lakes(tmp_path_factory):
     """The DLRM job ingested twice: given per-source results (threshold 0) and without (default
-    threshold: its ranks have fewer GPU activities)."""
+    threshold: its ranks have fewer GPU activities). The first with parts of its own per source
+    (compact=False; one ingest of the 8 files writes them as one compacted generation,
+    pipeline/ingest/hold.py), so that the tests below can damage one source's results file."""
     d = tmp_path_factory.mktemp("dlrm")
     with_local, plain = Lake(d / "with"), Lake(d / "plain")
-    assert {r.status for r in ingest_paths([corpus(*DLRM)], with_local, jobs=1)} == {"ok"}
+    assert {r.status for r in ingest_paths([corpus(*DLRM)], with_local, jobs=1, compact=False)} == {"ok"}
     assert with_local.table_files("local_results") == []  # not computed by ingest
     assert local_fill.fill(with_local, min_rows=0) == 8
     assert local_fill.fill(with_local, min_rows=0) == 0  # kept: nothing left to compute

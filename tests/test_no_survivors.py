@@ -62,6 +62,18 @@ def inputs(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def two_runs(inputs, tmp_path_factory):
+    """The two files as two runs of one source each (directories a and b): each is committed as
+    soon as it is parsed, where the two of one run are held and written together at the end
+    (pipeline/ingest/hold.py)."""
+    d = tmp_path_factory.mktemp("runs")
+    for r, sub in enumerate("ab"):
+        (d / sub).mkdir()
+        (d / sub / f"rank{r}.json").write_bytes((inputs / f"rank{r}.json").read_bytes())
+    return d
+
+
 def run(inputs: Path, lake: Path, *how: str, env: dict | None = None) -> dict:
     """`tracelake ingest inputs --lake lake --jobs 2` under the subreaper; how: its options."""
     cmd = [sys.executable, str(HELPER), *how, "--", sys.executable, "-c", CLI]
@@ -98,10 +110,11 @@ def stalled(tmp_path) -> tuple[dict, Path]:
     return {"TRACELAKE_STALL_ON": "rank1.json", "TRACELAKE_STALL_MARK": str(mark)}, mark
 
 
-def test_an_error_in_the_ingest_leaves_nothing(inputs, tmp_path):
-    """The lake cannot be written while a worker still parses the other file."""
+def test_an_error_in_the_ingest_leaves_nothing(two_runs, tmp_path):
+    """The lake cannot be written while a worker still parses the other file (rank0's run is
+    committed as soon as it is parsed)."""
     env, mark = stalled(tmp_path)
-    r = run(inputs, tmp_path / "lake", env={**env, "TEST_COMMIT_FAILS": "1"})
+    r = run(two_runs, tmp_path / "lake", env={**env, "TEST_COMMIT_FAILS": "1"})
     assert r["rc"] == 4, r["output"]
     assert r["output"].splitlines() == [f"error: {tmp_path / 'lake'}: cannot write its rows (test)"]
     assert r["left"] == []

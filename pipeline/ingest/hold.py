@@ -4,8 +4,11 @@ generation (issue 37: an archive of thousands of small traces).
 A small trace's own cost is a few milliseconds of parsing; writing it the usual way (a staged
 Parquet part per table, the gpu_activities part read back and rewritten with its derived columns,
 a journal, a rename per part, then at the end of the ingest all of it read back, sorted and
-rewritten by compaction) cost about 40 ms more per file. For a run that the ingest will compact
-anyway (at least lake_compact.AUTO_MIN_SOURCES units of work name it, and compaction is on):
+rewritten by compaction) cost about 40 ms more per file. For a run of several small sources (at
+least HOLD_MIN_SOURCES units of work name it, and compaction is on; until 2026-12-05 only runs the
+ingest would compact anyway, lake_compact.AUTO_MIN_SOURCES: PARAM's 8-rank DLRM job, held, costs
+0.78-0.82 CPU-s to ingest instead of 0.95-1.01, and `tracelake run` 1.45-1.63 instead of
+1.65-1.86, the same analysis):
 
 1. the worker (prepare.py) keeps a source whose tables add up to under HOLD_BYTES of Arrow in
    memory: its tables conformed to schema v3, gpu_activities with its derived columns still
@@ -20,7 +23,7 @@ anyway (at least lake_compact.AUTO_MIN_SOURCES units of work name it, and compac
    they are written as new files of the run's compacted generation in one switch
    (lake_compact.append: files written, then the manifest replaced; the rows sorted as
    compaction sorts them). A run that ends up with fewer than
-   AUTO_MIN_SOURCES held sources (sources moved to another run by a rank claim), and a source
+   HOLD_MIN_SOURCES held sources (sources moved to another run by a rank claim), and a source
    whose run already holds a version of it (--force), are committed one by one as before.
 
 The lake's promises hold: a source is in the lake whole or not at all (the switch puts every
@@ -50,6 +53,9 @@ from ..lake import Lake, Staged
 # a source is held when its conformed tables add up to less than this (a 300 kB Kineto trace
 # of the corpus: about 0.5 MB of Arrow); a larger one is staged as parts, streamed
 HOLD_BYTES = 16 << 20
+# a run's small sources are held when at least this many units of work name it (a run of one
+# source gains nothing: its parts are as many files as a generation of it)
+HOLD_MIN_SOURCES = 2
 # held sources of all runs kept in the ingesting process before they are written
 PENDING_BYTES = 256 << 20
 
@@ -134,7 +140,7 @@ ROW_BYTES = 1 << 10
 class Pending:
     """Held sources committed but not yet written (module doc, step 2), per run in input order."""
 
-    def __init__(self, lake: Lake, min_sources: int = compaction.AUTO_MIN_SOURCES):
+    def __init__(self, lake: Lake, min_sources: int = HOLD_MIN_SOURCES):
         self.lake, self.min_sources = lake, min_sources
         self.runs: dict[str, list[_Entry]] = {}
         self.bytes = 0
@@ -218,7 +224,7 @@ def _derived(entries: list[_Entry]) -> list[dict[str, pa.Table]]:
 
 def hold_runs(units, run: str | None, run_for, compact: bool) -> frozenset[str]:
     """The natural run ids whose small sources are held (module doc): those at least
-    AUTO_MIN_SOURCES of the units name, when the ingest compacts (units: discover.plan's; run:
+    HOLD_MIN_SOURCES of the units name, when the ingest compacts (units: discover.plan's; run:
     --run; run_for: runs.run_for)."""
     if not compact:
         return frozenset()
@@ -228,4 +234,4 @@ def hold_runs(units, run: str | None, run_for, compact: bool) -> frozenset[str]:
         if u.kind != "targz" and name is not None:
             r = run_for(name, run)
             counts[r] = counts.get(r, 0) + 1
-    return frozenset(r for r, n in counts.items() if n >= compaction.AUTO_MIN_SOURCES)
+    return frozenset(r for r, n in counts.items() if n >= HOLD_MIN_SOURCES)
