@@ -1,0 +1,64 @@
+"""A run whose small sources arrive in several held batches (pipeline/ingest/hold.py: each ingest
+naming two or more of its files appends a new file per table to the run's generation,
+lake_compact.append) keeps one more file per table after every such ingest, and `tracelake
+compact` never merges them: compact_run only compacts a run that has small sources with parts of
+their own, which a held run never has. docs/usage.md ("Compaction") says `tracelake compact`
+merges each run's small sources into files of at most 64 MiB of input, and that a nightly ingest
+of small jobs leaves one file per table and run.
+
+Inputs: PARAM's 8-rank DLRM job (the corpus), ingested two ranks at a time into one run
+directory named dlrm_kineto (four ingests), then compacted. Expected: what one ingest of the 8
+ranks leaves (one file per table, 8 x 0.9 MB of trace is far under 64 MiB), with the same rows;
+counted from the Parquet files on disk and the manifest JSON, not through the code under test."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from conftest import REPO, corpus
+
+DLRM = corpus("param", "et_replay", "tests", "inputs", "dlrm_kineto")
+
+
+def _tracelake(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args], cwd=REPO, capture_output=True, text=True, check=True
+    )
+
+
+def _files(lake: Path) -> dict[str, list[str]]:
+    """table -> the files the run's manifest names (read as JSON)."""
+    m = json.loads((lake / "_compacted" / "run=dlrm_kineto.json").read_text())
+    return {t: sorted(ns) for t, ns in m["files"].items()}
+
+
+def _rows(lake: Path, table: str) -> int:
+    return sum(pq.ParquetFile(lake / table / "run=dlrm_kineto" / n).metadata.num_rows for n in _files(lake)[table])
+
+
+def test_compact_merges_a_run_of_held_batches(tmp_path):
+    ranks = sorted(DLRM.iterdir())
+    assert len(ranks) == 8
+    whole = tmp_path / "whole"
+    _tracelake("ingest", str(DLRM), "--lake", str(whole), "-q")
+    lake = tmp_path / "lake"
+    for i in range(0, 8, 2):
+        d = tmp_path / f"batch{i}" / "dlrm_kineto"
+        d.mkdir(parents=True)
+        for f in ranks[i : i + 2]:
+            shutil.copy(f, d / f.name)
+        _tracelake("ingest", str(d), "--lake", str(lake), "-q")
+    _tracelake("compact", "--lake", str(lake))
+    ref = _files(whole)
+    assert all(len(ns) == 1 for ns in ref.values())
+    got = _files(lake)
+    assert sorted(got) == sorted(ref)
+    for t in ref:
+        assert _rows(lake, t) == _rows(whole, t), t
+    # one file per table, as one ingest of the 8 ranks leaves (or as compact of 8 parts does)
+    assert {t: len(ns) for t, ns in got.items()} == {t: 1 for t in ref}
