@@ -62,3 +62,39 @@ def test_compact_merges_a_run_of_held_batches(tmp_path):
         assert _rows(lake, t) == _rows(whole, t), t
     # one file per table, as one ingest of the 8 ranks leaves (or as compact of 8 parts does)
     assert {t: len(ns) for t, ns in got.items()} == {t: 1 for t in ref}
+
+
+def test_held_sources_that_cannot_be_written_are_not_counted_ingested(tmp_path, monkeypatch):
+    """A held run whose batch cannot be written (OSError: a full disk, an immutable run directory,
+    `chattr +i lake/cpu_ops/run=trace_filter` reproduces it without mocks) and whose sources then
+    cannot be committed one by one either: every file is reported failed, as the same ingest with
+    parts (compact=False, or before 6d1824b) reports it: `ingested 0, failed 2`, exit 4 (nothing
+    could be ingested). The held path reports each file twice through on_file (ok when committed
+    to the pending batch, then failed at the flush): `ingested 2, failed 2`, exit 3."""
+    import errno
+
+    from typer.testing import CliRunner
+
+    from pipeline import lake_compact
+    from pipeline.cli import app
+    from pipeline.lake import Lake
+
+    def append(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    real_commit = Lake.commit
+
+    def commit(self, staged, row, *a, **k):
+        if row.get("status") != "failed":  # a failed row (no tables) still fits
+            self.discard(staged)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_commit(self, staged, row, *a, **k)
+
+    monkeypatch.setattr(lake_compact, "append", append)
+    monkeypatch.setattr(Lake, "commit", commit)
+    src = corpus("hta", "tests", "data", "trace_filter")
+    r = CliRunner().invoke(app, ["ingest", str(src), "--lake", str(tmp_path / "lake"), "--jobs", "1", "-q"])
+    out = r.output
+    assert out.count("failed ") >= 2, out
+    assert "ingested 0, failed 2, skipped 0" in out, out
+    assert r.exit_code == 4, out
