@@ -104,12 +104,31 @@ def small_sources(lake, run_dir: str, view: manifest.View) -> dict[str, dict[str
     return {s: p for s, p in own_parts(lake, run_dir, view).items() if sum(p.values()) < SMALL_SOURCE_BYTES}
 
 
+def fragmented(lake, run_dir: str, m: manifest.Manifest | None, min_files: int) -> bool:
+    """Whether the run's generation has a table of at least min_files (and 2) files that merged
+    would make fewer files (write_groups' grouping by TARGET_FILE_BYTES): each ingest that holds
+    some of a run's small sources appends one more file per table (append), so a run filled by
+    many such ingests would otherwise keep one file per table per ingest."""
+    if m is None:
+        return False
+    for t, names in m.files.items():
+        if len(names) >= max(min_files, 2):
+            try:
+                sizes = [(lake.root / t / run_dir / n).stat().st_size for n in names]
+            except OSError:  # removed meanwhile: not this command's to merge
+                return False
+            if len(_groups(sizes)) < len(names):
+                return True
+    return False
+
+
 def compact(lake, runs, min_sources: int) -> list[tuple[str, int, int]]:
     """Lake.compact: compact_run() for each run id of `runs` (None: every run with parts of its
-    own); (run id, parts before, files after) per run compacted."""
+    own or a fragmented generation); (run id, parts before, files after) per run compacted."""
     view = lake.committed()
     if runs is None:
         dirs = {r for r, _ in view.singles}
+        dirs |= {r for r, m in view.manifests.items() if fragmented(lake, r, m, min_sources)}
     else:
         dirs = {lake.part_path("sources", r, "x").parent.name for r in runs}
     return each_run(lake, dirs, view, min_sources, compact_run)
@@ -153,11 +172,14 @@ def unpack(lake, run_id: str, source_id: str) -> None:
 
 def compact_run(lake, run_dir: str, view: manifest.View, min_sources: int) -> tuple[int, int] | None:
     """Merge the run's small sources with its generation (module doc); None when it holds fewer
-    than min_sources small sources (its generation counting as one), else (parts before, files
+    than min_sources small sources (its generation counting as one) and its generation is not
+    fragmented (min_sources files of a table that merged make fewer), else (parts before, files
     after) of the merged tables."""
     small = small_sources(lake, run_dir, view)
     old = view.manifests.get(run_dir)
-    if not small or len(small) + (old is not None) < max(min_sources, 2):
+    if (not small or len(small) + (old is not None) < max(min_sources, 2)) and not fragmented(
+        lake, run_dir, old, min_sources
+    ):
         return None
     gen = uuid.uuid4().hex[:16]
     stage = lake.root / ".tmp" / f"compact-{gen}"
@@ -357,21 +379,27 @@ def _unfinished(table_dir: Path) -> list[Path]:
     return sorted(out)
 
 
+def _groups(sizes: list[int]) -> list[list[int]]:
+    """Indexes of sizes (bytes) in consecutive groups of at most TARGET_FILE_BYTES each (a size
+    over it alone)."""
+    groups: list[list[int]] = [[]]
+    total = 0
+    for i, n in enumerate(sizes):
+        if groups[-1] and total + n > TARGET_FILE_BYTES:
+            groups.append([])
+            total = 0
+        groups[-1].append(i)
+        total += n
+    return groups
+
+
 def write_groups(table: str, inputs: list[tuple[Path, set | None]], out_dir: Path, gen: str) -> list[str]:
     """Write the inputs (path, source ids to leave out or None) as files c-<gen>-<k>.parquet in
     out_dir, a group of at most TARGET_FILE_BYTES of input each; returns their names (none when no
     row is left)."""
-    groups: list[list[tuple[Path, set | None]]] = [[]]
-    size = 0
-    for p, skip in inputs:
-        n = p.stat().st_size
-        if groups[-1] and size + n > TARGET_FILE_BYTES:
-            groups.append([])
-            size = 0
-        groups[-1].append((p, skip))
-        size += n
     names = []
-    for group in groups:
+    for idx in _groups([p.stat().st_size for p, _ in inputs]):
+        group = [inputs[i] for i in idx]
         tbl = _read(table, group)
         if not tbl.num_rows:
             continue

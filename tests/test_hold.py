@@ -272,3 +272,32 @@ def test_an_ingest_reports_a_held_source_whose_row_does_not_fit_as_failed(inputs
         (r["rank"], r["status"]) for r in rows if r["run_id"] == "job" and r["rank"] is not None
     ) == [(k, "ok") for k in range(RANKS) if k != 3]
     assert [r["status"] for r in rows if r["path"].endswith("rank3.json")] == ["failed"]
+
+
+def test_a_generation_of_several_held_batches_is_merged_at_the_threshold(inputs, tmp_path):
+    """Three ingests of two ranks each into run `job` leave three generation files per table
+    (append adds one per batch); compaction merges them once a table has min_sources of them (the
+    ingest's own, AUTO_MIN_SOURCES = 16: not yet; `tracelake compact`, 2: now), into one file with
+    the rows of the three (each file's rows counted from its Parquet footer)."""
+    root = tmp_path / "lake"
+    for k in range(3):
+        d = tmp_path / f"b{k}" / "job"
+        d.mkdir(parents=True)
+        for r in (2 * k, 2 * k + 1):
+            (d / f"rank{r}.json").write_bytes((inputs / f"rank{r}.json").read_bytes())
+        assert [r.status for r in ingest_paths([d], Lake(root))] == ["ok", "ok"]
+    m = manifest.read_one(root, "run=job")
+    assert len(m.sources) == 6 and all(len(ns) == 3 for ns in m.files.values())
+
+    def rows(m, t):
+        return sum(pq.ParquetFile(root / t / "run=job" / n).metadata.num_rows for n in m.files[t])
+
+    before = {t: rows(m, t) for t in m.files}
+    lake = Lake(root)
+    with lake.lock():
+        assert lake.compact({"job"}, 16) == []  # 3 files a table: under the ingest's threshold
+        assert lake.compact({"job"}, 4) == []
+        assert lake.compact(None, 3) == [("job", 3 * len(m.files), len(m.files))]
+    after = manifest.read_one(root, "run=job")
+    assert after.sources == m.sources and all(len(ns) == 1 for ns in after.files.values())
+    assert {t: rows(after, t) for t in after.files} == before

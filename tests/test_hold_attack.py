@@ -1,10 +1,10 @@
 """A run whose small sources arrive in several held batches (pipeline/ingest/hold.py: each ingest
 naming two or more of its files appends a new file per table to the run's generation,
-lake_compact.append) keeps one more file per table after every such ingest, and `tracelake
-compact` never merges them: compact_run only compacts a run that has small sources with parts of
-their own, which a held run never has. docs/usage.md ("Compaction") says `tracelake compact`
-merges each run's small sources into files of at most 64 MiB of input, and that a nightly ingest
-of small jobs leaves one file per table and run.
+lake_compact.append) is merged back to one file per table by `tracelake compact`
+(lake_compact.fragmented; before, compact_run only compacted a run that had small sources with
+parts of their own, which a held run never has, so the files per table grew with every ingest).
+docs/usage.md ("Compaction") says `tracelake compact` merges each run's small sources into files of
+at most 64 MiB of input, and that a nightly ingest of small jobs leaves one file per table and run.
 
 Inputs: PARAM's 8-rank DLRM job (the corpus), ingested two ranks at a time into one run
 directory named dlrm_kineto (four ingests), then compacted. Expected: what one ingest of the 8
@@ -38,7 +38,9 @@ def _files(lake: Path) -> dict[str, list[str]]:
 
 
 def _rows(lake: Path, table: str) -> int:
-    return sum(pq.ParquetFile(lake / table / "run=dlrm_kineto" / n).metadata.num_rows for n in _files(lake)[table])
+    return sum(
+        pq.ParquetFile(lake / table / "run=dlrm_kineto" / n).metadata.num_rows for n in _files(lake)[table]
+    )
 
 
 def test_compact_merges_a_run_of_held_batches(tmp_path):
@@ -70,7 +72,8 @@ def test_held_sources_that_cannot_be_written_are_not_counted_ingested(tmp_path, 
     cannot be committed one by one either: every file is reported failed, as the same ingest with
     parts (compact=False, or before 6d1824b) reports it: `ingested 0, failed 2`, exit 4 (nothing
     could be ingested). The held path reports each file twice through on_file (ok when committed
-    to the pending batch, then failed at the flush): `ingested 2, failed 2`, exit 3."""
+    to the pending batch, then failed at the flush, FileResult.again); the command counted both
+    (`ingested 2, failed 2`, exit 3) until it counted the second as replacing the first."""
     import errno
 
     from typer.testing import CliRunner

@@ -162,13 +162,18 @@ def _ingest(
 
         def on_file(res):
             counts["ok" if res.status in ("ok", "partial") else res.status] += 1
+            if res.again:  # a held file reported ok before, failed now: counted once, as failed
+                counts["ok"] -= 1
             if runs is not None and res.status != "failed" and res.run_id:
                 runs.add(res.run_id)
             t = prog.tasks[task]
-            if t.total is not None and t.completed + 1 > t.total:  # a compressed tar's members
+            if not res.again and t.total is not None and t.completed + 1 > t.total:  # a tar's members
                 prog.update(task, total=t.completed + 1)
             prog.update(
-                task, advance=1, mb=t.fields["mb"] + res.uncompressed_bytes / 1e6, errors=counts["failed"]
+                task,
+                advance=0 if res.again else 1,
+                mb=t.fields["mb"] + (0 if res.again else res.uncompressed_bytes / 1e6),
+                errors=counts["failed"],
             )
             if res.status == "failed":
                 prog.console.print(one_line(f"failed {res.path}: {res.error}"), markup=False, style="red")

@@ -195,6 +195,7 @@ def ingest_paths(
                 results[i] = commit(
                     failed(results[i].path, results[i].run_id, why, sha), lake, done, runs, force
                 )
+                results[i].again = True  # it was reported ok when it joined the batch
                 if on_file:
                     on_file(results[i])
         finally:

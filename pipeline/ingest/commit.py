@@ -33,6 +33,10 @@ class FileResult:
     # skipped: the run holding its content when that content was ingested under another run name
     # (another directory or --run), so the run this file names does not hold it; else None
     held_in: str | None = None
+    # this result replaces the one reported for the same file before (a held source that its run's
+    # batch could not write, pipeline/ingest/hold.py: reported ok when it joined the batch, failed
+    # at the end); a caller counting results counts the earlier one no more
+    again: bool = False
 
 
 def commit(
