@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,3 +23,21 @@ def cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME") or ""
     base = xdg if os.path.isabs(xdg) else str(Path.home() / ".cache")
     return Path(base) / "tracelake"
+
+
+def keep(path: Path, text: str) -> bool:
+    """Write text (UTF-8) to the cache file path whole or not at all: under a temporary name beside
+    it, then renamed, so a reader never sees a half-written file. False when it cannot be written
+    (a read-only or full cache: the caller then works without it); nothing is left behind then."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return False

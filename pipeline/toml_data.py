@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tomllib
-import uuid
 from pathlib import Path
 
-from .paths import cache_dir
+from .paths import cache_dir, keep
 
 
 def load(path: Path) -> dict:
@@ -40,14 +38,5 @@ def load(path: Path) -> dict:
         text = json.dumps(doc)
     except TypeError:  # a date or time: JSON has no such value
         return doc
-    tmp = kept.with_name(f".{kept.name}.{uuid.uuid4().hex}")
-    try:
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, kept)  # whole or absent: a reader never sees a half-written copy
-    except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+    keep(kept, text)  # whole or absent: a reader never sees a half-written copy
     return doc

@@ -32,9 +32,10 @@ import json
 import os
 import shutil
 import time
-import uuid
 from functools import cache
 from pathlib import Path
+
+from ..paths import keep
 
 _DIR_PREFIX = "altair-"  # a key's directory: altair-<altair's version>-<source_hash>
 _MARK = "\x00tracelake-value:"  # a placeholder is _MARK + the value's name + "\x00"
@@ -214,15 +215,8 @@ def _build(spec: Spec):
 def _store(path: Path, template) -> None:
     """Write atomically (a temporary name, then renamed); a cache that cannot be written is left.
     The first template of a key's directory prunes the unused directories of other keys (_prune)."""
-    try:
-        new = not path.parent.is_dir()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-        tmp.write_text(json.dumps({"template": template}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        return
-    if new:
+    new = not path.parent.is_dir()
+    if keep(path, json.dumps({"template": template})) and new:
         _prune(path.parent)
 
 

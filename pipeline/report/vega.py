@@ -12,12 +12,10 @@
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from functools import lru_cache
 from pathlib import Path
 
-from ..paths import cache_dir
+from ..paths import cache_dir, keep
 
 
 def _json_for_script(obj) -> str:
@@ -50,11 +48,5 @@ def vega_bundle() -> str:
     import vl_convert as vlc
 
     js = vlc.javascript_bundle().replace("</script", "<\\/script")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}")
-        tmp.write_text(js, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:  # a read-only home: build it per process
-        pass
+    keep(path, js)  # a read-only home: built per process
     return js
