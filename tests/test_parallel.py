@@ -162,3 +162,44 @@ def test_pool_workers_know_the_lake_given_once(inputs, tmp_path, monkeypatch):
         assert by_path[p].notes[0].startswith("already in the lake (same content"), p
     serial = [(r.path, r.status, r.notes) for r in ingest_paths(inputs, lake, jobs=1)]
     assert serial == [(r.path, r.status, r.notes) for r in again]
+
+
+def _polars_threads(_) -> int:
+    import polars as pl
+
+    return pl.thread_pool_size()
+
+
+@pytest.mark.parametrize(("cores", "user", "expected"), [(2, None, 1), (4, None, 2), (2, "3", 3)])
+def test_pool_workers_size_polars_to_their_share_of_the_cores(monkeypatch, cores, user, expected):
+    """A pool of 2 workers: each runs polars on cores // 2 threads (executors.worker_env, set in
+    the forkserver, which imports polars for its workers: polars reads POLARS_MAX_THREADS once),
+    unless the user set POLARS_MAX_THREADS; the ingest's own environment is left as it was."""
+    import multiprocessing
+    import os
+
+    from pipeline.ingest import executors, pool_scope
+
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    if user is None:
+        monkeypatch.delenv("POLARS_MAX_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("POLARS_MAX_THREADS", user)
+    before = dict(os.environ)
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["pipeline.ingest.forkserver_preload", "pipeline.ingest.executors"])
+    with pool_scope.helpers_stopped():
+        pool_scope.forkserver_started(executors.worker_env(2))
+        assert dict(os.environ) == before
+        with pool_scope.process_pool(2, ctx, executors.init_worker, (2, {})) as pool:
+            assert set(pool.map(_polars_threads, range(4))) == {expected}
+
+
+def test_a_pooled_ingest_starts_its_forkserver_with_the_workers_environment(inputs, tmp_path, monkeypatch):
+    from pipeline.ingest import executors
+
+    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    given, real = [], executors.forkserver_started
+    monkeypatch.setattr(executors, "forkserver_started", lambda env: (given.append(env), real(env)))
+    ingest_paths([inputs[0]], Lake(tmp_path / "lake"), jobs=2)
+    assert given == [executors.worker_env(2)]

@@ -19,6 +19,9 @@ longer the command's. So:
   warning and tracebacks (the forkserver is made deaf to it by forkserver_preload.py). The
   tracker is stopped only when no semaphore of this process still needs it (its finalizer would
   start a new tracker); the pool's are released by its shutdown.
+- forkserver_started(env): starts the forkserver (when not running yet) with `env` added to the
+  environment it inherits, then puts the ingest's own environment back: thread-pool sizes such
+  as POLARS_MAX_THREADS, which polars reads once, when the forkserver imports it for its workers.
 - signals_deferred(): while the above run in the main thread, SIGINT, SIGTERM and SIGHUP are held
   back (a second Ctrl-C must not cut the shutdown short, leaving processes behind); one that came
   meanwhile is delivered afterwards, unless the block is already unwinding from an exception.
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import gc
+import os
 import signal
 import threading
 import time
@@ -79,6 +83,24 @@ def stop_workers(pool: cf.ProcessPoolExecutor, grace: float | None = None) -> No
     if manager is not None:  # it lets go of the pool's queues (and their semaphores) as it ends
         manager.join()
     pool.shutdown(wait=True)
+
+
+def forkserver_started(env: dict[str, str]) -> None:
+    """Start multiprocessing's forkserver, if it is not running, with `env` set in the environment
+    it inherits (a variable the user has set is left as it is); os.environ is then as before.
+    Call with the forkserver's preload already set (executors.run_pool), inside helpers_stopped()
+    so that it is stopped with the pool."""
+    from multiprocessing import forkserver
+
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
+        return
+    added = {k: v for k, v in env.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        forkserver.ensure_running()
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 @contextmanager
