@@ -181,3 +181,32 @@ def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest_nor_po
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.stdout.strip().splitlines()[-1] == "0 []", (p.stdout[-500:], p.stderr[-500:])
     assert "Collective bus bandwidth against message size" in page.read_text()
+
+
+@pytest.mark.parametrize(("command", "user"), [("ingest", None), ("run", None), ("ingest", "2")])
+def test_ingest_and_run_run_polars_on_one_thread(tmp_path, command, user):
+    """`tracelake ingest` and `run` run polars on one thread (cli/ingest_cmd.one_polars_thread:
+    their parallelism is files side by side), whatever the step-range or other options import
+    first; a POLARS_MAX_THREADS the user set is kept. Checked after the command, in its own
+    interpreter: polars reads the variable once, at its first use."""
+    import os
+
+    from conftest import REPO
+
+    out = tmp_path / "r.html"
+    args = [command, str(REPO / "sample_traces"), "--lake", str(tmp_path / "lake"), "-q", "--step-range", "."]
+    if command == "run":
+        args += ["-o", str(out)]
+    code = (
+        "import sys\n"
+        f"sys.argv = ['tracelake', *{args!r}]\n"
+        "from pipeline.cli import app\n"
+        "try:\n    app()\nexcept SystemExit as e:\n    code = e.code\n"
+        "import polars\n"
+        "print(code, polars.thread_pool_size())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    if user:
+        env["POLARS_MAX_THREADS"] = user
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert p.stdout.strip().splitlines()[-1] == f"0 {user or 1}", (p.stdout[-500:], p.stderr[-500:])

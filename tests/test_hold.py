@@ -85,9 +85,17 @@ def reference(inputs, tmp_path_factory) -> Path:
     return root
 
 
-def test_held_sources_are_the_reference_rows(inputs, reference, tmp_path):
+@pytest.mark.parametrize("pooled", [False, True])
+def test_held_sources_are_the_reference_rows(inputs, reference, tmp_path, monkeypatch, pooled):
+    """Held sources give the reference rows, read in threads of the ingesting process (these
+    inputs are under PARALLEL_MIN_BYTES) or in a process pool, which pickles each Held back
+    (Held.__getstate__: its tables as Arrow IPC streams)."""
+    import pipeline.ingest as ingest_mod
+
+    if pooled:
+        monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
     root = tmp_path / "lake"
-    res = ingest_paths([inputs], Lake(root))
+    res = ingest_paths([inputs], Lake(root), jobs=2)
     assert sorted(r.status for r in res) == ["failed"] + ["ok"] * (RANKS + 1)
     assert len({r.run_id for r in res if r.status == "ok"}) == 2
     got, want = raw_rows(root), raw_rows(reference)
@@ -301,3 +309,31 @@ def test_a_generation_of_several_held_batches_is_merged_at_the_threshold(inputs,
     after = manifest.read_one(root, "run=job")
     assert after.sources == m.sources and all(len(ns) == 1 for ns in after.files.values())
     assert {t: rows(after, t) for t in after.files} == before
+
+
+def test_a_held_source_pickles_its_tables_whole(reference, monkeypatch):
+    """Held pickled and read back: the same tables, types and schema metadata included, whether
+    written as Arrow IPC streams or, where a stream cannot hold a table, pickled as pyarrow does."""
+    import pickle
+
+    tables = {}
+    for t in ("gpu_activities", "cpu_ops", "sources"):
+        [f] = sorted((reference / t).glob("run=job/*.parquet"))[:1]
+        tables[t] = pq.read_table(f)
+    h = hold.Held("job", "s1", tables, 123)
+    state = h.__getstate__()
+    assert all(isinstance(v, bytes) for v in state["tables"].values())
+    back = pickle.loads(pickle.dumps(h))
+    assert (back.run_id, back.source_id, back.nbytes, back.dir) == ("job", "s1", 123, h.dir)
+    assert back.tables.keys() == tables.keys()
+    for t, tab in tables.items():
+        assert back.tables[t].schema.equals(tab.schema, check_metadata=True)
+        assert back.tables[t].equals(tab) and back.tables[t].num_rows > 0
+
+    def refuse(*a, **k):
+        raise pa.ArrowNotImplementedError("no stream for this")
+
+    monkeypatch.setattr(pa.ipc, "new_stream", refuse)
+    assert all(isinstance(v, pa.Table) for v in h.__getstate__()["tables"].values())
+    again = pickle.loads(pickle.dumps(h))
+    assert all(again.tables[t].equals(tab) for t, tab in tables.items())

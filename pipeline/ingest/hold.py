@@ -73,6 +73,36 @@ class Held:
     nbytes: int = 0
     dir: str = field(default_factory=lambda: f"/nonexistent/held-{uuid.uuid4().hex}")
 
+    # A pool worker pickles its Held back to the ingesting process. pyarrow pickles a Table
+    # column by column and buffer by buffer; one Arrow IPC stream per table is one call each way
+    # (a small trace of the archive benchmark, 3 tables, 220 kB: 0.23 + 0.14 ms to write and read
+    # against 0.84-1.14 + 0.46-0.59 ms pickled, per file, on each side of the pipe). The tables
+    # read back equal the ones written (tests/test_hold.py).
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["tables"] = {t: _to_ipc(tab) for t, tab in self.tables.items()}
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["tables"] = {t: _from_ipc(v) for t, v in state["tables"].items()}
+        self.__dict__.update(state)
+
+
+def _to_ipc(table: pa.Table) -> bytes | pa.Table:
+    """The table as the bytes of one Arrow IPC stream; the table itself (pickled as pyarrow does)
+    when the stream cannot hold it."""
+    sink = pa.BufferOutputStream()
+    try:
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return table
+    return sink.getvalue().to_pybytes()
+
+
+def _from_ipc(v: bytes | pa.Table) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(v)).read_all() if isinstance(v, bytes) else v
+
 
 def hold_or_stage(lake: Lake, run_id: str, source_id: str, tables: dict[str, object]) -> Held | Staged:
     """A Held when the source is small (module doc, step 1), else lake.stage(...) of the same
