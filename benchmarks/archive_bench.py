@@ -4,11 +4,11 @@ compaction.
 Inputs: a directory made by benchmarks/archive_gen.py (job-NNNN/ directories of small real
 Kineto traces). For each lake size (--sizes, in files: the first jobs of the archive), in a
 fresh lake:
-0. ingest as `tracelake ingest` does (pipeline.ingest.ingest_paths, jobs=0, compaction on: the
-   runs' small sources are held in memory and written into each run's compacted generation,
-   pipeline/ingest/hold.py) in a child process: its CPU, the pool's workers and forkserver
+0. `tracelake ingest JOB_DIR... --lake L -q` (the command itself, start-up and imports included;
+   compaction on: the runs' small sources are held in memory and written into each run's
+   compacted generation, pipeline/ingest/hold.py): its CPU, the pool's workers and forkserver
    included (getrusage RUSAGE_CHILDREN after the child is reaped, which counts every descendant
-   reaped below it), per file; then that lake is removed;
+   reaped below it), per file; then that lake is removed (--held-only: only this);
 1. ingest with compaction off (every source written as parts of its own, the path of every
    ingest before hold.py), the same way;
 2. parts in the lake, `tracelake sql "select 1"` and `tracelake analyze --run <first job>
@@ -18,7 +18,7 @@ fresh lake:
 4. parts, `select 1`, one run's analyze and the whole lake's analyze (--recompute, CPU seconds of
    the command) on the compacted lake.
 
-  python benchmarks/archive_bench.py ARCHIVE [--sizes 1000 5000] [--ingest-only]
+  python benchmarks/archive_bench.py ARCHIVE [--sizes 1000 5000] [--ingest-only | --held-only]
 
 Not a test: numbers depend on the machine; docs/performance.md ("Archives") records them.
 """
@@ -62,7 +62,9 @@ def parts(lake: Path) -> int:
     return sum(1 for _ in lake.glob("*/run=*/*.parquet"))
 
 
-def measure(archive: Path, files: int, work: Path, ingest_only: bool = False) -> dict:
+def measure(
+    archive: Path, files: int, work: Path, ingest_only: bool = False, held_only: bool = False
+) -> dict:
     jobs = sorted(p for p in archive.iterdir() if p.is_dir())
     chosen, n = [], 0
     for j in jobs:
@@ -75,9 +77,11 @@ def measure(archive: Path, files: int, work: Path, ingest_only: bool = False) ->
     out: dict = {"files": n, "runs": len(chosen)}
     held = work / f"held{files}"
     shutil.rmtree(held, ignore_errors=True)
-    _, out["held_cpu_s"] = child([sys.executable, "-c", INGEST, "compact", str(held), *map(str, chosen)])
+    _, out["held_cpu_s"] = child([*TRACELAKE, "ingest", *map(str, chosen), "--lake", str(held), "-q"])
     out["held_parts"] = parts(held)
     shutil.rmtree(held, ignore_errors=True)
+    if held_only:
+        return out
     _, out["ingest_cpu_s"] = child([sys.executable, "-c", INGEST, "parts", str(lake), *map(str, chosen)])
     out["parts_before"] = parts(lake)
     if ingest_only:
@@ -104,6 +108,7 @@ def main() -> None:
     ap.add_argument(
         "--ingest-only", action="store_true", help="only the two ingests and the compaction (no queries)"
     )
+    ap.add_argument("--held-only", action="store_true", help="only `tracelake ingest` (step 0)")
     ap.add_argument(
         "--work", type=Path, default=None, help="where the lakes go (default: a temporary directory)"
     )
@@ -111,9 +116,16 @@ def main() -> None:
     work = a.work or Path(tempfile.mkdtemp(prefix="archive-bench-"))
     rows = []
     for size in a.sizes:
-        r = measure(a.archive, size, work, a.ingest_only)
+        r = measure(a.archive, size, work, a.ingest_only, a.held_only)
         rows.append(r)
         f, ms = r["files"], lambda k: 1000 * r[k] / r["files"]
+        if a.held_only:
+            print(
+                f"{f} files, {r['runs']} runs: `tracelake ingest` {ms('held_cpu_s'):.1f} ms CPU/file "
+                f"(every process, imports included), {r['held_parts']} parts (target: under 15 ms)",
+                flush=True,
+            )
+            continue
         print(
             f"{f} files, {r['runs']} runs: `tracelake ingest` as it is (compaction on, small sources held "
             f"and written into each run's generation) {ms('held_cpu_s'):.1f} ms CPU/file, {r['held_parts']} "
