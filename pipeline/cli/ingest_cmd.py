@@ -82,7 +82,7 @@ def one_polars_thread() -> None:
     Ingest calls polars many times on small frames (a dozen plans a file, the batches of a large
     rank), where its pool's threads wake, spin and sleep again without sharing out any work, and
     its parallelism comes from ingesting files side by side (threads, the process pool) instead.
-    Measured on the 2-core machine (docs/performance.md "Polars on one thread"): DLRM's `tracelake
+    Measured on the 2-core machine (docs/performance.md, Small job, "Second round"): DLRM's `tracelake
     run` 1.46-1.54 against 1.54-1.63 CPU-s (six alternated runs, best and median), 8 x 50 MB ranks
     `--jobs 1` the same wall (7.95-8.46 against 8.02-8.32 s), `--jobs 2` 4.55-5.51 against
     4.91-6.24 s, their `analyze --recompute` 4.07-4.62 against 4.07-5.02 s."""

@@ -169,8 +169,9 @@ def worker_env(jobs: int) -> dict[str, str]:
     """Environment of the pool's workers (set in the forkserver, which imports polars for them):
     polars' thread pool sized to a worker's share of the cores, as init_worker sizes DuckDB's.
     `jobs` workers already keep that many cores busy; polars' own pool of one thread per core in
-    each of them only contends. Measured on 1,000 small traces (2 cores, 2 workers, alternated,
-    docs/performance.md "Ingest of small files"): see there."""
+    each of them only contends: 1,000 small traces, 2 workers on 2 cores, three rounds alternated,
+    16.3-18.6 against 16.9-19.0 ms CPU a file (noisy); 8 ranks x 50 MB with --jobs 2 no slower
+    (docs/performance.md, Small job, "Second round"). A POLARS_MAX_THREADS already set is kept."""
     return {"POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs)))}
 
 

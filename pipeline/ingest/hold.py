@@ -101,6 +101,7 @@ def _to_ipc(table: pa.Table) -> bytes | pa.Table:
 
 
 def _from_ipc(v: bytes | pa.Table) -> pa.Table:
+    """The table _to_ipc gave (read from its stream's bytes without a copy)."""
     return pa.ipc.open_stream(pa.py_buffer(v)).read_all() if isinstance(v, bytes) else v
 
 
