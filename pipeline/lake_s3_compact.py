@@ -19,7 +19,6 @@ bucket, pyarrow's errors from reading a part.
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,7 +26,7 @@ from pathlib import Path
 from . import lake_compact as compaction
 from . import lake_journal as journal
 from . import lake_manifest as manifest
-from . import objstore
+from . import objstore, scratch
 from . import schema as sch
 from .lake_base import LakeError
 from .lake_s3_files import RemoteView, split_stem
@@ -115,7 +114,7 @@ def _write(lake, run_dir, gen, inputs: dict[str, list[str]], skip, sources) -> m
     """The new generation's files (lake_compact.write_groups of local copies of `inputs`, leaving
     out the rows of the source ids in `skip`) uploaded into the run's prefixes; its manifest."""
     files: dict[str, list[str]] = {}
-    with tempfile.TemporaryDirectory(prefix="tracelake-s3compact-") as tmp:
+    with scratch.temporary("s3compact") as tmp:
         for t, urls in inputs.items():
             if not urls:
                 continue

@@ -17,7 +17,6 @@ import atexit
 import hashlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -379,6 +378,8 @@ def _cache_dir():
 
     if os.environ.get("TRACELAKE_S3_CACHE_DIR"):
         return Path(os.environ["TRACELAKE_S3_CACHE_DIR"])
-    d = Path(tempfile.mkdtemp(prefix="tracelake-s3cache-"))
+    from . import scratch
+
+    d = scratch.make("s3cache")
     atexit.register(shutil.rmtree, d, True)
     return d

@@ -39,14 +39,13 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import query
+from . import query, scratch
 from . import schema as sch
 from .lake import Staged
 from .parts import write_parquet
@@ -119,7 +118,7 @@ def compute(
     if rows > SERIAL_ROWS:
         _release_memory()
     con = query.connect(None, parts=files, derived_views=False, metric_views=False, threads=THREADS)
-    spill = Path(tempfile.mkdtemp(prefix="spill-", dir=spill_dir))
+    spill = scratch.make("spill", spill_dir)
     try:
         _bound_memory(con, spill)
         n, ranks, run_id = con.execute(

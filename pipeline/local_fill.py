@@ -16,7 +16,6 @@ import concurrent.futures as cf
 import contextlib
 import os
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 from . import lake_journal as journal
 from . import local, query
 from . import schema as sch
+from . import scratch as scratch_dirs
 from .lake import Lake, LakeError
 from .parts import write_parquet
 
@@ -188,7 +188,7 @@ def _writing(lake: Lake, state: dict):
 def _computed(files_in, sid: str, min_rows: int) -> dict[str, pa.Table]:
     """local.compute() of a source whose parts files_in(scratch) gives (scratch: a fresh directory
     under the system's temporary directory, removed here); {} when it gives none or fails."""
-    scratch = Path(tempfile.mkdtemp(prefix="tracelake-local-"))
+    scratch = scratch_dirs.make("local")
     try:
         files = files_in(scratch)
         return local.compute(files, sid, min_rows) if files else {}

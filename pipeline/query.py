@@ -40,9 +40,7 @@ import hashlib
 import os
 import queue
 import re
-import tempfile
 import time
-import uuid
 import warnings
 import weakref
 from pathlib import Path
@@ -50,7 +48,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from . import catalog, results_fleet, upgrade
+from . import catalog, results_fleet, scratch, upgrade
 from . import schema as sch
 from .lake import Lake
 from .paths import QUERIES_DIR
@@ -189,7 +187,7 @@ def _connect(
     load = materialize and size <= LOAD_MAX_BYTES
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")  # DuckDB's bar would print on stdout
-    spill = str(Path(tempfile.gettempdir()) / f"tracelake-spill-{uuid.uuid4().hex}").replace("'", "''")
+    spill = str(scratch.path("spill")).replace("'", "''")  # DuckDB makes it at its first spill
     con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'; SET temp_directory = '{spill}'")
     if getattr(lake, "remote", False):  # an s3:// lake: its parts read through fsspec (pipeline/lake_s3.py)
         con.register_filesystem(lake.filesystem)

@@ -29,7 +29,6 @@ import itertools
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -37,7 +36,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import derive, objstore, opbytes
+from . import derive, objstore, opbytes, scratch
 from . import schema as sch
 from .lake import Lake, LakeBusy, LakeError, one_line
 from .parts import write_stream
@@ -155,7 +154,7 @@ def _upgrade_remote(lake, stale: list[tuple[str, str]]) -> None:
     layout, rewritten there (gpu_activities last, from the upgraded siblings, as in place), and each
     PUT over its object (one object, whole or not at all); then the marker."""
     fs = lake.filesystem
-    with tempfile.TemporaryDirectory(prefix="tracelake-upgrade-") as tmp:
+    with scratch.temporary("upgrade") as tmp:
         root = Path(tmp)
         want = {url for _, url in stale}
         for t, url in stale:
@@ -224,7 +223,7 @@ def current_parts(lake: Lake) -> dict[str, str]:
     stale = _stale(lake)
     if not stale:
         return {}
-    dest = Path(tempfile.mkdtemp(prefix="tracelake-upgrade-"))
+    dest = scratch.make("upgrade")
     atexit.register(shutil.rmtree, dest, True)
     out = {}
     for i, (table, part) in enumerate(stale):

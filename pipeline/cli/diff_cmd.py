@@ -7,7 +7,6 @@ import contextlib
 import math
 import signal
 import sys
-import tempfile
 from pathlib import Path
 from typing import List, Optional
 
@@ -39,7 +38,9 @@ def _side(arg: str, run: str | None, lake_dir: Path, step_range, stack, what: st
                     soft_wrap=True,
                 )
             return p, run
-        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tracelake-diff-"))) / "lake"
+        from .. import scratch
+
+        tmp = stack.enter_context(scratch.temporary("diff")) / "lake"
         results = ingest_paths([p], Lake(tmp), step_regex=step_range)
         for r in results:
             if r.status == "failed":

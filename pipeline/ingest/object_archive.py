@@ -5,10 +5,8 @@ temporary file, then read as a local archive is."""
 from __future__ import annotations
 
 import shutil
-import tempfile
-from pathlib import Path
 
-from .. import objstore
+from .. import objstore, scratch
 from .discover import plan
 from .objects import ObjectInput
 from .rows import failed
@@ -23,7 +21,7 @@ def work_archive(work, unit, opts, done, own_process: bool = True) -> list:
     (discover.plan; members' runs below the object's own prefix), every outcome's path and row
     path given back as the object's URL. A fetch or listing that fails is one failed outcome."""
     inp: ObjectInput = unit.item
-    d = Path(tempfile.mkdtemp(prefix="tracelake-archive-"))
+    d = scratch.make("archive")
     home = inp.dir_run_name  # the object's "directory": a top member stating a job is named by it
     local = (d / home if home not in ("", ".", "..") and "/" not in home else d) / inp.name
     try:
