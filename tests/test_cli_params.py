@@ -183,7 +183,9 @@ def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest_nor_po
     assert "Collective bus bandwidth against message size" in page.read_text()
 
 
-@pytest.mark.parametrize(("command", "user"), [("ingest", None), ("run", None), ("ingest", "2")])
+@pytest.mark.parametrize(
+    ("command", "user"), [("ingest", None), ("run", None), ("ingest", "2"), ("ingest", "")]
+)
 def test_ingest_and_run_run_polars_on_one_thread(tmp_path, command, user):
     """`tracelake ingest` and `run` run polars on one thread (cli/ingest_cmd.one_polars_thread:
     their parallelism is files side by side), whatever the step-range or other options import
@@ -206,7 +208,7 @@ def test_ingest_and_run_run_polars_on_one_thread(tmp_path, command, user):
         "print(code, polars.thread_pool_size())\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
-    if user:
+    if user is not None:  # "": set but empty, which polars reads as unset (all cores)
         env["POLARS_MAX_THREADS"] = user
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert p.stdout.strip().splitlines()[-1] == f"0 {user or 1}", (p.stdout[-500:], p.stderr[-500:])

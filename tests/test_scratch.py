@@ -35,14 +35,15 @@ def _aged(d: Path) -> Path:
 
 
 def test_sweep_removes_only_a_dead_process_s_old_directories(tmp_path):
-    ns = os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
+    ns = scratch._namespace()
     dead, alive = _dead_pid(), os.getppid()
     made = {
         "dead": tmp_path / f"tracelake-spill-{ns}-{dead}-0123abcd",
         "dead_fresh": tmp_path / f"tracelake-local-{ns}-{dead}-4567ef01",
         "alive": tmp_path / f"tracelake-spill-{ns}-{alive}-89abcdef",
         "mine": tmp_path / f"tracelake-spill-{ns}-{os.getpid()}-0a0b0c0d",
-        "other_ns": tmp_path / f"tracelake-spill-{int(ns) + 1}-{dead}-1a2b3c4d",
+        "other_space": tmp_path / f"tracelake-spill-{'0' if ns != '0' * 12 else '1'}{ns[1:]}-{dead}-1a2b3c4d",
+        "no_pid_here": tmp_path / f"tracelake-spill-{ns}-{'9' * 40}-5a6b7c8d",
         "old_name": tmp_path / f"tracelake-spill-{dead}",
         "user": tmp_path / "my-traces",
     }
@@ -65,10 +66,15 @@ def test_sweep_removes_only_a_dead_process_s_old_directories(tmp_path):
 
 
 def test_names_carry_the_namespace_and_pid_and_make_creates_a_private_directory(tmp_path):
+    """The space is 12 hex digits of the SHA-256 of the boot id and the PID namespace (another
+    machine or container: another space)."""
+    import hashlib
+
     d = scratch.make("archive", tmp_path)
-    ns = os.readlink("/proc/self/ns/pid").split("[")[1].rstrip("]")
-    kind, got_ns, pid, rand = d.name.split("-")[1:]
-    assert (kind, got_ns, int(pid)) == ("archive", ns, os.getpid()) and len(rand) == 16
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    space = hashlib.sha256(f"{boot}|{os.readlink('/proc/self/ns/pid')}".encode()).hexdigest()[:12]
+    kind, got, pid, rand = d.name.split("-")[1:]
+    assert (kind, got, int(pid)) == ("archive", space, os.getpid()) and len(rand) == 16
     assert d.is_dir() and (d.stat().st_mode & 0o777) == 0o700
     assert scratch.path("spill", tmp_path).parent == tmp_path and not scratch.path("spill", tmp_path).exists()
     with scratch.temporary("diff", tmp_path) as t:
@@ -110,3 +116,46 @@ def test_a_killed_process_s_duckdb_spill_directory_is_removed_by_the_next(tmp_pa
     assert p.returncode == 0, p.stderr[-2000:]
     assert not spill.exists()
     assert [d.name for d in base.iterdir()] == [Path(p.stdout.strip()).name]
+
+
+def _scratch_name(_) -> str:
+    return scratch.name("staged")
+
+
+def test_a_pool_worker_s_scratch_belongs_to_the_ingest():
+    """What a pool worker stages is read by the ingesting process, maybe after the worker ended:
+    its scratch directories carry the ingest's pid (executors.init_worker sets
+    scratch.OWNER_PID), so no sweep takes them while the ingest runs."""
+    import multiprocessing
+
+    from pipeline.ingest import executors, pool_scope
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["pipeline.ingest.forkserver_preload", "pipeline.ingest.executors"])
+    with pool_scope.helpers_stopped():
+        with pool_scope.process_pool(2, ctx, executors.init_worker, (2, {}, os.getpid())) as pool:
+            names = list(pool.map(_scratch_name, range(2)))
+    assert {int(n.split("-")[3]) for n in names} == {os.getpid()}
+
+
+def test_an_ingest_sweeps_the_temporary_directory(tmp_path, monkeypatch):
+    import tempfile
+
+    from conftest import REPO
+
+    from pipeline.ingest import ingest_paths
+    from pipeline.lake import Lake
+
+    base = tmp_path / "systmp"
+    base.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    left = _aged(_mkdir(base / f"tracelake-local-{scratch._namespace()}-{_dead_pid()}-0a1b2c3d"))
+    scratch._SWEPT.discard(str(base))
+    res = ingest_paths([REPO / "sample_traces"], Lake(tmp_path / "lake"), jobs=1)
+    assert {r.status for r in res} == {"ok"}
+    assert not left.exists()
+
+
+def _mkdir(d: Path) -> Path:
+    d.mkdir()
+    return d

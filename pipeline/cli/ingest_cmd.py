@@ -89,8 +89,8 @@ def one_polars_thread() -> None:
     import os
     import sys
 
-    if "polars" not in sys.modules:
-        os.environ.setdefault("POLARS_MAX_THREADS", "1")
+    if "polars" not in sys.modules and not os.environ.get("POLARS_MAX_THREADS", "").strip():
+        os.environ["POLARS_MAX_THREADS"] = "1"  # (an empty value, as polars reads it, is unset)
 
 
 def _ingest(

@@ -22,9 +22,11 @@ The lake itself (staging, committing, locking, recovery) is pipeline/lake.py.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .. import scratch
 from ..classify import check_regex
 from ..lake import Lake, LakeError, one_line
 from ..lake_compact import AUTO_MIN_SOURCES
@@ -123,6 +125,7 @@ def ingest_paths(
     )
     with lake.lock():
         lake.recover()
+        scratch.sweep(tempfile.gettempdir())  # what killed processes left there (pipeline/scratch.py)
         upgrade(lake)  # a lake of an older schema is brought up to date before it is written to
         stored = stored_sources(lake.sources())
         done = done_index(stored)

@@ -81,7 +81,7 @@ def work(unit: Unit, opts: Options, done, own_process: bool = True) -> list[Prep
 _DONE: dict | None = None
 
 
-def init_worker(jobs: int = 1, done: dict | None = None) -> None:
+def init_worker(jobs: int = 1, done: dict | None = None, owner: int | None = None) -> None:
     """Pool worker set-up: die with the ingesting process (Linux), so a killed ingest leaves no
     worker writing into the lake's staging area; leave SIGINT and SIGHUP to the ingesting process
     (a Ctrl-C at a terminal reaches the whole process group: the ingest stops its workers itself,
@@ -91,13 +91,18 @@ def init_worker(jobs: int = 1, done: dict | None = None) -> None:
     its share of the cores: `jobs` workers already keep that many cores busy, so a worker's DuckDB
     threads beyond its share only contend (8 rank files of 50 MB, 2 workers on 2 cores: 7.4-7.7 s
     with 2 threads each, 6.8-7.1 s with one). done: the lake's content index, which pool_work
-    reads."""
+    reads. owner: the ingesting process's pid, which names the worker's scratch directories
+    (pipeline/scratch.py: what it stages is read by the ingest after it may have ended)."""
     import signal
 
     from . import prepare as prep
 
     global _DONE
     _DONE = done
+    if owner is not None:
+        from .. import scratch
+
+        scratch.OWNER_PID = owner
 
     prep.LOCAL_THREADS = max(1, (os.cpu_count() or 1) // max(1, jobs))
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -197,7 +202,8 @@ def _pooled(units, opts, done, jobs: int, ctx):
     while i < len(units):
         window: list = []
         broken = False
-        with process_pool(jobs, ctx, init_worker, (jobs, frozen)) as pool:  # the index once a worker
+        # the index once a worker, and the pid that owns its scratch directories (init_worker)
+        with process_pool(jobs, ctx, init_worker, (jobs, frozen, os.getpid())) as pool:
             while i < len(units) or window:
                 try:
                     while len(window) < 2 * jobs and i < len(units):
@@ -219,7 +225,7 @@ def _pooled(units, opts, done, jobs: int, ctx):
 
 
 def retry_alone(u: Unit, opts: Options, done, ctx) -> list[Prepared]:
-    with process_pool(1, ctx, init_worker, (1, done)) as pool:  # the index once, as _pooled's
+    with process_pool(1, ctx, init_worker, (1, done, os.getpid())) as pool:  # the index once, as _pooled's
         try:
             return pool.submit(pool_work, u, opts).result()
         except cf.process.BrokenProcessPool:

@@ -94,13 +94,17 @@ def forkserver_started(env: dict[str, str]) -> None:
 
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
         return
-    added = {k: v for k, v in env.items() if k not in os.environ}
+    added = {k: v for k, v in env.items() if not os.environ.get(k, "").strip()}  # empty: unset
+    before = {k: os.environ[k] for k in added if k in os.environ}
     os.environ.update(added)
     try:
         forkserver.ensure_running()
     finally:
         for k in added:
-            os.environ.pop(k, None)
+            if k in before:
+                os.environ[k] = before[k]
+            else:
+                os.environ.pop(k, None)
 
 
 @contextmanager
