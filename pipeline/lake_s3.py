@@ -60,8 +60,9 @@ from pathlib import Path
 from . import lake_journal as journal
 from . import lake_manifest as manifest
 from . import lake_s3_compact as s3compact
-from . import objstore, scratch
+from . import objstore
 from . import schema as sch
+from . import scratch as scratch_dirs
 from .lake_base import LakeError, Staged, one_line, stage_into
 from .lake_s3_files import S3Files, split_stem, stem_of
 from .lake_s3_lock import S3Lock
@@ -76,11 +77,11 @@ class S3Lake(S3Files, S3Lock):
     def stage(self, run_id: str, source_id: str, tables: dict[str, object]) -> Staged:
         """Lake.stage, into a local staging directory (module doc)."""
         base = Path(os.environ.get("TRACELAKE_STAGING_DIR") or tempfile.gettempdir())
-        return stage_into(scratch.path("staged", base), run_id, source_id, tables)
+        return stage_into(scratch_dirs.path("staged", base), run_id, source_id, tables)
 
     def scratch(self) -> Path:
         """A fresh local directory for one ingest's intermediate files (the caller removes it)."""
-        return scratch.make("scratch")
+        return scratch_dirs.make("scratch")
 
     def publish(self, staged: Staged) -> None:
         """Upload a locally staged source to <url>/.tmp/<id>/ (a Dask worker on another machine:

@@ -123,9 +123,9 @@ def ingest_paths(
         exclude or None,
         hold_runs(units, run, run_for, compact and isinstance(lake, Lake)),  # held: a local lake only
     )
+    scratch.sweep(tempfile.gettempdir())  # what killed processes left there (pipeline/scratch.py)
     with lake.lock():
         lake.recover()
-        scratch.sweep(tempfile.gettempdir())  # what killed processes left there (pipeline/scratch.py)
         upgrade(lake)  # a lake of an older schema is brought up to date before it is written to
         stored = stored_sources(lake.sources())
         done = done_index(stored)
