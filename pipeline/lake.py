@@ -82,7 +82,6 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (imported here, not lazily inside the first write)
 import pyarrow.parquet as pq
 
 from . import lake_compact as compaction

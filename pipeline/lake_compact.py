@@ -40,12 +40,12 @@ import uuid
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import lake_journal as journal
 from . import lake_manifest as manifest
 from . import schema as sch
+from .arrow_calls import sort_by
 from .parts import parquet_options
 
 # a source is small when its parts hold less than this much Parquet (the corpus's ranks of a
@@ -247,7 +247,7 @@ def append(lake, run_dir: str, batch: list[tuple[str, dict[str, pa.Table], pa.Ta
 def _stage_table(stage: Path, t: str, gen: str, rows: list[pa.Table]) -> str:
     """Write `rows` of table t, concatenated and sorted by sort_keys(t), as generation gen's one
     new file of t under stage; its name."""
-    tbl = pa.concat_tables(rows).sort_by(sort_keys(t))
+    tbl = sort_by(pa.concat_tables(rows), sort_keys(t))
     (stage / t).mkdir(parents=True, exist_ok=True)
     name = f"c-{gen}-0.parquet"
     pq.write_table(tbl, stage / t / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema))
@@ -403,7 +403,7 @@ def write_groups(table: str, inputs: list[tuple[Path, set | None]], out_dir: Pat
         tbl = _read(table, group)
         if not tbl.num_rows:
             continue
-        tbl = tbl.sort_by(sort_keys(table))
+        tbl = sort_by(tbl, sort_keys(table))
         out_dir.mkdir(parents=True, exist_ok=True)
         name = f"c-{gen}-{len(names)}.parquet"
         pq.write_table(tbl, out_dir / name, row_group_size=ROW_GROUP_ROWS, **parquet_options(tbl.schema))
@@ -416,6 +416,8 @@ def _read(table: str, group: list[tuple[Path, set | None]]) -> pa.Table:
     for p, skip in group:
         tbl = sch.conform(table, pq.ParquetFile(p).read())  # not read_table: no pyarrow.dataset
         if skip:
+            import pyarrow.compute as pc  # only here: 34 ms of import a small run never needs
+
             keep = pc.invert(pc.is_in(tbl.column("source_id"), pa.array(sorted(skip))))
             tbl = tbl.filter(keep)
         parts.append(tbl)
@@ -423,6 +425,8 @@ def _read(table: str, group: list[tuple[Path, set | None]]) -> pa.Table:
 
 
 def _write_own(table: str, inputs: list[tuple[Path, set | None]], sid: str, out: Path) -> None:
+    import pyarrow.compute as pc  # only here: 34 ms of import a small run never needs
+
     rows = []
     for p, _ in inputs:  # ParquetFile, not read_table(filters=...): no pyarrow.dataset (pandas)
         t = pq.ParquetFile(p).read()

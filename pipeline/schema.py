@@ -13,6 +13,7 @@ import polars as pl
 import pyarrow as pa
 
 from . import toml_data
+from .arrow_calls import cast
 from .paths import SCHEMAS_DIR
 
 SCHEMA_VERSION = 3
@@ -74,7 +75,7 @@ def duckdb_type(t: str) -> str:
 def _from_python(values, field: pa.Field) -> pa.Array:
     """Python list -> Arrow array through polars (pa.array on a list imports pandas: ~0.3 s)."""
     t = next(k for k, v in _TYPES.items() if v == field.type)
-    return pl.Series(field.name, values, dtype=_POLARS[t], strict=True).to_arrow().cast(field.type)
+    return cast(pl.Series(field.name, values, dtype=_POLARS[t], strict=True).to_arrow(), field.type)
 
 
 class SchemaError(ValueError):
@@ -150,7 +151,7 @@ def conform(table: str, data: pa.Table | dict) -> pa.Table:
             v = cols[field.name]
             try:
                 if isinstance(v, (pa.Array, pa.ChunkedArray)):
-                    arr = v.cast(field.type, safe=True) if v.type != field.type else v
+                    arr = cast(v, field.type) if v.type != field.type else v
                 else:
                     arr = _from_python(list(v), field)
             except (

@@ -18,6 +18,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from .arrow_calls import cast
+
 # every text in one Arrow cast to a decimal of 3 fractional digits: its unscaled integer is the
 # ns value, exactly (Arrow refuses a text with more digits rather than round it: those go the
 # polars way below). 38 digits (decimal128's most) hold any int64 ns value and then some: the
@@ -63,7 +65,7 @@ def _arrow_decimal(raws: list):
     valid = None if not empty.any() else pa.py_buffer(np.packbits(~empty, bitorder="little"))
     try:
         texts = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), valid)
-        dec = texts.cast(_DECIMAL_NS)
+        dec = cast(texts, _DECIMAL_NS)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
     # the 128-bit unscaled integers, little-endian: (low, high) int64 pairs; a value fits in int64

@@ -212,3 +212,54 @@ def test_ingest_and_run_run_polars_on_one_thread(tmp_path, command, user):
         env["POLARS_MAX_THREADS"] = user
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert p.stdout.strip().splitlines()[-1] == f"0 {user or 1}", (p.stdout[-500:], p.stderr[-500:])
+
+
+BLAS_PROBE = """
+import os, sys
+from pipeline import cli  # the CLI's package: it sets the variable before any command imports numpy
+assert "numpy" not in sys.modules
+threads = lambda: len(os.listdir("/proc/self/task"))
+before = threads()
+import numpy
+print(os.environ.get("OPENBLAS_NUM_THREADS"), threads() - before)
+"""
+
+
+@pytest.mark.parametrize(
+    "user", [None, "OPENBLAS_NUM_THREADS=2", "OMP_NUM_THREADS=2", "OPENBLAS_NUM_THREADS="]
+)
+def test_the_cli_runs_openblas_on_one_thread_unless_the_user_chose(tmp_path, user):
+    """pipeline/blas_env.py: numpy's OpenBLAS starts a thread per core at import, which only spins
+    (tracelake makes no BLAS call); the CLI asks for one, unless the user set OPENBLAS_NUM_THREADS,
+    GOTO_NUM_THREADS or OMP_NUM_THREADS (an empty value counts as unset). Counted in a fresh
+    interpreter: the threads `import numpy` starts after the CLI's package is imported, against a
+    plain interpreter's, which start one per core beyond the first."""
+    import os
+
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
+    }
+    env = dict(base)
+    if user is not None:
+        k, v = user.split("=")
+        env[k] = v
+    p = subprocess.run(
+        [sys.executable, "-c", BLAS_PROBE], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
+    value, started = p.stdout.split()
+    cores = os.cpu_count() or 1
+    if user in (None, "OPENBLAS_NUM_THREADS="):
+        assert (value, int(started)) == ("1", 0), p.stderr[-500:]
+    else:  # the user's choice: OpenBLAS's own threads, one per thread asked beyond the first
+        assert value == user.split("=")[1] if user.startswith("OPENBLAS") else value == "None"
+        assert int(started) == min(2, cores) - 1
+    # the control: without the CLI, numpy's import starts cores - 1 threads (so the count above
+    # can fail)
+    plain = (
+        "import os; n = len(os.listdir('/proc/self/task')); import numpy; "
+        "print(len(os.listdir('/proc/self/task')) - n)"
+    )
+    q = subprocess.run([sys.executable, "-c", plain], capture_output=True, text=True, env=base)
+    assert int(q.stdout) == cores - 1

@@ -170,6 +170,12 @@ def _polars_threads(_) -> int:
     return pl.thread_pool_size()
 
 
+def _blas_threads(_) -> str | None:
+    import os
+
+    return os.environ.get("OPENBLAS_NUM_THREADS")
+
+
 @pytest.mark.parametrize(("cores", "user", "expected"), [(2, None, 1), (4, None, 2), (2, "3", 3)])
 def test_pool_workers_size_polars_to_their_share_of_the_cores(monkeypatch, cores, user, expected):
     """A pool of 2 workers: each runs polars on cores // 2 threads (executors.worker_env, set in
@@ -193,6 +199,9 @@ def test_pool_workers_size_polars_to_their_share_of_the_cores(monkeypatch, cores
         assert dict(os.environ) == before
         with pool_scope.process_pool(2, ctx, executors.init_worker, (2, {})) as pool:
             assert set(pool.map(_polars_threads, range(4))) == {expected}
+            # OpenBLAS on one thread (pipeline/blas_env.py), unless the user chose
+            blas = os.environ.get("OPENBLAS_NUM_THREADS") or "1"
+            assert set(pool.map(_blas_threads, range(4))) == {blas}
 
 
 def test_a_pooled_ingest_starts_its_forkserver_with_the_workers_environment(inputs, tmp_path, monkeypatch):

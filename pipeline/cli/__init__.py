@@ -11,8 +11,12 @@ Exit codes (all commands):
 
 from __future__ import annotations
 
-from . import analysis_cmd, diff_cmd, ingest_cmd, lake_cmd, runs_cmd, timeline_cmd, whatif_cmd  # noqa: F401  (each registers its commands on app)
-from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app
+from ..blas_env import set_one_thread
+
+set_one_thread()  # before any command imports numpy (pipeline/blas_env.py)
+
+from . import analysis_cmd, diff_cmd, ingest_cmd, lake_cmd, runs_cmd, timeline_cmd, whatif_cmd  # noqa: E402, F401  (each registers its commands on app)
+from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app  # noqa: E402
 
 
 def __getattr__(name: str):

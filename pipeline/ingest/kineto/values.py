@@ -102,7 +102,9 @@ def _texts(raws: list) -> pl.Series:
         arr = pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data), valid)
         try:
             arr.validate(full=True)  # UTF-8
-            return pl.from_arrow(arr)
+            # as a table's column: polars' from_arrow of a lone array imports pyarrow.compute
+            # (pipeline/arrow_calls.py)
+            return pl.from_arrow(pa.Table.from_arrays([arr], ["t"])).to_series()
         except pa.ArrowInvalid:
             pass
     s = (
