@@ -194,9 +194,11 @@ def _connect(
     con.execute("CREATE SCHEMA internal")
     # each table's empty typed table (the views below put their parts after it), in one call
     con.execute(";\n".join(sch.create_empty_sql(t, f"internal._empty_{t}") for t in sch.tables()))
-    # a small lake's loading, materialized views and views are bound on one DuckDB thread: its
-    # tables are a few thousand rows, and waking the other threads costs more than they do (the
-    # DLRM job's connect 0.20-0.22 -> 0.17-0.19 CPU-s); its queries then get every thread again
+    # a small lake is loaded, bound and queried on one DuckDB thread: its tables are a few thousand
+    # rows, and waking the other threads costs more than they do (the DLRM job's connect 0.20-0.22
+    # -> 0.17-0.19 CPU-s; its 17 metric queries on two cursors, as analyze runs them, 0.30-0.32 ->
+    # 0.26 CPU-s and 0.17-0.19 -> 0.15 s of wall, seven alternated rounds, 2026-12-05). Two cursors
+    # side by side (run_many) still keep two cores busy. A thread count the caller gives is kept.
     one_thread = not threads and load and size <= LOAD_ALL_BYTES
     if threads or one_thread:
         con.execute(f"SET threads = {int(threads or 1)}")
@@ -290,8 +292,6 @@ def _connect(
     # the metric files itself (analyze) names only those it reads as views
     for name in (metric_names() if metric_views is True else metric_views or ()) if derived_views else ():
         con.execute(f"CREATE VIEW {name} AS " + metric_sql(con, name).strip().rstrip(";"))
-    if one_thread:
-        con.execute("RESET threads")
     if size <= LOAD_ALL_BYTES:
         _SMALL.add(con)
     return con
