@@ -7,7 +7,7 @@ benchmarks/archive_bench.py; docs/performance.md). Ingest, analysis and the repo
 with ParquetFile instead; a fresh interpreter checks that neither pandas nor pyarrow.dataset is
 imported by the whole of `tracelake run` on sample_traces/, nor pyarrow.compute (32-37 ms of
 wrappers and docstrings built at import; the kernels are called through pipeline/arrow_calls.py),
-and that the run's minor page faults stay
+nor rich.progress when no bar is shown (-q: cli/app.py's NoBar), and that the run's minor page faults stay
 within a few times those of its imports (MAX_RUN_FAULTS_PER_IMPORT_FAULT: the mmap storm of issue
 38 item 2, should it come back)."""
 
@@ -31,7 +31,7 @@ try:
 except SystemExit as e:
     assert not e.code, e.code
 print("faults", imported, faults() - imported)
-print(" ".join(m for m in ("pandas", "pyarrow.dataset", "pyarrow.compute") if m in sys.modules) or "none")
+print(" ".join(m for m in ("pandas", "pyarrow.dataset", "pyarrow.compute", "rich.progress") if m in sys.modules) or "none")
 """
 # `tracelake run`'s minor page faults at most this many times those of importing what it imports,
 # in the same process (issue 38 item 2: in the test environment `run` once made about 700,000

@@ -9,7 +9,7 @@ from typing import List, Optional
 
 import typer
 
-from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, command, err, exit_help, real_console, usage_error
+from .app import EXIT_FAILED, EXIT_OK, EXIT_PARTIAL, bar, command, err, exit_help, usage_error
 from .interrupt import Interrupted, signals_interrupt
 from .options import (
     COMM,
@@ -164,19 +164,15 @@ def _ingest(
         run = _ingest_run(run, lake)
     counts = {"ok": 0, "failed": 0, "skipped": 0}
     not_traces = []
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(
-        TextColumn("[bold]ingest"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("files"),
-        rate_column()(),
-        TextColumn("{task.fields[errors]} error(s)"),
-        TimeElapsedColumn(),
-        console=real_console(err),
-        transient=True,
-        disable=quiet or not err.is_terminal,  # no stray blank lines in logs
+    with bar(
+        quiet,
+        lambda rp: rp.TextColumn("[bold]ingest"),
+        lambda rp: rp.BarColumn(),
+        lambda rp: rp.MofNCompleteColumn(),
+        lambda rp: rp.TextColumn("files"),
+        lambda rp: rate_column()(),
+        lambda rp: rp.TextColumn("{task.fields[errors]} error(s)"),
+        lambda rp: rp.TimeElapsedColumn(),
     ) as prog:
         task = prog.add_task("ingest", total=None, mb=0.0, errors=0)
 
