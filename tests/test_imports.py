@@ -31,7 +31,8 @@ try:
 except SystemExit as e:
     assert not e.code, e.code
 print("faults", imported, faults() - imported)
-print(" ".join(m for m in ("pandas", "pyarrow.dataset", "pyarrow.compute", "rich.progress") if m in sys.modules) or "none")
+unwanted = ("pandas", "pyarrow.dataset", "pyarrow.compute", "rich.progress")
+print(" ".join(m for m in unwanted if m in sys.modules) or "none")
 """
 # `tracelake run`'s minor page faults at most this many times those of importing what it imports,
 # in the same process (issue 38 item 2: in the test environment `run` once made about 700,000

@@ -25,7 +25,7 @@ from ..lake import Lake, one_line
 from . import archive as arc
 from . import hold, kineto, nccl, streams
 from .discover import log_format, needs_file, sniff_path
-from .errors import TraceError
+from .errors import TraceError, UnknownFormat
 from .formats import SQLITE_SIDECARS
 from .jobid import ENV_KEYS, stated_job
 from .rows import (
@@ -443,6 +443,8 @@ def prepare_nsys(
             with_local(lake, staged, notes, "ok")
     except (TraceError, duckdb.Error, sch.SchemaError) as e:
         err = one_line(str(e) if isinstance(e, TraceError) else f"{type(e).__name__}: {e}")[:500]
+        if isinstance(e, UnknownFormat):
+            base = {**base, "format": "unknown"}
         return failed(display, run_id, err, sha, size, base=base)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

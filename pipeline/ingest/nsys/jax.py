@@ -59,7 +59,7 @@ import zlib
 from pathlib import Path
 
 from ...lake import one_line
-from ..errors import TraceError
+from ..errors import TraceError, UnknownFormat
 from ..formats import ZIP_MAGIC
 from .export import JaxArchive
 from .jax_build import _build
@@ -105,7 +105,7 @@ def open_archive(
     try:
         z = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError) as e:
-        raise TraceError(
+        raise UnknownFormat(  # no zip at all: neither an nsys-jax archive nor anything else known
             f"corrupt or truncated zip archive ({one_line(str(e)) or type(e).__name__})"
         ) from None
     with z:
