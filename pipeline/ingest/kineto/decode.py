@@ -112,11 +112,17 @@ _ARGS_ONE = msgspec.json.Decoder(KArgs)
 # Fast path: a union tagged by "ph", so complete events ("X") get their args decoded into KArgs in
 # the same pass while metadata/flow/counter events keep theirs as raw text. Any event this does not
 # fit (unknown phase, args that are not an object) sends the file to the general decoder.
+# cat, name, pid and tid as JSON scalars only: a batch with a list or object in one of them is
+# decoded again by the general decoder (KEvent, Any), whose events columns.sort_events checks one
+# by one; this one's need no check (the same decoding time, measured on 150k events)
+_SCALAR = Union[str, int, float, bool, None]
+
+
 class _TEv(msgspec.Struct, tag_field="ph", gc=False):
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
+    cat: _SCALAR = None
+    name: _SCALAR = None
+    pid: _SCALAR = None
+    tid: _SCALAR = None
     ts: msgspec.Raw = msgspec.Raw(b"")
     dur: msgspec.Raw = msgspec.Raw(b"")
 
@@ -137,7 +143,11 @@ def _other(tag: str):
 
 class _TSkipped(msgspec.Struct, tag_field="ph", gc=False):
     """An event of a phase no table reads (metadata, flows, instants, ...): only counted (event
-    index), so none of its keys is kept (the decoder skips them without building objects)."""
+    index), so none of its keys is kept (the decoder skips them without building objects). Its
+    cat reads as None (a class attribute, never decoded), as columns.sort_events reads every
+    event's."""
+
+    cat: ClassVar[None] = None
 
 
 def _skipped(tag: str):
