@@ -40,6 +40,8 @@ def test_plus_is_arrow_add(chunks, nulls):
             result._plus(a, s).to_pylist()
             == pc.add(a, s if not isinstance(s, int) else pa.scalar(s)).to_pylist()
         )
+    null = pa.array([None], pa.int64())[0]  # a null scalar: every sum null, as Arrow's add
+    assert result._plus(a, null).to_pylist() == pc.add(a, null).to_pylist()
     empty = pa.chunked_array([], pa.int64())
     assert result._plus(empty, result._i64(3)).to_pylist() == []
 
