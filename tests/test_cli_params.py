@@ -184,21 +184,53 @@ def test_a_report_of_kept_results_over_an_existing_file_imports_no_ingest_nor_po
 
 
 @pytest.mark.parametrize(
-    ("command", "user"), [("ingest", None), ("run", None), ("ingest", "2"), ("ingest", "")]
+    ("command", "user"),
+    [("ingest", None), ("run", None), ("analyze", None), ("sql", None), ("ingest", "2"), ("analyze", "")],
 )
-def test_ingest_and_run_run_polars_on_one_thread(tmp_path, command, user):
-    """`tracelake ingest` and `run` run polars on one thread (cli/ingest_cmd.one_polars_thread:
-    their parallelism is files side by side), whatever the step-range or other options import
-    first; a POLARS_MAX_THREADS the user set is kept. Checked after the command, in its own
-    interpreter: polars reads the variable once, at its first use."""
+def test_every_command_runs_polars_on_one_thread(tmp_path, command, user):
+    """Every command runs polars on one thread (pipeline/thread_env.py: ingest's parallelism is
+    files side by side, the analysis' DuckDB's; polars' idle threads only spin), whatever the
+    step-range or other options import first; a POLARS_MAX_THREADS the user set is kept (an empty
+    one is unset, as polars reads it). Checked after the command, in its own interpreter: polars
+    reads the variable once, at its first use."""
     import os
 
     from conftest import REPO
 
-    out = tmp_path / "r.html"
-    args = [command, str(REPO / "sample_traces"), "--lake", str(tmp_path / "lake"), "-q", "--step-range", "."]
-    if command == "run":
-        args += ["-o", str(out)]
+    lake = tmp_path / "lake"
+    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
+    if command in ("analyze", "sql"):  # a lake to read, made by another process
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.cli",
+                "ingest",
+                str(REPO / "sample_traces"),
+                "--lake",
+                str(lake),
+                "-q",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+        )
+        assert p.returncode == 0, p.stderr[-500:]
+    args = {
+        "ingest": ["ingest", str(REPO / "sample_traces"), "--lake", str(lake), "-q", "--step-range", "."],
+        "run": [
+            "run",
+            str(REPO / "sample_traces"),
+            "--lake",
+            str(lake),
+            "-q",
+            "-o",
+            str(tmp_path / "r.html"),
+        ],
+        "analyze": ["analyze", "--lake", str(lake), "--json", "-q"],
+        "sql": ["sql", "--lake", str(lake), "SELECT count(*) FROM gpu_activities"],
+    }[command]
     code = (
         "import sys\n"
         f"sys.argv = ['tracelake', *{args!r}]\n"
@@ -207,7 +239,6 @@ def test_ingest_and_run_run_polars_on_one_thread(tmp_path, command, user):
         "import polars\n"
         "print(code, polars.thread_pool_size())\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "POLARS_MAX_THREADS"}
     if user is not None:  # "": set but empty, which polars reads as unset (all cores)
         env["POLARS_MAX_THREADS"] = user
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
@@ -229,7 +260,7 @@ print(os.environ.get("OPENBLAS_NUM_THREADS"), threads() - before)
     "user", [None, "OPENBLAS_NUM_THREADS=2", "OMP_NUM_THREADS=2", "OPENBLAS_NUM_THREADS="]
 )
 def test_the_cli_runs_openblas_on_one_thread_unless_the_user_chose(tmp_path, user):
-    """pipeline/blas_env.py: numpy's OpenBLAS starts a thread per core at import, which only spins
+    """pipeline/thread_env.py: numpy's OpenBLAS starts a thread per core at import, which only spins
     (tracelake makes no BLAS call); the CLI asks for one, unless the user set OPENBLAS_NUM_THREADS,
     GOTO_NUM_THREADS or OMP_NUM_THREADS (an empty value counts as unset). Counted in a fresh
     interpreter: the threads `import numpy` starts after the CLI's package is imported, against a

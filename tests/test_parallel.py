@@ -199,7 +199,7 @@ def test_pool_workers_size_polars_to_their_share_of_the_cores(monkeypatch, cores
         assert dict(os.environ) == before
         with pool_scope.process_pool(2, ctx, executors.init_worker, (2, {})) as pool:
             assert set(pool.map(_polars_threads, range(4))) == {expected}
-            # OpenBLAS on one thread (pipeline/blas_env.py), unless the user chose
+            # OpenBLAS on one thread (pipeline/thread_env.py), unless the user chose
             blas = os.environ.get("OPENBLAS_NUM_THREADS") or "1"
             assert set(pool.map(_blas_threads, range(4))) == {blas}
 

@@ -11,9 +11,9 @@ Exit codes (all commands):
 
 from __future__ import annotations
 
-from ..blas_env import set_one_thread
+from ..thread_env import set_cli_threads
 
-set_one_thread()  # before any command imports numpy (pipeline/blas_env.py)
+set_cli_threads()  # before any command imports numpy or polars (pipeline/thread_env.py)
 
 from . import analysis_cmd, diff_cmd, ingest_cmd, lake_cmd, runs_cmd, timeline_cmd, whatif_cmd  # noqa: E402, F401  (each registers its commands on app)
 from .app import EXIT_FAILED, EXIT_HELP, EXIT_OK, EXIT_PARTIAL, app  # noqa: E402

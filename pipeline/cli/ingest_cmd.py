@@ -74,25 +74,6 @@ def _ingest_run(run: str, lake) -> str:
     return found or run
 
 
-def one_polars_thread() -> None:
-    """Run polars on one thread in this process (and the pool's workers it starts), unless the
-    user set POLARS_MAX_THREADS: called by `ingest` and `run` before polars is imported (polars
-    sizes its thread pool once, from that variable; later calls change nothing).
-
-    Ingest calls polars many times on small frames (a dozen plans a file, the batches of a large
-    rank), where its pool's threads wake, spin and sleep again without sharing out any work, and
-    its parallelism comes from ingesting files side by side (threads, the process pool) instead.
-    Measured on the 2-core machine (docs/performance.md, Small job, "Second round"): DLRM's `tracelake
-    run` 1.46-1.54 against 1.54-1.63 CPU-s (six alternated runs, best and median), 8 x 50 MB ranks
-    `--jobs 1` the same wall (7.95-8.46 against 8.02-8.32 s), `--jobs 2` 4.55-5.51 against
-    4.91-6.24 s, their `analyze --recompute` 4.07-4.62 against 4.07-5.02 s."""
-    import os
-    import sys
-
-    if "polars" not in sys.modules and not os.environ.get("POLARS_MAX_THREADS", "").strip():
-        os.environ["POLARS_MAX_THREADS"] = "1"  # (an empty value, as polars reads it, is unset)
-
-
 def _ingest(
     paths: list[Path],
     lake_dir: Path,
@@ -112,7 +93,6 @@ def _ingest(
     Exit(2) for a usage error (check_inputs) before any work; Exit(128 + N) when signal N (SIGINT,
     SIGTERM, SIGHUP) stops the ingest, once every process it started has ended (one line says
     so)."""
-    one_polars_thread()
     from .. import objstore
 
     _check_patterns(comm_pattern)

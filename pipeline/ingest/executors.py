@@ -14,7 +14,7 @@ import os
 import zipfile
 import zlib
 
-from .. import blas_env
+from .. import thread_env
 from ..lake import Lake, one_line
 from .discover import Unit
 from .pool_scope import forkserver_started, helpers_stopped, process_pool
@@ -178,10 +178,10 @@ def worker_env(jobs: int) -> dict[str, str]:
     each of them only contends: 1,000 small traces, 2 workers on 2 cores, three rounds alternated,
     16.3-18.6 against 16.9-19.0 ms CPU a file (noisy); 8 ranks x 50 MB with --jobs 2 no slower
     (docs/performance.md, Small job, "Second round"). A POLARS_MAX_THREADS already set is kept.
-    OpenBLAS on one thread too, unless the user chose (pipeline/blas_env.py: numpy's import
+    OpenBLAS on one thread too, unless the user chose (pipeline/thread_env.py: numpy's import
     otherwise starts a spinning thread per core in the forkserver)."""
     polars = {"POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs)))}
-    return {**polars, **blas_env.one_thread_env()}
+    return {**polars, **thread_env.one_blas_thread_env()}
 
 
 def run_pool(units, opts, done, jobs: int):
