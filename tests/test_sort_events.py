@@ -1,9 +1,9 @@
 """columns.sort_events: the fast decoder's events (decode._TEv, JSON scalars in cat, name, pid
 and tid) skip the per-event check for a list or object there, the general decoder's (KEvent) take
-it (_sort_events_checked, the loop that was the only one before). The reference: the checked loop
-on the general decoder's events of the same bytes, for real corpus traces of every shape the
-corpus holds; and a batch with an object in `cat`, which the fast decoder refuses (so the batch is
-decoded the general way) and the checked loop turns into text and counts."""
+it. The reference: the loop that was the only one before (reference_sort below, copied from 2c0434f's
+pipeline/ingest/kineto/columns.py) on the general decoder's events of the same bytes, for real
+corpus traces of several shapes; and a batch with an object in `cat`, which the fast decoder
+refuses (so the batch is decoded the general way) and the check turns into text and counts."""
 
 from __future__ import annotations
 
@@ -14,7 +14,33 @@ import pytest
 from conftest import corpus
 
 from pipeline.ingest.kineto import columns
+from pipeline.ingest.kineto.columns import CONTAINERS, CPU_KIND, GPU_KIND, SKIP_CATS, _as_text
 from pipeline.ingest.kineto.stream import _BATCH_FAST, _BATCH_GENERAL
+
+
+def reference_sort(events: list, unknown: dict) -> tuple[list, list, list, list]:
+    """sort_events as it was before the fast path (2c0434f): every event checked."""
+    gpu_idx, ann_idx, cpu_idx, ctr = [], [], [], []
+    for i, e in enumerate(events):
+        ph = e.ph
+        if ph == "X" or ph == "C":
+            odd = isinstance(e.cat, CONTAINERS) or isinstance(e.name, CONTAINERS)
+            if odd or isinstance(e.pid, CONTAINERS) or isinstance(e.tid, CONTAINERS):
+                _as_text(e, unknown)
+        if ph == "X":
+            c = e.cat
+            if c in GPU_KIND:
+                gpu_idx.append(i)
+            elif c == "gpu_user_annotation":
+                ann_idx.append(i)
+            elif c not in SKIP_CATS:
+                cpu_idx.append(i)
+                if c not in CPU_KIND:
+                    unknown[str(c)] = unknown.get(str(c), 0) + 1
+        elif ph == "C":
+            ctr.append(i)
+    return gpu_idx, cpu_idx, ann_idx, ctr
+
 
 TRACES = [
     ("hta", "tests", "data", "trace_filter", "sampled_rank-0.json.gz"),
@@ -42,10 +68,10 @@ def test_fast_events_sort_as_the_checked_loop(parts):
     fast, general = _BATCH_FAST.decode(raw), _BATCH_GENERAL.decode(raw)
     got_unknown, ref_unknown = {}, {}
     got = columns.sort_events(fast, got_unknown)
-    ref = columns._sort_events_checked(general, ref_unknown)
+    ref = reference_sort(general, ref_unknown)
     assert got == ref and got_unknown == ref_unknown
     assert len(got[0]) + len(got[1]) > 0  # the trace's events were sorted, not an empty batch
-    # the general decoder's events go through the checked loop itself
+    # the general decoder's events (checked first) sort the same
     again = {}
     assert columns.sort_events(_BATCH_GENERAL.decode(raw), again) == ref and again == ref_unknown
 
@@ -63,6 +89,9 @@ def test_an_object_in_cat_is_decoded_the_general_way_and_counted():
     unknown = {}
     gpu, cpu, ann, ctr = columns.sort_events(events, unknown)
     assert (gpu, cpu, ann, ctr) == ([0], [1, 2], [], [3])
+    ref_unknown = {}
+    assert reference_sort(_BATCH_GENERAL.decode(raw), ref_unknown) == (gpu, cpu, ann, ctr)
+    assert ref_unknown == unknown
     assert unknown[columns.NOT_SCALAR] == 3  # three events had a list or object in those fields
     assert events[1].cat == '{"odd":1}' and unknown['{"odd":1}'] == 1  # its text, an unknown category
     assert events[2].name == '["x"]' and events[3].pid == "[1]"

@@ -196,13 +196,14 @@ def sort_events(events: list, unknown: dict) -> tuple[list, list, list, list]:
 
     A list or object in cat, name, pid or tid is rare (hostile or broken traces) and only the
     general decoder's events (decode.KEvent) can hold one: the fast decoder's (decode._TEv) are
-    JSON scalars there, so only a batch of KEvents takes the loop that turns them into text
-    (_sort_events_checked). Checking every event was a fifth of a 50 MB rank's ingest (0.18 of
-    0.93 CPU-s, cProfile); the same indices and counts either way (tests/test_sort_events.py)."""
+    JSON scalars there, so only a batch of KEvents is checked first, event by event, each such
+    field of a complete or counter event turned into its JSON text (_as_text). Checking every
+    event was a fifth of a 50 MB rank's ingest (0.18 of 0.93 CPU-s, cProfile); the same indices
+    and counts either way (tests/test_sort_events.py)."""
     if not events:
         return [], [], [], []
     if not isinstance(events[0], _FAST_EVENTS):  # one decoder per batch (kineto/stream.py)
-        return _sort_events_checked(events, unknown)
+        _containers_as_text(events, unknown)
     gpu_idx, ann_idx, cpu_idx, ctr = [], [], [], []
     gpu_kind, cpu_kind, skip = GPU_KIND, CPU_KIND, SKIP_CATS
     for i, ph, c in zip(range(len(events)), map(_PH, events), map(_CAT, events)):
@@ -220,29 +221,14 @@ def sort_events(events: list, unknown: dict) -> tuple[list, list, list, list]:
     return gpu_idx, cpu_idx, ann_idx, ctr
 
 
-def _sort_events_checked(events: list, unknown: dict) -> tuple[list, list, list, list]:
-    """sort_events for a batch with a list or object in cat, name, pid or tid: each such field of
-    a complete or counter event becomes its JSON text first (_as_text)."""
-    gpu_idx, ann_idx, cpu_idx, ctr = [], [], [], []
-    for i, e in enumerate(events):
-        ph = e.ph
-        if ph == "X" or ph == "C":
+def _containers_as_text(events: list, unknown: dict) -> None:
+    """Each list or object in cat, name, pid or tid of a complete or counter event replaced by its
+    JSON text, counted in unknown[NOT_SCALAR] (_as_text)."""
+    for e in events:
+        if e.ph == "X" or e.ph == "C":
             odd = isinstance(e.cat, CONTAINERS) or isinstance(e.name, CONTAINERS)
             if odd or isinstance(e.pid, CONTAINERS) or isinstance(e.tid, CONTAINERS):
                 _as_text(e, unknown)
-        if ph == "X":
-            c = e.cat
-            if c in GPU_KIND:
-                gpu_idx.append(i)
-            elif c == "gpu_user_annotation":
-                ann_idx.append(i)
-            elif c not in SKIP_CATS:
-                cpu_idx.append(i)
-                if c not in CPU_KIND:
-                    unknown[str(c)] = unknown.get(str(c), 0) + 1
-        elif ph == "C":
-            ctr.append(i)
-    return gpu_idx, cpu_idx, ann_idx, ctr
 
 
 @dataclass
