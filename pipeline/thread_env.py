@@ -20,6 +20,7 @@ so nothing large gets slower. Polars reads POLARS_MAX_THREADS once, when it is i
 
 - one_blas_thread_env() -> dict: {"OPENBLAS_NUM_THREADS": "1"} to add to a process's environment
   before it imports numpy, or {} when the user chose (any of the three set and not empty).
+- user_set(name) -> bool: the rule above, also pool_scope.forkserver_started's.
 - set_cli_threads(): both variables set in os.environ for this process (and the processes it
   starts), each unless the user set it or its library is imported already (later it would change
   nothing): called by the CLI's package before any command imports numpy or polars.
@@ -33,12 +34,14 @@ import sys
 BLAS_VARIABLES = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")
 
 
-def _set(name: str) -> bool:
-    return bool(os.environ.get(name, "").strip())  # an empty value, as both libraries read it, is unset
+def user_set(name: str) -> bool:
+    """Whether the environment variable is set to something (an empty or blank value, as polars
+    and OpenBLAS read it, is unset)."""
+    return bool(os.environ.get(name, "").strip())
 
 
 def one_blas_thread_env() -> dict[str, str]:
-    if any(_set(k) for k in BLAS_VARIABLES):
+    if any(user_set(k) for k in BLAS_VARIABLES):
         return {}
     return {"OPENBLAS_NUM_THREADS": "1"}
 
@@ -46,5 +49,5 @@ def one_blas_thread_env() -> dict[str, str]:
 def set_cli_threads() -> None:
     if "numpy" not in sys.modules:
         os.environ.update(one_blas_thread_env())
-    if "polars" not in sys.modules and not _set("POLARS_MAX_THREADS"):
+    if "polars" not in sys.modules and not user_set("POLARS_MAX_THREADS"):
         os.environ["POLARS_MAX_THREADS"] = "1"

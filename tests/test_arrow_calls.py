@@ -1,4 +1,4 @@
-"""pipeline/arrow_calls.py and kineto/result.py's _plus against pyarrow.compute itself (the
+"""pipeline/arrow_calls.py (cast, add, sort_by) against pyarrow.compute itself (the
 reference: the functions they stand in for), on columns with nulls, several chunks, ties and
 int64 overflow; and the rows a real trace's ingest stores against the same trace ingested with
 pyarrow.compute's own functions put back in their place."""
@@ -26,7 +26,7 @@ def _chunked(values: list, chunks: int, type_=pa.int64()) -> pa.ChunkedArray:
 
 @pytest.mark.parametrize("chunks", [1, 3])
 @pytest.mark.parametrize("nulls", [False, True])
-def test_plus_is_arrow_add(chunks, nulls):
+def test_add_is_arrow_add(chunks, nulls):
     rng = random.Random(7)
     xs = [rng.randrange(-(2**62), 2**62) for _ in range(200)] + [I64_MAX, -(2**63)]
     ys = [rng.randrange(-(2**62), 2**62) for _ in range(200)] + [1, -1]  # both ends wrap
@@ -34,16 +34,16 @@ def test_plus_is_arrow_add(chunks, nulls):
         xs[5] = None
         ys[9] = None
     a, b = _chunked(xs, chunks), _chunked(ys, chunks)
-    assert result._plus(a, b).to_pylist() == pc.add(a, b).to_pylist()
+    assert arrow_calls.add(a, b).to_pylist() == pc.add(a, b).to_pylist()
     for s in (result._i64(123), result._i64(I64_MAX), 5):
         assert (
-            result._plus(a, s).to_pylist()
+            arrow_calls.add(a, s).to_pylist()
             == pc.add(a, s if not isinstance(s, int) else pa.scalar(s)).to_pylist()
         )
     null = pa.array([None], pa.int64())[0]  # a null scalar: every sum null, as Arrow's add
-    assert result._plus(a, null).to_pylist() == pc.add(a, null).to_pylist()
+    assert arrow_calls.add(a, null).to_pylist() == pc.add(a, null).to_pylist()
     empty = pa.chunked_array([], pa.int64())
-    assert result._plus(empty, result._i64(3)).to_pylist() == []
+    assert arrow_calls.add(empty, result._i64(3)).to_pylist() == []
 
 
 def test_cast_is_arrow_cast():
@@ -79,7 +79,7 @@ def test_sort_by_is_table_sort_by():
 
 
 def test_a_trace_ingests_to_the_rows_pyarrow_compute_gives(tmp_path, monkeypatch):
-    """A real trace ingested as it is, and again with _plus and arrow_calls' cast and sort_by
+    """A real trace ingested as it is, and again with arrow_calls' add, cast and sort_by
     replaced by pyarrow.compute's own: every table's rows are the same."""
     from conftest import REPO
 
@@ -89,7 +89,7 @@ def test_a_trace_ingests_to_the_rows_pyarrow_compute_gives(tmp_path, monkeypatch
 
     src = REPO / "sample_traces" / "hta_trace_filter"
     ingest_paths([src], Lake(tmp_path / "a"), run="r")
-    monkeypatch.setattr(result, "_plus", pc.add)
+    monkeypatch.setattr(result, "add", pc.add)
     monkeypatch.setattr(timeparse, "cast", lambda a, t: a.cast(t))
     monkeypatch.setattr(schema, "cast", lambda a, t: a.cast(t, safe=True))
     monkeypatch.setattr(lake_compact, "sort_by", lambda t, k: t.sort_by(k))

@@ -92,9 +92,11 @@ def forkserver_started(env: dict[str, str]) -> None:
     so that it is stopped with the pool."""
     from multiprocessing import forkserver
 
+    from ..thread_env import user_set
+
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
         return
-    added = {k: v for k, v in env.items() if not os.environ.get(k, "").strip()}  # empty: unset
+    added = {k: v for k, v in env.items() if not user_set(k)}
     before = {k: os.environ[k] for k in added if k in os.environ}
     os.environ.update(added)
     try:

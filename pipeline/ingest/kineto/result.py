@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow as pa
 
 from ... import classify as classify_mod
+from ...arrow_calls import add
 from . import comm as kineto_comm
 from .collectives import _collectives
 
@@ -147,9 +148,9 @@ class StreamParsed(TraceMeta):
                 b = _i64(base)
                 for t in self.acc.spools["cpu"].arrow():
                     t = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
-                    start = _plus(t.column("start_ns"), b)
+                    start = add(t.column("start_ns"), b)
                     t = _with_column(t, "start_ns", start)
-                    yield out(_with_column(t, "end_ns", _plus(start, t.column("dur_ns"))))
+                    yield out(_with_column(t, "end_ns", add(start, t.column("dur_ns"))))
                 return
             for df in self.acc.spools["cpu"]:
                 yield out(
@@ -165,7 +166,7 @@ class StreamParsed(TraceMeta):
                 for t in self.acc.spools[spool].arrow():
                     t = t if isinstance(t, pa.Table) else pa.Table.from_batches([t])
                     for c in cols:
-                        t = _with_column(t, c, _plus(t.column(c), b))
+                        t = _with_column(t, c, add(t.column(c), b))
                     yield out(t)
                 return
             for df in self.acc.spools[spool]:
@@ -229,37 +230,6 @@ def repeat(value, n: int, typ: pa.DataType | None = None) -> pa.Array:
 def _i64(v: int) -> pa.Scalar:
     """An int64 Arrow scalar (pa.scalar imports pandas)."""
     return repeat(v, 1)[0]
-
-
-def _plus(a, b):
-    """a + b for int64 Arrow columns (b a column of a's length or an int64 scalar), wrapping on
-    overflow as pyarrow.compute.add does. Without nulls it adds in numpy (already imported):
-    `import pyarrow.compute` alone costs 34 ms, a fifth of a small trace's ingest; with nulls it
-    is pyarrow.compute.add (a null stays null)."""
-    cols = [a] if not isinstance(b, (pa.Array, pa.ChunkedArray)) else [a, b]
-    null_scalar = isinstance(b, pa.Scalar) and not b.is_valid
-    if not null_scalar and all(c.type == pa.int64() and c.null_count == 0 for c in cols):
-        x = _numpy(a)
-        y = _numpy(b) if len(cols) == 2 else np.int64(b.as_py() if isinstance(b, pa.Scalar) else b)
-        z = x + y  # (pa.array of a numpy array imports pandas where it is installed)
-        return pa.Array.from_buffers(pa.int64(), len(z), [None, pa.py_buffer(z)])
-    import pyarrow.compute as pc
-
-    return pc.add(a, b)
-
-
-def _numpy(c) -> np.ndarray:
-    """An int64 Arrow column without nulls as one numpy array, read from its data buffer
-    (zero-copy for one chunk; Array.to_numpy imports pandas where it is installed)."""
-    chunks = c.chunks if isinstance(c, pa.ChunkedArray) else [c]
-    arrays = [
-        np.frombuffer(ch.buffers()[1], dtype=np.int64, count=len(ch), offset=ch.offset * 8)
-        for ch in chunks
-        if len(ch)
-    ]
-    if len(arrays) == 1:
-        return arrays[0]
-    return np.concatenate(arrays) if arrays else np.empty(0, np.int64)
 
 
 def _with_column(t: pa.Table, name: str, col) -> pa.Table:
