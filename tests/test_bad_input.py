@@ -67,6 +67,39 @@ def test_batch_continues_and_errors_are_one_line(batch, tmp_path):
     assert failed == len(BAD)
 
 
+def test_failed_rows_say_unknown_when_no_format_was_detected(batch, tmp_path):
+    """A failed file whose bytes (decompressed) do not start a JSON object or array was detected as
+    no format at all: its row's format is `unknown` ("when detection failed", schemas/v3.toml), not
+    the kineto_json its name suggested; one that does start like a Kineto trace stays kineto_json.
+    Expected formats read off each file's first bytes in BAD (and the extra files below)."""
+    import codecs
+
+    (batch / "blank.json").write_bytes(b" \n\t\n")
+    utf16 = '{"traceEvents": [{"ph": "X"'.encode("utf-16-le")
+    (batch / "utf16.json").write_bytes(codecs.BOM_UTF16_LE + utf16)
+    (batch / "bom.json").write_bytes(codecs.BOM_UTF8 + b' \n{"traceEvents": 5}')
+    (batch / "gzip_of_nothing.json.gz").write_bytes(gzip.compress(b""))
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([batch], lake)
+    rows = connect(lake).execute("SELECT path, format FROM sources WHERE status = 'failed'").fetchall()
+    got = {p.rsplit("/", 1)[-1]: f for p, f in rows}
+    expected = {
+        "empty.json": "unknown",  # b""
+        "blank.json": "unknown",  # white space only
+        "notjson.json": "unknown",  # b"this is ..."
+        "number.json": "unknown",  # b"42": a JSON scalar
+        "binary.json.gz": "unknown",  # gzip's magic, then nothing that inflates
+        "gzip_of_nothing.json.gz": "unknown",  # inflates to b""
+        "noevents.json": "unknown",  # an object without traceEvents (NotKinetoError, as before)
+        "truncated.json": "kineto_json",  # b'{"traceEvents": [...'
+        "wrongshape.json": "kineto_json",  # b'{"traceEvents": 5}'
+        "trunc.json.gz": "kineto_json",  # inflates to b'{"traceEvents": ...' before the cut
+        "utf16.json": "kineto_json",  # UTF-16 '{"traceEvents": ...', cut
+        "bom.json": "kineto_json",  # UTF-8 mark, white space, then '{'
+    }
+    assert got == expected
+
+
 def test_cli_exit_codes_and_message_names_the_file(batch, tmp_path):
     runner = CliRunner()
     r = runner.invoke(app, ["ingest", str(batch), "--lake", str(tmp_path / "l1")])

@@ -106,8 +106,9 @@ def _prepare(inp, opts: Options, done, lake: Lake, sha: str | None = None) -> Pr
         try:
             stream = streams.Inflate(raw)
             peek = streams.Peek(stream.read)
-        except TraceError as e:
-            return failed(inp.display, run_id, str(e), sha, size, base={**base, "uncompressed_bytes": None})
+        except TraceError as e:  # a gzip stream that yields nothing: no format detected
+            base = {**base, "format": "unknown", "uncompressed_bytes": None}
+            return failed(inp.display, run_id, str(e), sha, size, base=base)
         head = peek.head
         if not isinstance(inp, arc.FileInput) and needs_file(head, inp.name):
             return prepare_extracted(inp, peek, sha, size, run_id, opts, done, lake)
@@ -186,6 +187,8 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             if not 0 <= r <= MAX_RANK:
                 err = f"rank {r} ({rsrc}) is outside 0..{MAX_RANK}"
         if err is not None:
+            if not streams.json_start(peek.head):  # nothing of it reads as JSON: no format was detected
+                base["format"] = "unknown"
             return failed(display, run_id, err, base["content_sha256"], base["size_bytes"], base=base)
         notes = list(parsed.notes)
         ws = parsed.world_size

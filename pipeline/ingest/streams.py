@@ -2,7 +2,8 @@
 bytes (Peek), regular files opened without blocking on a FIFO (open_regular), and a window onto
 an archive member's bytes (Window, Closing), and text in UTF-16 or UTF-32 told from UTF-8 and
 decoded as it is read (text_encoding, utf8_head, utf8_reader: the one rule of every text reader,
-NCCL-family logs and Kineto JSON). Limits, from the environment:
+NCCL-family logs and Kineto JSON; json_start: whether such a text starts a JSON object or array,
+which tells a failed Kineto file from one of no detected format). Limits, from the environment:
 TRACELAKE_MAX_UNCOMPRESSED_BYTES (default 16 GiB) on what one gzip stream may expand to, and
 TRACELAKE_MAX_COMPRESSION_RATIO (default 200:1, applied once past RATIO_FLOOR, 64 MiB) on how
 much it may expand (docs/usage.md; what an archive is and how its members are found:
@@ -274,6 +275,18 @@ def utf8_head(head: bytes) -> bytes:
     if enc is None:
         return head
     return codecs.getincrementaldecoder(enc[1])("replace").decode(head[enc[0] :]).encode("utf-8")
+
+
+def json_start(head: bytes) -> bool:
+    """Whether the first bytes of a file (decompressed) start a JSON object or array, as a Kineto
+    trace does: UTF-16/32 decoded, a UTF-8 byte order mark and white space (RFC 8259 section 2)
+    skipped. A failed file that does not (empty, blank, binary, not JSON, a JSON scalar, a gzip
+    stream that yields nothing) has format `unknown`, "when detection failed" (schemas/v3.toml,
+    sources.format), not kineto_json."""
+    text = utf8_head(head)
+    if text.startswith(codecs.BOM_UTF8):
+        text = text[len(codecs.BOM_UTF8) :]
+    return text.lstrip(b" \t\r\n")[:1] in (b"{", b"[")
 
 
 def utf8_reader(
