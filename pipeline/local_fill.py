@@ -348,17 +348,22 @@ def backfill(lake: Lake, min_rows: int | None = None) -> int:
     """Add local results to every committed source of `lake` with GPU activities and without a
     local_results part of the current SQL version (older results are replaced), under the lake's
     lock; their local_results part is written last, so a source interrupted half-way is not used
-    (and is completed by the next call). Returns the number of sources given results."""
+    (and is completed by the next call); one whose local_results part cannot be read (cut or
+    damaged) is computed again and its parts replaced, as fill() does. Returns the number of
+    sources given results."""
     done = 0
     with lake.lock():
         current = query.local_sql_version()
 
         def version(key: tuple[str, str]) -> list:
-            return (
-                pl.read_parquet(_part(lake, "local_results", *key), columns=["sql_version"])
-                .get_column("sql_version")
-                .to_list()
-            )
+            try:
+                return (
+                    pl.read_parquet(_part(lake, "local_results", *key), columns=["sql_version"])
+                    .get_column("sql_version")
+                    .to_list()
+                )
+            except (OSError, pl.exceptions.PolarsError):  # cut or damaged: computed again, replaced
+                return []
 
         have = {key for key in lake._listing("local_results") if version(key) == [current]}
         committed = lake.committed()

@@ -281,3 +281,19 @@ def test_memory_capped_results_and_the_fallback(tmp_path, monkeypatch):
     assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
     assert not list((starved.root / ".tmp").glob("*")) and not list((capped.root / ".tmp").glob("*"))
     assert not list((tmp_path / "systmp").glob("tracelake-local-*"))
+
+
+def test_backfill_replaces_a_damaged_marker(tmp_path):
+    """backfill (benchmarks/scale_trace.py's lakes) reads each source's local_results part to see
+    whether it is current: one cut in half by hand is computed again and replaced (it had raised
+    polars' error), the whole one left; the per-source results then equal the full queries."""
+    ranks = {0: [(0, 10, False, 0), (5, 15, True, 0)], 1: [(2, 9, True, 0)]}  # (start, dur, comm, 0)
+    lake = collective_lake(str(tmp_path), ranks, {0: [(0, 30)], 1: [(0, 30)]})
+    assert local_fill.backfill(lake, min_rows=0) == 2
+    marker = sorted((lake.root / "local_results").rglob("*.parquet"))[0]
+    data = marker.read_bytes()
+    marker.write_bytes(data[: len(data) // 2])
+    assert local_fill.backfill(lake, min_rows=0) == 1
+    assert marker.read_bytes()[-4:] == b"PAR1"
+    assert local_fill.backfill(lake, min_rows=0) == 0
+    _same_as_full(lake)
