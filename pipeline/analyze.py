@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 
 from . import results, results_fleet
 from .analyze_doc import LIST_KEYS, SCHEMA, header
-from .oneline import one_line
 
 if TYPE_CHECKING:  # the kept path imports none of them (a second analyze: docs/performance.md)
     import polars as pl
@@ -188,17 +187,16 @@ def _computed(compute, lake, scope, missing: list[str], on_progress, rows, optio
     which file could not be read, rather than no analysis. Other errors are raised."""
     import duckdb
 
+    from .local import unreadable, unreadable_note
+
     try:
         return compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
     except duckdb.Error as e:
-        if "/local_" not in str(e).replace("\\", "/"):
+        if not unreadable(e):
             raise
-        why = one_line(str(e))[:300]
+        note = unreadable_note(e)
     fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, local_results=False, **options)
-    fresh["notes"] += [
-        (r, f"per-source results could not be read ({why}): every metric computed from the lake's own rows")
-        for r in missing
-    ]
+    fresh["notes"] += [(r, note) for r in missing]
     return fresh
 
 

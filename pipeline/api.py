@@ -17,6 +17,7 @@ Column docs: schemas/v3.toml, the SQL files' headers, docs/sql-reference.md.
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -25,6 +26,7 @@ import pyarrow as pa
 
 from . import query
 from .lake import Lake
+from .local import unreadable, unreadable_note
 
 KERNEL_WAIT_MAX_US = 1e9  # as the CLI's --kernel-wait-us (pipeline/cli/options.py): 1,000 s
 
@@ -82,19 +84,47 @@ def open_lake(
 class LakeSession:
     """One lake and one DuckDB connection to it (opened on first use; `with open_lake(...) as
     lake:` closes it). The connection sees the lake as it was when it opened: after an ingest,
-    open a new session."""
+    open a new session. A per-source result part that cannot be read (a local_* file cut or
+    damaged: pipeline/local.py unreadable) is not an error: the session warns once
+    (UserWarning, one line naming the file) and reads every metric from the lake's own rows
+    from then on, as analysis does."""
 
     def __init__(self, lake: Lake, options: dict):
         self.lake, self.options = lake, options
         self._con: duckdb.DuckDBPyConnection | None = None
+        self._local = True  # the per-source results are read (until one cannot be)
 
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
         """The DuckDB connection (query.connect with this session's options), for what the
         methods below do not cover."""
         if self._con is None:
-            self._con = query.connect(self.lake, **self.options)
+            try:
+                self._con = query.connect(self.lake, **self.options, local_results=self._local)
+            except duckdb.Error as e:  # a small lake's tables are read as it connects
+                if not (self._local and unreadable(e)):
+                    raise
+                self._without_local(e)
+                self._con = query.connect(self.lake, **self.options, local_results=False)
         return self._con
+
+    def _without_local(self, e: duckdb.Error) -> None:
+        self.close()
+        self._local = False
+        warnings.warn(
+            f"{unreadable_note(e)}, on a new connection (temporary tables made on the old one are gone)",
+            stacklevel=4,
+        )
+
+    def _read(self, fn):
+        """fn(connection), once more without the per-source results when it fails reading one."""
+        try:
+            return fn(self.connection)
+        except duckdb.Error as e:
+            if not (self._local and unreadable(e)):
+                raise
+            self._without_local(e)
+        return fn(self.connection)
 
     def close(self) -> None:
         if self._con is not None:
@@ -158,12 +188,14 @@ class LakeSession:
             raise KeyError(f"{name!r}: no such table or view (known: {', '.join(known)})")
         ident = '"' + name.replace('"', '""') + '"'
         if run is None:
-            return self.connection.sql(f"SELECT * FROM {ident}").to_arrow_table()
+            return self._read(lambda con: con.sql(f"SELECT * FROM {ident}").to_arrow_table())
         if "run_id" not in self.connection.sql(f"SELECT * FROM {ident} LIMIT 0").columns:
             raise ValueError(f"{name} has no run_id column: leave run out")
-        return self.connection.sql(
-            f"SELECT * FROM {ident} WHERE run_id = $run", params={"run": run}
-        ).to_arrow_table()
+        return self._read(
+            lambda con: con.sql(
+                f"SELECT * FROM {ident} WHERE run_id = $run", params={"run": run}
+            ).to_arrow_table()
+        )
 
     def df(self, name: str, run: str | None = None) -> pl.DataFrame:
         """arrow(name, run) as a polars DataFrame."""
@@ -175,10 +207,14 @@ class LakeSession:
         or a statement that returns no rows). Unlike `tracelake sql`, the session runs any
         statement (CREATE TEMP TABLE for a notebook's own tables, COPY ... TO for exports): the
         lake's files are the caller's to keep intact."""
-        rel = self.connection.sql(text, params=params)
-        if rel is None:
-            raise ValueError("the statement returns no rows (give a query)")
-        return rel.to_arrow_table()
+
+        def rows(con):
+            rel = con.sql(text, params=params)
+            if rel is None:
+                raise ValueError("the statement returns no rows (give a query)")
+            return rel.to_arrow_table()
+
+        return self._read(rows)
 
     def sql(self, text: str, params: dict | list | None = None) -> pl.DataFrame:
         """sql_arrow(text, params) as a polars DataFrame."""
@@ -214,10 +250,13 @@ class LakeSession:
         from . import whatif as wi
 
         run = self._one_run(run)
-        con = self.connection
-        g = wi.build(con, run)
-        wanted = changes if changes is not None else wi.changes.defaults(g)
-        return wi.whatif(con, run, wanted, graph=g)
+
+        def doc(con):
+            g = wi.build(con, run)
+            wanted = changes if changes is not None else wi.changes.defaults(g)
+            return wi.whatif(con, run, wanted, graph=g)
+
+        return self._read(doc)
 
     def critical_path(self, run: str | None = None) -> pl.DataFrame:
         """Each step's critical path across ranks as segments (docs/whatif.md): step, end_rank,
@@ -225,4 +264,5 @@ class LakeSession:
         whatif()."""
         from . import whatif as wi
 
-        return wi.critical_path(self.connection, self._one_run(run))
+        run = self._one_run(run)
+        return self._read(lambda con: wi.critical_path(con, run))

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -93,6 +94,27 @@ LOCAL_SKIP_VIEWS = (
     "50_nccl",
     "60_exposure_cover",
 )
+
+
+# a per-source result part named in an error (the lake's layout: <table>/run=<run id>/<file>)
+_LOCAL_PART = re.compile(r"[/\\]local_[a-z_]+[/\\]run=")
+
+
+def unreadable(e: BaseException) -> bool:
+    """Whether `e` (DuckDB's error) is about a per-source result part that cannot be read (a
+    local_* file cut or damaged by hand: DuckDB names the file). Those parts only hold what the
+    full metric files compute from the lake's own rows, so every reader (analysis, `tracelake
+    sql`, the Python API) then connects again with query.connect(local_results=False) and says
+    so, rather than failing."""
+    import duckdb
+
+    return isinstance(e, duckdb.Error) and _LOCAL_PART.search(str(e)) is not None
+
+
+def unreadable_note(e: BaseException) -> str:
+    """The one line a reader gives for unreadable(e): DuckDB's first line, which names the file."""
+    first = (str(e).splitlines() or [type(e).__name__])[0][:300]
+    return f"per-source results could not be read ({first}): every metric computed from the lake's own rows"
 
 
 def compute(

@@ -337,3 +337,48 @@ def test_a_damaged_per_source_part_gives_the_full_computation_with_a_note(few, t
         assert len(notes) == 1 and part.name in notes[0], got["notes"]
         got["notes"] = [n for n in got["notes"] if n not in notes]
         assert json.dumps(got, sort_keys=True, default=str) == json.dumps(ref, sort_keys=True, default=str)
+
+
+def test_sql_and_the_api_read_past_a_damaged_per_source_part(few, tmp_path, monkeypatch):
+    """The same damage for `tracelake sql` and the Python API (they had failed with DuckDB's "No
+    magic bytes", `sql` even as a usage error, exit 2): each metric equals the one of a lake
+    without per-source results, with one note (sql: on stderr; API: a UserWarning) naming the
+    file; sql exits 0. The part is cut at 100 bytes (whole parts end in PAR1). Both when the small
+    lake's tables are read as the connection opens and when each query reads the parts
+    (LOAD_ALL_BYTES 0, as for a larger lake)."""
+    from typer.testing import CliRunner
+
+    import pipeline
+    from pipeline.cli import app
+
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
+    full = Lake(tmp_path / "full")
+    ingest_paths([few], full, jobs=1)
+    monkeypatch.setattr(local, "MIN_GPU_ROWS", 10)
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([few], lake, jobs=1, compact=False)
+    assert local_fill.fill(lake, min_rows=10) == FEW
+    for metric, load_all in (("step_time", query.LOAD_ALL_BYTES), ("breakdown", 0), ("phases", 0)):
+        monkeypatch.setattr(query, "LOAD_ALL_BYTES", load_all)
+        with pipeline.open_lake(full.root) as s:
+            ref = s.df(metric).sort(pl.all())
+        with pipeline.open_lake(lake.root) as s:
+            assert s.connection.execute("SELECT getvariable('use_local')").fetchone()[0]
+        # the last part: a view binds on the first part's footer, so a query reads this one
+        part = sorted((lake.root / f"local_{metric}").rglob("*.parquet"))[-1]
+        whole = part.read_bytes()
+        part.write_bytes(whole[:100])
+        with pipeline.open_lake(lake.root) as s:
+            with pytest.warns(UserWarning, match="per-source results could not be read") as caught:
+                assert s.df(metric).sort(pl.all()).equals(ref)
+                assert s.df(metric).sort(pl.all()).equals(ref)  # warned once: the session read past it
+            assert len(caught) == 1 and part.name in str(caught[0].message)
+        r = CliRunner().invoke(
+            app, ["sql", f"SELECT * FROM {metric}", "--lake", str(lake.root), "--format", "json"]
+        )
+        assert r.exit_code == 0, r.output
+        notes = [line for line in r.stderr.splitlines() if line.startswith("note: per-source results")]
+        assert len(notes) == 1 and part.name in notes[0], r.stderr
+        got = pl.DataFrame(json.loads(r.stdout)) if r.stdout.strip().startswith("[") else None
+        assert got is not None and got.height == ref.height
+        part.write_bytes(whole)

@@ -191,6 +191,7 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
     import polars as pl
 
     from ..lake import LakeError, one_line
+    from ..local import unreadable
     from ..query import connect, for_query
 
     lk = existing_lake(lake)  # a usage error (exit 2) that creates nothing
@@ -206,30 +207,40 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
     _check_read_only(text)
     # critical_path and critical_path_summary are computed by the replay (docs/whatif.md), on demand
     replay = re.search(r"\bcritical_path", text, re.IGNORECASE) is not None
-    try:
-        con = connect(lk, **options, **({"metric_views": ()} if replay else for_query(text)))
-        if replay:
-            from ..whatif import register
+    views = {"metric_views": ()} if replay else for_query(text)
+    # a per-source result part that cannot be read (pipeline/local.py unreadable) is not the
+    # lake's failure: the query runs once more on the lake's own rows, with a note
+    for local in (True, False):
+        try:
+            con = connect(lk, **options, **views, local_results=local)
+            if replay:
+                from ..whatif import register
 
-            for why in register(con):
-                err.print(one_line(f"note: critical_path: {why}"), markup=False)
-    except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
-        err.print(_lake_read_error(lake, e), markup=False)
-        raise typer.Exit(EXIT_FAILED)
-    try:
-        import polars as pl
-
-        rel = con.sql(text)
-        if rel is None:
-            err.print("error: the statement returns no rows (tracelake sql runs queries)", markup=False)
+                for why in register(con):
+                    err.print(one_line(f"note: critical_path: {why}"), markup=False)
+        except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
+            if local and unreadable(e):
+                _without_local(e)
+                continue
+            err.print(_lake_read_error(lake, e), markup=False)
+            raise typer.Exit(EXIT_FAILED)
+        try:
+            rel = con.sql(text)
+            if rel is None:
+                err.print("error: the statement returns no rows (tracelake sql runs queries)", markup=False)
+                raise typer.Exit(EXIT_USAGE)
+            table = rel.to_arrow_table()
+            break
+        except duckdb.Error as e:
+            if local and unreadable(e):
+                _without_local(e)
+                continue
+            if isinstance(e, duckdb.IOException):  # a part that cannot be read: the lake's failure
+                err.print(_lake_read_error(lake, e), markup=False)
+                raise typer.Exit(EXIT_FAILED)
+            # the query's own error (syntax, unknown name, bad cast): a usage error
+            err.print(f"error: {(str(e).splitlines() or [type(e).__name__])[0]}", markup=False)
             raise typer.Exit(EXIT_USAGE)
-        table = rel.to_arrow_table()
-    except duckdb.IOException as e:  # a part that cannot be read: the lake's failure, not the query's
-        err.print(_lake_read_error(lake, e), markup=False)
-        raise typer.Exit(EXIT_FAILED)
-    except duckdb.Error as e:  # the query's own error (syntax, unknown name, bad cast): a usage error
-        err.print(f"error: {(str(e).splitlines() or [type(e).__name__])[0]}", markup=False)
-        raise typer.Exit(EXIT_USAGE)
     try:
         df = pl.from_arrow(table)
         _write_frame(df, fmt)
@@ -243,6 +254,12 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
             markup=False,
         )
         raise typer.Exit(EXIT_USAGE)
+
+
+def _without_local(e: Exception) -> None:
+    from ..local import unreadable_note
+
+    err.print(f"note: {unreadable_note(e)}", markup=False)
 
 
 READ_STATEMENTS = ("SELECT",)  # what `tracelake sql` runs (and EXPLAIN of it): it reads, never writes
