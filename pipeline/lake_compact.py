@@ -197,11 +197,11 @@ def compact_run(lake, run_dir: str, view: manifest.View, min_sources: int) -> tu
         sources = dict(old.sources) if old else {}
         sources.update({s: sorted(p) for s, p in small.items()})
         new = manifest.Manifest(gen, {t: n for t, n in files.items() if n}, sources)
-        _place(lake, run_dir, stage, new)
+        placed = _place(lake, run_dir, stage, new)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     journal.crash_point("compact-written")
-    _switch(lake, run_dir, new)
+    _switch(lake, run_dir, new, placed)
     garbage = [lake.root / t / run_dir / n for t, ns in (old.files.items() if old else ()) for n in ns]
     garbage += [
         lake.root / t / run_dir / f"{s}.parquet" for s, p in small.items() for t in p if t != "sources"
@@ -237,11 +237,11 @@ def append(lake, run_dir: str, batch: list[tuple[str, dict[str, pa.Table], pa.Ta
         for sid, tables, _ in batch:
             sources[sid] = sorted({"sources", *(t for t, v in tables.items() if v.num_rows)})
         new = manifest.Manifest(gen, files, sources)
-        _place(lake, run_dir, stage, manifest.Manifest(gen, written, {}))
+        placed = _place(lake, run_dir, stage, manifest.Manifest(gen, written, {}))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     journal.crash_point("compact-written")
-    _switch(lake, run_dir, new)
+    _switch(lake, run_dir, new, placed)
 
 
 def _stage_table(stage: Path, t: str, gen: str, rows: list[pa.Table]) -> str:
@@ -282,11 +282,11 @@ def add_tables(lake, run_dir: str, gen: str, adds: dict[str, dict[str, pa.Table]
             written[t] = [name]
         for s, tables in adds.items():
             sources[s] = sorted({*sources[s], *(t for t, v in tables.items() if v.num_rows)})
-        _place(lake, run_dir, stage, manifest.Manifest(new_gen, written, {}))
+        placed = _place(lake, run_dir, stage, manifest.Manifest(new_gen, written, {}))
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     journal.crash_point("compact-written")
-    _switch(lake, run_dir, manifest.Manifest(new_gen, files, sources))
+    _switch(lake, run_dir, manifest.Manifest(new_gen, files, sources), placed)
     return True
 
 
@@ -312,17 +312,22 @@ def drop(lake, run_dir: str, old: manifest.Manifest, sids: set[str], keep_own: b
                         _write_own(t, inputs, s, stage / "own" / t / f"{s}.parquet")
         sources = {s: v for s, v in old.sources.items() if s not in sids}
         new = manifest.Manifest(gen, {t: n for t, n in files.items() if n}, sources) if sources else None
-        _place(lake, run_dir, stage, new)
+        placed = _place(lake, run_dir, stage, new)
         if keep_own:  # sources rows last, as a commit puts them
-            for t in sorted(os.listdir(stage / "own"), key=lambda t: t == "sources"):
-                for f in sorted((stage / "own" / t).iterdir()):
-                    dest = lake.root / t / run_dir / f.name
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(f, dest)
+            try:
+                for t in sorted(os.listdir(stage / "own"), key=lambda t: t == "sources"):
+                    for f in sorted((stage / "own" / t).iterdir()):
+                        dest = lake.root / t / run_dir / f.name
+                        dest.parent.mkdir(parents=True, exist_ok=True)
+                        os.replace(f, dest)
+                        placed.append(dest)
+            except OSError:
+                _unplace(placed)
+                raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     journal.crash_point("compact-written")
-    _switch(lake, run_dir, new)
+    _switch(lake, run_dir, new, placed)
     _remove([lake.root / t / run_dir / n for t, ns in old.files.items() for n in ns])
 
 
@@ -437,25 +442,50 @@ def _write_own(table: str, inputs: list[tuple[Path, set | None]], sid: str, out:
         pq.write_table(tbl, out, **parquet_options(tbl.schema))
 
 
-def _place(lake, run_dir: str, stage: Path, new: manifest.Manifest | None) -> None:
-    """Rename the new generation's files from the staging directory into their run directories."""
-    for t, names in new.files.items() if new else ():
-        dest = lake.root / t / run_dir
-        dest.mkdir(parents=True, exist_ok=True)
-        for n in names:
-            os.replace(stage / t / n, dest / n)
+def _place(lake, run_dir: str, stage: Path, new: manifest.Manifest | None) -> list[Path]:
+    """Rename the new generation's files from the staging directory into their run directories;
+    the paths placed. OSError (a full disk, a directory that cannot be written): those placed
+    so far are removed first (no manifest names them)."""
+    placed: list[Path] = []
+    try:
+        for t, names in new.files.items() if new else ():
+            dest = lake.root / t / run_dir
+            dest.mkdir(parents=True, exist_ok=True)
+            for n in names:
+                os.replace(stage / t / n, dest / n)
+                placed.append(dest / n)
+    except OSError:
+        _unplace(placed)
+        raise
+    return placed
 
 
-def _switch(lake, run_dir: str, new: manifest.Manifest | None) -> None:
-    """Make `new` the run's live generation in one step (None: the run has none)."""
+def _unplace(placed: list[Path]) -> None:
+    """Remove files placed for a generation that never became live, last placed first (a source's
+    `sources` part, placed last, goes first); one that cannot be removed is left to recover()."""
+    for p in reversed(placed):
+        try:
+            p.unlink(missing_ok=True)
+        except OSError:
+            continue
+
+
+def _switch(lake, run_dir: str, new: manifest.Manifest | None, placed: list[Path] = ()) -> None:
+    """Make `new` the run's live generation in one step (None: the run has none). OSError (the
+    manifest not replaced: the old generation stays live): the files `placed` for new are
+    removed (_unplace), then the error is raised."""
     p = manifest.path(lake.root, run_dir)
-    if new is None:
-        p.unlink(missing_ok=True)
-    else:
-        p.parent.mkdir(exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}.tmp")
-        tmp.write_bytes(manifest.encode(new))
-        os.replace(tmp, p)
+    tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        if new is None:
+            p.unlink(missing_ok=True)
+        else:
+            p.parent.mkdir(exist_ok=True)
+            tmp.write_bytes(manifest.encode(new))
+            os.replace(tmp, p)
+    except OSError:
+        _unplace([*placed, tmp])
+        raise
     journal.crash_point("compact-switched")
 
 

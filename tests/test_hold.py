@@ -337,3 +337,45 @@ def test_a_held_source_pickles_its_tables_whole(reference, monkeypatch):
     assert all(isinstance(v, pa.Table) for v in h.__getstate__()["tables"].values())
     again = pickle.loads(pickle.dumps(h))
     assert all(again.tables[t].equals(tab) for t, tab in tables.items())
+
+
+@pytest.mark.parametrize("where", ["switch", "place"])
+def test_a_held_batch_that_cannot_be_switched_leaves_no_file_behind(
+    inputs, reference, tmp_path, monkeypatch, where
+):
+    """The held batch's write fails with OSError (a full disk) as its generation's manifest is
+    written (switch) or as its second file is moved into place (place): the batch is committed
+    source by source instead (module doc), and the files already placed for the generation that
+    never went live are removed at once (they stayed until the next command's recover()). So
+    every Parquet file under the lake, read without any manifest (raw_rows), holds exactly the
+    reference's rows: a file left behind would add its rows twice."""
+    from pipeline import lake_compact
+
+    fail = {"left": 1}
+    if where == "switch":
+        real = lake_compact.manifest.encode
+
+        def encode(m):
+            if fail["left"]:
+                fail["left"] -= 1
+                raise OSError(28, "No space left on device")
+            return real(m)
+
+        monkeypatch.setattr(lake_compact.manifest, "encode", encode)
+    else:
+        real_replace, moved = os.replace, {"n": 0}
+
+        def replace(src, dst):
+            if "/compact-" in str(src) and fail["left"]:
+                moved["n"] += 1
+                if moved["n"] == 2:
+                    fail["left"] = 0
+                    raise OSError(28, "No space left on device")
+            return real_replace(src, dst)
+
+        monkeypatch.setattr(lake_compact.os, "replace", replace)
+    root = tmp_path / "lake"
+    res = ingest_paths([inputs], Lake(root))
+    assert fail["left"] == 0
+    assert sorted(r.status for r in res) == ["failed"] + ["ok"] * (RANKS + 1)
+    assert raw_rows(root) == raw_rows(reference)
