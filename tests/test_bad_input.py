@@ -336,6 +336,13 @@ def test_a_gz_that_is_not_gzip_says_so(tmp_path):
     assert r.status == "failed" and r.error.startswith(
         "named .gz but not gzip (no gzip header); not a Kineto trace"
     )
+    # a plain JSON trace named .gz and cut short: said too (it was "truncated JSON" alone)
+    cut = bad.parent / "rank1.json.gz"
+    cut.write_bytes(b'{"traceEvents": [')
+    (r,) = ingest_paths([cut], Lake(tmp_path / "lake3"))
+    assert r.status == "failed" and r.error.startswith(
+        "named .gz but not gzip (no gzip header); truncated JSON"
+    )
     # gzip is told from the bytes, not the name: a plain JSON trace named .gz ingests
     plain = write_trace(tmp_path / "job2" / "rank0.json.gz", GOOD)
     (r,) = ingest_paths([plain], Lake(tmp_path / "lake2"))

@@ -160,7 +160,7 @@ def prepare_kineto(inp, peek, stream, base: dict, run_id: str, opts: Options, la
             if (
                 inp.name.lower().endswith(".gz")
                 and not stream.gzip
-                and err.startswith(("not valid JSON", "not a Kineto trace", "empty file"))
+                and err.startswith(("not valid JSON", "not a Kineto trace", "empty file", "truncated JSON"))
             ):
                 err = f"named .gz but not gzip (no gzip header); {err}"
         except RecursionError:
