@@ -182,19 +182,19 @@ def select_runs(
 
 def _computed(compute, lake, scope, missing: list[str], on_progress, rows, options: dict) -> dict:
     """compute() of the runs in scope; when it fails reading a per-source result part (a local_*
-    file cut or damaged by hand: DuckDB names it), the same computed from the lake's own rows
+    file cut or damaged: local.fallback_note finds it), the same computed from the lake's own rows
     (local_results=False: the full metric files, the same numbers) with a note in each run saying
     which file could not be read, rather than no analysis. Other errors are raised."""
     import duckdb
 
-    from .local import unreadable, unreadable_note
+    from .local import fallback_note
 
     try:
         return compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)
     except duckdb.Error as e:
-        if not unreadable(e):
+        note = fallback_note(lake, e, scope)
+        if note is None:
             raise
-        note = unreadable_note(e)
     fresh = compute(lake, runs=scope, on_progress=on_progress, src=rows, local_results=False, **options)
     fresh["notes"] += [(r, note) for r in missing]
     return fresh

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from . import query
 from .lake import Lake
-from .local import unreadable, unreadable_note
+from .local import fallback_note
 
 KERNEL_WAIT_MAX_US = 1e9  # as the CLI's --kernel-wait-us (pipeline/cli/options.py): 1,000 s
 
@@ -85,7 +85,7 @@ class LakeSession:
     """One lake and one DuckDB connection to it (opened on first use; `with open_lake(...) as
     lake:` closes it). The connection sees the lake as it was when it opened: after an ingest,
     open a new session. A per-source result part that cannot be read (a local_* file cut or
-    damaged: pipeline/local.py unreadable) is not an error: the session warns once
+    damaged: pipeline/local.py fallback_note) is not an error: the session warns once
     (UserWarning, one line naming the file) and reads every metric from the lake's own rows
     from then on, as analysis does."""
 
@@ -102,18 +102,18 @@ class LakeSession:
             try:
                 self._con = query.connect(self.lake, **self.options, local_results=self._local)
             except duckdb.Error as e:  # a small lake's tables are read as it connects
-                if not (self._local and unreadable(e)):
+                note = fallback_note(self.lake, e) if self._local else None
+                if note is None:
                     raise
-                self._without_local(e)
+                self._without_local(note)
                 self._con = query.connect(self.lake, **self.options, local_results=False)
         return self._con
 
-    def _without_local(self, e: duckdb.Error) -> None:
+    def _without_local(self, note: str) -> None:
         self.close()
         self._local = False
         warnings.warn(
-            f"{unreadable_note(e)}, on a new connection (temporary tables made on the old one are gone)",
-            stacklevel=4,
+            f"{note}, on a new connection (temporary tables made on the old one are gone)", stacklevel=4
         )
 
     def _read(self, fn):
@@ -121,9 +121,10 @@ class LakeSession:
         try:
             return fn(self.connection)
         except duckdb.Error as e:
-            if not (self._local and unreadable(e)):
+            note = fallback_note(self.lake, e) if self._local else None
+            if note is None:
                 raise
-            self._without_local(e)
+            self._without_local(note)
         return fn(self.connection)
 
     def close(self) -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -96,25 +95,30 @@ LOCAL_SKIP_VIEWS = (
 )
 
 
-# a per-source result part named in an error (the lake's layout: <table>/run=<run id>/<file>)
-_LOCAL_PART = re.compile(r"[/\\]local_[a-z_]+[/\\]run=")
-
-
-def unreadable(e: BaseException) -> bool:
-    """Whether `e` (DuckDB's error) is about a per-source result part that cannot be read (a
-    local_* file cut or damaged by hand: DuckDB names the file). Those parts only hold what the
-    full metric files compute from the lake's own rows, so every reader (analysis, `tracelake
-    sql`, the Python API) then connects again with query.connect(local_results=False) and says
-    so, rather than failing."""
+def fallback_note(lake, e: BaseException, runs=None) -> str | None:
+    """The note of a reader that reads past the per-source results (it connects again with
+    query.connect(local_results=False): every metric from the lake's own rows) because `e`,
+    DuckDB's error, came from one of their parts: naming the first local_* part of `runs` (None:
+    all) that cannot be read whole (parts.first_unreadable; DuckDB's message does not always name
+    it). None when `e` is the error of a query's own text or values (ParserException,
+    BinderException, CatalogException, DataError), when every such part reads (`e` is then
+    something else, for the caller to raise) and for a lake in a bucket. Reads those parts
+    whole: for an error path only. Analysis, `tracelake sql` and the Python API all use it."""
     import duckdb
 
-    return isinstance(e, duckdb.Error) and _LOCAL_PART.search(str(e)) is not None
+    from .parts import first_unreadable
 
-
-def unreadable_note(e: BaseException) -> str:
-    """The one line a reader gives for unreadable(e): DuckDB's first line, which names the file."""
-    first = (str(e).splitlines() or [type(e).__name__])[0][:300]
-    return f"per-source results could not be read ({first}): every metric computed from the lake's own rows"
+    if not isinstance(e, duckdb.Error) or getattr(lake, "remote", False):
+        return None
+    if isinstance(
+        e, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.DataError)
+    ):
+        return None
+    files = [f for t in (*TABLES, "local_results") for f in lake.table_files(t, runs)]
+    bad = first_unreadable(files)
+    if bad is None:
+        return None
+    return f"per-source results could not be read ({bad}): every metric computed from the lake's own rows"
 
 
 def compute(

@@ -79,6 +79,10 @@ def test_failed_rows_say_unknown_when_no_format_was_detected(batch, tmp_path):
     (batch / "utf16.json").write_bytes(codecs.BOM_UTF16_LE + utf16)
     (batch / "bom.json").write_bytes(codecs.BOM_UTF8 + b' \n{"traceEvents": 5}')
     (batch / "gzip_of_nothing.json.gz").write_bytes(gzip.compress(b""))
+    # (the attack of 2026-12-05) white space past the 64 KiB the format is told from, and UTF-16BE
+    # without a mark shorter than the 16 bytes text_encoding needs elsewhere (JSON needs 4)
+    (batch / "far.json").write_bytes(b" " * 70_000 + b'{"traceEvents": 5}')
+    (batch / "utf16be.json").write_bytes('{"tr'.encode("utf-16-be"))
     lake = Lake(tmp_path / "lake")
     ingest_paths([batch], lake)
     rows = connect(lake).execute("SELECT path, format FROM sources WHERE status = 'failed'").fetchall()
@@ -96,6 +100,8 @@ def test_failed_rows_say_unknown_when_no_format_was_detected(batch, tmp_path):
         "trunc.json.gz": "kineto_json",  # inflates to b'{"traceEvents": ...' before the cut
         "utf16.json": "kineto_json",  # UTF-16 '{"traceEvents": ...', cut
         "bom.json": "kineto_json",  # UTF-8 mark, white space, then '{'
+        "far.json": "kineto_json",  # 64 KiB of white space cannot tell: the JSON reader's
+        "utf16be.json": "kineto_json",  # UTF-16BE '{"tr', cut
     }
     assert got == expected
 

@@ -24,6 +24,7 @@ from .app import (
     progress,
 )
 from .ingest_cmd import _ingest
+from .lake_errors import lake_read_error, lake_read_failure
 from .options import (
     COMM,
     EXCLUDE,
@@ -105,10 +106,10 @@ def _analysis(
         # imported when every run's result was kept, so they are looked up, not imported)
         lake_mod, duckdb = sys.modules.get("pipeline.lake"), sys.modules.get("duckdb")
         readable = (lake_mod.LakeError,) if lake_mod else ()
-        readable += (duckdb.IOException, duckdb.InvalidInputException) if duckdb else ()
-        if not isinstance(e, readable):
+        readable += (duckdb.InvalidInputException,) if duckdb else ()
+        if not isinstance(e, readable) and not lake_read_failure(e):
             raise
-        err.print(_lake_read_error(lake_dir, e), markup=False)
+        err.print(lake_read_error(lake_dir, e), markup=False)
         raise typer.Exit(EXIT_FAILED)
 
 
@@ -251,22 +252,6 @@ def analyze(
             markup=False,
         )
     raise typer.Exit(code)
-
-
-def _lake_read_error(lake_dir: Path, e: Exception) -> str:
-    """One line for a lake that could not be read: a part removed while read (an ingest --force or
-    a forget at work), or an unreadable (corrupt) part."""
-    from ..lake import LakeError, one_line
-
-    first = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if isinstance(e, LakeError):
-        return one_line(f"error: {first}")
-    if "No files found" in first or "No such file" in first:
-        return one_line(
-            f"error: {lake_dir}: the lake changed while it was read (an ingest or forget is writing); "
-            f"run the command again ({first})"
-        )
-    return one_line(f"error: {lake_dir}: cannot read the lake ({first})")
 
 
 def _render(res: dict, fmt: str, base: dict | None = None, quiet: bool = False) -> str:

@@ -12,8 +12,8 @@ from typing import List, Optional
 
 import typer
 
-from .analysis_cmd import _lake_read_error
 from .app import EXIT_FAILED, EXIT_OK, EXIT_USAGE, command, err, existing_lake, exit_help, out
+from .lake_errors import lake_read_error, lake_read_failure
 from .options import (
     KWAIT,
     LAKE,
@@ -191,7 +191,7 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
     import polars as pl
 
     from ..lake import LakeError, one_line
-    from ..local import unreadable
+    from ..local import fallback_note
     from ..query import connect, for_query
 
     lk = existing_lake(lake)  # a usage error (exit 2) that creates nothing
@@ -218,11 +218,12 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
 
                 for why in register(con):
                     err.print(one_line(f"note: critical_path: {why}"), markup=False)
-        except (LakeError, duckdb.IOException, duckdb.InvalidInputException) as e:
-            if local and unreadable(e):
-                _without_local(e)
+        except (LakeError, duckdb.Error) as e:  # connecting runs no text of the user's: the lake's
+            note = fallback_note(lk, e) if local else None
+            if note is not None:
+                err.print(f"note: {note}", markup=False)
                 continue
-            err.print(_lake_read_error(lake, e), markup=False)
+            err.print(lake_read_error(lake, e), markup=False)
             raise typer.Exit(EXIT_FAILED)
         try:
             rel = con.sql(text)
@@ -232,11 +233,12 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
             table = rel.to_arrow_table()
             break
         except duckdb.Error as e:
-            if local and unreadable(e):
-                _without_local(e)
+            note = fallback_note(lk, e) if local else None
+            if note is not None:
+                err.print(f"note: {note}", markup=False)
                 continue
-            if isinstance(e, duckdb.IOException):  # a part that cannot be read: the lake's failure
-                err.print(_lake_read_error(lake, e), markup=False)
+            if lake_read_failure(e, lk.root):  # a part that cannot be read: the lake's failure
+                err.print(lake_read_error(lake, e), markup=False)
                 raise typer.Exit(EXIT_FAILED)
             # the query's own error (syntax, unknown name, bad cast): a usage error
             err.print(f"error: {(str(e).splitlines() or [type(e).__name__])[0]}", markup=False)
@@ -254,12 +256,6 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
             markup=False,
         )
         raise typer.Exit(EXIT_USAGE)
-
-
-def _without_local(e: Exception) -> None:
-    from ..local import unreadable_note
-
-    err.print(f"note: {unreadable_note(e)}", markup=False)
 
 
 READ_STATEMENTS = ("SELECT",)  # what `tracelake sql` runs (and EXPLAIN of it): it reads, never writes

@@ -139,10 +139,13 @@ class Inflate(io.RawIOBase):
                 return b""
 
 
+PEEK_BYTES = 65536  # the bytes a Peek holds (the formats are told from them)
+
+
 class Peek:
     """A reader whose first `n` bytes are also available as .head."""
 
-    def __init__(self, read, n: int = 65536):
+    def __init__(self, read, n: int = PEEK_BYTES):
         chunks, got = [], 0
         while got < n:
             c = read(n - got)
@@ -278,15 +281,23 @@ def utf8_head(head: bytes) -> bytes:
 
 
 def json_start(head: bytes) -> bool:
-    """Whether the first bytes of a file (decompressed) start a JSON object or array, as a Kineto
-    trace does: UTF-16/32 decoded, a UTF-8 byte order mark and white space (RFC 8259 section 2)
-    skipped. A failed file that does not (empty, blank, binary, not JSON, a JSON scalar, a gzip
+    """Whether the first bytes of a file (decompressed: Peek.head) start a JSON object or array,
+    as a Kineto trace does: UTF-16/32 told as the JSON reader tells them (text_encoding with
+    JSON_SIGN_BYTES) and decoded, a UTF-8 byte order mark and white space (RFC 8259 section 2)
+    skipped; a head of PEEK_BYTES that is white space to its end cannot tell, so it counts as a
+    start. A failed file that does not (empty, blank, binary, not JSON, a JSON scalar, a gzip
     stream that yields nothing) has format `unknown`, "when detection failed" (schemas/v3.toml,
     sources.format), not kineto_json."""
-    text = utf8_head(head)
+    enc = text_encoding(head, JSON_SIGN_BYTES)
+    text = (
+        head
+        if enc is None
+        else codecs.getincrementaldecoder(enc[1])("replace").decode(head[enc[0] :]).encode()
+    )
     if text.startswith(codecs.BOM_UTF8):
         text = text[len(codecs.BOM_UTF8) :]
-    return text.lstrip(b" \t\r\n")[:1] in (b"{", b"[")
+    rest = text.lstrip(b" \t\r\n")
+    return rest[:1] in (b"{", b"[") or (not rest and len(head) >= PEEK_BYTES)
 
 
 def utf8_reader(

@@ -1,5 +1,8 @@
-"""A per-source result part damaged in place (attack round 4): its bytes overwritten, its size and
-both PAR1 marks intact, as a bad disk block or a partial overwrite leaves it.
+"""A lake part damaged in place (found by the attack of 2026-12-05's changes): its bytes
+overwritten, its size and both PAR1 marks intact, as a bad disk block or a partial overwrite
+leaves it.
+
+A per-source result part (local_*):
 
 DuckDB then fails with its generic duckdb.Error ("TProtocolException: Invalid data", "don't know
 what type: ...") whose only mention of the file is the excerpt of the SQL after "LINE 1:", cut
@@ -15,7 +18,12 @@ part, as they do for one cut short (tests/test_local_fill.py):
   InvalidInputException only, not duckdb.Error).
 
 Expected, as for a part cut short: the same metrics as a lake without per-source results, with a
-note (analysis: in its notes; API: a UserWarning; sql: on stderr, exit 0).
+note naming the part (analysis: in its notes; API: a UserWarning; sql: on stderr, exit 0);
+pipeline/local.py fallback_note finds it by reading the per-source parts whole.
+
+A part of the lake's own rows (cpu_ops) damaged the same way: `tracelake analyze` and `tracelake
+sql` ended in a traceback; expected: "cannot read the lake", naming the part, exit 4
+(pipeline/cli/lake_errors.py).
 """
 
 from __future__ import annotations
@@ -37,6 +45,14 @@ from pipeline.lake import Lake
 NOTE = "per-source results could not be read"
 
 
+def _zero_middle(part) -> None:
+    data = bytearray(part.read_bytes())
+    n = len(data)
+    data[n // 4 : 3 * n // 4] = bytes(3 * n // 4 - n // 4)
+    part.write_bytes(bytes(data))
+    assert data[:4] == data[-4:] == b"PAR1"
+
+
 def _lakes(few, root, monkeypatch) -> tuple[Lake, Lake]:
     """(full: no per-source results; lake: the same sources with results, local_step_time's part
     damaged in place: the middle half of its bytes zeroed)."""
@@ -47,12 +63,7 @@ def _lakes(few, root, monkeypatch) -> tuple[Lake, Lake]:
     lake = Lake(root / "lake")
     ingest_paths([few], lake, jobs=1, compact=False)
     assert local_fill.fill(lake, min_rows=10) == FEW
-    part = sorted((lake.root / "local_step_time").rglob("*.parquet"))[0]
-    data = bytearray(part.read_bytes())
-    n = len(data)
-    data[n // 4 : 3 * n // 4] = bytes(3 * n // 4 - n // 4)
-    part.write_bytes(bytes(data))
-    assert data[:4] == data[-4:] == b"PAR1"
+    _zero_middle(sorted((lake.root / "local_step_time").rglob("*.parquet"))[0])
     return full, lake
 
 
@@ -61,7 +72,7 @@ def test_analysis_reads_past_a_part_damaged_in_place(few, tmp_path, monkeypatch)
     ref = analyze(full, keep=False)
     got = analyze(lake, keep=False)  # raises duckdb.Error: TProtocolException: Invalid data
     notes = [n for n in got["notes"] if NOTE in str(n)]
-    assert len(notes) == 1, got["notes"]
+    assert len(notes) == 1 and "local_step_time" in str(notes[0]), got["notes"]
     got["notes"] = [n for n in got["notes"] if n not in notes]
     assert json.dumps(got, sort_keys=True, default=str) == json.dumps(ref, sort_keys=True, default=str)
 
@@ -89,3 +100,23 @@ def test_sql_reads_past_a_part_damaged_in_place(few, tmp_path, monkeypatch):
     assert [line for line in r.stderr.splitlines() if NOTE in line], r.stderr
     rows = sorted(json.dumps(x, sort_keys=True) for x in json.loads(r.stdout))
     assert rows == sorted(json.dumps(x, sort_keys=True) for x in json.loads(ref.stdout))
+
+
+def test_a_damaged_part_of_the_lakes_rows_is_one_line_naming_it(few, tmp_path):
+    """cpu_ops' part zeroed inside (DuckDB: "TProtocolException: Invalid data", no file named):
+    analyze and sql exit 4 with one line that names the part (read whole to find it), and a
+    query's own error on a sound lake still exits 2."""
+    lake = Lake(tmp_path / "lake")
+    ingest_paths([few], lake, jobs=1)
+    part = sorted((lake.root / "cpu_ops").rglob("*.parquet"))[-1]
+    _zero_middle(part)
+    runner = CliRunner()
+    for args in (["analyze", "--json"], ["sql", "SELECT max(name), sum(end_ns - start_ns) FROM cpu_ops"]):
+        r = runner.invoke(app, [*args, "--lake", str(lake.root)])
+        assert r.exit_code == 4, (args, r.exit_code, repr(r.exception))
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "cannot read the lake" in lines[0] and str(part) in lines[0], r.stderr
+    good = Lake(tmp_path / "good")
+    ingest_paths([few], good, jobs=1)
+    r = runner.invoke(app, ["sql", "SELECT 'x'::INT", "--lake", str(good.root)])
+    assert r.exit_code == 2 and r.stderr.startswith("error: Conversion Error"), r.stderr
