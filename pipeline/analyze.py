@@ -182,12 +182,12 @@ def select_runs(
 
 def _computed(compute, lake, scope, missing: list[str], on_progress, rows, options: dict) -> dict:
     """compute() of the runs in scope; when it fails reading a per-source result part (a local_*
-    file cut or damaged: local.fallback_note finds it), the same computed from the lake's own rows
+    file cut or damaged: lake_damage.fallback_note finds it), the same computed from the lake's own rows
     (local_results=False: the full metric files, the same numbers) with a note in each run saying
     which file could not be read, rather than no analysis. Other errors are raised."""
     import duckdb
 
-    from .local import fallback_note
+    from .lake_damage import fallback_note
 
     try:
         return compute(lake, runs=scope, on_progress=on_progress, src=rows, **options)

@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from . import query
 from .lake import Lake
-from .local import fallback_note
+from .lake_damage import fallback_note
 
 KERNEL_WAIT_MAX_US = 1e9  # as the CLI's --kernel-wait-us (pipeline/cli/options.py): 1,000 s
 
@@ -85,7 +85,7 @@ class LakeSession:
     """One lake and one DuckDB connection to it (opened on first use; `with open_lake(...) as
     lake:` closes it). The connection sees the lake as it was when it opened: after an ingest,
     open a new session. A per-source result part that cannot be read (a local_* file cut or
-    damaged: pipeline/local.py fallback_note) is not an error: the session warns once
+    damaged: pipeline/lake_damage.py fallback_note) is not an error: the session warns once
     (UserWarning, one line naming the file) and reads every metric from the lake's own rows
     from then on, as analysis does."""
 

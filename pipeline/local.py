@@ -95,32 +95,6 @@ LOCAL_SKIP_VIEWS = (
 )
 
 
-def fallback_note(lake, e: BaseException, runs=None) -> str | None:
-    """The note of a reader that reads past the per-source results (it connects again with
-    query.connect(local_results=False): every metric from the lake's own rows) because `e`,
-    DuckDB's error, came from one of their parts: naming the first local_* part of `runs` (None:
-    all) that cannot be read whole (parts.first_unreadable; DuckDB's message does not always name
-    it). None when `e` is the error of a query's own text or values (ParserException,
-    BinderException, CatalogException, DataError), when every such part reads (`e` is then
-    something else, for the caller to raise) and for a lake in a bucket. Reads those parts
-    whole: for an error path only. Analysis, `tracelake sql` and the Python API all use it."""
-    import duckdb
-
-    from .parts import first_unreadable
-
-    if not isinstance(e, duckdb.Error) or getattr(lake, "remote", False):
-        return None
-    if isinstance(
-        e, (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException, duckdb.DataError)
-    ):
-        return None
-    files = [f for t in (*TABLES, "local_results") for f in lake.table_files(t, runs)]
-    bad = first_unreadable(files)
-    if bad is None:
-        return None
-    return f"per-source results could not be read ({bad}): every metric computed from the lake's own rows"
-
-
 def compute(
     files: dict[str, list[str]],
     source_id: str,

@@ -3,8 +3,7 @@ table or a stream of chunks conformed to the schema and written as one file, and
 gpu_activities part rewritten with its derived columns (pipeline/derive.py). pipeline/lake.py
 (staging, commits) and pipeline/upgrade.py (rewriting an older lake's parts) write through here.
 Errors: SchemaError (pipeline/schema.py) for a chunk that does not conform; OSError and pyarrow
-errors from the file system and the writer. rewrite_run_id: a staged part moved to another run.
-first_unreadable: which of some parts cannot be read whole (a reader's error path, to name it)."""
+errors from the file system and the writer. rewrite_run_id: a staged part moved to another run."""
 
 from __future__ import annotations
 
@@ -91,17 +90,3 @@ def rewrite_run_id(f: Path, run_id: str) -> None:
             w.write_table(tbl)
     pf.close()
     os.replace(out, f)
-
-
-def first_unreadable(files) -> str | None:
-    """'<path>: <why>' of the first of `files` (local paths) that pyarrow cannot read whole: one
-    cut short, zeroed or overwritten inside, gone, or not a Parquet file (DuckDB's error for such a
-    part does not always name it: "TProtocolException: Invalid data"); None when every one reads.
-    Reads each file whole, so it is for an error path only."""
-    for f in files:
-        try:
-            pq.ParquetFile(f).read()
-        except Exception as e:  # pyarrow's ArrowException, OSError, thrift's errors: anything unreadable
-            first = (str(e).splitlines() or [type(e).__name__])[0][:200]
-            return f"{f}: {first}"
-    return None

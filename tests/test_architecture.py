@@ -62,6 +62,8 @@ FORBIDDEN = {
     "whatif": {"ingest", "analyze", "analyze_cluster", "diagnosis", "report", "cli", "cluster"} | _LOCAL,
     "derive": {"lake"} | _AFTER_LAKE,
     "parts": {"lake"} | _AFTER_LAKE,
+    # a part that cannot be read, on a reader's error path: files and the schema, no room's logic
+    "lake_damage": {"lake"} | _AFTER_LAKE,
     # compaction's reading and writing sides: helpers of the lake, which imports them
     "lake_manifest": {"lake"} | _AFTER_LAKE,
     "lake_compact": {"lake"} | _AFTER_LAKE,

@@ -191,7 +191,7 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
     import polars as pl
 
     from ..lake import LakeError, one_line
-    from ..local import fallback_note
+    from ..lake_damage import fallback_note
     from ..query import connect, for_query
 
     lk = existing_lake(lake)  # a usage error (exit 2) that creates nothing

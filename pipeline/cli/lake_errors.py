@@ -38,7 +38,7 @@ def lake_read_error(lake_dir: Path, e: Exception) -> str:
     """One line for a lake that could not be read: a part removed while read (an ingest --force or
     a forget at work), or an unreadable (corrupt) part, named: DuckDB's message when it names one,
     else the first part of the table its excerpt of the SQL names that cannot be read whole
-    (parts.first_unreadable)."""
+    (lake_damage.first_unreadable)."""
     from ..lake import Lake, LakeError, one_line
     from ..schema import tables
 
@@ -52,7 +52,7 @@ def lake_read_error(lake_dir: Path, e: Exception) -> str:
         )
     m = _TABLE_IN_ERROR.search(str(e))
     if m is not None and ".parquet" not in first and m.group(1) in tables():
-        from ..parts import first_unreadable
+        from ..lake_damage import first_unreadable
 
         try:
             lake = Lake(lake_dir)
