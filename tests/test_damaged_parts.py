@@ -32,11 +32,12 @@ import json
 import warnings
 
 import polars as pl
+import pytest
 from conftest import FEW
 from typer.testing import CliRunner
 
 import pipeline
-from pipeline import local, local_fill
+from pipeline import local, local_fill, query
 from pipeline.analyze import analyze
 from pipeline.cli import app
 from pipeline.ingest import ingest_paths
@@ -53,9 +54,9 @@ def _zero_middle(part) -> None:
     assert data[:4] == data[-4:] == b"PAR1"
 
 
-def _lakes(few, root, monkeypatch) -> tuple[Lake, Lake]:
-    """(full: no per-source results; lake: the same sources with results, local_step_time's part
-    damaged in place: the middle half of its bytes zeroed)."""
+def _full_and_filled(few, root, monkeypatch) -> tuple[Lake, Lake]:
+    """(full: no per-source results; lake: the same sources, each with its per-source results as
+    parts of its own)."""
     monkeypatch.setattr(local, "MIN_GPU_ROWS", 10**9)
     full = Lake(root / "full")
     ingest_paths([few], full, jobs=1)
@@ -63,6 +64,13 @@ def _lakes(few, root, monkeypatch) -> tuple[Lake, Lake]:
     lake = Lake(root / "lake")
     ingest_paths([few], lake, jobs=1, compact=False)
     assert local_fill.fill(lake, min_rows=10) == FEW
+    return full, lake
+
+
+def _lakes(few, root, monkeypatch) -> tuple[Lake, Lake]:
+    """_full_and_filled's, local_step_time's part damaged in place: the middle half of its bytes
+    zeroed."""
+    full, lake = _full_and_filled(few, root, monkeypatch)
     _zero_middle(sorted((lake.root / "local_step_time").rglob("*.parquet"))[0])
     return full, lake
 
@@ -120,3 +128,37 @@ def test_a_damaged_part_of_the_lakes_rows_is_one_line_naming_it(few, tmp_path):
     ingest_paths([few], good, jobs=1)
     r = runner.invoke(app, ["sql", "SELECT 'x'::INT", "--lake", str(good.root)])
     assert r.exit_code == 2 and r.stderr.startswith("error: Conversion Error"), r.stderr
+
+
+def test_sql_and_the_api_read_past_a_damaged_per_source_part(few, tmp_path, monkeypatch):
+    """A per-source part cut short (as in test_local_fill.py's analysis test), read by `tracelake
+    sql` and the Python API (they had failed with DuckDB's "No magic bytes", `sql` even as a usage
+    error, exit 2): each metric equals the one of a lake without per-source results, with one note
+    (sql: on stderr; API: a UserWarning) naming the file; sql exits 0. The part is cut at 100 bytes
+    (whole parts end in PAR1). Both when the small lake's tables are read as the connection opens
+    and when each query reads the parts (LOAD_ALL_BYTES 0, as for a larger lake)."""
+    full, lake = _full_and_filled(few, tmp_path, monkeypatch)
+    for metric, load_all in (("step_time", query.LOAD_ALL_BYTES), ("breakdown", 0), ("phases", 0)):
+        monkeypatch.setattr(query, "LOAD_ALL_BYTES", load_all)
+        with pipeline.open_lake(full.root) as s:
+            ref = s.df(metric).sort(pl.all())
+        with pipeline.open_lake(lake.root) as s:
+            assert s.connection.execute("SELECT getvariable('use_local')").fetchone()[0]
+        # the last part: a view binds on the first part's footer, so a query reads this one
+        part = sorted((lake.root / f"local_{metric}").rglob("*.parquet"))[-1]
+        whole = part.read_bytes()
+        part.write_bytes(whole[:100])
+        with pipeline.open_lake(lake.root) as s:
+            with pytest.warns(UserWarning, match="per-source results could not be read") as caught:
+                assert s.df(metric).sort(pl.all()).equals(ref)
+                assert s.df(metric).sort(pl.all()).equals(ref)  # warned once: the session read past it
+            assert len(caught) == 1 and part.name in str(caught[0].message)
+        r = CliRunner().invoke(
+            app, ["sql", f"SELECT * FROM {metric}", "--lake", str(lake.root), "--format", "json"]
+        )
+        assert r.exit_code == 0, r.output
+        notes = [line for line in r.stderr.splitlines() if line.startswith("note: per-source results")]
+        assert len(notes) == 1 and part.name in notes[0], r.stderr
+        got = pl.DataFrame(json.loads(r.stdout)) if r.stdout.strip().startswith("[") else None
+        assert got is not None and got.height == ref.height
+        part.write_bytes(whole)
