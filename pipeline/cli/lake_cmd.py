@@ -208,7 +208,7 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
     # critical_path and critical_path_summary are computed by the replay (docs/whatif.md), on demand
     replay = re.search(r"\bcritical_path", text, re.IGNORECASE) is not None
     views = {"metric_views": ()} if replay else for_query(text)
-    # a per-source result part that cannot be read (pipeline/local.py unreadable) is not the
+    # a per-source result part that cannot be read (pipeline/lake_damage.py fallback_note) is not the
     # lake's failure: the query runs once more on the lake's own rows, with a note
     for local in (True, False):
         try:
