@@ -117,9 +117,11 @@ class LakeSession:
         )
 
     def _read(self, fn):
-        """fn(connection), once more without the per-source results when it fails reading one."""
+        """fn(connection), once more without the per-source results when it fails reading one
+        (connecting's own failure is the connection property's)."""
+        con = self.connection
         try:
-            return fn(self.connection)
+            return fn(con)
         except duckdb.Error as e:
             note = fallback_note(self.lake, e) if self._local else None
             if note is None:

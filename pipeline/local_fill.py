@@ -353,20 +353,10 @@ def backfill(lake: Lake, min_rows: int | None = None) -> int:
     sources given results."""
     done = 0
     with lake.lock():
-        current = query.local_sql_version()
-
-        def version(key: tuple[str, str]) -> list:
-            try:
-                return (
-                    pl.read_parquet(_part(lake, "local_results", *key), columns=["sql_version"])
-                    .get_column("sql_version")
-                    .to_list()
-                )
-            except (OSError, pl.exceptions.PolarsError):  # cut or damaged: computed again, replaced
-                return []
-
-        have = {key for key in lake._listing("local_results") if version(key) == [current]}
         committed = lake.committed()
+        files = [str(_part(lake, "local_results", *key)) for key in lake._listing("local_results")]
+        # the parts of the current version that can be read (_current: one that cannot is passed over)
+        have = {("run=" + r, s) for r, s in _current(files, query.local_sql_version(), committed)}
         for run_dir, sid in lake._listing("gpu_activities"):
             if (run_dir, sid) in have or (run_dir, sid) not in committed:
                 continue
