@@ -33,10 +33,41 @@ numbered AS (
 merged AS (
   SELECT run_id, rank, level, step, category, min(start_ns) AS s, max(end_ns) AS e
   FROM numbered GROUP BY run_id, rank, level, step, category, piece
+),
+-- a dense integer per bucket, and each compute piece's place in its bucket's order: the pieces of
+-- a union are disjoint and sorted, so their starts and ends both rise with it
+bucket AS (
+  SELECT run_id, rank, level, step, (row_number() OVER ())::INT AS bid
+  FROM (SELECT DISTINCT run_id, rank, level, step FROM merged)
+),
+comp AS (
+  SELECT b.bid, m.s, m.e, row_number() OVER (PARTITION BY b.bid ORDER BY m.s) AS i
+  FROM merged m JOIN bucket b ON b.run_id = m.run_id AND b.rank = m.rank AND b.level = m.level
+    AND b.step IS NOT DISTINCT FROM m.step
+  WHERE m.category = 'compute'
+),
+comm AS (
+  SELECT b.bid, m.s, m.e
+  FROM merged m JOIN bucket b ON b.run_id = m.run_id AND b.rank = m.rank AND b.level = m.level
+    AND b.step IS NOT DISTINCT FROM m.step
+  WHERE m.category = 'communication'
+),
+-- the compute pieces a communication piece k overlaps (c.s < k.e and k.s < c.e) are therefore
+-- consecutive: from the first that ends after k starts (i0) to the last that starts before k
+-- ends (i1), found by two ASOF joins instead of comparing every pair of the bucket (a rank's
+-- bucket held 100k compute pieces against 900 communication pieces: 90 M pairs)
+ranged AS (
+  SELECT k.bid, k.s, k.e, lo.i AS i0, hi.i AS i1
+  FROM comm k
+  ASOF JOIN comp lo ON lo.bid = k.bid AND k.s < lo.e
+  ASOF JOIN comp hi ON hi.bid = k.bid AND k.e > hi.s
+  WHERE lo.i <= hi.i
+),
+pairs AS (
+  SELECT bid, s, e, unnest(range(i0, i1 + 1)) AS i FROM ranged
 )
-SELECT c.run_id, c.rank, c.level, c.step, greatest(c.s, k.s) AS start_ns, least(c.e, k.e) AS end_ns
-FROM merged c
-JOIN merged k ON k.run_id = c.run_id AND k.rank = c.rank AND k.level = c.level
-  AND k.step IS NOT DISTINCT FROM c.step AND k.s < c.e AND c.s < k.e
-WHERE c.category = 'compute' AND k.category = 'communication'
-ORDER BY c.run_id, c.rank, c.level, c.step, start_ns;
+SELECT b.run_id, b.rank, b.level, b.step, greatest(c.s, p.s) AS start_ns, least(c.e, p.e) AS end_ns
+FROM pairs p
+JOIN comp c ON c.bid = p.bid AND c.i = p.i
+JOIN bucket b ON b.bid = p.bid
+ORDER BY b.run_id, b.rank, b.level, b.step, start_ns;
