@@ -371,3 +371,38 @@ def test_nvtx_times_out_of_range_are_ignored(tmp_path):
     assert ingest_paths([f], lake)[0].status == "ok"
     doc = analyze(lake)
     assert doc["runs"][0]["steps_found_by"] == ["kernel_period"]
+
+
+def test_a_diff_of_two_runs_of_a_lake_analyses_only_them_and_reads_kept_results(tmp_path, monkeypatch):
+    """`tracelake diff RUN_A RUN_B --lake L` on a lake of three runs (nsys-ai's pair and PARAM's
+    DLRM) analyses the two runs named, not the third; and once `tracelake analyze` has kept every
+    run's result, the same diff computes nothing and prints the same comparison (it used to
+    analyse the whole lake, with options no other command kept results under: 36 s on a lake of
+    36 runs, found by a new user)."""
+    from typer.testing import CliRunner
+
+    import pipeline.analyze_compute as ac
+    from pipeline.cli import app
+
+    lake = tmp_path / "lake"
+    ingest_paths([NSYS_AI], Lake(lake), jobs=1)
+    ingest_paths([DLRM], Lake(lake), jobs=1)
+    runs = sorted(set(Lake(lake).sources()["run_id"].to_list()))
+    pair = sorted(r for r in runs if r.startswith("nsys-ai"))
+    assert len(runs) == 3 and len(pair) == 2, runs
+    computed: list = []
+    real = ac.compute
+
+    def counting(lake_, runs=None, **kw):
+        computed.append(sorted(runs) if runs is not None else "every run")
+        return real(lake_, runs=runs, **kw)
+
+    monkeypatch.setattr(ac, "compute", counting)
+    first = _cli(pair[0], pair[1], "--lake", lake, "--format", "json")
+    assert first.returncode == 0, first.stderr
+    assert computed == [pair]  # the two runs named, not DLRM's
+    assert CliRunner().invoke(app, ["analyze", "--lake", str(lake), "-q"]).exit_code == 0
+    computed.clear()
+    again = _cli(pair[0], pair[1], "--lake", lake, "--format", "json")
+    assert again.returncode == 0 and computed == []  # every result read back
+    assert json.loads(again.stdout) == json.loads(first.stdout)

@@ -211,15 +211,19 @@ def diff(
             stack.callback(signal.signal, sig, signal.signal(sig, _exit_on))  # restored on the way out
         bdir, brun = _side(baseline, baseline_run, lake, step_range, stack, "baseline")
         cdir, crun = _side(candidate, candidate_run, lake, step_range, stack, "candidate")
-        bdoc, _ = _analysis(bdir, window, kernel_wait_us, None, None, *([None] * 8), top_n=None, quiet=quiet)
-        cdoc = (
-            bdoc
-            if cdir == bdir
-            else _analysis(cdir, window, kernel_wait_us, None, None, *([None] * 8), top_n=None, quiet=quiet)[
-                0
-            ]
-        )
         same = cdir == bdir
+
+        def analysed(lake_dir: Path, runs: list[str | None]) -> dict:
+            # only the runs named (every run when a side names none: _pick chooses among them), with
+            # analyze's default options, so that the results `analyze`, `report` and `runs` kept are
+            # read, not computed again (the comparison reads step_kernels, which top_n never cuts)
+            only = None if None in runs else sorted(set(runs))
+            return _analysis(
+                lake_dir, window, kernel_wait_us, None, None, *([None] * 8), runs=only, quiet=quiet
+            )[0]
+
+        bdoc = analysed(bdir, [brun, crun] if same else [brun])
+        cdoc = bdoc if same else analysed(cdir, [crun])
         brun = _pick(bdoc, brun, crun, baseline, "baseline", same)
         crun = _pick(cdoc, crun, brun, candidate, "candidate", same)
         ops = (_ops(bdir, brun), _ops(cdir, crun))
