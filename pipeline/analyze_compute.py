@@ -139,6 +139,8 @@ def compute(
         fleet=False,  # runs_overview: not read by the analysis
         local_results=local_results,
     )
+    if nccl:
+        query.materialize(con, nccl_findings.PER_RUN_VIEWS)
     advance("connect")
     m = query.run_many(con, names, query.query_workers(lake, runs), on_done=advance)
     bd, idle, mfu, status = m["breakdown"], m["idle_breakdown"], m["mfu"], m["step_status"]

@@ -317,13 +317,21 @@ def create_views(con: duckdb.DuckDBPyConnection, materialized=(), skip=()) -> No
         con.execute(text)
         defined |= _views_in(text)
         todo = [n for n in materialized if n in defined and n not in done]
-        if todo:
-            con.execute("SET preserve_insertion_order = false")
-            for name in todo:
-                con.execute(f"CREATE TABLE internal._m_{name} AS SELECT * FROM {name}")
-                con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM internal._m_{name}")
-                done.add(name)
-            con.execute("RESET preserve_insertion_order")
+        materialize(con, todo)
+        done.update(todo)
+
+
+def materialize(con: duckdb.DuckDBPyConnection, names) -> None:
+    """Compute each view of `names` into a table (internal._m_<name>) and make the view read it:
+    the same rows, computed once for every query that reads the view after (create_views; the
+    NCCL findings, pipeline/analyze_compute.py, which read their views once per run)."""
+    if not names:
+        return
+    con.execute("SET preserve_insertion_order = false")
+    for name in names:
+        con.execute(f"CREATE TABLE internal._m_{name} AS SELECT * FROM {name}")
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM internal._m_{name}")
+    con.execute("RESET preserve_insertion_order")
 
 
 # the SQL per-source results are computed with and read through: any change to one of these

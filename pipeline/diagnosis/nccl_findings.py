@@ -71,6 +71,11 @@ ORDER = list(TITLES)
 
 # the metric views these findings read (pipeline/query.py connect metric_views)
 VIEWS = ("nccl_checks", "nccl_tests_bandwidth")
+# the views findings() reads once per run (nccl_checks through nccl_process_transport and the
+# rest of views/50_nccl.sql): analysis computes them into tables first (query.materialize), or
+# each run's findings computed every one of them over the whole lake again (a lake of 36 runs, 28
+# of them NCCL logs: 19 s against 2 s, the same findings)
+PER_RUN_VIEWS = ("nccl_process_settings", "nccl_checks", "nccl_tests_bandwidth")
 # the schema tables every row of those views comes from (NCCL logs, flight-recorder dumps,
 # nccl-tests output): a run with no part of any has no NCCL finding
 TABLES = tuple(t for t in sch.tables() if t.startswith(("nccl_", "flight_recorder")))
