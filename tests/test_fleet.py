@@ -359,3 +359,40 @@ def test_report_table_sorts_filters_and_links_in_a_browser(fleet_lake, tmp_path,
         assert log["pageerror"] == [] and log["console"] == [] and log["blocked"] == []
     finally:
         ctx.close()
+
+
+def test_a_one_off_slow_step_is_not_priced_as_a_per_step_win(tmp_path):
+    """JAX-Toolbox's pax FSDP job (four nsys-jax archives: tests/test_report.py
+    test_nsys_jax_verdict_uses_steps_not_startup): step 0 is a warm-up of ~6 s against a median
+    step of ~127 ms, left out of the verdict, and its slow_steps finding is the run's only one. It
+    has no per-step time, so the row's "could win" (per step on a run with steps) is null: it
+    showed the window's 3,716 ms against a 127 ms step (a new user's trial). With a finding that
+    costs time in every step, the row names that one before the one-off (hand-written document)."""
+    from pipeline.analyze import analyze
+
+    lake = Lake(tmp_path / "lake")
+    assert all(r.status == "ok" for r in ingest_paths([corpus("nsys", "jax-toolbox")], lake, run="pax"))
+    doc = analyze(lake)
+    found = [f for f in doc["findings"] if f["run_id"] == "pax"]
+    v = next(x for x in doc["verdicts"] if x["run_id"] == "pax")
+    assert [(e["step"], e["why"]) for e in v["excluded_steps"]] == [(0, "outlier")]
+    assert [(f["kind"], f["per_step_ns"]) for f in found] == [("slow_steps", None)]
+    assert found[0]["recoverable_ns"] > 10 * v["median_step_ns"]
+    (row,) = fleet_rows(doc).iter_rows(named=True)
+    assert (row["top_finding"], row["top_finding_recoverable_ns"]) == ("slow_steps", None)
+    # a per-step cause ranked below the one-off (3 ms per step against 60 ms once) is named instead
+    one_off = {
+        "run_id": "a",
+        "kind": "slow_steps",
+        "title": "t0",
+        "recoverable_ns": 60_000_000,
+        "per_step_ns": None,
+    }
+    hand = _doc()
+    hand["findings"].insert(0, one_off)
+    a = next(r for r in fleet_rows(hand).iter_rows(named=True) if r["run_id"] == "a")
+    assert (a["top_finding"], a["top_finding_title"], a["top_finding_recoverable_ns"]) == (
+        "exposed_comm",
+        "t1",
+        5_000_000,
+    )
