@@ -448,3 +448,40 @@ def test_sql_json_writes_integers_past_2_53_as_text(tmp_path):
     row = json.loads(r.stdout)[0]
     assert row["big"] == "9007199254740993" and row["safe"] == 9007199254740991 and row["d"] == 2.5
     assert isinstance(row["s"], str) and int(row["s"]) > 2**53
+
+
+def test_the_rank_table_states_mfu_only_where_enough_compute_has_flops():
+    """The per-rank table of `analyze` shows a rank's MFU only at FLOP coverage of at least 50 %
+    (findings.MIN_FLOP_COVERAGE_PCT, the report's and `runs`' bar): PARAM's DLRM, 17-20 % covered,
+    printed "MFU % 0.027" beside a report saying MFU is not measurable (a new user's trial). A
+    hand-written document: rank 0 at 80 % coverage keeps its 31.5 %, rank 1 at 20 % shows a dash."""
+    from rich.console import Console
+
+    from pipeline.cli.summary import print_summary
+
+    rank = dict.fromkeys(
+        ("span_ns", "compute_ns", "comm_ns", "exposed_comm_ns", "comm_comp_overlap_pct", "gpu_idle_ns",
+         "idle_host_wait_ns"), 1_000_000,
+    )  # fmt: skip
+    res = {
+        "runs": [{"run_id": "r"}],
+        "verdicts": [
+            {"run_id": "r", "verdict": "compute-bound", "confidence": "high", "reason": "x", "basis": "trace"}
+        ],
+        "findings": [],
+        "ranks": [
+            {**rank, "run_id": "r", "rank": 0, "mfu_pct": 31.5, "flop_coverage_pct": 80.0},
+            {**rank, "run_id": "r", "rank": 1, "mfu_pct": 0.027, "flop_coverage_pct": 20.0},
+        ],
+    }
+    con = Console(record=True, width=200)
+    print_summary(con, res, ranks_table=True)
+    out = con.export_text()
+    cells = {
+        ln.split("│")[1].strip(): [c.strip() for c in ln.split("│")[1:-1]]
+        for ln in out.splitlines()
+        if ln.startswith("│")
+    }
+    assert cells["0"][-2:] == ["31.500", "80.000"]
+    assert cells["1"][-2:] == ["—", "20.000"]
+    assert "MFU — where under 50 % of the compute has modelled FLOPs" in " ".join(out.split())
