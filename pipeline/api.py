@@ -248,15 +248,26 @@ class LakeSession:
         """The `tracelake.whatif/1` document (docs/whatif.md) of `run` (default: the lake's only
         run): the measured step, the identity replay's error and, per change, the predicted step
         with its critical path. changes: pipeline.whatif.changes objects (scale("kernel:gemm*=0.5"),
-        on_time(7), ...); None: the defaults. Raises ValueError for an unknown run, a lake of
-        several runs without `run`, or a run without GPU work or steps."""
+        on_time(7), ...), or the `tracelake whatif` options as text ('--on-time 7',
+        '--scale kernel:gemm*=0.5': pipeline.whatif.changes.from_text); None: the defaults. Raises
+        ValueError for an unknown run, a lake of several runs without `run`, a run without GPU work
+        or steps, a change it cannot read or one the run cannot take (a rank it does not have)."""
         from . import whatif as wi
 
         run = self._one_run(run)
+        given = None
+        if changes is not None:
+            given = [wi.changes.from_text(c) if isinstance(c, str) else c for c in changes]
+            for c in given:
+                if not isinstance(c, wi.changes.Change):
+                    raise ValueError(f"change {c!r}: not a pipeline.whatif.changes object or option text")
 
         def doc(con):
             g = wi.build(con, run)
-            wanted = changes if changes is not None else wi.changes.defaults(g)
+            for c in given or ():  # as the CLI checks them: a change the run cannot take
+                if c.check is not None:
+                    c.check(g)
+            wanted = given if given is not None else wi.changes.defaults(g)
             return wi.whatif(con, run, wanted, graph=g)
 
         return self._read(doc)

@@ -10,6 +10,7 @@ Expected values come from outside the code under test:
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -418,6 +419,22 @@ def test_api_and_sql_views(hand):
     with pipeline.open_lake(lk.root) as api:
         doc = api.whatif(changes=[changes.scale("kernel:gemm_a=0.5")])
         assert doc == whatif(con, "job", [changes.scale("kernel:gemm_a=0.5")])
+        # the CLI's options as text give the CLI's changes (a new user passed '--on-time 7' and got
+        # AttributeError); a rank the run lacks, or text that is no option, is a ValueError
+        as_text = ["--scale kernel:gemm_a=0.5", "kernel:gemm_a=0.5", "--on-time 0", "--collectives overlap"]
+        half = changes.scale("kernel:gemm_a=0.5")
+        made = [half, half, changes.on_time(0), changes.collectives_overlapped()]
+        assert api.whatif(changes=as_text) == whatif(con, "job", made)
+        for bad, says in (
+            ("--on-time 7", "no rank 7"),
+            ("--scale", "give one of"),
+            ("--on-time x", "'--on-time x'"),
+            ("--collectives fast", "'--collectives fast'"),
+            ("on_time(7)", "give one of"),
+            (7, "not a pipeline.whatif.changes object"),
+        ):
+            with pytest.raises(ValueError, match=re.escape(says)):
+                api.whatif(changes=[bad])
         assert api.critical_path()["dur_ns"].sum() == 1_300_000
     res = CliRunner().invoke(
         app,

@@ -387,3 +387,36 @@ def defaults(g: Graph) -> list[Change]:
     if (g.h_what == DATA_LOADING).any():
         out.append(no_data_loading())
     return out
+
+
+# from_text: the `tracelake whatif` options a change is written as, and their changes
+_OPTIONS = {
+    "--scale": scale,
+    "--collectives": lambda v: {"peak": collectives_at_peak, "overlap": collectives_overlapped}[v](),
+    "--on-time": lambda v: on_time(int(v)),
+    "--no-launch-gaps": no_launch_gaps,
+    "--no-data-loading": no_data_loading,
+}
+
+
+def from_text(text: str) -> Change:
+    """The change `tracelake whatif` makes of one option written as text, for the Python API:
+    '--scale kernel:gemm*=0.5' (or the spec alone, 'kernel:gemm*=0.5'), '--collectives peak' or
+    'overlap', '--on-time 7', '--no-launch-gaps', '--no-data-loading'. Raises ValueError naming
+    the text for anything else."""
+    name, _, value = text.strip().partition(" ")
+    value = value.strip()
+    if name not in _OPTIONS and ":" in name and not value:  # a scale spec alone
+        name, value = "--scale", name
+    make = _OPTIONS.get(name)
+    takes_value = name in ("--scale", "--collectives", "--on-time")
+    if make is None or takes_value != bool(value):
+        raise ValueError(
+            f"change {text!r}: give one of '--scale kernel:GLOB=F' (or category:NAME=F), "
+            "'--collectives peak|overlap', '--on-time RANK', '--no-launch-gaps', '--no-data-loading', "
+            "or a pipeline.whatif.changes object"
+        )
+    try:
+        return make(value) if takes_value else make()
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"change {text!r}: {e}") from None
