@@ -223,7 +223,8 @@ def _page(result: dict, title: str, baseline: dict | None, doc: dict | None) -> 
             body.append(f'<p class="note">{e(note)}.</p>')
 
     if len(doc["runs"]) > 1:  # the fleet view: a sortable table of the runs, then step time over time
-        fleet = fleet_rows(result)
+        # in `tracelake runs`' default order: by start time, then run id (runs_cmd.parse_sort)
+        fleet = fleet_rows(result).sort(["start_ns", "run_id"], nulls_last=True)
         body.append(fleet_table(fleet, {r["run_id"]: f"run-{i}" for i, r in enumerate(doc["runs"])}))
         chart_block("fleet", fleet_chart(fleet))
     for i, run in enumerate(doc["runs"]):
