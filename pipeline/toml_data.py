@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tomllib
 from pathlib import Path
 
 from .paths import cache_dir, keep
+
+
+def _parse(data: bytes) -> dict:
+    # imported here: tomllib compiles its regular expressions at import (14-20 ms, every process
+    # that touches the lake), and a kept copy needs none of it
+    import tomllib
+
+    return tomllib.loads(data.decode("utf-8"))
 
 
 def load(path: Path) -> dict:
@@ -26,14 +33,14 @@ def load(path: Path) -> dict:
     try:
         kept = cache_dir() / "toml" / f"{hashlib.sha256(data).hexdigest()}.json"
     except RuntimeError:  # no home directory to name: parse every time
-        return tomllib.loads(data.decode("utf-8"))
+        return _parse(data)
     try:
         doc = json.loads(kept.read_bytes())
         if isinstance(doc, dict):
             return doc
     except (OSError, ValueError):  # not kept yet, or cut or garbled: parsed and kept again below
         pass
-    doc = tomllib.loads(data.decode("utf-8"))
+    doc = _parse(data)
     try:
         text = json.dumps(doc)
     except TypeError:  # a date or time: JSON has no such value
