@@ -36,7 +36,7 @@ def test_the_kept_copy_is_read_without_parsing(cache, tmp_path, monkeypatch):
     def no_parse(*a, **k):
         raise AssertionError("parsed again")
 
-    monkeypatch.setattr(toml_data.tomllib, "loads", no_parse)
+    monkeypatch.setattr(tomllib, "loads", no_parse)
     assert toml_data.load(f) == first == {"x": 1, "y": [1.5, "s", True], "t": {"z": -0.0}}
 
 
