@@ -11,6 +11,7 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -210,3 +211,38 @@ def test_a_tar_gz_with_two_members_of_one_name_loses_neither_silently(tmp_path):
     ok = {r["content_sha256"] for r in rows if r["status"] != "failed"}
     refused = any(r["status"] == "failed" for r in rows)
     assert ok == want or refused, (rows, p.stderr)
+
+
+def test_an_empty_path_argument_is_a_usage_error_not_the_current_directory(tmp_path):
+    """`tracelake ingest "$TRACES"` with TRACES unset: the empty argument was read as Path(""),
+    the current directory, which was searched recursively and ingested (exit 0 here; in a
+    directory holding other lakes their `results/*.json` and `_compacted/*.json` were read as
+    traces and failed). An empty path names no file: a usage error, exit 2 (docs/usage.md, Exit
+    codes: a path that does not exist), as `" "` already is."""
+    cwd = tmp_path / "cwd"
+    shutil.copytree(RANK0.parent, cwd)
+    p = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "ingest", "", "--lake", str(tmp_path / "lake")],
+        cwd=cwd, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert p.returncode == 2, (p.returncode, p.stderr)
+
+
+def test_sql_tables_do_not_print_a_traces_control_characters_raw(tmp_path):
+    """A kernel named with terminal escapes (OSC 0 sets the window title, CSI 2J clears the
+    screen) reaches the terminal raw through `tracelake sql`'s table, while every other line
+    the commands print (analyze, runs, whatif, diff, the one-line errors: pipeline/oneline.py)
+    writes control characters as \\xNN. csv and json are data and may keep them."""
+    doc = _kernel_trace([(1100, 50), (2100, 50)])
+    for e in doc["traceEvents"]:
+        if e["cat"] == "kernel":
+            e["name"] = "\x1b]0;PWNED\x07\x1b[2J" + e["name"]
+    _write(tmp_path / "in" / "rank-0.json", doc)
+    lake = tmp_path / "lake"
+    _ingest(lake, tmp_path / "in")
+    p = _cli("sql", "--lake", str(lake), "SELECT DISTINCT name FROM gpu_activities")
+    assert p.returncode == 0, p.stderr
+    assert "PWNED" in p.stdout
+    assert "\x1b" not in p.stdout and "\x07" not in p.stdout, repr(p.stdout[:300])
