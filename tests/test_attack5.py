@@ -110,7 +110,13 @@ def test_kernels_that_share_one_start_time_do_not_end_the_analysis_in_a_tracebac
     _write(tmp_path / "in" / "rank-0.json", doc)
     lake = tmp_path / "lake"
     _ingest(lake, tmp_path / "in")
-    _no_traceback(_cli("analyze", "--lake", str(lake), "--json"), codes=(0, 4))
+    p = _cli("analyze", "--lake", str(lake), "--json")
+    _no_traceback(p, codes=(0, 4))
+    # the findings keep their additive estimates, and a note says why they are not replayed
+    doc = json.loads(p.stdout)
+    assert all("replay" not in f for f in doc["findings"])
+    notes = doc["notes"]
+    assert any("gains are not replayed (the replay did not settle" in n for n in notes), notes
 
 
 def test_a_kernel_near_the_end_of_the_int64_clock_does_not_wrap_its_end_in_the_lake(tmp_path):

@@ -245,8 +245,13 @@ def verdict_for_run(
         "median_step_ns": None,
     }
     analysed_steps = None
+    steady = None
     if step_time is not None and step_time.height and step_time["step_ns"].sum() > 0:
-        kept, excluded, median = steady_steps(step_time)
+        steady = steady_steps(step_time)
+        if not steady[0]["step_ns"].sum() > 0:  # the steps kept hold no time (0 ns windows): the trace
+            steady = None
+    if steady is not None:
+        kept, excluded, median = steady
         total = float(kept["step_ns"].sum())
         s = {
             k: float(kept[c].sum())

@@ -331,6 +331,11 @@ def roofline_text(s: dict | None) -> str | None:
     when the run has no modelled kernel."""
     if s is None:
         return None
+    if not s["modelled_ns"] or s["coverage_pct"] is None:  # modelled kernels of 0 ns: no share to state
+        return (
+            "Roofline: the compute kernels with modelled work took no measured time (0 ns in the trace), "
+            "so no bound or share of peak is stated."
+        )
     out = (
         f"Roofline: {s['coverage_pct']:.0f}% of compute-kernel time has modelled work (op shapes); of it "
         f"{s['latency_bound_pct']:.0f}% latency-bound, {s['memory_bound_pct']:.0f}% memory-bound, "

@@ -67,12 +67,25 @@ def for_run(
     if n > MAX_NODES:
         return {
             "run_id": run,
-            "skipped": f"{n:,} GPU activities, over the limit of {MAX_NODES:,} for analyze",
+            "skipped": f"{n:,} GPU activities, over the limit of {MAX_NODES:,} for analyze; "
+            "`tracelake whatif` replays it",
         }, []
     try:
         g = build(con, run)
     except ValueError:
         return None, []
+    saved = [dict(f) for f in findings]
+    try:
+        return _replayed(con, run, g, findings, excluded, run_replay)
+    except ValueError as e:  # a replay that cannot finish (replay.py: a graph with a cycle)
+        for f, before in zip(findings, saved):  # the findings as they came: their estimates
+            f.clear()
+            f.update(before)
+        return {"run_id": run, "skipped": str(e).removeprefix(f"run {run}: ")}, []
+
+
+def _replayed(con, run: str, g, findings: list[dict], excluded, run_replay) -> tuple[dict | None, list[dict]]:
+    """for_run's work on the run's graph g. Raises ValueError from a replay that cannot finish."""
     ident = run_replay(g, measured(g))
     if ident.steps.height == 0:
         return None, []
