@@ -23,7 +23,7 @@ from .app import (
     preload_charts,
     progress,
 )
-from .ingest_cmd import _ingest
+from .ingest_cmd import _ingest, no_empty_path
 from .lake_errors import lake_read_error, lake_read_failure
 from .options import (
     COMM,
@@ -365,7 +365,7 @@ def report(
     "now or already in the lake).",
 )
 def run(
-    paths: List[Path] = PATHS,
+    paths: List[str] = PATHS,
     output: Path = typer.Option(
         Path("report.html"), "-o", "--output", metavar="FILE", help="Report file to write ('-': stdout)."
     ),
@@ -408,6 +408,7 @@ def run(
 ):
     shape = (params, layers, heads, head_dim, seq_len, tokens_per_step, global_batch, gpu_hour_cost)
     _model_options(model_flops_per_step, *shape)  # option errors before any ingest work
+    no_empty_path(paths)
     fmt = _format(fmt, output, lake, paths)
     if timeline and str(output) == "-":
         raise typer.BadParameter("--timeline writes beside the report: give -o FILE")

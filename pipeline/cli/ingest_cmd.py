@@ -74,8 +74,15 @@ def _ingest_run(run: str, lake) -> str:
     return found or run
 
 
+def no_empty_path(paths: list[str]) -> None:
+    """TRACES arrive as text: an empty one (an unset `$TRACES`) names no file, where Path('') would
+    be the current directory, searched and ingested. Raises BadParameter (exit 2)."""
+    if any(not str(p) for p in paths):
+        raise typer.BadParameter("TRACES: an empty path names no file (an unset variable?)")
+
+
 def _ingest(
-    paths: list[Path],
+    paths: list[str],
     lake_dir: Path,
     run: str | None,
     rank: int | None,
@@ -109,8 +116,9 @@ def _ingest(
         raise typer.BadParameter("--jobs must be 0 (one per core) or more")
     if rank is not None and not 0 <= rank < 2**31:  # the lake's rank column is INTEGER
         raise typer.BadParameter(f"--rank {rank}: a rank is 0 to {2**31 - 1}")
+    no_empty_path(paths)
     # s3:// paths (typer's Path dropped one slash of the scheme): pipeline/objstore.py
-    paths = [objstore.normalize(p) if objstore.is_url(p) else p for p in paths]
+    paths = [objstore.normalize(p) if objstore.is_url(p) else Path(p) for p in paths]
     lake_dir = objstore.normalize(lake_dir) if objstore.is_url(lake_dir) else lake_dir
     check_inputs(paths, lake_dir)  # (before ingest's imports: a mistyped path costs no pyarrow)
     from ..cluster import SchedulerError
@@ -288,7 +296,7 @@ def __getattr__(name: str):
 
 @command(epilog=exit_help(files=True))
 def ingest(
-    paths: List[Path] = PATHS,
+    paths: List[str] = PATHS,
     lake: Path = LAKE,
     run: Optional[str] = RUN,
     rank: Optional[int] = RANK,
