@@ -447,6 +447,17 @@ def _write_frame(df, fmt: str) -> None:
     elif fmt == "json":  # NaN and infinities are not JSON: null
         _write_json(_finite(df.to_dicts()), default=_json_value, allow_nan=False)
     else:
+        from ..oneline import one_line
+
+        # a trace's names reach the terminal: control characters (ESC sequences that set the title
+        # or clear the screen) as \xNN, as every other line the commands print (oneline.py); the
+        # string cells of the rows shown first, so the columns keep their widths, then whatever a
+        # nested value or a column name still holds (the table's own line breaks kept)
+        shown = df.head(200)
+        text_cols = [c for c, t in shown.schema.items() if t == pl.String]
+        safe = [pl.col(c).map_elements(one_line, return_dtype=pl.String) for c in text_cols]
+        shown = shown.with_columns(safe)
+        shown = shown.rename({c: one_line(c) for c in shown.columns if one_line(c) != c})
         with pl.Config(
             tbl_rows=200,
             tbl_cols=50,
@@ -455,7 +466,8 @@ def _write_frame(df, fmt: str) -> None:
             tbl_hide_dataframe_shape=True,
             tbl_hide_column_data_types=True,
         ):
-            out.print(str(df), markup=False)
+            text = "\n".join(one_line(line) for line in str(shown).split("\n"))
+            out.print(text, markup=False)
         if df.height > 200 or df.width > 50:
             err.print(
                 f"note: the table shows {min(df.height, 200)} of {df.height} rows and {min(df.width, 50)} of "
