@@ -178,7 +178,10 @@ def test_a_pftrace_timeline_of_a_run_with_a_negative_timestamp(tmp_path):
     lake = tmp_path / "lake"
     _ingest(lake, tmp_path / "in")
     p = _cli("timeline", "--lake", str(lake), "--all", "-o", str(tmp_path / "t.pftrace"))
-    _no_traceback(p, codes=(0, 2))
+    _no_traceback(p, codes=(2,))
+    assert p.stderr.count("\n") == 1 and "(-7000 ns)" in p.stderr and ".json.gz" in p.stderr, p.stderr
+    assert not (tmp_path / "t.pftrace").exists()
+    _no_traceback(_cli("timeline", "--lake", str(lake), "--all", "-o", str(tmp_path / "t.json.gz")))
 
 
 def test_a_full_standard_output_is_one_line_not_a_traceback(tmp_path):

@@ -221,10 +221,18 @@ def check_output(path: Path) -> None:
 
 
 def write(tl: Timeline, path: Path) -> int:
-    """Write the timeline to path (.json, .json.gz or .pftrace); returns the bytes written."""
+    """Write the timeline to path (.json, .json.gz or .pftrace); returns the bytes written. Raises
+    TimelineError for a .pftrace of an event before the clock's zero (Perfetto's timestamps are
+    unsigned: uint64 ns), which the Chrome JSON holds."""
     check_output(path)
     if path.name.lower().endswith(".pftrace"):
         from . import pftrace
 
+        first = min((s.start_ns for s in tl.slices), default=0)
+        if first < 0:
+            raise TimelineError(
+                f"-o {path}: an event starts before the clock's zero ({first} ns) and a .pftrace "
+                "timestamp cannot be negative: name it .json or .json.gz (Chrome JSON)"
+            )
         return pftrace.write(tl, path)
     return chrome.write(tl, path)
