@@ -194,7 +194,8 @@ def test_a_full_standard_output_is_one_line_not_a_traceback(tmp_path):
         for args in (("sql", "SELECT * FROM gpu_activities"), ("analyze",), ("runs",)):
             p = _cli(*args, "--lake", str(lake), stdout=full)
             assert "Traceback" not in p.stderr, (args, p.stderr[-2000:])
-            assert p.returncode != 0, args
+            assert p.returncode == 4, args
+            assert "error: cannot write standard output: No space left on device" in p.stderr, p.stderr
 
 
 def test_a_tar_gz_with_two_members_of_one_name_loses_neither_silently(tmp_path):

@@ -70,6 +70,8 @@ class Group(typer.core.TyperGroup):
             raise _one_line(e, f"{ctx.command_path} {sub}" if sub else ctx.command_path)
         except BrokenPipeError:
             raise pipe_closed()
+        except OSError as e:  # standard output (or a file) on a full or failing disk
+            raise output_failed(e)
 
 
 EXIT_PIPE = 128 + 13  # SIGPIPE's number: the code a shell reports for `yes | head -1`'s yes
@@ -86,6 +88,26 @@ def pipe_closed() -> typer.Exit:
     with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return typer.Exit(EXIT_PIPE)
+
+
+def output_failed(e: OSError) -> BaseException:
+    """A write that failed for want of room or a device error (ENOSPC, EDQUOT, EFBIG, EIO: `tracelake
+    sql ... > file` on a full disk; rich's console raises it) as one line on stderr and exit 4;
+    what is left to write goes to /dev/null, so no "Exception ignored" line at exit. Any other
+    OSError is returned as it is (raised again)."""
+    import errno
+    import io
+    import os
+
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+        return e
+    from ..oneline import one_line
+
+    where = f"{e.filename}" if e.filename else "standard output"
+    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.stderr.write(one_line(f"error: cannot write {where}: {e.strerror or e}") + "\n")
+    return typer.Exit(EXIT_FAILED)
 
 
 def _one_line(e: clickx.UsageError, where: str | None = None) -> clickx.UsageError:
