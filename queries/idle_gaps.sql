@@ -10,12 +10,13 @@
 -- bucket_lo_ns <= gap < bucket_hi_ns with bucket_lo_ns = 2^floor(log2(gap)).
 -- @column run_id VARCHAR: Run.
 -- @column bucket_lo_ns BIGINT ns: The bucket's lower bound (a power of two).
--- @column bucket_hi_ns BIGINT ns: Its upper bound (exclusive), 2 * bucket_lo_ns.
+-- @column bucket_hi_ns BIGINT ns: Its upper bound (exclusive), 2 * bucket_lo_ns; the int64 maximum
+--   for the last bucket (2^62 ns and longer, where 2^63 does not fit).
 -- @column cause VARCHAR: host_wait, kernel_wait, other or unreliable.
 -- @column gaps BIGINT count: Number of gaps, over all ranks of the run.
 -- @column ranks BIGINT count: Ranks with such a gap.
 -- @column total_ns BIGINT ns: Their summed length.
-SELECT run_id, (2::BIGINT ** k)::BIGINT AS bucket_lo_ns, (2::BIGINT ** (k + 1))::BIGINT AS bucket_hi_ns, cause,
+SELECT run_id, (2::BIGINT ** k)::BIGINT AS bucket_lo_ns, CASE WHEN k < 62 THEN (2::BIGINT ** (k + 1))::BIGINT ELSE 9223372036854775807 END AS bucket_hi_ns, cause,
   count(*) AS gaps, count(DISTINCT rank) AS ranks, sum(gap_ns)::BIGINT AS total_ns
 FROM (SELECT *, floor(log2(gap_ns))::INT AS k FROM idle_gap_intervals)
 GROUP BY run_id, k, cause

@@ -268,7 +268,9 @@ def convert(events: list, gpu_idx: list, cpu_idx: list, ann_idx: list) -> Batch:
     # the times of all three tables in one conversion each
     ts_all, ok_ts_all = us_text_to_ns(list(map(_TS, evs_all)))
     du_all, ok_du_all = us_text_to_ns(list(map(_DUR, evs_all)))
-    ok_du_all &= du_all < 2**62  # a duration of over a century is corrupt, and start + dur must fit
+    ok_du_all &= du_all < 2**62  # a duration of over a century is corrupt, and start + dur must fit:
+    # an end past int64 too (a start within dur of 2^63 - 1 ns), which the sum would wrap negative
+    ok_du_all &= ts_all <= np.int64(2**63 - 1) - np.where(ok_du_all & (du_all > 0), du_all, 0)
     pid_all = _ints(map(_PID, evs_all))
     tid_all = _ints(map(_TID, evs_all))
     cat_all = list(map(_CAT, evs_all))
