@@ -30,15 +30,17 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
         shas, cut = _hashed(path, opts)
         if cut is not None and cut[0] is None and not shas:
             raise cut[1]  # nothing complete before the archive's fault: the archive fails
+        # by place, not by name: two members may share a name (`tar -r` of an updated file)
         todo = {
-            n
-            for n, s in shas.items()
+            k
+            for k, (n, s) in enumerate(shas)
             if opts.force
             or not is_done(
                 done, s, run_for(arc.member_run_name(display, n, below), opts.run), opts.run is None
             )
         }
-        for m, f, why in _until(arc.stream_members(Path(path)), cut):
+        k = -1  # the wanted member's place in pass 1's order
+        for m, f, why in _until(arc.stream_members(Path(path)), cut, len(shas), opts):
             if excluded(m.name, opts.exclude):
                 continue
             run_id = run_for(arc.member_run_name(display, m.name, below), opts.run)
@@ -46,23 +48,25 @@ def work_targz(path: str, opts: Options, done, lake: Lake, below: str | None = N
             if why is not None:
                 out.append(failed(disp, run_id, why))
                 continue
-            if m.name not in todo:
-                out.append(skipped(disp, done, shas[m.name], run_id, opts.run is None))
+            k += 1
+            sha = shas[k][1]
+            if k not in todo:
+                out.append(skipped(disp, done, sha, run_id, opts.run is None))
                 continue
             inp = arc.StreamMember(display, m.name, m.size, f, below)
             try:
-                p = prepare(inp, opts, done, lake, sha=shas[m.name])
+                p = prepare(inp, opts, done, lake, sha=sha)
             except TraceError:
                 raise  # the archive itself (its gzip stream) failed
             except MemoryError:
-                p = failed(disp, run_id, "out of memory while ingesting this member", shas[m.name], m.size)
+                p = failed(disp, run_id, "out of memory while ingesting this member", sha, m.size)
             except Exception as e:
                 p = failed(
                     disp,
                     run_id,
                     f"could not ingest ({type(e).__name__}: {one_line(str(e))[:200]}); "
                     "please report this file",
-                    shas[m.name],
+                    sha,
                     m.size,
                 )
             if (
@@ -118,13 +122,13 @@ def _error(e: BaseException) -> str:
     return f"corrupt or truncated tar.gz ({one_line(str(e)) or type(e).__name__})"
 
 
-def _hashed(path: str, opts: Options) -> tuple[dict, tuple | None]:
-    """Pass 1 of work_targz: (member name -> sha256 of its bytes, for each wanted member read
-    whole; cut), cut being None for an archive read to its end, else (the name of the member
-    whose data the fault cut short, or None when it came between members or after the last; the
-    exception): a truncated archive keeps its complete members (as a truncated .json.gz keeps its
-    complete events)."""
-    shas: dict = {}
+def _hashed(path: str, opts: Options) -> tuple[list, tuple | None]:
+    """Pass 1 of work_targz: ([(member name, sha256 of its bytes)] for each wanted member read
+    whole, in the archive's order (two may share a name); cut), cut being None for an archive
+    read to its end, else (the name of the member whose data the fault cut short, or None when
+    it came between members or after the last; the exception): a truncated archive keeps its
+    complete members (as a truncated .json.gz keeps its complete events)."""
+    shas: list = []
     current = None
     try:
         for m, f, why in arc.stream_members(Path(path)):
@@ -133,23 +137,27 @@ def _hashed(path: str, opts: Options) -> tuple[dict, tuple | None]:
                 h = hashlib.sha256()
                 while block := f.read(1 << 20):
                     h.update(block)
-                shas[m.name] = h.hexdigest()
+                shas.append((m.name, h.hexdigest()))
                 current = None
     except _FAULTS as e:
         return shas, (current, e)
     return shas, None
 
 
-def _until(members, cut: tuple | None):
-    """Pass 2's members: all of them, or (cut) those before the member cut short, the archive's
-    fault where pass 1 met it not raised again."""
+def _until(members, cut: tuple | None, complete: int, opts: Options):
+    """Pass 2's members: all of them, or (cut) those before the member cut short (the wanted
+    member after the `complete` ones pass 1 read whole), the archive's fault where pass 1 met it
+    not raised again."""
     if cut is None:
         yield from members
         return
+    k = 0
     try:
         for m, f, why in members:
-            if m.name == cut[0]:
-                return
+            if f is not None and not excluded(m.name, opts.exclude):
+                if k == complete:
+                    return
+                k += 1
             yield m, f, why
     except _FAULTS:
         return
