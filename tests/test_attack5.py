@@ -255,3 +255,13 @@ def test_sql_tables_do_not_print_a_traces_control_characters_raw(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "PWNED" in p.stdout
     assert "\x1b" not in p.stdout and "\x07" not in p.stdout, repr(p.stdout[:300])
+
+
+def test_a_query_file_without_end_is_refused_not_read_until_the_memory_runs_out(tmp_path):
+    """`tracelake sql @/dev/zero` read the file whole, until the out-of-memory killer: a query file
+    holds at most lake_cmd.MAX_QUERY_BYTES (16 MiB), one line and exit 2 past it."""
+    lake = tmp_path / "lake"
+    _ingest(lake, RANK0)
+    p = _cli("sql", "--lake", str(lake), "@/dev/zero", limited=True, timeout=60)
+    _no_traceback(p, codes=(2,))
+    assert p.stderr == "error: /dev/zero: more than 16 MiB: not a query\n", p.stderr

@@ -196,9 +196,10 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
 
     lk = existing_lake(lake)  # a usage error (exit 2) that creates nothing
     try:
-        text = Path(query[1:]).read_text() if query.startswith("@") else query
-    except (OSError, UnicodeDecodeError) as e:
+        text = _query_file(Path(query[1:])) if query.startswith("@") else query
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         why = e.strerror if isinstance(e, OSError) and e.strerror else f"not UTF-8 text ({e})"
+        why = str(e) if type(e) is ValueError else why
         err.print(one_line(f"error: {query[1:] or '@'}: {why}"), markup=False)
         raise typer.Exit(EXIT_USAGE)
     if not text.strip():
@@ -301,6 +302,21 @@ def _check_read_only(text: str) -> None:
             markup=False,
         )
         raise typer.Exit(EXIT_USAGE)
+
+
+# the most a query file (`sql @FILE`) may hold: SQL a person wrote, not `@/dev/zero`, which was read
+# until the memory ran out
+MAX_QUERY_BYTES = 16 * 2**20
+
+
+def _query_file(path: Path) -> str:
+    """The text of `sql @FILE`. Raises OSError, UnicodeDecodeError, or ValueError for a file of
+    more than MAX_QUERY_BYTES."""
+    with open(path, "rb") as f:
+        data = f.read(MAX_QUERY_BYTES + 1)
+    if len(data) > MAX_QUERY_BYTES:
+        raise ValueError(f"more than {MAX_QUERY_BYTES // 2**20} MiB: not a query")
+    return data.decode("utf-8")
 
 
 def _list(fmt: str) -> None:
