@@ -69,6 +69,20 @@ def _kernel_trace(kernels: list[tuple[int, int]], extra=()) -> dict:
     return {"schemaVersion": 1, "distributedInfo": info, "traceEvents": ev}
 
 
+def _changed_export(tmp_path, *updates: str):
+    """A copy of nsys-ai's export (tmp_path/in/prof.sqlite) with these SQL statements run on it."""
+    src = tmp_path / "in" / "prof.sqlite"
+    src.parent.mkdir()
+    shutil.copy(NSYS, src)
+    src.chmod(0o644)
+    c = sqlite3.connect(src)
+    for u in updates:
+        c.execute(u)
+    c.commit()
+    c.close()
+    return src
+
+
 def _write(path, doc) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc))
@@ -80,14 +94,9 @@ def test_an_export_whose_nvtx_ranges_repeat_one_step_number_is_analysed_in_bound
     1,105 rows for 47 steps; 2,020 such ranges a rank gave 8.4 M rows), and `analyze` took 2.6 GB
     of RSS for 47, 23 GB (the out-of-memory killer) for 950 of a 2.6 MB file. The unchanged
     export is analysed in 0.26 GB. Under a 3 GiB address space it must still finish."""
-    src = tmp_path / "in" / "prof.sqlite"
-    src.parent.mkdir()
-    shutil.copy(NSYS, src)
-    src.chmod(0o644)
-    c = sqlite3.connect(src)
-    c.execute("UPDATE NVTX_EVENTS SET text = 'ProfilerStep#1', textId = NULL WHERE rowid % 400 = 0")
-    c.commit()
-    c.close()
+    src = _changed_export(
+        tmp_path, "UPDATE NVTX_EVENTS SET text = 'ProfilerStep#1', textId = NULL WHERE rowid % 400 = 0"
+    )
     lake = tmp_path / "lake"
     _ingest(lake, src.parent)
     p = _cli("sql", "--lake", str(lake), "SELECT (SELECT count(*) FROM steps), (SELECT count(*) FROM mfu)",
@@ -155,15 +164,11 @@ def test_steps_whose_kept_time_adds_up_to_zero_do_not_divide_by_zero(tmp_path):
     (an op-level NVTX range repeating) keep 0 ns in all, and verdict_for_run's _numbers divided
     by it (ZeroDivisionError out of analyze, report, runs, diff and timeline), though its
     docstring says it never raises on empty input."""
-    src = tmp_path / "in" / "prof.sqlite"
-    src.parent.mkdir()
-    shutil.copy(NSYS, src)
-    src.chmod(0o644)
-    c = sqlite3.connect(src)
-    c.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = 1")
-    c.execute("UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 1")
-    c.commit()
-    c.close()
+    src = _changed_export(
+        tmp_path,
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET correlationId = 1",
+        "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = 1",
+    )
     lake = tmp_path / "lake"
     _ingest(lake, src.parent)
     _no_traceback(_cli("analyze", "--lake", str(lake), "--json"), codes=(0, 4))
