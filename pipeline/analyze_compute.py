@@ -469,8 +469,8 @@ def compute(
                 notes.append(
                     (
                         r["run_id"],
-                        f"run {r['run_id']}: the findings' gains are not replayed ({wi['skipped']}): they are the "
-                        "additive estimates",
+                        f"run {r['run_id']}: the findings' gains are not replayed ({wi['skipped']}): "
+                        "they are the additive estimates",
                     )
                 )
             elif wi:

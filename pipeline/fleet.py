@@ -214,7 +214,8 @@ def _top(fs: list[dict], has_steps: bool) -> dict:
     """The finding a run's row names (fs: its findings, ranked): the first-ranked; on a run with
     steps, the first-ranked that costs time in every step (per_step_ns), when one does. A one-off
     slow step (slow_steps: a warm-up in the profiled window, 29x the median step in JAX-Toolbox's
-    trace) has no per-step time: named first, its window total read as what a fix wins per step."""
+    trace) has no per-step time: ranked first by its window total, it is not what a fix wins in
+    each step."""
     if has_steps:
         recurring = next((f for f in fs if f.get("per_step_ns") is not None), None)
         if recurring is not None:

@@ -197,9 +197,11 @@ def _run_query(query: str, lake: Path, fmt: str, options: dict) -> None:
     lk = existing_lake(lake)  # a usage error (exit 2) that creates nothing
     try:
         text = _query_file(Path(query[1:])) if query.startswith("@") else query
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else f"not UTF-8 text ({e})"
-        why = str(e) if type(e) is ValueError else why
+    except (OSError, ValueError) as e:  # (UnicodeDecodeError is a ValueError)
+        if isinstance(e, UnicodeDecodeError):
+            why = f"not UTF-8 text ({e})"
+        else:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
         err.print(one_line(f"error: {query[1:] or '@'}: {why}"), markup=False)
         raise typer.Exit(EXIT_USAGE)
     if not text.strip():

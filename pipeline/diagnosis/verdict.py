@@ -248,7 +248,7 @@ def verdict_for_run(
     steady = None
     if step_time is not None and step_time.height and step_time["step_ns"].sum() > 0:
         steady = steady_steps(step_time)
-        if not steady[0]["step_ns"].sum() > 0:  # the steps kept hold no time (0 ns windows): the trace
+        if not steady[0]["step_ns"].sum() > 0:  # the steps kept hold no time: the trace basis below
             steady = None
     if steady is not None:
         kept, excluded, median = steady

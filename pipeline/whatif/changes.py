@@ -406,8 +406,8 @@ def from_text(text: str) -> Change:
     the text for anything else."""
     name, _, value = text.strip().partition(" ")
     value = value.strip()
-    if name not in _OPTIONS and ":" in name and not value:  # a scale spec alone
-        name, value = "--scale", name
+    if name not in _OPTIONS and ":" in text:  # a scale spec alone (its glob may hold spaces)
+        name, value = "--scale", text.strip()
     make = _OPTIONS.get(name)
     takes_value = name in ("--scale", "--collectives", "--on-time")
     if make is None or takes_value != bool(value):
