@@ -282,6 +282,7 @@ def _connect(
             # the views the splits read; created only here (binding them costs 0.1 s a connection)
             con.execute((QUERIES_DIR / "local" / "wait_only_view.sql").read_text())
             con.execute((QUERIES_DIR / "local" / "phase_wait_only_view.sql").read_text())
+            con.execute((QUERIES_DIR / "local" / "comm_cover_sums_view.sql").read_text())
             if _local_holds(con, "roofline_parts"):  # the roofline's per-rank sums
                 con.execute(
                     "CREATE OR REPLACE VIEW roofline_parts AS "

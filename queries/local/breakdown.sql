@@ -17,25 +17,15 @@
 WITH seg AS (
   SELECT run_id, rank, level, step, sum(end_ns - start_ns) AS seg_ns FROM wait_only GROUP BY ALL
 ),
--- each piece of local_comm_cover with the length of the pieces before it in its bucket (they are
--- disjoint there), so that Σ |segment ∩ piece| = C(end_ns) - C(start_ns) for a segment, with C(x)
--- the pieces' length before x: that of the pieces before the last one starting before x, plus the
--- part of that one before x. Two ASOF joins per segment instead of comparing every segment with
--- every piece of its bucket (20k segments against 160k pieces in a rank's bucket took minutes)
-cover AS (
-  SELECT run_id, rank, level, coalesce(step, 0) AS k, start_ns, end_ns - start_ns AS len,
-    coalesce(sum(end_ns - start_ns) OVER (PARTITION BY run_id, rank, level, step ORDER BY start_ns
-      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_ns
-  FROM local_comm_cover
-),
+-- Σ |segment ∩ piece| per segment as C(end_ns) - C(start_ns) (local/comm_cover_sums_view.sql)
 covered AS (
   SELECT w.run_id, w.rank, w.level, w.step,
-    sum(coalesce(e.before_ns + least(w.end_ns - e.start_ns, e.len), 0)
-      - coalesce(s.before_ns + least(w.start_ns - s.start_ns, s.len), 0)) AS cov_ns
+    sum(coalesce(e.before_ns + least(w.end_ns - e.start_ns, e.len_ns), 0)
+      - coalesce(s.before_ns + least(w.start_ns - s.start_ns, s.len_ns), 0)) AS cov_ns
   FROM (SELECT *, coalesce(step, 0) AS k FROM wait_only) w
-  ASOF LEFT JOIN cover e ON e.run_id = w.run_id AND e.rank = w.rank AND e.level = w.level AND e.k = w.k
+  ASOF LEFT JOIN comm_cover_sums e ON e.run_id = w.run_id AND e.rank = w.rank AND e.level = w.level AND e.k = w.k
    AND w.end_ns > e.start_ns
-  ASOF LEFT JOIN cover s ON s.run_id = w.run_id AND s.rank = w.rank AND s.level = w.level AND s.k = w.k
+  ASOF LEFT JOIN comm_cover_sums s ON s.run_id = w.run_id AND s.rank = w.rank AND s.level = w.level AND s.k = w.k
    AND w.start_ns > s.start_ns
   GROUP BY ALL
 ),

@@ -21,24 +21,16 @@ WITH seg AS (  -- wait-only segments cut at the windows
   WHERE s.level = 'rank'
 ),
 seg_len AS (SELECT run_id, rank, step, sum(b - a) AS seg_ns FROM seg GROUP BY ALL),
--- each piece of local_comm_cover (level rank) with the length of the pieces before it (they are
--- disjoint), so that Σ |segment ∩ piece| = C(b) - C(a) for a segment, with C(x) the pieces' length
--- before x: that of the pieces before the last one starting before x, plus the part of that one
--- before x. Two ASOF joins per segment instead of comparing every segment with every piece of
--- its rank (20k segments against 160k pieces took minutes)
-cover AS (
-  SELECT run_id, rank, start_ns, end_ns - start_ns AS len,
-    coalesce(sum(end_ns - start_ns) OVER (PARTITION BY run_id, rank ORDER BY start_ns
-      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_ns
-  FROM local_comm_cover WHERE level = 'rank'
-),
+-- Σ |segment ∩ piece| per segment as C(b) - C(a) (local/comm_cover_sums_view.sql)
 covered AS (
   SELECT s.run_id, s.rank, s.step,
-    sum(coalesce(e.before_ns + least(s.b - e.start_ns, e.len), 0)
-      - coalesce(f.before_ns + least(s.a - f.start_ns, f.len), 0)) AS cov_ns
+    sum(coalesce(e.before_ns + least(s.b - e.start_ns, e.len_ns), 0)
+      - coalesce(f.before_ns + least(s.a - f.start_ns, f.len_ns), 0)) AS cov_ns
   FROM seg s
-  ASOF LEFT JOIN cover e ON e.run_id = s.run_id AND e.rank = s.rank AND s.b > e.start_ns
-  ASOF LEFT JOIN cover f ON f.run_id = s.run_id AND f.rank = s.rank AND s.a > f.start_ns
+  ASOF LEFT JOIN (SELECT * FROM comm_cover_sums WHERE level = 'rank') e
+    ON e.run_id = s.run_id AND e.rank = s.rank AND s.b > e.start_ns
+  ASOF LEFT JOIN (SELECT * FROM comm_cover_sums WHERE level = 'rank') f
+    ON f.run_id = s.run_id AND f.rank = s.rank AND s.a > f.start_ns
   GROUP BY ALL
 ),
 wait AS (
