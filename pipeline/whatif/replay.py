@@ -533,11 +533,15 @@ def replay(g: Graph, dur: Durations, max_rounds: int = 100_000) -> Timing:
                     if rounds > max_rounds:
                         raise _cycle(g, max_rounds)
         changed = False
+    # a round over every node relaxes every edge once, so a graph without a cycle settles within
+    # one round more than its nodes (Bellman-Ford's bound): past that it has one, found in
+    # seconds instead of max_rounds rounds (20 s for a rank of 3,500 nodes)
+    limit = min(max_rounds, n + m + 2)
     while changed:
         rounds += 1
         changed = every_node()
-        if changed and rounds > max_rounds:
-            raise _cycle(g, max_rounds)
+        if changed and rounds > limit:
+            raise _cycle(g, limit)
     g_start, g_end, h_start, h_end, g_x = st.g_start, st.g_end, st.h_start, st.h_end, st.g_x
     coll, ncoll = g.g_coll, len(g.c_transfer)
     waited, on_time = st.waited, st.on_time
