@@ -57,6 +57,8 @@ class Group(typer.core.TyperGroup):
             raise _one_line(e)
         except BrokenPipeError:  # --help or --version into a closed pipe
             raise pipe_closed()
+        except OSError as e:  # or into a full one
+            raise output_failed(e)
 
     def invoke(self, ctx):
         try:

@@ -82,8 +82,8 @@ STEPS = typer.Option(
     "--step-range",
     metavar="REGEX",
     help="Regex of NVTX range names that mark steps in Nsight Systems exports "
-    "(default ProfilerStep#N); the step number is the last integer in the name, else (none, or "
-    "one that repeats on a rank) the range's order.",
+    "(default ProfilerStep#N); the step number is the last integer in the name, else the range's "
+    "order (when numbers repeat on a rank: its ranges in order from the first one's number).",
 )
 EXCLUDE = typer.Option(
     [],

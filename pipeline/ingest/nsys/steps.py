@@ -131,15 +131,18 @@ def _steps(con, step_regex: str | None, notes: list[str] | None = None) -> pl.Da
             order += 1
         # a step number names one step of a rank: ranges whose names repeat one (47 ranges named
         # ProfilerStep#1: every per-step join multiplied them, and the analysis of a 2.6 MB export
-        # took 23 GB) are numbered by their order instead, as ranges without a number are
+        # took 23 GB) are numbered in their order from the first range's number (0 when it has
+        # none), so a repeated name does not shift the rank's steps against the other ranks'
+        # (ProfilerStep#10, #11, #11 beside another rank's #10, #11, #12: 10, 11, 12 on both)
         if len({r["step"] for r in mine}) < len(mine):
             same = len(mine) - len({r["step"] for r in mine})
+            first = step_number(mine[0]["name"]) or 0
             if notes is not None:
                 notes.append(
                     f"rank {rank}: {same} step range(s) repeat another's step number (the last integer "
-                    "of the name): the rank's steps are numbered by their order instead"
+                    f"of the name): the rank's steps are numbered in their order from {first}"
                 )
             for r in mine:
-                r["step"] = r["order"]
+                r["step"] = first + r["order"]
         rows += [{k: v for k, v in r.items() if k != "order"} for r in mine]
     return pl.DataFrame(rows, schema=_STEP_SCHEMA)
