@@ -20,14 +20,19 @@ WITH act AS (
   SELECT run_id, rank, 'step', step, category, start_ns, greatest(end_ns, start_ns)
   FROM scope WHERE category IN ('compute', 'communication') AND step IS NOT NULL
 ),
+-- the two passes below must see one order: activities of one interval (twins) are told apart
+-- by a row id, else DuckDB may order them one way in the first pass and the other in the second,
+-- and a piece is merged into the one before it (a 0-ns kernel beside its twin)
+ided AS (SELECT *, row_number() OVER () AS rid FROM act),
 marked AS (
-  SELECT *, max(end_ns) OVER (PARTITION BY run_id, rank, level, step, category ORDER BY start_ns, end_ns
+  SELECT *, max(end_ns) OVER (PARTITION BY run_id, rank, level, step, category ORDER BY start_ns, end_ns, rid
                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-  FROM act
+  FROM ided
 ),
 numbered AS (
   SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-              OVER (PARTITION BY run_id, rank, level, step, category ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS piece
+              OVER (PARTITION BY run_id, rank, level, step, category ORDER BY start_ns, end_ns, rid
+                    ROWS UNBOUNDED PRECEDING) AS piece
   FROM marked
 ),
 merged AS (
