@@ -256,6 +256,8 @@ class LakeSession:
 
         run = self._one_run(run)
         given = None
+        if isinstance(changes, str | wi.changes.Change):  # one change, not in a list
+            changes = [changes]
         if changes is not None:
             given = [wi.changes.from_text(c) if isinstance(c, str) else c for c in changes]
             for c in given:

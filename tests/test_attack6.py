@@ -93,3 +93,30 @@ def test_version_and_help_on_a_full_stdout_are_one_line_and_exit_4():
         assert "Traceback" not in p.stderr, (args, p.stderr[-400:])
         assert p.returncode == 4, (args, p.returncode)
         assert len(p.stderr.strip().splitlines()) == 1, (args, p.stderr)
+
+
+def test_a_closed_standard_output_fails_in_one_line_only_where_the_command_prints(tmp_path):
+    """`tracelake runs >&-`: Python sets sys.stdout to None and the CLI's import raised
+    AttributeError (a traceback, exit 1) for every command. A command that prints its answer on
+    standard output now says it cannot, exit 4; an ingest with -q, which prints there nothing,
+    succeeds."""
+    import os
+
+    from conftest import REPO
+
+    def closed(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            preexec_fn=lambda: os.close(1),
+        )
+
+    lake = tmp_path / "lake"
+    p = closed("ingest", str(REPO / "sample_traces"), "--lake", str(lake), "-q")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    p = closed("runs", "--lake", str(lake))
+    assert p.returncode == 4, p.stderr
+    assert p.stderr == "error: cannot write standard output: standard output is closed\n", p.stderr

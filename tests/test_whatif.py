@@ -425,6 +425,8 @@ def test_api_and_sql_views(hand):
         half = changes.scale("kernel:gemm_a=0.5")
         made = [half, half, changes.on_time(0), changes.collectives_overlapped()]
         assert api.whatif(changes=as_text) == whatif(con, "job", made)
+        # one change alone, not in a list, and the shell's --option=value form
+        assert api.whatif(changes="--on-time=0") == whatif(con, "job", [changes.on_time(0)])
         for bad, says in (
             ("--on-time 7", "no rank 7"),
             ("--scale", "give one of"),

@@ -94,14 +94,15 @@ def pipe_closed() -> typer.Exit:
 
 def output_failed(e: OSError) -> BaseException:
     """A write that failed for want of room or a device error (ENOSPC, EDQUOT, EFBIG, EIO: `tracelake
-    sql ... > file` on a full disk; rich's console raises it) as one line on stderr and exit 4;
+    sql ... > file` on a full disk; rich's console raises it), or to a closed standard output
+    (EBADF: _ClosedStdout), as one line on stderr and exit 4;
     what is left to write goes to /dev/null, so no "Exception ignored" line at exit. Any other
     OSError is returned as it is (raised again)."""
     import errno
     import io
     import os
 
-    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO):
+    if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF):
         return e
     from ..oneline import one_line
 
@@ -223,6 +224,30 @@ def real_console(console):
     return console.console if isinstance(console, LazyConsole) else console
 
 
+class _ClosedStdout:
+    """Standard output when the command was started with it closed (`tracelake runs >&-`: Python
+    sets sys.stdout to None): a command that prints nothing succeeds; one that prints fails in
+    one line, exit 4 (output_failed), as on a full disk."""
+
+    def write(self, text: str) -> int:
+        import errno
+
+        raise OSError(errno.EBADF, "standard output is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        import io
+
+        raise io.UnsupportedOperation("standard output is closed")
+
+
+if sys.stdout is None:
+    sys.stdout = _ClosedStdout()
 err = LazyConsole(stderr=True, highlight=False, soft_wrap=True)
 out = LazyConsole(highlight=False, width=None if sys.stdout.isatty() else 240)
 

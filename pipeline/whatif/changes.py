@@ -392,11 +392,17 @@ def defaults(g: Graph) -> list[Change]:
 # from_text: the `tracelake whatif` options a change is written as, and their changes
 _OPTIONS = {
     "--scale": scale,
-    "--collectives": lambda v: {"peak": collectives_at_peak, "overlap": collectives_overlapped}[v](),
+    "--collectives": lambda v: _collectives(v),
     "--on-time": lambda v: on_time(int(v)),
     "--no-launch-gaps": no_launch_gaps,
     "--no-data-loading": no_data_loading,
 }
+
+
+def _collectives(value: str) -> Change:
+    if value not in ("peak", "overlap"):
+        raise ValueError(f"--collectives {value!r}: peak or overlap")
+    return collectives_at_peak() if value == "peak" else collectives_overlapped()
 
 
 def from_text(text: str) -> Change:
@@ -404,10 +410,13 @@ def from_text(text: str) -> Change:
     '--scale kernel:gemm*=0.5' (or the spec alone, 'kernel:gemm*=0.5'), '--collectives peak' or
     'overlap', '--on-time 7', '--no-launch-gaps', '--no-data-loading'. Raises ValueError naming
     the text for anything else."""
-    name, _, value = text.strip().partition(" ")
+    parts = text.strip().split(None, 1)
+    name, value = (parts + ["", ""])[:2]
     value = value.strip()
-    if name not in _OPTIONS and ":" in text:  # a scale spec alone (its glob may hold spaces)
-        name, value = "--scale", text.strip()
+    if name.startswith("--") and "=" in name and not value:  # --on-time=7, as the shell allows
+        name, value = name.split("=", 1)
+    if name not in _OPTIONS and not name.startswith("--") and ":" in text:  # a scale spec alone
+        name, value = "--scale", text.strip()  # (its glob may hold spaces)
     make = _OPTIONS.get(name)
     takes_value = name in ("--scale", "--collectives", "--on-time")
     if make is None or takes_value != bool(value):
@@ -418,5 +427,5 @@ def from_text(text: str) -> Change:
         )
     try:
         return make(value) if takes_value else make()
-    except (KeyError, ValueError) as e:
+    except ValueError as e:
         raise ValueError(f"change {text!r}: {e}") from None
