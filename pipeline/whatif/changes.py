@@ -389,20 +389,20 @@ def defaults(g: Graph) -> list[Change]:
     return out
 
 
-# from_text: the `tracelake whatif` options a change is written as, and their changes
-_OPTIONS = {
-    "--scale": scale,
-    "--collectives": lambda v: _collectives(v),
-    "--on-time": lambda v: on_time(int(v)),
-    "--no-launch-gaps": no_launch_gaps,
-    "--no-data-loading": no_data_loading,
-}
-
-
 def _collectives(value: str) -> Change:
     if value not in ("peak", "overlap"):
         raise ValueError(f"--collectives {value!r}: peak or overlap")
     return collectives_at_peak() if value == "peak" else collectives_overlapped()
+
+
+# from_text: the `tracelake whatif` options a change is written as, and their changes
+_OPTIONS = {
+    "--scale": scale,
+    "--collectives": _collectives,
+    "--on-time": lambda v: on_time(int(v)),
+    "--no-launch-gaps": no_launch_gaps,
+    "--no-data-loading": no_data_loading,
+}
 
 
 def from_text(text: str) -> Change:
