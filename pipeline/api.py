@@ -266,9 +266,7 @@ class LakeSession:
 
         def doc(con):
             g = wi.build(con, run)
-            for c in given or ():  # as the CLI checks them: a change the run cannot take
-                if c.check is not None:
-                    c.check(g)
+            wi.changes.check(g, given or [])  # as the CLI: a change the run cannot take
             wanted = given if given is not None else wi.changes.defaults(g)
             return wi.whatif(con, run, wanted, graph=g)
 

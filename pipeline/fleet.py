@@ -210,6 +210,17 @@ def _starts(doc: dict, sources: pl.DataFrame | None) -> dict[str, int]:
     return starts
 
 
+# the order runs are listed in without --sort: `tracelake runs` and the report's table of runs
+DEFAULT_ORDER = [("start_ns", False), ("run_id", False)]
+
+
+def sort_rows(df, keys: list[tuple[str, bool]]):
+    """df (fleet rows) sorted by keys [(column, descending)], nulls last, run_id breaking ties."""
+    if "run_id" not in [k for k, _ in keys]:
+        keys = [*keys, ("run_id", False)]
+    return df.sort([k for k, _ in keys], descending=[d for _, d in keys], nulls_last=True)
+
+
 def _top(fs: list[dict], has_steps: bool) -> dict:
     """The finding a run's row names (fs: its findings, ranked): the first-ranked; on a run with
     steps, the first-ranked that costs time in every step (per_step_ns), when one does. A one-off

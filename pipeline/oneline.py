@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# the characters one_line escapes (C0 and C1 controls, DEL), as a regular expression
+CONTROL_CHARS = r"[\x00-\x1f\x7f-\x9f]"
+_CONTROL = re.compile(CONTROL_CHARS)
 
 
 def one_line(text: str | None) -> str | None:

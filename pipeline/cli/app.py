@@ -84,12 +84,18 @@ def pipe_closed() -> typer.Exit:
     to /dev/null (Python's documented recipe, so no "Exception ignored" line at exit) and the
     command ends quietly, exit 141 (128 + SIGPIPE), as a Unix tool the signal ends; click's own
     handling exited 1 without a word."""
+    _stdout_to_devnull()
+    return typer.Exit(EXIT_PIPE)
+
+
+def _stdout_to_devnull() -> None:
+    """What is left to write on standard output goes to /dev/null (Python's documented recipe
+    for a broken pipe), so no "Exception ignored" line at exit; nothing when it has no file."""
     import io
     import os
 
     with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return typer.Exit(EXIT_PIPE)
 
 
 def output_failed(e: OSError) -> BaseException:
@@ -99,16 +105,13 @@ def output_failed(e: OSError) -> BaseException:
     what is left to write goes to /dev/null, so no "Exception ignored" line at exit. Any other
     OSError is returned as it is (raised again)."""
     import errno
-    import io
-    import os
 
     if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EBADF):
         return e
     from ..oneline import one_line
 
     where = f"{e.filename}" if e.filename else "standard output"
-    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    _stdout_to_devnull()
     sys.stderr.write(one_line(f"error: cannot write {where}: {e.strerror or e}") + "\n")
     return typer.Exit(EXIT_FAILED)
 

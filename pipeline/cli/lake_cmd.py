@@ -465,16 +465,15 @@ def _write_frame(df, fmt: str) -> None:
     elif fmt == "json":  # NaN and infinities are not JSON: null
         _write_json(_finite(df.to_dicts()), default=_json_value, allow_nan=False)
     else:
-        from ..oneline import one_line
+        from ..oneline import CONTROL_CHARS, one_line
 
         # a trace's names reach the terminal: control characters (ESC sequences that set the title
         # or clear the screen) as \xNN, as every other line the commands print (oneline.py); the
         # string cells that hold one first (found vectorised: the common frame holds none), so
         # the columns keep their widths, then whatever a nested value or a column name still
         # holds (the table's own line breaks kept)
-        control = r"[\x00-\x1f\x7f-\x9f]"
         text_cols = [c for c, t in df.schema.items() if t == pl.String]
-        dirty = [c for c in text_cols if df[c].str.contains(control).any()]
+        dirty = [c for c in text_cols if df[c].str.contains(CONTROL_CHARS).any()]
         shown = df.with_columns(pl.col(c).map_elements(one_line, return_dtype=pl.String) for c in dirty)
         shown = shown.rename({c: one_line(c) for c in shown.columns if one_line(c) != c})
         with pl.Config(

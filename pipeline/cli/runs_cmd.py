@@ -41,7 +41,9 @@ def parse_sort(spec: str | None, columns: list[str]) -> list[tuple[str, bool]]:
     """--sort COL[,-COL...] as [(column, descending)]; '-' sorts that column in descending order.
     Raises BadParameter naming an unknown or empty column and the known ones."""
     if spec is None:
-        return [("start_ns", False), ("run_id", False)]
+        from ..fleet import DEFAULT_ORDER
+
+        return DEFAULT_ORDER
     keys = []
     for part in spec.split(","):
         name = part.strip()
@@ -88,13 +90,6 @@ def filter_rows(df, where: str):
         con.close()
     rows = sorted(r[0] for r in kept)
     return df.with_row_index("__row").filter(pl.col("__row").is_in(rows)).drop("__row")
-
-
-def sort_rows(df, keys: list[tuple[str, bool]]):
-    """df sorted by keys [(column, descending)], nulls last, run_id breaking ties."""
-    if "run_id" not in [k for k, _ in keys]:
-        keys = [*keys, ("run_id", False)]
-    return df.sort([k for k, _ in keys], descending=[d for _, d in keys], nulls_last=True)
 
 
 def shown(df) -> tuple[list[str], list[list[str]]]:
@@ -199,7 +194,7 @@ def runs(
     MFU, tokens/s, verdict and confidence, top finding and its cost (the fleet view)."""
     import polars as pl
 
-    from ..fleet import FLEET_SCHEMA, fleet_rows
+    from ..fleet import FLEET_SCHEMA, fleet_rows, sort_rows
 
     fmt = fmt.lower()
     if fmt not in RUNS_FORMATS:

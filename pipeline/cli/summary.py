@@ -12,8 +12,11 @@ def print_summary(console, res: dict, ranks_table: bool = False) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from ..diagnosis.findings import MIN_FLOP_COVERAGE_PCT
+    from ..diagnosis.findings import MIN_FLOP_COVERAGE_PCT, mfu_measurable
     from ..report.document import steps_found_text, timing_text
+
+    def measurable(rank_row: dict) -> bool:  # as the report and `runs` state a run's MFU
+        return mfu_measurable(rank_row["mfu_pct"], rank_row["flop_coverage_pct"])
 
     found = {r["run_id"]: r.get("steps_found_by") or [] for r in res["runs"]}
     for v in res["verdicts"]:
@@ -49,10 +52,10 @@ def print_summary(console, res: dict, ranks_table: bool = False) -> None:
             caption="per rank, over its whole GPU span in the analysis window"
             + (f" ({on})" if on else "")
             + (f"; first 64 of {len(rows)} ranks" if len(rows) > 64 else "")
-            # as the report and `runs` state it (diagnosis/throughput.py mfu_measurable)
+            # as the report and `runs` state it (diagnosis/findings.py mfu_measurable)
             + (
                 f"; MFU — where under {MIN_FLOP_COVERAGE_PCT:g} % of the compute has modelled FLOPs"
-                if any(r["mfu_pct"] is not None and not _measurable(r) for r in rows[:64])
+                if any(r["mfu_pct"] is not None and not measurable(r) for r in rows[:64])
                 else ""
             ),
         )
@@ -67,15 +70,7 @@ def print_summary(console, res: dict, ranks_table: bool = False) -> None:
                 f(r["comm_comp_overlap_pct"], 1),
                 f(r["gpu_idle_ns"]),
                 f(r["idle_host_wait_ns"]),
-                f(r["mfu_pct"] if _measurable(r) else None, 1),
+                f(r["mfu_pct"] if measurable(r) else None, 1),
                 f(r["flop_coverage_pct"], 1),
             )
         console.print(t)
-
-
-def _measurable(rank_row: dict) -> bool:
-    """Whether a rank's MFU describes enough of its compute to be stated (FLOP coverage at least
-    findings.MIN_FLOP_COVERAGE_PCT: the bar of the report's and the fleet's MFU)."""
-    from ..diagnosis.findings import MIN_FLOP_COVERAGE_PCT
-
-    return (rank_row["flop_coverage_pct"] or 0) >= MIN_FLOP_COVERAGE_PCT

@@ -107,7 +107,7 @@ def whatif(
 
     if fmt not in ("text", "json"):
         raise usage_error(f"--format {fmt!r}: text or json")
-    for c in collectives:
+    for c in collectives:  # checked before any import of the replay (a usage error stays cheap)
         if c not in ("peak", "overlap"):
             raise usage_error(f"--collectives {c!r}: peak or overlap")
     given_alone = (("--durations-lake", durations_lake is not None), ("--host-durations", host_durations))
@@ -121,11 +121,7 @@ def whatif(
         wanted = [wi.changes.scale(s) for s in scale]
     except ValueError as e:
         raise usage_error(str(e))
-    wanted += [
-        wi.changes.collectives_at_peak() if c == "peak" else wi.changes.collectives_overlapped()
-        for c in collectives
-    ]
-    wanted += [wi.changes.on_time(r) for r in on_time]
+    wanted += [wi.changes.collectives(c) for c in collectives] + [wi.changes.on_time(r) for r in on_time]
     if no_launch_gaps:
         wanted.append(wi.changes.no_launch_gaps())
     if no_data_loading:
@@ -151,9 +147,7 @@ def whatif(
             ocon.close()
         g = wi.build(con, run_id)
         try:  # a change the run cannot take (Change.check): a usage error
-            for ch in wanted:
-                if ch.check is not None:
-                    ch.check(g)
+            wi.changes.check(g, wanted)
         except ValueError as e:
             raise usage_error(str(e)) from None
         if not wanted:

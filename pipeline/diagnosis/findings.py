@@ -40,6 +40,14 @@ from .verdict import INPUT_MODERATE_PCT, MODERATE_PCT
 
 LOW_MFU_PCT = 20.0  # nsys-ai docs/agent_skills/skills/mfu.md: step MFU < 20 % is a problem (peers.md 4.2)
 MIN_FLOP_COVERAGE_PCT = 50.0  # below this the MFU describes too little of the compute to act on
+
+
+def mfu_measurable(mfu_pct: float | None, flop_coverage_pct: float | None) -> bool:
+    """Whether an MFU describes enough of the compute to be stated: FLOP coverage of at least
+    MIN_FLOP_COVERAGE_PCT (the report's, the fleet's and analyze's rank table's rule)."""
+    return mfu_pct is not None and (flop_coverage_pct or 0) >= MIN_FLOP_COVERAGE_PCT
+
+
 # pinned buffers are advised when pageable copies take at least this share of the host-device
 # copy time (CUDA C++ Best Practices Guide, "Pinned Memory": pageable copies are staged and slower)
 PAGEABLE_ADVICE_PCT = 10.0
@@ -271,7 +279,7 @@ def findings_for_run(run_id: str, result: dict) -> list[dict]:
     if steps_mfu:
         mfu = median([s["mfu_pct"] for s in steps_mfu])
         cov = median([s["flop_coverage_pct"] for s in steps_mfu])
-        if mfu is not None and mfu < LOW_MFU_PCT and (cov or 0) >= MIN_FLOP_COVERAGE_PCT:
+        if mfu_measurable(mfu, cov) and mfu < LOW_MFU_PCT:
             peak = median([s["peak_tflops"] for s in steps_mfu])
             out.append(
                 {

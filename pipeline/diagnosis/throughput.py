@@ -16,7 +16,7 @@ neither tokens nor an MFU):
   mfu_pct               median over ranks of the shape-derived whole-run MFU (analyze's ranks rows)
   flop_coverage_pct     median over ranks of its FLOP coverage
   mfu_measurable        mfu_pct describes enough of the compute to be stated: FLOP coverage at
-                        least findings.MIN_FLOP_COVERAGE_PCT (the low-MFU finding's bar)
+                        least findings.MIN_FLOP_COVERAGE_PCT (findings.mfu_measurable)
   palm_mfu_pct          median over ranks of the step-time-weighted palm_mfu_pct of their steps
   palm_flops_per_token  PaLM's 6N + 12LHQT as given (FLOP/token)
   peak_tflops           the peak the shape-derived MFU used (median over ranks)
@@ -26,7 +26,7 @@ note(run) -> the line saying where the tokens came from when the trace gave them
 from __future__ import annotations
 
 from .basis import median as _median
-from .findings import MIN_FLOP_COVERAGE_PCT
+from .findings import mfu_measurable
 
 
 def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], world_size) -> dict | None:
@@ -61,7 +61,7 @@ def run_throughput(run_id: str, mfu_rows: list[dict], rank_rows: list[dict], wor
             (r["palm_flops_per_token"] for r in rows if r["palm_flops_per_token"]), None
         ),
         "peak_tflops": _median(r["peak_tflops"] for r in ranks),
-        "mfu_measurable": mfu is not None and (cov or 0) >= MIN_FLOP_COVERAGE_PCT,
+        "mfu_measurable": mfu_measurable(mfu, cov),
     }
 
 

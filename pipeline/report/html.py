@@ -42,7 +42,7 @@ import re
 
 from ..diagnosis.steady import kept_rows
 from ..diagnosis.verdict import CAUSES
-from ..fleet import fleet_rows
+from ..fleet import DEFAULT_ORDER, fleet_rows, sort_rows
 from ..kernelname import hover_name, short_names
 from .charts import (
     MAX_BARS,
@@ -223,8 +223,7 @@ def _page(result: dict, title: str, baseline: dict | None, doc: dict | None) -> 
             body.append(f'<p class="note">{e(note)}.</p>')
 
     if len(doc["runs"]) > 1:  # the fleet view: a sortable table of the runs, then step time over time
-        # in `tracelake runs`' default order: by start time, then run id (runs_cmd.parse_sort)
-        fleet = fleet_rows(result).sort(["start_ns", "run_id"], nulls_last=True)
+        fleet = sort_rows(fleet_rows(result), DEFAULT_ORDER)  # in `tracelake runs`' order
         body.append(fleet_table(fleet, {r["run_id"]: f"run-{i}" for i, r in enumerate(doc["runs"])}))
         chart_block("fleet", fleet_chart(fleet))
     for i, run in enumerate(doc["runs"]):

@@ -389,16 +389,26 @@ def defaults(g: Graph) -> list[Change]:
     return out
 
 
-def _collectives(value: str) -> Change:
+def collectives(value: str) -> Change:
+    """The change of `--collectives VALUE`: peak (collectives_at_peak) or overlap
+    (collectives_overlapped). Raises ValueError for anything else."""
     if value not in ("peak", "overlap"):
         raise ValueError(f"--collectives {value!r}: peak or overlap")
     return collectives_at_peak() if value == "peak" else collectives_overlapped()
 
 
+def check(g: Graph, changes: list[Change]) -> None:
+    """Raises ValueError for the first change the run of g cannot take (Change.check: a rank it
+    does not have), as `tracelake whatif` and the Python API refuse it before replaying."""
+    for ch in changes:
+        if ch.check is not None:
+            ch.check(g)
+
+
 # from_text: the `tracelake whatif` options a change is written as, and their changes
 _OPTIONS = {
     "--scale": scale,
-    "--collectives": _collectives,
+    "--collectives": collectives,
     "--on-time": lambda v: on_time(int(v)),
     "--no-launch-gaps": no_launch_gaps,
     "--no-data-loading": no_data_loading,

@@ -45,18 +45,15 @@ bucket AS (
   SELECT run_id, rank, level, step, (row_number() OVER ())::INT AS bid
   FROM (SELECT DISTINCT run_id, rank, level, step FROM merged)
 ),
+pieces AS (
+  SELECT b.bid, m.category, m.s, m.e
+  FROM merged m JOIN bucket b ON b.run_id = m.run_id AND b.rank = m.rank AND b.level = m.level
+    AND b.step IS NOT DISTINCT FROM m.step
+),
 comp AS (
-  SELECT b.bid, m.s, m.e, row_number() OVER (PARTITION BY b.bid ORDER BY m.s) AS i
-  FROM merged m JOIN bucket b ON b.run_id = m.run_id AND b.rank = m.rank AND b.level = m.level
-    AND b.step IS NOT DISTINCT FROM m.step
-  WHERE m.category = 'compute'
+  SELECT bid, s, e, row_number() OVER (PARTITION BY bid ORDER BY s) AS i FROM pieces WHERE category = 'compute'
 ),
-comm AS (
-  SELECT b.bid, m.s, m.e
-  FROM merged m JOIN bucket b ON b.run_id = m.run_id AND b.rank = m.rank AND b.level = m.level
-    AND b.step IS NOT DISTINCT FROM m.step
-  WHERE m.category = 'communication'
-),
+comm AS (SELECT bid, s, e FROM pieces WHERE category = 'communication'),
 -- the compute pieces a communication piece k overlaps (c.s < k.e and k.s < c.e) are therefore
 -- consecutive: from the first that ends after k starts (i0) to the last that starts before k
 -- ends (i1), found by two ASOF joins instead of comparing every pair of the bucket (a rank's
