@@ -1,6 +1,6 @@
 """The thread pools of tracelake's own processes: numpy's OpenBLAS and polars on one thread in
 the CLI (every command) and OpenBLAS on one in the ingest pool's workers (their polars pool is
-sized by ingest/executors.worker_env). A value the user set is always kept.
+sized by pipeline/pool_scope.py worker_env). A value the user set is always kept.
 
 OpenBLAS: numpy's wheels bundle it, and it starts one thread per core when numpy is imported
 (pyarrow imports numpy) and lets them spin: on the 2-core project machine `import numpy` costs

@@ -88,12 +88,12 @@ def reference(inputs, tmp_path_factory) -> Path:
 @pytest.mark.parametrize("pooled", [False, True])
 def test_held_sources_are_the_reference_rows(inputs, reference, tmp_path, monkeypatch, pooled):
     """Held sources give the reference rows, read in threads of the ingesting process (these
-    inputs are under PARALLEL_MIN_BYTES) or in a process pool, which pickles each Held back
+    inputs are under pool_scope.PARALLEL_MIN_BYTES) or in a process pool, which pickles each Held back
     (Held.__getstate__: its tables as Arrow IPC streams)."""
-    import pipeline.ingest as ingest_mod
+    from pipeline import pool_scope
 
     if pooled:
-        monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+        monkeypatch.setattr(pool_scope, "PARALLEL_MIN_BYTES", 0)
     root = tmp_path / "lake"
     res = ingest_paths([inputs], Lake(root), jobs=2)
     assert sorted(r.status for r in res) == ["failed"] + ["ok"] * (RANKS + 1)

@@ -226,8 +226,9 @@ def test_shared_references_past_the_budget_are_refused(tmp_path):
 POOL_INGEST = """
 import sys
 import pipeline.ingest as ingest
+from pipeline import pool_scope
 from pipeline.lake import Lake
-ingest.PARALLEL_MIN_BYTES = 0  # a pool however small the input
+pool_scope.PARALLEL_MIN_BYTES = 0  # a pool however small the input
 ingest.ingest_paths(sys.argv[2:], Lake(sys.argv[1]), jobs=2)
 """
 

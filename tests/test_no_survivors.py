@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import REPO, write_trace
 
-import pipeline.ingest as ingest_mod
-from pipeline.ingest import pool_scope
+from pipeline import pool_scope
 from pipeline.lake import Lake
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreaper: Linux")
@@ -57,8 +56,8 @@ def inputs(tmp_path_factory):
             for i in range(20)
         ]  # fmt: skip
         f = write_trace(d / f"rank{r}.json", ev, distributedInfo={"rank": r, "world_size": 2})
-        f.write_bytes(f.read_bytes()[:-1] + b" " * (ingest_mod.PARALLEL_MIN_BYTES // 2 + 1) + b"}")
-    assert sum(f.stat().st_size for f in d.iterdir()) >= ingest_mod.PARALLEL_MIN_BYTES
+        f.write_bytes(f.read_bytes()[:-1] + b" " * (pool_scope.PARALLEL_MIN_BYTES // 2 + 1) + b"}")
+    assert sum(f.stat().st_size for f in d.iterdir()) >= pool_scope.PARALLEL_MIN_BYTES
     return d
 
 

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import MofNCompleteColumn, Progress, TextColumn
 
 import pipeline.ingest as ingest_mod
+from pipeline import pool_scope
 from pipeline.cli import _RateColumn
 from pipeline.ingest import ingest_paths
 from pipeline.lake import Lake
@@ -64,7 +65,7 @@ def spy_on(monkeypatch, name: str) -> list:
 def test_pool_gives_the_serial_lake(inputs, tmp_path, monkeypatch):
     serial = Lake(tmp_path / "serial")
     res1 = ingest_paths(inputs, serial, jobs=1)
-    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool_scope, "PARALLEL_MIN_BYTES", 0)
     used = spy_on(monkeypatch, "run_pool")
     pooled = Lake(tmp_path / "pooled")
     res2 = ingest_paths(inputs, pooled, jobs=2)
@@ -91,7 +92,7 @@ def test_threads_give_the_serial_lake(inputs, tmp_path, monkeypatch):
     notes and rows as the serial path."""
     serial = Lake(tmp_path / "serial")
     res1 = ingest_paths(inputs, serial, jobs=1)
-    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 1 << 40)
+    monkeypatch.setattr(pool_scope, "PARALLEL_MIN_BYTES", 1 << 40)
     monkeypatch.setattr(ingest_mod, "run_pool", None)  # never the pool here
     used = spy_on(monkeypatch, "run_threads")
     threaded = Lake(tmp_path / "threaded")
@@ -103,7 +104,7 @@ def test_threads_give_the_serial_lake(inputs, tmp_path, monkeypatch):
 
 
 def test_a_worker_that_dies_fails_only_its_file(inputs, tmp_path, monkeypatch):
-    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool_scope, "PARALLEL_MIN_BYTES", 0)
     monkeypatch.setenv("TRACELAKE_CRASH_ON", "worker3_step_12.1694128201557.pt.trace.json")
     res = ingest_paths([inputs[0]], Lake(tmp_path / "lake"), jobs=2)
     by = {r.path.rsplit("/", 1)[-1]: r for r in res}
@@ -141,7 +142,7 @@ def test_pool_workers_know_the_lake_given_once(inputs, tmp_path, monkeypatch):
     """The lake's content index reaches each pool worker once (executors.init_worker), not with
     every unit: a second pooled ingest of the same inputs into the same lake skips every file the
     first stored, as the serial path does, and no unit is submitted with the index."""
-    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool_scope, "PARALLEL_MIN_BYTES", 0)
     lake = Lake(tmp_path / "lake")
     first = ingest_paths(inputs, lake, jobs=2)
     stored = sorted(r.path for r in first if r.status == "ok")
@@ -178,13 +179,12 @@ def _blas_threads(_) -> str | None:
 
 @pytest.mark.parametrize(("cores", "user", "expected"), [(2, None, 1), (4, None, 2), (2, "3", 3)])
 def test_pool_workers_size_polars_to_their_share_of_the_cores(monkeypatch, cores, user, expected):
-    """A pool of 2 workers: each runs polars on cores // 2 threads (executors.worker_env, set in
+    """A pool of 2 workers: each runs polars on cores // 2 threads (pool_scope.worker_env, set in
     the forkserver, which imports polars for its workers: polars reads POLARS_MAX_THREADS once),
     unless the user set POLARS_MAX_THREADS; the ingest's own environment is left as it was."""
-    import multiprocessing
     import os
 
-    from pipeline.ingest import executors, pool_scope
+    from pipeline.ingest import executors
 
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     if user is None:
@@ -192,10 +192,9 @@ def test_pool_workers_size_polars_to_their_share_of_the_cores(monkeypatch, cores
     else:
         monkeypatch.setenv("POLARS_MAX_THREADS", user)
     before = dict(os.environ)
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["pipeline.ingest.forkserver_preload", "pipeline.ingest.executors"])
+    ctx = pool_scope.forkserver_context()
     with pool_scope.helpers_stopped():
-        pool_scope.forkserver_started(executors.worker_env(2))
+        pool_scope.forkserver_started(pool_scope.worker_env(2))
         assert dict(os.environ) == before
         with pool_scope.process_pool(2, ctx, executors.init_worker, (2, {})) as pool:
             assert set(pool.map(_polars_threads, range(4))) == {expected}
@@ -207,8 +206,80 @@ def test_pool_workers_size_polars_to_their_share_of_the_cores(monkeypatch, cores
 def test_a_pooled_ingest_starts_its_forkserver_with_the_workers_environment(inputs, tmp_path, monkeypatch):
     from pipeline.ingest import executors
 
-    monkeypatch.setattr(ingest_mod, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(pool_scope, "PARALLEL_MIN_BYTES", 0)
     given, real = [], executors.forkserver_started
     monkeypatch.setattr(executors, "forkserver_started", lambda env: (given.append(env), real(env)))
     ingest_paths([inputs[0]], Lake(tmp_path / "lake"), jobs=2)
-    assert given == [executors.worker_env(2)]
+    assert given == [pool_scope.worker_env(2)]
+
+
+def test_pool_workers_guesses_the_pool_from_the_files(tmp_path, monkeypatch):
+    """pool_scope.pool_workers: the workers a pooled ingest of these paths starts, from the files'
+    count and sizes alone (ingest_paths' rule: more than one job, more than one file, at least
+    PARALLEL_MIN_BYTES in all), before any plan; 0 when the ingest will not use the pool."""
+    monkeypatch.setattr(pool_scope, "PARALLEL_MIN_BYTES", 100)
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    job = tmp_path / "job"
+    (job / "deep" / "er").mkdir(parents=True)
+    (job / "a.json").write_bytes(b"x" * 60)
+    (job / "deep" / "er" / "b.json").write_bytes(b"x" * 40)  # 100 bytes in two files, one nested
+    (job / "loop").symlink_to(job)  # a link back up is not followed
+    one = tmp_path / "one.json"
+    one.write_bytes(b"x" * 1000)
+    assert pool_scope.pool_workers([job], 2) == 2
+    assert pool_scope.pool_workers([job], 0) == 2  # 0: one per core
+    assert pool_scope.pool_workers([job], 8) == 2  # no more workers than files
+    assert pool_scope.pool_workers([job], 1) == 0  # one job: no pool
+    assert pool_scope.pool_workers([one], 2) == 0  # one file: in this process
+    assert pool_scope.pool_workers([one, job / "a.json"], 2) == 2  # files given one by one
+    assert pool_scope.pool_workers([job / "deep"], 2) == 0  # one file under it
+    (job / "a.json").write_bytes(b"x" * 59)
+    assert pool_scope.pool_workers([job], 2) == 0  # 99 bytes: threads
+    assert pool_scope.pool_workers(["s3://bucket/job", tmp_path / "missing", one, job], 4) == 3
+
+
+EARLY = """
+import multiprocessing.util as util, sys
+spawned = []
+real = util.spawnv_passfds
+def spawn(path, args, passfds):
+    if any(b"forkserver" in (a if isinstance(a, bytes) else a.encode()) for a in args):
+        spawned.append("pipeline.ingest" in sys.modules)
+    return real(path, args, passfds)
+util.spawnv_passfds = spawn
+import atexit
+atexit.register(lambda: print("FORKSERVERS", spawned, file=sys.stderr))
+from pipeline.cli import app
+sys.argv[0] = "tracelake"
+app()
+"""
+
+
+@pytest.mark.parametrize("jobs, early", [("2", [False]), ("1", [])])
+def test_the_cli_starts_the_forkserver_before_its_ingest_imports(tmp_path, jobs, early):
+    """`tracelake ingest --jobs 2` of inputs that take the process pool starts its one forkserver
+    before the ingesting process imports the ingest package (pool_scope.early_start: the two
+    imports run side by side), and the pool forks its workers from that one; with --jobs 1 none
+    is started. The lake is the one the serial path writes."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in sorted(DLRM.glob("worker[01]_*.json")):
+        data = f.read_bytes()  # padded past the pool's threshold with whitespace (cheap to parse)
+        (job / f.name).write_bytes(data[:-1] + b" " * (pool_scope.PARALLEL_MIN_BYTES // 2) + data[-1:])
+    lake = tmp_path / "lake"
+    p = subprocess.run(
+        [sys.executable, "-c", EARLY, "ingest", str(job), "--lake", str(lake), "--jobs", jobs, "-q"],
+        cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    line = [x for x in p.stderr.splitlines() if x.startswith("FORKSERVERS")]
+    assert line == [f"FORKSERVERS {early}"], p.stderr
+    serial = Lake(tmp_path / "serial")
+    ingest_paths([job], serial, jobs=1)
+    assert lake_rows(Lake(lake)) == lake_rows(serial)

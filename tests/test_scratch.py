@@ -126,12 +126,10 @@ def test_a_pool_worker_s_scratch_belongs_to_the_ingest():
     """What a pool worker stages is read by the ingesting process, maybe after the worker ended:
     its scratch directories carry the ingest's pid (executors.init_worker sets
     scratch.OWNER_PID), so no sweep takes them while the ingest runs."""
-    import multiprocessing
+    from pipeline import pool_scope
+    from pipeline.ingest import executors
 
-    from pipeline.ingest import executors, pool_scope
-
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["pipeline.ingest.forkserver_preload", "pipeline.ingest.executors"])
+    ctx = pool_scope.forkserver_context()
     with pool_scope.helpers_stopped():
         with pool_scope.process_pool(2, ctx, executors.init_worker, (2, {}, os.getpid())) as pool:
             names = list(pool.map(_scratch_name, range(2)))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 from pathlib import Path
@@ -121,6 +122,23 @@ def _ingest(
     paths = [objstore.normalize(p) if objstore.is_url(p) else Path(p) for p in paths]
     lake_dir = objstore.normalize(lake_dir) if objstore.is_url(lake_dir) else lake_dir
     check_inputs(paths, lake_dir)  # (before ingest's imports: a mistyped path costs no pyarrow)
+    # a process pool's forkserver imports beside this process's imports, and is stopped whatever
+    # happens once the ingest is done (pipeline/pool_scope.py early_start)
+    from .. import pool_scope
+
+    workers = pool_scope.pool_workers(paths, jobs) if scheduler is None else 0
+    with pool_scope.helpers_stopped() if workers else contextlib.nullcontext():
+        pool_scope.early_start(workers)
+        return _ingest_files(
+            paths, lake_dir, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude, runs, quiet
+        )
+
+
+def _ingest_files(
+    paths, lake_dir, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude, runs, quiet
+) -> int:
+    """_ingest's work once its options are checked (paths: Path or normalized s3:// URLs)."""
+    from .. import objstore
     from ..cluster import SchedulerError
     from ..ingest import discover, exclude_patterns, ingest_paths
     from ..lake import Lake, LakeError, one_line

@@ -1,6 +1,6 @@
 """Signals that stop a command cleanly: within signals_interrupt(), SIGINT, SIGTERM and SIGHUP
 raise Interrupted in the main thread, so the command unwinds (an ingest stops and waits for the
-processes it started: pipeline/ingest/pool_scope.py) and exits with 128 + the signal's number,
+processes it started: pipeline/pool_scope.py) and exits with 128 + the signal's number,
 the code a shell reports for a process the signal ended (130, 143, 129)."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .. import scratch
+from .. import pool_scope, scratch
 from ..classify import check_regex
 from ..lake import Lake, LakeError, one_line
 from ..lake_compact import AUTO_MIN_SOURCES
@@ -72,8 +72,6 @@ __all__ = [
     "read_bytes",
 ]
 
-PARALLEL_MIN_BYTES = 16 << 20  # below this much input a process pool costs more than it saves: threads
-
 
 def ingest_paths(
     paths: Iterable[str | Path],
@@ -94,9 +92,9 @@ def ingest_paths(
     """Ingest every file under `paths` into `lake`; returns one FileResult per file, archive
     member or problem path, in input order. jobs: parallel workers (1: none, in this process; 0:
     one per core): processes, or threads of this process when the inputs add up to less than
-    PARALLEL_MIN_BYTES; scheduler: the address of a Dask scheduler to run the workers on instead. on_plan
-    is called once with the number of units before work starts (a compressed tar counts as one
-    until its members are known). step_regex: NVTX range names that mark steps in nsys exports
+    pool_scope.PARALLEL_MIN_BYTES; scheduler: the address of a Dask scheduler to run the workers on
+    instead. on_plan is called once with the number of units before work starts (a compressed tar
+    counts as one until its members are known). step_regex: NVTX range names that mark steps in nsys exports
     (default ProfilerStep#N). exclude: glob patterns of files, directories and archive members to
     leave out (see excluded()). not_logs, when given, gets the files and archive members with a
     log suffix passed over as not NCCL-family logs (discover.plan). compact: afterwards, compact
@@ -166,7 +164,7 @@ def ingest_paths(
         jobs = jobs or os.cpu_count() or 1
         if scheduler:
             stream = run_dask(work, opts, done, scheduler)
-        elif jobs > 1 and len(work) > 1 and sum(u.size for u in work) >= PARALLEL_MIN_BYTES:
+        elif jobs > 1 and len(work) > 1 and sum(u.size for u in work) >= pool_scope.PARALLEL_MIN_BYTES:
             stream = run_pool(work, opts, done, min(jobs, len(work)))
         elif jobs > 1 and len(work) > 1:
             stream = run_threads(work, opts, done, min(jobs, len(work)))

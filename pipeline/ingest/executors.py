@@ -9,15 +9,13 @@ Each yields (unit, [Prepared]) in input order, so the lake is the same whatever 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing
 import os
 import zipfile
 import zlib
 
-from .. import thread_env
 from ..lake import Lake, one_line
+from ..pool_scope import forkserver_context, forkserver_started, helpers_stopped, process_pool, worker_env
 from .discover import Unit
-from .pool_scope import forkserver_started, helpers_stopped, process_pool
 from .prepare import prepare
 from .rows import Options, Prepared, apply_env, failed, sha_or_none, unit_failure
 from .runs import run_for
@@ -171,31 +169,16 @@ def run_threads(units, opts, done, jobs: int):
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def worker_env(jobs: int) -> dict[str, str]:
-    """Environment of the pool's workers (set in the forkserver, which imports polars for them):
-    polars' thread pool sized to a worker's share of the cores, as init_worker sizes DuckDB's.
-    `jobs` workers already keep that many cores busy; polars' own pool of one thread per core in
-    each of them only contends: 1,000 small traces, 2 workers on 2 cores, three rounds alternated,
-    16.3-18.6 against 16.9-19.0 ms CPU a file (noisy); 8 ranks x 50 MB with --jobs 2 no slower
-    (docs/performance.md, Small job, "Second round"). A POLARS_MAX_THREADS already set is kept.
-    OpenBLAS on one thread too, unless the user chose (pipeline/thread_env.py: numpy's import
-    otherwise starts a spinning thread per core in the forkserver)."""
-    polars = {"POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs)))}
-    return {**polars, **thread_env.one_blas_thread_env()}
-
-
 def run_pool(units, opts, done, jobs: int):
     """Results in input order from a process pool (at most 2*jobs units in flight). A worker that
     dies (out of memory, killed) breaks the pool: the units in flight then run again one at a time,
     so only the one that kills its worker fails.
 
-    Nothing it starts outlives it (pool_scope.py): however it ends (exhausted, closed by the
+    Nothing it starts outlives it (pipeline/pool_scope.py): however it ends (exhausted, closed by the
     caller, an exception such as KeyboardInterrupt), its workers are stopped and waited for, and
     so are multiprocessing's forkserver and resource tracker when this call started them."""
-    ctx = multiprocessing.get_context("forkserver")
-    # the first preload arms the forkserver to die with this process (forkserver_preload.py)
-    ctx.set_forkserver_preload(["pipeline.ingest.forkserver_preload", "pipeline.ingest.executors"])
-    with helpers_stopped():
+    ctx = forkserver_context()
+    with helpers_stopped():  # a forkserver the command started early (pool_scope.early_start) is kept
         forkserver_started(worker_env(jobs))
         yield from _pooled(units, opts, done, jobs, ctx)
 

@@ -25,6 +25,17 @@ longer the command's. So:
 - signals_deferred(): while the above run in the main thread, SIGINT, SIGTERM and SIGHUP are held
   back (a second Ctrl-C must not cut the shutdown short, leaving processes behind); one that came
   meanwhile is delivered afterwards, unless the block is already unwinding from an exception.
+- pool_workers(paths, jobs) and early_start(workers): the `ingest` command's forkserver started
+  before the command's own imports, when its inputs will go to a pool (below).
+
+Start-up: the forkserver imports polars, pyarrow and the Kineto reader (PRELOAD) before it forks
+the first worker, 0.35-0.4 s on the project machine, and the ingesting process imports the same
+before it plans the units and starts the pool. Started one after the other, the first worker began
+0.7 s into an 8 x 50 MB ingest with `--jobs 2`. early_start starts the forkserver right after the
+command's arguments are checked, so the two imports run side by side on two cores; run_pool then
+finds it running (forkserver_started leaves it be) and the helpers_stopped() around the command
+stops it. This module imports only the standard library, so the command can call it before the
+ingest package's imports.
 """
 
 from __future__ import annotations
@@ -38,7 +49,91 @@ import time
 from contextlib import contextmanager
 
 STOP_GRACE_S = 5.0  # how long a worker has to unwind after SIGTERM before it gets SIGKILL
+# below this much input a process pool costs more than it saves: threads (pipeline/ingest/__init__.py)
+PARALLEL_MIN_BYTES = 16 << 20
+# what the forkserver imports before it forks a worker; the first arms it to die with the ingest
+# (pipeline/ingest/forkserver_preload.py)
+PRELOAD = ("pipeline.ingest.forkserver_preload", "pipeline.ingest.executors")
 _HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def forkserver_context():
+    """multiprocessing's forkserver context with PRELOAD set (executors.run_pool's workers)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+    return ctx
+
+
+def worker_env(jobs: int) -> dict[str, str]:
+    """Environment of the pool's workers (set in the forkserver, which imports polars for them):
+    polars' thread pool sized to a worker's share of the cores, as init_worker sizes DuckDB's.
+    `jobs` workers already keep that many cores busy; polars' own pool of one thread per core in
+    each of them only contends: 1,000 small traces, 2 workers on 2 cores, three rounds alternated,
+    16.3-18.6 against 16.9-19.0 ms CPU a file (noisy); 8 ranks x 50 MB with --jobs 2 no slower
+    (docs/performance.md, Small job, "Second round"). A POLARS_MAX_THREADS already set is kept.
+    OpenBLAS on one thread too, unless the user chose (pipeline/thread_env.py: numpy's import
+    otherwise starts a spinning thread per core in the forkserver)."""
+    from . import thread_env
+
+    polars = {"POLARS_MAX_THREADS": str(max(1, (os.cpu_count() or 1) // max(1, jobs)))}
+    return {**polars, **thread_env.one_blas_thread_env()}
+
+
+def pool_workers(paths, jobs: int) -> int:
+    """How many pool workers an ingest of the local files under `paths` (files and directories;
+    anything else, such as an s3:// URL, is not counted) with `jobs` (0: one per core) will
+    start, judged from the files' count and sizes before the ingest plans its units: 0 when it
+    will not use a process pool (one job, one file, or under PARALLEL_MIN_BYTES in all: the
+    rule of pipeline/ingest/__init__.py ingest_paths). Only a guess: the plan may skip files
+    already in the lake, or leave out those that are not traces; the walk stops once it has
+    found the threshold's bytes in `jobs` files. Symbolic links to directories are not followed."""
+    jobs = jobs or os.cpu_count() or 1
+    if jobs < 2:
+        return 0
+    files = size = 0
+    for p in paths:
+        if not isinstance(p, (str, os.PathLike)) or "://" in str(p):
+            continue
+        todo = [os.fspath(p)]
+        while todo:
+            try:
+                with os.scandir(todo.pop()) as it:
+                    entries = list(it)
+            except NotADirectoryError:
+                try:
+                    files, size = files + 1, size + os.path.getsize(p)
+                except OSError:
+                    pass
+                break
+            except OSError:
+                continue
+            for e in entries:
+                try:
+                    if e.is_dir(follow_symlinks=False):
+                        todo.append(e.path)
+                    elif e.is_file():
+                        files, size = files + 1, size + e.stat().st_size
+                except OSError:
+                    continue
+                if files >= jobs and size >= PARALLEL_MIN_BYTES:  # no need to look further
+                    return jobs
+    return min(jobs, files) if files > 1 and size >= PARALLEL_MIN_BYTES else 0
+
+
+def early_start(workers: int) -> bool:
+    """Start the forkserver (PRELOAD, worker_env(workers)) now, when an ingest will use a pool of
+    `workers` workers (pool_workers; 0: nothing is started), so that its imports run beside the
+    caller's (module doc). Call inside helpers_stopped(), which stops it. Returns whether it was
+    started here."""
+    from multiprocessing import forkserver
+
+    if not workers or getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
+        return False
+    forkserver_context()
+    forkserver_started(worker_env(workers))
+    return True
 
 
 @contextmanager
@@ -92,7 +187,7 @@ def forkserver_started(env: dict[str, str]) -> None:
     so that it is stopped with the pool."""
     from multiprocessing import forkserver
 
-    from ..thread_env import user_set
+    from .thread_env import user_set
 
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
         return
