@@ -131,7 +131,7 @@ def early_start(workers: int) -> bool:
 
     if not workers or getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
         return False
-    forkserver_context()
+    forkserver_context()  # sets PRELOAD, which ensure_running hands the new forkserver
     forkserver_started(worker_env(workers))
     return True
 

@@ -178,7 +178,9 @@ def run_pool(units, opts, done, jobs: int):
     caller, an exception such as KeyboardInterrupt), its workers are stopped and waited for, and
     so are multiprocessing's forkserver and resource tracker when this call started them."""
     ctx = forkserver_context()
-    with helpers_stopped():  # a forkserver the command started early (pool_scope.early_start) is kept
+    # a forkserver the command started early (pool_scope.early_start) is used, and stopped by the
+    # command's own helpers_stopped()
+    with helpers_stopped():
         forkserver_started(worker_env(jobs))
         yield from _pooled(units, opts, done, jobs, ctx)
 
