@@ -55,6 +55,7 @@ PARALLEL_MIN_BYTES = 16 << 20
 # (pipeline/ingest/forkserver_preload.py)
 PRELOAD = ("pipeline.ingest.forkserver_preload", "pipeline.ingest.executors")
 _HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_POOLS = [0]  # process pools started in this process (helpers_stopped: was the forkserver used?)
 
 
 def forkserver_context():
@@ -139,10 +140,18 @@ def early_start(workers: int) -> bool:
 @contextmanager
 def process_pool(jobs: int, ctx, initializer, initargs):
     """A ProcessPoolExecutor of `jobs` workers (mp_context ctx); on leaving the block every worker
-    has ended and been waited for (module doc)."""
-    pool = cf.ProcessPoolExecutor(
-        max_workers=jobs, mp_context=ctx, initializer=initializer, initargs=initargs
-    )
+    has ended and been waited for (module doc). Its submit() holds stopping signals back while it
+    runs (signals_deferred): it may start a worker, and a signal raised half-way through (the
+    forkserver has forked the worker, the pool has not yet recorded it) left a worker no one
+    stopped, which kept the forkserver, and the ingest waiting for it, alive."""
+
+    class Pool(cf.ProcessPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):
+            with signals_deferred():
+                return super().submit(fn, *args, **kwargs)
+
+    _POOLS[0] += 1
+    pool = Pool(max_workers=jobs, mp_context=ctx, initializer=initializer, initargs=initargs)
     try:
         yield pool
     except BaseException:
@@ -182,9 +191,12 @@ def stop_workers(pool: cf.ProcessPoolExecutor, grace: float | None = None) -> No
 
 def forkserver_started(env: dict[str, str]) -> None:
     """Start multiprocessing's forkserver, if it is not running, with `env` set in the environment
-    it inherits (a variable the user has set is left as it is); os.environ is then as before.
-    Call with the forkserver's preload already set (executors.run_pool), inside helpers_stopped()
-    so that it is stopped with the pool."""
+    it inherits (a variable the user has set is left as it is) and TRACELAKE_FORKSERVER_PARENT
+    (this process's pid); os.environ is then as before. It starts with SIGINT, SIGTERM and SIGHUP
+    blocked, which pipeline/ingest/forkserver_preload.py unblocks once it ignores them (one that
+    reaches this process meanwhile waits, and comes after). Call with the forkserver's preload
+    already set (forkserver_context), inside helpers_stopped() so that it is stopped with the
+    pool."""
     from multiprocessing import forkserver
 
     from .thread_env import user_set
@@ -192,11 +204,14 @@ def forkserver_started(env: dict[str, str]) -> None:
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
         return
     added = {k: v for k, v in env.items() if not user_set(k)}
+    added["TRACELAKE_FORKSERVER_PARENT"] = str(os.getpid())
     before = {k: os.environ[k] for k in added if k in os.environ}
     os.environ.update(added)
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         forkserver.ensure_running()
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
         for k in added:
             if k in before:
                 os.environ[k] = before[k]
@@ -207,10 +222,13 @@ def forkserver_started(env: dict[str, str]) -> None:
 @contextmanager
 def helpers_stopped():
     """Run the block; then stop and wait for the multiprocessing forkserver and resource tracker if
-    they were started during it (module doc)."""
+    they were started during it (module doc). A forkserver no process pool used (early_start's
+    guess was wrong: every file already in the lake, say) is killed rather than waited for: it may
+    still be importing its PRELOAD, and it forked nothing."""
     from multiprocessing import forkserver, resource_tracker
 
     fs, rt = forkserver._forkserver, resource_tracker._resource_tracker
+    pools = _POOLS[0]
     fs_before = getattr(fs, "_forkserver_pid", None) is not None
     rt_before = getattr(rt, "_fd", None) is not None
     try:
@@ -223,18 +241,27 @@ def helpers_stopped():
         yield
     except BaseException:
         with signals_deferred(unwinding=True):
-            _stop_helpers(fs, rt, fs_before, rt_before)
+            _stop_helpers(fs, rt, fs_before, rt_before, _POOLS[0] == pools)
         raise
     with signals_deferred():
-        _stop_helpers(fs, rt, fs_before, rt_before)
+        _stop_helpers(fs, rt, fs_before, rt_before, _POOLS[0] == pools)
 
 
-def _stop_helpers(fs, rt, fs_before: bool, rt_before: bool) -> None:
-    if not fs_before and getattr(fs, "_forkserver_pid", None) is not None:
+def _stop_helpers(fs, rt, fs_before: bool, rt_before: bool, unused: bool = False) -> None:
+    if not fs_before and (pid := getattr(fs, "_forkserver_pid", None)) is not None:
+        if unused:
+            _kill(pid)
+        # a worker it forked that is still alive (one no pool recorded) holds its pipe open, and the
+        # wait would never end: after STOP_GRACE_S the forkserver is killed, and such a worker
+        # with it (init_worker's PR_SET_PDEATHSIG)
+        guard = threading.Timer(STOP_GRACE_S, _kill, (pid,))
+        guard.start()
         try:
             fs._stop()  # closes the pipe it waits on, then waits for it
         except (OSError, AttributeError):  # already reaped, or a Python without _stop
             pass
+        finally:
+            guard.cancel()
     if not rt_before and getattr(rt, "_fd", None) is not None:
         if _semaphores_alive():
             gc.collect()
@@ -243,6 +270,13 @@ def _stop_helpers(fs, rt, fs_before: bool, rt_before: bool) -> None:
                 rt._stop()
             except (OSError, AttributeError):
                 pass
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:  # already gone
+        pass
 
 
 def _semaphores_alive() -> bool:

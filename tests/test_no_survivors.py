@@ -186,3 +186,94 @@ def test_a_worker_deaf_to_sigterm_is_killed_and_waited_for(tmp_path, monkeypatch
     assert not Path(f"/proc/{procs[0].pid}").exists()
     assert isinstance(fut.exception(), cf.process.BrokenProcessPool)
     assert forkserver._forkserver._forkserver_pid is None and not Path(f"/proc/{server}").exists()
+
+
+def _hold(_) -> int:
+    return os.getpid()
+
+
+def test_a_signal_while_a_worker_starts_waits_until_the_pool_knows_it(monkeypatch):
+    """A stopping signal that comes while submit() starts a worker (the forkserver has forked it,
+    the pool has not recorded it yet) is held back until submit() returns: the pool then knows
+    every worker and stops them all. Before, the signal's exception left that worker unknown,
+    alive and holding the forkserver's pipe open, and helpers_stopped() waited for the forkserver
+    for ever (attack 7's Ctrl-C test hung one run in three)."""
+    import multiprocessing
+    from multiprocessing import context, forkserver
+
+    from pipeline.cli.interrupt import Interrupted, signals_interrupt
+
+    started, known = [], []
+    real_start, real_stop = context.ForkServerProcess.start, pool_scope.stop_workers
+
+    def start_then_signal(self):
+        real_start(self)  # forked; the pool records it after start() returns
+        started.append(self.pid)
+        signal.raise_signal(signal.SIGTERM)
+
+    def stop_workers(pool, grace=None):
+        known.extend(pool._processes)
+        real_stop(pool, grace)
+
+    monkeypatch.setattr(context.ForkServerProcess, "start", start_then_signal)
+    monkeypatch.setattr(pool_scope, "stop_workers", stop_workers)
+    ctx = multiprocessing.get_context("forkserver")
+    with pool_scope.helpers_stopped():
+        with signals_interrupt(), pytest.raises(Interrupted):
+            with pool_scope.process_pool(1, ctx, None, ()) as pool:
+                pool.submit(_hold, 0)
+        server = forkserver._forkserver._forkserver_pid
+    assert started and set(started) <= set(known)  # every worker it forked was stopped by the pool
+    assert not any(Path(f"/proc/{p}").exists() for p in started)
+    assert forkserver._forkserver._forkserver_pid is None and not Path(f"/proc/{server}").exists()
+
+
+def test_a_worker_no_pool_knows_cannot_hold_the_forkserver_for_ever(tmp_path, monkeypatch):
+    """helpers_stopped() waits STOP_GRACE_S at most for a forkserver that a live process keeps
+    open (one it forked that no pool stops), then kills it, and that process with it (a pool
+    worker dies with the forkserver: init_worker's PR_SET_PDEATHSIG)."""
+    import time
+    from multiprocessing import forkserver
+
+    monkeypatch.setattr(pool_scope, "STOP_GRACE_S", 0.5)
+    ctx = pool_scope.forkserver_context()
+    armed = tmp_path / "armed"
+    with pool_scope.helpers_stopped():
+        with pool_scope.process_pool(1, ctx, None, ()) as pool:  # the forkserver served a pool
+            assert pool.submit(_hold, 0).result() > 0
+        server = forkserver._forkserver._forkserver_pid
+        stray = ctx.Process(target=_worker_then_sleep, args=(str(armed),))
+        stray.start()
+        deadline = time.monotonic() + 30
+        while not armed.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert armed.exists()
+        started = time.monotonic()
+    assert time.monotonic() - started < 20  # cut short, not for ever
+    assert not Path(f"/proc/{server}").exists()
+    stray.join(10)
+    # its status is 255: the forkserver that would have reported it is gone
+    assert stray.exitcode in (-signal.SIGKILL, 255)
+    deadline = time.monotonic() + 10
+    while _alive(stray.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(stray.pid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process runs (a zombie, dead and not yet reaped by init, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _worker_then_sleep(armed: str) -> None:
+    """A process forked as the pool's workers are (init_worker), that nothing stops."""
+    import time
+
+    from pipeline.ingest import executors
+
+    executors.init_worker(1, {})
+    Path(armed).write_text(str(os.getpid()))
+    time.sleep(120)

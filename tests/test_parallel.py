@@ -283,3 +283,36 @@ def test_the_cli_starts_the_forkserver_before_its_ingest_imports(tmp_path, jobs,
     serial = Lake(tmp_path / "serial")
     ingest_paths([job], serial, jobs=1)
     assert lake_rows(Lake(lake)) == lake_rows(serial)
+
+
+def _pid(_) -> int:
+    import os
+
+    return os.getpid()
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_an_early_forkserver_no_pool_used_is_killed_not_waited_for(monkeypatch, pooled):
+    """helpers_stopped() ends a forkserver that early_start started: one that forked no worker
+    (the guess was wrong) is killed at once (it may still be importing its PRELOAD, 0.35-0.4 s),
+    one a pool used is asked to stop and waited for; either way it is gone afterwards."""
+    import os
+    import signal
+    from multiprocessing import forkserver
+
+    from pipeline.ingest import executors
+
+    kills, real_kill = [], os.kill
+    monkeypatch.setattr(os, "kill", lambda pid, sig: (kills.append((pid, sig)), real_kill(pid, sig))[1])
+    with pool_scope.helpers_stopped():
+        assert pool_scope.early_start(2)
+        pid = forkserver._forkserver._forkserver_pid
+        assert not pool_scope.early_start(2)  # running: not started again
+        if pooled:
+            ctx = pool_scope.forkserver_context()
+            with pool_scope.process_pool(2, ctx, executors.init_worker, (2, {})) as pool:
+                assert len(set(pool.map(_pid, range(8)))) >= 1
+    assert ((pid, signal.SIGKILL) in kills) is not pooled
+    assert forkserver._forkserver._forkserver_pid is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped

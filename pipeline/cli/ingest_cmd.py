@@ -123,15 +123,31 @@ def _ingest(
     lake_dir = objstore.normalize(lake_dir) if objstore.is_url(lake_dir) else lake_dir
     check_inputs(paths, lake_dir)  # (before ingest's imports: a mistyped path costs no pyarrow)
     # a process pool's forkserver imports beside this process's imports, and is stopped whatever
-    # happens once the ingest is done (pipeline/pool_scope.py early_start)
+    # happens once the ingest is done (pipeline/pool_scope.py early_start); from its start on, a
+    # stopping signal ends the command cleanly, as it does during the ingest
     from .. import pool_scope
 
     workers = pool_scope.pool_workers(paths, jobs) if scheduler is None else 0
-    with pool_scope.helpers_stopped() if workers else contextlib.nullcontext():
-        pool_scope.early_start(workers)
-        return _ingest_files(
-            paths, lake_dir, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude, runs, quiet
-        )
+    work = functools.partial(
+        _ingest_files, paths, lake_dir, run, rank, force, comm_pattern, step_range, jobs, scheduler, exclude,
+        runs, quiet,
+    )  # fmt: skip
+    if not workers:
+        return work()
+    with contextlib.ExitStack() as early:
+        try:
+            early.enter_context(signals_interrupt())
+            early.enter_context(pool_scope.helpers_stopped())
+            pool_scope.early_start(workers)
+            return work()
+        except Interrupted as e:  # outside the ingest itself (which says how many files it stored)
+            early.close()  # the forkserver and the resource tracker stopped first
+            err.print(
+                f"error: interrupted by {e.name}: what was ingested before it stays in the lake; run the "
+                "same command again to ingest the rest",
+                markup=False,
+            )
+            raise typer.Exit(e.exit_code)
 
 
 def _ingest_files(
