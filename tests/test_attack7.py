@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, write_trace
+from conftest import REPO
 from subreaper import children
-from test_no_survivors import CLI, HELPER
+from test_no_survivors import CLI, HELPER, big_job
 
 from pipeline import pool_scope
 
@@ -40,15 +40,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ch
 def big_inputs(tmp_path_factory):
     """Two ranks of one run above PARALLEL_MIN_BYTES (whitespace-padded): pool_workers guesses a
     pool, so the command starts the forkserver early."""
-    d = tmp_path_factory.mktemp("in7") / "job"
-    for r in range(2):
-        ev = [
-            {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 1000 + 10 * i, "dur": 5,
-             "args": {"device": 0, "stream": 7}}
-            for i in range(20)
-        ]  # fmt: skip
-        f = write_trace(d / f"rank{r}.json", ev, distributedInfo={"rank": r, "world_size": 2})
-        f.write_bytes(f.read_bytes()[:-1] + b" " * (pool_scope.PARALLEL_MIN_BYTES // 2 + 1) + b"}")
+    d = big_job(tmp_path_factory.mktemp("in7") / "job")
     assert pool_scope.pool_workers([d], 2) == 2
     return d
 

@@ -46,9 +46,12 @@ CLI = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """Two ranks of one run, together above the size that takes the process pool (whitespace
-    pads them: cheap to parse)."""
-    d = tmp_path_factory.mktemp("in") / "job"
+    return big_job(tmp_path_factory.mktemp("in") / "job")
+
+
+def big_job(d: Path) -> Path:
+    """Two ranks of one run in directory d, together above the size that takes the process pool
+    (whitespace pads them: cheap to parse)."""
     for r in range(2):
         ev = [
             {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 1000 + 10 * i, "dur": 5,
