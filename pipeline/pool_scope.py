@@ -127,14 +127,11 @@ def early_start(workers: int) -> bool:
     """Start the forkserver (PRELOAD, worker_env(workers)) now, when an ingest will use a pool of
     `workers` workers (pool_workers; 0: nothing is started), so that its imports run beside the
     caller's (module doc). Call inside helpers_stopped(), which stops it. Returns whether it was
-    started here."""
-    from multiprocessing import forkserver
-
-    if not workers or getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
+    started here (False: none wanted, or one already running)."""
+    if not workers:
         return False
     forkserver_context()  # sets PRELOAD, which ensure_running hands the new forkserver
-    forkserver_started(worker_env(workers))
-    return True
+    return forkserver_started(worker_env(workers))
 
 
 @contextmanager
@@ -189,20 +186,20 @@ def stop_workers(pool: cf.ProcessPoolExecutor, grace: float | None = None) -> No
     pool.shutdown(wait=True)
 
 
-def forkserver_started(env: dict[str, str]) -> None:
+def forkserver_started(env: dict[str, str]) -> bool:
     """Start multiprocessing's forkserver, if it is not running, with `env` set in the environment
     it inherits (a variable the user has set is left as it is) and TRACELAKE_FORKSERVER_PARENT
     (this process's pid); os.environ is then as before. It starts with SIGINT, SIGTERM and SIGHUP
     blocked, which pipeline/ingest/forkserver_preload.py unblocks once it ignores them (one that
     reaches this process meanwhile waits, and comes after). Call with the forkserver's preload
     already set (forkserver_context), inside helpers_stopped() so that it is stopped with the
-    pool."""
+    pool. Returns whether it started one."""
     from multiprocessing import forkserver
 
     from .thread_env import user_set
 
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
-        return
+        return False
     added = {k: v for k, v in env.items() if not user_set(k)}
     added["TRACELAKE_FORKSERVER_PARENT"] = str(os.getpid())
     before = {k: os.environ[k] for k in added if k in os.environ}
@@ -217,6 +214,7 @@ def forkserver_started(env: dict[str, str]) -> None:
                 os.environ[k] = before[k]
             else:
                 os.environ.pop(k, None)
+    return True
 
 
 @contextmanager

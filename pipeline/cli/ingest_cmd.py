@@ -142,12 +142,19 @@ def _ingest(
             return work()
         except Interrupted as e:  # outside the ingest itself (which says how many files it stored)
             early.close()  # the forkserver and the resource tracker stopped first
-            err.print(
-                f"error: interrupted by {e.name}: what was ingested before it stays in the lake; run the "
-                "same command again to ingest the rest",
-                markup=False,
-            )
-            raise typer.Exit(e.exit_code)
+            raise interrupted(e)
+
+
+def interrupted(e: Interrupted, files: int | None = None) -> typer.Exit:
+    """The one line an ingest stopped by a signal says (with the files it stored, when it counted
+    them), and its exit (128 + the signal's number)."""
+    done = "" if files is None else f" ({files} file(s))"
+    err.print(
+        f"error: interrupted by {e.name}: what was ingested before it{done} stays in the lake; run the "
+        "same command again to ingest the rest",
+        markup=False,
+    )
+    return typer.Exit(e.exit_code)
 
 
 def _ingest_files(
@@ -241,12 +248,7 @@ def _ingest_files(
                     not_logs=not_logs,
                 )
         except Interrupted as e:
-            err.print(
-                f"error: interrupted by {e.name}: what was ingested before it ({sum(counts.values())} "
-                "file(s)) stays in the lake; run the same command again to ingest the rest",
-                markup=False,
-            )
-            raise typer.Exit(e.exit_code)
+            raise interrupted(e, sum(counts.values()))
         except (LakeError, SchedulerError) as e:
             err.print(one_line(f"error: {e}"), markup=False)
             return EXIT_FAILED
